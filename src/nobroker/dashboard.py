@@ -1,0 +1,1069 @@
+"""The live dashboard behind ``nobroker serve``: one HTML page, a JSON API, /metrics.
+
+Owns: the HTTP server (standard library ``http.server``), its routes, its
+security rules, and the embedded page (HTML, CSS and JavaScript live in this
+module as strings, so the page ships inside the single-file zipapp and needs no
+network: no CDN, no font, no external URL).
+Imports: the public nobroker API only (queue objects are used through the
+methods of the public Queue), errors, jobs. It never reaches into a storage, so
+the dashboard works the same on the file storage and on PostgreSQL.
+
+Security, in one place (each rule has its reason next to the code):
+
+* Bound to loopback by default. Binding anything else needs a token; without
+  one, ``make_server`` refuses with :class:`DashboardConfigError`.
+* With a token, every request needs ``Authorization: Bearer <token>``. The page
+  is opened once as ``/?token=<token>``; the server answers with an HttpOnly,
+  SameSite=Strict session cookie (a per-server random value, not the token) and
+  a redirect that drops the token from the address bar.
+* Without a token, the Host header must name a loopback address, so a web page
+  that re-points its own DNS name at 127.0.0.1 (DNS rebinding) gets nothing.
+* GET never changes anything. Every change is a POST carrying the per-server
+  CSRF token in ``X-CSRF-Token`` (random at start, embedded in the page,
+  compared with ``hmac.compare_digest``); a POST whose Origin is not this
+  server is refused too. Purge also needs ``{"confirm": "<queue name>"}``.
+* The page builds its DOM with ``textContent``; no data ever passes through
+  ``innerHTML``. JSON answers escape ``<``, ``>`` and ``&`` as ``\\u003c`` etc.
+  The HTML itself carries no queue data at all, only server-made hex values.
+* Every answer carries a Content-Security-Policy with a fresh nonce for the one
+  script and the one style block, plus nosniff, X-Frame-Options DENY and
+  Referrer-Policy no-referrer.
+
+The Queue object is used from one thread at a time (a lock around every call):
+HTTP requests arrive on many threads, and the Queue API does not promise to be
+safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.cookies
+import http.server
+import ipaddress
+import json
+import logging
+import math
+import secrets
+import socket
+import threading
+import time
+import urllib.parse
+import webbrowser
+from collections.abc import Callable
+from typing import Any
+
+from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
+from .jobs import Job, JobState
+
+logger = logging.getLogger("nobroker.dashboard")
+
+# ---------------------------------------------------------------- limits
+#: Default page size of /api/jobs and /api/dlq, and the most one call returns.
+DEFAULT_PAGE_JOBS = 50
+MAX_PAGE_JOBS = 500
+#: Largest offset a list accepts: paging further than this is a mistake, not a use.
+MAX_OFFSET = 10_000_000
+#: Characters of payload, result and error text shown in lists (the detail shows all).
+PREVIEW_CHARS = 200
+#: Largest request body read (the API's bodies are tiny JSON objects).
+MAX_BODY_BYTES = 16 * 1024
+#: Most query parameters parsed from one URL.
+MAX_QUERY_FIELDS = 16
+#: Seconds a connection may sit idle mid-request before the server drops it.
+REQUEST_TIMEOUT_SECONDS = 30.0
+#: Ready jobs scanned to find the oldest one for /metrics.
+METRICS_SCAN_JOBS = 100_000
+#: Bytes of randomness in the CSRF token, the session cookie and each CSP nonce.
+SECRET_BYTES = 32
+NONCE_BYTES = 16
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+SESSION_COOKIE = "nobroker_session"
+CSRF_HEADER = "X-CSRF-Token"
+
+_LOOPBACK_NAMES = frozenset({"localhost"})
+_STATES = ("ready", "leased", "done", "dead")
+_METRIC_STATES = ("ready", "delayed", "leased", "done", "dead")
+
+
+class DashboardConfigError(NobrokerError, ValueError):
+    """The dashboard cannot start as asked (for example: a public address without a token)."""
+
+
+class _HTTPError(Exception):
+    """An answer other than 200, raised inside a handler and turned into JSON {"error": ...}."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+# ---------------------------------------------------------------- helpers
+def is_loopback_host(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``; every other name or address is public."""
+    name = host.strip().lower()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        # A host name other than localhost may resolve anywhere (or change):
+        # treat it as public, so it needs a token.
+        return False
+
+
+def _json_bytes(value: Any) -> bytes:
+    """Compact JSON, with <, > and & escaped so no byte of it can ever read as markup."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"), default=str)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return text.encode("ascii")
+
+
+def _preview(value: Any) -> str:
+    """A short one-line JSON rendering of ``value`` for lists."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > PREVIEW_CHARS:
+        text = text[: PREVIEW_CHARS - 1] + "…"
+    return text
+
+
+def _short(text: str | None) -> str | None:
+    if text is None or len(text) <= PREVIEW_CHARS:
+        return text
+    return text[: PREVIEW_CHARS - 1] + "…"
+
+
+def job_detail(job: Job) -> dict[str, Any]:
+    """Every field of a job for the API, except the lease token.
+
+    The token belongs to the worker holding the lease; an operator acts on a
+    job by id, so the dashboard has no use for it and does not hand it out.
+    """
+    out = job.to_dict()
+    out.pop("lease_token", None)
+    out["leased"] = job.lease_token is not None and job.state == JobState.LEASED
+    return out
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    """A job for a list: previews instead of the full payload, result and error."""
+    out = job_detail(job)
+    out["payload_preview"] = _preview(out.pop("payload"))
+    result = out.pop("result")
+    out["result_preview"] = None if result is None else _preview(result)
+    out["last_error"] = _short(out.get("last_error"))
+    return out
+
+
+def _format_metric_value(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+# ---------------------------------------------------------------- the server
+class DashboardServer(http.server.ThreadingHTTPServer):
+    """The HTTP server: holds the queue, the secrets and the lock around queue calls."""
+
+    daemon_threads = True
+    # Rebinding the same port right after a restart is what an operator expects.
+    allow_reuse_address = True
+
+    def __init__(self, queue: Any, host: str, port: int, token: str | None) -> None:
+        self.queue = queue
+        self.token = token
+        self.csrf_token = secrets.token_hex(SECRET_BYTES)
+        self.session_secret = secrets.token_hex(SECRET_BYTES)
+        self.queue_lock = threading.Lock()
+        self.bind_host = host
+        self.started_at = time.time()
+        family = socket.AF_INET
+        if ":" in host.strip("[]"):
+            family = socket.AF_INET6
+        elif host.lower() == "localhost":
+            host = "127.0.0.1"
+        self.address_family = family
+        super().__init__((host.strip("[]"), port), _Handler)
+
+    @property
+    def url(self) -> str:
+        """The page's address (without the token)."""
+        host, port = self.server_address[0], self.server_address[1]
+        if self.address_family == socket.AF_INET6:
+            host = f"[{host}]"
+        return f"http://{host}:{port}/"
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run one Queue method under the dashboard's lock."""
+        with self.queue_lock:
+            return getattr(self.queue, method)(*args, **kwargs)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: DashboardServer
+    server_version = "nobroker"
+    protocol_version = "HTTP/1.1"
+    timeout = REQUEST_TIMEOUT_SECONDS
+
+    # ------------------------------------------------------------ plumbing
+    def version_string(self) -> str:
+        return self.server_version  # the Python version is nobody's business
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        logger.debug("%s %s", self.address_string(), format % args)
+
+    def _security_headers(self, nonce: str | None = None) -> None:
+        if nonce:
+            csp = (
+                "default-src 'self'; "
+                f"script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+                "img-src 'self' data:; connect-src 'self'; object-src 'none'; "
+                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+            )
+        else:
+            csp = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+        self.send_header("Content-Security-Policy", csp)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cache-Control", "no-store")
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        *,
+        headers: dict[str, str] | None = None,
+        nonce: str | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self._security_headers(nonce)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, _json_bytes(value), "application/json; charset=utf-8", headers=headers)
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            try:
+                self._check_host()
+                self._route(method)
+            except _HTTPError:
+                raise
+            except JobNotFoundError as exc:
+                raise _HTTPError(404, str(exc)) from None
+            except LockTimeoutError as exc:
+                raise _HTTPError(503, str(exc), {"Retry-After": "1"}) from None
+            except (SerializationError, ValueError) as exc:
+                raise _HTTPError(400, str(exc)) from None
+            except NobrokerError as exc:
+                logger.warning("dashboard: %s failed: %s", self.path, exc)
+                raise _HTTPError(500, str(exc)) from None
+            except Exception:
+                logger.exception("dashboard: unexpected error on %s %s", method, self.path)
+                raise _HTTPError(500, "internal error; see the server's log") from None
+        except _HTTPError as err:
+            self._send_json(err.status, {"error": err.message}, err.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client went away mid-answer: nothing to tell it.
+            pass
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _method_not_allowed(self) -> None:
+        self._dispatch(self.command)
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _method_not_allowed
+
+    # ------------------------------------------------------------ checks
+    def _check_host(self) -> None:
+        if self.server.token is not None:
+            return  # the token guards a public bind; a rebinding page does not have it
+        host = self.headers.get("Host")
+        if host is None:
+            return  # only non-browser clients omit Host; DNS rebinding needs a browser
+        name = host.strip()
+        if name.startswith("["):
+            name = name[: name.find("]") + 1]
+        elif name.count(":") == 1:
+            name = name.split(":", 1)[0]
+        if not is_loopback_host(name):
+            raise _HTTPError(403, f"unexpected Host header {host!r}: open the dashboard by its loopback address")
+
+    def _session_ok(self) -> bool:
+        raw = self.headers.get("Cookie")
+        if not raw:
+            return False
+        jar = http.cookies.SimpleCookie()
+        try:
+            jar.load(raw)
+        except http.cookies.CookieError:
+            return False
+        morsel = jar.get(SESSION_COOKIE)
+        return morsel is not None and hmac.compare_digest(morsel.value.encode(), self.server.session_secret.encode())
+
+    def _bearer_ok(self) -> bool:
+        token = self.server.token
+        header = self.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value:
+            return False
+        return hmac.compare_digest(value.strip().encode("utf-8"), token.encode("utf-8")) if token else False
+
+    def _check_auth(self) -> None:
+        if self.server.token is None:
+            return
+        if self._bearer_ok() or self._session_ok():
+            return
+        raise _HTTPError(
+            403,
+            "a token is required: send 'Authorization: Bearer <token>', or open the page once as /?token=<token>",
+        )
+
+    def _check_csrf(self) -> None:
+        sent = self.headers.get(CSRF_HEADER, "")
+        if not sent or not hmac.compare_digest(sent.encode("utf-8", "replace"), self.server.csrf_token.encode()):
+            raise _HTTPError(403, f"missing or wrong {CSRF_HEADER} header (reload the dashboard page)")
+        origin = self.headers.get("Origin")
+        if origin is not None and origin != "null":
+            host = self.headers.get("Host", "")
+            if urllib.parse.urlsplit(origin).netloc != host:
+                raise _HTTPError(403, f"cross-origin request from {origin!r} refused")
+
+    def _read_body(self) -> dict[str, Any]:
+        length_text = self.headers.get("Content-Length", "0") or "0"
+        try:
+            length = int(length_text)
+        except ValueError:
+            raise _HTTPError(400, "bad Content-Length") from None
+        if length < 0:
+            raise _HTTPError(400, "bad Content-Length")
+        if length > MAX_BODY_BYTES:
+            raise _HTTPError(413, f"request body over {MAX_BODY_BYTES} bytes")
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise _HTTPError(400, "request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise _HTTPError(400, "request body must be a JSON object")
+        return body
+
+    # ------------------------------------------------------------ routing
+    def _route(self, method: str) -> None:
+        split = urllib.parse.urlsplit(self.path)
+        try:
+            query = dict(
+                urllib.parse.parse_qsl(split.query, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS)
+            )
+        except ValueError:
+            raise _HTTPError(400, "too many query parameters") from None
+        parts = [urllib.parse.unquote(p) for p in split.path.split("/")[1:]]
+        if parts and parts[-1] == "" and len(parts) > 1:
+            parts.pop()
+
+        if parts == [""] or parts == ["index.html"]:
+            self._allow(method, "GET")
+            self._page(query)
+            return
+
+        self._check_auth()
+        if method == "POST":
+            # Checked before routing so a cross-site POST learns nothing, not even 404s.
+            self._check_csrf()
+
+        if parts == ["metrics"]:
+            self._allow(method, "GET")
+            self._metrics()
+        elif parts == ["api", "stats"]:
+            self._allow(method, "GET")
+            self._send_json(200, self._stats_body())
+        elif parts == ["api", "jobs"]:
+            self._allow(method, "GET")
+            self._list_jobs(query)
+        elif len(parts) == 3 and parts[:2] == ["api", "jobs"]:
+            self._allow(method, "GET")
+            self._send_json(200, {"job": job_detail(self.server.call("get", parts[2]))})
+        elif len(parts) == 4 and parts[:2] == ["api", "jobs"] and parts[3] == "requeue":
+            self._allow(method, "POST")
+            self._requeue_one(parts[2])
+        elif parts == ["api", "dlq"]:
+            self._allow(method, "GET")
+            self._dlq(query)
+        elif parts == ["api", "dlq", "requeue"]:
+            self._allow(method, "POST")
+            self._read_body()
+            count = self.server.call("requeue_dead", None)
+            logger.info("dashboard: requeued %d dead job(s)", count)
+            self._send_json(200, {"requeued": count})
+        elif parts == ["api", "purge"]:
+            self._allow(method, "POST")
+            self._purge()
+        elif parts == ["api", "compact"]:
+            self._allow(method, "POST")
+            self._read_body()
+            result = self.server.call("compact")
+            logger.info("dashboard: compacted (%s)", result)
+            self._send_json(200, {"compaction": _compaction_dict(result)})
+        else:
+            raise _HTTPError(404, f"no such page: {split.path}")
+
+    def _allow(self, method: str, allowed: str) -> None:
+        if method != allowed:
+            methods = "GET, HEAD" if allowed == "GET" else allowed
+            raise _HTTPError(405, f"use {allowed} here", {"Allow": methods})
+
+    # ------------------------------------------------------------ pages
+    def _page(self, query: dict[str, str]) -> None:
+        server = self.server
+        if server.token is not None and "token" in query:
+            given = query["token"]
+            if not hmac.compare_digest(given.encode("utf-8"), server.token.encode("utf-8")):
+                raise _HTTPError(403, "wrong token")
+            cookie = f"{SESSION_COOKIE}={server.session_secret}; Path=/; HttpOnly; SameSite=Strict"
+            # A redirect drops the token from the address bar and the history.
+            self._send(303, b"", "text/plain; charset=utf-8", headers={"Location": "/", "Set-Cookie": cookie})
+            return
+        self._check_auth()
+        nonce = secrets.token_urlsafe(NONCE_BYTES)
+        body = (
+            _PAGE.replace("{{NONCE}}", nonce)
+            .replace("{{CSRF}}", server.csrf_token)
+            .replace("{{CSRF_HEADER}}", CSRF_HEADER)
+        )
+        self._send(200, body.encode("utf-8"), "text/html; charset=utf-8", nonce=nonce)
+
+    def _stats_body(self) -> dict[str, Any]:
+        server = self.server
+        stats = server.call("stats")
+        return {
+            "queue": str(getattr(server.queue, "name", "default")),
+            "durable": bool(getattr(server.queue, "durable", True)),
+            "stats": stats.to_dict(),
+            "now": time.time(),
+        }
+
+    def _int_param(self, query: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+        raw = query.get(name, "")
+        if raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise _HTTPError(400, f"{name} must be an integer, got {raw!r}") from None
+        if not low <= value <= high:
+            raise _HTTPError(400, f"{name} must be between {low} and {high}, got {value}")
+        return value
+
+    def _list_jobs(self, query: dict[str, str]) -> None:
+        state_text = query.get("state", "").strip().lower()
+        if state_text in ("", "all"):
+            state = None
+        elif state_text in _STATES:
+            state = JobState(state_text)
+        else:
+            raise _HTTPError(400, f"state must be one of {', '.join(_STATES)} or all, got {state_text!r}")
+        limit = self._int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
+        offset = self._int_param(query, "offset", 0, 0, MAX_OFFSET)
+        # One more than asked tells whether a next page exists without a count.
+        jobs = self.server.call("list_jobs", state, limit=limit + 1, offset=offset)
+        self._send_json(
+            200,
+            {
+                "state": state.value if state else "all",
+                "limit": limit,
+                "offset": offset,
+                "has_more": len(jobs) > limit,
+                "jobs": [job_summary(j) for j in jobs[:limit]],
+            },
+        )
+
+    def _dlq(self, query: dict[str, str]) -> None:
+        limit = self._int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
+        jobs = self.server.call("dlq", limit=limit + 1)
+        self._send_json(
+            200, {"limit": limit, "has_more": len(jobs) > limit, "jobs": [job_summary(j) for j in jobs[:limit]]}
+        )
+
+    def _requeue_one(self, job_id: str) -> None:
+        self._read_body()
+        server = self.server
+        with server.queue_lock:
+            job = server.queue.get(job_id)
+            if job.state != JobState.DEAD:
+                raise _HTTPError(409, f"job {job_id} is {job.state.value}, not dead: only dead jobs are requeued")
+            count = server.queue.requeue_dead(job_id)
+        logger.info("dashboard: requeued dead job %s", job_id)
+        self._send_json(200, {"requeued": count})
+
+    def _purge(self) -> None:
+        body = self._read_body()
+        name = str(getattr(self.server.queue, "name", "default"))
+        if body.get("confirm") != name:
+            raise _HTTPError(400, f'purge deletes every job: send {{"confirm": "{name}"}} (the queue name) to confirm')
+        count = self.server.call("purge")
+        logger.warning("dashboard: purged %d job(s) from queue %s", count, name)
+        self._send_json(200, {"purged": count})
+
+    def _metrics(self) -> None:
+        text = render_metrics(self.server)
+        self._send(200, text.encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
+
+
+def _compaction_dict(result: Any) -> dict[str, Any]:
+    fields = getattr(result, "__dataclass_fields__", None)
+    if fields:
+        return {name: getattr(result, name) for name in fields}
+    return {"result": str(result)}
+
+
+# ---------------------------------------------------------------- metrics
+def render_metrics(server: DashboardServer) -> str:
+    """The Prometheus text exposition (format 0.0.4) of the queue's state right now.
+
+    Counters (``nobroker_enqueued_total``, ``nobroker_acked_total``) are
+    emitted only when the queue's stats carry ``enqueued_total`` and
+    ``acked_total``: deriving them from the counts by state would be wrong
+    after every compaction or purge, so the dashboard does not guess.
+    """
+    queue = server.queue
+    name = _escape_label(str(getattr(queue, "name", "default")))
+    now = time.time()
+    with server.queue_lock:
+        stats = queue.stats()
+        ready_jobs = queue.list_jobs(JobState.READY, limit=METRICS_SCAN_JOBS) if stats.ready else []
+    runnable = [j.available_at for j in ready_jobs if j.available_at <= now]
+    oldest_age = max(0.0, now - min(runnable)) if runnable else 0.0
+    counts = stats.to_dict()
+
+    lines: list[str] = []
+
+    def metric(metric_name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {metric_name} {help_text}")
+        lines.append(f"# TYPE {metric_name} {kind}")
+        for labels, value in samples:
+            lines.append(f"{metric_name}{{{labels}}} {_format_metric_value(value)}")
+
+    metric(
+        "nobroker_jobs",
+        "gauge",
+        "Jobs held by the queue, by state (delayed: ready but not yet runnable).",
+        [(f'queue="{name}",state="{s}"', counts[s]) for s in _METRIC_STATES],
+    )
+    metric(
+        "nobroker_oldest_ready_age_seconds",
+        "gauge",
+        "Seconds the longest-waiting runnable job has been runnable (0 when none).",
+        [(f'queue="{name}"', round(oldest_age, 3))],
+    )
+    metric("nobroker_leases_active", "gauge", "Jobs leased right now.", [(f'queue="{name}"', counts["leased"])])
+    metric("nobroker_dead_jobs", "gauge", "Jobs in the dead-letter queue.", [(f'queue="{name}"', counts["dead"])])
+    enqueued = getattr(stats, "enqueued_total", None)
+    acked = getattr(stats, "acked_total", None)
+    if isinstance(enqueued, int) and not isinstance(enqueued, bool):
+        metric("nobroker_enqueued_total", "counter", "Jobs enqueued since the queue was created.", [(f'queue="{name}"', enqueued)])
+    if isinstance(acked, int) and not isinstance(acked, bool):
+        metric("nobroker_acked_total", "counter", "Jobs acknowledged since the queue was created.", [(f'queue="{name}"', acked)])
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- entry points
+def make_server(
+    queue: Any,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+) -> DashboardServer:
+    """Bind the dashboard for ``queue`` and return the server, not yet serving.
+
+    ``port=0`` picks a free port (``server.server_address[1]`` tells which).
+    Call ``server.serve_forever()`` (in a thread, for tests), then
+    ``server.shutdown()`` and ``server.server_close()``.
+    Raises DashboardConfigError for a public ``host`` without a ``token``.
+    """
+    if token is not None:
+        if not isinstance(token, str) or not token.strip():
+            raise DashboardConfigError("the dashboard token must be a non-empty string")
+        if any(ord(c) < 0x21 or ord(c) > 0x7E for c in token):
+            raise DashboardConfigError("the dashboard token must be printable ASCII without spaces")
+    if not is_loopback_host(host) and token is None:
+        raise DashboardConfigError(
+            f"refusing to serve the dashboard on {host!r} without a token: anyone who can reach it could "
+            "purge the queue. Pass --token <secret> (or bind to 127.0.0.1)."
+        )
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise DashboardConfigError(f"port must be an integer from 0 to 65535, got {port!r}")
+    return DashboardServer(queue, host, port, token)
+
+
+def serve(
+    queue: Any,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+    open_browser: bool = False,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the dashboard for ``queue`` until Ctrl-C (or ``shutdown()`` from another thread).
+
+    Logs the address on the ``nobroker.dashboard`` logger and, when given,
+    calls ``on_ready(url)`` once the socket listens (the CLI prints it).
+    ``open_browser`` opens the page in the default browser (with the token,
+    so the browser gets its session cookie).
+    """
+    server = make_server(queue, host=host, port=port, token=token)
+    url = server.url
+    logger.info("dashboard for queue %s at %s", getattr(queue, "name", "default"), url)
+    if on_ready is not None:
+        on_ready(url)
+    if open_browser:
+        target = url if token is None else f"{url}?{urllib.parse.urlencode({'token': token})}"
+        webbrowser.open(target)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        logger.info("dashboard stopped")
+    finally:
+        server.server_close()
+
+
+# ---------------------------------------------------------------- the page
+# The page holds no queue data: everything arrives as JSON and goes into the
+# DOM through textContent. {{NONCE}} and {{CSRF}} are server-made hex/base64url.
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="csrf-token" content="{{CSRF}}">
+<link rel="icon" href="data:,">
+<title>nobroker dashboard</title>
+<style nonce="{{NONCE}}">
+:root { --fg:#1d2330; --muted:#667085; --line:#d9dde5; --bg:#f7f8fa; --card:#fff; --accent:#2f5bd3;
+        --ready:#2f7d4f; --delayed:#8a6d1d; --leased:#2f5bd3; --done:#5b6475; --dead:#b3261e; }
+* { box-sizing: border-box; }
+body { margin:0; font:14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color:var(--fg); background:var(--bg); }
+header { display:flex; align-items:baseline; gap:1rem; padding:.8rem 1.2rem; background:var(--card); border-bottom:1px solid var(--line); flex-wrap:wrap; }
+header h1 { font-size:1.1rem; margin:0; }
+header .meta { color:var(--muted); }
+#status.bad { color:var(--dead); font-weight:600; }
+main { padding:1rem 1.2rem; display:grid; gap:1rem; }
+.counts { display:grid; grid-template-columns:repeat(6, minmax(6rem, 1fr)); gap:.6rem; }
+.count { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:.6rem .8rem; }
+.count .n { font-size:1.6rem; font-weight:650; font-variant-numeric:tabular-nums; }
+.count .label { color:var(--muted); text-transform:uppercase; font-size:.75rem; letter-spacing:.04em; }
+.count.ready .n { color:var(--ready); } .count.delayed .n { color:var(--delayed); }
+.count.leased .n { color:var(--leased); } .count.done .n { color:var(--done); } .count.dead .n { color:var(--dead); }
+.panel { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:.8rem; min-width:0; }
+.layout { display:grid; grid-template-columns:minmax(0, 3fr) minmax(0, 2fr); gap:1rem; }
+.tabs { display:flex; gap:.3rem; flex-wrap:wrap; margin-bottom:.6rem; }
+button { font:inherit; border:1px solid var(--line); background:#fff; border-radius:6px; padding:.25rem .7rem; cursor:pointer; }
+button:hover { border-color:var(--accent); }
+button[aria-pressed="true"] { background:var(--accent); color:#fff; border-color:var(--accent); }
+button.danger { color:var(--dead); border-color:#e7b4b0; }
+button:disabled { opacity:.5; cursor:default; }
+table { width:100%; border-collapse:collapse; }
+th, td { text-align:left; padding:.3rem .4rem; border-bottom:1px solid var(--line); vertical-align:top; }
+th { color:var(--muted); font-weight:600; font-size:.8rem; }
+td.mono, .mono { font-family:ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:.82rem; }
+td.preview { max-width:22rem; overflow:hidden; text-overflow:ellipsis; white-space:nowrap; }
+tr.job { cursor:pointer; } tr.job:hover { background:#eef2fb; } tr.job.selected { background:#e2e9fb; }
+.pager { display:flex; gap:.5rem; align-items:center; margin-top:.6rem; color:var(--muted); }
+.empty { color:var(--muted); padding:.8rem 0; }
+dl { display:grid; grid-template-columns:max-content 1fr; gap:.2rem .8rem; margin:0 0 .6rem; }
+dt { color:var(--muted); } dd { margin:0; overflow-wrap:anywhere; }
+pre { background:#f2f4f7; border:1px solid var(--line); border-radius:6px; padding:.6rem; overflow:auto; max-height:22rem; margin:.2rem 0 .6rem; white-space:pre-wrap; overflow-wrap:anywhere; }
+.actions { display:flex; gap:.5rem; flex-wrap:wrap; align-items:center; }
+#message { min-height:1.2em; }
+#message.error { color:var(--dead); }
+dialog { border:1px solid var(--line); border-radius:8px; max-width:28rem; }
+dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
+.hint { color:var(--muted); font-size:.85rem; }
+#detail-title { font-family:ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:1rem; margin:0 0 .6rem; overflow-wrap:anywhere; }
+@media (max-width: 900px) { .layout { grid-template-columns:1fr; } .counts { grid-template-columns:repeat(3, 1fr); } }
+</style>
+</head>
+<body>
+<header>
+  <h1>nobroker</h1>
+  <span class="meta">queue <strong id="queue-name">…</strong></span>
+  <span class="meta" id="durable"></span>
+  <span class="meta">updated <span id="updated">never</span></span>
+  <span class="meta" id="status">connecting…</span>
+</header>
+<main>
+  <section class="counts" aria-label="jobs by state">
+    <div class="count ready"><div class="label">ready</div><div class="n" id="count-ready">–</div></div>
+    <div class="count delayed"><div class="label">delayed</div><div class="n" id="count-delayed">–</div></div>
+    <div class="count leased"><div class="label">leased</div><div class="n" id="count-leased">–</div></div>
+    <div class="count done"><div class="label">done</div><div class="n" id="count-done">–</div></div>
+    <div class="count dead"><div class="label">dead</div><div class="n" id="count-dead">–</div></div>
+    <div class="count total"><div class="label">total</div><div class="n" id="count-total">–</div></div>
+  </section>
+  <div id="message" role="status"></div>
+  <div class="layout">
+    <section class="panel" aria-label="jobs">
+      <div class="tabs" id="tabs">
+        <button data-state="ready" aria-pressed="true">ready</button>
+        <button data-state="leased" aria-pressed="false">leased</button>
+        <button data-state="done" aria-pressed="false">done</button>
+        <button data-state="dead" aria-pressed="false">dead (DLQ)</button>
+        <button data-state="all" aria-pressed="false">all</button>
+      </div>
+      <div class="actions" id="dlq-actions" hidden>
+        <button id="requeue-all">Requeue all dead jobs</button>
+      </div>
+      <table>
+        <thead><tr><th>id</th><th>kind</th><th>state</th><th>prio</th><th>attempts</th><th>when</th><th>payload</th><th></th></tr></thead>
+        <tbody id="jobs"></tbody>
+      </table>
+      <div class="empty" id="jobs-empty" hidden>No jobs here.</div>
+      <div class="pager">
+        <button id="prev">← newer</button>
+        <span id="page-info"></span>
+        <button id="next">older →</button>
+        <label>per page <select id="page-size"><option>20</option><option selected>50</option><option>100</option><option>500</option></select></label>
+      </div>
+    </section>
+    <section class="panel" aria-label="job detail">
+      <h2 id="detail-title">Select a job</h2>
+      <div id="detail" hidden>
+        <dl id="detail-fields"></dl>
+        <div>payload</div><pre id="detail-payload"></pre>
+        <div>last error</div><pre id="detail-error"></pre>
+        <div>result</div><pre id="detail-result"></pre>
+        <div class="actions"><button id="detail-requeue" hidden>Requeue this job</button><button id="detail-refresh">Refresh</button></div>
+      </div>
+    </section>
+  </div>
+  <section class="panel" aria-label="maintenance">
+    <div class="actions">
+      <button id="compact">Compact…</button>
+      <button id="purge" class="danger">Purge…</button>
+      <span class="hint">Compact drops done jobs. Purge deletes every job in the queue.</span>
+    </div>
+  </section>
+</main>
+<dialog id="purge-dialog">
+  <form method="dialog" id="purge-form">
+    <p><strong>Purge deletes every job in this queue</strong>, in every state. It cannot be undone.</p>
+    <label>Type the queue name <strong class="mono" id="purge-name"></strong> to confirm:
+      <input id="purge-input" autocomplete="off" spellcheck="false"></label>
+    <div class="actions">
+      <button type="button" id="purge-cancel">Cancel</button>
+      <button type="submit" id="purge-confirm" class="danger" disabled>Purge every job</button>
+    </div>
+  </form>
+</dialog>
+<script nonce="{{NONCE}}">
+"use strict";
+(function () {
+  const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+  const REFRESH_MS = 1000;
+  const $ = (id) => document.getElementById(id);
+  const view = { state: "ready", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", now: Date.now() / 1000 };
+
+  // Build elements only through textContent: nothing from the queue is ever parsed as HTML.
+  function el(tag, props, children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (key === "text") node.textContent = value == null ? "" : String(value);
+      else if (key === "class") node.className = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, String(value));
+    }
+    for (const child of children || []) node.append(child);
+    return node;
+  }
+
+  function say(text, isError) {
+    const box = $("message");
+    box.textContent = text || "";
+    box.className = isError ? "error" : "";
+  }
+
+  async function api(path, options) {
+    const opts = Object.assign({ credentials: "same-origin", headers: {} }, options || {});
+    if (opts.method === "POST") {
+      opts.headers = Object.assign({ "Content-Type": "application/json", "X-CSRF-Token": CSRF }, opts.headers);
+      opts.body = JSON.stringify(opts.body || {});
+    }
+    const response = await fetch(path, opts);
+    let data = null;
+    try { data = await response.json(); } catch (e) { data = null; }
+    if (!response.ok) {
+      const reason = data && typeof data.error === "string" ? data.error : "HTTP " + response.status;
+      throw new Error(reason);
+    }
+    return data;
+  }
+
+  function fmtTime(t) {
+    if (t == null) return "–";
+    const delta = t - view.now;
+    const abs = Math.abs(delta);
+    let rel;
+    if (abs < 1) rel = "now";
+    else if (abs < 120) rel = Math.round(abs) + " s";
+    else if (abs < 7200) rel = Math.round(abs / 60) + " min";
+    else if (abs < 172800) rel = Math.round(abs / 3600) + " h";
+    else rel = Math.round(abs / 86400) + " d";
+    if (rel !== "now") rel = delta > 0 ? "in " + rel : rel + " ago";
+    return new Date(t * 1000).toISOString().replace("T", " ").replace(/\\.\\d+Z$/, "Z") + " (" + rel + ")";
+  }
+
+  function whenOf(job) {
+    if (job.state === "leased") return "deadline " + fmtTime(job.lease_deadline);
+    if (job.state === "ready" && job.available_at > view.now) return "delayed until " + fmtTime(job.available_at);
+    return "enqueued " + fmtTime(job.enqueued_at);
+  }
+
+  // ---------------------------------------------------------------- counts
+  async function refreshStats() {
+    try {
+      const data = await api("/api/stats");
+      view.now = data.now;
+      view.queue = data.queue;
+      $("queue-name").textContent = data.queue;
+      $("durable").textContent = data.durable ? "durable (fsync on)" : "NOT durable (fsync off)";
+      for (const key of ["ready", "delayed", "leased", "done", "dead", "total"]) {
+        $("count-" + key).textContent = String(data.stats[key]);
+      }
+      $("updated").textContent = new Date().toLocaleTimeString();
+      $("status").textContent = "live";
+      $("status").className = "";
+      const signature = JSON.stringify(data.stats);
+      if (signature !== view.lastStats) {
+        view.lastStats = signature;
+        await refreshJobs();
+        if (view.selected) await showJob(view.selected, true);
+      }
+    } catch (err) {
+      $("status").textContent = "disconnected: " + err.message;
+      $("status").className = "bad";
+    }
+  }
+
+  // ---------------------------------------------------------------- lists
+  async function refreshJobs() {
+    const params = new URLSearchParams({ state: view.state, limit: String(view.limit), offset: String(view.offset) });
+    let data;
+    try {
+      data = await api("/api/jobs?" + params.toString());
+    } catch (err) {
+      say("Could not list jobs: " + err.message, true);
+      return;
+    }
+    if (data.jobs.length === 0 && view.offset > 0) {
+      view.offset = Math.max(0, view.offset - view.limit);
+      return refreshJobs();
+    }
+    const rows = data.jobs.map(jobRow);
+    $("jobs").replaceChildren(...rows);
+    $("jobs-empty").hidden = rows.length !== 0;
+    $("prev").disabled = view.offset === 0;
+    $("next").disabled = !data.has_more;
+    $("page-info").textContent = rows.length
+      ? (view.offset + 1) + "–" + (view.offset + rows.length)
+      : "";
+    $("dlq-actions").hidden = view.state !== "dead";
+  }
+
+  function jobRow(job) {
+    const cells = [
+      el("td", { class: "mono", text: job.id }),
+      el("td", { text: job.kind }),
+      el("td", { text: job.state === "ready" && job.available_at > view.now ? "delayed" : job.state }),
+      el("td", { text: job.priority }),
+      el("td", { text: job.attempts + "/" + job.max_attempts }),
+      el("td", { text: whenOf(job) }),
+      el("td", { class: "mono preview", text: job.payload_preview, title: job.payload_preview }),
+    ];
+    const actions = el("td");
+    if (job.state === "dead") {
+      actions.append(el("button", {
+        text: "Requeue", "data-action": "requeue", "data-job-id": job.id,
+        onclick: (ev) => { ev.stopPropagation(); requeueOne(job.id); },
+      }));
+    }
+    cells.push(actions);
+    const row = el("tr", { class: "job" + (job.id === view.selected ? " selected" : ""), "data-job-id": job.id,
+                           onclick: () => showJob(job.id, false) }, cells);
+    return row;
+  }
+
+  // ---------------------------------------------------------------- detail
+  async function showJob(id, quiet) {
+    let data;
+    try {
+      data = await api("/api/jobs/" + encodeURIComponent(id));
+    } catch (err) {
+      if (!quiet) say("Could not load job " + id + ": " + err.message, true);
+      if (quiet) { view.selected = null; $("detail").hidden = true; $("detail-title").textContent = "Select a job"; }
+      return;
+    }
+    const job = data.job;
+    view.selected = job.id;
+    for (const row of document.querySelectorAll("tr.job")) {
+      row.classList.toggle("selected", row.getAttribute("data-job-id") === job.id);
+    }
+    $("detail-title").textContent = job.id;
+    const fields = [
+      ["state", job.state === "ready" && job.available_at > view.now ? "ready (delayed)" : job.state],
+      ["kind", job.kind], ["priority", job.priority],
+      ["attempts", job.attempts + " of " + job.max_attempts],
+      ["stage", job.stage == null ? "–" : job.stage],
+      ["dedupe key", job.dedupe_key == null ? "–" : job.dedupe_key],
+      ["enqueued", fmtTime(job.enqueued_at)], ["available", fmtTime(job.available_at)],
+      ["lease deadline", fmtTime(job.lease_deadline)], ["seq", job.seq],
+    ];
+    $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
+    $("detail-payload").textContent = JSON.stringify(job.payload, null, 2);
+    $("detail-error").textContent = job.last_error == null ? "–" : job.last_error;
+    $("detail-result").textContent = job.result == null ? "–" : JSON.stringify(job.result, null, 2);
+    $("detail-requeue").hidden = job.state !== "dead";
+    $("detail").hidden = false;
+  }
+
+  // ---------------------------------------------------------------- actions
+  async function requeueOne(id) {
+    try {
+      const data = await api("/api/jobs/" + encodeURIComponent(id) + "/requeue", { method: "POST" });
+      say("Requeued " + data.requeued + " job: " + id);
+    } catch (err) {
+      say("Requeue failed: " + err.message, true);
+    }
+    view.lastStats = "";
+    await refreshStats();
+  }
+
+  async function requeueAll() {
+    if (!window.confirm("Requeue every dead job? Their attempts start again from 0.")) return;
+    try {
+      const data = await api("/api/dlq/requeue", { method: "POST" });
+      say("Requeued " + data.requeued + " dead job(s).");
+    } catch (err) {
+      say("Requeue failed: " + err.message, true);
+    }
+    view.lastStats = "";
+    await refreshStats();
+  }
+
+  async function compact() {
+    if (!window.confirm("Compact the queue? Done jobs are dropped for good; everything else is kept.")) return;
+    try {
+      const data = await api("/api/compact", { method: "POST" });
+      const c = data.compaction;
+      say("Compacted: kept " + c.jobs_kept + ", dropped " + c.jobs_dropped + " done job(s).");
+    } catch (err) {
+      say("Compaction failed: " + err.message, true);
+    }
+    view.lastStats = "";
+    await refreshStats();
+  }
+
+  function openPurge() {
+    if (!window.confirm("Purge deletes EVERY job in queue " + view.queue + ". Continue?")) return;
+    $("purge-name").textContent = view.queue;
+    $("purge-input").value = "";
+    $("purge-confirm").disabled = true;
+    $("purge-dialog").showModal();
+    $("purge-input").focus();
+  }
+
+  async function purge(ev) {
+    ev.preventDefault();
+    const typed = $("purge-input").value;
+    $("purge-dialog").close();
+    if (typed !== view.queue) return;
+    try {
+      const data = await api("/api/purge", { method: "POST", body: { confirm: typed } });
+      say("Purged " + data.purged + " job(s).");
+    } catch (err) {
+      say("Purge failed: " + err.message, true);
+    }
+    view.selected = null;
+    $("detail").hidden = true;
+    view.lastStats = "";
+    await refreshStats();
+  }
+
+  // ---------------------------------------------------------------- wiring
+  for (const button of document.querySelectorAll("#tabs button")) {
+    button.addEventListener("click", () => {
+      view.state = button.getAttribute("data-state");
+      view.offset = 0;
+      for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-pressed", String(b === button));
+      refreshJobs();
+    });
+  }
+  $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); refreshJobs(); });
+  $("next").addEventListener("click", () => { view.offset += view.limit; refreshJobs(); });
+  $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; refreshJobs(); });
+  $("requeue-all").addEventListener("click", requeueAll);
+  $("detail-requeue").addEventListener("click", () => { if (view.selected) requeueOne(view.selected); });
+  $("detail-refresh").addEventListener("click", () => { if (view.selected) showJob(view.selected, false); });
+  $("compact").addEventListener("click", compact);
+  $("purge").addEventListener("click", openPurge);
+  $("purge-input").addEventListener("input", () => { $("purge-confirm").disabled = $("purge-input").value !== view.queue; });
+  $("purge-cancel").addEventListener("click", () => $("purge-dialog").close());
+  $("purge-form").addEventListener("submit", purge);
+
+  // A timer that waits for each round to finish, so a slow queue never piles up requests.
+  async function loop() {
+    await refreshStats();
+    setTimeout(loop, REFRESH_MS);
+  }
+  loop();
+})();
+</script>
+</body>
+</html>
+"""
+
+__all__ = [
+    "DashboardConfigError",
+    "DashboardServer",
+    "make_server",
+    "serve",
+    "render_metrics",
+    "is_loopback_host",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+]
