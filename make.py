@@ -200,7 +200,7 @@ def discover_modules(selected: list[str]) -> list[str]:
         names = []
         for item in selected:
             name = item.removesuffix(".py").replace(os.sep, ".").replace("/", ".")
-            if not name.startswith("tests."):
+            if "." not in name:  # a bare module name lives in tests/
                 name = "tests." + name
             names.append(name)
         return names
@@ -319,7 +319,7 @@ class ModuleRunner:
 
 def run_tests(argv: list[str], *, quick: bool) -> int:
     parser = argparse.ArgumentParser(prog=f"make.py {'test-quick' if quick else 'test'}")
-    parser.add_argument("modules", nargs="*", help="test modules (tests.test_x, test_x or tests/test_x.py)")
+    parser.add_argument("modules", nargs="*", help="modules or tests: test_x, tests/test_x.py, tests.test_x.Case.test_y")
     parser.add_argument("-j", "--jobs", type=int, default=DEFAULT_TEST_JOBS, help="modules run at once")
     parser.add_argument("--long", action="store_true", help="the long variants (NOBROKER_LONG=1)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show every module's output")

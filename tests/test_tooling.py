@@ -1,0 +1,298 @@
+"""The project's tooling does what README promises: make.py, the dependency proof, the pyz, the examples.
+
+Owns: tests of make.py, Makefile, tools/check_deps.py, tools/build_pyz.py,
+deps-proof.txt, pyproject.toml and examples/. Imports: the standard library,
+nobroker, examples.handlers and tests.support.
+
+These run the tools as a user would, in subprocesses, from temp folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import tomllib
+import unittest
+import zipfile
+from pathlib import Path
+
+import nobroker
+from nobroker import Job, PermanentError
+
+from examples import handlers
+from tests.support import TempDirTestCase, slow
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The promise in README and tools/build_pyz.py.
+PYZ_BUDGET_BYTES = 100 * 1024
+#: Every task README documents; make.py may have more, never fewer.
+DOCUMENTED_TASKS = (
+    "build", "test", "test-quick", "bench", "bench-md", "check-deps", "deps-proof",
+    "demo", "video-demo", "soak", "screenshots", "clean",
+)
+#: Generous: these run on a shared 2-core machine next to other test modules.
+SUBPROCESS_TIMEOUT = 120
+
+
+def run(args: list[str], *, cwd: Path | str = ROOT, env: dict[str, str] | None = None,
+        timeout: float = SUBPROCESS_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def bare_env() -> dict[str, str]:
+    """The environment of a user who has installed nothing: no PYTHONPATH at all."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def make_job(payload: object, attempts: int = 1) -> Job:
+    return Job(id="job-1", payload=payload, attempts=attempts)
+
+
+class MakePyTest(unittest.TestCase):
+    def test_lists_every_task_with_one_line_each(self) -> None:
+        proc = run(["make.py"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        listed = {line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  ")}
+        for name in DOCUMENTED_TASKS:
+            self.assertIn(name, listed)
+        for line in proc.stdout.splitlines():
+            if line.startswith("  "):
+                self.assertGreater(len(line.split(None, 1)), 1, f"task without a description: {line!r}")
+
+    def test_unknown_task_is_a_usage_error(self) -> None:
+        proc = run(["make.py", "no-such-task"])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("unknown task", proc.stderr)
+
+    def test_runner_counts_tests_not_reports_and_ends_with_the_summary_line(self) -> None:
+        # A probe package outside tests/: one pass, one skip, a failure, three
+        # failing subtests of one test (one failed test), a setUpClass error.
+        with tempfile.TemporaryDirectory() as tmp:
+            pkg = Path(tmp) / "tooling_probe"
+            pkg.mkdir()
+            (pkg / "__init__.py").write_text("")
+            (pkg / "test_probe.py").write_text(textwrap.dedent("""
+                import unittest
+                class Probe(unittest.TestCase):
+                    def test_pass(self): pass
+                    @unittest.skip("on purpose")
+                    def test_skip(self): pass
+                    def test_fail(self): self.fail("on purpose")
+                    def test_subtests(self):
+                        for i in range(3):
+                            with self.subTest(i=i):
+                                self.fail("on purpose")
+                class Broken(unittest.TestCase):
+                    @classmethod
+                    def setUpClass(cls): raise RuntimeError("on purpose")
+                    def test_never(self): pass
+            """))
+            env = dict(os.environ, PYTHONPATH=tmp)
+            proc = run(["make.py", "test", "-j", "1", "tooling_probe.test_probe"], env=env)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        lines = proc.stdout.strip().splitlines()
+        self.assertEqual(lines[-1], "test: 1 passed, 3 failed, 1 skipped")
+        self.assertRegex(proc.stdout, r"FAIL +tooling_probe\.test_probe +1 passed, 3 failed, 1 skipped")
+        self.assertIn("FAILED tooling_probe.test_probe", proc.stdout)
+        self.assertIn("setUpClass", proc.stdout)  # the failing module's output is shown
+
+    def test_module_that_cannot_import_counts_as_a_failure(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "tooling_broken_probe.py").write_text("import no_such_module_anywhere\n")
+            env = dict(os.environ, PYTHONPATH=tmp)
+            proc = run(["make.py", "test", "tooling_broken_probe.x"], env=env)
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stdout.strip().splitlines()[-1], "test: 0 passed, 1 failed, 0 skipped")
+
+    def test_absent_optional_tasks_say_so(self) -> None:
+        for task, path in (("soak", "tests/soak.py"), ("screenshots", "tools/screenshots.py"), ("bench", "src/nobroker/bench.py")):
+            if (ROOT / path).exists():
+                continue
+            proc = run(["make.py", task])
+            self.assertEqual(proc.returncode, 1)
+            self.assertIn(path, proc.stderr)
+
+
+class MakefileTest(unittest.TestCase):
+    def test_every_target_delegates_to_make_py(self) -> None:
+        targets: dict[str, str] = {}
+        for line in (ROOT / "Makefile").read_text().splitlines():
+            match = re.match(r"^([\w-]+):\s*;\s*(.*)$", line)
+            if match:
+                targets[match.group(1)] = match.group(2)
+        self.assertEqual(set(targets) - {"help"}, set(DOCUMENTED_TASKS))
+        for name, recipe in targets.items():
+            expected = "make.py" if name == "help" else f"make.py {name}"
+            self.assertRegex(recipe, rf"^@?\$\(PYTHON\) {re.escape(expected)}( \$\(ARGS\))?$")
+
+
+class DependencyProofTest(unittest.TestCase):
+    def test_check_deps_passes_on_the_repo(self) -> None:
+        proc = run(["tools/check_deps.py"])
+        self.assertEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn("VERDICT: nobroker runs on the Python standard library alone.", proc.stdout)
+        self.assertIn("required third-party dependencies: 0", proc.stdout)
+
+    def test_committed_proof_matches_a_fresh_run(self) -> None:
+        proc = run(["tools/check_deps.py"])
+        committed = (ROOT / "deps-proof.txt").read_text(encoding="utf-8")
+        self.assertEqual(committed, proc.stdout, "deps-proof.txt is stale: run `python make.py deps-proof` and commit it")
+
+    def test_third_party_import_in_the_library_fails(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            lib = Path(tmp, "src", "nobroker")
+            lib.mkdir(parents=True)
+            (lib / "__init__.py").write_text("from .net import fetch\n")
+            (lib / "net.py").write_text("import os\n\ndef fetch():\n    import requests\n    return requests\n")
+            proc = run(["tools/check_deps.py", "--root", tmp])
+        self.assertEqual(proc.returncode, 1, proc.stdout)
+        self.assertIn("requests imported in src/nobroker/net.py", proc.stdout)
+        self.assertIn("VERDICT: FAILED", proc.stdout)
+
+    def test_optional_package_only_where_allowed(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            lib = Path(tmp, "src", "nobroker")
+            lib.mkdir(parents=True)
+            (lib / "postgres.py").write_text("import psycopg\n")
+            Path(tmp, "tests").mkdir()
+            Path(tmp, "tests", "test_pg.py").write_text("import psycopg.rows\n")
+            ok = run(["tools/check_deps.py", "--root", tmp])
+            (lib / "queue.py").write_text("import importlib\nimportlib.import_module('psycopg')\n")
+            bad = run(["tools/check_deps.py", "--root", tmp])
+        self.assertEqual(ok.returncode, 0, ok.stdout)
+        self.assertIn("optional third-party packages (1)", ok.stdout)
+        self.assertEqual(bad.returncode, 1, bad.stdout)
+        self.assertIn("psycopg imported in src/nobroker/queue.py: allowed only in", bad.stdout)
+
+    def test_a_declared_dependency_fails(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["requests"]\n')
+            proc = run(["tools/check_deps.py", "--root", tmp])
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("declares a required dependency: requests", proc.stdout)
+
+
+class ManifestTest(unittest.TestCase):
+    def test_pyproject_declares_nothing_and_matches_the_package(self) -> None:
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+        self.assertEqual(project["dependencies"], [])
+        self.assertEqual(project["version"], nobroker.__version__)
+        self.assertEqual(project["scripts"], {"nobroker": "nobroker.cli:main"})
+        self.assertEqual(project["optional-dependencies"], {"postgres": ["psycopg>=3.1"]})
+        self.assertTrue((ROOT / "src" / "nobroker" / "py.typed").is_file())
+
+
+class PyzTest(TempDirTestCase):
+    """The single-file build, run from a folder that is not the clone, with nothing on PYTHONPATH."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.build_dir = tempfile.TemporaryDirectory(prefix="nobroker-pyz-test-")
+        cls.pyz = Path(cls.build_dir.name) / "nobroker.pyz"
+        cls.build = run(["tools/build_pyz.py", "--output", str(cls.pyz)])
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.build_dir.cleanup()
+
+    def pyz_run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run([str(self.pyz), *args], cwd=self.dir, env=bare_env())
+
+    def test_builds_under_budget_with_only_the_package_inside(self) -> None:
+        self.assertEqual(self.build.returncode, 0, self.build.stdout + self.build.stderr)
+        self.assertLess(self.pyz.stat().st_size, PYZ_BUDGET_BYTES)
+        with zipfile.ZipFile(self.pyz) as bundle:
+            names = bundle.namelist()
+            self.assertIn("__main__.py", names)
+            self.assertIn("nobroker/__init__.py", names)
+            self.assertIn("nobroker/cli.py", names)
+            self.assertFalse([n for n in names if "__pycache__" in n or n.endswith(".pyc")])
+            self.assertFalse([n for n in names if n != "__main__.py" and not n.startswith("nobroker/")])
+            self.assertTrue(all(info.compress_type == zipfile.ZIP_DEFLATED for info in bundle.infolist()))
+            self.assertIn("nobroker.cli", bundle.read("__main__.py").decode())
+
+    def test_help_runs_from_another_folder(self) -> None:
+        proc = self.pyz_run("--help")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("enqueue", proc.stdout)
+
+    def test_enqueue_then_stats_against_a_temp_queue(self) -> None:
+        enq = self.pyz_run("--dir", "q", "enqueue", '{"resize": "photo.jpg"}', "--priority", "5")
+        self.assertEqual(enq.returncode, 0, enq.stderr)
+        stats = self.pyz_run("--dir", "q", "--json", "stats")
+        self.assertEqual(stats.returncode, 0, stats.stderr)
+        counts = json.loads(stats.stdout)
+        counts = counts.get("stats", counts)
+        self.assertEqual(counts["ready"], 1)
+        self.assertEqual(counts["total"], 1)
+        self.assertTrue(any(name.endswith(".log") for name in os.listdir(Path(self.dir, "q"))))
+
+
+class HandlersTest(unittest.TestCase):
+    def test_ok_and_echo_succeed(self) -> None:
+        self.assertEqual(handlers.ok(make_job({"a": 1}, attempts=2)), {"ok": True, "attempt": 2})
+        self.assertEqual(handlers.echo(make_job({"a": [1, 2]})), {"a": [1, 2]})
+
+    def test_flaky_fails_the_first_attempts_then_succeeds(self) -> None:
+        for attempt in (1, 2):
+            with self.assertRaises(RuntimeError):
+                handlers.flaky(make_job({}, attempts=attempt))
+        self.assertEqual(handlers.flaky(make_job({}, attempts=3))["attempt"], 3)
+        self.assertEqual(handlers.flaky(make_job({"fail_times": 0}, attempts=1))["ok"], True)
+        with self.assertRaises(RuntimeError):
+            handlers.flaky(make_job({"fail_times": 5}, attempts=5))
+
+    def test_permanent_raises_permanent_error(self) -> None:
+        with self.assertRaises(PermanentError):
+            handlers.permanent(make_job("anything"))
+
+    def test_slow_sleeps_for_the_payloads_seconds(self) -> None:
+        start = time.monotonic()
+        result = handlers.slow(make_job({"seconds": 0.2}))
+        self.assertGreaterEqual(time.monotonic() - start, 0.2)
+        self.assertEqual(result["slept"], 0.2)
+
+
+class ExamplesTest(unittest.TestCase):
+    @slow
+    def test_demo_runs_to_completion(self) -> None:
+        proc = run(["examples/demo.py"], env=bare_env(), timeout=180)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        for title in ("1. Enqueue", "4. A worker is killed mid-job", "5. Fencing", "8. Compaction", "10. Where it all lives"):
+            self.assertIn(title, proc.stdout)
+        self.assertIn("NotLeasedError", proc.stdout)
+        self.assertIn("Done in", proc.stdout)
+
+    def test_demo_keeps_the_queue_when_given_a_folder(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = run(["examples/video_demo.py", "--fast", "--scenes", "1,7", "--dir", tmp], env=bare_env())
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            self.assertIn("7. Idempotent enqueue", proc.stdout)
+            self.assertNotIn("2. Lease and ack", proc.stdout)
+            self.assertTrue(os.listdir(tmp), "the queue files stay in --dir")
+
+    def test_video_demo_fast_runs_one_scene(self) -> None:
+        proc = run(["examples/video_demo.py", "--fast", "--scenes", "1"], env=bare_env())
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("1. Enqueue", proc.stdout)
+        self.assertIn("Done in", proc.stdout)
+
+    def test_video_demo_rejects_a_scene_that_does_not_exist(self) -> None:
+        proc = run(["examples/video_demo.py", "--fast", "--scenes", "99"], env=bare_env())
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("scenes run from 1 to", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
