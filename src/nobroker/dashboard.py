@@ -638,12 +638,13 @@ def serve(
     port: int = DEFAULT_PORT,
     token: str | None = None,
     open_browser: bool = False,
-    on_ready: Callable[[str], None] | None = None,
+    on_ready: Callable[[DashboardServer], None] | None = None,
 ) -> None:
-    """Serve the dashboard for ``queue`` until Ctrl-C (or ``shutdown()`` from another thread).
+    """Serve the dashboard for ``queue`` until Ctrl-C (or ``server.shutdown()`` from another thread).
 
     Logs the address on the ``nobroker.dashboard`` logger and, when given,
-    calls ``on_ready(url)`` once the socket listens (the CLI prints it).
+    calls ``on_ready(server)`` once the socket listens: ``server.url`` is the
+    address to print, and ``server.shutdown()`` stops serving.
     ``open_browser`` opens the page in the default browser (with the token,
     so the browser gets its session cookie).
     """
@@ -651,7 +652,7 @@ def serve(
     url = server.url
     logger.info("dashboard for queue %s at %s", getattr(queue, "name", "default"), url)
     if on_ready is not None:
-        on_ready(url)
+        on_ready(server)
     if open_browser:
         target = url if token is None else f"{url}?{urllib.parse.urlencode({'token': token})}"
         webbrowser.open(target)
