@@ -1,0 +1,73 @@
+"""nobroker: a durable, crash-safe job queue with nobody in the middle.
+
+    from nobroker import Queue, Worker
+
+    q = Queue("./jobs")
+    q.enqueue({"send_email_to": "ada@example.com"})
+    Worker(q, handle).run()
+
+The default storage is a folder on local disk (standard library only); give
+a ``postgresql://`` DSN instead to run the same API on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    CompactionError,
+    CorruptLogError,
+    JobNotFoundError,
+    LockTimeoutError,
+    NobrokerError,
+    NotLeasedError,
+    PermanentError,
+    QueueClosedError,
+    SerializationError,
+    StorageError,
+    UnsafeQueueError,
+)
+from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .queue import Queue
+
+if TYPE_CHECKING:
+    from .worker import Worker, WorkerStats
+
+__version__ = "0.2.0"
+
+logging.getLogger("nobroker").addHandler(logging.NullHandler())
+
+
+def __getattr__(name: str) -> Any:
+    # The Worker pulls in threading/asyncio machinery a producer never needs.
+    if name in ("Worker", "WorkerStats"):
+        from . import worker
+
+        return getattr(worker, name)
+    raise AttributeError(f"module 'nobroker' has no attribute {name!r}")
+
+
+__all__ = [
+    "Queue",
+    "Worker",
+    "WorkerStats",
+    "Job",
+    "JobState",
+    "QueueStats",
+    "BackoffPolicy",
+    "RecoveryReport",
+    "CompactionResult",
+    "NobrokerError",
+    "NotLeasedError",
+    "JobNotFoundError",
+    "LockTimeoutError",
+    "CorruptLogError",
+    "CompactionError",
+    "QueueClosedError",
+    "SerializationError",
+    "StorageError",
+    "UnsafeQueueError",
+    "PermanentError",
+    "__version__",
+]

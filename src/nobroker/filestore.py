@@ -1,0 +1,802 @@
+"""The file storage: one folder on local disk, one append-only log per queue.
+
+Owns: FileStorage, which runs every operation as the four beats of the
+design (lock → read forward → reclaim → append, fsync, apply), opens and
+recovers a queue, compacts it, survives fork, and waits for work. Imports:
+errors, jobs, fs, framing, log, lock, replay, leases, compaction, storage.
+
+Locking, from the outside in: a threading.Lock serialises this process's
+threads around the in-memory state; the QueueLock serialises processes (an
+exclusive lock for writers, a shared one for readers). fsync happens after
+both are released, through LogFile.sync_through, so concurrent writers share
+it (group commit). A caller is told "done" only after its own bytes are durable.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import json
+import logging
+import os
+import stat
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from . import leases
+from .compaction import flip, write_generation
+from .errors import (
+    CompactionError,
+    CorruptLogError,
+    JobNotFoundError,
+    NotLeasedError,
+    QueueClosedError,
+    StorageError,
+    UnsafeQueueError,
+)
+from .framing import FRAME, FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, decode_frame, encode_record, frame
+from .fs import OS_FILESYSTEM, FileSystem
+from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .lock import QueueLock
+from .log import LogFile, check_name, list_generations, lock_path, log_path, read_pointer, storage_error
+from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
+from .storage import EnqueueSpec
+
+logger = logging.getLogger("nobroker")
+
+T = TypeVar("T")
+
+#: Auto-compaction never runs on a log smaller than this: not worth a rewrite.
+AUTO_COMPACT_MIN_BYTES = 8 * 1024 * 1024
+#: Longest single sleep while an idle worker waits for work (the fallback poll).
+WAIT_POLL = 0.005
+
+_live: weakref.WeakSet[FileStorage] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's threads do not exist here: a mutex one of them held would
+    # stay held forever. Give every storage fresh ones; the pid check reopens files.
+    for storage in list(_live):
+        storage._mutex = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Batch:
+    """Records one operation appends: encoded, and applied in memory as they are added."""
+
+    __slots__ = ("state", "parts", "pos", "start")
+
+    def __init__(self, state: QueueState, start: int) -> None:
+        self.state = state
+        self.parts: list[bytes] = []
+        self.start = start
+        self.pos = start
+
+    def add(self, rtype: RecordType, body: dict[str, Any], data: bytes | None = None) -> int:
+        if data is None:
+            data = encode_record(rtype, body)
+        offset = self.pos
+        self.state.apply(rtype, body, offset)
+        self.parts.append(data)
+        self.pos += len(data)
+        return offset
+
+
+class FileStorage:
+    """A queue kept in ``directory`` as ``<name>.NNNNNN.log`` files."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        name: str = "default",
+        *,
+        fsync: bool = True,
+        visibility_timeout: float = 30.0,
+        max_attempts: int = 5,
+        backoff: BackoffPolicy | None = None,
+        lock_timeout: float = 10.0,
+        clock: Callable[[], float] | None = None,
+        auto_compact: float | None = 0.5,
+        filesystem: FileSystem | None = None,
+    ) -> None:
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.name = check_name(name)
+        self.durable = bool(fsync)
+        self.visibility_timeout = visibility_timeout
+        self.max_attempts = max_attempts
+        self.backoff = backoff or BackoffPolicy()
+        self.lock_timeout = lock_timeout
+        self.clock = clock or time.time
+        self.auto_compact = auto_compact
+        self.fs = filesystem or OS_FILESYSTEM
+        self._mutex = threading.Lock()
+        self._closed = False
+        self._pid = os.getpid()
+        self._log: LogFile | None = None
+        self._lock: QueueLock | None = None
+        self._state = QueueState()
+        self._offset = HEADER_SIZE
+        self._stale = False  # memory may differ from disk (a failed write): reload before use
+        self._pointer_sig: tuple[int, int, int] | None = None
+        self._lease_mark: int | None = None
+        self._recovery = RecoveryReport()
+        self._open()
+        _live.add(self)
+
+    # ================================================================ opening
+    def _open(self) -> None:
+        self._prepare_directory()
+        self._lock = QueueLock(self.fs, lock_path(self.directory, self.name), self.lock_timeout)
+        started = time.perf_counter()
+        self._lock.acquire(exclusive=True)
+        try:
+            generation = read_pointer(self.fs, self.directory, self.name)
+            self._pointer_sig = self._pointer_signature()
+            self._log = self._open_generation(generation)
+            state, end, torn = self._replay_all(self._log, truncate=True)
+            self._state, self._offset = state, end
+            self._remove_leftovers(self._log.generation)
+        finally:
+            self._lock.release()
+        self._recovery = RecoveryReport(
+            generation=self._log.generation,
+            records=state.records,
+            bytes_read=end,
+            torn_bytes=torn,
+            jobs=len(state.jobs),
+            elapsed=time.perf_counter() - started,
+        )
+        if torn:
+            logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)
+
+    def _prepare_directory(self) -> None:
+        path = self.directory
+        try:
+            st = self.fs.lstat(path)
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            os.makedirs(parent, exist_ok=True)
+            try:
+                self.fs.mkdir(path, 0o700)
+                self.fs.chmod(path, 0o700)  # exactly 0700, whatever the umask
+                if self.durable:
+                    self.fs.fsync_dir(parent)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise storage_error(exc, "creating the queue folder", path) from None
+            st = self.fs.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            st = os.stat(path)  # a symlinked folder is the user's choice; its files may not be links
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafeQueueError(f"{path} is not a folder; a queue needs a folder of its own")
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            raise UnsafeQueueError(
+                f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
+                "another user could change your jobs. Use a folder you own."
+            )
+        if sys.platform != "win32" and st.st_mode & stat.S_IWOTH:
+            raise UnsafeQueueError(
+                f"{path} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): anyone could plant or "
+                f"remove queue files. Run `chmod 700 {path}` or use a private folder."
+            )
+
+    def _open_generation(self, generation: int | None) -> LogFile:
+        if generation is None:  # no compaction yet: generation 0, created on first use
+            path = log_path(self.directory, self.name, 0)
+            if not self.fs.exists(path):
+                others = list_generations(self.fs, self.directory, self.name)
+                if others:
+                    raise CorruptLogError(
+                        f"{self.directory}: {self.name}.current is missing but generation files {others} exist. "
+                        "Run `nobroker verify` and `nobroker repair`.",
+                        path=path,
+                    )
+                return LogFile.create(self.fs, self.directory, self.name, 0, sync=self.durable)
+            return LogFile.open(self.fs, path, expect_generation=0)
+        path = log_path(self.directory, self.name, generation)
+        try:
+            return LogFile.open(self.fs, path, expect_generation=generation)
+        except FileNotFoundError:
+            raise CorruptLogError(
+                f"{self.name}.current names generation {generation}, but {path} is missing. "
+                "Restore it from a backup, or run `nobroker repair` to rebuild from what exists.",
+                path=path,
+            ) from None
+
+    def _replay_all(self, log: LogFile, *, truncate: bool) -> tuple[QueueState, int, int]:
+        """Replay a whole generation. Returns (state, end of last whole record, torn bytes cut)."""
+        state = QueueState()
+        end, torn = self._read_forward(log, state, HEADER_SIZE, truncate=truncate)
+        return state, end, torn
+
+    def _read_forward(self, log: LogFile, state: QueueState, start: int, *, truncate: bool) -> tuple[int, int]:
+        """Apply every whole record after ``start``; deal with what stops the reading.
+
+        A torn tail (nothing valid after it) is cut off when ``truncate`` (we
+        hold the exclusive lock) and otherwise left for a writer to cut.
+        Damage followed by valid records is never cut: CorruptLogError.
+        """
+        end = start
+        apply = state.apply
+        for fr in log.scan(start):
+            if fr.status is FrameStatus.OK:
+                apply(fr.rtype, fr.body, fr.offset)  # type: ignore[arg-type]
+                end = fr.offset + FRAME_SIZE + fr.length
+                continue
+            size = log.size()
+            after = log.valid_record_after(fr.offset, size)
+            if after is not None or fr.status is FrameStatus.BAD_TYPE:
+                what = fr.status.value
+                if fr.status is FrameStatus.BAD_TYPE:
+                    what = f"record type {fr.rtype}, which this nobroker does not know (a newer version wrote it?)"
+                raise CorruptLogError(
+                    f"{log.path} is damaged at offset {fr.offset} ({what})"
+                    + (f", and valid records follow at offset {after}" if after is not None else "")
+                    + ". Nothing was changed. `nobroker inspect` shows the records; `nobroker repair` keeps the "
+                    "damaged file aside and rebuilds the queue from the valid records.",
+                    path=log.path,
+                    offset=fr.offset,
+                )
+            torn = size - fr.offset
+            if truncate:
+                log.truncate(fr.offset)
+                log.note_end(fr.offset)
+                return end, torn
+            return end, 0
+        log.note_end(end)
+        return end, 0
+
+    def _remove_leftovers(self, current: int) -> None:
+        """Delete what crashed compactions left: other generations and dead writers' temp files."""
+        prefix = self.name + "."
+        for entry in self.fs.listdir(self.directory):
+            if not entry.startswith(prefix):
+                continue
+            path = os.path.join(self.directory, entry)
+            rest = entry[len(prefix) :]
+            if entry.endswith(".tmp"):
+                pid = entry.rsplit(".", 2)[-2]
+                if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+                    continue  # a live peer is still writing it
+            elif not (len(rest) == 10 and rest.endswith(".log") and rest[:6].isdigit() and int(rest[:6]) != current):
+                continue
+            try:
+                self.fs.unlink(path)
+                logger.info("removed %s, left over from an interrupted compaction", path)
+            except OSError:
+                pass
+
+    # ================================================================ the four beats
+    def _pointer_signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.fs.lstat(os.path.join(self.directory, self.name + ".current"))
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _enter(self) -> None:
+        if self._closed:
+            raise QueueClosedError(f"queue {self.name!r} in {self.directory} is closed; open a new Queue")
+        if os.getpid() != self._pid:
+            self._reopen_after_fork()
+
+    def _reopen_after_fork(self) -> None:
+        # The inherited lock descriptor shares its lock with the parent, so
+        # keeping it would let parent and child "hold" the lock at once.
+        self._pid = os.getpid()
+        assert self._lock is not None and self._log is not None
+        self._lock.reopen()
+        old = self._log
+        self._log = LogFile.open(self.fs, old.path, expect_generation=old.generation)
+        self._log.note_end(self._offset)
+        self._log.durable_end = self._offset
+
+    def _catch_up(self, *, exclusive: bool) -> None:
+        """Beat two: switch generation if a peer compacted, then read what peers appended."""
+        log = self._log
+        assert log is not None
+        sig = self._pointer_signature()
+        if sig != self._pointer_sig or self._stale:
+            generation = read_pointer(self.fs, self.directory, self.name) or 0
+            self._pointer_sig = sig
+            if generation != log.generation or self._stale:
+                self._switch_to(generation, exclusive=exclusive)
+                return
+        try:
+            size = log.size()
+        except OSError as exc:
+            raise storage_error(exc, "reading", log.path) from None
+        if size != self._offset:
+            self._offset, _torn = self._read_forward(log, self._state, self._offset, truncate=exclusive)
+
+    def _switch_to(self, generation: int, *, exclusive: bool) -> None:
+        old = self._log
+        assert old is not None
+        if old.generation != generation:
+            # Records we appended there may not be fsynced yet; the peer's new
+            # generation holds them, but only once its flip is durable. Be sure.
+            try:
+                old.sync_through(old.written_end)
+            except StorageError:
+                pass
+            new = self._open_generation(generation)
+        else:
+            new = old  # reloading after a failed write: same file, same failure memory
+        state, end, _torn = self._replay_all(new, truncate=exclusive)
+        if old is not new:
+            old.close()
+        self._log, self._state, self._offset, self._stale = new, state, end, False
+
+    def _reclaim(self, batch: _Batch, now: float) -> None:
+        """Beat three: every lease whose deadline passed counts as a failed attempt."""
+        for entry in self._state.expired(now):
+            if leases.exhausted(entry):
+                batch.add(RecordType.DEAD, {"id": entry.id, "at": now, "error": leases.expiry_error(entry)})
+            else:
+                available_at = leases.retry_time(entry, now, self.backoff, None)
+                batch.add(RecordType.RECLAIM, {"id": entry.id, "at": now, "available_at": available_at})
+
+    def _write(self, decide: Callable[[_Batch, float], T]) -> T:
+        """Run one writing operation through the four beats, then wait until it is durable."""
+        self._enter()
+        with self._mutex:
+            self._enter()
+            lock, log = self._lock, self._log
+            assert lock is not None and log is not None
+            log.check_usable()
+            lock.acquire(exclusive=True)
+            try:
+                self._catch_up(exclusive=True)
+                log = self._log
+                assert log is not None
+                now = self.clock()
+                batch = _Batch(self._state, self._offset)
+                self._reclaim(batch, now)
+                failure: BaseException | None = None
+                try:
+                    result = decide(batch, now)
+                except Exception as exc:
+                    # decide() refuses before adding records of its own; the reclaims
+                    # it may follow are still true and are written below.
+                    failure = exc
+                end = self._offset
+                if batch.parts:
+                    data = batch.parts[0] if len(batch.parts) == 1 else b"".join(batch.parts)
+                    try:
+                        end = log.append(data, self._offset)
+                    except BaseException:
+                        self._stale = True  # memory holds records the disk does not: reload next time
+                        raise
+                    self._offset = end
+                compact_now = failure is None and self._should_auto_compact()
+            finally:
+                lock.release()
+        if batch.parts and self.durable:
+            log.sync_through(end)
+        if failure is not None:
+            raise failure
+        if compact_now:
+            try:
+                self.compact()
+            except CompactionError as exc:
+                logger.warning("automatic compaction failed (the queue is unharmed): %s", exc)
+        return result
+
+    def _read(self, query: Callable[[float], T]) -> T:
+        """A read-only operation: shared lock, read forward, answer. Never writes."""
+        self._enter()
+        with self._mutex:
+            self._enter()
+            lock = self._lock
+            assert lock is not None
+            lock.acquire(exclusive=False)
+            try:
+                self._catch_up(exclusive=False)
+                return query(self.clock())
+            finally:
+                lock.release()
+
+    # ================================================================ payloads
+    def _read_body(self, entry: Entry) -> dict[str, Any]:
+        """The ENQUEUE record that holds ``entry``'s payload, decoded."""
+        log = self._log
+        assert log is not None
+        try:
+            head = self.fs.pread(log.fd, FRAME_SIZE, entry.offset)
+            length = FRAME.unpack(head)[0]
+            data = head + self.fs.pread(log.fd, length, entry.offset + FRAME_SIZE)
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"could not read job {entry.id} at offset {entry.offset} of {log.path}: {exc}") from None
+        fr = decode_frame(data, 0, entry.offset)
+        if fr.status is not FrameStatus.OK or fr.body is None:
+            raise CorruptLogError(
+                f"{log.path}: the record of job {entry.id} at offset {entry.offset} no longer reads back ({fr.status.value})",
+                path=log.path,
+                offset=entry.offset,
+            )
+        return fr.body
+
+    def _job(self, entry: Entry) -> Job:
+        return entry.to_job(self._read_body(entry).get("payload"))
+
+    # ================================================================ operations
+    def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
+        if conn is not None:
+            raise ValueError("conn= joins a PostgreSQL transaction; the file storage has no transactions to join")
+
+        def decide(batch: _Batch, now: float) -> list[Job]:
+            state = self._state
+            out: list[Job] = []
+            created: dict[str, Any] = {}  # id -> payload, for jobs this very call adds
+            for spec in specs:
+                existing = self._existing(spec)
+                if existing is not None:
+                    if existing.id in created:  # its record is not on disk yet
+                        out.append(existing.to_job(created[existing.id]))
+                    else:
+                        out.append(self._job(existing))
+                    continue
+                job_id = spec.job_id
+                if job_id is None:
+                    job_id = leases.new_job_id()
+                    while job_id in state.jobs:
+                        job_id = leases.new_job_id()
+                body = {
+                    "id": job_id, "payload": spec.payload, "priority": spec.priority, "state": "ready",
+                    "attempts": 0, "max_attempts": spec.max_attempts, "available_at": now + spec.delay,
+                    "enqueued_at": now, "lease_deadline": None, "lease_token": None, "last_error": None,
+                    "seq": state.next_seq,
+                }  # fmt: skip
+                if spec.kind != "default":
+                    body["kind"] = spec.kind
+                if spec.dedupe_key is not None:
+                    body["dedupe_key"] = spec.dedupe_key
+                data = frame(RecordType.ENQUEUE, _encode_enqueue(body, spec.payload_json))
+                batch.add(RecordType.ENQUEUE, body, data)
+                created[job_id] = spec.payload
+                out.append(state.jobs[job_id].to_job(spec.payload))
+            return out
+
+        return self._write(decide)
+
+    def _existing(self, spec: EnqueueSpec) -> Entry | None:
+        state = self._state
+        if spec.job_id is not None:
+            entry = state.jobs.get(spec.job_id)
+            if entry is not None:
+                return entry
+        if spec.dedupe_key is not None:
+            holder = state.active_keys.get((spec.kind, spec.dedupe_key))
+            if holder is not None:
+                return state.jobs[holder]
+        return None
+
+    def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
+        def decide(batch: _Batch, now: float) -> list[Entry]:
+            state = self._state
+            state.promote(now)
+            taken: list[Entry] = []
+            while len(taken) < count:
+                entry = state.pop_ready(now, kinds)
+                if entry is None:
+                    break
+                batch.add(RecordType.LEASE, leases.lease_body(entry, now, visibility_timeout))
+                taken.append(entry)
+            self._lease_mark = batch.pos  # wait_for_jobs watches for anything after this
+            return taken
+
+        # Payloads are read back under the mutex: our own compaction may swap the file.
+        entries = self._write(decide)
+        if not entries:
+            return []
+        with self._mutex:
+            return [self._job(e) for e in entries]
+
+    def _leased_entry(self, job_id: str, token: str | None, action: str) -> Entry:
+        entry = self._state.jobs.get(job_id)
+        if entry is None:
+            raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+        if not leases.holds_lease(entry, token):
+            if entry.state is LEASED:
+                raise NotLeasedError(
+                    f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "
+                    "The work may run twice; handlers must be idempotent."
+                )
+            raise NotLeasedError(
+                f"cannot {action} job {job_id}: it is {entry.state.value}, not leased"
+                + (" (your lease expired)" if token is not None else "")
+            )
+        return entry
+
+    def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
+        def decide(batch: _Batch, now: float) -> None:
+            entry = self._state.jobs.get(job_id)
+            if entry is not None and entry.state is DONE and (token is None or entry.lease_token == token):
+                return  # acking a finished job again is harmless
+            self._leased_entry(job_id, token, "ack")
+            body: dict[str, Any] = {"id": job_id, "at": now}
+            if result_json is not None:
+                body["result"] = result
+            batch.add(RecordType.ACK, body)
+
+        self._write(decide)
+
+    def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job:
+        def decide(batch: _Batch, now: float) -> Entry:
+            entry = self._leased_entry(job_id, token, "nack")
+            if permanent or leases.exhausted(entry):
+                batch.add(RecordType.DEAD, {"id": job_id, "at": now, "error": error})
+            else:
+                available_at = leases.retry_time(entry, now, self.backoff, delay)
+                batch.add(
+                    RecordType.NACK,
+                    {"id": job_id, "at": now, "attempts": entry.attempts, "available_at": available_at, "error": error},
+                )
+            return entry
+
+        return self._job_after(self._write(decide))
+
+    def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
+        def decide(batch: _Batch, now: float) -> Entry:
+            entry = self._leased_entry(job_id, token, "extend")
+            batch.add(RecordType.EXTEND, {"id": job_id, "at": now, "deadline": now + seconds})
+            return entry
+
+        return self._job_after(self._write(decide))
+
+    def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
+        def decide(batch: _Batch, now: float) -> Entry:
+            entry = self._leased_entry(job_id, token, "set the stage of")
+            batch.add(RecordType.STAGE, {"id": job_id, "at": now, "stage": stage})
+            return entry
+
+        return self._job_after(self._write(decide))
+
+    def _job_after(self, entry: Entry) -> Job:
+        with self._mutex:
+            return self._job(entry)
+
+    def requeue_dead(self, job_id: str | None) -> int:
+        def decide(batch: _Batch, now: float) -> int:
+            state = self._state
+            if job_id is not None:
+                entry = state.jobs.get(job_id)
+                if entry is None:
+                    raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+                if entry.state is not DEAD:
+                    return 0
+                candidates = [entry]
+            else:
+                candidates = [e for e in state.jobs.values() if e.state is DEAD]
+            count = 0
+            for entry in candidates:
+                if entry.dedupe_key is not None:
+                    holder = state.active_keys.get((entry.kind, entry.dedupe_key))
+                    if holder is not None and holder != entry.id:
+                        if job_id is not None:
+                            raise ValueError(
+                                f"job {job_id} cannot be requeued: job {holder} is active with the same "
+                                f"dedupe key {entry.dedupe_key!r}"
+                            )
+                        continue
+                batch.add(RecordType.REQUEUE, {"id": entry.id, "at": now, "available_at": now})
+                count += 1
+            return count
+
+        return self._write(decide)
+
+    def purge(self) -> int:
+        def decide(batch: _Batch, now: float) -> int:
+            count = len(self._state.jobs)
+            batch.add(RecordType.PURGE, {"at": now})
+            return count
+
+        return self._write(decide)
+
+    # ================================================================ reads
+    def get(self, job_id: str) -> Job:
+        def query(now: float) -> Job:
+            entry = self._state.jobs.get(job_id)
+            if entry is None:
+                raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+            return self._job(entry)
+
+        return self._read(query)
+
+    def stats(self) -> QueueStats:
+        return self._read(lambda now: self._state.stats(now))
+
+    def count(self) -> int:
+        return self._read(lambda now: len(self._state.jobs))
+
+    def list_jobs(self, state: JobState | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+        def query(now: float) -> list[Job]:
+            out: list[Job] = []
+            skipped = 0
+            for entry in self._state.jobs.values():
+                if state is not None and entry.state is not state:
+                    continue
+                if kind is not None and entry.kind != kind:
+                    continue
+                if skipped < offset:
+                    skipped += 1
+                    continue
+                out.append(self._job(entry))
+                if limit is not None and len(out) >= limit:
+                    break
+            return out
+
+        return self._read(query)
+
+    # ================================================================ compaction
+    def compact(self, *, progress: Callable[[int], None] | None = None) -> CompactionResult:
+        """Rewrite the log as one record per live job (done jobs dropped), then flip."""
+        started = time.perf_counter()
+        self._enter()
+        with self._mutex:
+            self._enter()
+            lock = self._lock
+            assert lock is not None and self._log is not None
+            self._log.check_usable()
+            lock.acquire(exclusive=True)
+            try:
+                self._catch_up(exclusive=True)
+                now = self.clock()
+                batch = _Batch(self._state, self._offset)
+                self._reclaim(batch, now)
+                old = self._log
+                if batch.parts:
+                    self._offset = old.append(b"".join(batch.parts), self._offset)
+                if self.durable:
+                    old.sync_through(self._offset)  # every acknowledged record is durable before we copy
+                before = self._offset
+                state = self._state
+                live = [e for e in state.jobs.values() if e.state is not DONE]
+                dropped = len(state.jobs) - len(live)
+                new, offsets = write_generation(
+                    self.fs, self.directory, self.name, old.generation + 1, live, self._read_body,
+                    sync=self.durable, progress=progress,
+                )  # fmt: skip
+                try:
+                    flip(self.fs, self.directory, self.name, new.generation, sync=self.durable)
+                except BaseException:
+                    new.close()
+                    raise
+                # The flip is done: the new generation is the truth from here on.
+                for entry in live:
+                    entry.offset = offsets[entry.id]
+                for entry in [e for e in state.jobs.values() if e.state is DONE]:
+                    state.counts[DONE] -= 1
+                    del state.jobs[entry.id]
+                self._log, self._offset = new, new.written_end
+                self._pointer_sig = self._pointer_signature()
+                old.close()
+                try:
+                    self.fs.unlink(old.path)
+                except OSError:
+                    pass  # the next opener removes it
+                after = new.written_end
+            finally:
+                lock.release()
+        return CompactionResult(
+            old_generation=old.generation,
+            new_generation=new.generation,
+            jobs_kept=len(live),
+            jobs_dropped=dropped,
+            bytes_before=before,
+            bytes_after=after,
+            elapsed=time.perf_counter() - started,
+        )
+
+    def _should_auto_compact(self) -> bool:
+        threshold = self.auto_compact
+        if not threshold or self._offset < AUTO_COMPACT_MIN_BYTES:
+            return False
+        state = self._state
+        live = len(state.jobs) - state.counts[DONE]
+        # Estimate what a compaction would keep from the average job record size.
+        average = self._offset / max(state.records, 1)
+        dead_share = 1.0 - (live * average * 2) / self._offset
+        return dead_share >= threshold
+
+    # ================================================================ waiting and closing
+    def wait_for_jobs(self, timeout: float) -> bool:
+        """Sleep until the log changes, a delayed job or a lease comes due, or ``timeout`` passes.
+
+        A hint for idle workers, not a promise: True means "worth leasing again".
+        It watches the file's size, so it sees appends by this process's other
+        threads and by other processes alike.
+        """
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with self._mutex:
+            if self._closed or self._log is None:
+                return False
+            # Compare with what the last lease saw, not with now: a job another
+            # thread added since then must wake us at once.
+            seen = self._lease_mark if self._lease_mark is not None else self._offset
+            log, sig = self._log, self._pointer_sig
+            now = self.clock()
+            state = self._state
+            due = [state.delayed[0][0]] if state.delayed else []
+            if state.leases:
+                due.append(state.leases[0][0])
+        if due:
+            deadline = min(deadline, time.monotonic() + max(min(due) - now, 0.0))
+        while True:
+            try:
+                if self._closed or log.closed or self._offset != seen or self.fs.size(log.fd) != seen:
+                    return True
+                if self._pointer_signature() != sig:
+                    return True
+            except OSError:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return bool(due)
+            time.sleep(min(WAIT_POLL, remaining))
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            if self._log is not None:
+                if self.durable and os.getpid() == self._pid and self._log.failed is None:
+                    try:
+                        self._log.sync_through(self._log.written_end)
+                    except StorageError:
+                        pass
+                self._log.close()
+            if self._lock is not None:
+                self._lock.close()
+        _live.discard(self)
+
+    @property
+    def location(self) -> str:
+        return self.directory
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        return self._recovery
+
+    @property
+    def generation(self) -> int:
+        assert self._log is not None
+        return self._log.generation
+
+
+def _encode_enqueue(body: dict[str, Any], payload_json: str) -> bytes:
+    """The ENQUEUE body with the payload spliced in as already-encoded JSON.
+
+    The facade encoded the payload once to validate it; encoding it again
+    would double the cost of every enqueue.
+    """
+    rest = json.dumps(
+        {k: v for k, v in body.items() if k != "payload" and k != "id"},
+        ensure_ascii=True,
+        allow_nan=False,
+        separators=(",", ":"),
+    )
+    # Same bytes as json.dumps(body): "id" and "payload" come first in every ENQUEUE body.
+    text = '{"id":' + json.dumps(body["id"]) + ',"payload":' + payload_json + "," + rest[1:]
+    return text.encode("ascii")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True

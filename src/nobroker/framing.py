@@ -1,0 +1,169 @@
+"""Bytes of the on-disk format, version 1: the file header and record frames.
+
+Owns: encoding and decoding of headers and records, the record type numbers.
+Imports: errors, jobs (limits). Pure: no I/O, no clock.
+
+    file header : <8s magic "NOBROKER"><H version=1><I generation><H reserved=0>   16 bytes
+    record      : <I body length><B type><I crc32(type byte + body)><body>       9 + n bytes
+    body        : compact JSON object (ASCII)
+
+The length prefix finds the end of a record; the CRC catches a record of the
+right length with wrong bytes inside, which would otherwise be applied silently.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import SerializationError
+from .jobs import MAX_RECORD_BYTES
+
+MAGIC = b"NOBROKER"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<8sHIH")
+HEADER_SIZE = HEADER.size  # 16
+FRAME = struct.Struct("<IBI")
+FRAME_SIZE = FRAME.size  # 9
+#: Generations are six decimal digits in file names.
+MAX_GENERATION = 999_999
+
+
+class RecordType(enum.IntEnum):
+    """Record type numbers. Frozen: a number, once shipped, never changes meaning."""
+
+    ENQUEUE = 1
+    LEASE = 2
+    ACK = 3
+    NACK = 4
+    RECLAIM = 5
+    DEAD = 6
+    REQUEUE = 7
+    PURGE = 8
+    EXTEND = 9
+    STAGE = 10  # added in 0.2.0; written only when set_stage is used
+
+
+KNOWN_TYPES = frozenset(int(t) for t in RecordType)
+
+
+def encode_header(generation: int, version: int = FORMAT_VERSION) -> bytes:
+    return HEADER.pack(MAGIC, version, generation, 0)
+
+
+@dataclass(frozen=True)
+class Header:
+    version: int
+    generation: int
+
+
+class HeaderError(ValueError):
+    """The first bytes are not a nobroker header; the message says how."""
+
+
+def decode_header(data: bytes) -> Header:
+    if len(data) < HEADER_SIZE:
+        raise HeaderError(f"file is {len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
+    magic, version, generation, _reserved = HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise HeaderError(f"magic bytes are {magic!r}, not {MAGIC!r}: this is not a nobroker log")
+    if version != FORMAT_VERSION:
+        raise HeaderError(
+            f"format version {version} is not supported (this nobroker reads version {FORMAT_VERSION}); "
+            "it was written by a newer nobroker: upgrade to open it"
+        )
+    return Header(version, generation)
+
+
+def crc_of(rtype: int, body: bytes) -> int:
+    return zlib.crc32(body, zlib.crc32(bytes((rtype,))))
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(f"record cannot be written as JSON: {exc}") from None
+
+
+def encode_record(rtype: int, body: dict[str, Any]) -> bytes:
+    """One framed record. SerializationError if it is over MAX_RECORD_BYTES."""
+    data = encode_body(body)
+    return frame(rtype, data)
+
+
+def frame(rtype: int, data: bytes) -> bytes:
+    if len(data) > MAX_RECORD_BYTES:
+        raise SerializationError(
+            f"record is {len(data):,} bytes; the limit is {MAX_RECORD_BYTES:,}. Store large data elsewhere."
+        )
+    return FRAME.pack(len(data), rtype, crc_of(rtype, data)) + data
+
+
+class FrameStatus(enum.Enum):
+    OK = "ok"
+    INCOMPLETE = "incomplete"  # fewer bytes than the frame says: a torn tail, or a write in progress
+    BAD_LENGTH = "bad length"  # length over the limit
+    BAD_CRC = "bad crc"
+    BAD_TYPE = "unknown type"
+    BAD_JSON = "bad json"
+
+
+@dataclass
+class Frame:
+    status: FrameStatus
+    offset: int
+    length: int = 0
+    rtype: int = 0
+    body: dict[str, Any] | None = None
+
+    @property
+    def end(self) -> int:
+        return self.offset + FRAME_SIZE + self.length
+
+
+def decode_frame(buf: bytes | memoryview, pos: int, base: int) -> Frame:
+    """Decode the frame at ``buf[pos:]``; ``base`` is the file offset of ``buf[0]``."""
+    offset = base + pos
+    if len(buf) - pos < FRAME_SIZE:
+        return Frame(FrameStatus.INCOMPLETE, offset)
+    length, rtype, crc = FRAME.unpack_from(buf, pos)
+    if length > MAX_RECORD_BYTES:
+        return Frame(FrameStatus.BAD_LENGTH, offset, length, rtype)
+    start = pos + FRAME_SIZE
+    if len(buf) - start < length:
+        return Frame(FrameStatus.INCOMPLETE, offset, length, rtype)
+    data = bytes(buf[start : start + length])
+    if crc_of(rtype, data) != crc:
+        return Frame(FrameStatus.BAD_CRC, offset, length, rtype)
+    if rtype not in KNOWN_TYPES:
+        return Frame(FrameStatus.BAD_TYPE, offset, length, rtype)
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        return Frame(FrameStatus.BAD_JSON, offset, length, rtype)
+    if not isinstance(body, dict):
+        return Frame(FrameStatus.BAD_JSON, offset, length, rtype)
+    return Frame(FrameStatus.OK, offset, length, rtype, body)
+
+
+def plausible_frame_at(buf: bytes | memoryview, pos: int) -> bool:
+    """Is there a whole, CRC-valid record starting exactly at ``buf[pos]``?
+
+    Used to tell a torn tail (nothing valid after the damage) from damage in
+    the middle (valid records after it, which must never be dropped silently).
+    Cheap checks first, so scanning garbage byte by byte stays fast.
+    """
+    if len(buf) - pos < FRAME_SIZE + 2:
+        return False
+    length, rtype, crc = FRAME.unpack_from(buf, pos)
+    if rtype not in KNOWN_TYPES or length < 2 or length > MAX_RECORD_BYTES:
+        return False
+    start = pos + FRAME_SIZE
+    if len(buf) - start < length or buf[start] != 0x7B:  # "{"
+        return False
+    return crc_of(rtype, bytes(buf[start : start + length])) == crc

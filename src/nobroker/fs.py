@@ -1,0 +1,204 @@
+"""The one narrow seam every byte of file I/O passes through.
+
+Owns: FileSystem (the interface) and RealFileSystem (the operating system).
+Imports: nothing from nobroker.
+
+Why a seam: durability claims are claims about which bytes survive a power
+cut, and they can only be tested if a test can stand in for the disk. The
+reliability suite substitutes a simulated disk that forgets unsynced writes
+and renames; it implements exactly these methods, nothing else.
+
+Assumptions about the disk, written down so tests can check each one:
+  1. pwrite of n bytes at offset o either lands whole, or a crash leaves a
+     prefix of it (never bytes out of order, never bytes after a hole).
+  2. fsync(fd) returns only when the file's data and size are durable.
+  3. A new name or a rename is durable only after fsync of its directory.
+  4. rename/replace is atomic: after a crash either name state is whole.
+  5. A failed fsync may have dropped the dirty pages: the caller must not
+     assume its earlier writes are on disk, and must not simply retry.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_IS_WINDOWS = sys.platform == "win32"
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+try:  # Windows
+    import msvcrt
+except ImportError:
+    msvcrt = None  # type: ignore[assignment]
+
+#: Flags for opening queue files: binary, never through a symlink, never inherited.
+_BASE_FLAGS = getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class FileSystem:
+    """The operations nobroker performs on files, by file descriptor or path.
+
+    Subclasses: RealFileSystem here; a simulated disk in the tests.
+    """
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        raise NotImplementedError
+
+    def close(self, fd: int) -> None:
+        raise NotImplementedError
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        raise NotImplementedError
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        raise NotImplementedError
+
+    def fsync(self, fd: int) -> None:
+        raise NotImplementedError
+
+    def truncate(self, fd: int, size: int) -> None:
+        raise NotImplementedError
+
+    def size(self, fd: int) -> int:
+        raise NotImplementedError
+
+    def replace(self, src: str, dst: str) -> None:
+        raise NotImplementedError
+
+    def unlink(self, path: str) -> None:
+        raise NotImplementedError
+
+    def fsync_dir(self, path: str) -> None:
+        raise NotImplementedError
+
+    def mkdir(self, path: str, mode: int = 0o700) -> None:
+        raise NotImplementedError
+
+    def listdir(self, path: str) -> list[str]:
+        raise NotImplementedError
+
+    def lstat(self, path: str) -> os.stat_result:
+        raise NotImplementedError
+
+    def chmod(self, path: str, mode: int) -> None:
+        raise NotImplementedError
+
+    def lock(self, fd: int, *, exclusive: bool, blocking: bool) -> bool:
+        """Take the cross-process lock on ``fd``; False if busy and not blocking."""
+        raise NotImplementedError
+
+    def unlock(self, fd: int) -> None:
+        raise NotImplementedError
+
+    # Helpers built on the primitives, shared by every implementation.
+    def exists(self, path: str) -> bool:
+        try:
+            self.lstat(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def read_all(self, fd: int) -> bytes:
+        return self.pread(fd, self.size(fd), 0)
+
+
+class RealFileSystem(FileSystem):
+    """The operating system's files, with the flags nobroker always wants."""
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        return os.open(path, flags | _BASE_FLAGS, mode)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if _IS_WINDOWS:  # pragma: no cover - no pread there
+            os.lseek(fd, offset, os.SEEK_SET)
+            return os.read(fd, size)
+        chunks = []
+        while size > 0:
+            chunk = os.pread(fd, size, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size -= len(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if _IS_WINDOWS:  # pragma: no cover
+            os.lseek(fd, offset, os.SEEK_SET)
+            return os.write(fd, data)
+        return os.pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        # fdatasync is enough: an append changes the size, which it must flush.
+        (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def fsync_dir(self, path: str) -> None:
+        if _IS_WINDOWS:  # pragma: no cover - directories cannot be fsynced there
+            return
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: str, mode: int = 0o700) -> None:
+        os.mkdir(path, mode)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def lstat(self, path: str) -> os.stat_result:
+        return os.lstat(path)
+
+    def chmod(self, path: str, mode: int) -> None:
+        os.chmod(path, mode)
+
+    def lock(self, fd: int, *, exclusive: bool, blocking: bool) -> bool:
+        if fcntl is not None:
+            op = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+            if not blocking:
+                op |= fcntl.LOCK_NB
+            try:
+                fcntl.flock(fd, op)
+            except BlockingIOError:
+                return False
+            return True
+        # Windows: msvcrt locks are exclusive only; a shared lock is taken as exclusive.
+        os.lseek(fd, 0, os.SEEK_SET)  # pragma: no cover
+        try:  # pragma: no cover
+            msvcrt.locking(fd, msvcrt.LK_NBLCK if not blocking else msvcrt.LK_LOCK, 1)
+        except OSError:  # pragma: no cover
+            if not blocking:
+                return False
+            raise
+        return True  # pragma: no cover
+
+    def unlock(self, fd: int) -> None:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return
+        os.lseek(fd, 0, os.SEEK_SET)  # pragma: no cover
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # pragma: no cover
+
+
+#: The file system used unless a test passes another.
+OS_FILESYSTEM: FileSystem = RealFileSystem()

@@ -1,0 +1,226 @@
+"""The data model both storages share: jobs, states, stats, policies, limits.
+
+Owns: Job, JobState, QueueStats, BackoffPolicy, RecoveryReport,
+CompactionResult, the named limits, and the one JSON encoder every stored
+value goes through. Imports: errors.
+
+Nothing here touches a file or a clock; values are plain data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SerializationError
+
+# ---------------------------------------------------------------- limits
+#: Largest record body (compact JSON) the file storage writes or reads.
+#: A length field above it is damage, so a reader never allocates more.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+#: Largest payload, as compact JSON. Leaves room in a record for the job's fields.
+MAX_PAYLOAD_BYTES = MAX_RECORD_BYTES - 64 * 1024
+#: Largest result stored with an ack, and largest error text kept with a nack.
+MAX_RESULT_BYTES = 1024 * 1024
+MAX_ERROR_CHARS = 8 * 1024
+#: Most jobs one enqueue_many call takes, and most one lease call returns.
+MAX_BATCH_JOBS = 100_000
+#: Longest job id, kind, dedupe key and stage (characters).
+MAX_ID_CHARS = 256
+MAX_NAME_CHARS = 256
+#: Priorities are 32-bit signed integers so both storages order them the same.
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+#: Longest delay, visibility timeout or extension: about 10 years.
+MAX_SECONDS = 10 * 365 * 24 * 3600.0
+#: Most attempts a job may be given.
+MAX_ATTEMPTS_LIMIT = 1_000_000
+
+DEFAULT_KIND = "default"
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life: ready → leased → done, or dead (the DLQ)."""
+
+    READY = "ready"
+    LEASED = "leased"
+    DONE = "done"
+    DEAD = "dead"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Job:
+    """One unit of work, as the queue last recorded it.
+
+    A Job is a snapshot: changing its fields changes nothing in the queue.
+    ``lease_token`` is the fencing token of the lease you hold; pass the Job
+    (not its id) to ack/nack/extend so a stale lease is refused.
+    """
+
+    id: str
+    payload: Any
+    priority: int = 0
+    state: JobState = JobState.READY
+    attempts: int = 0
+    max_attempts: int = 5
+    available_at: float = 0.0
+    enqueued_at: float = 0.0
+    lease_deadline: float | None = None
+    lease_token: str | None = None
+    last_error: str | None = None
+    seq: int = 0
+    kind: str = DEFAULT_KIND
+    dedupe_key: str | None = None
+    stage: str | None = None
+    result: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field (state as its string value)."""
+        out = dataclasses.asdict(self)
+        out["state"] = self.state.value
+        return out
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Counts by state. ``ready`` is runnable now; ``delayed`` is ready later."""
+
+    ready: int = 0
+    delayed: int = 0
+    leased: int = 0
+    done: int = 0
+    dead: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.delayed + self.leased + self.done + self.dead
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "ready": self.ready,
+            "delayed": self.delayed,
+            "leased": self.leased,
+            "done": self.done,
+            "dead": self.dead,
+            "total": self.total,
+        }
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """Retry delay: ``min(base * factor**(attempts-1), max_delay)``, then jitter.
+
+    ``jitter`` is the fraction of that delay drawn at random: 0.5 means the
+    delay lands uniformly in [0.5 d, d]. The writer draws it once and records
+    the resulting absolute time, so replay never sees randomness.
+    """
+
+    base: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("base", "factor", "max_delay", "jitter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"BackoffPolicy.{name} must be a finite number >= 0, got {value!r}")
+        if self.jitter > 1:
+            raise ValueError(f"BackoffPolicy.jitter is a fraction between 0 and 1, got {self.jitter!r}")
+
+    def delay_for(self, attempts: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``attempts`` (1 = after the first failure)."""
+        exponent = max(attempts - 1, 0)
+        try:
+            raw = self.base * (self.factor**exponent)
+        except OverflowError:
+            raw = self.max_delay
+        delay = min(raw, self.max_delay)
+        if self.jitter:
+            draw = (rng or random).random()
+            delay = delay * (1.0 - self.jitter * draw)
+        return delay
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What opening the queue found on disk."""
+
+    generation: int = 0
+    records: int = 0
+    bytes_read: int = 0
+    torn_bytes: int = 0
+    jobs: int = 0
+    elapsed: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """True when no torn tail had to be cut off."""
+        return self.torn_bytes == 0
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What one compaction did."""
+
+    old_generation: int = 0
+    new_generation: int = 0
+    jobs_kept: int = 0
+    jobs_dropped: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    elapsed: float = 0.0
+
+
+# ---------------------------------------------------------------- JSON
+_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=True)
+
+
+def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
+    """Compact JSON text for ``value``, or SerializationError saying why not.
+
+    ASCII-only on purpose: lone surrogates survive as escapes, and the bytes
+    are the same whichever language writes them.
+    """
+    try:
+        text = _ENCODER.encode(value)
+    except RecursionError:
+        raise SerializationError(f"{what} is nested too deeply to store as JSON") from None
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from None
+    if len(text) > limit:
+        raise SerializationError(
+            f"{what} is {len(text):,} bytes as JSON; the limit is {limit:,}. "
+            "Store large data elsewhere and enqueue a reference to it."
+        )
+    return text
+
+
+def check_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> Any:
+    """Validate that ``value`` stores as JSON within ``limit``; return it unchanged."""
+    dump_json(value, what=what, limit=limit)
+    return value
+
+
+__all__ = [
+    "Job",
+    "JobState",
+    "QueueStats",
+    "BackoffPolicy",
+    "RecoveryReport",
+    "CompactionResult",
+    "dump_json",
+    "check_json",
+    "MAX_RECORD_BYTES",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_RESULT_BYTES",
+    "MAX_BATCH_JOBS",
+    "DEFAULT_KIND",
+]

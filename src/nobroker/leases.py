@@ -1,0 +1,63 @@
+"""The writer's decisions: ids, fencing tokens, deadlines, retries and reclaims.
+
+Owns: every value that replay must never invent (job ids, lease tokens,
+jittered retry times) and the rules that turn "lease expired" or "handler
+failed" into the next state. Imports: jobs, replay.
+
+These functions read the clock value they are given and the random source;
+their output is written into records as absolute values, so replay (which
+only reads records) stays a pure function of the bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+from .jobs import BackoffPolicy, JobState
+from .replay import Entry
+
+_rng = random.SystemRandom()
+
+
+def new_job_id() -> str:
+    """16 hex digits of randomness: unique without coordination between processes."""
+    return os.urandom(8).hex()
+
+
+def new_token() -> str:
+    """A fencing token: any later lease of the same job gets a different one."""
+    return os.urandom(8).hex()
+
+
+def retry_time(entry: Entry, now: float, backoff: BackoffPolicy, delay: float | None) -> float:
+    """Absolute time a failed attempt may run again: explicit delay, else backoff with jitter."""
+    if delay is None:
+        delay = backoff.delay_for(entry.attempts, _rng)
+    return now + delay
+
+
+def exhausted(entry: Entry) -> bool:
+    return entry.attempts >= entry.max_attempts
+
+
+def lease_body(entry: Entry, now: float, visibility_timeout: float) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "at": now,
+        "deadline": now + visibility_timeout,
+        "attempts": entry.attempts + 1,
+        "token": new_token(),
+    }
+
+
+def expiry_error(entry: Entry) -> str:
+    return f"lease expired on attempt {entry.attempts} of {entry.max_attempts}"
+
+
+def holds_lease(entry: Entry, token: Any) -> bool:
+    """Does ``token`` (None: an operator acting by id) currently hold the job's lease?"""
+    if entry.state is not JobState.LEASED:
+        return False
+    return token is None or entry.lease_token == token

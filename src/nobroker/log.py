@@ -1,0 +1,376 @@
+"""One generation file of the append-only log, and the pointer to the current one.
+
+Owns: file names, creating a generation (header, fsync, rename, directory
+fsync), reading records forward from an offset, telling a torn tail from
+damage in the middle, appending with short-write handling, group fsync, and
+the ``<name>.current`` pointer. Imports: errors, jobs, fs, framing.
+
+Group commit: appends happen under the queue's lock, fsync does not. A thread
+that appended waits until the file is durable through its own last byte; the
+first waiter runs one fsync that covers everyone who appended before it began,
+so eight threads (or four processes, through the kernel) share fsyncs.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+import re
+import threading
+from collections.abc import Iterator
+
+from .errors import CorruptLogError, StorageError
+from .framing import (
+    FRAME_SIZE,
+    HEADER_SIZE,
+    MAX_GENERATION,
+    Frame,
+    FrameStatus,
+    HeaderError,
+    decode_frame,
+    decode_header,
+    encode_header,
+    plausible_frame_at,
+)
+from .fs import FileSystem
+from .jobs import MAX_RECORD_BYTES
+
+#: Bytes read per call while scanning. Big enough to amortise syscalls.
+READ_CHUNK = 1 << 20
+#: Queue names: safe as file names on every platform, no path separators.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.match(name) or name.endswith((".log", ".tmp")):
+        raise ValueError(
+            f"queue name {name!r} is not allowed: use 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit"
+        )
+    return name
+
+
+def log_path(directory: str, name: str, generation: int) -> str:
+    return os.path.join(directory, f"{name}.{generation:06d}.log")
+
+
+def pointer_path(directory: str, name: str) -> str:
+    return os.path.join(directory, f"{name}.current")
+
+
+def lock_path(directory: str, name: str) -> str:
+    return os.path.join(directory, f"{name}.lock")
+
+
+def storage_error(exc: OSError, doing: str, path: str | None) -> StorageError:
+    """Wrap an OSError in a StorageError whose message says what failed and what to do."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    hint = ""
+    if exc.errno == errno_mod.ENOSPC:
+        hint = " The disk is full: free space, then retry (nothing was reported done)."
+    elif exc.errno == errno_mod.EROFS:
+        hint = " The filesystem is read-only."
+    elif exc.errno == errno_mod.EIO:
+        hint = " The disk reported an I/O error: check it, then reopen the queue."
+    return StorageError(f"{doing} {path or ''} failed: {reason}.{hint}".replace("  ", " "), errno=exc.errno, path=path)
+
+
+# ---------------------------------------------------------------- pointer file
+def read_pointer(fs: FileSystem, directory: str, name: str) -> int | None:
+    """The authoritative generation, or None when no compaction has happened yet."""
+    path = pointer_path(directory, name)
+    try:
+        fd = fs.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno_mod.ELOOP:
+            from .errors import UnsafeQueueError
+
+            raise UnsafeQueueError(f"{path} is a symlink; nobroker refuses symlinked queue files") from None
+        raise storage_error(exc, "reading", path) from None
+    try:
+        data = fs.pread(fd, 64, 0)
+    finally:
+        fs.close(fd)
+    text = data.decode("ascii", "replace").strip()
+    if not text.isdigit() or int(text) > MAX_GENERATION:
+        raise CorruptLogError(
+            f"{path} should hold one generation number (0-{MAX_GENERATION}) but holds {text[:40]!r}. "
+            "Run `nobroker verify` to see which generation files exist, then `nobroker repair`.",
+            path=path,
+        )
+    return int(text)
+
+
+def write_pointer(fs: FileSystem, directory: str, name: str, generation: int, *, sync: bool) -> None:
+    """Atomically replace the pointer: temp file (O_EXCL), fsync, rename, fsync directory."""
+    path = pointer_path(directory, name)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        if fs.exists(tmp):
+            fs.unlink(tmp)
+        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            data = f"{generation}\n".encode("ascii")
+            write_fully(fs, fd, data, 0)
+            if sync:
+                fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        fs.replace(tmp, path)
+        if sync:
+            fs.fsync_dir(directory)
+    except OSError as exc:
+        raise storage_error(exc, "writing the generation pointer", path) from None
+
+
+def write_fully(fs: FileSystem, fd: int, data: bytes, offset: int) -> None:
+    """pwrite until every byte is written; a write that makes no progress is an error."""
+    view = memoryview(data)
+    while view:
+        n = fs.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno_mod.EIO, "write made no progress")
+        view = view[n:]
+        offset += n
+
+
+# ---------------------------------------------------------------- one generation
+class LogFile:
+    """An open generation file: read forward, append, fsync together."""
+
+    def __init__(self, fs: FileSystem, path: str, fd: int, generation: int, size: int) -> None:
+        self.fs = fs
+        self.path = path
+        self.fd = fd
+        self.generation = generation
+        self.written_end = size  # end of what this process knows is in the file
+        self.durable_end = size if size else HEADER_SIZE
+        self._sync = threading.Condition(threading.Lock())
+        self._syncing = False
+        self._failed: StorageError | None = None
+        self.closed = False
+
+    # ---------------- opening
+    @classmethod
+    def create(cls, fs: FileSystem, directory: str, name: str, generation: int, *, sync: bool) -> LogFile:
+        """Create generation ``generation`` with just a header: temp, fsync, rename, fsync dir."""
+        path = log_path(directory, name, generation)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            if fs.exists(tmp):
+                fs.unlink(tmp)
+            fd = fs.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                write_fully(fs, fd, encode_header(generation), 0)
+                if sync:
+                    fs.fsync(fd)
+                fs.replace(tmp, path)
+                if sync:
+                    fs.fsync_dir(directory)
+            except BaseException:
+                fs.close(fd)
+                raise
+        except OSError as exc:
+            raise storage_error(exc, "creating", path) from None
+        return cls(fs, path, fd, generation, HEADER_SIZE)
+
+    @classmethod
+    def open(cls, fs: FileSystem, path: str, *, writable: bool = True, expect_generation: int | None = None) -> LogFile:
+        try:
+            fd = fs.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if exc.errno == errno_mod.ELOOP:
+                from .errors import UnsafeQueueError
+
+                raise UnsafeQueueError(f"{path} is a symlink; nobroker refuses symlinked queue files") from None
+            raise storage_error(exc, "opening", path) from None
+        try:
+            head = fs.pread(fd, HEADER_SIZE, 0)
+            try:
+                header = decode_header(head)
+            except HeaderError as exc:
+                hint = (
+                    " The file is empty: if this queue never held jobs, delete it; otherwise restore it from a backup."
+                    if not head
+                    else ""
+                )
+                raise CorruptLogError(f"{path}: {exc}.{hint}", path=path, offset=0) from None
+            if expect_generation is not None and header.generation != expect_generation:
+                raise CorruptLogError(
+                    f"{path}: header says generation {header.generation}, file name says {expect_generation}",
+                    path=path,
+                    offset=0,
+                )
+        except BaseException:
+            fs.close(fd)
+            raise
+        return cls(fs, path, fd, header.generation, HEADER_SIZE)
+
+    # ---------------- reading
+    def size(self) -> int:
+        return self.fs.size(self.fd)
+
+    def scan(self, start: int, end: int | None = None) -> Iterator[Frame]:
+        """Every whole record from ``start`` up to ``end`` (default: end of file).
+
+        Yields OK frames; if reading stops on anything else (a torn or damaged
+        record) that frame is yielded last. Reads in chunks, so memory stays
+        under twice the largest record however long the log is.
+        """
+        fs, fd = self.fs, self.fd
+        file_end = fs.size(fd) if end is None else end
+        pos = start
+        want = READ_CHUNK
+        while pos < file_end:
+            buf = fs.pread(fd, min(want, file_end - pos), pos)
+            if not buf:
+                return
+            i = 0
+            n = len(buf)
+            stop = None
+            while i < n:
+                frame = decode_frame(buf, i, pos)
+                if frame.status is FrameStatus.OK:
+                    yield frame
+                    i += FRAME_SIZE + frame.length
+                    continue
+                stop = frame
+                break
+            if stop is None:
+                pos += i
+                want = READ_CHUNK
+                continue
+            if stop.status is FrameStatus.INCOMPLETE and pos + n < file_end:
+                # The record runs past this chunk: read again from its start.
+                pos = stop.offset
+                want = max(READ_CHUNK, FRAME_SIZE + min(stop.length, MAX_RECORD_BYTES))
+                continue
+            yield stop
+            return
+
+    def valid_record_after(self, offset: int, end: int | None = None) -> int | None:
+        """Offset of the first whole, CRC-valid record starting after ``offset``, if any.
+
+        This is what separates a torn tail (nothing valid follows: safe to cut)
+        from damage in the middle (valid records follow: never drop them).
+        """
+        fs, fd = self.fs, self.fd
+        file_end = fs.size(fd) if end is None else end
+        pos = offset + 1
+        overlap = FRAME_SIZE + MAX_RECORD_BYTES
+        while pos < file_end:
+            # Read a window; a record starting inside it may extend past it, so
+            # windows overlap by the largest possible record.
+            buf = fs.pread(fd, min(READ_CHUNK + overlap, file_end - pos), pos)
+            limit = min(READ_CHUNK, len(buf))
+            view = memoryview(buf)
+            for i in range(limit):
+                if plausible_frame_at(view, i):
+                    return pos + i
+            pos += limit
+        return None
+
+    # ---------------- writing
+    def append(self, data: bytes, offset: int) -> int:
+        """Write ``data`` at ``offset`` (the current end); returns the new end.
+
+        A failed or short write is rolled back by truncating to ``offset``, so
+        the file never keeps a torn record in the middle of live records.
+        """
+        self.check_usable()
+        try:
+            write_fully(self.fs, self.fd, data, offset)
+        except OSError as exc:
+            error = storage_error(exc, "appending to", self.path)
+            try:
+                self.fs.truncate(self.fd, offset)
+            except OSError:
+                # Could not roll back: whatever is past ``offset`` is a torn tail that
+                # the next opener truncates. This object must not write again.
+                self._failed = error
+            raise error from None
+        end = offset + len(data)
+        with self._sync:
+            self.written_end = end
+        return end
+
+    def truncate(self, size: int) -> None:
+        try:
+            self.fs.truncate(self.fd, size)
+        except OSError as exc:
+            raise storage_error(exc, "truncating the torn tail of", self.path) from None
+        with self._sync:
+            self.written_end = size
+            self.durable_end = min(self.durable_end, size)
+
+    def note_end(self, end: int) -> None:
+        """Records up to ``end`` exist (a peer wrote them); we may need to fsync them too."""
+        with self._sync:
+            if end > self.written_end:
+                self.written_end = end
+
+    def sync_through(self, end: int) -> None:
+        """Return once the file is durable through ``end``, sharing fsyncs with other threads."""
+        cond = self._sync
+        with cond:
+            while self.durable_end < end:
+                if self._failed is not None:
+                    raise self._failed
+                if self._syncing:
+                    cond.wait()
+                    continue
+                self._syncing = True
+                target = self.written_end
+                cond.release()
+                try:
+                    self.fs.fsync(self.fd)
+                except OSError as exc:
+                    # Never retry: after a failed fsync the kernel may have dropped
+                    # the dirty pages and a second fsync would report success.
+                    self._failed = storage_error(exc, "fsync of", self.path)
+                finally:
+                    cond.acquire()
+                    self._syncing = False
+                    cond.notify_all()
+                if self._failed is None and target > self.durable_end:
+                    self.durable_end = target
+            if self._failed is not None and self.durable_end < end:
+                raise self._failed
+
+    def check_usable(self) -> None:
+        if self._failed is not None:
+            raise StorageError(
+                f"{self._failed} This queue object refuses further writes; open the queue again.",
+                errno=self._failed.errno,
+                path=self.path,
+            )
+
+    @property
+    def failed(self) -> StorageError | None:
+        return self._failed
+
+    def close(self) -> None:
+        with self._sync:
+            while self._syncing:
+                self._sync.wait()
+            if self.closed:
+                return
+            self.closed = True
+        try:
+            self.fs.close(self.fd)
+        except OSError:
+            pass
+
+
+def list_generations(fs: FileSystem, directory: str, name: str) -> list[int]:
+    """Generation numbers that have a log file for ``name`` in ``directory``."""
+    pattern = re.compile(re.escape(name) + r"\.(\d{6})\.log$")
+    found = []
+    for entry in fs.listdir(directory):
+        m = pattern.match(entry)
+        if m:
+            found.append(int(m.group(1)))
+    return sorted(found)

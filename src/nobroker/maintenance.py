@@ -1,0 +1,293 @@
+"""Looking at and mending a file queue from outside: inspect, verify, repair.
+
+Owns: inspect_log (every record with its offset, damage shown), verify (a
+read-only check that reports exactly what it found), repair (keeps a damaged
+file aside and rebuilds the queue from its valid records), list_queues.
+Imports: errors, jobs, fs, framing, log, lock, replay, compaction.
+
+None of these run on a queue's hot path; they exist for the operator and the
+CLI (`nobroker inspect | verify | repair`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .compaction import flip, write_generation
+from .errors import CorruptLogError, NobrokerError
+from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, decode_header
+from .fs import OS_FILESYSTEM, FileSystem
+from .jobs import JobState
+from .lock import QueueLock
+from .log import LogFile, list_generations, lock_path, log_path, pointer_path, read_pointer
+from .replay import QueueState
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """One record as it sits in the file (or the header, or the damage that ends the file)."""
+
+    offset: int
+    length: int
+    type: int
+    type_name: str
+    body: dict[str, Any] | None
+    damage: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def list_queues(directory: str, *, fs: FileSystem = OS_FILESYSTEM) -> list[str]:
+    """Names of the queues that have files in ``directory``."""
+    names = set()
+    pattern = re.compile(r"^(.+)\.(?:\d{6}\.log|current|lock)$")
+    for entry in fs.listdir(directory):
+        m = pattern.match(entry)
+        if m:
+            names.add(m.group(1))
+    return sorted(names)
+
+
+def current_generation(directory: str, name: str, fs: FileSystem = OS_FILESYSTEM) -> int:
+    pointer = read_pointer(fs, directory, name)
+    return 0 if pointer is None else pointer
+
+
+def _type_name(rtype: int) -> str:
+    try:
+        return RecordType(rtype).name
+    except ValueError:
+        return f"UNKNOWN({rtype})"
+
+
+def inspect_log(
+    directory: str, name: str = "default", *, generation: int | None = None, fs: FileSystem = OS_FILESYSTEM
+) -> Iterator[RecordView]:
+    """Every record of one generation (default: the current one), read-only.
+
+    The header comes first as type_name "HEADER". If the file is damaged, the
+    last view carries ``damage`` and says whether valid records follow.
+    """
+    if generation is None:
+        generation = current_generation(directory, name, fs)
+    path = log_path(directory, name, generation)
+    log = LogFile.open(fs, path, writable=False)
+    try:
+        head = fs.pread(log.fd, HEADER_SIZE, 0)
+        header = decode_header(head)
+        yield RecordView(0, HEADER_SIZE, 0, "HEADER", {"version": header.version, "generation": header.generation})
+        for fr in log.scan(HEADER_SIZE):
+            if fr.status is FrameStatus.OK:
+                yield RecordView(fr.offset, fr.length, fr.rtype, _type_name(fr.rtype), fr.body)
+                continue
+            after = log.valid_record_after(fr.offset)
+            size = log.size()
+            if after is None:
+                damage = f"{fr.status.value}: torn tail of {size - fr.offset} bytes (an interrupted write; opening the queue cuts it)"
+            else:
+                damage = f"{fr.status.value}: damage in the middle, valid records follow at offset {after} (`nobroker repair`)"
+            yield RecordView(fr.offset, fr.length, fr.rtype, _type_name(fr.rtype), None, damage)
+            return
+    finally:
+        log.close()
+
+
+@dataclass
+class VerifyReport:
+    """What a read-only check of one queue found. ``ok`` is False when there are problems."""
+
+    directory: str
+    name: str
+    generation: int | None = None
+    records: int = 0
+    jobs: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    torn_bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ok"] = self.ok
+        return out
+
+
+def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYSTEM) -> VerifyReport:
+    """Check a queue without changing a byte: folder, pointer, header, every record, replay."""
+    directory = os.path.abspath(directory)
+    report = VerifyReport(directory, name)
+    try:
+        st = fs.lstat(directory)
+    except FileNotFoundError:
+        report.problems.append(f"{directory} does not exist")
+        return report
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        report.problems.append(f"{directory} belongs to uid {st.st_uid}, not to you")
+    if st.st_mode & stat.S_IWOTH:
+        report.problems.append(f"{directory} is writable by every user (mode {stat.S_IMODE(st.st_mode):o})")
+    try:
+        generation = current_generation(directory, name, fs)
+    except NobrokerError as exc:
+        report.problems.append(str(exc))
+        return report
+    report.generation = generation
+    path = log_path(directory, name, generation)
+    if not fs.exists(path):
+        existing = list_generations(fs, directory, name)
+        if generation == 0 and not existing and not fs.exists(pointer_path(directory, name)):
+            report.problems.append(f"no queue named {name!r} in {directory}")
+        else:
+            report.problems.append(f"{path} is missing (generations present: {existing or 'none'})")
+        return report
+    for other in list_generations(fs, directory, name):
+        if other != generation:
+            report.notes.append(f"{log_path(directory, name, other)} is left over from a compaction; the next open removes it")
+    state = QueueState()
+    try:
+        for view in inspect_log(directory, name, generation=generation, fs=fs):
+            if view.type_name == "HEADER":
+                continue
+            if view.damage is not None:
+                if "torn tail" in view.damage:
+                    report.torn_bytes = fs.lstat(path).st_size - view.offset
+                    report.notes.append(f"offset {view.offset}: {view.damage}")
+                else:
+                    report.problems.append(f"offset {view.offset}: {view.damage}")
+                break
+            state.apply(view.type, view.body or {}, view.offset)
+    except CorruptLogError as exc:
+        report.problems.append(str(exc))
+        return report
+    except (KeyError, TypeError, ValueError) as exc:
+        report.problems.append(f"a record does not replay: {exc!r}")
+        return report
+    report.records = state.records
+    report.jobs = len(state.jobs)
+    report.counts = {s.value: state.counts[s] for s in JobState}
+    if state.anomalies:
+        report.problems.append(f"{state.anomalies} record(s) name jobs the log does not hold")
+    return report
+
+
+@dataclass
+class RepairReport:
+    """What repair did: where the damaged file went and what was kept."""
+
+    directory: str
+    name: str
+    repaired: bool = False
+    kept_aside: str | None = None
+    old_generation: int | None = None
+    new_generation: int | None = None
+    records_kept: int = 0
+    bytes_dropped: int = 0
+    jobs: int = 0
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def repair(
+    directory: str, name: str = "default", *, lock_timeout: float = 10.0, fs: FileSystem = OS_FILESYSTEM
+) -> RepairReport:
+    """Rebuild a damaged queue from every valid record, keeping the damaged file aside.
+
+    Records inside a damaged stretch are lost (they cannot be read); every
+    valid record before and after it is kept. The damaged file is renamed to
+    ``<file>.damaged-<unix time>`` and never deleted by nobroker.
+    """
+    directory = os.path.abspath(directory)
+    report = RepairReport(directory, name)
+    lock = QueueLock(fs, lock_path(directory, name), lock_timeout)
+    lock.acquire(exclusive=True)
+    try:
+        try:
+            generation: int | None = current_generation(directory, name, fs)
+        except CorruptLogError:
+            generation = None
+        existing = list_generations(fs, directory, name)
+        if generation is None or generation not in existing:
+            if not existing:
+                report.message = "nothing to repair: no generation file exists"
+                return report
+            generation = existing[-1]  # the newest file is the best guess for the truth
+        report.old_generation = generation
+        path = log_path(directory, name, generation)
+        log = LogFile.open(fs, path, writable=False)
+        try:
+            state = QueueState()
+            size = log.size()
+            pos = HEADER_SIZE
+            dropped = 0
+            while pos < size:
+                stopped = None
+                for fr in log.scan(pos):
+                    if fr.status is FrameStatus.OK:
+                        try:
+                            state.apply(fr.rtype, fr.body or {}, fr.offset)
+                        except (KeyError, TypeError, ValueError):
+                            dropped += FRAME_SIZE + fr.length
+                        pos = fr.end
+                        continue
+                    stopped = fr
+                    break
+                if stopped is None:
+                    break
+                after = log.valid_record_after(stopped.offset, size)
+                end = size if after is None else after
+                dropped += end - stopped.offset
+                pos = end
+            if dropped == 0 and read_pointer_ok(fs, directory, name, generation):
+                report.message = "the queue is sound; nothing was changed"
+                report.jobs = len(state.jobs)
+                return report
+            live = list(state.jobs.values())
+
+            def read_body(entry: Any) -> dict[str, Any]:
+                head = fs.pread(log.fd, FRAME_SIZE, entry.offset)
+                from .framing import decode_frame
+
+                length = int.from_bytes(head[:4], "little")
+                fr = decode_frame(head + fs.pread(log.fd, length, entry.offset + FRAME_SIZE), 0, entry.offset)
+                return dict(fr.body or {})
+
+            new_gen = max(existing + [generation]) + 1
+            new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True)
+            new.close()
+        finally:
+            log.close()
+        aside = f"{path}.damaged-{int(time.time())}"
+        fs.replace(path, aside)
+        flip(fs, directory, name, new_gen, sync=True)
+        report.repaired = True
+        report.kept_aside = aside
+        report.new_generation = new_gen
+        report.records_kept = state.records
+        report.bytes_dropped = dropped
+        report.jobs = len(live)
+        report.message = (
+            f"rebuilt generation {new_gen} from {state.records} valid records ({dropped} damaged bytes dropped); "
+            f"the damaged file is kept as {aside}"
+        )
+        return report
+    finally:
+        lock.close()
+
+
+def read_pointer_ok(fs: FileSystem, directory: str, name: str, generation: int) -> bool:
+    try:
+        return current_generation(directory, name, fs) == generation
+    except CorruptLogError:
+        return False

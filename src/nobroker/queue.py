@@ -1,0 +1,373 @@
+"""The public Queue: one facade, two storages.
+
+Owns: Queue (argument checking, ``Job | id`` → ``(id, token)``, encoding
+payloads and results once, choosing the storage). Imports: errors, jobs,
+storage, filestore; postgres only when a DSN is given (it needs psycopg).
+
+Everything a caller can get wrong is caught here, before any storage sees it,
+so both storages refuse bad input identically and nothing is written.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from .errors import QueueClosedError
+from .jobs import (
+    DEFAULT_KIND,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_BATCH_JOBS,
+    MAX_ERROR_CHARS,
+    MAX_ID_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PRIORITY,
+    MAX_RESULT_BYTES,
+    MAX_SECONDS,
+    MIN_PRIORITY,
+    BackoffPolicy,
+    CompactionResult,
+    Job,
+    JobState,
+    QueueStats,
+    RecoveryReport,
+    dump_json,
+)
+from .storage import EnqueueSpec, Storage, is_dsn
+
+JobRef = Job | str
+
+
+class Queue:
+    """A durable job queue. Enqueue work, lease it, ack it.
+
+    ``Queue("./jobs")`` keeps the queue in a folder on local disk (created if
+    missing); ``Queue("postgresql://...")`` keeps it in PostgreSQL (needs the
+    optional ``psycopg`` driver). Both behave the same.
+
+    ``fsync=False`` skips fsync: faster, and NOT durable (a power cut can lose
+    acknowledged work). ``auto_compact`` is the share of superseded bytes in
+    the log at which the file storage compacts by itself (None: never).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        name: str = "default",
+        *,
+        fsync: bool = True,
+        visibility_timeout: float = 30.0,
+        max_attempts: int = 5,
+        backoff: BackoffPolicy | None = None,
+        lock_timeout: float = 10.0,
+        clock: Callable[[], float] | None = None,
+        auto_compact: float | None = 0.5,
+        **storage_options: Any,
+    ) -> None:
+        visibility_timeout = _seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+        max_attempts = _attempts(max_attempts)
+        lock_timeout = _seconds(lock_timeout, "lock_timeout")
+        if backoff is None:
+            backoff = BackoffPolicy()
+        elif not isinstance(backoff, BackoffPolicy):
+            raise TypeError(f"backoff must be a BackoffPolicy, got {type(backoff).__name__}")
+        if auto_compact is not None and not (isinstance(auto_compact, (int, float)) and 0 < auto_compact <= 1):
+            raise ValueError(f"auto_compact is a share of the log between 0 and 1 (or None for never), got {auto_compact!r}")
+        self._storage: Storage
+        if is_dsn(path):
+            from .postgres import PostgresStorage  # optional: needs psycopg
+
+            self._storage = PostgresStorage(
+                str(path), name, fsync=fsync, visibility_timeout=visibility_timeout, max_attempts=max_attempts,
+                backoff=backoff, lock_timeout=lock_timeout, clock=clock, **storage_options,
+            )  # fmt: skip
+        else:
+            from .filestore import FileStorage
+
+            self._storage = FileStorage(
+                path, name, fsync=fsync, visibility_timeout=visibility_timeout, max_attempts=max_attempts,
+                backoff=backoff, lock_timeout=lock_timeout, clock=clock, auto_compact=auto_compact,
+                **storage_options,
+            )  # fmt: skip
+        self._name = name
+        self.visibility_timeout = visibility_timeout
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self._closed = False
+
+    # ------------------------------------------------------------ producing
+    def enqueue(
+        self,
+        payload: Any,
+        *,
+        priority: int = 0,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+        job_id: str | None = None,
+        kind: str = DEFAULT_KIND,
+        dedupe_key: str | None = None,
+        conn: Any = None,
+    ) -> Job:
+        """Add one job and return it once it is durable.
+
+        ``job_id`` makes the call idempotent: while the queue still holds a job
+        with that id (in any state, until a compaction drops it once done, or
+        a purge), the existing job is returned and nothing is scheduled.
+        ``dedupe_key`` allows one ready-or-leased job per (kind, key).
+        """
+        spec = self._spec(payload, priority, delay, max_attempts, job_id, kind, dedupe_key)
+        return self._open_storage().enqueue([spec], conn)[0]
+
+    def enqueue_many(
+        self,
+        payloads: Iterable[Any],
+        *,
+        priority: int = 0,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+        job_ids: Sequence[str | None] | None = None,
+        kind: str = DEFAULT_KIND,
+        dedupe_keys: Sequence[str | None] | None = None,
+        conn: Any = None,
+    ) -> list[Job]:
+        """Add many jobs in one durable write (one fsync for the whole batch)."""
+        payloads = list(payloads)
+        if len(payloads) > MAX_BATCH_JOBS:
+            raise ValueError(f"enqueue_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(payloads):,}")
+        job_ids = _per_job(job_ids, len(payloads), "job_ids")
+        dedupe_keys = _per_job(dedupe_keys, len(payloads), "dedupe_keys")
+        specs = [
+            self._spec(p, priority, delay, max_attempts, i, kind, k) for p, i, k in zip(payloads, job_ids, dedupe_keys)
+        ]
+        if not specs:
+            return []
+        return self._open_storage().enqueue(specs, conn)
+
+    def _spec(
+        self, payload: Any, priority: int, delay: float, max_attempts: int | None, job_id: str | None,
+        kind: str, dedupe_key: str | None,
+    ) -> EnqueueSpec:  # fmt: skip
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+        if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+            raise ValueError(f"priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}")
+        return EnqueueSpec(
+            payload=payload,
+            payload_json=dump_json(payload, what="payload"),
+            priority=priority,
+            delay=_seconds(delay, "delay"),
+            max_attempts=self.max_attempts if max_attempts is None else _attempts(max_attempts),
+            job_id=None if job_id is None else _name(job_id, "job_id", MAX_ID_CHARS),
+            kind=_name(kind, "kind", MAX_NAME_CHARS),
+            dedupe_key=None if dedupe_key is None else _name(dedupe_key, "dedupe_key", MAX_NAME_CHARS),
+        )
+
+    # ------------------------------------------------------------ consuming
+    def lease(
+        self, count: int = 1, *, visibility_timeout: float | None = None, kinds: Iterable[str] | None = None
+    ) -> list[Job]:
+        """Lease up to ``count`` runnable jobs (highest priority, then oldest). Never blocks.
+
+        Each leased job is invisible to others until its deadline (now +
+        visibility timeout); ack, nack or extend it before then.
+        """
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"count must be a non-negative int, got {count!r}")
+        count = min(count, MAX_BATCH_JOBS)
+        timeout = self.visibility_timeout if visibility_timeout is None else _seconds(
+            visibility_timeout, "visibility_timeout", allow_zero=False
+        )
+        kind_set = None
+        if kinds is not None:
+            if isinstance(kinds, str):
+                kinds = [kinds]
+            kind_set = frozenset(_name(k, "kind", MAX_NAME_CHARS) for k in kinds)
+        if count == 0:
+            return []
+        return self._open_storage().lease(count, timeout, kind_set)
+
+    def lease_one(self, *, visibility_timeout: float | None = None, kinds: Iterable[str] | None = None) -> Job | None:
+        """Lease one job, or return None if none is runnable now."""
+        jobs = self.lease(1, visibility_timeout=visibility_timeout, kinds=kinds)
+        return jobs[0] if jobs else None
+
+    def ack(self, job: JobRef, *, result: Any = None) -> None:
+        """Mark a leased job done, storing ``result`` (JSON) with it.
+
+        Raises NotLeasedError if your lease is stale. Acking a job that is
+        already done under the same lease (or by id) does nothing.
+        """
+        job_id, token = _ref(job)
+        result_json = None if result is None else dump_json(result, what="result", limit=MAX_RESULT_BYTES)
+        self._open_storage().ack(job_id, token, result_json, result)
+
+    def nack(
+        self, job: JobRef, *, error: str | None = None, delay: float | None = None, permanent: bool = False
+    ) -> Job:
+        """Give a leased job back: ready again after ``delay`` (default: the backoff policy),
+        or dead once it has used ``max_attempts`` or when ``permanent`` is true."""
+        job_id, token = _ref(job)
+        if error is not None:
+            error = str(error)[:MAX_ERROR_CHARS]
+        if delay is not None:
+            delay = _seconds(delay, "delay")
+        return self._open_storage().nack(job_id, token, error, delay, bool(permanent))
+
+    def extend(self, job: JobRef, seconds: float) -> Job:
+        """Set a leased job's deadline to now + ``seconds`` (a heartbeat; never accumulates)."""
+        job_id, token = _ref(job)
+        return self._open_storage().extend(job_id, token, _seconds(seconds, "seconds", allow_zero=False))
+
+    def set_stage(self, job: JobRef, stage: str | None) -> Job:
+        """Record what a running handler is doing now (visible in get/list/CLI/dashboard)."""
+        job_id, token = _ref(job)
+        if stage is not None:
+            stage = _name(stage, "stage", MAX_NAME_CHARS)
+        return self._open_storage().set_stage(job_id, token, stage)
+
+    # ------------------------------------------------------------ looking
+    def get(self, job_id: str) -> Job:
+        """The job with this id, in its current state (JobNotFoundError if unknown)."""
+        return self._open_storage().get(_name(job_id, "job_id", MAX_ID_CHARS))
+
+    def stats(self) -> QueueStats:
+        """Counts by state: ready (runnable now), delayed, leased, done, dead, total."""
+        return self._open_storage().stats()
+
+    def list_jobs(
+        self, state: JobState | str | None = None, *, limit: int | None = None, offset: int = 0, kind: str | None = None
+    ) -> list[Job]:
+        """Jobs oldest first, optionally only one state or kind, paged by ``offset``/``limit``."""
+        if state is not None:
+            try:
+                state = JobState(state)
+            except ValueError:
+                raise ValueError(f"state must be one of ready, leased, done, dead; got {state!r}") from None
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        if limit == 0:
+            return []
+        return self._open_storage().list_jobs(state, limit, offset, kind)  # type: ignore[arg-type]
+
+    def dlq(self, *, limit: int | None = None) -> list[Job]:
+        """The dead-letter queue: jobs that failed for good, oldest first."""
+        return self.list_jobs(JobState.DEAD, limit=limit)
+
+    def requeue_dead(self, job_id: str | None = None) -> int:
+        """Make dead jobs ready again with attempts reset; None revives the whole DLQ."""
+        if job_id is not None:
+            job_id = _name(job_id, "job_id", MAX_ID_CHARS)
+        return self._open_storage().requeue_dead(job_id)
+
+    def purge(self) -> int:
+        """Remove every job, in every state. Returns how many there were."""
+        return self._open_storage().purge()
+
+    def compact(self) -> CompactionResult:
+        """Drop done jobs for good and rewrite the rest compactly."""
+        return self._open_storage().compact()
+
+    def wait_for_jobs(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until work may have arrived (a hint for idle workers)."""
+        if self._closed:
+            return False
+        return self._storage.wait_for_jobs(_seconds(timeout, "timeout"))
+
+    # ------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Release files (or connections). Further calls raise QueueClosedError."""
+        if not self._closed:
+            self._closed = True
+            self._storage.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self._open_storage().count()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("durable" if self.durable else "NOT durable: fsync=False")
+        return f"<nobroker.Queue {self._name!r} at {self.path!r} ({state})>"
+
+    @property
+    def path(self) -> str:
+        """The folder (file storage) or the DSN without its password (PostgreSQL)."""
+        return self._storage.location
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def durable(self) -> bool:
+        """False when opened with fsync=False: acknowledged work may be lost in a power cut."""
+        return self._storage.durable
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        """What opening the queue found (torn tail cut, records replayed, time taken)."""
+        return self._storage.recovery
+
+    @property
+    def storage(self) -> Storage:
+        """The storage behind this facade (for tools; its interface is not a stable API)."""
+        return self._storage
+
+    def _open_storage(self) -> Storage:
+        if self._closed:
+            raise QueueClosedError(f"queue {self._name!r} is closed; open a new Queue")
+        return self._storage
+
+
+# ---------------------------------------------------------------- argument checks
+def _ref(job: JobRef) -> tuple[str, str | None]:
+    if isinstance(job, Job):
+        return job.id, job.lease_token
+    if isinstance(job, str):
+        return _name(job, "job id", MAX_ID_CHARS), None
+    raise TypeError(f"expected a Job or a job id string, got {type(job).__name__}")
+
+
+def _seconds(value: Any, what: str, *, allow_zero: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero) or value > MAX_SECONDS:
+        bound = "> 0" if not allow_zero else ">= 0"
+        raise ValueError(f"{what} must be finite, {bound} and at most {MAX_SECONDS:g} seconds, got {value!r}")
+    return value
+
+
+def _attempts(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise ValueError(f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT:,}, got {value!r}")
+    return value
+
+
+def _name(value: Any, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    if not value or len(value) > limit:
+        raise ValueError(f"{what} must be 1 to {limit} characters, got {len(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} must be valid Unicode text (it contains a lone surrogate)") from None
+    return value
+
+
+def _per_job(values: Sequence[Any] | None, n: int, what: str) -> list[Any]:
+    if values is None:
+        return [None] * n
+    values = list(values)
+    if len(values) != n:
+        raise ValueError(f"{what} has {len(values)} entries for {n} payloads")
+    return values

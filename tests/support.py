@@ -1,0 +1,75 @@
+"""Shared test helpers: temp folders, a controllable clock, the slow marker.
+
+Imports: the standard library and nobroker only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import unittest
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+QUICK = os.environ.get("NOBROKER_QUICK") == "1"
+LONG = os.environ.get("NOBROKER_LONG") == "1"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def slow(thing: T) -> T:
+    """Mark a test (or class) as a slow sweep: ``python make.py test-quick`` skips it."""
+    return unittest.skipIf(QUICK, "slow sweep: skipped by test-quick")(thing)  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def temp_queue_dir(prefix: str = "nobroker-test-") -> Iterator[str]:
+    """A fresh folder for a queue, removed afterwards."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class FakeClock:
+    """A wall clock the test moves by hand. Thread-safe; starts at a fixed epoch."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> float:
+        with self._lock:
+            self._now += seconds
+            return self._now
+
+
+class TempDirTestCase(unittest.TestCase):
+    """A TestCase with ``self.dir``: a fresh temp folder per test."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.dir = tempfile.mkdtemp(prefix="nobroker-test-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01) -> bool:
+    """Poll ``predicate`` until true or ``timeout``; returns its last value."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
