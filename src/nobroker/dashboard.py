@@ -288,7 +288,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 logger.exception("dashboard: unexpected error on %s %s", method, self.path)
                 raise _HTTPError(500, "internal error; see the server's log") from None
         except _HTTPError as err:
-            self._send_json(err.status, {"error": err.message}, err.headers)
+            # A refused request may leave its body unread on the socket, where it
+            # would be parsed as the next request: close the connection instead.
+            self.close_connection = True
+            self._send_json(err.status, {"error": err.message}, {**err.headers, "Connection": "close"})
         except (BrokenPipeError, ConnectionResetError):
             # The client went away mid-answer: nothing to tell it.
             pass

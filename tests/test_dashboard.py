@@ -1,0 +1,715 @@
+"""The dashboard's HTTP side, without a browser: every endpoint, every safety rule, /metrics.
+
+Imports: the standard library, nobroker, tests.support. Each test runs a real
+dashboard server on a free loopback port over a real file queue in a temp dir
+and talks to it with http.client.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import math
+import re
+import socket
+import threading
+import unittest
+import urllib.parse
+from typing import Any
+
+from nobroker import Queue
+from nobroker.dashboard import (
+    CSRF_HEADER,
+    MAX_BODY_BYTES,
+    MAX_PAGE_JOBS,
+    SESSION_COOKIE,
+    DashboardConfigError,
+    DashboardServer,
+    is_loopback_host,
+    make_server,
+    serve,
+)
+from nobroker.errors import NobrokerError
+from nobroker.jobs import MAX_PRIORITY, JobState
+from tests.support import TempDirTestCase
+
+SCRIPT_PAYLOAD = "<script>alert(1)</script>"
+#: How often a test server checks for shutdown (the default half second adds up over many tests).
+POLL_SECONDS = 0.05
+
+# One sample line of the Prometheus text format 0.0.4: name{labels} value.
+_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+SAMPLE_RE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
+    r"(?:\{(?P<labels>" + _LABEL + r"(?:," + _LABEL + r")*)?\})?"
+    r" (?P<value>[-+]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+|NaN|Inf))"
+    r"(?: -?[0-9]+)?$"
+)
+HELP_RE = re.compile(r"^# HELP [a-zA-Z_:][a-zA-Z0-9_:]* .+$")
+TYPE_RE = re.compile(r"^# TYPE (?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$")
+
+
+class Response:
+    def __init__(self, status: int, headers: http.client.HTTPMessage, body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+
+class DashboardCase(TempDirTestCase):
+    """A file queue in a temp dir and a dashboard over it on a free port."""
+
+    token: str | None = None
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.queue = Queue(self.dir, fsync=False)
+        self.addCleanup(self.queue.close)
+        self.server = make_server(self.queue, host="127.0.0.1", port=0, token=self.token)
+        thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), name="dashboard", daemon=True)
+        thread.start()
+        self.addCleanup(self.server.server_close)
+        self.addCleanup(thread.join, 10)
+        self.addCleanup(self.server.shutdown)
+        self.port = self.server.server_address[1]
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        csrf: bool | str = True,
+        auth: bool = True,
+    ) -> Response:
+        sent: dict[str, str] = {}
+        if method == "POST" and csrf:
+            sent[CSRF_HEADER] = self.server.csrf_token if csrf is True else str(csrf)
+        if auth and self.token is not None:
+            sent["Authorization"] = f"Bearer {self.token}"
+        data: bytes | None = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            sent["Content-Type"] = "application/json"
+        sent.update(headers or {})
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request(method, path, body=data, headers=sent)
+            resp = conn.getresponse()
+            return Response(resp.status, resp.headers, resp.read())
+        finally:
+            conn.close()
+
+    def get_json(self, path: str) -> Any:
+        resp = self.request("GET", path)
+        self.assertEqual(resp.status, 200, resp.body)
+        self.assertTrue(resp.headers["Content-Type"].startswith("application/json"))
+        return resp.json()
+
+    def assertError(self, resp: Response, status: int, fragment: str = "") -> None:
+        self.assertEqual(resp.status, status, resp.body)
+        self.assertTrue(resp.headers["Content-Type"].startswith("application/json"))
+        error = resp.json()["error"]
+        self.assertIsInstance(error, str)
+        self.assertIn(fragment, error)
+
+    def make_dead(self, payload: Any = "doomed", job_id: str | None = None) -> str:
+        # Top priority, so the lease below takes this job and not another ready one.
+        job = self.queue.enqueue(payload, job_id=job_id, priority=MAX_PRIORITY)
+        leased = self.queue.lease_one()
+        self.assertEqual(leased.id, job.id)
+        self.queue.nack(leased, error="boom", permanent=True)
+        self.assertEqual(self.queue.get(job.id).state, JobState.DEAD)
+        return job.id
+
+    def make_done(self, payload: Any = "finished", result: Any = None) -> str:
+        job = self.queue.enqueue(payload, priority=MAX_PRIORITY)
+        leased = self.queue.lease_one()
+        self.assertEqual(leased.id, job.id)
+        self.queue.ack(leased, result=result)
+        return job.id
+
+    def snapshot(self) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        jobs = [job.to_dict() for job in self.queue.list_jobs()]
+        return self.queue.stats().to_dict(), jobs
+
+
+# ---------------------------------------------------------------- the page
+class PageTest(DashboardCase):
+    def test_page_is_served_with_strict_security_headers(self) -> None:
+        resp = self.request("GET", "/")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(resp.headers["Content-Type"], "text/html; charset=utf-8")
+        csp = resp.headers["Content-Security-Policy"]
+        self.assertIn("default-src 'self'", csp)
+        self.assertIn("frame-ancestors 'none'", csp)
+        self.assertNotIn("unsafe-inline", csp)
+        self.assertNotIn("unsafe-eval", csp)
+        nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]+)'", csp).group(1)
+        # Every script and style block carries this response's nonce; nothing else can run.
+        self.assertEqual(re.findall(r"<script\b[^>]*>", resp.text), [f'<script nonce="{nonce}">'])
+        self.assertEqual(re.findall(r"<style\b[^>]*>", resp.text), [f'<style nonce="{nonce}">'])
+        self.assertEqual(resp.headers["X-Content-Type-Options"], "nosniff")
+        self.assertEqual(resp.headers["X-Frame-Options"], "DENY")
+        self.assertEqual(resp.headers["Referrer-Policy"], "no-referrer")
+        self.assertEqual(resp.headers["Server"], "nobroker")
+
+    def test_each_page_gets_a_fresh_nonce_and_the_server_csrf_token(self) -> None:
+        first, second = self.request("GET", "/"), self.request("GET", "/")
+        nonces = [re.search(r"nonce-([A-Za-z0-9_-]+)", r.headers["Content-Security-Policy"]).group(1) for r in (first, second)]
+        self.assertNotEqual(nonces[0], nonces[1])
+        for resp in (first, second):
+            self.assertIn(f'<meta name="csrf-token" content="{self.server.csrf_token}">', resp.text)
+        self.assertRegex(self.server.csrf_token, r"^[0-9a-f]{64}$")
+
+    def test_page_needs_nothing_from_the_network(self) -> None:
+        page = self.request("GET", "/").text
+        self.assertNotRegex(page, r"(?i)(src|href)\s*=\s*[\"']?(https?:)?//")
+        self.assertNotIn("@import", page)
+        self.assertNotIn("innerHTML", page)
+        self.assertNotIn("outerHTML", page)
+        self.assertNotIn("insertAdjacentHTML", page)
+        self.assertNotIn("document.write", page)
+
+    def test_api_answers_carry_the_security_headers_too(self) -> None:
+        for path in ("/api/stats", "/metrics", "/api/nope"):
+            resp = self.request("GET", path)
+            self.assertEqual(resp.headers["X-Content-Type-Options"], "nosniff", path)
+            self.assertEqual(resp.headers["X-Frame-Options"], "DENY", path)
+            self.assertIn("default-src 'none'", resp.headers["Content-Security-Policy"], path)
+            self.assertEqual(resp.headers["Cache-Control"], "no-store", path)
+
+    def test_head_answers_without_a_body(self) -> None:
+        resp = self.request("HEAD", "/api/stats")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(resp.body, b"")
+
+
+# ---------------------------------------------------------------- the JSON API
+class ApiTest(DashboardCase):
+    def test_stats_match_the_queue(self) -> None:
+        for n in range(3):
+            self.queue.enqueue({"n": n})
+        self.queue.enqueue("later", delay=3600)
+        self.queue.lease_one()
+        data = self.get_json("/api/stats")
+        self.assertEqual(data["stats"], self.queue.stats().to_dict())
+        self.assertEqual(data["stats"], {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0, "total": 4})
+        self.assertEqual(data["queue"], self.queue.name)
+        self.assertFalse(data["durable"])  # this test queue runs with fsync=False
+        self.assertIsInstance(data["now"], float)
+
+    def test_jobs_by_state_with_paging(self) -> None:
+        ids = [self.queue.enqueue({"n": n}).id for n in range(7)]
+        page1 = self.get_json("/api/jobs?state=ready&limit=3&offset=0")
+        self.assertEqual([j["id"] for j in page1["jobs"]], ids[:3])
+        self.assertTrue(page1["has_more"])
+        self.assertEqual((page1["state"], page1["limit"], page1["offset"]), ("ready", 3, 0))
+        page2 = self.get_json("/api/jobs?state=ready&limit=3&offset=3")
+        self.assertEqual([j["id"] for j in page2["jobs"]], ids[3:6])
+        self.assertTrue(page2["has_more"])
+        page3 = self.get_json("/api/jobs?state=ready&limit=3&offset=6")
+        self.assertEqual([j["id"] for j in page3["jobs"]], ids[6:])
+        self.assertFalse(page3["has_more"])
+        self.assertEqual(self.get_json("/api/jobs?state=ready&offset=50")["jobs"], [])
+
+        leased = self.queue.lease_one()
+        self.assertEqual([j["id"] for j in self.get_json("/api/jobs?state=leased")["jobs"]], [leased.id])
+        self.queue.ack(leased)
+        self.assertEqual([j["id"] for j in self.get_json("/api/jobs?state=done")["jobs"]], [leased.id])
+        self.assertEqual([j["id"] for j in self.get_json("/api/jobs?state=all")["jobs"]], ids)
+        self.assertEqual([j["id"] for j in self.get_json("/api/jobs")["jobs"]], ids)
+
+    def test_list_rows_are_summaries_without_lease_tokens(self) -> None:
+        self.queue.enqueue({"big": "x" * 5000})
+        self.queue.lease_one()
+        (row,) = self.get_json("/api/jobs?state=leased")["jobs"]
+        self.assertNotIn("payload", row)
+        self.assertNotIn("lease_token", row)
+        self.assertLessEqual(len(row["payload_preview"]), 200)
+        self.assertTrue(row["payload_preview"].startswith('{"big":"xxx'))
+        self.assertTrue(row["leased"])
+        self.assertEqual(row["attempts"], 1)
+
+    def test_list_parameters_are_checked(self) -> None:
+        for query, fragment in (
+            ("state=bogus", "state"),
+            ("state=delayed", "state"),
+            ("limit=0", "limit"),
+            ("limit=abc", "limit"),
+            (f"limit={MAX_PAGE_JOBS + 1}", "limit"),
+            ("offset=-1", "offset"),
+            ("offset=1.5", "offset"),
+        ):
+            with self.subTest(query=query):
+                self.assertError(self.request("GET", "/api/jobs?" + query), 400, fragment)
+        self.assertError(self.request("GET", "/api/dlq?limit=-3"), 400, "limit")
+
+    def test_one_job_in_full(self) -> None:
+        job = self.queue.enqueue({"to": "a@example.com", "n": [1, 2]}, priority=4, max_attempts=3)
+        leased = self.queue.lease_one()
+        self.queue.set_stage(leased, "sending")
+        detail = self.get_json(f"/api/jobs/{job.id}")["job"]
+        self.assertEqual(detail["payload"], {"to": "a@example.com", "n": [1, 2]})
+        self.assertEqual(detail["state"], "leased")
+        self.assertEqual(detail["stage"], "sending")
+        self.assertEqual((detail["attempts"], detail["max_attempts"], detail["priority"]), (1, 3, 4))
+        self.assertIsNotNone(detail["lease_deadline"])
+        self.assertNotIn("lease_token", detail)
+        self.queue.ack(leased, result={"sent": True})
+        detail = self.get_json(f"/api/jobs/{job.id}")["job"]
+        self.assertEqual((detail["state"], detail["result"]), ("done", {"sent": True}))
+        for key in ("enqueued_at", "available_at", "seq", "kind", "dedupe_key", "last_error"):
+            self.assertIn(key, detail)
+
+    def test_job_ids_are_url_decoded(self) -> None:
+        job_id = "odd id/with?chars&<b>"
+        self.queue.enqueue("x", job_id=job_id)
+        detail = self.get_json("/api/jobs/" + urllib.parse.quote(job_id, safe=""))["job"]
+        self.assertEqual(detail["id"], job_id)
+
+    def test_unknown_job_and_unknown_route_are_404(self) -> None:
+        self.assertError(self.request("GET", "/api/jobs/no-such-job"), 404)
+        self.assertError(self.request("GET", "/api/nothing"), 404, "no such page")
+        self.assertError(self.request("POST", "/api/jobs/no-such-job/requeue"), 404)
+
+    def test_dlq_lists_dead_jobs_and_requeue_one_revives_it(self) -> None:
+        dead = self.make_dead({"order": 7})
+        other = self.make_dead({"order": 8})
+        dlq = self.get_json("/api/dlq")
+        self.assertEqual([j["id"] for j in dlq["jobs"]], [dead, other])
+        self.assertEqual(dlq["jobs"][0]["last_error"], "boom")
+        self.assertFalse(dlq["has_more"])
+        self.assertTrue(self.get_json("/api/dlq?limit=1")["has_more"])
+
+        resp = self.request("POST", f"/api/jobs/{dead}/requeue")
+        self.assertEqual(resp.status, 200, resp.body)
+        self.assertEqual(resp.json(), {"requeued": 1})
+        revived = self.queue.get(dead)
+        self.assertEqual((revived.state, revived.attempts), (JobState.READY, 0))
+        self.assertEqual(self.queue.get(other).state, JobState.DEAD)
+        self.assertEqual(self.queue.lease_one().id, dead)
+
+    def test_requeue_one_refuses_a_job_that_is_not_dead(self) -> None:
+        job = self.queue.enqueue("fine")
+        self.assertError(self.request("POST", f"/api/jobs/{job.id}/requeue"), 409, "not dead")
+        self.assertEqual(self.queue.get(job.id).state, JobState.READY)
+
+    def test_requeue_all(self) -> None:
+        ids = [self.make_dead(n) for n in range(3)]
+        resp = self.request("POST", "/api/dlq/requeue")
+        self.assertEqual(resp.json(), {"requeued": 3})
+        self.assertEqual([self.queue.get(i).state for i in ids], [JobState.READY] * 3)
+        self.assertEqual(self.request("POST", "/api/dlq/requeue").json(), {"requeued": 0})
+
+    def test_purge_needs_the_queue_name_typed(self) -> None:
+        for n in range(4):
+            self.queue.enqueue(n)
+        self.make_dead()
+        self.assertError(self.request("POST", "/api/purge"), 400, "confirm")
+        self.assertError(self.request("POST", "/api/purge", body={"confirm": "yes"}), 400, "confirm")
+        self.assertEqual(len(self.queue), 5)
+        resp = self.request("POST", "/api/purge", body={"confirm": self.queue.name})
+        self.assertEqual(resp.status, 200, resp.body)
+        self.assertEqual(resp.json(), {"purged": 5})
+        self.assertEqual(self.queue.stats().total, 0)
+
+    def test_compact_drops_done_jobs(self) -> None:
+        keep = self.queue.enqueue("keep")
+        self.make_done("gone")
+        resp = self.request("POST", "/api/compact")
+        self.assertEqual(resp.status, 200, resp.body)
+        result = resp.json()["compaction"]
+        self.assertEqual((result["jobs_kept"], result["jobs_dropped"]), (1, 1))
+        self.assertEqual([j.id for j in self.queue.list_jobs()], [keep.id])
+
+    def test_bad_bodies_are_refused(self) -> None:
+        self.assertError(self.request("POST", "/api/purge", body=b"{not json"), 400, "JSON")
+        self.assertError(self.request("POST", "/api/purge", body=b"[1]"), 400, "object")
+        self.assertError(self.request("POST", "/api/purge", body=b"x" * (MAX_BODY_BYTES + 1)), 413)
+
+    def test_wrong_method_is_405_with_allow(self) -> None:
+        resp = self.request("GET", "/api/purge")
+        self.assertError(resp, 405)
+        self.assertEqual(resp.headers["Allow"], "POST")
+        resp = self.request("POST", "/api/stats")
+        self.assertError(resp, 405)
+        self.assertEqual(resp.headers["Allow"], "GET, HEAD")
+        for method in ("PUT", "DELETE", "PATCH"):
+            with self.subTest(method=method):
+                self.assertError(self.request(method, "/api/jobs"), 405)
+                self.assertError(self.request(method, "/"), 405)
+
+
+# ---------------------------------------------------------------- safety
+class SafetyTest(DashboardCase):
+    POSTS = ("/api/dlq/requeue", "/api/purge", "/api/compact")
+
+    def test_post_without_or_with_a_wrong_csrf_token_is_refused(self) -> None:
+        dead = self.make_dead()
+        self.make_done()
+        before = self.snapshot()
+        paths = (*self.POSTS, f"/api/jobs/{dead}/requeue")
+        for path in paths:
+            body = {"confirm": self.queue.name}
+            for csrf in (False, "0" * 64, self.server.csrf_token[:-1], self.server.csrf_token + "0"):
+                with self.subTest(path=path, csrf=csrf):
+                    self.assertError(self.request("POST", path, body=body, csrf=csrf), 403, CSRF_HEADER)
+        self.assertEqual(self.snapshot(), before)
+
+    def test_a_post_from_another_origin_is_refused_even_with_the_token(self) -> None:
+        dead = self.make_dead()
+        resp = self.request("POST", "/api/dlq/requeue", headers={"Origin": "http://evil.example"})
+        self.assertError(resp, 403, "cross-origin")
+        self.assertEqual(self.queue.get(dead).state, JobState.DEAD)
+        same = self.request("POST", "/api/dlq/requeue", headers={"Origin": f"http://127.0.0.1:{self.port}"})
+        self.assertEqual(same.status, 200, same.body)
+
+    def test_get_never_changes_state(self) -> None:
+        dead = self.make_dead()
+        self.queue.enqueue("ready")
+        self.make_done()
+        before = self.snapshot()
+        paths = [
+            "/",
+            "/api/stats",
+            "/api/jobs",
+            "/api/jobs?state=dead",
+            f"/api/jobs/{dead}",
+            "/api/dlq",
+            "/metrics",
+            # The state-changing routes must not act on GET or HEAD.
+            f"/api/jobs/{dead}/requeue",
+            "/api/dlq/requeue",
+            "/api/purge",
+            "/api/compact",
+        ]
+        for path in paths:
+            for method in ("GET", "HEAD"):
+                self.request(method, path)
+        self.assertEqual(self.snapshot(), before)
+        self.assertEqual(self.queue.get(dead).state, JobState.DEAD)
+
+    def test_a_foreign_host_header_is_refused(self) -> None:
+        # A page whose DNS name is re-pointed at 127.0.0.1 (DNS rebinding) sends its own name.
+        for host in ("evil.example", "evil.example:8765", "127.0.0.1.evil.example"):
+            with self.subTest(host=host):
+                self.assertError(self.request("GET", "/api/stats", headers={"Host": host}), 403, "Host")
+                self.assertError(self.request("GET", "/", headers={"Host": host}), 403, "Host")
+        for host in (f"localhost:{self.port}", f"127.0.0.1:{self.port}", "127.0.0.1"):
+            with self.subTest(host=host):
+                self.assertEqual(self.request("GET", "/api/stats", headers={"Host": host}).status, 200)
+
+    def test_a_script_payload_comes_back_escaped(self) -> None:
+        job = self.queue.enqueue(SCRIPT_PAYLOAD, job_id="xss-1")
+        self.queue.enqueue({"html": "<img src=x onerror=alert(2)>", "amp": "a&b"})
+        leased = self.queue.lease_one()
+        self.queue.nack(leased, error="</pre><script>alert(3)</script>", permanent=True)
+        for path in ("/api/jobs", "/api/jobs?state=dead", "/api/dlq", f"/api/jobs/{job.id}"):
+            with self.subTest(path=path):
+                resp = self.request("GET", path)
+                self.assertEqual(resp.status, 200)
+                for raw in (b"<", b">", b"&"):
+                    self.assertNotIn(raw, resp.body)
+                self.assertIn(b"\\u003cscript\\u003e", resp.body)
+        detail = self.get_json(f"/api/jobs/{job.id}")["job"]
+        self.assertEqual(detail["payload"], SCRIPT_PAYLOAD)
+        self.assertEqual(detail["last_error"], "</pre><script>alert(3)</script>")
+        page = self.request("GET", "/").text
+        self.assertNotIn("alert(", page)
+        self.assertNotIn("xss-1", page)
+
+
+class TokenTest(DashboardCase):
+    token = "s3cret-token-for-tests"
+
+    def test_every_route_needs_the_bearer_token(self) -> None:
+        dead = self.make_dead()
+        for method, path in (
+            ("GET", "/"),
+            ("GET", "/api/stats"),
+            ("GET", "/api/jobs"),
+            ("GET", f"/api/jobs/{dead}"),
+            ("GET", "/api/dlq"),
+            ("GET", "/metrics"),
+            ("POST", "/api/dlq/requeue"),
+            ("POST", f"/api/jobs/{dead}/requeue"),
+            ("POST", "/api/compact"),
+        ):
+            with self.subTest(method=method, path=path):
+                self.assertError(self.request(method, path, auth=False), 403, "token")
+                wrong = {"Authorization": "Bearer not-the-token"}
+                self.assertError(self.request(method, path, auth=False, headers=wrong), 403, "token")
+                basic = {"Authorization": "Basic " + self.token}
+                self.assertError(self.request(method, path, auth=False, headers=basic), 403, "token")
+        self.assertEqual(self.queue.get(dead).state, JobState.DEAD)
+        for path in ("/", "/api/stats", "/metrics", f"/api/jobs/{dead}"):
+            self.assertEqual(self.request("GET", path).status, 200, path)
+
+    def test_the_token_does_not_replace_the_csrf_token(self) -> None:
+        dead = self.make_dead()
+        self.assertError(self.request("POST", "/api/dlq/requeue", csrf=False), 403, CSRF_HEADER)
+        self.assertEqual(self.queue.get(dead).state, JobState.DEAD)
+        self.assertEqual(self.request("POST", "/api/dlq/requeue").json(), {"requeued": 1})
+
+    def test_the_page_trades_the_token_in_the_url_for_a_strict_cookie(self) -> None:
+        self.assertError(self.request("GET", "/?token=wrong", auth=False), 403, "token")
+        resp = self.request("GET", "/?" + urllib.parse.urlencode({"token": self.token}), auth=False)
+        self.assertEqual(resp.status, 303)
+        self.assertEqual(resp.headers["Location"], "/")
+        cookie = resp.headers["Set-Cookie"]
+        self.assertIn("HttpOnly", cookie)
+        self.assertIn("SameSite=Strict", cookie)
+        self.assertIn("Path=/", cookie)
+        name_value = cookie.split(";", 1)[0]
+        name, value = name_value.split("=", 1)
+        self.assertEqual(name, SESSION_COOKIE)
+        self.assertNotIn(self.token, cookie)  # the cookie is a server secret, not the token
+        with_cookie = {"Cookie": name_value}
+        self.assertEqual(self.request("GET", "/", auth=False, headers=with_cookie).status, 200)
+        self.assertEqual(self.request("GET", "/api/stats", auth=False, headers=with_cookie).status, 200)
+        flipped = "1" if value[-1] != "1" else "2"
+        forged = {"Cookie": f"{SESSION_COOKIE}={value[:-1]}{flipped}"}
+        self.assertError(self.request("GET", "/api/stats", auth=False, headers=forged), 403, "token")
+
+    def test_with_a_token_any_host_name_is_accepted(self) -> None:
+        resp = self.request("GET", "/api/stats", headers={"Host": "queue-box.internal:8765"})
+        self.assertEqual(resp.status, 200)
+
+
+# ---------------------------------------------------------------- /metrics
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a Prometheus text exposition, checking each line's syntax."""
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    typed: dict[str, str] = {}
+    if not text.endswith("\n"):
+        raise AssertionError("the exposition must end with a newline")
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            match = TYPE_RE.match(line)
+            if not match:
+                raise AssertionError(f"bad TYPE line: {line!r}")
+            typed[match.group("name")] = match.group(2)
+            continue
+        if line.startswith("# HELP "):
+            if not HELP_RE.match(line):
+                raise AssertionError(f"bad HELP line: {line!r}")
+            continue
+        match = SAMPLE_RE.match(line)
+        if not match:
+            raise AssertionError(f"line is not in the Prometheus text format: {line!r}")
+        name = match.group("name")
+        if name not in typed:
+            raise AssertionError(f"sample before its TYPE line: {line!r}")
+        labels = tuple(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', match.group("labels") or ""))
+        value = float(match.group("value").replace("Inf", "inf"))
+        key = (name, labels)
+        if key in samples:
+            raise AssertionError(f"duplicate sample: {line!r}")
+        samples[key] = value
+    return samples
+
+
+class MetricsTest(DashboardCase):
+    def test_metrics_parse_and_match_stats(self) -> None:
+        for n in range(5):
+            self.queue.enqueue({"n": n})
+        self.queue.enqueue("later", delay=3600)
+        first = self.queue.lease_one()
+        self.queue.ack(first)
+        self.queue.lease_one()
+        self.make_dead()
+        resp = self.request("GET", "/metrics")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(resp.headers["Content-Type"], "text/plain; version=0.0.4; charset=utf-8")
+        samples = parse_metrics(resp.text)
+        stats = self.queue.stats()
+        q = ("queue", self.queue.name)
+        for state in ("ready", "delayed", "leased", "done", "dead"):
+            self.assertEqual(samples[("nobroker_jobs", (q, ("state", state)))], getattr(stats, state), state)
+        self.assertEqual(samples[("nobroker_leases_active", (q,))], stats.leased)
+        self.assertEqual(samples[("nobroker_dead_jobs", (q,))], stats.dead)
+        self.assertEqual((stats.ready, stats.delayed, stats.leased, stats.done, stats.dead), (3, 1, 1, 1, 1))
+        age = samples[("nobroker_oldest_ready_age_seconds", (q,))]
+        self.assertTrue(0.0 <= age < 600.0, age)
+        self.assertTrue(math.isfinite(age))
+
+    def test_oldest_ready_age_ignores_delayed_jobs_and_is_zero_when_idle(self) -> None:
+        q = ("queue", self.queue.name)
+        samples = parse_metrics(self.request("GET", "/metrics").text)
+        self.assertEqual(samples[("nobroker_oldest_ready_age_seconds", (q,))], 0.0)
+        self.queue.enqueue("later", delay=3600)
+        samples = parse_metrics(self.request("GET", "/metrics").text)
+        self.assertEqual(samples[("nobroker_oldest_ready_age_seconds", (q,))], 0.0)
+
+    def test_oldest_ready_age_tracks_the_longest_waiting_job(self) -> None:
+        # A clock of our own makes the age exact: the job became runnable 90 s ago.
+        queue = _AgedQueue(self.queue, age=90.0)
+        self.server.queue = queue
+        queue.enqueue("waiting")
+        samples = parse_metrics(self.request("GET", "/metrics").text)
+        age = samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))]
+        self.assertGreaterEqual(age, 90.0)
+        self.assertLess(age, 90.0 + 60.0)
+
+    def test_counters_appear_only_when_the_queue_keeps_them(self) -> None:
+        names = {name for name, _ in parse_metrics(self.request("GET", "/metrics").text)}
+        stats = self.queue.stats()
+        has_counters = hasattr(stats, "enqueued_total") and hasattr(stats, "acked_total")
+        self.assertEqual("nobroker_enqueued_total" in names, has_counters)
+        self.assertEqual("nobroker_acked_total" in names, has_counters)
+        self.server.queue = _CountingQueue(self.queue, enqueued=12, acked=7)
+        text = self.request("GET", "/metrics").text
+        samples = parse_metrics(text)
+        q = ("queue", self.queue.name)
+        self.assertEqual(samples[("nobroker_enqueued_total", (q,))], 12)
+        self.assertEqual(samples[("nobroker_acked_total", (q,))], 7)
+        self.assertIn("# TYPE nobroker_enqueued_total counter", text)
+
+    def test_queue_names_are_escaped_as_label_values(self) -> None:
+        self.server.queue = _RenamedQueue(self.queue, 'we"ird\\name')
+        samples = parse_metrics(self.request("GET", "/metrics").text)
+        self.assertIn(("nobroker_dead_jobs", (("queue", 'we\\"ird\\\\name'),)), samples)
+
+
+class _Proxy:
+    """Forwards everything to a real queue; subclasses change one answer."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+class _CountingQueue(_Proxy):
+    def __init__(self, queue: Queue, enqueued: int, acked: int) -> None:
+        super().__init__(queue)
+        self._counts = (enqueued, acked)
+
+    def stats(self) -> Any:
+        stats = self._queue.stats()
+        return type(
+            "Stats",
+            (),
+            {
+                "to_dict": staticmethod(stats.to_dict),
+                "leased": stats.leased,
+                "dead": stats.dead,
+                "ready": stats.ready,
+                "enqueued_total": self._counts[0],
+                "acked_total": self._counts[1],
+            },
+        )()
+
+
+class _RenamedQueue(_Proxy):
+    def __init__(self, queue: Queue, name: str) -> None:
+        super().__init__(queue)
+        self.name = name
+
+
+class _AgedQueue(_Proxy):
+    """Reports every ready job as having become runnable ``age`` seconds ago."""
+
+    def __init__(self, queue: Queue, age: float) -> None:
+        super().__init__(queue)
+        self._age = age
+
+    def list_jobs(self, *args: Any, **kwargs: Any) -> Any:
+        import time
+
+        jobs = self._queue.list_jobs(*args, **kwargs)
+        for job in jobs:
+            job.available_at = time.time() - self._age
+        return jobs
+
+
+# ---------------------------------------------------------------- binding
+class BindTest(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.queue = Queue(self.dir, fsync=False)
+        self.addCleanup(self.queue.close)
+
+    def test_loopback_hosts(self) -> None:
+        for host in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LOCALHOST"):
+            self.assertTrue(is_loopback_host(host), host)
+        for host in ("0.0.0.0", "::", "", "192.168.1.5", "10.0.0.1", "example.com", "localhost.evil.example"):
+            self.assertFalse(is_loopback_host(host), host)
+
+    def test_a_public_address_without_a_token_is_refused(self) -> None:
+        for host in ("0.0.0.0", "::", "192.168.1.5", "example.com", ""):
+            with self.subTest(host=host):
+                with self.assertRaises(DashboardConfigError) as caught:
+                    make_server(self.queue, host=host, port=0)
+                self.assertIn("--token", str(caught.exception))
+                self.assertIsInstance(caught.exception, ValueError)
+                self.assertIsInstance(caught.exception, NobrokerError)
+
+    def test_a_public_address_with_a_token_binds(self) -> None:
+        server = make_server(self.queue, host="0.0.0.0", port=0, token="t0ken")
+        server.server_close()
+
+    def test_bad_tokens_and_ports_are_refused(self) -> None:
+        for token in ("", "   ", "has space", "tab\there", "ünï"):
+            with self.subTest(token=token), self.assertRaises(DashboardConfigError):
+                make_server(self.queue, port=0, token=token)
+        for port in (-1, 65536, True):
+            with self.subTest(port=port), self.assertRaises(DashboardConfigError):
+                make_server(self.queue, port=port)  # type: ignore[arg-type]
+
+    def test_ipv6_loopback(self) -> None:
+        if not socket.has_ipv6:
+            self.skipTest("no IPv6 on this machine")
+        try:
+            server = make_server(self.queue, host="::1", port=0)
+        except OSError as exc:
+            self.skipTest(f"cannot bind ::1 here: {exc}")
+        self.addCleanup(server.server_close)
+        self.assertTrue(server.url.startswith("http://[::1]:"))
+        thread = threading.Thread(target=server.serve_forever, args=(POLL_SECONDS,), daemon=True)
+        thread.start()
+        self.addCleanup(thread.join, 10)
+        self.addCleanup(server.shutdown)
+        conn = http.client.HTTPConnection("::1", server.server_address[1], timeout=10)
+        conn.request("GET", "/api/stats")
+        self.assertEqual(conn.getresponse().status, 200)
+        conn.close()
+
+    def test_serve_logs_the_address_and_stops_on_shutdown(self) -> None:
+        ready = threading.Event()
+        servers: list[DashboardServer] = []
+
+        def on_ready(server: DashboardServer) -> None:
+            servers.append(server)
+            ready.set()
+
+        with self.assertLogs("nobroker.dashboard", logging.INFO) as logs:
+            thread = threading.Thread(
+                target=serve, args=(self.queue,), kwargs={"port": 0, "on_ready": on_ready}, daemon=True
+            )
+            thread.start()
+            self.assertTrue(ready.wait(10))
+            (server,) = servers
+            conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+            conn.request("GET", "/api/stats")
+            self.assertEqual(conn.getresponse().status, 200)
+            conn.close()
+            server.shutdown()
+            thread.join(10)
+            self.assertFalse(thread.is_alive())
+        self.assertTrue(any(server.url in line for line in logs.output), logs.output)
+
+
+if __name__ == "__main__":
+    unittest.main()

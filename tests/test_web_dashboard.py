@@ -1,0 +1,177 @@
+"""The dashboard page in a real headless Chromium, over a real file queue.
+
+Imports: the standard library, nobroker, tests.browser, tests.support.
+Skips locally without Chromium; in CI (CI=true) a missing browser fails.
+Waits poll the page or the queue for a condition, with a timeout; nothing
+sleeps for a fixed time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import unittest
+from typing import Any
+
+from nobroker import Queue
+from nobroker.dashboard import make_server
+from nobroker.jobs import MAX_PRIORITY, JobState
+from tests.browser import Browser, require_browser
+from tests.support import TempDirTestCase, wait_until
+
+SCRIPT_PAYLOAD = "<script>alert(1)</script>"
+#: Seconds to wait for the page to show something (it refreshes every second).
+PAGE_TIMEOUT = 15.0
+POLL_SECONDS = 0.05
+
+# Installed before any page script runs: dialogs are recorded instead of shown
+# (a real one would block the page), and every element added after the first
+# parse is recorded, so a payload that turned into markup would be caught even
+# if the CSP stopped it from running.
+_WATCH = """
+window.__dialogs = [];
+for (const name of ["alert", "confirm", "prompt"]) {
+  window[name] = function (message) { window.__dialogs.push([name, String(message)]); return name === "confirm"; };
+}
+window.__added = [];
+document.addEventListener("DOMContentLoaded", function () {
+  new MutationObserver(function (records) {
+    for (const record of records) for (const node of record.addedNodes) {
+      if (node.nodeType !== 1) continue;
+      window.__added.push(node.tagName);
+      for (const inner of node.querySelectorAll("*")) window.__added.push(inner.tagName);
+    }
+  }).observe(document, { childList: true, subtree: true });
+});
+"""
+#: The only elements the page itself creates after loading (table rows, detail fields).
+PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "DT", "DD"}
+
+
+class WebDashboardTest(TempDirTestCase):
+    browser: Browser
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.browser = require_browser(cls)
+        cls.browser.send("Page.addScriptToEvaluateOnNewDocument", {"source": _WATCH})
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.queue = Queue(self.dir, fsync=False)
+        self.addCleanup(self.queue.close)
+        self.server = make_server(self.queue, host="127.0.0.1", port=0)
+        thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), daemon=True)
+        thread.start()
+        self.addCleanup(self.server.server_close)
+        self.addCleanup(thread.join, 10)
+        self.addCleanup(self.server.shutdown)
+        # Leave the page before the server goes, so its refresh loop does not log errors into the next test.
+        self.addCleanup(self.browser.open, "about:blank")
+        self.browser.clear()
+
+    # ------------------------------------------------------------ helpers
+    def open_dashboard(self) -> None:
+        self.browser.open(self.server.url)
+        self.wait_js("document.getElementById('status').textContent === 'live'", "the page went live")
+
+    def js(self, expression: str) -> Any:
+        return self.browser.evaluate(expression)
+
+    def wait_js(self, expression: str, what: str) -> None:
+        if not wait_until(lambda: bool(self.js(expression)), timeout=PAGE_TIMEOUT, interval=0.1):
+            raise AssertionError(f"timed out waiting until {what}; page errors: {self.browser.errors}")
+
+    def row(self, job_id: str) -> str:
+        return f"document.querySelector('tr.job[data-job-id=' + CSS.escape({json.dumps(job_id)}) + ']')"
+
+    def make_dead(self, payload: Any, job_id: str) -> None:
+        self.queue.enqueue(payload, job_id=job_id, priority=MAX_PRIORITY)
+        leased = self.queue.lease_one()
+        assert leased is not None and leased.id == job_id
+        self.queue.nack(leased, error=f"failed: {payload}", permanent=True)
+
+    def assertCleanPage(self) -> None:
+        self.assertEqual(self.browser.errors, [])
+        self.assertEqual(self.js("window.__dialogs"), [])
+        origin = self.server.url
+        self.assertTrue(self.browser.requests)
+        for url in self.browser.requests:
+            self.assertTrue(url.startswith(origin), f"the page fetched {url} from outside the server")
+
+    # ------------------------------------------------------------ tests
+    def test_shows_a_job_enqueued_from_python_without_reloading(self) -> None:
+        self.open_dashboard()
+        self.assertEqual(self.js("document.getElementById('count-total').textContent"), "0")
+        self.js("window.__sameDocument = true")
+        self.queue.enqueue({"to": "a@example.com", "n": 3}, job_id="py-job-1")
+        self.wait_js(self.row("py-job-1") + " !== null", "the new job's row appeared")
+        self.assertEqual(self.js("document.getElementById('count-ready').textContent"), "1")
+        self.assertEqual(self.js("document.getElementById('count-total').textContent"), "1")
+        self.assertTrue(self.js("window.__sameDocument === true"), "the page reloaded instead of refreshing")
+
+        self.js(self.row("py-job-1") + ".click()")
+        self.wait_js("document.getElementById('detail-title').textContent === 'py-job-1'", "the detail opened")
+        shown = self.js("document.getElementById('detail-payload').textContent")
+        self.assertEqual(json.loads(shown), {"to": "a@example.com", "n": 3})
+        # A lease from Python shows up in the open detail too.
+        leased = self.queue.lease_one()
+        self.queue.set_stage(leased, "rendering")
+        self.wait_js("document.getElementById('count-leased').textContent === '1'", "the lease was counted")
+        self.wait_js(
+            "document.getElementById('detail-fields').textContent.includes('rendering')", "the stage was shown"
+        )
+        self.assertCleanPage()
+
+    def test_requeues_a_dead_job_by_a_click(self) -> None:
+        self.make_dead({"order": 42}, "dead-1")
+        self.make_dead({"order": 43}, "dead-2")
+        self.open_dashboard()
+        self.assertEqual(self.js("document.getElementById('count-dead').textContent"), "2")
+        self.js("document.querySelector('#tabs button[data-state=dead]').click()")
+        button = "document.querySelector('button[data-action=requeue][data-job-id=\"dead-1\"]')"
+        self.wait_js(button + " !== null", "the DLQ listed the dead job")
+        self.js(button + ".click()")
+        self.assertTrue(
+            wait_until(lambda: self.queue.get("dead-1").state == JobState.READY, timeout=PAGE_TIMEOUT),
+            "the click did not requeue the job",
+        )
+        revived = self.queue.get("dead-1")
+        self.assertEqual(revived.attempts, 0)
+        self.assertEqual(self.queue.get("dead-2").state, JobState.DEAD)
+        self.wait_js("document.getElementById('count-dead').textContent === '1'", "the dead count dropped")
+        self.wait_js(self.row("dead-1") + " === null", "the requeued job left the DLQ list")
+        self.assertEqual(self.queue.lease_one().id, "dead-1")
+        self.assertCleanPage()
+
+    def test_a_script_payload_is_shown_as_text(self) -> None:
+        self.make_dead(SCRIPT_PAYLOAD, "xss-dead")
+        self.queue.enqueue({"html": "<img src=x onerror=alert(2)>"}, job_id="xss-ready")
+        self.open_dashboard()
+        self.wait_js(self.row("xss-ready") + " !== null", "the ready job's row appeared")
+        cell = self.js(self.row("xss-ready") + ".querySelector('td.preview').textContent")
+        self.assertIn("<img src=x onerror=alert(2)>", cell)
+
+        self.js("document.querySelector('#tabs button[data-state=dead]').click()")
+        self.wait_js(self.row("xss-dead") + " !== null", "the dead job's row appeared")
+        self.assertEqual(self.js(self.row("xss-dead") + ".querySelector('td.preview').textContent"), json.dumps(SCRIPT_PAYLOAD))
+        self.js(self.row("xss-dead") + ".click()")
+        self.wait_js("document.getElementById('detail-title').textContent === 'xss-dead'", "the detail opened")
+        self.assertEqual(self.js("document.getElementById('detail-payload').textContent"), json.dumps(SCRIPT_PAYLOAD))
+        self.assertEqual(self.js("document.getElementById('detail-error').textContent"), "failed: " + SCRIPT_PAYLOAD)
+
+        # Text, not markup: the page still has its one script, and no element came from a payload.
+        self.assertEqual(self.js("document.scripts.length"), 1)
+        self.assertEqual(self.js("document.images.length"), 0)
+        added = set(self.js("window.__added"))
+        self.assertTrue(added, "the observer saw no rows being built")
+        self.assertLessEqual(added, PAGE_MADE_ELEMENTS)
+        markup = self.js("document.body.innerHTML")
+        self.assertNotIn(SCRIPT_PAYLOAD, markup)
+        self.assertIn("&lt;script&gt;alert(1)&lt;/script&gt;", markup)
+        self.assertCleanPage()
+
+
+if __name__ == "__main__":
+    unittest.main()
