@@ -11,11 +11,13 @@ import http.client
 import json
 import logging
 import math
+import os
 import re
 import socket
 import threading
 import unittest
 import urllib.parse
+import uuid
 from typing import Any
 
 from nobroker import Queue
@@ -37,6 +39,8 @@ from tests.support import TempDirTestCase
 SCRIPT_PAYLOAD = "<script>alert(1)</script>"
 #: How often a test server checks for shutdown (the default half second adds up over many tests).
 POLL_SECONDS = 0.05
+#: Where CI puts the DSN of its PostgreSQL (the same variable the storage's own tests read).
+PG_DSN_ENV = "NOBROKER_PG_DSN"
 
 # One sample line of the Prometheus text format 0.0.4: name{labels} value.
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
@@ -69,10 +73,17 @@ class DashboardCase(TempDirTestCase):
 
     token: str | None = None
 
+    def open_queue(self) -> Queue:
+        """The queue under test: a file queue in this test's temp folder."""
+        return Queue(self.dir, fsync=False)
+
+    def close_queue(self, queue: Queue) -> None:
+        queue.close()
+
     def setUp(self) -> None:
         super().setUp()
-        self.queue = Queue(self.dir, fsync=False)
-        self.addCleanup(self.queue.close)
+        self.queue = self.open_queue()
+        self.addCleanup(self.close_queue, self.queue)
         self.server = make_server(self.queue, host="127.0.0.1", port=0, token=self.token)
         thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), name="dashboard", daemon=True)
         thread.start()
@@ -205,7 +216,7 @@ class ApiTest(DashboardCase):
         self.assertEqual(data["stats"], self.queue.stats().to_dict())
         self.assertEqual(data["stats"], {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0, "total": 4})
         self.assertEqual(data["queue"], self.queue.name)
-        self.assertFalse(data["durable"])  # this test queue runs with fsync=False
+        self.assertEqual(data["durable"], self.queue.durable)
         self.assertIsInstance(data["now"], float)
 
     def test_jobs_by_state_with_paging(self) -> None:
@@ -632,6 +643,45 @@ class _AgedQueue(_Proxy):
         for job in jobs:
             job.available_at = time.time() - self._age
         return jobs
+
+
+# ---------------------------------------------------------------- PostgreSQL
+class OnPostgres:
+    """Runs a dashboard test class on the PostgreSQL storage: one fresh queue name per test.
+
+    Skips without a DSN in env NOBROKER_PG_DSN or without the optional
+    PostgreSQL storage (psycopg); any other failure to open is a failure.
+    """
+
+    def open_queue(self) -> Queue:
+        dsn = os.environ.get(PG_DSN_ENV)
+        if not dsn:
+            raise unittest.SkipTest(f"set {PG_DSN_ENV} to run the dashboard on PostgreSQL")
+        try:
+            queue = Queue(dsn, name="dashboard_" + uuid.uuid4().hex[:12])
+        except ModuleNotFoundError as exc:
+            if exc.name in ("psycopg", "nobroker.postgres"):
+                raise unittest.SkipTest(f"PostgreSQL storage unavailable: {exc}") from exc
+            raise
+        return queue
+
+    def close_queue(self, queue: Queue) -> None:
+        try:
+            queue.purge()  # the database outlives the test: leave no rows behind
+        finally:
+            queue.close()
+
+
+class PostgresApiTest(OnPostgres, ApiTest):
+    pass
+
+
+class PostgresSafetyTest(OnPostgres, SafetyTest):
+    pass
+
+
+class PostgresMetricsTest(OnPostgres, MetricsTest):
+    pass
 
 
 # ---------------------------------------------------------------- binding
