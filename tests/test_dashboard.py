@@ -15,12 +15,14 @@ import os
 import re
 import socket
 import threading
+import time
 import unittest
 import urllib.parse
 import uuid
 from typing import Any
+from unittest import mock
 
-from nobroker import Queue
+from nobroker import Queue, dashboard
 from nobroker.dashboard import (
     CSRF_HEADER,
     MAX_BODY_BYTES,
@@ -572,6 +574,27 @@ class MetricsTest(DashboardCase):
         self.assertGreaterEqual(age, 90.0)
         self.assertLess(age, 90.0 + 60.0)
 
+    def test_oldest_ready_age_scans_past_a_page_of_delayed_jobs(self) -> None:
+        queue = _AgedQueue(self.queue, age=90.0)
+        self.server.queue = queue
+        for n in range(3):
+            queue.enqueue(n, delay=3600)
+        queue.enqueue("runnable")
+        with mock.patch.object(dashboard, "METRICS_SCAN_PAGE", 2):
+            samples = parse_metrics(self.request("GET", "/metrics").text)
+        self.assertGreaterEqual(samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))], 90.0)
+        self.assertEqual(queue.list_calls, 2)
+
+    def test_oldest_ready_age_stops_after_the_first_page_when_it_can(self) -> None:
+        queue = _AgedQueue(self.queue, age=90.0)
+        self.server.queue = queue
+        for n in range(7):
+            queue.enqueue(n)
+        with mock.patch.object(dashboard, "METRICS_SCAN_PAGE", 2):
+            samples = parse_metrics(self.request("GET", "/metrics").text)
+        self.assertGreaterEqual(samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))], 90.0)
+        self.assertEqual(queue.list_calls, 1)
+
     def test_counters_appear_only_when_the_queue_keeps_them(self) -> None:
         names = {name for name, _ in parse_metrics(self.request("GET", "/metrics").text)}
         stats = self.queue.stats()
@@ -630,18 +653,20 @@ class _RenamedQueue(_Proxy):
 
 
 class _AgedQueue(_Proxy):
-    """Reports every ready job as having become runnable ``age`` seconds ago."""
+    """Reports every runnable job as having become runnable ``age`` seconds ago; counts list calls."""
 
     def __init__(self, queue: Queue, age: float) -> None:
         super().__init__(queue)
         self._age = age
+        self.list_calls = 0
 
     def list_jobs(self, *args: Any, **kwargs: Any) -> Any:
-        import time
-
+        self.list_calls += 1
+        now = time.time()
         jobs = self._queue.list_jobs(*args, **kwargs)
         for job in jobs:
-            job.available_at = time.time() - self._age
+            if job.available_at <= now:
+                job.available_at = now - self._age
         return jobs
 
 

@@ -71,7 +71,8 @@ MAX_BODY_BYTES = 16 * 1024
 MAX_QUERY_FIELDS = 16
 #: Seconds a connection may sit idle mid-request before the server drops it.
 REQUEST_TIMEOUT_SECONDS = 30.0
-#: Ready jobs scanned to find the oldest one for /metrics.
+#: Ready jobs read per page, and at most in all, to find the longest-waiting one for /metrics.
+METRICS_SCAN_PAGE = 1_000
 METRICS_SCAN_JOBS = 100_000
 #: Bytes of randomness in the CSRF token, the session cookie and each CSP nonce.
 SECRET_BYTES = 32
@@ -568,9 +569,8 @@ def render_metrics(server: DashboardServer) -> str:
     now = time.time()
     with server.queue_lock:
         stats = queue.stats()
-        ready_jobs = queue.list_jobs(JobState.READY, limit=METRICS_SCAN_JOBS) if stats.ready else []
-    runnable = [j.available_at for j in ready_jobs if j.available_at <= now]
-    oldest_age = max(0.0, now - min(runnable)) if runnable else 0.0
+        oldest = _earliest_runnable(queue, now) if stats.ready else None
+    oldest_age = max(0.0, now - oldest) if oldest is not None else 0.0
     counts = stats.to_dict()
 
     lines: list[str] = []
@@ -602,6 +602,29 @@ def render_metrics(server: DashboardServer) -> str:
     if isinstance(acked, int) and not isinstance(acked, bool):
         metric("nobroker_acked_total", "counter", "Jobs acknowledged since the queue was created.", [(f'queue="{name}"', acked)])
     return "\n".join(lines) + "\n"
+
+
+def _earliest_runnable(queue: Any, now: float) -> float | None:
+    """The smallest ``available_at`` among ready jobs runnable at ``now``, or None.
+
+    Jobs come oldest first, and a job never becomes available before it was
+    enqueued: once the best time found is no later than the last scanned
+    job's ``enqueued_at``, no later job can beat it, so the scan usually ends
+    after one page. It stops at METRICS_SCAN_JOBS on a pathological queue.
+    """
+    best: float | None = None
+    offset = 0
+    while offset < METRICS_SCAN_JOBS:
+        page = queue.list_jobs(JobState.READY, limit=METRICS_SCAN_PAGE, offset=offset)
+        for job in page:
+            if job.available_at <= now and (best is None or job.available_at < best):
+                best = job.available_at
+        if len(page) < METRICS_SCAN_PAGE:
+            break
+        if best is not None and best <= page[-1].enqueued_at:
+            break
+        offset += len(page)
+    return best
 
 
 # ---------------------------------------------------------------- entry points
