@@ -31,7 +31,10 @@ POLL_SECONDS = 0.05
 _WATCH = """
 window.__dialogs = [];
 for (const name of ["alert", "confirm", "prompt"]) {
-  window[name] = function (message) { window.__dialogs.push([name, String(message)]); return name === "confirm"; };
+  window[name] = function (message) {
+    window.__dialogs.push([name, String(message)]);
+    return name === "confirm" ? window.__confirmAnswer !== false : null;
+  };
 }
 window.__added = [];
 document.addEventListener("DOMContentLoaded", function () {
@@ -50,6 +53,7 @@ PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "DT", "DD"}
 
 class WebDashboardTest(TempDirTestCase):
     browser: Browser
+    TOKEN: str | None = None
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -61,7 +65,7 @@ class WebDashboardTest(TempDirTestCase):
         super().setUp()
         self.queue = Queue(self.dir, fsync=False)
         self.addCleanup(self.queue.close)
-        self.server = make_server(self.queue, host="127.0.0.1", port=0)
+        self.server = make_server(self.queue, host="127.0.0.1", port=0, token=self.TOKEN)
         thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), daemon=True)
         thread.start()
         self.addCleanup(self.server.server_close)
@@ -92,9 +96,16 @@ class WebDashboardTest(TempDirTestCase):
         assert leased is not None and leased.id == job_id
         self.queue.nack(leased, error=f"failed: {payload}", permanent=True)
 
-    def assertCleanPage(self) -> None:
+    def make_done(self, payload: Any) -> str:
+        job = self.queue.enqueue(payload, priority=MAX_PRIORITY)
+        leased = self.queue.lease_one()
+        assert leased is not None and leased.id == job.id
+        self.queue.ack(leased)
+        return job.id
+
+    def assertCleanPage(self, dialogs: int = 0) -> None:
         self.assertEqual(self.browser.errors, [])
-        self.assertEqual(self.js("window.__dialogs"), [])
+        self.assertEqual(len(self.js("window.__dialogs")), dialogs, self.js("window.__dialogs"))
         origin = self.server.url
         self.assertTrue(self.browser.requests)
         for url in self.browser.requests:
@@ -171,6 +182,61 @@ class WebDashboardTest(TempDirTestCase):
         self.assertNotIn(SCRIPT_PAYLOAD, markup)
         self.assertIn("&lt;script&gt;alert(1)&lt;/script&gt;", markup)
         self.assertCleanPage()
+
+    def test_compact_asks_first(self) -> None:
+        done = self.make_done("finished")
+        kept = self.queue.enqueue("waiting").id
+        self.open_dashboard()
+        self.js("window.__confirmAnswer = false")
+        self.js("document.getElementById('compact').click()")
+        self.assertEqual(self.js("window.__dialogs.length"), 1)
+        self.assertEqual(self.queue.get(done).state, JobState.DONE)  # declined: nothing happened
+
+        self.js("window.__confirmAnswer = true")
+        self.js("document.getElementById('compact').click()")
+        self.wait_js("document.getElementById('message').textContent.startsWith('Compacted')", "compaction reported")
+        self.assertEqual([j.id for j in self.queue.list_jobs()], [kept])
+        self.wait_js("document.getElementById('count-done').textContent === '0'", "the done count dropped")
+        self.assertCleanPage(dialogs=2)
+
+    def test_purge_needs_a_confirmation_and_the_typed_queue_name(self) -> None:
+        for n in range(3):
+            self.queue.enqueue(n)
+        self.open_dashboard()
+        self.js("window.__confirmAnswer = true")
+        self.js("document.getElementById('purge').click()")
+        self.assertTrue(self.js("document.getElementById('purge-dialog').open"))
+        typing = "(v) => { const i = document.getElementById('purge-input'); i.value = v; i.dispatchEvent(new Event('input')); }"
+        self.js(f"({typing})('not-the-name')")
+        self.assertTrue(self.js("document.getElementById('purge-confirm').disabled"))
+        self.js("document.getElementById('purge-cancel').click()")
+        self.assertFalse(self.js("document.getElementById('purge-dialog').open"))
+        self.assertEqual(self.queue.stats().total, 3)
+
+        self.js("document.getElementById('purge').click()")
+        self.js(f"({typing})({json.dumps(self.queue.name)})")
+        self.assertFalse(self.js("document.getElementById('purge-confirm').disabled"))
+        self.js("document.getElementById('purge-confirm').click()")
+        self.assertTrue(wait_until(lambda: self.queue.stats().total == 0, timeout=PAGE_TIMEOUT), "purge did not happen")
+        self.wait_js("document.getElementById('count-total').textContent === '0'", "the page showed the empty queue")
+        self.assertCleanPage(dialogs=2)
+
+
+class WebDashboardTokenTest(WebDashboardTest):
+    """The same page behind a token: opened once with ?token=, then carried by the session cookie."""
+
+    TOKEN = "browser-test-token"
+
+    def open_dashboard(self) -> None:
+        self.browser.open(self.server.url + "?token=" + self.TOKEN)
+        self.wait_js("document.getElementById('status').textContent === 'live'", "the page went live")
+        # The redirect dropped the token from the address bar, and script cannot read the cookie.
+        self.assertEqual(self.js("location.href"), self.server.url)
+        self.assertEqual(self.js("document.cookie"), "")
+
+    def test_without_the_token_the_page_is_refused(self) -> None:
+        self.browser.open(self.server.url)
+        self.assertIn("token is required", self.js("document.body.textContent"))
 
 
 if __name__ == "__main__":
