@@ -1,0 +1,481 @@
+"""The docs site and the playground: offline, in agreement with the code, byte-compatible.
+
+Imports: the standard library, nobroker, tests.browser, tests.support.
+
+Static checks (no browser) read web/index.html and compare every API name it
+marks with ``data-api`` against the nobroker package. The browser tests open
+both pages from file:// in headless Chromium and drive the playground through
+``window.playground``: its log bytes must decode with the real Python reader and
+replay into the same jobs, and a log that Python wrote must decode in the page
+to the same records as ``nobroker.maintenance.inspect_log``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html.parser
+import inspect
+import json
+import math
+import os
+import pathlib
+import random
+import re
+import unittest
+from typing import Any
+
+import nobroker
+from nobroker import Queue, maintenance
+from nobroker.framing import encode_record
+from tests.browser import file_url, require_browser
+from tests.support import FakeClock, TempDirTestCase
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+INDEX = ROOT / "web" / "index.html"
+PLAYGROUND = ROOT / "web" / "playground.html"
+#: Sections the docs page promises in its navigation.
+DOC_SECTIONS = ("start", "install", "thirty-seconds", "guide", "delivery", "postgres", "api", "design", "format",
+                "beats", "recovery", "compaction", "limits", "faq")
+#: Anything that would make a page reach the network.
+EXTERNAL_REF = re.compile(r"""(?:https?:|wss?:|ftp:)//|(?:src|href)\s*=\s*["']//|@import|url\(\s*["']?(?:https?:)?//""", re.I)
+
+
+class _ApiNames(html.parser.HTMLParser):
+    """Collects data-api values and the text of each <dt> in a <dl class="api">."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+        self.signatures: list[str] = []
+        self._dt_depth = 0
+        self._dt_text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if values.get("data-api"):
+            self.names.append(values["data-api"] or "")
+        if tag == "dt":
+            self._dt_depth += 1
+            self._dt_text = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "dt" and self._dt_depth:
+            self._dt_depth -= 1
+            self.signatures.append("".join(self._dt_text))
+
+    def handle_data(self, data: str) -> None:
+        if self._dt_depth:
+            self._dt_text.append(data)
+
+
+def resolve_api_name(name: str) -> bool:
+    """Does ``name`` ("Queue.enqueue", "Job.id", "maintenance.verify", "__version__") exist in nobroker?"""
+    parts = name.split(".")
+    obj: Any = nobroker
+    for i, part in enumerate(parts):
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        if i == 0 and part == "maintenance":
+            obj = maintenance
+            continue
+        # A dataclass field without a default is not a class attribute.
+        if i == len(parts) - 1 and dataclasses.is_dataclass(obj):
+            return part in {f.name for f in dataclasses.fields(obj)}
+        return False
+    return True
+
+
+def split_params(text: str) -> tuple[list[str], list[str]]:
+    """Parameter names of a signature as the docs show it: (positional, keyword-only)."""
+    positional: list[str] = []
+    keywords: list[str] = []
+    target = positional
+    for part in text.split(","):
+        name = part.split("=")[0].split(":")[0].strip()
+        if name == "*":
+            target = keywords
+        elif name:
+            target.append(name)
+    return positional, keywords
+
+
+def read(path: pathlib.Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+class DocsPageStaticTest(unittest.TestCase):
+    """web/index.html read as text: offline by construction, and every name it shows exists."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.text = read(INDEX)
+        cls.parsed = _ApiNames()
+        cls.parsed.feed(cls.text)
+
+    def test_pages_reference_nothing_outside_themselves(self) -> None:
+        for path in (INDEX, PLAYGROUND):
+            with self.subTest(page=path.name):
+                found = EXTERNAL_REF.findall(read(path))
+                self.assertEqual(found, [], f"{path.name} refers to the network")
+                for link in re.findall(r"""(?:href|src)\s*=\s*["']([^"'#]+)""", read(path)):
+                    self.assertTrue((path.parent / link).exists(), f"{path.name} links to missing {link}")
+
+    def test_every_marked_api_name_exists(self) -> None:
+        names = self.parsed.names
+        self.assertGreater(len(names), 50)
+        missing = [n for n in names if not resolve_api_name(n)]
+        self.assertEqual(missing, [], "the docs show names the package does not have")
+
+    def test_the_public_api_of_the_brief_is_documented(self) -> None:
+        documented = set(self.parsed.names)
+        expected = {
+            "Queue", "Worker", "WorkerStats", "Job", "JobState", "QueueStats", "BackoffPolicy", "RecoveryReport",
+            "CompactionResult", "NobrokerError", "NotLeasedError", "JobNotFoundError", "LockTimeoutError",
+            "CorruptLogError", "CompactionError", "QueueClosedError", "SerializationError", "StorageError",
+            "UnsafeQueueError", "PermanentError", "__version__", "maintenance.inspect_log", "maintenance.verify",
+            "maintenance.repair", "maintenance.list_queues",
+        }  # fmt: skip
+        expected |= {f"Queue.{m}" for m in (
+            "enqueue", "enqueue_many", "lease", "lease_one", "ack", "nack", "extend", "set_stage", "get", "stats",
+            "list_jobs", "dlq", "requeue_dead", "purge", "compact", "wait_for_jobs", "close", "path", "name",
+            "recovery", "durable")}  # fmt: skip
+        expected |= {f"Job.{f}" for f in (
+            "id", "payload", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
+            "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage", "result")}  # fmt: skip
+        self.assertEqual(sorted(expected - documented), [])
+
+    def test_documented_signatures_accept_what_the_code_accepts(self) -> None:
+        """Each `.method(params)` line names exactly the parameters of the real method."""
+        checked = 0
+        for sig in self.parsed.signatures:
+            m = re.match(r"\s*\.(\w+)\((.*?)\)\s*(?:->|$)", sig)
+            if not m:
+                continue
+            method = getattr(nobroker.Queue, m.group(1), None) or getattr(nobroker.Worker, m.group(1), None)
+            self.assertIsNotNone(method, sig)
+            shown = split_params(m.group(2))
+            real = list(inspect.signature(method).parameters.values())[1:]
+            with self.subTest(method=m.group(1)):
+                self.assert_same_params(shown, real)
+            checked += 1
+        self.assertGreaterEqual(checked, 18)
+
+    def test_constructor_signatures_match_the_code(self) -> None:
+        queue_sig = re.search(r"Queue\((path, name=.*?)\)</code>", self.text, re.S)
+        worker_sig = re.search(r"Worker\((queue, handler, .*?)\)</code>", self.text, re.S)
+        for cls, found in ((nobroker.Queue, queue_sig), (nobroker.Worker, worker_sig)):
+            with self.subTest(cls=cls.__name__):
+                self.assertIsNotNone(found)
+                assert found is not None
+                real = [p for p in inspect.signature(cls).parameters.values() if not p.name.startswith("_")]
+                self.assert_same_params(split_params(found.group(1)), real)
+
+    def assert_same_params(self, shown: tuple[list[str], list[str]], real: list[inspect.Parameter]) -> None:
+        """Keyword-only names must match exactly; positional ones by count (callers pass them by position)."""
+        positional, keywords = shown
+        kinds = inspect.Parameter
+        real_positional = [p.name for p in real if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+        real_keywords = [p.name for p in real if p.kind is kinds.KEYWORD_ONLY]
+        self.assertEqual(len(positional), len(real_positional), (positional, real_positional))
+        self.assertEqual(keywords, real_keywords)
+
+    def test_sections_and_diagrams(self) -> None:
+        for section in DOC_SECTIONS:
+            self.assertIn(f'id="{section}"', self.text)
+        self.assertGreaterEqual(self.text.count("<svg"), 4)
+        self.assertIn("prefers-color-scheme: dark", self.text)
+        self.assertIn("python make.py demo", self.text)
+        self.assertIn("python make.py test", self.text)
+        self.assertIn(f'version {nobroker.__version__}', self.text)
+
+
+class _PageTest(TempDirTestCase):
+    browser: Any
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.browser = require_browser(cls)
+
+    def open(self, page: pathlib.Path) -> None:
+        self.browser.clear()
+        self.browser.open(file_url(page))
+
+    def js(self, expression: str) -> Any:
+        return self.browser.evaluate(expression)
+
+    def assert_clean(self) -> None:
+        self.assertEqual(self.browser.errors, [], "console errors or exceptions in the page")
+        outside = [u for u in self.browser.requests if not u.startswith(("file:", "data:", "about:"))]
+        self.assertEqual(outside, [], "the page asked the network for something")
+
+
+class DocsPageBrowserTest(_PageTest):
+    def test_renders_from_disk_without_errors_or_requests(self) -> None:
+        self.open(INDEX)
+        self.assertIn("nobroker", self.js("document.title"))
+        self.assertGreaterEqual(self.js("document.querySelectorAll('figure svg').length"), 4)
+        # The diagrams really render (an SVG with a zero box would be invisible).
+        sizes = self.js("[...document.querySelectorAll('figure svg')].map(s => s.getBoundingClientRect().height)")
+        self.assertTrue(all(h > 100 for h in sizes), sizes)
+        self.assertGreater(self.js("document.querySelectorAll('[data-api]').length"), 50)
+        self.assert_clean()
+
+
+class PlaygroundTest(_PageTest):
+    def setUp(self) -> None:
+        super().setUp()
+        self.open(PLAYGROUND)
+        self.js("playground.reset()")
+
+    def tearDown(self) -> None:
+        self.assert_clean()
+        super().tearDown()
+
+    def test_enqueue_lease_crash_recover(self) -> None:
+        self.js("playground.enqueue({n: 1}); playground.enqueue({n: 2}); playground.lease(1)")
+        self.assertEqual(self.js("playground.counts()")["leased"], 1)
+        torn = self.js("playground.crash({op: 'enqueue'})")
+        self.assertLess(torn["written"], torn["size"])
+        self.assertEqual(self.js("playground.status().process"), "crashed")
+        report = self.js("playground.recover()")
+        self.assertTrue(report["ok"])
+        self.assertEqual(report["torn_bytes"], torn["written"])
+        self.assertEqual(report["records"], 3)
+        counts = self.js("playground.counts()")
+        self.assertEqual(counts, {"ready": 1, "delayed": 0, "leased": 1, "done": 0, "dead": 0, "total": 2})
+        # The page shows the same numbers it reports.
+        shown = self.js("Object.fromEntries([...document.querySelectorAll('[data-count]')].map(e => [e.dataset.count, Number(e.querySelector('.n').textContent)]))")
+        self.assertEqual(shown, counts)
+
+    def test_a_torn_ack_is_cut_and_the_job_stays_leased(self) -> None:
+        self.js("playground.enqueue({n: 1}); playground.lease(1); playground.crash({op: 'ack', fraction: 0.5})")
+        self.assertTrue(self.js("playground.recover()")["ok"])
+        self.assertEqual(self.js("playground.counts()")["leased"], 1)
+
+    def test_a_flipped_bit_with_records_after_it_is_refused_then_repaired(self) -> None:
+        self.js("for (let i = 0; i < 3; i++) playground.enqueue({n: i})")
+        flip = self.js("playground.flipBit({offset: 16 + 9 + 5, bit: 0})")
+        self.assertEqual(flip["offset"], 30)
+        report = self.js("playground.recover()")
+        self.assertFalse(report["ok"])
+        self.assertEqual(report["error"], "CorruptLogError")
+        self.assertEqual(report["offset"], 16)
+        self.assertIn("offset 16", report["message"])
+        with self.assertRaisesRegex(Exception, "CorruptLogError"):
+            self.js("playground.enqueue({n: 9})")
+        repaired = self.js("playground.repair()")
+        self.assertEqual(repaired["records_kept"], 2)
+        self.assertEqual(self.js("playground.counts()")["ready"], 2)
+
+    def test_every_recipe_runs_to_its_story(self) -> None:
+        expected = {
+            "crash-and-recover": {"ready": 2, "done": 1},
+            "lease-expires": {"leased": 1},
+            "late-ack": {"done": 1},
+            "dead-letter": {"ready": 1, "dead": 0},
+            "compaction": {"ready": 2, "done": 0},
+            "bit-rot": {"ready": 2},
+        }
+        self.assertEqual(sorted(self.js("playground.recipes()")), sorted(expected))
+        for name, counts in expected.items():
+            with self.subTest(recipe=name):
+                out = self.js(f"playground.runRecipe({json.dumps(name)})")
+                for state, n in counts.items():
+                    self.assertEqual(out["counts"][state], n, out)
+        self.assertEqual(self.js("playground.runRecipe('late-ack')")["notes"]["refused"], "NotLeasedError")
+        self.assertEqual(self.js("playground.status().generation"), 0)
+        self.assertEqual(self.js("playground.runRecipe('compaction')")["notes"]["result"]["new_generation"], 1)
+        self.assertEqual(self.js("playground.files()").get("default.current"), 2)
+
+    def test_expired_lease_is_reclaimed_and_a_late_ack_refused(self) -> None:
+        job = self.js("playground.enqueue({n: 1}); playground.lease(1, {visibility_timeout: 30})[0]")
+        self.js("playground.advance(31)")
+        with self.assertRaisesRegex(Exception, "NotLeasedError"):
+            self.js(f"playground.ack({json.dumps(job)})")
+        types = [r["type_name"] for r in self.js("playground.log()")]
+        self.assertEqual(types, ["HEADER", "ENQUEUE", "LEASE", "RECLAIM"])
+
+    # ------------------------------------------------------------ the page writes, Python reads
+    def test_records_the_playground_writes_open_in_python(self) -> None:
+        self.js(
+            """
+            const p = playground;
+            p.enqueue({to: "ada@example.com", "2": 2.0, note: "caf\\u00e9 \\ud83d\\ude00 </script>"}, {priority: 3});
+            p.enqueue([1, 2.5, null, true], {job_id: "order-42", kind: "email", dedupe_key: "k"});
+            p.enqueue("delayed", {delay: 10, max_attempts: 1});
+            const [a, b] = p.lease(2, {visibility_timeout: 30});
+            p.ack(a, {result: {pages: 12}});
+            p.nack(b, {error: "smtp timeout", delay: 0.25});
+            p.advance(11);
+            const [c] = p.lease(1);
+            p.extend(c, 60);
+            p.setStage(c, "encoding");
+            """
+        )
+        data = base64.b64decode(self.js("playground.bytesBase64()"))
+        self.write_log(data)
+        views = list(maintenance.inspect_log(self.dir))
+        page = self.js("playground.log()")
+        self.assertEqual([v.damage for v in views], [None] * len(views))
+        self.assert_same_records(views, page)
+        self.assertEqual(maintenance.verify(self.dir).ok, True)
+
+        now = self.js("playground.now()")
+        with Queue(self.dir, clock=lambda: now) as q:
+            self.assertEqual(q.recovery.torn_bytes, 0)
+            page_jobs = self.js("playground.jobs()")
+            self.assertEqual(len(q), len(page_jobs))
+            for pj in page_jobs:
+                job = q.get(pj["id"]).to_dict()
+                for key in ("payload", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
+                            "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage", "result"):  # fmt: skip
+                    self.assertEqual(job[key], pj[key], f"{pj['id']}.{key}")
+
+    def test_a_compacted_generation_opens_in_python(self) -> None:
+        self.js("for (let i = 0; i < 4; i++) playground.enqueue({n: i}); for (const j of playground.lease(3)) playground.ack(j); playground.lease(1); playground.compact()")
+        data = base64.b64decode(self.js("playground.bytesBase64()"))
+        self.write_log(data, generation=1)
+        pathlib.Path(self.dir, "default.current").write_text("1\n")
+        views = list(maintenance.inspect_log(self.dir))
+        self.assertEqual(views[0].body, {"version": 1, "generation": 1})
+        self.assert_same_records(views, self.js("playground.log()"))
+        now = self.js("playground.now()")
+        with Queue(self.dir, clock=lambda: now) as q:
+            self.assertEqual(q.stats().to_dict(), self.js("playground.counts()"))
+
+    # ------------------------------------------------------------ Python writes, the page reads
+    def test_a_log_python_wrote_decodes_in_the_page_like_inspect(self) -> None:
+        clock = FakeClock()
+        with Queue(self.dir, clock=clock, visibility_timeout=30.0, max_attempts=2) as q:
+            q.enqueue({"to": "ada@example.com", "big": 2**60, "f": 1.0, "tiny": 1e-7, "s": "\u00e9\ud83d\ude00\x7f"})
+            q.enqueue(["x"], priority=5, delay=2.5, kind="email", dedupe_key="welcome")
+            q.enqueue_many([{"n": i} for i in range(3)], job_ids=[f"batch-{i}" for i in range(3)])
+            first = q.lease_one()
+            assert first is not None
+            q.ack(first, result={"ok": True, "ratio": 0.1})
+            second = q.lease_one()
+            assert second is not None
+            q.nack(second, error="boom", delay=1.0)
+            third = q.lease_one()
+            assert third is not None
+            q.extend(third, 45.5)
+            q.set_stage(third, "half way")
+            clock.advance(60.0)
+            q.lease(2)
+            dead = q.lease_one()
+            if dead is not None:
+                q.nack(dead, permanent=True, error="no such user")
+            q.requeue_dead()
+        views = list(maintenance.inspect_log(self.dir))
+        self.assertGreater(len(views), 12)
+        data = self.log_bytes()
+        page = self.js(f"playground.decodeBase64({json.dumps(base64.b64encode(data).decode())})")
+        self.assert_same_records(views, page)
+        # Byte for byte: the page re-encodes every body Python wrote to the same JSON.
+        self.assertTrue(all(r.get("canonical", True) for r in page), [r for r in page if r.get("canonical") is False])
+
+    def test_damage_in_a_python_log_is_found_at_the_same_offset(self) -> None:
+        clock = FakeClock()
+        with Queue(self.dir, clock=clock) as q:
+            for i in range(4):
+                q.enqueue({"n": i})
+        data = self.log_bytes()
+        views = list(maintenance.inspect_log(self.dir))
+        third = views[3].offset
+        cases = {
+            "torn tail": data[: len(data) - 7],
+            "short frame": data[: views[-1].offset + 5],
+            "bit flip mid-log": data[: third + 12] + bytes([data[third + 12] ^ 0x10]) + data[third + 13 :],
+            "bad length": data[:third] + b"\xff\xff\xff\x7f" + data[third + 4 :],
+        }
+        for label, damaged in cases.items():
+            with self.subTest(case=label):
+                self.write_log(damaged)
+                py = list(maintenance.inspect_log(self.dir))
+                page = self.js(f"playground.decodeBase64({json.dumps(base64.b64encode(damaged).decode())})")
+                self.assert_same_records(py, page)
+                self.assertIsNotNone(py[-1].damage)
+                self.assertIsNotNone(page[-1]["damage"])
+                # Both agree whether valid records follow the damage (refuse) or not (torn tail).
+                follows = re.search(r"valid records follow at offset (\d+)", py[-1].damage or "")
+                self.assertEqual(page[-1].get("valid_after"), int(follows.group(1)) if follows else None)
+
+    def test_the_page_opens_a_python_log_and_replays_the_same_jobs(self) -> None:
+        clock = FakeClock()
+        with Queue(self.dir, clock=clock) as q:
+            for i in range(3):
+                q.enqueue({"n": i}, priority=i)
+            job = q.lease_one()
+            assert job is not None
+            q.nack(job, error="later", delay=5.0)
+            py_jobs = {j.id: j.to_dict() for j in q.list_jobs()}
+            py_counts = q.stats().to_dict()
+        data = self.log_bytes()
+        report = self.js(f"playground.reset({{start: {clock()!r}}}); playground.load({json.dumps(base64.b64encode(data).decode())}, 'default.000000.log')")
+        self.assertTrue(report["ok"])
+        self.assertEqual(self.js("playground.counts()"), py_counts)
+        for pj in self.js("playground.jobs()"):
+            for key in ("state", "attempts", "available_at", "last_error", "seq", "priority", "payload"):
+                self.assertEqual(pj[key], py_jobs[pj["id"]][key], key)
+
+    # ------------------------------------------------------------ identical bytes
+    def test_json_and_crc_are_byte_identical_to_python(self) -> None:
+        rng = random.Random(20261130)
+        floats = [1.0, 0.1, -0.0, 0.0, 100.0, 1e16, 1e15, 1e-5, 1e-4, 1e22, 5e-324, 1.7976931348623157e308,
+                  123456789.123, 1700000000.0, 1700000000.25, 2.5e-8, 1.5e300, 9007199254740993.0]  # fmt: skip
+        floats += [rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30) for _ in range(300)]
+        floats += [rng.random() + rng.randint(0, 2**31) for _ in range(100)]
+        values: list[Any] = [
+            {"id": "j1", "at": 1700000000.0, "deadline": 1700000030.5, "attempts": 1, "token": "ab"},
+            {"floats": floats},
+            {"ints": [0, -1, 2**53 + 1, -(2**63), 10**30]},
+            {"s": "caf\u00e9 \U0001f600 \ud800 \x00\x1f\x7f\x80 \"q\" \\ / </script> \u2028"},
+            {"b": 1, "2": 2, "1": 3, "a": {"z": [], "y": {}}},
+            {"nested": [[[{"deep": [True, False, None]}]]]},
+            {"unicode_keys": {"\u00fc": 1, "\u4e2d": 2}},
+        ]
+        texts = [json.dumps(v, separators=(",", ":"), ensure_ascii=True, allow_nan=False) for v in values]
+        got = self.js(f"{json.dumps(texts)}.map(t => playground.canonicalJson(t))")
+        for want, have in zip(texts, got):
+            self.assertEqual(have, want)
+        for rtype, value in enumerate(values, start=1):
+            text = texts[rtype - 1]
+            page = base64.b64decode(self.js(f"playground.encodeRecordBase64({rtype}, {json.dumps(text)})"))
+            self.assertEqual(page, encode_record(rtype, value))
+        # Floats one by one too, so a failure names the number.
+        reprs = self.js(f"{json.dumps([f for f in floats if math.isfinite(f)])}.map(f => playground.floatRepr(f))")
+        for f, r in zip(floats, reprs):
+            if f != 0.0 or math.copysign(1, f) > 0:
+                self.assertEqual(r, repr(f))
+
+    # ------------------------------------------------------------ helpers
+    def write_log(self, data: bytes, generation: int = 0) -> str:
+        path = os.path.join(self.dir, f"default.{generation:06d}.log")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return path
+
+    def log_bytes(self, generation: int = 0) -> bytes:
+        return pathlib.Path(self.dir, f"default.{generation:06d}.log").read_bytes()
+
+    def assert_same_records(self, views: list[Any], page: list[dict[str, Any]]) -> None:
+        """Same offsets, lengths, types and bodies; damage at the same place."""
+        self.assertEqual(len(page), len(views), [(r["offset"], r["type_name"]) for r in page])
+        for view, rec in zip(views, page):
+            where = f"record at offset {view.offset}"
+            self.assertEqual(rec["offset"], view.offset, where)
+            self.assertEqual(rec["type_name"], view.type_name, where)
+            self.assertEqual(rec["type"], view.type, where)
+            self.assertEqual(rec["length"], view.length, where)
+            self.assertEqual(rec["body"], view.body, where)
+            self.assertEqual(rec["damage"] is None, view.damage is None, where)
+
+
+if __name__ == "__main__":
+    unittest.main()
