@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""PNG screenshots of the docs site, the playground and the live dashboard, for README.md.
+
+Owns: producing docs/screenshots/*.png (or --out DIR). Imports: the standard
+library, nobroker (to fill a sample queue) and tests.browser (the headless
+Chromium driver the page tests use).
+
+    python make.py screenshots            # or: python tools/screenshots.py --out /tmp/shots
+
+The docs site is shot in light and dark mode; the playground after a recipe
+has torn a record (so the hex view shows the torn bytes); the dashboard over a
+sample queue with jobs in every state, served by ``nobroker serve`` on a free
+loopback port. Without a dashboard in this copy, that shot is skipped with a
+message. The server started here is always stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+for path in (ROOT / "src", ROOT):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from tests.browser import Browser, BrowserError, BrowserUnavailable, file_url  # noqa: E402
+
+DEFAULT_OUT = ROOT / "docs" / "screenshots"
+#: Viewport of every shot: wide enough for the two-column layouts.
+VIEWPORT = (1280, 900)
+#: Seconds to wait for the dashboard server to answer, and for its first live refresh.
+SERVER_START_TIMEOUT = 20.0
+DASHBOARD_SETTLE_TIMEOUT = 10.0
+#: The playground recipe shown, and how many of its steps run (3 = just after the torn write).
+PLAYGROUND_RECIPE = "crash-and-recover"
+PLAYGROUND_STEPS = 3
+
+
+def say(text: str) -> None:
+    print(f"screenshots: {text}", flush=True)
+
+
+def set_color_scheme(browser: Browser, scheme: str) -> None:
+    browser.send("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
+
+
+def shoot_docs(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
+    shots = []
+    for scheme in ("light", "dark"):
+        set_color_scheme(browser, scheme)
+        browser.open(file_url(ROOT / "web" / "index.html"))
+        name = "docs.png" if scheme == "light" else "docs-dark.png"
+        shots.append(pathlib.Path(browser.screenshot(out / name)))
+    set_color_scheme(browser, "light")
+    browser.open(file_url(ROOT / "web" / "index.html"))
+    browser.evaluate("document.documentElement.style.scrollBehavior = 'auto'; document.getElementById('design').scrollIntoView(); true")
+    shots.append(pathlib.Path(browser.screenshot(out / "docs-design.png")))
+    return shots
+
+
+def shoot_playground(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
+    set_color_scheme(browser, "light")
+    browser.open(file_url(ROOT / "web" / "playground.html"))
+    browser.evaluate(f"playground.runRecipe({PLAYGROUND_RECIPE!r}, {PLAYGROUND_STEPS}); true")
+    shots = [pathlib.Path(browser.screenshot(out / "playground.png"))]
+    # The disk itself: the log table and the hex view with the torn bytes marked.
+    browser.evaluate("document.getElementById('log').closest('.two').scrollIntoView(); true")
+    shots.append(pathlib.Path(browser.screenshot(out / "playground-disk.png")))
+    return shots
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fill_sample_queue(directory: str) -> None:
+    """A queue with something in every state, so the dashboard has a story to show."""
+    from nobroker import Queue
+
+    with Queue(directory, max_attempts=2) as q:
+        for i, who in enumerate(["ada", "grace", "alan", "barbara", "edsger", "donald"]):
+            q.enqueue({"send_welcome_to": f"{who}@example.com"}, priority=i % 3, kind="email")
+        q.enqueue({"resize": "holiday.jpg", "width": 1200}, kind="thumbnail")
+        q.enqueue({"report": "q3"}, delay=3600)
+        for job in q.lease(3):
+            q.ack(job, result={"sent": True})
+        leased = q.lease_one()
+        if leased is not None:
+            q.set_stage(leased, "rendering")
+        broken = q.lease_one()
+        if broken is not None:
+            q.nack(broken, error="smtp: 550 no such user", permanent=True)
+
+
+def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
+    if not (ROOT / "src" / "nobroker" / "dashboard.py").exists():
+        say("skipping the dashboard: this copy of nobroker has no dashboard (src/nobroker/dashboard.py)")
+        return []
+    directory = tempfile.mkdtemp(prefix="nobroker-shots-")
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        fill_sample_queue(directory)
+        port = free_port()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env.pop("NOBROKER_TOKEN", None)  # a token in the caller's environment would lock the page
+        server = subprocess.Popen(
+            [sys.executable, "-m", "nobroker", "--dir", directory, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}/"
+        if not wait_for_http(url, server):
+            err = server.stderr.read().decode(errors="replace") if server.poll() is not None and server.stderr else ""
+            say(f"skipping the dashboard: `nobroker serve` did not answer within {SERVER_START_TIMEOUT:.0f}s {err.strip()}")
+            return []
+        set_color_scheme(browser, "light")
+        browser.open(url)
+        wait_for_dashboard(browser)
+        return [pathlib.Path(browser.screenshot(out / "dashboard.png"))]
+    finally:
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(timeout=5)
+            if server.stderr:
+                server.stderr.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def wait_for_http(url: str, server: subprocess.Popen[bytes]) -> bool:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def wait_for_dashboard(browser: Browser) -> None:
+    """Until the live counts have arrived (the page fills them in after loading)."""
+    deadline = time.monotonic() + DASHBOARD_SETTLE_TIMEOUT
+    probe = "(() => { const e = document.getElementById('count-total'); return !!e && /\\d/.test(e.textContent); })()"
+    while time.monotonic() < deadline:
+        if browser.evaluate(probe):
+            time.sleep(0.3)  # let the jobs table that follows the counts paint
+            return
+        time.sleep(0.1)
+    say("the dashboard's counts did not appear in time; taking the shot anyway")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="PNG screenshots of the docs site, the playground and the dashboard.")
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help=f"folder for the PNGs (default {DEFAULT_OUT.relative_to(ROOT)})")
+    parser.add_argument("--no-dashboard", action="store_true", help="skip the dashboard shot")
+    args = parser.parse_args(argv)
+    out: pathlib.Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        browser = Browser.start(window_size=VIEWPORT)
+    except BrowserUnavailable as exc:
+        say(f"cannot take screenshots: {exc}")
+        return 1
+    shots: list[pathlib.Path] = []
+    try:
+        shots += shoot_docs(browser, out)
+        shots += shoot_playground(browser, out)
+        if not args.no_dashboard:
+            shots += shoot_dashboard(browser, out)
+        if browser.errors:
+            say("the pages reported errors: " + "; ".join(browser.errors))
+            return 1
+    except BrowserError as exc:
+        say(f"the browser failed: {exc}")
+        return 1
+    finally:
+        browser.close()
+    for shot in shots:
+        say(f"wrote {shot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
