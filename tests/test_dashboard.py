@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 from unittest import mock
 
-from nobroker import Queue, dashboard
+from nobroker import Job, Queue, dashboard
 from nobroker.dashboard import (
     CSRF_HEADER,
     MAX_BODY_BYTES,
@@ -54,6 +54,12 @@ SAMPLE_RE = re.compile(
 )
 HELP_RE = re.compile(r"^# HELP [a-zA-Z_:][a-zA-Z0-9_:]* .+$")
 TYPE_RE = re.compile(r"^# TYPE (?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$")
+
+
+def nonce_of(csp: str) -> str:
+    match = re.search(r"script-src 'nonce-([A-Za-z0-9_-]+)'", csp)
+    assert match is not None, f"no script nonce in {csp!r}"
+    return match.group(1)
 
 
 class Response:
@@ -135,10 +141,16 @@ class DashboardCase(TempDirTestCase):
         self.assertIsInstance(error, str)
         self.assertIn(fragment, error)
 
+    def lease(self) -> Job:
+        """Lease the next job; there must be one."""
+        job = self.queue.lease_one()
+        assert job is not None, "no job was ready to lease"
+        return job
+
     def make_dead(self, payload: Any = "doomed", job_id: str | None = None) -> str:
         # Top priority, so the lease below takes this job and not another ready one.
         job = self.queue.enqueue(payload, job_id=job_id, priority=MAX_PRIORITY)
-        leased = self.queue.lease_one()
+        leased = self.lease()
         self.assertEqual(leased.id, job.id)
         self.queue.nack(leased, error="boom", permanent=True)
         self.assertEqual(self.queue.get(job.id).state, JobState.DEAD)
@@ -146,7 +158,7 @@ class DashboardCase(TempDirTestCase):
 
     def make_done(self, payload: Any = "finished", result: Any = None) -> str:
         job = self.queue.enqueue(payload, priority=MAX_PRIORITY)
-        leased = self.queue.lease_one()
+        leased = self.lease()
         self.assertEqual(leased.id, job.id)
         self.queue.ack(leased, result=result)
         return job.id
@@ -167,7 +179,7 @@ class PageTest(DashboardCase):
         self.assertIn("frame-ancestors 'none'", csp)
         self.assertNotIn("unsafe-inline", csp)
         self.assertNotIn("unsafe-eval", csp)
-        nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]+)'", csp).group(1)
+        nonce = nonce_of(csp)
         # Every script and style block carries this response's nonce; nothing else can run.
         self.assertEqual(re.findall(r"<script\b[^>]*>", resp.text), [f'<script nonce="{nonce}">'])
         self.assertEqual(re.findall(r"<style\b[^>]*>", resp.text), [f'<style nonce="{nonce}">'])
@@ -178,7 +190,7 @@ class PageTest(DashboardCase):
 
     def test_each_page_gets_a_fresh_nonce_and_the_server_csrf_token(self) -> None:
         first, second = self.request("GET", "/"), self.request("GET", "/")
-        nonces = [re.search(r"nonce-([A-Za-z0-9_-]+)", r.headers["Content-Security-Policy"]).group(1) for r in (first, second)]
+        nonces = [nonce_of(r.headers["Content-Security-Policy"]) for r in (first, second)]
         self.assertNotEqual(nonces[0], nonces[1])
         for resp in (first, second):
             self.assertIn(f'<meta name="csrf-token" content="{self.server.csrf_token}">', resp.text)
@@ -213,7 +225,7 @@ class ApiTest(DashboardCase):
         for n in range(3):
             self.queue.enqueue({"n": n})
         self.queue.enqueue("later", delay=3600)
-        self.queue.lease_one()
+        self.lease()
         data = self.get_json("/api/stats")
         self.assertEqual(data["stats"], self.queue.stats().to_dict())
         self.assertEqual(data["stats"], {"ready": 2, "delayed": 1, "leased": 1, "done": 0, "dead": 0, "total": 4})
@@ -235,7 +247,7 @@ class ApiTest(DashboardCase):
         self.assertFalse(page3["has_more"])
         self.assertEqual(self.get_json("/api/jobs?state=ready&offset=50")["jobs"], [])
 
-        leased = self.queue.lease_one()
+        leased = self.lease()
         self.assertEqual([j["id"] for j in self.get_json("/api/jobs?state=leased")["jobs"]], [leased.id])
         self.queue.ack(leased)
         self.assertEqual([j["id"] for j in self.get_json("/api/jobs?state=done")["jobs"]], [leased.id])
@@ -244,7 +256,7 @@ class ApiTest(DashboardCase):
 
     def test_list_rows_are_summaries_without_lease_tokens(self) -> None:
         self.queue.enqueue({"big": "x" * 5000})
-        self.queue.lease_one()
+        self.lease()
         (row,) = self.get_json("/api/jobs?state=leased")["jobs"]
         self.assertNotIn("payload", row)
         self.assertNotIn("lease_token", row)
@@ -269,7 +281,7 @@ class ApiTest(DashboardCase):
 
     def test_one_job_in_full(self) -> None:
         job = self.queue.enqueue({"to": "a@example.com", "n": [1, 2]}, priority=4, max_attempts=3)
-        leased = self.queue.lease_one()
+        leased = self.lease()
         self.queue.set_stage(leased, "sending")
         detail = self.get_json(f"/api/jobs/{job.id}")["job"]
         self.assertEqual(detail["payload"], {"to": "a@example.com", "n": [1, 2]})
@@ -310,7 +322,7 @@ class ApiTest(DashboardCase):
         revived = self.queue.get(dead)
         self.assertEqual((revived.state, revived.attempts), (JobState.READY, 0))
         self.assertEqual(self.queue.get(other).state, JobState.DEAD)
-        self.assertEqual(self.queue.lease_one().id, dead)
+        self.assertEqual(self.lease().id, dead)
 
     def test_requeue_one_refuses_a_job_that_is_not_dead(self) -> None:
         job = self.queue.enqueue("fine")
@@ -425,7 +437,7 @@ class SafetyTest(DashboardCase):
     def test_a_script_payload_comes_back_escaped(self) -> None:
         job = self.queue.enqueue(SCRIPT_PAYLOAD, job_id="xss-1")
         self.queue.enqueue({"html": "<img src=x onerror=alert(2)>", "amp": "a&b"})
-        leased = self.queue.lease_one()
+        leased = self.lease()
         self.queue.nack(leased, error="</pre><script>alert(3)</script>", permanent=True)
         for path in ("/api/jobs", "/api/jobs?state=dead", "/api/dlq", f"/api/jobs/{job.id}"):
             with self.subTest(path=path):
@@ -537,9 +549,9 @@ class MetricsTest(DashboardCase):
         for n in range(5):
             self.queue.enqueue({"n": n})
         self.queue.enqueue("later", delay=3600)
-        first = self.queue.lease_one()
+        first = self.lease()
         self.queue.ack(first)
-        self.queue.lease_one()
+        self.lease()
         self.make_dead()
         resp = self.request("GET", "/metrics")
         self.assertEqual(resp.status, 200)
@@ -567,7 +579,7 @@ class MetricsTest(DashboardCase):
     def test_oldest_ready_age_tracks_the_longest_waiting_job(self) -> None:
         # A clock of our own makes the age exact: the job became runnable 90 s ago.
         queue = _AgedQueue(self.queue, age=90.0)
-        self.server.queue = queue
+        self.server.queue = queue  # type: ignore[assignment]
         queue.enqueue("waiting")
         samples = parse_metrics(self.request("GET", "/metrics").text)
         age = samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))]
@@ -576,7 +588,7 @@ class MetricsTest(DashboardCase):
 
     def test_oldest_ready_age_scans_past_a_page_of_delayed_jobs(self) -> None:
         queue = _AgedQueue(self.queue, age=90.0)
-        self.server.queue = queue
+        self.server.queue = queue  # type: ignore[assignment]
         for n in range(3):
             queue.enqueue(n, delay=3600)
         queue.enqueue("runnable")
@@ -587,7 +599,7 @@ class MetricsTest(DashboardCase):
 
     def test_oldest_ready_age_stops_after_the_first_page_when_it_can(self) -> None:
         queue = _AgedQueue(self.queue, age=90.0)
-        self.server.queue = queue
+        self.server.queue = queue  # type: ignore[assignment]
         for n in range(7):
             queue.enqueue(n)
         with mock.patch.object(dashboard, "METRICS_SCAN_PAGE", 2):
@@ -601,7 +613,7 @@ class MetricsTest(DashboardCase):
         has_counters = hasattr(stats, "enqueued_total") and hasattr(stats, "acked_total")
         self.assertEqual("nobroker_enqueued_total" in names, has_counters)
         self.assertEqual("nobroker_acked_total" in names, has_counters)
-        self.server.queue = _CountingQueue(self.queue, enqueued=12, acked=7)
+        self.server.queue = _CountingQueue(self.queue, enqueued=12, acked=7)  # type: ignore[assignment]
         text = self.request("GET", "/metrics").text
         samples = parse_metrics(text)
         q = ("queue", self.queue.name)
@@ -610,7 +622,7 @@ class MetricsTest(DashboardCase):
         self.assertIn("# TYPE nobroker_enqueued_total counter", text)
 
     def test_queue_names_are_escaped_as_label_values(self) -> None:
-        self.server.queue = _RenamedQueue(self.queue, 'we"ird\\name')
+        self.server.queue = _RenamedQueue(self.queue, 'we"ird\\name')  # type: ignore[assignment]
         samples = parse_metrics(self.request("GET", "/metrics").text)
         self.assertIn(("nobroker_dead_jobs", (("queue", 'we\\"ird\\\\name'),)), samples)
 
@@ -741,7 +753,7 @@ class BindTest(TempDirTestCase):
                 make_server(self.queue, port=0, token=token)
         for port in (-1, 65536, True):
             with self.subTest(port=port), self.assertRaises(DashboardConfigError):
-                make_server(self.queue, port=port)  # type: ignore[arg-type]
+                make_server(self.queue, port=port)
 
     def test_ipv6_loopback(self) -> None:
         if not socket.has_ipv6:

@@ -50,10 +50,13 @@ import time
 import urllib.parse
 import webbrowser
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
 from .jobs import Job, JobState
+
+if TYPE_CHECKING:  # for the annotations only: any object with the public Queue methods works
+    from .queue import Queue
 
 logger = logging.getLogger("nobroker.dashboard")
 
@@ -188,14 +191,12 @@ class DashboardServer(http.server.ThreadingHTTPServer):
     # Rebinding the same port right after a restart is what an operator expects.
     allow_reuse_address = True
 
-    def __init__(self, queue: Any, host: str, port: int, token: str | None) -> None:
+    def __init__(self, queue: Queue, host: str, port: int, token: str | None) -> None:
         self.queue = queue
         self.token = token
         self.csrf_token = secrets.token_hex(SECRET_BYTES)
         self.session_secret = secrets.token_hex(SECRET_BYTES)
         self.queue_lock = threading.Lock()
-        self.bind_host = host
-        self.started_at = time.time()
         family = socket.AF_INET
         if ":" in host.strip("[]"):
             family = socket.AF_INET6
@@ -207,7 +208,7 @@ class DashboardServer(http.server.ThreadingHTTPServer):
     @property
     def url(self) -> str:
         """The page's address (without the token)."""
-        host, port = self.server_address[0], self.server_address[1]
+        host, port = str(self.server_address[0]), int(self.server_address[1])
         if self.address_family == socket.AF_INET6:
             host = f"[{host}]"
         return f"http://{host}:{port}/"
@@ -604,7 +605,7 @@ def render_metrics(server: DashboardServer) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _earliest_runnable(queue: Any, now: float) -> float | None:
+def _earliest_runnable(queue: Queue, now: float) -> float | None:
     """The smallest ``available_at`` among ready jobs runnable at ``now``, or None.
 
     Jobs come oldest first, and a job never becomes available before it was
@@ -629,7 +630,7 @@ def _earliest_runnable(queue: Any, now: float) -> float | None:
 
 # ---------------------------------------------------------------- entry points
 def make_server(
-    queue: Any,
+    queue: Queue,
     *,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
@@ -658,7 +659,7 @@ def make_server(
 
 
 def serve(
-    queue: Any,
+    queue: Queue,
     *,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
