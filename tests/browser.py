@@ -130,6 +130,8 @@ class Browser:
     def start(cls, executable: str | None = None, *, window_size: tuple[int, int] = WINDOW_SIZE) -> "Browser":
         """Launch headless Chromium and open one blank page. Raises BrowserUnavailable."""
         exe = executable or find_chromium()
+        if exe is None and os.environ.get("NOBROKER_CHROMIUM"):
+            raise BrowserUnavailable(f"NOBROKER_CHROMIUM={os.environ['NOBROKER_CHROMIUM']!r} is not an executable")
         if exe is None:
             raise BrowserUnavailable(
                 "Chromium was not found on PATH (tried %s); install it, e.g. `apt-get install chromium`"
