@@ -1,0 +1,523 @@
+"""A model check: random operation sequences against a plain reference model of the semantics.
+
+Owns: RefModel (DESIGN.md section 3 written down as a dict of jobs, with
+no code from nobroker's replay), the random step generator, the runner that
+drives a real Queue on a simulated disk and the model side by side, and the
+shrinker that reduces a failing sequence by deleting steps. Imports: the
+standard library, nobroker's public API, tests.simdisk and tests.support.
+
+After every step the full state of every job is compared (every Job field;
+``seq`` by the order it gives, since a compaction may renumber the next
+job). Reopening and simulated power cuts (every completed operation was
+fsynced, so a cut between operations must change nothing) are steps too.
+
+A failure prints the seed and the shortest failing sequence found; re-run
+one seed with NOBROKER_MODEL_SEED=<seed>.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import unittest
+from dataclasses import dataclass, field
+from typing import Any
+
+from nobroker import BackoffPolicy, JobNotFoundError, NotLeasedError, Queue
+from tests.simdisk import POWER_CUT_MODES, SimDisk, fresh_queue_path
+from tests.support import LONG, FakeClock
+
+SEQUENCES = 3000 if LONG else 300
+STEPS = 60 if LONG else 40
+#: Backoff without jitter, so the model can compute every retry time.
+BACKOFF = BackoffPolicy(base=1.0, factor=2.0, max_delay=300.0, jitter=0.0)
+VISIBILITY = 30.0
+MAX_ATTEMPTS = 3
+KINDS = ("default", "mail", "report")
+
+
+# ====================================================================== the model
+@dataclass
+class MJob:
+    id: str
+    payload: Any
+    priority: int
+    max_attempts: int
+    available_at: float
+    enqueued_at: float
+    seq: int
+    kind: str
+    dedupe_key: str | None
+    state: str = "ready"
+    attempts: int = 0
+    lease_deadline: float | None = None
+    lease_token: str | None = None
+    last_error: str | None = None
+    stage: str | None = None
+    result: Any = None
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "payload": self.payload, "priority": self.priority, "state": self.state,
+            "attempts": self.attempts, "max_attempts": self.max_attempts, "available_at": self.available_at,
+            "enqueued_at": self.enqueued_at, "lease_deadline": self.lease_deadline,
+            "lease_token": self.lease_token, "last_error": self.last_error, "kind": self.kind,
+            "dedupe_key": self.dedupe_key, "stage": self.stage, "result": self.result,
+        }  # fmt: skip
+
+
+class ModelError(Exception):
+    """What the model says the real queue must raise (by class name)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def backoff_delay(attempts: int) -> float:
+    """DESIGN.md section 5: min(base * factor^(attempts-1), max_delay), no jitter here."""
+    return min(BACKOFF.base * BACKOFF.factor ** max(attempts - 1, 0), BACKOFF.max_delay)
+
+
+class RefModel:
+    """The semantics of DESIGN.md section 3 as a dict of jobs. No cleverness, no indexes."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, MJob] = {}
+        self.next_seq = 1
+
+    # -------- helpers
+    def active_holder(self, kind: str, key: str | None) -> MJob | None:
+        if key is None:
+            return None
+        for job in self.jobs.values():
+            if job.kind == kind and job.dedupe_key == key and job.state in ("ready", "leased"):
+                return job
+        return None
+
+    def reclaim(self, now: float) -> None:
+        """Every write begins by turning expired leases into failed attempts (earliest first)."""
+        expired = [j for j in self.jobs.values() if j.state == "leased" and j.lease_deadline <= now]  # type: ignore[operator]
+        for job in sorted(expired, key=lambda j: (j.lease_deadline, j.seq)):
+            job.lease_deadline = None
+            job.lease_token = None
+            if job.attempts >= job.max_attempts:
+                job.state = "dead"
+                job.last_error = f"lease expired on attempt {job.attempts} of {job.max_attempts}"
+            else:
+                job.state = "ready"
+                job.available_at = now + backoff_delay(job.attempts)
+
+    def leased(self, job_id: str, token: str | None) -> MJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise ModelError("JobNotFoundError")
+        if job.state != "leased" or (token is not None and token != job.lease_token):
+            raise ModelError("NotLeasedError")
+        return job
+
+    # -------- operations (each write op starts with reclaim)
+    def enqueue(self, now: float, spec: dict[str, Any], new_id: str) -> MJob:
+        existing = self.jobs.get(spec["job_id"]) if spec["job_id"] is not None else None
+        if existing is None:
+            existing = self.active_holder(spec["kind"], spec["dedupe_key"])
+        if existing is not None:
+            return existing
+        job = MJob(
+            id=spec["job_id"] or new_id, payload=spec["payload"], priority=spec["priority"],
+            max_attempts=spec["max_attempts"], available_at=now + spec["delay"], enqueued_at=now,
+            seq=self.next_seq, kind=spec["kind"], dedupe_key=spec["dedupe_key"],
+        )  # fmt: skip
+        self.next_seq += 1
+        self.jobs[job.id] = job
+        return job
+
+    def runnable(self, now: float, kinds: tuple[str, ...] | None) -> list[MJob]:
+        ready = [
+            j for j in self.jobs.values()
+            if j.state == "ready" and j.available_at <= now and (kinds is None or j.kind in kinds)
+        ]  # fmt: skip
+        return sorted(ready, key=lambda j: (-j.priority, j.seq))
+
+    def lease(self, now: float, job: MJob, vt: float, token: str) -> None:
+        job.state = "leased"
+        job.attempts += 1
+        job.lease_token = token
+        job.lease_deadline = now + vt
+        job.stage = None
+
+    def ack(self, job_id: str, token: str | None, result: Any) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None and job.state == "done" and (token is None or token == job.lease_token):
+            return
+        job = self.leased(job_id, token)
+        job.state = "done"
+        job.lease_deadline = None
+        if result is not None:
+            job.result = result
+
+    def nack(self, now: float, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> MJob:
+        job = self.leased(job_id, token)
+        job.lease_deadline = None
+        job.lease_token = None
+        job.last_error = error
+        if permanent or job.attempts >= job.max_attempts:
+            job.state = "dead"
+        else:
+            job.state = "ready"
+            job.available_at = now + (backoff_delay(job.attempts) if delay is None else delay)
+        return job
+
+    def extend(self, now: float, job_id: str, token: str | None, seconds: float) -> MJob:
+        job = self.leased(job_id, token)
+        job.lease_deadline = now + seconds
+        return job
+
+    def set_stage(self, job_id: str, token: str | None, stage: str | None) -> MJob:
+        job = self.leased(job_id, token)
+        job.stage = stage
+        return job
+
+    def requeue_dead(self, now: float, job_id: str | None) -> int:
+        if job_id is not None:
+            job = self.jobs.get(job_id)
+            if job is None:
+                raise ModelError("JobNotFoundError")
+            if job.state != "dead":
+                return 0
+            candidates = [job]
+        else:
+            candidates = sorted((j for j in self.jobs.values() if j.state == "dead"), key=lambda j: j.seq)
+        count = 0
+        for job in candidates:
+            holder = self.active_holder(job.kind, job.dedupe_key)
+            if holder is not None and holder.id != job.id:
+                if job_id is not None:
+                    raise ModelError("ValueError")
+                continue
+            job.state = "ready"
+            job.attempts = 0
+            job.available_at = now
+            count += 1
+        return count
+
+    def purge(self) -> int:
+        n = len(self.jobs)
+        self.jobs.clear()
+        return n
+
+    def compact(self) -> None:
+        for job_id in [j.id for j in self.jobs.values() if j.state == "done"]:
+            del self.jobs[job_id]
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return {j.id: j.view() for j in self.jobs.values()}
+
+    def order(self) -> list[str]:
+        return [j.id for j in sorted(self.jobs.values(), key=lambda j: j.seq)]
+
+
+# ====================================================================== steps
+OPS = (
+    "enqueue", "enqueue", "enqueue", "enqueue_many", "lease", "lease", "ack", "ack", "ack_by_id", "ack_stale",
+    "nack", "nack", "extend", "set_stage", "requeue_dead", "purge", "compact", "tick", "tick", "tick",
+    "reopen", "power_cut", "ack_unknown",
+)  # fmt: skip
+
+
+def random_steps(rng: random.Random, n: int) -> list[tuple[Any, ...]]:
+    steps: list[tuple[Any, ...]] = []
+    for _ in range(n):
+        op = rng.choice(OPS)
+        if op == "purge" and rng.random() < 0.7:
+            op = "tick"  # a purge wipes the state; keep it rare so sequences build history
+        steps.append((op, rng.getrandbits(32)))
+    return steps
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+class Runner:
+    """Drives one real Queue (on a SimDisk) and the RefModel with the same steps."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.disk = SimDisk()
+        self.path = fresh_queue_path(self.disk, random.Random(seed))
+        self.clock = FakeClock()
+        self.model = RefModel()
+        self.tokens: dict[str, list[str]] = {}
+        self.leases: dict[str, Any] = {}  # id -> the Job the last lease returned
+        self.q = self.open()
+        self.steps_run = 0
+
+    def open(self) -> Queue:
+        return Queue(
+            self.path, filesystem=self.disk, clock=self.clock, backoff=BACKOFF,
+            visibility_timeout=VISIBILITY, max_attempts=MAX_ATTEMPTS, auto_compact=None,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        self.q.close()
+
+    # -------- checking
+    def compare(self, where: str) -> None:
+        real = {j.id: j for j in self.q.list_jobs()}
+        want = self.model.snapshot()
+        if set(real) != set(want):
+            raise Mismatch(f"{where}: job ids differ: only real {sorted(set(real) - set(want))}, only model {sorted(set(want) - set(real))}")
+        for job_id, expected in want.items():
+            got = real[job_id].to_dict()
+            got.pop("seq")
+            if got != expected:
+                diff = {k: (got.get(k), expected.get(k)) for k in expected if got.get(k) != expected.get(k)}
+                raise Mismatch(f"{where}: job {job_id} differs (real, model): {diff}")
+        real_order = [j.id for j in sorted(real.values(), key=lambda j: j.seq)]
+        if real_order != self.model.order():
+            raise Mismatch(f"{where}: seq order differs: real {real_order}, model {self.model.order()}")
+
+    def expect(self, where: str, model_call: Any, real_call: Any) -> tuple[Any, Any]:
+        """Run the model and the real call; both must succeed, or raise the same error class."""
+        try:
+            want = model_call()
+            want_err = None
+        except ModelError as exc:
+            want, want_err = None, exc.kind
+        try:
+            got = real_call()
+            got_err = None
+        except (NotLeasedError, JobNotFoundError, ValueError) as exc:
+            got, got_err = None, type(exc).__name__
+        if want_err != got_err:
+            raise Mismatch(f"{where}: model says {want_err or 'success'}, real queue says {got_err or 'success'}")
+        return want, got
+
+    # -------- one step
+    def pick(self, r: random.Random, states: tuple[str, ...] | None = None) -> str | None:
+        ids = [j for j in self.model.order() if states is None or self.model.jobs[j].state in states]
+        return r.choice(ids) if ids else None
+
+    def step(self, i: int, op: str, arg: int) -> None:
+        r = random.Random(arg)
+        m, q, where = self.model, self.q, f"step {i} ({op})"
+        now = self.clock()
+        if op in ("enqueue", "enqueue_many"):
+            n = 1 if op == "enqueue" else r.randint(1, 4)
+            specs = []
+            for _ in range(n):
+                reuse = self.pick(r) if r.random() < 0.15 else None
+                specs.append({
+                    "payload": {"n": r.randrange(1000), "s": "x" * r.randrange(4)},
+                    "priority": r.choice((0, 0, 1, 5, -1)),
+                    "delay": r.choice((0.0, 0.0, 0.0, 5.0, 60.0)),
+                    "max_attempts": r.choice((MAX_ATTEMPTS, 1, 2)),
+                    "job_id": reuse or (f"id-{r.randrange(50)}" if r.random() < 0.2 else None),
+                    "kind": r.choice(KINDS),
+                    "dedupe_key": r.choice((None, None, None, "k1", "k2")),
+                })  # fmt: skip
+            # Everything in one batch shares the kind/priority/delay/max_attempts of enqueue_many's signature.
+            if op == "enqueue_many":
+                for s in specs[1:]:
+                    for key in ("priority", "delay", "max_attempts", "kind"):
+                        s[key] = specs[0][key]
+                first = specs[0]
+                real_jobs = q.enqueue_many(
+                    [s["payload"] for s in specs], priority=first["priority"], delay=first["delay"],
+                    max_attempts=first["max_attempts"], job_ids=[s["job_id"] for s in specs], kind=first["kind"],
+                    dedupe_keys=[s["dedupe_key"] for s in specs],
+                )  # fmt: skip
+            else:
+                s = specs[0]
+                real_jobs = [q.enqueue(
+                    s["payload"], priority=s["priority"], delay=s["delay"], max_attempts=s["max_attempts"],
+                    job_id=s["job_id"], kind=s["kind"], dedupe_key=s["dedupe_key"],
+                )]  # fmt: skip
+            m.reclaim(now)
+            for s, real in zip(specs, real_jobs):
+                want = m.enqueue(now, s, real.id)
+                if real.id != want.id:
+                    raise Mismatch(f"{where}: enqueue returned job {real.id}, model expects {want.id}")
+        elif op == "lease":
+            count = r.randint(1, 3)
+            vt = r.choice((VISIBILITY, 5.0, 100.0))
+            kinds = r.choice((None, None, ("mail",), ("default", "report")))
+            got = q.lease(count, visibility_timeout=vt, kinds=kinds)
+            m.reclaim(now)
+            want = m.runnable(now, kinds)[:count]
+            if [j.id for j in got] != [j.id for j in want]:
+                raise Mismatch(f"{where}: leased {[j.id for j in got]}, model expects {[j.id for j in want]}")
+            for real, mj in zip(got, want):
+                m.lease(now, mj, vt, real.lease_token)
+                self.tokens.setdefault(real.id, []).append(real.lease_token)
+                self.leases[real.id] = real
+        elif op in ("ack", "ack_by_id", "nack", "extend", "set_stage"):
+            job_id = self.pick(r, ("leased", "done")) if r.random() < 0.9 else self.pick(r)
+            if job_id is None:
+                job_id = "no-such-job"
+            held = self.leases.get(job_id)
+            token = None if (op == "ack_by_id" or held is None or r.random() < 0.1) else held.lease_token
+            ref = held if token is not None else job_id
+
+            def model_op() -> Any:
+                m.reclaim(now)
+                if op in ("ack", "ack_by_id"):
+                    return m.ack(job_id, token, result)
+                if op == "nack":
+                    return m.nack(now, job_id, token, error, delay, permanent)
+                if op == "extend":
+                    return m.extend(now, job_id, token, seconds)
+                return m.set_stage(job_id, token, stage)
+
+            result = r.choice((None, {"ok": r.randrange(9)}))
+            error = r.choice((None, "boom", "timeout"))
+            delay = r.choice((None, None, 0.0, 10.0))
+            permanent = r.random() < 0.15
+            seconds = r.choice((1.0, 30.0, 90.0))
+            stage = r.choice(("fetch", "send", None))
+            if op in ("ack", "ack_by_id"):
+                self.expect(where, model_op, lambda: q.ack(ref, result=result))
+            elif op == "nack":
+                self.expect(where, model_op, lambda: q.nack(ref, error=error, delay=delay, permanent=permanent))
+            elif op == "extend":
+                self.expect(where, model_op, lambda: q.extend(ref, seconds))
+            else:
+                self.expect(where, model_op, lambda: q.set_stage(ref, stage))
+        elif op == "ack_stale":
+            candidates = [(jid, toks[0]) for jid, toks in self.tokens.items() if len(toks) > 1 or jid not in m.jobs]
+            if not candidates:
+                return
+            job_id, token = r.choice(sorted(candidates))
+            stale = self.leases[job_id].__class__(**{**self.leases[job_id].__dict__, "lease_token": token})
+
+            def model_stale() -> None:
+                m.reclaim(now)
+                m.ack(job_id, token, None)
+
+            self.expect(where, model_stale, lambda: q.ack(stale))
+        elif op == "ack_unknown":
+            def model_unknown() -> None:
+                m.reclaim(now)
+                raise ModelError("JobNotFoundError")
+
+            self.expect(where, model_unknown, lambda: q.ack("never-enqueued"))
+        elif op == "requeue_dead":
+            job_id = self.pick(r, ("dead",)) if r.random() < 0.6 else None
+
+            def model_requeue() -> int:
+                m.reclaim(now)
+                return m.requeue_dead(now, job_id)
+
+            want, got = self.expect(where, model_requeue, lambda: q.requeue_dead(job_id))
+            if want != got:
+                raise Mismatch(f"{where}: requeue_dead returned {got}, model expects {want}")
+        elif op == "purge":
+            got = q.purge()
+            m.reclaim(now)
+            want = m.purge()
+            if got != want:
+                raise Mismatch(f"{where}: purge returned {got}, model expects {want}")
+        elif op == "compact":
+            q.compact()
+            m.reclaim(now)
+            m.compact()
+        elif op == "tick":
+            self.clock.advance(r.choice((0.5, 3.0, 10.0, 31.0, 120.0)))
+        elif op == "reopen":
+            q.close()
+            self.q = self.open()
+        elif op == "power_cut":
+            self.disk = self.disk.power_cut(r.choice(POWER_CUT_MODES), r)
+            # The queue object on the old disk is gone with the power; do not close it there.
+            self.q = self.open()
+        else:  # pragma: no cover
+            raise AssertionError(op)
+        self.compare(where)
+
+    def run(self, steps: list[tuple[Any, ...]]) -> None:
+        try:
+            for i, (op, arg) in enumerate(steps):
+                self.step(i, op, arg)
+                self.steps_run += 1
+        finally:
+            try:
+                self.q.close()
+            except Exception:
+                pass
+
+
+def failure_of(seed: int, steps: list[tuple[Any, ...]]) -> str | None:
+    try:
+        Runner(seed).run(steps)
+    except Exception as exc:  # a mismatch, or any exception the real queue should not raise
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def shrink(seed: int, steps: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Delete chunks of steps (halving the chunk size) while the sequence still fails."""
+    chunk = max(len(steps) // 2, 1)
+    while chunk >= 1:
+        i = 0
+        while i < len(steps):
+            candidate = steps[:i] + steps[i + chunk :]
+            if candidate and failure_of(seed, candidate) is not None:
+                steps = candidate
+            else:
+                i += chunk
+        chunk //= 2
+    return steps
+
+
+class ModelCheck(unittest.TestCase):
+    sequences_checked = 0
+
+    def test_random_sequences_match_the_reference_model(self) -> None:
+        only = os.environ.get("NOBROKER_MODEL_SEED")
+        seeds = [int(only)] if only else [1_000 + i for i in range(SEQUENCES)]
+        steps_total = 0
+        for seed in seeds:
+            steps = random_steps(random.Random(seed), STEPS)
+            runner = Runner(seed)
+            try:
+                runner.run(steps)
+            except Exception as exc:
+                smallest = shrink(seed, steps)
+                lines = "\n".join(f"  {op} {arg}" for op, arg in smallest)
+                self.fail(
+                    f"seed {seed} fails: {type(exc).__name__}: {exc}\n"
+                    f"shortest failing sequence ({len(smallest)} of {len(steps)} steps), "
+                    f"now failing with: {failure_of(seed, smallest)}\n{lines}\n"
+                    f"re-run: NOBROKER_MODEL_SEED={seed} python make.py test tests.test_model_check"
+                )
+            steps_total += runner.steps_run
+        ModelCheck.sequences_checked = len(seeds)
+        print(f"\nmodel check: {len(seeds)} sequences, {steps_total} steps, every job compared after each step")
+
+    def test_the_model_check_has_teeth(self) -> None:
+        """A queue that forgets a nack's error text must be caught, with a shrunk sequence."""
+        from nobroker import filestore
+
+        original = filestore.FileStorage.nack
+
+        def forgetful(self: Any, job_id: str, token: Any, error: Any, delay: Any, permanent: bool) -> Any:
+            return original(self, job_id, token, None, delay, permanent)
+
+        filestore.FileStorage.nack = forgetful  # type: ignore[method-assign]
+        try:
+            found = None
+            for seed in range(5_000, 5_200):
+                steps = random_steps(random.Random(seed), STEPS)
+                if failure_of(seed, steps) is not None:
+                    found = (seed, shrink(seed, steps))
+                    break
+        finally:
+            filestore.FileStorage.nack = original  # type: ignore[method-assign]
+        self.assertIsNotNone(found, "a queue that drops nack errors passed 200 sequences")
+        assert found is not None
+        self.assertLessEqual(len(found[1]), 8, f"shrinking left {found[1]}")
+
+
+if __name__ == "__main__":
+    unittest.main()
