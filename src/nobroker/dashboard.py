@@ -706,6 +706,7 @@ _PAGE = """<!doctype html>
 :root { --fg:#1d2330; --muted:#667085; --line:#d9dde5; --bg:#f7f8fa; --card:#fff; --accent:#2f5bd3;
         --ready:#2f7d4f; --delayed:#8a6d1d; --leased:#2f5bd3; --done:#5b6475; --dead:#b3261e; }
 * { box-sizing: border-box; }
+[hidden] { display:none !important; }
 body { margin:0; font:14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color:var(--fg); background:var(--bg); }
 header { display:flex; align-items:baseline; gap:1rem; padding:.8rem 1.2rem; background:var(--card); border-bottom:1px solid var(--line); flex-wrap:wrap; }
 header h1 { font-size:1.1rem; margin:0; }
@@ -730,7 +731,8 @@ table { width:100%; border-collapse:collapse; }
 th, td { text-align:left; padding:.3rem .4rem; border-bottom:1px solid var(--line); vertical-align:top; }
 th { color:var(--muted); font-weight:600; font-size:.8rem; }
 td.mono, .mono { font-family:ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:.82rem; }
-td.preview { max-width:22rem; overflow:hidden; text-overflow:ellipsis; white-space:nowrap; }
+/* max-width:0 lets these cells shrink to the table, then clip with an ellipsis. */
+td.clip { max-width:0; width:30%; overflow:hidden; text-overflow:ellipsis; white-space:nowrap; }
 tr.job { cursor:pointer; } tr.job:hover { background:#eef2fb; } tr.job.selected { background:#e2e9fb; }
 .pager { display:flex; gap:.5rem; align-items:center; margin-top:.6rem; color:var(--muted); }
 .empty { color:var(--muted); padding:.8rem 0; }
@@ -738,7 +740,7 @@ dl { display:grid; grid-template-columns:max-content 1fr; gap:.2rem .8rem; margi
 dt { color:var(--muted); } dd { margin:0; overflow-wrap:anywhere; }
 pre { background:#f2f4f7; border:1px solid var(--line); border-radius:6px; padding:.6rem; overflow:auto; max-height:22rem; margin:.2rem 0 .6rem; white-space:pre-wrap; overflow-wrap:anywhere; }
 .actions { display:flex; gap:.5rem; flex-wrap:wrap; align-items:center; }
-#message { min-height:1.2em; }
+#message:empty { display:none; }
 #message.error { color:var(--dead); }
 dialog { border:1px solid var(--line); border-radius:8px; max-width:28rem; }
 dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
@@ -778,7 +780,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
         <button id="requeue-all">Requeue all dead jobs</button>
       </div>
       <table>
-        <thead><tr><th>id</th><th>kind</th><th>state</th><th>prio</th><th>attempts</th><th>when</th><th>payload</th><th></th></tr></thead>
+        <thead><tr><th>id</th><th>kind</th><th>state</th><th>prio</th><th>tries</th><th>info</th><th>payload</th><th></th></tr></thead>
         <tbody id="jobs"></tbody>
       </table>
       <div class="empty" id="jobs-empty" hidden>No jobs here.</div>
@@ -791,6 +793,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     </section>
     <section class="panel" aria-label="job detail">
       <h2 id="detail-title">Select a job</h2>
+      <p class="hint" id="detail-hint">Click a row to see the job in full: payload, attempts, error, stage, result.</p>
       <div id="detail" hidden>
         <dl id="detail-fields"></dl>
         <div>payload</div><pre id="detail-payload"></pre>
@@ -862,24 +865,41 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     return data;
   }
 
-  function fmtTime(t) {
-    if (t == null) return "–";
-    const delta = t - view.now;
-    const abs = Math.abs(delta);
-    let rel;
-    if (abs < 1) rel = "now";
-    else if (abs < 120) rel = Math.round(abs) + " s";
-    else if (abs < 7200) rel = Math.round(abs / 60) + " min";
-    else if (abs < 172800) rel = Math.round(abs / 3600) + " h";
-    else rel = Math.round(abs / 86400) + " d";
-    if (rel !== "now") rel = delta > 0 ? "in " + rel : rel + " ago";
-    return new Date(t * 1000).toISOString().replace("T", " ").replace(/\\.\\d+Z$/, "Z") + " (" + rel + ")";
+  function duration(seconds) {
+    const abs = Math.abs(seconds);
+    if (abs < 120) return Math.round(abs) + " s";
+    if (abs < 7200) return Math.round(abs / 60) + " min";
+    if (abs < 172800) return Math.round(abs / 3600) + " h";
+    return Math.round(abs / 86400) + " d";
   }
 
-  function whenOf(job) {
-    if (job.state === "leased") return "deadline " + fmtTime(job.lease_deadline);
-    if (job.state === "ready" && job.available_at > view.now) return "delayed until " + fmtTime(job.available_at);
-    return "enqueued " + fmtTime(job.enqueued_at);
+  function relTime(t) {
+    const delta = t - view.now;
+    if (Math.abs(delta) < 1) return "now";
+    return delta > 0 ? "in " + duration(delta) : duration(delta) + " ago";
+  }
+
+  function isoTime(t) {
+    return new Date(t * 1000).toISOString().replace("T", " ").replace(/\\.\\d+Z$/, "Z");
+  }
+
+  function fmtTime(t) {
+    return t == null ? "–" : isoTime(t) + " (" + relTime(t) + ")";
+  }
+
+  // One short line for the list: what the job is waiting for, or why it died.
+  function infoOf(job) {
+    if (job.state === "dead") return ["error: " + (job.last_error == null ? "–" : job.last_error), job.last_error || ""];
+    if (job.state === "leased") {
+      const stage = job.stage == null ? "" : " · " + job.stage;
+      return ["lease ends " + relTime(job.lease_deadline) + stage, isoTime(job.lease_deadline)];
+    }
+    if (job.state === "ready" && job.available_at > view.now) return ["runs " + relTime(job.available_at), isoTime(job.available_at)];
+    if (job.state === "ready") {
+      const waited = view.now - job.available_at;
+      return [waited < 1 ? "ready now" : "waiting " + duration(waited), isoTime(job.available_at)];
+    }
+    return ["enqueued " + relTime(job.enqueued_at), isoTime(job.enqueued_at)];
   }
 
   // ---------------------------------------------------------------- counts
@@ -934,14 +954,15 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   }
 
   function jobRow(job) {
+    const info = infoOf(job);
     const cells = [
       el("td", { class: "mono", text: job.id }),
       el("td", { text: job.kind }),
       el("td", { text: job.state === "ready" && job.available_at > view.now ? "delayed" : job.state }),
       el("td", { text: job.priority }),
       el("td", { text: job.attempts + "/" + job.max_attempts }),
-      el("td", { text: whenOf(job) }),
-      el("td", { class: "mono preview", text: job.payload_preview, title: job.payload_preview }),
+      el("td", { class: "clip", text: info[0], title: info[1] }),
+      el("td", { class: "mono clip payload", text: job.payload_preview, title: job.payload_preview }),
     ];
     const actions = el("td");
     if (job.state === "dead") {
@@ -963,7 +984,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
       data = await api("/api/jobs/" + encodeURIComponent(id));
     } catch (err) {
       if (!quiet) say("Could not load job " + id + ": " + err.message, true);
-      if (quiet) { view.selected = null; $("detail").hidden = true; $("detail-title").textContent = "Select a job"; }
+      if (quiet) clearDetail();
       return;
     }
     const job = data.job;
@@ -972,6 +993,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
       row.classList.toggle("selected", row.getAttribute("data-job-id") === job.id);
     }
     $("detail-title").textContent = job.id;
+    $("detail-hint").hidden = true;
     const fields = [
       ["state", job.state === "ready" && job.available_at > view.now ? "ready (delayed)" : job.state],
       ["kind", job.kind], ["priority", job.priority],
@@ -987,6 +1009,13 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     $("detail-result").textContent = job.result == null ? "–" : JSON.stringify(job.result, null, 2);
     $("detail-requeue").hidden = job.state !== "dead";
     $("detail").hidden = false;
+  }
+
+  function clearDetail() {
+    view.selected = null;
+    $("detail").hidden = true;
+    $("detail-hint").hidden = false;
+    $("detail-title").textContent = "Select a job";
   }
 
   // ---------------------------------------------------------------- actions
@@ -1046,8 +1075,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     } catch (err) {
       say("Purge failed: " + err.message, true);
     }
-    view.selected = null;
-    $("detail").hidden = true;
+    clearDetail();
     view.lastStats = "";
     await refreshStats();
   }
