@@ -203,7 +203,7 @@ def scene_retry(t: Tour) -> None:
             out.show(f"t={time.monotonic() - start:4.2f}s attempt {job.attempts}: succeeded -> {result}")
             break
         expect(job.attempts == 3, "flaky succeeds on its third attempt")
-        out.say("Each failure waited longer than the last; the error of each try was kept on the job.")
+        out.say("Each failure waited longer than the last, and its error was kept as the job's last_error.")
 
 
 def scene_crash(t: Tour) -> None:

@@ -219,7 +219,8 @@ class PyzTest(TempDirTestCase):
             self.assertIn("nobroker/cli.py", names)
             self.assertFalse([n for n in names if "__pycache__" in n or n.endswith(".pyc")])
             self.assertFalse([n for n in names if n != "__main__.py" and not n.startswith("nobroker/")])
-            self.assertTrue(all(info.compress_type == zipfile.ZIP_DEFLATED for info in bundle.infolist()))
+            files = [info for info in bundle.infolist() if not info.is_dir()]
+            self.assertTrue(all(info.compress_type == zipfile.ZIP_DEFLATED for info in files))
             self.assertIn("nobroker.cli", bundle.read("__main__.py").decode())
 
     def test_help_runs_from_another_folder(self) -> None:
