@@ -20,7 +20,8 @@ The model of a disk, stated so each test knows what it proves:
     retries a failed fsync and believes it is fooled here too.
   * power_cut(mode, rng) builds a new disk from the durable state plus
       "drop"     nothing pending,
-      "prefix"   a random prefix of the pending operations, in order,
+      "prefix"   a random prefix of the pending operations, in order, the
+                 next write sometimes landing as a prefix of its bytes,
       "garbage"  a prefix, then the next write landing as random bytes
                  (a torn sector), or random bytes appended to a file,
       "reorder"  for each file its own random prefix (files reach the disk
@@ -451,8 +452,12 @@ class SimDisk(FileSystem):
                 raise ValueError(f"unknown power-cut mode {mode!r}; use one of {POWER_CUT_MODES}")
             for p in kept:
                 self._apply_durable(p, data, entries)
+            rest = pending[len(kept) :]
+            if mode == "prefix" and rest and rest[0][0] == "write" and rng.random() < 0.5:
+                # Assumption 1 of fs.py: an interrupted write leaves a prefix of its bytes.
+                _, ino, offset, chunk = rest[0]
+                self._apply_durable(("write", ino, offset, chunk[: rng.randint(0, len(chunk))]), data, entries)
             if mode == "garbage":
-                rest = pending[len(kept) :]
                 writes = [p for p in rest if p[0] == "write"]
                 if rest and rest[0][0] == "write":
                     _, ino, offset, chunk = rest[0]

@@ -1,0 +1,301 @@
+"""Simulated power loss at every mutating disk call, many surviving states per call.
+
+Owns: the seeded crash workloads, the per-cut checks and the teeth test
+(each fsync and directory fsync site switched off in turn must make the
+sweep fail). Imports: the standard library, nobroker's public API,
+tests.simdisk and tests.support.
+
+How one sweep works: a seeded workload (enqueue, enqueue_many, lease, ack,
+nack, extend, set_stage, compact, purge, requeue_dead, clock ticks) runs on
+a SimDisk. Before every mutating call (write, truncate, fsync, rename,
+unlink, folder fsync, mkdir, create) the hook builds several power-cut
+disks (modes drop, prefix, garbage, reorder), opens a fresh Queue on each
+and records the jobs it finds. When the operation in flight returns, each
+recovered state is checked against the states before and after it:
+
+  * recovery raised nothing,
+  * no acknowledged enqueue is lost (a job held before and after the
+    operation is held after the cut),
+  * no acked job came back (acked before the operation → done or gone),
+  * no job that was never enqueued appears (payloads carry a unique tag),
+  * every job is exactly as it was before or after the operation (or half
+    way through a lease reclaim written in the same batch).
+"""
+
+from __future__ import annotations
+
+import random
+import unittest
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from nobroker import JobNotFoundError, NobrokerError, NotLeasedError, Queue
+from tests.simdisk import POWER_CUT_MODES, SimDisk, SiteSwitch, fresh_queue_path
+from tests.support import LONG, FakeClock, slow
+
+#: Workloads (seeds) in the main sweep, operations per workload, cut states per mutating call.
+SEEDS = 200 if LONG else 30
+OPS_PER_WORKLOAD = 80 if LONG else 50
+STATES_PER_CALL = 16 if LONG else 8
+TEETH_SEEDS = 4
+
+#: Totals across the module, printed at the end (the closing note quotes them).
+TOTALS: Counter[str] = Counter()
+
+
+@dataclass
+class Violations:
+    lost_enqueues: list[str] = field(default_factory=list)
+    acked_back: list[str] = field(default_factory=list)
+    never_enqueued: list[str] = field(default_factory=list)
+    recovery_exceptions: list[str] = field(default_factory=list)
+    inexact: list[str] = field(default_factory=list)
+
+    def total(self) -> int:
+        return sum(len(v) for v in vars(self).values())
+
+    def summary(self) -> str:
+        parts = [f"{k}={len(v)}" for k, v in vars(self).items()]
+        first = next((v[0] for v in vars(self).values() if v), "")
+        return ", ".join(parts) + (f"; first: {first}" if first else "")
+
+
+def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
+    return {j.id: j.to_dict() for j in q.list_jobs()}
+
+
+def reclaim_intermediate(before: dict[str, Any] | None, got: dict[str, Any], now: float) -> bool:
+    """Is ``got`` the job ``before`` after only a reclaim of its expired lease (same batch, cut short)?"""
+    if before is None or before["state"] != "leased" or before["lease_deadline"] > now:
+        return False
+    if got["state"] not in ("ready", "dead") or got["lease_deadline"] is not None or got["lease_token"] is not None:
+        return False
+    same = ("id", "payload", "priority", "attempts", "max_attempts", "enqueued_at", "seq", "kind", "dedupe_key")
+    return all(got[k] == before[k] for k in same)
+
+
+class Sweep:
+    """One seeded workload, cut at every mutating call."""
+
+    def __init__(self, seed: int, *, states_per_call: int = STATES_PER_CALL, switch: SiteSwitch | None = None,
+                 stop_at_first: bool = False, record_sites: bool = False) -> None:  # fmt: skip
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.cut_rng = random.Random(seed * 7919 + 1)
+        self.states_per_call = states_per_call
+        self.disk = SimDisk()
+        self.disk.record_sites = record_sites
+        if switch is not None:
+            self.disk.switches.append(switch)
+        self.path = fresh_queue_path(self.disk, self.rng)
+        self.clock = FakeClock()
+        self.stop_at_first = stop_at_first
+        self.violations = Violations()
+        self.states_checked = 0
+        self.calls_cut = 0
+        # What the workload knows: acknowledged facts, and the operation in flight.
+        self.acked_enqueue: dict[str, Any] = {}  # id -> payload
+        self.acked_done: set[str] = set()
+        self.invoked_tags: dict[str, Any] = {}  # tag -> payload of every enqueue ever invoked
+        self.before: dict[str, dict[str, Any]] = {}
+        self.pending_cuts: list[tuple[str, dict[str, dict[str, Any]] | None]] = []
+        self.tag = 0
+
+    # ---------------------------------------------------------------- cutting
+    def on_mutation(self, disk: SimDisk, op: str) -> None:
+        if self.stop_at_first and self.violations.total():
+            return
+        self.calls_cut += 1
+        seen: set[tuple[tuple[str, bytes], ...]] = set()
+        for i in range(self.states_per_call):
+            mode = POWER_CUT_MODES[i % len(POWER_CUT_MODES)]
+            cut = disk.power_cut(mode, self.cut_rng)
+            key = tuple(sorted(cut.files(self.path).items())) if cut.exists(self.path) else ()
+            if key in seen:
+                continue
+            seen.add(key)
+            self.states_checked += 1
+            try:
+                q = Queue(self.path, filesystem=cut, clock=self.clock, auto_compact=None)
+                try:
+                    state = snapshot(q)
+                    # A recovered queue must also take new work.
+                    q.enqueue({"tag": "after-recovery"})
+                finally:
+                    q.close()
+            except Exception as exc:  # noqa: BLE001 - any exception in recovery is the failure
+                self.violations.recovery_exceptions.append(f"seed {self.seed}, {mode} cut before {op}: {type(exc).__name__}: {exc}")
+                continue
+            self.pending_cuts.append((f"seed {self.seed}, {mode} cut before {op}", state))
+
+    def settle(self, what: str, after: dict[str, dict[str, Any]], inflight_tags: set[str]) -> None:
+        """The operation ``what`` returned: check every state cut while it ran."""
+        now = self.clock()
+        for where, state in self.pending_cuts:
+            assert state is not None
+            where = f"{where} during {what}"
+            for job_id, got in state.items():
+                tag = got["payload"].get("tag") if isinstance(got["payload"], dict) else None
+                if tag not in self.invoked_tags or got["payload"] != self.invoked_tags[tag]:
+                    self.violations.never_enqueued.append(f"{where}: job {job_id} with payload {got['payload']!r}")
+                    continue
+                if job_id in self.acked_enqueue and got["payload"] != self.acked_enqueue[job_id]:
+                    self.violations.never_enqueued.append(f"{where}: job {job_id} has another job's payload")
+                if job_id in self.acked_done and got["state"] != "done":
+                    self.violations.acked_back.append(f"{where}: acked job {job_id} is {got['state']}")
+                b, a = self.before.get(job_id), after.get(job_id)
+                if got != b and got != a and not reclaim_intermediate(b, got, now):
+                    self.violations.inexact.append(f"{where}: job {job_id} is {got}, before {b}, after {a}")
+            for job_id in self.before:
+                if job_id in after and job_id not in state:
+                    self.violations.lost_enqueues.append(f"{where}: job {job_id} is gone")
+            for job_id, a in after.items():
+                if job_id not in self.before and job_id not in state and job_id in self.acked_enqueue:
+                    if a["payload"].get("tag") not in inflight_tags:
+                        self.violations.lost_enqueues.append(f"{where}: job {job_id} is gone")
+        self.pending_cuts.clear()
+        self.before = after
+
+    # ---------------------------------------------------------------- the workload
+    def payload(self) -> dict[str, Any]:
+        self.tag += 1
+        tag = f"s{self.seed}-{self.tag}"
+        value = {"tag": tag, "n": self.rng.randrange(10**6), "pad": "p" * self.rng.choice((0, 3, 40, 300))}
+        self.invoked_tags[tag] = value
+        return value
+
+    def run(self, ops: int = OPS_PER_WORKLOAD) -> Violations:
+        disk, rng = self.disk, self.rng
+        disk.before_mutation = self.on_mutation
+        q = Queue(self.path, filesystem=disk, clock=self.clock, visibility_timeout=20, max_attempts=2, auto_compact=None)
+        self.settle("opening the queue", snapshot(q), set())
+        held: dict[str, Any] = {}
+        choices = (
+            ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
+            + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge"]
+        )  # fmt: skip
+        for _ in range(ops):
+            op = rng.choice(choices)
+            if op == "purge" and rng.random() < 0.6:
+                op = "tick"
+            inflight: set[str] = set()
+            newly_done = None
+            try:
+                if op == "enqueue":
+                    payload = self.payload()
+                    inflight.add(payload["tag"])
+                    job_id = f"j{self.tag}" if rng.random() < 0.3 else None
+                    job = q.enqueue(payload, priority=rng.choice((0, 1)), job_id=job_id,
+                                    delay=rng.choice((0.0, 0.0, 30.0)))  # fmt: skip
+                    self.acked_enqueue[job.id] = job.payload
+                elif op == "enqueue_many":
+                    payloads = [self.payload() for _ in range(rng.randint(2, 5))]
+                    inflight.update(p["tag"] for p in payloads)
+                    for job in q.enqueue_many(payloads):
+                        self.acked_enqueue[job.id] = job.payload
+                elif op == "lease":
+                    for job in q.lease(rng.randint(1, 3)):
+                        held[job.id] = job
+                elif op in ("ack", "nack", "extend", "set_stage") and held:
+                    job_id = rng.choice(sorted(held))
+                    job = held[job_id]
+                    if op == "ack":
+                        q.ack(job, result={"ok": True} if rng.random() < 0.5 else None)
+                        newly_done = job_id
+                        del held[job_id]
+                    elif op == "nack":
+                        q.nack(job, error="boom", permanent=rng.random() < 0.2)
+                        del held[job_id]
+                    elif op == "extend":
+                        held[job_id] = q.extend(job, 40)
+                    else:
+                        held[job_id] = q.set_stage(job, rng.choice(("a", "b")))
+                elif op == "compact":
+                    q.compact()
+                elif op == "requeue_dead":
+                    q.requeue_dead()
+                elif op == "purge":
+                    q.purge()
+                    held.clear()
+                    self.acked_done.clear()
+                    self.acked_enqueue.clear()
+                elif op == "tick":
+                    self.clock.advance(rng.choice((1.0, 5.0, 25.0)))
+            except (NotLeasedError, JobNotFoundError):
+                held.pop(job_id, None)  # our lease expired: a normal outcome, nothing was changed
+            self.settle(op, snapshot(q), inflight)
+            if newly_done is not None:
+                self.acked_done.add(newly_done)
+            if self.stop_at_first and self.violations.total():
+                break
+        disk.before_mutation = None
+        q.close()
+        TOTALS["crash states checked"] += self.states_checked
+        TOTALS["mutating calls cut"] += self.calls_cut
+        return self.violations
+
+
+def fsync_sites() -> list[tuple[str, tuple[str, str, int]]]:
+    """Every (fsync | fsync_dir, call site in nobroker) the workloads reach."""
+    sites: set[tuple[str, tuple[str, str, int]]] = set()
+    for seed in range(TEETH_SEEDS):
+        sweep = Sweep(seed, states_per_call=0, record_sites=True)
+        sweep.run()
+        sites |= sweep.disk.sites_seen
+    return sorted(sites)
+
+
+class PowerLoss(unittest.TestCase):
+    def test_every_cut_recovers_the_acknowledged_state(self) -> None:
+        for seed in range(SEEDS):
+            with self.subTest(seed=seed):
+                violations = Sweep(seed).run()
+                self.assertEqual(violations.total(), 0, violations.summary())
+        print(
+            f"\npower loss: {TOTALS['crash states checked']} crash states checked at "
+            f"{TOTALS['mutating calls cut']} mutating calls ({SEEDS} workloads)"
+        )
+
+    def test_a_crash_in_the_middle_of_opening_a_new_queue(self) -> None:
+        """Cuts inside the very first Queue(): the folder, the lock, generation 0's header."""
+        disk = SimDisk()
+        path = fresh_queue_path(disk, random.Random(3))
+        cuts: list[SimDisk] = []
+        disk.before_mutation = lambda d, op: cuts.extend(d.power_cut(m, random.Random(i)) for i, m in enumerate(POWER_CUT_MODES * 3))
+        Queue(path, filesystem=disk).close()
+        self.assertGreater(len(cuts), 10)
+        for cut in cuts:
+            with Queue(path, filesystem=cut) as q:
+                self.assertEqual(len(q), 0)
+                q.enqueue("works")
+
+
+@slow
+class Teeth(unittest.TestCase):
+    """Remove one fsync (or folder fsync) from nobroker and the sweep must catch it."""
+
+    def test_each_fsync_site_is_needed(self) -> None:
+        sites = fsync_sites()
+        kinds = {op for op, _site in sites}
+        self.assertEqual(kinds, {"fsync", "fsync_dir"}, f"the workloads reached only {sites}")
+        self.assertGreaterEqual(len(sites), 6, f"expected the log, pointer, compaction and folder sites: {sites}")
+        survived = []
+        report = []
+        for op, site in sites:
+            caught = None
+            for seed in range(TEETH_SEEDS):
+                switch = SiteSwitch(op, site)
+                violations = Sweep(seed, switch=switch, stop_at_first=True).run()
+                if violations.total():
+                    caught = violations.summary()
+                    break
+            report.append(f"  {op} at {site[0]}:{site[2]} ({site[1]}): {'caught: ' + caught[:160] if caught else 'NOT CAUGHT'}")
+            if caught is None:
+                survived.append((op, site))
+        print("\nteeth (each fsync site switched off):\n" + "\n".join(report))
+        self.assertEqual(survived, [], "removing these fsyncs went unnoticed:\n" + "\n".join(report))
+
+
+if __name__ == "__main__":
+    unittest.main()
