@@ -361,11 +361,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         sent = self.headers.get(CSRF_HEADER, "")
         if not sent or not hmac.compare_digest(sent.encode("utf-8", "replace"), self.server.csrf_token.encode()):
             raise _HTTPError(403, f"missing or wrong {CSRF_HEADER} header (reload the dashboard page)")
+        # The page's own fetches carry its origin; "null" (a sandboxed frame, a
+        # file:// page) or any other origin is not the page, whatever it holds.
         origin = self.headers.get("Origin")
-        if origin is not None and origin != "null":
-            host = self.headers.get("Host", "")
-            if urllib.parse.urlsplit(origin).netloc != host:
-                raise _HTTPError(403, f"cross-origin request from {origin!r} refused")
+        if origin is not None and urllib.parse.urlsplit(origin).netloc != self.headers.get("Host", ""):
+            raise _HTTPError(403, f"cross-origin request from {origin!r} refused")
 
     def _read_body(self) -> dict[str, Any]:
         length_text = self.headers.get("Content-Length", "0") or "0"
