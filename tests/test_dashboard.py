@@ -14,6 +14,8 @@ import math
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -295,6 +297,25 @@ class ApiTest(DashboardCase):
         self.assertEqual((detail["state"], detail["result"]), ("done", {"sent": True}))
         for key in ("enqueued_at", "available_at", "seq", "kind", "dedupe_key", "last_error"):
             self.assertIn(key, detail)
+
+    def test_sees_what_another_process_did(self) -> None:
+        if not isinstance(self.queue.path, str) or not os.path.isdir(self.queue.path):
+            self.skipTest("the other process opens the same folder: file storage only")
+        # A worker elsewhere writes to the same folder; the dashboard's queue reads it forward.
+        script = (
+            "import sys\n"
+            "from nobroker import Queue\n"
+            "with Queue(sys.argv[1], fsync=False) as q:\n"
+            "    q.enqueue({'from': 'another process'}, job_id='elsewhere')\n"
+            "    q.nack(q.lease_one(), error='gave up', permanent=True)\n"
+        )
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        subprocess.run([sys.executable, "-c", script, self.dir], check=True, env=env, timeout=60)
+        self.assertEqual(self.get_json("/api/stats")["stats"]["dead"], 1)
+        self.assertEqual([j["id"] for j in self.get_json("/api/dlq")["jobs"]], ["elsewhere"])
+        self.assertEqual(self.request("POST", "/api/jobs/elsewhere/requeue").json(), {"requeued": 1})
+        with Queue(self.dir, fsync=False) as other:
+            self.assertEqual(other.get("elsewhere").state, JobState.READY)
 
     def test_job_ids_are_url_decoded(self) -> None:
         job_id = "odd id/with?chars&<b>"
