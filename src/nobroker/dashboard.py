@@ -24,10 +24,20 @@ Security, in one place (each rule has its reason next to the code):
   server is refused too. Purge also needs ``{"confirm": "<queue name>"}``.
 * The page builds its DOM with ``textContent``; no data ever passes through
   ``innerHTML``. JSON answers escape ``<``, ``>`` and ``&`` as ``\\u003c`` etc.
-  The HTML itself carries no queue data at all, only server-made hex values.
-* Every answer carries a Content-Security-Policy with a fresh nonce for the one
-  script and the one style block, plus nosniff, X-Frame-Options DENY and
-  Referrer-Policy no-referrer.
+  The HTML itself carries no queue data at all, only values the server made
+  (the CSRF token and the nonce).
+* The page's Content-Security-Policy lets only its one script and its one
+  style block run, by a nonce drawn afresh for each response; every other
+  answer gets ``default-src 'none'``. All answers carry nosniff,
+  X-Frame-Options DENY, Referrer-Policy no-referrer and Cache-Control no-store.
+
+Routes: ``GET /`` the page; ``GET /api/stats``; ``GET /api/jobs?state=&limit=&offset=``;
+``GET /api/jobs/<id>``; ``GET /api/dlq?limit=``; ``POST /api/jobs/<id>/requeue``;
+``POST /api/dlq/requeue``; ``POST /api/purge`` (body ``{"confirm": "<queue name>"}``);
+``POST /api/compact``; ``GET /metrics`` (Prometheus text format 0.0.4).
+Errors are JSON ``{"error": "..."}``: 400 bad parameters, 403 token/CSRF/Host/Origin,
+404 unknown job or route, 405 wrong method, 409 requeue of a job that is not
+dead, 413 body too large, 503 queue lock busy.
 
 The Queue object is used from one thread at a time (a lock around every call):
 HTTP requests arrive on many threads, and the Queue API does not promise to be
