@@ -1,0 +1,965 @@
+"""The PostgreSQL storage: the same queue, kept in one table that many hosts share.
+
+Owns: PostgresStorage (the Storage protocol on PostgreSQL), ``migrate`` (the
+versioned schema in ``nobroker/sql/``), the connection handling (one
+connection per storage behind a lock, reconnect and retry once when safe) and
+LISTEN/NOTIFY for idle workers. Imports: errors, jobs, leases, storage, and
+psycopg 3, the one third-party module nobroker ever imports, and only here.
+
+Semantics are the file storage's, statement by statement:
+
+- every time is the database clock (``now()``), so hosts with skewed clocks
+  agree on deadlines; a test-only ``clock_offset`` (seconds) is added to it
+  in every statement;
+- every writing operation first reclaims expired leases (like a nack: backoff,
+  or dead at max_attempts) in the same round trip and transaction, so no
+  reaper process has to run;
+- a claim is one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``;
+  ack, nack, extend and set_stage check the fencing token in the WHERE of the
+  one UPDATE that changes the row; zero rows means "find out why";
+- ``dedupe_key`` is a partial unique index over ready/leased rows, and
+  ``job_id`` is the primary key (queue, id): enqueue is
+  ``INSERT ... ON CONFLICT DO NOTHING``, then the existing job is looked up;
+- ``compact()`` deletes done jobs finished at least ``retention`` seconds ago
+  (storage option, default 0: every done job).
+
+Transactional enqueue: ``Queue.enqueue(..., conn=connection)`` runs the INSERT
+on the caller's psycopg connection, inside the caller's open transaction, and
+never commits: roll back and there is no job.
+
+Row level security: ``migrate(dsn, worker_role="queue_worker")`` creates the
+role if it is missing (NOLOGIN; grant it to the login roles your workers use),
+turns on FORCE ROW LEVEL SECURITY and adds policies so only that role and the
+table's owner see the rows. On Supabase, use ``worker_role="service_role"``:
+the service role (the key your backend holds) keeps full access, while
+``anon`` and ``authenticated`` (what a browser holds) get no grants and match
+no policy, so the queue never leaks through the auto-generated REST API.
+Connect with the service role's connection string (or as ``postgres``), never
+from client code.
+
+Connections are not shared between threads: each storage owns one connection
+guarded by a lock (the Worker's threads share one Queue, so they take turns;
+a statement takes well under a millisecond). A dropped connection (server
+restart, ``pg_terminate_backend``) is noticed before the next statement is
+sent and replaced, waiting up to ``reconnect_timeout`` seconds for the server
+to come back. A statement that fails because the connection died is retried
+once when that is safe: reads, and writes that do the same thing twice
+(ack, extend, set_stage, lease, compact, enqueue with job ids). Otherwise the
+caller gets StorageError saying the outcome is unknown.
+
+Pools like PgBouncer in transaction mode: pass ``prepare_threshold=None`` as a
+storage option so no server-side prepared statements are used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import select
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from . import leases
+from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, NotLeasedError, StorageError
+from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .storage import EnqueueSpec
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg import sql
+    from psycopg.rows import tuple_row
+except ImportError:  # pragma: no cover - exercised only where psycopg is missing
+    psycopg = None  # type: ignore[assignment]
+
+logger = logging.getLogger("nobroker.postgres")
+
+T = TypeVar("T")
+
+#: Schema used when none is given.
+DEFAULT_SCHEMA = "nobroker"
+#: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: Most expired leases one operation reclaims; the next operation takes the rest.
+RECLAIM_BATCH = 1000
+#: How long to keep trying to reach a server that went away, by default.
+DEFAULT_RECONNECT_TIMEOUT = 30.0
+#: Seconds one connection attempt may take.
+CONNECT_TIMEOUT = 5
+#: Tries for an enqueue whose conflicting job vanished before it could be read.
+ENQUEUE_TRIES = 5
+#: Pause between connection attempts grows from the first to the last value.
+RECONNECT_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+_INSTALL_HINT = (
+    'the PostgreSQL storage needs the psycopg 3 driver: pip install "nobroker[postgres]" '
+    '(or pip install "psycopg[binary]")'
+)
+
+
+def _require_psycopg() -> None:
+    if psycopg is None:
+        raise NobrokerError(_INSTALL_HINT)
+
+
+# ---------------------------------------------------------------- names and DSNs
+def check_identifier(name: Any, what: str) -> str:
+    """A schema or role name: letters, digits and _, not starting with a digit, at most 63."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise ValueError(
+            f"{what} must be a plain SQL name (letters, digits and _, not starting with a digit, "
+            f"at most 63 characters), got {name!r}"
+        )
+    return name
+
+
+def _check_text(value: str | None, what: str) -> str | None:
+    if value is not None and "\x00" in value:
+        raise ValueError(f"{what} cannot contain NUL characters in PostgreSQL, got {value!r}")
+    return value
+
+
+def _clean_error(error: str | None) -> str | None:
+    """Error text as PostgreSQL can store it: no NUL, valid UTF-8 (it is only informational)."""
+    if error is None:
+        return None
+    return error.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password (in the authority part or as a query parameter)."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "postgresql://<unparseable dsn>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostinfo = netloc.rpartition("@")
+        netloc = userinfo.split(":", 1)[0] + "@" + hostinfo
+    query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
+    out = f"{parts.scheme}://{netloc}{parts.path}"
+    if query:
+        out += "?" + query
+    if parts.fragment:
+        out += "#" + parts.fragment
+    return out
+
+
+def channel_name(schema: str, queue: str) -> str:
+    """The LISTEN/NOTIFY channel of one queue (an identifier, whatever the queue's name)."""
+    digest = hashlib.sha1(f"{schema}\x00{queue}".encode()).hexdigest()[:20]
+    return f"nobroker_{digest}"
+
+
+# ---------------------------------------------------------------- migrations
+def _migration_files() -> list[tuple[int, str, str]]:
+    """(version, file name, text) of every numbered SQL file shipped in nobroker/sql/."""
+    out = []
+    for entry in resources.files("nobroker").joinpath("sql").iterdir():
+        name = entry.name
+        match = re.match(r"^(\d{3})_[a-z0-9_]+\.sql$", name)
+        if match:
+            out.append((int(match.group(1)), name, entry.read_text(encoding="utf-8")))
+    out.sort()
+    return out
+
+
+def _sql_file(name: str) -> str:
+    return resources.files("nobroker").joinpath("sql", name).read_text(encoding="utf-8")
+
+
+def _statements(text: str) -> list[str]:
+    """Split a migration file into statements (``;`` at a line end, outside $$ bodies)."""
+    out: list[str] = []
+    current: list[str] = []
+    in_body = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("--")):
+            continue
+        current.append(line)
+        if line.count("$$") % 2:
+            in_body = not in_body
+        if not in_body and stripped.endswith(";"):
+            out.append("\n".join(current))
+            current = []
+    if "".join(current).strip():
+        out.append("\n".join(current))
+    return out
+
+
+def latest_version() -> int:
+    """The schema version this nobroker expects."""
+    files = _migration_files()
+    return files[-1][0] if files else 0
+
+
+def migrate(dsn: str, *, schema: str = DEFAULT_SCHEMA, worker_role: str | None = None) -> list[str]:
+    """Create or upgrade the nobroker schema in the database at ``dsn``. Returns the files applied.
+
+    Idempotent and safe to run from many processes at once: the work happens
+    in one transaction under an advisory lock keyed by the schema name, and
+    ``<schema>.schema_migrations`` records which versions are in. With
+    ``worker_role``, also create that role if missing and restrict the rows to
+    it (and the owner) with FORCE ROW LEVEL SECURITY; see the module docstring.
+    """
+    _require_psycopg()
+    check_identifier(schema, "schema")
+    if worker_role is not None:
+        check_identifier(worker_role, "worker_role")
+    try:
+        with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
+            return _migrate_on(conn, schema, worker_role)
+    except psycopg.Error as exc:
+        raise StorageError(f"migrating schema {schema!r} at {redact_dsn(dsn)} failed: {exc}") from None
+
+
+def _migrate_on(conn: Any, schema: str, worker_role: str | None) -> list[str]:
+    ident = sql.Identifier(schema)
+    applied: list[str] = []
+    with conn.transaction():
+        # Two processes migrating at once: the second waits here, then finds the work done.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"nobroker.migrate:{schema}",))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ident)
+        )
+        done = {row[0] for row in conn.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(ident))}
+        for version, name, text in _migration_files():
+            if version in done:
+                continue
+            for statement in _statements(text):
+                conn.execute(sql.SQL(statement).format(schema=ident))  # type: ignore[arg-type]
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(ident),
+                (version, name),
+            )
+            applied.append(name)
+            logger.info("applied %s to schema %s", name, schema)
+        if worker_role is not None:
+            _apply_rls(conn, schema, worker_role)
+    return applied
+
+
+def _apply_rls(conn: Any, schema: str, role: str) -> None:
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    if not exists:
+        try:
+            with conn.transaction():  # a savepoint: another database may create it at the same moment
+                conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+        except pg_errors.DuplicateObject:
+            pass
+    owner = conn.execute(
+        "SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = 'jobs'", (schema,)
+    ).fetchone()[0]
+    names = {
+        "schema": sql.Identifier(schema),
+        "role": sql.Identifier(role),
+        "owner": sql.Identifier(owner),
+        "role_policy": sql.Identifier(f"nobroker_role_{role}"[:63]),
+        "owner_policy": sql.Identifier("nobroker_owner"),
+    }
+    for statement in _statements(_sql_file("rls.sql")):
+        conn.execute(sql.SQL(statement).format(**names))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- SQL
+# Every statement is built once per storage with the schema quoted as an
+# identifier; values always travel as parameters. NOW is the database clock
+# plus the test-only offset.
+_NOW = "(now() + %(off)s::float8 * interval '1 second')"
+_RET = (
+    "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
+    "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
+    "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
+    "j.kind, j.dedupe_key, j.stage, j.result::text"
+)
+_BACKOFF = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s) * (1 - %(b_jitter)s * random())"
+
+_TEMPLATES: dict[str, str] = {
+    "reclaim": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+            available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
+                           ELSE {_NOW} + ({_BACKOFF}) * interval '1 second' END,
+            last_error = CASE WHEN j.attempts >= j.max_attempts
+                         THEN 'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts
+                         ELSE j.last_error END,
+            lease_deadline = NULL, lease_token = NULL
+        FROM (SELECT queue, id FROM {{schema}}.jobs
+              WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
+              ORDER BY lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED) AS x
+        WHERE j.queue = x.queue AND j.id = x.id""",
+    "claim": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = 'leased', attempts = j.attempts + 1, stage = NULL,
+            lease_token = replace(gen_random_uuid()::text, '-', ''),
+            lease_deadline = {_NOW} + %(vt)s::float8 * interval '1 second'
+        FROM (SELECT queue, id FROM {{schema}}.jobs
+              WHERE queue = %(q)s AND state = 'ready' AND available_at <= {_NOW} {{kinds}}
+              ORDER BY priority DESC, seq LIMIT %(n)s FOR UPDATE SKIP LOCKED) AS x
+        WHERE j.queue = x.queue AND j.id = x.id
+        RETURNING {_RET}""",
+    "insert_one": f"""
+        WITH j AS (
+            INSERT INTO {{schema}}.jobs
+                (queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)
+            VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {_NOW} + %(delay)s::float8 * interval '1 second',
+                    {_NOW}, %(key)s, %(payload)s::json)
+            ON CONFLICT DO NOTHING
+            RETURNING *)
+        SELECT {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, '')) FROM j""",
+    "insert_many": f"""
+        WITH j AS (
+            INSERT INTO {{schema}}.jobs
+                (queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)
+            SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
+                   u.payload::json
+            FROM unnest(%(ids)s::text[], %(kinds)s::text[], %(prios)s::int[], %(maxs)s::int[],
+                        %(delays)s::float8[], %(keys)s::text[], %(payloads)s::text[])
+                 WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
+            ORDER BY u.ord
+            ON CONFLICT DO NOTHING
+            RETURNING *)
+        SELECT {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, '')) FROM j""",
+    "existing": f"""
+        SELECT {_RET} FROM {{schema}}.jobs AS j
+        WHERE j.queue = %(q)s AND (j.id = ANY(%(ids)s::text[])
+              OR (j.dedupe_key IS NOT NULL AND j.state IN ('ready', 'leased')
+                  AND (j.kind, j.dedupe_key) IN (SELECT * FROM unnest(%(kinds)s::text[], %(keys)s::text[]))))""",
+    "ack": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = 'done', lease_deadline = NULL, finished_at = {_NOW},
+            result = coalesce(%(result)s::json, j.result)
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 'leased' AND j.lease_deadline > {_NOW}
+          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING 1""",
+    "nack": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+            available_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN j.available_at
+                           ELSE {_NOW} + coalesce(%(delay)s::float8, {_BACKOFF}) * interval '1 second' END,
+            last_error = %(error)s, lease_deadline = NULL, lease_token = NULL
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 'leased' AND j.lease_deadline > {_NOW}
+          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+    "extend": f"""
+        UPDATE {{schema}}.jobs AS j SET lease_deadline = {_NOW} + %(secs)s::float8 * interval '1 second'
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 'leased' AND j.lease_deadline > {_NOW}
+          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING {_RET}""",
+    "stage": f"""
+        UPDATE {{schema}}.jobs AS j SET stage = %(stage)s
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 'leased' AND j.lease_deadline > {_NOW}
+          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING {_RET}""",
+    "why": "SELECT state, lease_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
+    "requeue": f"""
+        UPDATE {{schema}}.jobs AS j SET state = 'ready', attempts = 0, available_at = {_NOW}
+        FROM (SELECT DISTINCT ON (d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id)) d.queue, d.id
+              FROM {{schema}}.jobs AS d
+              WHERE d.queue = %(q)s AND d.state = 'dead' AND (%(id)s::text IS NULL OR d.id = %(id)s::text)
+                AND (d.dedupe_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM {{schema}}.jobs AS a
+                    WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
+                      AND a.state IN ('ready', 'leased')))
+              ORDER BY d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id), d.seq) AS x
+        WHERE j.queue = x.queue AND j.id = x.id AND j.state = 'dead'
+        RETURNING (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+    "requeue_why": """
+        SELECT d.state, (SELECT a.id FROM {schema}.jobs AS a
+                         WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
+                           AND a.state IN ('ready', 'leased') LIMIT 1), d.dedupe_key
+        FROM {schema}.jobs AS d WHERE d.queue = %(q)s AND d.id = %(id)s""",
+    "purge": "DELETE FROM {schema}.jobs WHERE queue = %(q)s",
+    "compact": f"""
+        DELETE FROM {{schema}}.jobs
+        WHERE queue = %(q)s AND state = 'done' AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'""",
+    "get": f"SELECT {_RET} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
+    "list": f"""
+        SELECT {_RET} FROM {{schema}}.jobs AS j
+        WHERE j.queue = %(q)s AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
+          AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
+    "list_state": f"""
+        SELECT {_RET} FROM {{schema}}.jobs AS j
+        WHERE j.queue = %(q)s AND j.state = %(state)s::text AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
+    "stats": f"""
+        SELECT count(*) FILTER (WHERE state = 'ready' AND available_at <= {_NOW}),
+               count(*) FILTER (WHERE state = 'ready' AND available_at > {_NOW}),
+               count(*) FILTER (WHERE state = 'leased'),
+               count(*) FILTER (WHERE state = 'done'),
+               count(*) FILTER (WHERE state = 'dead')
+        FROM {{schema}}.jobs WHERE queue = %(q)s""",
+    "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
+    "now": f"SELECT date_part('epoch', {_NOW})",
+    "version": "SELECT max(version) FROM {schema}.schema_migrations",
+}
+
+_STATES = {s.value: s for s in JobState}
+
+
+def _build(schema: str) -> dict[str, Any]:
+    ident = sql.Identifier(schema)
+    out: dict[str, Any] = {}
+    for name, template in _TEMPLATES.items():
+        if name == "claim":
+            for variant, kinds in (("claim", ""), ("claim_kinds", "AND kind = ANY(%(kinds)s::text[])")):
+                text = template.replace("{kinds}", kinds)
+                out[variant] = sql.SQL(text).format(schema=ident)  # type: ignore[arg-type]
+        else:
+            out[name] = sql.SQL(template).format(schema=ident)  # type: ignore[arg-type]
+    return out
+
+
+def _row_job(row: Any) -> Job:
+    (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
+     deadline, token, error, seq, kind, key, stage, result) = row[:16]  # fmt: skip
+    return Job(
+        id=job_id, payload=json.loads(payload), priority=priority, state=_STATES[state], attempts=attempts,
+        max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
+        lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
+        result=None if result is None else json.loads(result),
+    )  # fmt: skip
+
+
+class _ConnectionLost(Exception):
+    """The connection died under a statement (internal: the caller decides whether to retry)."""
+
+
+class PostgresStorage:
+    """One named queue in a PostgreSQL schema (``nobroker`` by default)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        name: str = "default",
+        *,
+        fsync: bool = True,
+        visibility_timeout: float = 30.0,
+        max_attempts: int = 5,
+        backoff: BackoffPolicy | None = None,
+        lock_timeout: float = 10.0,
+        clock: Callable[[], float] | None = None,
+        schema: str = DEFAULT_SCHEMA,
+        migrate: bool = True,
+        worker_role: str | None = None,
+        retention: float = 0.0,
+        clock_offset: float = 0.0,
+        reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
+        prepare_threshold: int | None = 5,
+    ) -> None:
+        _require_psycopg()
+        if clock is not None:
+            raise ValueError(
+                "clock= is for the file storage; the PostgreSQL storage uses the database clock, "
+                "so every host agrees on deadlines"
+            )
+        if not isinstance(name, str) or not name or len(name) > 256 or "\x00" in name:
+            raise ValueError(f"queue name must be 1 to 256 characters without NUL, got {name!r}")
+        for what, value in (("retention", retention), ("reconnect_timeout", reconnect_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+        self.dsn = dsn
+        self.name = name
+        self.schema = check_identifier(schema, "schema")
+        self.durable = bool(fsync)
+        self.visibility_timeout = visibility_timeout
+        self.max_attempts = max_attempts
+        self.backoff = backoff or BackoffPolicy()
+        self.lock_timeout = lock_timeout
+        self.retention = float(retention)
+        #: Seconds added to the database clock in every statement (tests move time with it).
+        self.clock_offset = float(clock_offset)
+        self.reconnect_timeout = float(reconnect_timeout)
+        self._prepare_threshold = prepare_threshold
+        self._channel = channel_name(self.schema, name)
+        self._sql = _build(self.schema)
+        self._mutex = threading.Lock()
+        self._listen_mutex = threading.Lock()
+        self._conn: Any = None
+        self._listener: Any = None
+        self._pid = os.getpid()
+        self._orphans: list[Any] = []  # connections inherited over fork: never touched, never closed
+        self._closed = False
+        started = time.perf_counter()
+        with self._mutex:
+            conn = self._connection()
+            if migrate:
+                self._ensure_schema(conn, worker_role)
+        self._recovery = RecoveryReport(elapsed=time.perf_counter() - started)
+        if not self.durable:
+            logger.warning("queue %r at %s: synchronous_commit=off, NOT durable", name, self.location)
+
+    # ================================================================ connections
+    def _connect(self) -> Any:
+        """A new connection, trying again while the server is unreachable (a restart)."""
+        deadline = time.monotonic() + self.reconnect_timeout
+        attempt = 0
+        while True:
+            try:
+                conn = psycopg.connect(
+                    self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                    prepare_threshold=self._prepare_threshold, application_name="nobroker",
+                )  # fmt: skip
+                lock_ms = max(1, int(self.lock_timeout * 1000))
+                conn.execute(
+                    "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
+                    (f"{lock_ms}ms", "on" if self.durable else "off"),
+                )
+                return conn
+            except psycopg.OperationalError as exc:
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"cannot connect to PostgreSQL at {self.location}: {exc}".strip()
+                        + f" (kept trying for {self.reconnect_timeout:g} s)"
+                    ) from None
+                pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
+                attempt += 1
+                logger.warning("cannot reach PostgreSQL at %s (%s); trying again", self.location, exc)
+                time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+
+    def _usable(self, conn: Any) -> bool:
+        """Is this idle connection still alive? A dead one has unread bytes (the FATAL) or EOF."""
+        if conn is None or conn.closed or conn.broken:
+            return False
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
+    def _connection(self) -> Any:
+        """The storage's connection, replaced first if it died while idle (call under the mutex)."""
+        if self._closed:
+            raise StorageError(f"queue {self.name!r} is closed")
+        if os.getpid() != self._pid:
+            # A forked child must not speak on the parent's socket: leave it alone, open our own.
+            self._pid = os.getpid()
+            self._orphans.extend(c for c in (self._conn, self._listener) if c is not None)
+            self._conn = self._listener = None
+        conn = self._conn
+        if not self._usable(conn):
+            if conn is not None:
+                logger.warning("connection to PostgreSQL at %s was lost; reconnecting", self.location)
+                self._discard(conn)
+            self._conn = conn = self._connect()
+        return conn
+
+    @staticmethod
+    def _discard(conn: Any) -> None:
+        try:
+            conn.close()
+        except Exception:  # closing a dead connection may fail; it is gone either way
+            pass
+
+    def _ensure_schema(self, conn: Any, worker_role: str | None) -> None:
+        try:
+            version = conn.execute(self._sql["version"]).fetchone()[0]
+        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+            version = None
+        if version is None or version < latest_version() or worker_role is not None:
+            try:
+                _migrate_on(conn, self.schema, worker_role)
+            except psycopg.Error as exc:
+                raise StorageError(f"migrating schema {self.schema!r} at {self.location} failed: {exc}") from None
+
+    def _run(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
+        """Run ``fn(connection)`` under the mutex, mapping driver errors to nobroker's.
+
+        ``retry``: the operation may safely run twice, so a connection lost
+        under it is replaced and the operation tried once more.
+        """
+        with self._mutex:
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    return fn(conn)
+                except (NobrokerError, ValueError):
+                    raise
+                except pg_errors.LockNotAvailable as exc:
+                    raise LockTimeoutError(
+                        f"{what} waited more than lock_timeout={self.lock_timeout:g} s for a row lock: {exc}"
+                    ) from None
+                except psycopg.OperationalError as exc:
+                    if not conn.broken and not conn.closed:
+                        raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}") from None
+                    self._discard(conn)
+                    self._conn = None
+                    if retry and attempt == 1:
+                        logger.warning("connection lost during %s (%s); reconnecting and trying again", what, exc)
+                        continue
+                    raise StorageError(
+                        f"the connection to PostgreSQL at {self.location} was lost during {what} ({exc}); "
+                        "it may or may not have been applied"
+                    ) from None
+                except psycopg.Error as exc:
+                    hint = ""
+                    if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName)):
+                        hint = f" (run `nobroker pg migrate --dsn ... --schema {self.schema}`)"
+                    raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}{hint}") from None
+            raise AssertionError("unreachable")
+
+    def _params(self, **values: Any) -> dict[str, Any]:
+        values["q"] = self.name
+        values["off"] = self.clock_offset
+        return values
+
+    def _backoff_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        b = self.backoff
+        params.update(b_base=float(b.base), b_factor=float(b.factor), b_max=float(b.max_delay), b_jitter=float(b.jitter))
+        return params
+
+    @contextmanager
+    def _pipeline(self, conn: Any) -> Iterator[None]:
+        """Statements sent together: one round trip, one implicit transaction (autocommit)."""
+        with conn.pipeline():
+            yield
+
+    def _write(self, conn: Any, statement: str, params: dict[str, Any]) -> Any:
+        """Reclaim expired leases, then run ``statement``, in one round trip and one transaction."""
+        self._backoff_params(params)
+        with self._pipeline(conn):
+            conn.execute(self._sql["reclaim"], params)
+            cur = conn.execute(self._sql[statement], params)
+        return cur
+
+    # ================================================================ operations
+    def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
+        for spec in specs:
+            _check_text(spec.job_id, "job_id")
+            _check_text(spec.kind, "kind")
+            _check_text(spec.dedupe_key, "dedupe_key")
+        if conn is not None:
+            if not isinstance(conn, psycopg.Connection):
+                raise ValueError(
+                    f"conn must be a psycopg 3 Connection (synchronous) with an open transaction, got {type(conn).__name__}"
+                )
+            try:
+                return self._enqueue_on(conn, specs, own=False)
+            except pg_errors.LockNotAvailable as exc:
+                raise LockTimeoutError(f"enqueue waited too long for a row lock: {exc}") from None
+        # Enqueue twice is harmless only when every job names its id.
+        safe = all(spec.job_id is not None for spec in specs)
+        return self._run("enqueue", lambda c: self._enqueue_on(c, specs, own=True), retry=safe)
+
+    def _enqueue_on(self, conn: Any, specs: list[EnqueueSpec], *, own: bool) -> list[Job]:
+        out: list[Job | None] = [None] * len(specs)
+        ids = [spec.job_id or leases.new_job_id() for spec in specs]
+        pending = list(range(len(specs)))
+        for _try in range(ENQUEUE_TRIES):
+            created = self._insert(conn, [specs[i] for i in pending], [ids[i] for i in pending], own=own)
+            unresolved = []
+            for i in pending:
+                job = created.get(ids[i])
+                if job is not None:
+                    out[i] = job
+                else:
+                    unresolved.append(i)
+            if not unresolved:
+                break
+            found = self._find_existing(conn, [specs[i] for i in unresolved], [ids[i] for i in unresolved])
+            pending = []
+            for i in unresolved:
+                spec = specs[i]
+                job = found.get(("id", spec.job_id)) if spec.job_id is not None else None
+                if job is None and spec.dedupe_key is not None:
+                    job = found.get(("key", spec.kind, spec.dedupe_key))
+                if job is not None:
+                    out[i] = job
+                else:
+                    # The conflicting job changed between the insert and the look-up, or a
+                    # generated id collided: try again (with a fresh id if we made it up).
+                    if spec.job_id is None:
+                        ids[i] = leases.new_job_id()
+                    pending.append(i)
+            if not pending:
+                break
+        else:
+            raise StorageError(f"enqueue kept conflicting with concurrent changes after {ENQUEUE_TRIES} tries")
+        return out  # type: ignore[return-value]
+
+    def _insert(self, conn: Any, specs: list[EnqueueSpec], ids: list[str], *, own: bool) -> dict[str, Job]:
+        params = self._params(chan=self._channel)
+        if len(specs) == 1:
+            spec = specs[0]
+            params.update(
+                id=ids[0], kind=spec.kind, prio=spec.priority, max=spec.max_attempts, delay=spec.delay,
+                key=spec.dedupe_key, payload=spec.payload_json,
+            )  # fmt: skip
+            statement = "insert_one"
+        else:
+            params.update(
+                ids=ids, kinds=[s.kind for s in specs], prios=[s.priority for s in specs],
+                maxs=[s.max_attempts for s in specs], delays=[s.delay for s in specs],
+                keys=[s.dedupe_key for s in specs], payloads=[s.payload_json for s in specs],
+            )  # fmt: skip
+            statement = "insert_many"
+        if own:
+            cur = self._write(conn, statement, params)
+        else:
+            cur = conn.cursor(row_factory=tuple_row)
+            cur.execute(self._sql[statement], params)
+        jobs = {}
+        for row in cur.fetchall():
+            job = _row_job(row)
+            jobs[job.id] = job
+        return jobs
+
+    def _find_existing(self, conn: Any, specs: list[EnqueueSpec], ids: list[str]) -> dict[tuple[str, ...], Job]:
+        params = self._params(
+            ids=[s.job_id for s in specs if s.job_id is not None],
+            kinds=[s.kind for s in specs if s.dedupe_key is not None],
+            keys=[s.dedupe_key for s in specs if s.dedupe_key is not None],
+        )
+        cur = conn.cursor(row_factory=tuple_row)
+        cur.execute(self._sql["existing"], params)
+        found: dict[tuple[str, ...], Job] = {}
+        for row in cur.fetchall():
+            job = _row_job(row)
+            found[("id", job.id)] = job
+            if job.dedupe_key is not None and job.state in (JobState.READY, JobState.LEASED):
+                found[("key", job.kind, job.dedupe_key)] = job
+        return found
+
+    def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
+        statement = "claim" if kinds is None else "claim_kinds"
+        params = self._params(vt=visibility_timeout, n=count, kinds=sorted(kinds) if kinds is not None else None)
+
+        def run(conn: Any) -> list[Job]:
+            rows = self._write(conn, statement, params).fetchall()
+            jobs = [_row_job(row) for row in rows]
+            jobs.sort(key=lambda job: (-job.priority, job.seq))
+            return jobs
+
+        # A retried claim is safe: a lease we never heard of just expires and comes back.
+        return self._run("lease", run, retry=True)
+
+    def _refuse(self, conn: Any, job_id: str, token: str | None, action: str) -> None:
+        """The UPDATE changed nothing: raise the error that says why."""
+        row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
+        if row is None:
+            raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+        state, held = row
+        if state == "leased":
+            raise NotLeasedError(
+                f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "
+                "The work may run twice; handlers must be idempotent."
+            )
+        raise NotLeasedError(
+            f"cannot {action} job {job_id}: it is {state}, not leased" + (" (your lease expired)" if token is not None else "")
+        )
+
+    def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
+        params = self._params(id=job_id, token=token, result=result_json)
+
+        def run(conn: Any) -> None:
+            if self._write(conn, "ack", params).fetchone() is not None:
+                return
+            row = conn.execute(self._sql["why"], params).fetchone()
+            if row is not None and row[0] == "done" and (token is None or row[1] == token):
+                return  # acking a finished job again is harmless
+            self._refuse(conn, job_id, token, "ack")
+
+        # Twice is harmless: the second ack finds the job done under the same token.
+        self._run("ack", run, retry=True)
+
+    def _change(self, what: str, statement: str, job_id: str, token: str | None, retry: bool, **values: Any) -> Job:
+        params = self._params(id=job_id, token=token, chan=self._channel, **values)
+
+        def run(conn: Any) -> Job:
+            row = self._write(conn, statement, params).fetchone()
+            if row is None:
+                self._refuse(conn, job_id, token, what)
+            return _row_job(row)
+
+        return self._run(what, run, retry=retry)
+
+    def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job:
+        return self._change("nack", "nack", job_id, token, False, error=_clean_error(error), delay=delay, perm=permanent)
+
+    def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
+        return self._change("extend", "extend", job_id, token, True, secs=seconds)
+
+    def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
+        return self._change("set the stage of", "stage", job_id, token, True, stage=_check_text(stage, "stage"))
+
+    def requeue_dead(self, job_id: str | None) -> int:
+        params = self._params(id=job_id, chan=self._channel)
+
+        def run(conn: Any) -> int:
+            count = len(self._write(conn, "requeue", params).fetchall())
+            if count or job_id is None:
+                return count
+            row = conn.execute(self._sql["requeue_why"], params).fetchone()
+            if row is None:
+                raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+            state, holder, key = row
+            if state == "dead" and holder is not None:
+                raise ValueError(
+                    f"job {job_id} cannot be requeued: job {holder} is active with the same dedupe key {key!r}"
+                )
+            return 0
+
+        for attempt in range(ENQUEUE_TRIES):
+            try:
+                return self._run("requeue_dead", run, retry=False)
+            except StorageError as exc:
+                # A job with the same dedupe key became active at the same moment: look again.
+                if "jobs_dedupe" not in str(exc) or attempt == ENQUEUE_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def purge(self) -> int:
+        params = self._params()
+        return self._run("purge", lambda conn: self._write(conn, "purge", params).rowcount, retry=False)
+
+    def compact(self) -> CompactionResult:
+        started = time.perf_counter()
+        params = self._params(keep=self.retention)
+
+        def run(conn: Any) -> tuple[int, int]:
+            dropped = self._write(conn, "compact", params).rowcount
+            kept = conn.execute(self._sql["count"], params).fetchone()[0]
+            return dropped, kept
+
+        dropped, kept = self._run("compact", run, retry=True)
+        return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
+
+    # ================================================================ reads
+    def _read(self, what: str, statement: str, params: dict[str, Any], shape: Callable[[Any], T]) -> T:
+        return self._run(what, lambda conn: shape(conn.execute(self._sql[statement], params)), retry=True)
+
+    def get(self, job_id: str) -> Job:
+        _check_text(job_id, "job_id")
+
+        def shape(cur: Any) -> Job:
+            row = cur.fetchone()
+            if row is None:
+                raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+            return _row_job(row)
+
+        return self._read("get", "get", self._params(id=job_id), shape)
+
+    def stats(self) -> QueueStats:
+        def shape(cur: Any) -> QueueStats:
+            ready, delayed, leased, done, dead = cur.fetchone()
+            return QueueStats(ready=ready, delayed=delayed, leased=leased, done=done, dead=dead)
+
+        return self._read("stats", "stats", self._params(), shape)
+
+    def count(self) -> int:
+        return self._read("count", "count", self._params(), lambda cur: cur.fetchone()[0])
+
+    def list_jobs(self, state: JobState | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+        params = self._params(
+            state=None if state is None else state.value, kind=_check_text(kind, "kind"), limit=limit, offset=offset
+        )
+        statement = "list" if state is None else "list_state"
+        return self._read("list_jobs", statement, params, lambda cur: [_row_job(row) for row in cur.fetchall()])
+
+    def now(self) -> float:
+        """The database clock plus ``clock_offset``, as epoch seconds."""
+        return self._read("now", "now", self._params(), lambda cur: cur.fetchone()[0])
+
+    # ================================================================ waiting and closing
+    def wait_for_jobs(self, timeout: float) -> bool:
+        """Sleep until a NOTIFY says work arrived on this queue, or ``timeout`` passes.
+
+        A hint, not a promise. Enqueue, nack and requeue notify in their own
+        transaction, so the wake-up comes when the job is visible. If the
+        listening connection cannot be had, this sleeps (polling fallback).
+        """
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with self._listen_mutex:
+            if self._closed:
+                return False
+            try:
+                listener = self._listening()
+            except (StorageError, psycopg.Error) as exc:
+                logger.warning("cannot LISTEN for new jobs (%s); polling instead", exc)
+                self._drop_listener()
+                time.sleep(max(deadline - time.monotonic(), 0.0))
+                return False
+            pgconn = listener.pgconn
+            try:
+                if self._drain(pgconn):
+                    return True
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    readable, _, _ = select.select([listener.fileno()], [], [], remaining)
+                    if readable and self._drain(pgconn):
+                        return True
+            except (psycopg.Error, OSError, ValueError):
+                # The server went away: wake the caller, whose next operation reconnects.
+                self._drop_listener()
+                return True
+
+    @staticmethod
+    def _drain(pgconn: Any) -> bool:
+        """Consume every notification already received; True if there was one."""
+        pgconn.consume_input()
+        if pgconn.status != psycopg.pq.ConnStatus.OK:
+            raise psycopg.OperationalError("listening connection lost")
+        got = False
+        while pgconn.notifies() is not None:
+            got = True
+        return got
+
+    def _listening(self) -> Any:
+        if os.getpid() != self._pid and self._listener is not None:
+            self._orphans.append(self._listener)
+            self._listener = None
+        listener = self._listener
+        if listener is None or listener.closed or listener.broken:
+            if listener is not None:
+                self._discard(listener)
+            listener = psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            self._listener = listener
+        return listener
+
+    def _drop_listener(self) -> None:
+        if self._listener is not None:
+            self._discard(self._listener)
+            self._listener = None
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            if self._conn is not None and os.getpid() == self._pid:
+                self._discard(self._conn)
+            self._conn = None
+        with self._listen_mutex:
+            if self._listener is not None and os.getpid() == self._pid:
+                self._discard(self._listener)
+            self._listener = None
+
+    @property
+    def location(self) -> str:
+        """The DSN without its password."""
+        return redact_dsn(self.dsn)
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        return self._recovery
+
+
+__all__ = ["PostgresStorage", "migrate", "latest_version", "redact_dsn", "check_identifier", "DEFAULT_SCHEMA"]

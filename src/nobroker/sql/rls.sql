@@ -1,0 +1,19 @@
+-- Row level security for a nobroker schema: only {role} (and the table's
+-- owner, {owner}) see or change queue rows. Applied by
+-- migrate(..., worker_role=...) every time it runs; every statement here is
+-- safe to repeat. Roles with BYPASSRLS (superusers, Supabase's service_role)
+-- are not limited by policies at all.
+
+ALTER TABLE {schema}.jobs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.jobs FORCE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS {owner_policy} ON {schema}.jobs;
+CREATE POLICY {owner_policy} ON {schema}.jobs TO {owner} USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS {role_policy} ON {schema}.jobs;
+CREATE POLICY {role_policy} ON {schema}.jobs TO {role} USING (true) WITH CHECK (true);
+
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs TO {role};
+GRANT SELECT ON {schema}.schema_migrations TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.backoff_delay(integer, double precision, double precision, double precision) TO {role};
