@@ -1,0 +1,330 @@
+"""I/O errors and full disks: EIO and ENOSPC on the N-th write, fsync, rename and folder fsync.
+
+Owns: the fault sweep over a fixed workload (every N, once and persistent),
+the fsync-poisoning check, short writes, and the real-filesystem checks
+(a tiny tmpfs for a real ENOSPC, a read-only remount for EROFS; root only).
+Imports: the standard library, nobroker's public API and maintenance,
+tests.simdisk and tests.support.
+
+Pass, for every injected fault:
+  * the failing call raises StorageError or CompactionError, and its
+    message names the failure ("Input/output error", "No space left ...");
+  * after a failed fsync of the log the same Queue refuses every write
+    (the kernel may have dropped the pages; a retried fsync would lie);
+  * nothing was reported done that is not durable: after a power cut that
+    keeps only durable bytes, the queue holds exactly the state after the
+    last acknowledged operation (or, for a failed operation after it, the
+    state with that operation applied: a failed call is "unknown", never
+    "half done");
+  * after the fault clears, reopening (without a power cut) gives the same;
+  * no torn record is ever left in the middle of the log.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import unittest
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from nobroker import BackoffPolicy, CompactionError, NobrokerError, Queue, StorageError
+from nobroker.maintenance import verify
+from tests.simdisk import FAULTABLE, Fault, SimDisk, fresh_queue_path
+from tests.support import LONG, FakeClock
+
+TOTALS: Counter[str] = Counter()
+ERRNOS = (errno.EIO, errno.ENOSPC)
+BACKOFF = BackoffPolicy(jitter=0.0)
+
+Step = tuple[str, Callable[[Queue, dict[str, Any]], Any]]
+
+
+def _lease(q: Queue, held: dict[str, Any], n: int = 1) -> None:
+    for job in q.lease(n):
+        held[job.id] = job
+
+
+def _first(held: dict[str, Any]) -> Any:
+    return held[sorted(held)[0]]
+
+
+def _ack(q: Queue, held: dict[str, Any]) -> None:
+    job = _first(held)
+    q.ack(job, result={"done": job.id})
+    held.pop(job.id)
+
+
+def _nack(q: Queue, held: dict[str, Any]) -> None:
+    job = _first(held)
+    q.nack(job, error="retry me", delay=0)
+    held.pop(job.id)
+
+
+def _extend(q: Queue, held: dict[str, Any]) -> None:
+    job = _first(held)
+    held[job.id] = q.extend(job, 60)
+
+
+def workload() -> list[Step]:
+    """A fixed sequence touching every writing path: appends, batches, compaction, purge."""
+    return [
+        ("enqueue a", lambda q, h: q.enqueue({"n": "a"}, job_id="a")),
+        ("enqueue b", lambda q, h: q.enqueue({"n": "b"}, job_id="b", priority=2)),
+        ("enqueue_many c-e", lambda q, h: q.enqueue_many([{"n": x} for x in "cde"], job_ids=list("cde"))),
+        ("lease 2", lambda q, h: _lease(q, h, 2)),
+        ("ack", _ack),
+        ("extend", _extend),
+        ("nack", _nack),
+        ("compact", lambda q, h: q.compact()),
+        ("enqueue f", lambda q, h: q.enqueue({"n": "f" * 500}, job_id="f")),
+        ("lease 1", lambda q, h: _lease(q, h, 1)),
+        ("set_stage", lambda q, h: q.set_stage(_first(h), "sending")),
+        ("ack 2", _ack),
+        ("compact 2", lambda q, h: q.compact()),
+        ("enqueue g", lambda q, h: q.enqueue({"n": "g"}, job_id="g", delay=10)),
+        ("lease 3", lambda q, h: _lease(q, h, 3)),
+        ("nack dead", lambda q, h: q.nack(_first(h), permanent=True) and h.pop(_first(h).id)),
+        ("requeue", lambda q, h: q.requeue_dead()),
+        ("purge", lambda q, h: q.purge()),
+        ("enqueue h", lambda q, h: q.enqueue({"n": "h"}, job_id="h")),
+    ]
+
+
+def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
+    return {j.id: j.to_dict() for j in q.list_jobs()}
+
+
+def open_queue(disk: SimDisk, path: str, clock: FakeClock) -> Queue:
+    return Queue(path, filesystem=disk, clock=clock, backoff=BACKOFF, auto_compact=None)
+
+
+class FaultRun:
+    """The workload on a disk with one injected fault; collects what the checks need."""
+
+    def __init__(self, test: unittest.TestCase, fault: Fault | None, short_writes: int | None = None) -> None:
+        self.test = test
+        self.fault = fault
+        self.disk = SimDisk()
+        self.path = fresh_queue_path(self.disk, random.Random(1))
+        self.clock = FakeClock()
+        if fault is not None:
+            self.disk.faults.append(fault)
+        if short_writes is not None:
+            self.disk.short_writes = random.Random(short_writes)
+        self.errors: list[BaseException] = []
+        self.candidates: list[dict[str, dict[str, Any]]] = [{}]
+        self.acknowledged: list[str] = []
+
+    def label(self) -> str:
+        f = self.fault
+        return "no fault" if f is None else f"{errno.errorcode[f.errno]} on {f.op} #{f.nth}{' and after' if f.persistent else ''}"
+
+    def check_error(self, exc: BaseException, what: str) -> None:
+        self.test.assertIsInstance(exc, (StorageError, CompactionError), f"{self.label()}: {what} raised {exc!r}")
+        if self.fault is not None and self.fault.fired:
+            self.test.assertIn(os.strerror(self.fault.errno), str(exc), f"{self.label()}: {what}: message {exc}")
+
+    def run(self) -> None:
+        clock = self.clock
+        try:
+            q = open_queue(self.disk, self.path, clock)
+        except NobrokerError as exc:
+            self.check_error(exc, "opening")
+            self.errors.append(exc)
+            q = None
+        held: dict[str, Any] = {}
+        poisoned = False
+        if q is not None:
+            for what, step in workload():
+                clock.advance(1.0)
+                if not held and what in ("ack", "extend", "nack", "set_stage", "ack 2", "nack dead"):
+                    continue
+                try:
+                    step(q, held)
+                except NobrokerError as exc:
+                    self.check_error(exc, what)
+                    if poisoned:
+                        self.test.assertIn("refuses further writes", str(exc), f"{self.label()}: {what} after a failed fsync")
+                    self.errors.append(exc)
+                    if isinstance(exc, StorageError) and "fsync of" in str(exc):
+                        poisoned = True
+                    try:
+                        self.candidates.append(snapshot(q))
+                    except NobrokerError:
+                        pass
+                    continue
+                if poisoned:
+                    self.test.fail(f"{self.label()}: {what} succeeded on a queue whose fsync failed")
+                self.acknowledged.append(what)
+                self.candidates = [snapshot(q)]
+        TOTALS["faults injected"] += self.fault.fired if self.fault else 0
+        self.disk.faults = []  # the fault clears
+        # Nothing reported done that is not durable: cut the power, keep only durable bytes.
+        durable = self.disk.power_cut("drop")
+        with open_queue(durable, self.path, clock) as after_cut:
+            self.check_state(snapshot(after_cut), "after a power cut")
+            self.check_log(durable)
+        if q is not None:
+            q.close()
+        with open_queue(self.disk, self.path, clock) as reopened:
+            self.check_state(snapshot(reopened), "after reopening")
+            reopened.enqueue({"n": "still works"})
+        self.check_log(self.disk)
+
+    def check_state(self, state: dict[str, dict[str, Any]], when: str) -> None:
+        if state not in self.candidates:
+            expected = self.candidates[0]
+            diff = {
+                k: (state.get(k, {}).get("state"), expected.get(k, {}).get("state"))
+                for k in set(state) | set(expected)
+                if state.get(k) != expected.get(k)
+            }
+            self.test.fail(
+                f"{self.label()}: {when} the queue is not the acknowledged state "
+                f"(acknowledged: {self.acknowledged[-3:]}, errors: {[str(e)[:100] for e in self.errors]}); "
+                f"jobs that differ (found, expected): {diff}"
+            )
+
+    def check_log(self, disk: SimDisk) -> None:
+        report = verify(self.path, fs=disk)
+        self.test.assertTrue(report.ok, f"{self.label()}: verify found {report.problems}")
+        self.test.assertEqual(report.torn_bytes, 0, f"{self.label()}: a torn record was left in the log")
+
+
+class IOErrors(unittest.TestCase):
+    def counts(self) -> dict[str, int]:
+        run = FaultRun(self, None)
+        run.run()
+        self.assertEqual(run.errors, [])
+        return dict(run.disk.fault_counts)
+
+    def test_every_nth_call_failing_once_and_persistently(self) -> None:
+        counts = self.counts()
+        for op in FAULTABLE:
+            self.assertGreater(counts[op], 0, f"the workload never calls {op}")
+        runs = 0
+        for op in FAULTABLE:
+            for err in ERRNOS:
+                for persistent in (False, True):
+                    for nth in range(1, counts[op] + 1):
+                        with self.subTest(op=op, errno=errno.errorcode[err], persistent=persistent, nth=nth):
+                            FaultRun(self, Fault(op, nth, err, persistent)).run()
+                            runs += 1
+        TOTALS["fault runs"] += runs
+        print(f"\nI/O errors: {runs} runs, {TOTALS['faults injected']} faults injected ({counts})")
+
+    def test_short_writes_are_completed(self) -> None:
+        expected = None
+        for seed in range(20 if not LONG else 200):
+            run = FaultRun(self, None, short_writes=seed)
+            run.run()
+            self.assertEqual(run.errors, [])
+            # Same acknowledged history as a disk that never writes short.
+            self.assertEqual(run.acknowledged, expected or run.acknowledged)
+            expected = run.acknowledged
+
+    def test_a_short_write_then_a_full_disk_is_rolled_back(self) -> None:
+        for seed in range(10):
+            for nth in range(2, 12):
+                run = FaultRun(self, Fault("write", nth, errno.ENOSPC), short_writes=seed)
+                run.run()
+
+    def test_failed_fsync_is_never_retried_into_success(self) -> None:
+        """The disk dropped the pages: the op fails, the queue refuses, a reopen shows the truth."""
+        disk = SimDisk()
+        path = fresh_queue_path(disk, random.Random(2))
+        q = open_queue(disk, path, FakeClock())
+        q.enqueue("kept", job_id="kept")
+        disk.faults.append(Fault("fsync", disk.fault_counts["fsync"] + 1, errno.EIO))
+        with self.assertRaises(StorageError) as caught:
+            q.enqueue("lost", job_id="lost")
+        self.assertIn("Input/output error", str(caught.exception))
+        with self.assertRaises(StorageError) as refused:
+            q.enqueue("refused", job_id="refused")
+        self.assertIn("open the queue again", str(refused.exception))
+        with self.assertRaises(StorageError):
+            q.lease_one()
+        cut = disk.power_cut("drop")
+        with open_queue(cut, path, FakeClock()) as reopened:
+            self.assertEqual(sorted(snapshot(reopened)), ["kept"])
+        q.close()
+
+
+def _root_mount(args: list[str]) -> str | None:
+    """Run mount/umount; None on success, else why not."""
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+
+
+class RealFilesystem(unittest.TestCase):
+    """A real tiny tmpfs (real ENOSPC) and a read-only remount (real EROFS). Root only."""
+
+    def setUp(self) -> None:
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            self.skipTest("needs root to mount a tmpfs")
+        if not shutil.which("mount"):
+            self.skipTest("no mount command")
+        self.mnt = tempfile.mkdtemp(prefix="nobroker-tmpfs-")
+        why = _root_mount(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", self.mnt])
+        if why is not None:
+            os.rmdir(self.mnt)
+            self.skipTest(f"cannot mount a tmpfs here: {why}")
+        self.addCleanup(self._unmount)
+
+    def _unmount(self) -> None:
+        _root_mount(["umount", "-l", self.mnt])
+        shutil.rmtree(self.mnt, ignore_errors=True)
+
+    def test_a_full_disk_raises_and_loses_nothing(self) -> None:
+        path = os.path.join(self.mnt, "q")
+        acknowledged = []
+        blob = "x" * 20_000
+        with Queue(path, auto_compact=None) as q:
+            with self.assertRaises(StorageError) as caught:
+                for i in range(1_000):
+                    acknowledged.append(q.enqueue({"i": i, "blob": blob}).id)
+            self.assertEqual(caught.exception.errno, errno.ENOSPC)
+            self.assertIn("disk is full", str(caught.exception))
+            self.assertGreater(len(acknowledged), 5)
+            # The failed append was rolled back, so the queue keeps working once space is freed.
+            for job_id in acknowledged[:10]:
+                job = q.lease_one()
+                assert job is not None
+            TOTALS["faults injected"] += 1
+        with Queue(path, auto_compact=None) as q:
+            self.assertEqual({j.id for j in q.list_jobs()}, set(acknowledged))
+            self.assertTrue(verify(path).ok)
+            self.assertGreater(q.purge(), 0)
+            q.compact()
+            q.enqueue({"after": "space freed"})
+
+    def test_a_read_only_filesystem_is_reported_as_such(self) -> None:
+        path = os.path.join(self.mnt, "q")
+        with Queue(path) as q:
+            q.enqueue("kept", job_id="kept")
+        why = _root_mount(["mount", "-o", "remount,ro", self.mnt])
+        if why is not None:
+            self.skipTest(f"cannot remount read-only: {why}")
+        with self.assertRaises(StorageError) as caught:
+            Queue(path)
+        self.assertEqual(caught.exception.errno, errno.EROFS)
+        self.assertIn("read-only", str(caught.exception))
+        report = verify(path)
+        self.assertTrue(report.ok, report.problems)
+        self.assertEqual(report.jobs, 1)
+        self.assertIsNone(_root_mount(["mount", "-o", "remount,rw", self.mnt]))
+        with Queue(path) as q:
+            self.assertEqual([j.id for j in q.list_jobs()], ["kept"])
+
+
+if __name__ == "__main__":
+    unittest.main()
