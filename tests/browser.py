@@ -24,7 +24,9 @@ Usage::
             self.assertEqual(self.browser.errors, [])
 
 API: ``Browser.start()``, ``open(url)``, ``evaluate(js)``, ``screenshot(path)``,
-``close()``, the lists ``errors`` and ``requests``, ``clear()``;
+``send(method, params)`` (any DevTools command), ``close()``, the lists
+``errors``, ``requests`` and ``dialogs`` (native dialogs are accepted and
+recorded, never left blocking), ``clear()``;
 ``require_browser(testcase_or_class)``, ``find_chromium()``, ``file_url(path)``.
 """
 
@@ -120,8 +122,10 @@ class Browser:
         self._events: list[dict[str, Any]] = []
         self._dead: str | None = None
         self._session: str | None = None
+        self._write_lock = threading.Lock()
         self.errors: list[str] = []
         self.requests: list[str] = []
+        self.dialogs: list[tuple[str, str]] = []
         self._reader = threading.Thread(target=self._read_loop, name="cdp-reader", daemon=True)
         self._reader.start()
 
@@ -262,6 +266,7 @@ class Browser:
         with self._cond:
             self.errors.clear()
             self.requests.clear()
+            self.dialogs.clear()
 
     # ------------------------------------------------------------ protocol
     def send(self, method: str, params: dict[str, Any] | None = None, *, timeout: float = COMMAND_TIMEOUT) -> dict[str, Any]:
@@ -281,9 +286,10 @@ class Browser:
             message["sessionId"] = self._session
         data = json.dumps(message).encode() + b"\0"
         try:
-            while data:
-                written = os.write(self._out, data)
-                data = data[written:]
+            with self._write_lock:  # the reader thread answers dialogs on the same pipe
+                while data:
+                    written = os.write(self._out, data)
+                    data = data[written:]
         except OSError as exc:
             raise BrowserError(f"cannot write to the browser: {exc}") from exc
         if not wait:
@@ -371,6 +377,18 @@ class Browser:
             self.errors.append(f"log: {entry.get('text', '')} {entry.get('url', '')}".rstrip())
         elif method == "Network.requestWillBeSent":
             self.requests.append(params.get("request", {}).get("url", ""))
+        elif method == "Page.javascriptDialogOpening":
+            # A native alert/confirm/prompt would block every later command until a
+            # timeout; record it and accept it instead, so a test can assert on it.
+            self.dialogs.append((params.get("type", ""), params.get("message", "")))
+            threading.Thread(target=self._accept_dialog, daemon=True).start()
+
+
+    def _accept_dialog(self) -> None:
+        try:
+            self._send("Page.handleJavaScriptDialog", {"accept": True}, session=True, wait=False)
+        except (BrowserError, OSError):
+            pass
 
 
 def _exception_text(details: dict[str, Any]) -> str:
