@@ -743,7 +743,7 @@ th { color:var(--muted); font-weight:600; font-size:.8rem; }
 td.mono, .mono { font-family:ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:.82rem; }
 /* max-width:0 lets these cells shrink to the table, then clip with an ellipsis. */
 td.clip { max-width:0; width:30%; overflow:hidden; text-overflow:ellipsis; white-space:nowrap; }
-tr.job { cursor:pointer; } tr.job:hover { background:#eef2fb; } tr.job.selected { background:#e2e9fb; }
+tr.job { cursor:pointer; } tr.job:focus { outline:2px solid var(--accent); outline-offset:-2px; } tr.job:hover { background:#eef2fb; } tr.job.selected { background:#e2e9fb; }
 .pager { display:flex; gap:.5rem; align-items:center; margin-top:.6rem; color:var(--muted); }
 .empty { color:var(--muted); padding:.8rem 0; }
 dl { display:grid; grid-template-columns:max-content 1fr; gap:.2rem .8rem; margin:0 0 .6rem; }
@@ -837,8 +837,9 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
 (function () {
   const CSRF = document.querySelector('meta[name="csrf-token"]').content;
   const REFRESH_MS = 1000;
+  const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
   const $ = (id) => document.getElementById(id);
-  const view = { state: "ready", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", now: Date.now() / 1000 };
+  const view = { state: "ready", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
 
   // Build elements only through textContent: nothing from the queue is ever parsed as HTML.
   function el(tag, props, children) {
@@ -926,12 +927,16 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
       $("updated").textContent = new Date().toLocaleTimeString();
       $("status").textContent = "live";
       $("status").className = "";
+      // The list is small (one page of previews): redraw it every round, so
+      // waiting times, lease deadlines and stages stay current. The detail may
+      // hold a large payload: reload it when the counts move, else now and then.
+      await refreshJobs();
       const signature = JSON.stringify(data.stats);
-      if (signature !== view.lastStats) {
-        view.lastStats = signature;
-        await refreshJobs();
-        if (view.selected) await showJob(view.selected, true);
+      view.ticks += 1;
+      if (view.selected && (signature !== view.lastStats || view.ticks % DETAIL_EVERY === 0)) {
+        await showJob(view.selected, true);
       }
+      view.lastStats = signature;
     } catch (err) {
       $("status").textContent = "disconnected: " + err.message;
       $("status").className = "bad";
@@ -941,19 +946,28 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   // ---------------------------------------------------------------- lists
   async function refreshJobs() {
     const params = new URLSearchParams({ state: view.state, limit: String(view.limit), offset: String(view.offset) });
+    // Only the latest request may draw: a slow answer for the previous tab must not win.
+    const mine = ++view.listSeq;
     let data;
     try {
       data = await api("/api/jobs?" + params.toString());
     } catch (err) {
-      say("Could not list jobs: " + err.message, true);
+      if (mine === view.listSeq) say("Could not list jobs: " + err.message, true);
       return;
     }
+    if (mine !== view.listSeq) return;
     if (data.jobs.length === 0 && view.offset > 0) {
       view.offset = Math.max(0, view.offset - view.limit);
       return refreshJobs();
     }
+    const focused = document.activeElement && document.activeElement.closest
+      ? document.activeElement.closest("tr.job") : null;
+    const focusId = focused ? focused.getAttribute("data-job-id") : null;
     const rows = data.jobs.map(jobRow);
     $("jobs").replaceChildren(...rows);
+    // Redrawing must not steal the keyboard user's place in the list.
+    const again = focusId === null ? null : rows.find((row) => row.getAttribute("data-job-id") === focusId);
+    if (again) again.focus();
     $("jobs-empty").hidden = rows.length !== 0;
     $("prev").disabled = view.offset === 0;
     $("next").disabled = !data.has_more;
@@ -982,17 +996,23 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
       }));
     }
     cells.push(actions);
-    const row = el("tr", { class: "job" + (job.id === view.selected ? " selected" : ""), "data-job-id": job.id,
-                           onclick: () => showJob(job.id, false) }, cells);
+    const row = el("tr", {
+      class: "job" + (job.id === view.selected ? " selected" : ""), "data-job-id": job.id, tabindex: 0,
+      onclick: () => showJob(job.id, false),
+      onkeydown: (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); showJob(job.id, false); } },
+    }, cells);
     return row;
   }
 
   // ---------------------------------------------------------------- detail
   async function showJob(id, quiet) {
+    const mine = ++view.detailSeq;
     let data;
     try {
       data = await api("/api/jobs/" + encodeURIComponent(id));
+      if (mine !== view.detailSeq) return;
     } catch (err) {
+      if (mine !== view.detailSeq) return;
       if (!quiet) say("Could not load job " + id + ": " + err.message, true);
       if (quiet) clearDetail();
       return;
