@@ -820,6 +820,19 @@ class BindTest(TempDirTestCase):
             self.assertFalse(thread.is_alive())
         self.assertTrue(any(server.url in line for line in logs.output), logs.output)
 
+    def test_serve_can_open_the_page_in_a_browser_with_the_token(self) -> None:
+        servers: list[DashboardServer] = []
+
+        def on_ready(server: DashboardServer) -> None:
+            servers.append(server)
+            # shutdown() waits for serve_forever, which starts after this returns.
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+        with mock.patch("webbrowser.open") as opened:
+            serve(self.queue, port=0, token="tok-123", open_browser=True, on_ready=on_ready)
+        (server,) = servers
+        opened.assert_called_once_with(server.url + "?token=tok-123")
+
 
 if __name__ == "__main__":
     unittest.main()
