@@ -1,0 +1,135 @@
+"""The shared semantic suite on the file storage, plus what only a folder can show.
+
+Owns: the wiring of ``tests.semantics.QueueSemantics`` to the file storage
+(a temp folder per test, a FakeClock passed as ``clock=``) and file-only
+semantic extras (named queues side by side, ``fsync=False``, two handles on
+one queue). Imports: the standard library, the public ``nobroker`` API and
+tests.support / tests.semantics.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nobroker import JobState, NotLeasedError, Queue
+from tests.semantics import QueueSemantics
+from tests.support import FakeClock, TempDirTestCase
+
+
+class FileQueueSemantics(QueueSemantics, TempDirTestCase):
+    """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = FakeClock()
+        self._options: dict[int, dict[str, Any]] = {}
+
+    # ------------------------------------------------------------ hooks
+    def open_queue(self, **options: Any) -> Queue:
+        q = Queue(self.dir, clock=self.clock, **options)
+        self._options[id(q)] = options
+        self.addCleanup(q.close)
+        return q
+
+    def make_queue(self, **options: Any) -> Queue:
+        return self.open_queue(**options)
+
+    def reopen(self, q: Queue) -> Queue:
+        options = dict(self._options[id(q)])
+        options["name"] = q.name
+        q.close()
+        return self.open_queue(**options)
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def now(self) -> float:
+        return self.clock()
+
+    # ------------------------------------------------------------ file-only extras
+    def test_default_name_and_path(self) -> None:
+        q = self.make_queue()
+        self.assertEqual(q.name, "default")
+        self.assertTrue(os.path.samefile(q.path, self.dir))
+        self.assertIs(q.durable, True)
+
+    def test_the_clock_option_drives_every_time(self) -> None:
+        q = self.make_queue(visibility_timeout=10)
+        self.clock.advance(1234.5)
+        job = q.enqueue("x", delay=3)
+        self.assertEqual(job.enqueued_at, self.clock())
+        self.assertEqual(job.available_at, self.clock() + 3)
+        self.clock.advance(3)
+        leased = q.lease_one()
+        assert leased is not None
+        self.assertEqual(leased.lease_deadline, self.clock() + 10)
+
+    def test_named_queues_in_one_folder_are_independent(self) -> None:
+        emails = self.make_queue(name="emails")
+        reports = self.make_queue(name="reports")
+        self.assertEqual((emails.name, reports.name), ("emails", "reports"))
+        mail = emails.enqueue("mail", job_id="same-id", dedupe_key="same-key")
+        report = reports.enqueue("report", job_id="same-id", dedupe_key="same-key")
+        self.assertEqual(emails.get("same-id").payload, "mail")
+        self.assertEqual(reports.get("same-id").payload, "report")
+        self.assertEqual((len(emails), len(reports)), (1, 1))
+        leased = emails.lease_one()
+        assert leased is not None
+        self.assertEqual(leased.payload, "mail")
+        self.assertIs(reports.get(report.id).state, JobState.READY)
+        self.assertEqual(reports.purge(), 1)
+        self.assertEqual(len(reports), 0)
+        self.assertIs(emails.get(mail.id).state, JobState.LEASED)
+        emails = self.assert_survives_reopen(emails)
+        reports = self.reopen(reports)
+        self.assertEqual((len(emails), len(reports)), (1, 0))
+
+    def test_fsync_false_works_and_says_it_is_not_durable(self) -> None:
+        q = self.make_queue(fsync=False)
+        self.assertIs(q.durable, False)
+        job = q.enqueue({"fast": True})
+        q.ack(q.lease_one())  # type: ignore[arg-type]
+        q.enqueue("second")
+        q = self.assert_survives_reopen(q)
+        self.assertIs(q.get(job.id).state, JobState.DONE)
+        self.assertEqual(q.stats().ready, 1)
+
+    def test_conn_is_refused_on_the_file_storage(self) -> None:
+        q = self.make_queue()
+        q.enqueue("keep")
+        self.assert_unchanged_by(q, lambda: q.enqueue("x", conn=object()), ValueError)
+        self.assert_unchanged_by(q, lambda: q.enqueue_many(["x"], conn=object()), ValueError)
+
+    def test_two_handles_on_one_queue_see_each_other(self) -> None:
+        a = self.make_queue(visibility_timeout=10)
+        b = self.make_queue(visibility_timeout=10)
+        job = a.enqueue("shared", job_id="s")
+        self.assertEqual(b.get("s").payload, "shared")
+        self.assertEqual(b.enqueue("dup", job_id="s").payload, "shared")
+        leased = b.lease_one()
+        assert leased is not None
+        self.assertEqual(leased.id, job.id)
+        self.assertEqual(a.lease(), [], "a job leased through one handle is not delivered by another")
+        self.assertIs(a.get(job.id).state, JobState.LEASED)
+        with self.assertRaises(NotLeasedError):
+            a.ack(self.stale(leased))
+        a.ack(leased)  # the token, not the handle, proves the lease
+        self.assertIs(b.get(job.id).state, JobState.DONE)
+        self.assertEqual(self.snapshot(a), self.snapshot(b))
+
+    def test_json_only_a_file_can_hold_round_trips(self) -> None:
+        q = self.make_queue()
+        payloads = ["nul \u0000 inside", "lone surrogate \ud800", 10**30, 1e300, -0.0, {"\u0000key": [1e-300]}]
+        ids = [q.enqueue(p).id for p in payloads]
+        q = self.assert_survives_reopen(q)
+        for job_id, payload in zip(ids, payloads):
+            got = q.get(job_id).payload
+            self.assertEqual(got, payload)
+            self.assertIs(type(got), type(payload))
+
+
+if __name__ == "__main__":
+    import unittest
+
+    unittest.main()
