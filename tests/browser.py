@@ -67,7 +67,7 @@ CHROMIUM_FLAGS = (
 COMMAND_TIMEOUT = 30.0
 LOAD_TIMEOUT = 30.0
 EXIT_TIMEOUT = 5.0
-#: Default viewport, also the screenshot size unless full_page is asked for.
+#: The page's viewport, also the screenshot size unless full_page is asked for.
 WINDOW_SIZE = (1280, 900)
 #: Largest single protocol message we accept (screenshots are the big ones).
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -182,7 +182,7 @@ class Browser:
         os.close(child_out)
         browser = cls(proc, cmd_w, rep_r, profile)
         try:
-            browser._attach_page()
+            browser._attach_page(window_size)
         except BaseException as exc:
             browser.close()
             if isinstance(exc, BrowserError):
@@ -308,7 +308,7 @@ class Browser:
             raise BrowserError(f"{method} failed: {reply['error'].get('message')}")
         return reply.get("result", {})
 
-    def _attach_page(self) -> None:
+    def _attach_page(self, viewport: tuple[int, int]) -> None:
         target = self._send("Target.createTarget", {"url": "about:blank"}, session=False, wait=True)
         attached = self._send(
             "Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}, session=False, wait=True
@@ -316,6 +316,12 @@ class Browser:
         self._session = attached["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable")
+        # The window size includes a window frame that headless still reserves;
+        # pin the page's own viewport so layouts and screenshots are exact.
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": viewport[0], "height": viewport[1], "deviceScaleFactor": 1, "mobile": False},
+        )
 
     def _wait_event(self, method: str, *, after: int, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

@@ -22,6 +22,8 @@ import os
 import pathlib
 import random
 import re
+import subprocess
+import sys
 import unittest
 from typing import Any
 
@@ -37,6 +39,8 @@ PLAYGROUND = ROOT / "web" / "playground.html"
 #: Sections the docs page promises in its navigation.
 DOC_SECTIONS = ("start", "install", "thirty-seconds", "guide", "delivery", "postgres", "api", "design", "format",
                 "beats", "recovery", "compaction", "limits", "faq")
+#: Seconds the screenshot tool may take (it starts a browser and a dashboard server).
+SCREENSHOT_TIMEOUT = 120
 #: Anything that would make a page reach the network.
 EXTERNAL_REF = re.compile(r"""(?:https?:|wss?:|ftp:)//|(?:src|href)\s*=\s*["']//|@import|url\(\s*["']?(?:https?:)?//""", re.I)
 
@@ -601,6 +605,28 @@ class PlaygroundTest(_PageTest):
             self.assertEqual(rec["length"], view.length, where)
             self.assertEqual(rec["body"], view.body, where)
             self.assertEqual(rec["damage"], view.damage, where)
+
+
+class ScreenshotToolTest(TempDirTestCase):
+    """tools/screenshots.py, as `python make.py screenshots` runs it, into a temp folder."""
+
+    def test_writes_a_png_of_every_page(self) -> None:
+        require_browser(self)  # the tool starts its own; this only skips (or fails in CI) without one
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+        env.pop("NOBROKER_TOKEN", None)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "screenshots.py"), "--out", self.dir],
+            env=env, capture_output=True, text=True, timeout=SCREENSHOT_TIMEOUT,
+        )  # fmt: skip
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        expected = {"docs.png", "docs-dark.png", "docs-design.png", "playground.png", "playground-disk.png", "dashboard.png"}
+        self.assertEqual(set(os.listdir(self.dir)), expected)
+        for name in expected:
+            data = pathlib.Path(self.dir, name).read_bytes()
+            self.assertEqual(data[:8], b"\x89PNG\r\n\x1a\n", name)
+            width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+            self.assertEqual((width, height), (1280, 900), name)
+            self.assertGreater(len(data), 20_000, f"{name} looks blank")
 
 
 if __name__ == "__main__":
