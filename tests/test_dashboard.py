@@ -692,7 +692,8 @@ class _AgedQueue(_Proxy):
 
     def __init__(self, queue: Queue, age: float) -> None:
         super().__init__(queue)
-        self._age = age
+        # Before any scrape begins, so every reported age is at least ``age``.
+        self._runnable_at = time.time() - age
         self.list_calls = 0
 
     def list_jobs(self, *args: Any, **kwargs: Any) -> Any:
@@ -701,7 +702,7 @@ class _AgedQueue(_Proxy):
         jobs = self._queue.list_jobs(*args, **kwargs)
         for job in jobs:
             if job.available_at <= now:
-                job.available_at = now - self._age
+                job.available_at = self._runnable_at
         return jobs
 
 

@@ -17,6 +17,7 @@ from nobroker import Queue
 from nobroker.dashboard import make_server
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.browser import Browser, require_browser
+from tests.test_dashboard import OnPostgres
 from tests.support import TempDirTestCase, wait_until
 
 SCRIPT_PAYLOAD = "<script>alert(1)</script>"
@@ -61,10 +62,16 @@ class WebDashboardTest(TempDirTestCase):
         cls.browser = require_browser(cls)
         cls.browser.send("Page.addScriptToEvaluateOnNewDocument", {"source": _WATCH})
 
+    def open_queue(self) -> Queue:
+        return Queue(self.dir, fsync=False)
+
+    def close_queue(self, queue: Queue) -> None:
+        queue.close()
+
     def setUp(self) -> None:
         super().setUp()
-        self.queue = Queue(self.dir, fsync=False)
-        self.addCleanup(self.queue.close)
+        self.queue = self.open_queue()
+        self.addCleanup(self.close_queue, self.queue)
         self.server = make_server(self.queue, host="127.0.0.1", port=0, token=self.TOKEN)
         thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), daemon=True)
         thread.start()
@@ -240,6 +247,10 @@ class WebDashboardTokenTest(WebDashboardTest):
     def test_without_the_token_the_page_is_refused(self) -> None:
         self.browser.open(self.server.url)
         self.assertIn("token is required", self.js("document.body.textContent"))
+
+
+class PostgresWebDashboardTest(OnPostgres, WebDashboardTest):
+    """The same page over the PostgreSQL storage (skipped without a DSN or psycopg)."""
 
 
 if __name__ == "__main__":
