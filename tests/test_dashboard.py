@@ -20,7 +20,6 @@ import threading
 import time
 import unittest
 import urllib.parse
-import uuid
 from typing import Any
 from unittest import mock
 
@@ -38,13 +37,12 @@ from nobroker.dashboard import (
 )
 from nobroker.errors import NobrokerError
 from nobroker.jobs import MAX_PRIORITY, JobState
+from tests.pgsupport import drop_schema, fresh_name, require_postgres
 from tests.support import TempDirTestCase
 
 SCRIPT_PAYLOAD = "<script>alert(1)</script>"
 #: How often a test server checks for shutdown (the default half second adds up over many tests).
 POLL_SECONDS = 0.05
-#: Where CI puts the DSN of its PostgreSQL (the same variable the storage's own tests read).
-PG_DSN_ENV = "NOBROKER_PG_DSN"
 
 # One sample line of the Prometheus text format 0.0.4: name{labels} value.
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
@@ -708,29 +706,30 @@ class _AgedQueue(_Proxy):
 
 # ---------------------------------------------------------------- PostgreSQL
 class OnPostgres:
-    """Runs a dashboard test class on the PostgreSQL storage: one fresh queue name per test.
+    """Runs a dashboard test class on the PostgreSQL storage: a fresh schema per class, a fresh queue per test.
 
-    Skips without a DSN in env NOBROKER_PG_DSN or without the optional
-    PostgreSQL storage (psycopg); any other failure to open is a failure.
+    Skips without psycopg or a server, except in CI, where that fails
+    (tests.pgsupport decides, as for the storage's own tests).
     """
 
+    schema: str
+    dsn: str
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()  # type: ignore[misc]
+        cls.dsn = require_postgres(cls)  # type: ignore[arg-type]
+        from nobroker.postgres import migrate
+
+        cls.schema = fresh_name("nbdash")
+        migrate(cls.dsn, schema=cls.schema)
+        cls.addClassCleanup(drop_schema, cls.schema)  # type: ignore[attr-defined]
+
     def open_queue(self) -> Queue:
-        dsn = os.environ.get(PG_DSN_ENV)
-        if not dsn:
-            raise unittest.SkipTest(f"set {PG_DSN_ENV} to run the dashboard on PostgreSQL")
-        try:
-            queue = Queue(dsn, name="dashboard_" + uuid.uuid4().hex[:12])
-        except ModuleNotFoundError as exc:
-            if exc.name in ("psycopg", "nobroker.postgres"):
-                raise unittest.SkipTest(f"PostgreSQL storage unavailable: {exc}") from exc
-            raise
-        return queue
+        return Queue(self.dsn, name=fresh_name("dash"), schema=self.schema)
 
     def close_queue(self, queue: Queue) -> None:
-        try:
-            queue.purge()  # the database outlives the test: leave no rows behind
-        finally:
-            queue.close()
+        queue.close()
 
 
 class PostgresApiTest(OnPostgres, ApiTest):
