@@ -1,0 +1,1292 @@
+"""The ``nobroker`` command line: argparse over the public Queue API.
+
+Owns: argument parsing, human and ``--json`` output, exit codes, the
+confirmation prompts, progress on a terminal, and the signal handling of
+``nobroker work``. Imports: the public ``nobroker`` API (Queue, Worker, the
+errors, the data model) and ``nobroker.maintenance``; the dashboard, the
+PostgreSQL module and the bench are imported lazily, only by the subcommand
+that needs them, so a missing optional part never breaks the rest.
+
+Everything a command *means* lives in the library; this module only turns
+words into calls and results into text. Exit codes: 0 ok, 1 a nobroker error
+(one line on stderr, no traceback), 2 a usage error, 130 Ctrl-C.
+
+Runs as ``nobroker`` (console script), ``python -m nobroker`` and from the
+zipapp bundle, so it imports only from inside the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import logging
+import math
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timezone
+from typing import Any, NoReturn, TextIO
+
+from . import __version__
+from .errors import CorruptLogError, NobrokerError
+from .jobs import MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
+
+log = logging.getLogger("nobroker.cli")
+
+PROG = "nobroker"
+DEFAULT_DIR = "./.nobroker"
+DEFAULT_QUEUE = "default"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+ENV_DSN = "NOBROKER_DSN"
+ENV_TOKEN = "NOBROKER_TOKEN"
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+#: ``list`` and ``dlq`` show this many jobs unless told otherwise, so a queue
+#: of a million jobs does not flood a terminal by accident.
+DEFAULT_LIST_LIMIT = 100
+#: Payloads and log bodies are cut to this many characters in the human view
+#: (``--json`` always shows them whole).
+PREVIEW_CHARS = 60
+INSPECT_BODY_CHARS = 200
+#: Most jobs one ``enqueue --count`` makes: every Job is printed, so they are all held in memory.
+MAX_ENQUEUE_COUNT = 1_000_000
+#: Progress lines on a terminal are redrawn at most this often (seconds).
+PROGRESS_INTERVAL = 0.2
+
+_PLAIN_WORD = re.compile(r"\w[\w.:/@+\-]*\Z")
+_HANDLER_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
+
+
+# ---------------------------------------------------------------- errors
+class CommandError(Exception):
+    """A user-facing failure outside the library's errors; exit 1, one line."""
+
+
+class InputError(ValueError):
+    """Text on the command line (a payload, a result) that cannot be used."""
+
+
+# ---------------------------------------------------------------- JSON input
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+class _NonFiniteError(ValueError):
+    pass
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise _NonFiniteError(name)
+
+
+def parse_json_value(text: str, *, what: str = "payload") -> Any:
+    """The value a command-line argument stands for.
+
+    JSON first. Text that is not JSON but is one plain word (``hello``,
+    ``photo.jpg``, ``ada@example.com``) is taken as that string, so the common
+    case needs no shell quoting. Duplicate keys and NaN/Infinity are refused:
+    JSON readers disagree about them, and the queue must store exactly what
+    was meant.
+    """
+    stripped = text.strip()
+    try:
+        return json.loads(stripped, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant)
+    except _DuplicateKeyError as exc:
+        raise InputError(
+            f"{what} has the key {json.dumps(exc.args[0])} twice in one object; "
+            "JSON readers disagree about which value wins, so nobroker refuses it. Keep one."
+        ) from None
+    except _NonFiniteError as exc:
+        raise InputError(
+            f"{what} contains {exc.args[0]}, which is not JSON; use null or a string such as \"{exc.args[0]}\""
+        ) from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply to read as JSON") from None
+    except json.JSONDecodeError as exc:
+        if _PLAIN_WORD.match(stripped):
+            return stripped
+        raise InputError(
+            f"{what} is not valid JSON ({exc.msg} at character {exc.pos}); "
+            f"to send text, quote it as a JSON string, e.g. '\"hello world\"'"
+        ) from None
+    except ValueError as exc:  # e.g. an integer longer than Python will convert
+        raise InputError(f"{what} cannot be read as JSON: {exc}") from None
+
+
+def _read_stdin_payload(what: str) -> str:
+    # One byte over the limit is enough to know the payload is too large,
+    # without reading an endless pipe into memory.
+    text = sys.stdin.read(MAX_PAYLOAD_BYTES + 1)
+    if len(text) > MAX_PAYLOAD_BYTES:
+        raise InputError(f"{what} on standard input is larger than the {MAX_PAYLOAD_BYTES:,}-byte limit")
+    if not text.strip():
+        raise InputError(f"{what} on standard input is empty")
+    return text
+
+
+# ---------------------------------------------------------------- argument types
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _nonneg_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}")
+        return value
+
+    convert.__name__ = "int"
+    return convert
+
+
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    at_least = _int_at_least(low)
+
+    def convert(text: str) -> int:
+        value = at_least(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {high:,}, got {text!r}")
+        return value
+
+    convert.__name__ = "int"
+    return convert
+
+
+_port = _int_in(0, 65535)
+
+
+# ---------------------------------------------------------------- output helpers
+def _safe(text: Any, *, keep_newlines: bool = False) -> str:
+    """Text with control characters escaped, so stored data cannot drive the terminal."""
+    s = str(text)
+    out = []
+    for ch in s:
+        if ch == "\n" and keep_newlines:
+            out.append(ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ascii(ch)[1:-1])
+    return "".join(out)
+
+
+def _compact(value: Any) -> str:
+    # ensure_ascii: lone surrogates and escape sequences print as \u escapes.
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), sort_keys=False)
+
+
+def _preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    text = _compact(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _utc(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return repr(ts)
+
+
+def _span(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _relative(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "-"
+    delta = ts - now
+    if abs(delta) < 0.5:
+        return "now"
+    if delta > 0:
+        return f"in {_span(math.ceil(delta))}"
+    return f"{_span(-delta)} ago"
+
+
+def _state_text(job: Job, now: float) -> str:
+    state = JobState(job.state).value
+    if state == "ready" and job.available_at > now + 0.5:
+        return f"delayed ({_relative(job.available_at, now)})"
+    if state == "leased":
+        return f"leased (until {_relative(job.lease_deadline, now)})"
+    return state
+
+
+def _first_line(text: str | None) -> str:
+    if not text:
+        return ""
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+class Output:
+    """Where a command's result goes: text for people, or one JSON document."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    @property
+    def out(self) -> TextIO:
+        return sys.stdout
+
+    def line(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+
+    def document(self, value: Any) -> None:
+        self.out.write(json.dumps(value, ensure_ascii=True, indent=2) + "\n")
+
+    def note(self, text: str) -> None:
+        """A remark for a person, on stderr so it never mixes into results."""
+        sys.stderr.write(f"{PROG}: {text}\n")
+
+
+class Progress:
+    """A one-line progress counter on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.label = label
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = bool(isatty and isatty())
+        self._last = 0.0
+        self._drawn = False
+
+    def start(self) -> None:
+        if self.enabled:
+            self._draw(f"{self.label}...")
+
+    def update(self, count: int, total: int | None = None) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < PROGRESS_INTERVAL:
+            return
+        self._last = now
+        suffix = f"{count:,}/{total:,}" if total else f"{count:,}"
+        self._draw(f"{self.label}: {suffix}")
+
+    def done(self) -> None:
+        if self.enabled and self._drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._drawn = False
+
+    def _draw(self, text: str) -> None:
+        self.stream.write("\r\x1b[K" + text)
+        self.stream.flush()
+        self._drawn = True
+
+
+def _job_row(job: Job, now: float) -> str:
+    error = _first_line(job.last_error)
+    extra = f"  error: {_safe(error)[:PREVIEW_CHARS]}" if error else ""
+    stage = f"  stage: {_safe(job.stage)}" if job.stage else ""
+    return (
+        f"{_safe(job.id):<24} {_state_text(job, now):<22} {_safe(job.kind):<10} "
+        f"{job.priority:>4} {job.attempts:>3}/{job.max_attempts:<3} {_preview(job.payload)}{stage}{extra}"
+    )
+
+
+def _job_table(out: Output, jobs: Sequence[Job]) -> None:
+    now = time.time()
+    out.line(f"{'ID':<24} {'STATE':<22} {'KIND':<10} {'PRI':>4} {'TRIES':<7} PAYLOAD")
+    for job in jobs:
+        out.line(_job_row(job, now))
+
+
+def _job_detail(out: Output, job: Job) -> None:
+    now = time.time()
+
+    def field(name: str, value: str) -> None:
+        out.line(f"{name:<13}{value}")
+
+    def multiline(name: str, text: str) -> None:
+        lines = text.splitlines() or [""]
+        field(name, lines[0])
+        for more in lines[1:]:
+            out.line(" " * 13 + more)
+
+    field("id", _safe(job.id))
+    field("state", _state_text(job, now))
+    field("kind", _safe(job.kind))
+    field("priority", str(job.priority))
+    field("attempts", f"{job.attempts} of {job.max_attempts}")
+    field("enqueued", f"{_utc(job.enqueued_at)} ({_relative(job.enqueued_at, now)})")
+    field("available", f"{_utc(job.available_at)} ({_relative(job.available_at, now)})")
+    if job.lease_deadline is not None:
+        field("lease until", f"{_utc(job.lease_deadline)} ({_relative(job.lease_deadline, now)})")
+    if job.dedupe_key is not None:
+        field("dedupe key", _safe(job.dedupe_key))
+    if job.stage is not None:
+        field("stage", _safe(job.stage))
+    if job.last_error:
+        multiline("last error", _safe(job.last_error, keep_newlines=True))
+    multiline("payload", json.dumps(job.payload, ensure_ascii=True, indent=2))
+    if job.result is not None:
+        multiline("result", json.dumps(job.result, ensure_ascii=True, indent=2))
+
+
+# ---------------------------------------------------------------- queue access
+def _storage(args: argparse.Namespace) -> tuple[str, bool]:
+    """(path or DSN, is_dsn). An explicit --dsn or --dir wins over NOBROKER_DSN."""
+    if args.dsn and args.dir:
+        args._parser.error("--dir and --dsn choose different storages; pass one of them")
+    if args.dsn:
+        return args.dsn, True
+    if args.dir:
+        return args.dir, False
+    env = os.environ.get(ENV_DSN)
+    if env:
+        return env, True
+    return DEFAULT_DIR, False
+
+
+def _require_file_storage(args: argparse.Namespace) -> str:
+    where, is_dsn = _storage(args)
+    if is_dsn:
+        args._parser.error(
+            f"'{args.command}' reads the files of the file storage; it does not apply to PostgreSQL "
+            f"(drop --dsn / unset {ENV_DSN}, and pass --dir)"
+        )
+    return where
+
+
+def _check_queue_exists(directory: str, name: str) -> None:
+    """Refuse to report on a queue that is not there, instead of creating an empty one."""
+    if not os.path.isdir(directory):
+        raise CommandError(f"no queue folder at {directory!r}: check --dir (nothing has been enqueued there yet)")
+    from . import maintenance
+
+    names = maintenance.list_queues(directory)
+    if name not in names:
+        found = ", ".join(repr(n) for n in sorted(names)) or "none"
+        raise CommandError(f"no queue named {name!r} in {directory!r} (queues found: {found}); check --queue")
+
+
+@contextlib.contextmanager
+def _open_queue(args: argparse.Namespace, *, must_exist: bool = False) -> Iterator[Any]:
+    where, is_dsn = _storage(args)
+    if must_exist and not is_dsn:
+        _check_queue_exists(where, args.queue)
+    from . import Queue
+
+    queue = Queue(where, name=args.queue)
+    try:
+        yield queue
+    finally:
+        queue.close()
+
+
+def _confirm(args: argparse.Namespace, question: str) -> bool:
+    """True to go ahead. --yes goes ahead; a terminal is asked; anything else is refused (exit 2)."""
+    if args.yes:
+        return True
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
+        args._parser.error(f"refusing to {args.command} without confirmation: pass --yes (standard input is not a terminal)")
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+# ---------------------------------------------------------------- commands
+def cmd_enqueue(args: argparse.Namespace, out: Output) -> int:
+    if args.count > 1 and (args.id is not None or args.dedupe_key is not None):
+        args._parser.error("--count makes that many distinct jobs; it cannot be combined with --id or --dedupe-key")
+    text = _read_stdin_payload("payload") if args.payload == "-" else args.payload
+    payload = parse_json_value(text, what="payload")
+    options: dict[str, Any] = {"priority": args.priority, "delay": args.delay, "kind": args.kind}
+    if args.max_attempts is not None:
+        options["max_attempts"] = args.max_attempts
+    with _open_queue(args) as queue:
+        if args.count == 1 and not args.count_given:
+            job = queue.enqueue(payload, job_id=args.id, dedupe_key=args.dedupe_key, **options)
+            if out.as_json:
+                out.document(job.to_dict())
+            else:
+                out.line(f"enqueued {_safe(job.id)} ({_state_text(job, time.time())}, priority {job.priority})")
+            return EXIT_OK
+        jobs: list[Job] = []
+        progress = Progress("enqueueing")
+        progress.start()
+        try:
+            while len(jobs) < args.count:
+                batch = min(MAX_BATCH_JOBS, args.count - len(jobs))
+                jobs.extend(queue.enqueue_many([payload] * batch, **options))
+                progress.update(len(jobs), args.count)
+        finally:
+            progress.done()
+        if out.as_json:
+            out.document([job.to_dict() for job in jobs])
+        else:
+            for job in jobs:
+                out.line(_safe(job.id))
+            out.note(f"enqueued {len(jobs):,} jobs")
+    return EXIT_OK
+
+
+def cmd_lease(args: argparse.Namespace, out: Output) -> int:
+    with _open_queue(args) as queue:
+        jobs = queue.lease(args.count, visibility_timeout=args.visibility_timeout, kinds=args.kind)
+    if out.as_json:
+        out.document([job.to_dict() for job in jobs])
+        return EXIT_OK
+    if not jobs:
+        out.line("no job is ready to lease")
+        return EXIT_OK
+    now = time.time()
+    for job in jobs:
+        out.line(
+            f"leased {_safe(job.id)}  attempt {job.attempts} of {job.max_attempts}, "
+            f"lease ends {_relative(job.lease_deadline, now)}, token {_safe(job.lease_token)}"
+        )
+        out.line(f"  payload: {_preview(job.payload, 4 * PREVIEW_CHARS)}")
+    return EXIT_OK
+
+
+def cmd_ack(args: argparse.Namespace, out: Output) -> int:
+    result = parse_json_value(args.result, what="result") if args.result is not None else None
+    with _open_queue(args) as queue:
+        queue.ack(args.id, result=result)
+        job = queue.get(args.id)
+    if out.as_json:
+        out.document(job.to_dict())
+    else:
+        out.line(f"acked {_safe(job.id)}: {job.state.value}")
+    return EXIT_OK
+
+
+def cmd_nack(args: argparse.Namespace, out: Output) -> int:
+    with _open_queue(args) as queue:
+        job = queue.nack(args.id, error=args.error, delay=args.delay, permanent=args.permanent)
+    if out.as_json:
+        out.document(job.to_dict())
+    elif job.state == JobState.DEAD:
+        out.line(f"nacked {_safe(job.id)}: dead after {job.attempts} attempt(s) (see `nobroker dlq`)")
+    else:
+        out.line(
+            f"nacked {_safe(job.id)}: ready again {_relative(job.available_at, time.time())} "
+            f"(attempt {job.attempts} of {job.max_attempts} used)"
+        )
+    return EXIT_OK
+
+
+def cmd_extend(args: argparse.Namespace, out: Output) -> int:
+    with _open_queue(args) as queue:
+        job = queue.extend(args.id, args.seconds)
+    if out.as_json:
+        out.document(job.to_dict())
+    else:
+        out.line(f"extended {_safe(job.id)}: lease ends {_utc(job.lease_deadline)} ({_relative(job.lease_deadline, time.time())})")
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace, out: Output) -> int:
+    with _open_queue(args, must_exist=True) as queue:
+        stats = queue.stats()
+        durable = queue.durable
+    if out.as_json:
+        out.document(stats.to_dict())
+        return EXIT_OK
+    counts = stats.to_dict()
+    out.line(f"queue {_safe(args.queue)!s}" + ("" if durable else "  (NOT durable: fsync is off)"))
+    for key in ("ready", "delayed", "leased", "done", "dead", "total"):
+        out.line(f"  {key:<8}{counts[key]:>10,}")
+    return EXIT_OK
+
+
+def _list_limit(value: int) -> int | None:
+    return None if value == 0 else value
+
+
+def _paging_hint(out: Output, shown: int, limit: int | None) -> None:
+    if limit is not None and shown == limit:
+        out.note(f"showing {shown} jobs; --limit 0 shows all, --offset pages")
+
+
+def cmd_list(args: argparse.Namespace, out: Output) -> int:
+    limit = _list_limit(args.limit)
+    state = JobState(args.state) if args.state else None
+    with _open_queue(args, must_exist=True) as queue:
+        jobs = queue.list_jobs(state, limit=limit, offset=args.offset, kind=args.kind)
+    if out.as_json:
+        out.document([job.to_dict() for job in jobs])
+        return EXIT_OK
+    if not jobs:
+        out.line("no jobs")
+        return EXIT_OK
+    _job_table(out, jobs)
+    _paging_hint(out, len(jobs), limit)
+    return EXIT_OK
+
+
+def cmd_get(args: argparse.Namespace, out: Output) -> int:
+    with _open_queue(args, must_exist=True) as queue:
+        job = queue.get(args.id)
+    if out.as_json:
+        out.document(job.to_dict())
+    else:
+        _job_detail(out, job)
+    return EXIT_OK
+
+
+def cmd_dlq(args: argparse.Namespace, out: Output) -> int:
+    if args.requeue is not None:
+        job_id = None if args.requeue is _ALL else args.requeue
+        with _open_queue(args) as queue:
+            count = queue.requeue_dead(job_id)
+        if out.as_json:
+            out.document({"requeued": count})
+        elif job_id is not None:
+            out.line(f"requeued {_safe(job_id)}" if count else f"{_safe(job_id)} was not dead; nothing requeued")
+        else:
+            out.line(f"requeued {count:,} dead job(s)")
+        return EXIT_OK
+    limit = _list_limit(args.limit)
+    with _open_queue(args, must_exist=True) as queue:
+        jobs = queue.dlq(limit=limit)
+    if out.as_json:
+        out.document([job.to_dict() for job in jobs])
+        return EXIT_OK
+    if not jobs:
+        out.line("the dead-letter queue is empty")
+        return EXIT_OK
+    _job_table(out, jobs)
+    _paging_hint(out, len(jobs), limit)
+    return EXIT_OK
+
+
+def cmd_purge(args: argparse.Namespace, out: Output) -> int:
+    with _open_queue(args) as queue:
+        held = len(queue)
+        if not _confirm(args, f"Delete all {held:,} job(s) of queue {args.queue!r} for good?"):
+            out.note("purge cancelled; nothing was changed")
+            return EXIT_ERROR
+        count = queue.purge()
+    if out.as_json:
+        out.document({"purged": count})
+    else:
+        out.line(f"purged {count:,} job(s)")
+    return EXIT_OK
+
+
+def cmd_compact(args: argparse.Namespace, out: Output) -> int:
+    progress = Progress(f"compacting queue {args.queue!r}")
+    with _open_queue(args) as queue:
+        progress.start()
+        try:
+            result = queue.compact()
+        finally:
+            progress.done()
+    data = {
+        "old_generation": result.old_generation,
+        "new_generation": result.new_generation,
+        "jobs_kept": result.jobs_kept,
+        "jobs_dropped": result.jobs_dropped,
+        "bytes_before": result.bytes_before,
+        "bytes_after": result.bytes_after,
+        "elapsed": result.elapsed,
+    }
+    if out.as_json:
+        out.document(data)
+    else:
+        out.line(
+            f"compacted generation {result.old_generation} -> {result.new_generation}: "
+            f"kept {result.jobs_kept:,} job(s), dropped {result.jobs_dropped:,} done, "
+            f"{result.bytes_before:,} -> {result.bytes_after:,} bytes in {result.elapsed:.2f}s"
+        )
+    return EXIT_OK
+
+
+def _record_dict(view: Any) -> dict[str, Any]:
+    return {
+        "offset": view.offset,
+        "length": view.length,
+        "type": view.type,
+        "type_name": view.type_name,
+        "body": view.body,
+        "damage": view.damage,
+    }
+
+
+def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
+    from . import maintenance
+
+    directory = _require_file_storage(args)
+    _check_queue_exists(directory, args.queue)
+    progress = Progress("reading log")
+    records = 0
+    damage: tuple[int, str] | None = None
+    stream = out.out
+    # Stream the records out one by one (also as JSON) so a large log never
+    # has to fit in memory twice.
+    if out.as_json:
+        stream.write('{\n  "records": [')
+    else:
+        out.line(f"{'OFFSET':>10} {'LENGTH':>9}  {'TYPE':<8} BODY")
+    first = True
+    progress.start()
+    try:
+        for view in maintenance.inspect_log(directory, args.queue, generation=args.generation):
+            if view.damage is not None:
+                damage = (view.offset, view.damage)
+            elif view.type_name != "HEADER":
+                records += 1
+            if out.as_json:
+                stream.write(("\n    " if first else ",\n    ") + json.dumps(_record_dict(view), ensure_ascii=True))
+                first = False
+            elif view.damage is not None:
+                out.line(f"{view.offset:>10} {'-':>9}  {'DAMAGE':<8} {_safe(view.damage)}")
+            else:
+                body = "-" if view.body is None else _preview(view.body, INSPECT_BODY_CHARS)
+                out.line(f"{view.offset:>10} {view.length:>9}  {_safe(view.type_name):<8} {body}")
+            progress.update(records)
+    finally:
+        progress.done()
+    if out.as_json:
+        summary = {"offset": damage[0], "message": damage[1]} if damage else None
+        stream.write(("\n  " if not first else "") + f'],\n  "count": {records},\n  "damage": {json.dumps(summary)}\n}}\n')
+    elif damage:
+        out.line(f"{records:,} record(s); damage at offset {damage[0]:,}: {_safe(damage[1])}")
+        out.line("  `nobroker verify` says whether opening will truncate it (a torn tail) or refuse (run `nobroker repair`)")
+    else:
+        out.line(f"{records:,} record(s), no damage")
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace, out: Output) -> int:
+    from . import maintenance
+
+    directory = _require_file_storage(args)
+    _check_queue_exists(directory, args.queue)
+    report = maintenance.verify(directory, args.queue)
+    if out.as_json:
+        out.document(report.to_dict())
+    elif report.ok:
+        torn = f", a torn tail of {report.torn_bytes:,} bytes (opening truncates it)" if report.torn_bytes else ""
+        out.line(
+            f"ok: queue {args.queue!r}, generation {report.generation}, "
+            f"{report.records:,} record(s), {report.jobs:,} job(s){torn}"
+        )
+    else:
+        out.line(f"queue {args.queue!r}: {len(report.problems)} problem(s)")
+        for problem in report.problems:
+            out.line(f"  - {_safe(problem)}")
+        out.line("`nobroker repair` keeps the damaged file aside and rebuilds from the valid records")
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
+def cmd_recover(args: argparse.Namespace, out: Output) -> int:
+    where, is_dsn = _storage(args)
+    if not is_dsn:
+        _check_queue_exists(where, args.queue)
+    with _open_queue(args) as queue:
+        report = queue.recovery
+    data = {
+        "generation": report.generation,
+        "records": report.records,
+        "bytes_read": report.bytes_read,
+        "torn_bytes": report.torn_bytes,
+        "jobs": report.jobs,
+        "elapsed": report.elapsed,
+        "clean": report.clean,
+    }
+    if out.as_json:
+        out.document(data)
+        return EXIT_OK
+    out.line(
+        f"opened queue {args.queue!r}: generation {report.generation}, {report.records:,} record(s) "
+        f"({report.bytes_read:,} bytes), {report.jobs:,} job(s) in {report.elapsed:.2f}s"
+    )
+    if report.clean:
+        out.line("clean: nothing was torn")
+    else:
+        out.line(f"a torn tail of {report.torn_bytes:,} bytes (a write cut by a crash) was truncated")
+    return EXIT_OK
+
+
+def cmd_repair(args: argparse.Namespace, out: Output) -> int:
+    from . import maintenance
+
+    directory = _require_file_storage(args)
+    _check_queue_exists(directory, args.queue)
+    before = maintenance.verify(directory, args.queue)
+    if before.ok:
+        if out.as_json:
+            out.document({"repaired": False, "verify": before.to_dict()})
+        else:
+            out.line(f"queue {args.queue!r} is healthy; nothing to repair")
+        return EXIT_OK
+    if not out.as_json:
+        for problem in before.problems:
+            out.line(f"  - {_safe(problem)}")
+    if not _confirm(args, "Rebuild the queue from its valid records (the damaged file is kept aside)?"):
+        out.note("repair cancelled; nothing was changed")
+        return EXIT_ERROR
+    report = maintenance.repair(directory, args.queue)
+    if out.as_json:
+        out.document({"repaired": True, **report.to_dict()})
+    else:
+        out.line(
+            f"repaired: kept {report.records_kept:,} record(s), dropped {report.bytes_dropped:,} bytes; "
+            f"the damaged file is kept at {_safe(report.kept_aside)}"
+        )
+    return EXIT_OK
+
+
+def load_handler(spec: str) -> Callable[..., Any]:
+    """The callable named by ``module:attribute`` (the current folder is importable)."""
+    if not _HANDLER_SPEC.match(spec):
+        raise InputError(f"handler must look like MODULE:CALLABLE (e.g. myapp.tasks:handle), got {spec!r}")
+    module_name, _, attribute = spec.partition(":")
+    cwd = os.getcwd()
+    # Python puts the script's folder on sys.path, not the caller's; a user
+    # running `nobroker work tasks:handle` next to tasks.py expects it found.
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise CommandError(f"cannot import handler module {module_name!r} (looked in {cwd} and sys.path)") from None
+        raise
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise CommandError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not callable(target):
+        raise CommandError(f"{spec} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+class _SignalStop:
+    """Ctrl-C / SIGTERM for ``work``: the first stops gracefully, a second Ctrl-C quits at once.
+
+    The handler only records the signal and sets a private Event; a watcher
+    thread makes the ``worker.stop()`` call. A signal handler runs in the main
+    thread between two bytecodes, possibly while that thread holds one of the
+    Worker's locks, so calling into the Worker from it could deadlock.
+    """
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self.received: int | None = None
+        self._wake = threading.Event()
+        self._finished = False
+        self._previous: dict[int, Any] = {}
+        self._watcher = threading.Thread(target=self._watch, name="nobroker-cli-signals", daemon=True)
+
+    def __enter__(self) -> _SignalStop:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    self._previous[signum] = signal.signal(signum, self._handle)
+                except (ValueError, OSError):  # an embedding interpreter may forbid it
+                    continue
+        self._watcher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._finished = True
+        self._wake.set()
+        self._watcher.join()
+
+    def _watch(self) -> None:
+        self._wake.wait()
+        if not self._finished:
+            sys.stderr.write(f"\n{PROG}: stopping: finishing running jobs (Ctrl-C again to quit at once)\n")
+            sys.stderr.flush()
+            self.worker.stop()
+
+    def _handle(self, signum: int, frame: types.FrameType | None) -> None:
+        if self.received is not None:
+            if signum == signal.SIGINT:
+                # The second Ctrl-C: leave now. Running jobs are not acked;
+                # their leases expire and they are delivered again.
+                raise KeyboardInterrupt
+            return
+        self.received = signum
+        self._wake.set()
+
+
+def cmd_work(args: argparse.Namespace, out: Output) -> int:
+    from . import Worker
+
+    handler = load_handler(args.handler)
+    with _open_queue(args) as queue:
+        worker = Worker(
+            queue,
+            handler,
+            concurrency=args.concurrency,
+            max_jobs=args.max_jobs,
+            idle_timeout=args.idle_timeout,
+            handle_signals=False,
+            kinds=args.kind,
+        )
+        if sys.stderr.isatty():
+            sys.stderr.write(
+                f"{PROG}: working queue {args.queue!r} with {_safe(args.handler)} "
+                f"(concurrency {args.concurrency}); Ctrl-C stops\n"
+            )
+        with _SignalStop(worker) as stopper:
+            stats = worker.run()
+    if out.as_json:
+        out.document(stats.to_dict())
+    else:
+        out.line(
+            f"worker stopped: leased {stats.leased}, succeeded {stats.succeeded}, failed {stats.failed}, "
+            f"dead {stats.dead}, lost leases {stats.lost_leases}"
+        )
+    # A requested stop is success; Ctrl-C reports itself the way shells expect.
+    return EXIT_INTERRUPTED if stopper.received == signal.SIGINT else EXIT_OK
+
+
+def _missing_module(exc: ImportError, module: str) -> bool:
+    return isinstance(exc, ModuleNotFoundError) and exc.name == module
+
+
+def cmd_serve(args: argparse.Namespace, out: Output) -> int:
+    try:
+        from .dashboard import serve
+    except ImportError as exc:
+        if _missing_module(exc, "nobroker.dashboard"):
+            raise CommandError("this copy of nobroker has no dashboard (nobroker/dashboard.py is missing)") from None
+        raise
+    token = args.token if args.token is not None else os.environ.get(ENV_TOKEN) or None
+
+    def ready(server: Any) -> None:
+        url = getattr(server, "url", f"http://{args.host}:{args.port}/")
+        if out.as_json:
+            out.document({"url": url, "queue": args.queue})
+        else:
+            out.line(f"dashboard for queue {_safe(args.queue)!r} at {_safe(url)}  (Ctrl-C stops)")
+        out.out.flush()
+
+    with _open_queue(args) as queue:
+        serve(queue, host=args.host, port=args.port, token=token, on_ready=ready)
+    return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace, out: Output) -> int:
+    try:
+        from .bench import main as bench_main
+    except ImportError as exc:
+        if _missing_module(exc, "nobroker.bench"):
+            raise CommandError(
+                "this copy of nobroker has no benchmark (nobroker/bench.py is missing); "
+                "from a clone, `python make.py bench` runs it"
+            ) from None
+        raise
+    code = bench_main(list(args.bench_args))
+    return int(code or 0)
+
+
+def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
+    if args.dir:
+        args._parser.error("pg migrate works on PostgreSQL; pass --dsn (not --dir)")
+    dsn = args.dsn or os.environ.get(ENV_DSN)
+    if not dsn:
+        args._parser.error(f"needs a PostgreSQL DSN: pass --dsn postgresql://... or set {ENV_DSN}")
+    try:
+        from .postgres import migrate
+    except ImportError as exc:
+        if _missing_module(exc, "nobroker.postgres"):
+            raise CommandError("this copy of nobroker has no PostgreSQL storage (nobroker/postgres.py is missing)") from None
+        if _missing_module(exc, "psycopg"):
+            raise CommandError("PostgreSQL support needs psycopg: pip install 'nobroker[postgres]'") from None
+        raise
+    kwargs: dict[str, Any] = {}
+    if args.schema is not None:
+        kwargs["schema"] = args.schema
+    result = migrate(dsn, **kwargs)
+    if out.as_json:
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError):
+            result = repr(result)
+        out.document({"migrated": True, "result": result})
+    else:
+        out.line("schema is up to date" + (f": {_safe(result)}" if result not in (None, True) else ""))
+    return EXIT_OK
+
+
+def cmd_pg(args: argparse.Namespace, out: Output) -> int:
+    args._parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+# ---------------------------------------------------------------- the parser
+class _All:
+    """Marks ``dlq --requeue`` given without an id: requeue the whole DLQ."""
+
+    def __repr__(self) -> str:
+        return "ALL"
+
+
+_ALL = _All()
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # Sub-commands accept the global options too (`nobroker stats --dir q`);
+    # there they default to SUPPRESS so they never overwrite a value given
+    # before the sub-command.
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("global options")
+    group.add_argument("--dir", metavar="DIR", default=default(None),
+                       help=f"queue folder for the file storage (default: {DEFAULT_DIR})")
+    group.add_argument("--queue", metavar="NAME", default=default(DEFAULT_QUEUE),
+                       help=f"queue name inside the folder or database (default: {DEFAULT_QUEUE})")
+    group.add_argument("--dsn", metavar="DSN", default=default(None),
+                       help=f"use PostgreSQL at this DSN (postgresql://...) instead of a folder; env {ENV_DSN}")
+    group.add_argument("--json", action="store_true", default=default(False),
+                       help="print the result as one JSON document")
+    group.add_argument("-v", "--verbose", action="count", default=default(0),
+                       help="log to stderr (-v info, -vv debug with tracebacks)")
+
+
+DESCRIPTION = f"""\
+A durable, crash-safe job queue: enqueue work, lease it, ack it.
+
+The file storage keeps each queue in a folder (--dir, default {DEFAULT_DIR});
+--dsn or {ENV_DSN} selects PostgreSQL instead (an explicit --dir or --dsn wins
+over the environment). Global options go before or after the sub-command.
+"""
+
+EPILOG = f"""\
+examples:
+  nobroker enqueue '{{"resize": "photo.jpg"}}' --priority 5
+  nobroker stats
+  nobroker work myapp.tasks:handle --concurrency 4
+  nobroker dlq --requeue
+  nobroker --dsn postgresql://localhost/app pg migrate
+
+exit codes:
+  0 ok, 1 a nobroker error (one line on stderr), 2 usage error, 130 Ctrl-C
+
+`nobroker COMMAND --help` explains each command with an example.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (exposed for tests and for generated docs)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=DESCRIPTION, epilog=EPILOG, formatter_class=_Formatter
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    _add_global_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def command(name: str, help: str, example: str, func: Callable[..., int], *,
+                description: str | None = None, globals_: bool = True,
+                under: Any = None, **kwargs: Any) -> argparse.ArgumentParser:
+        sub = (under or commands).add_parser(
+            name, help=help, description=description or help, epilog=f"example:\n{example}",
+            formatter_class=_Formatter, **kwargs,
+        )
+        if globals_:
+            _add_global_options(sub, top=False)
+        sub.set_defaults(func=func, _parser=sub)
+        return sub
+
+    p = command(
+        "enqueue", "add a job (payload is JSON; a plain word is a string; - reads stdin)",
+        "  nobroker enqueue '{\"to\": \"ada@example.com\"}' --priority 5 --id welcome-ada\n"
+        "  nobroker enqueue hello --delay 60\n"
+        "  echo '[1, 2, 3]' | nobroker enqueue - --kind sum",
+        cmd_enqueue,
+        description=(
+            "Add a job. PAYLOAD is JSON ('{\"a\": 1}', 42, '\"two words\"'); one plain word\n"
+            "(hello, photo.jpg) is taken as that string; - reads the payload from stdin.\n"
+            "JSON with a key repeated in one object, NaN or Infinity is refused."
+        ),
+    )
+    p.add_argument("payload", metavar="PAYLOAD", help="the job's payload: JSON, a plain word, or - for stdin")
+    p.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
+    p.add_argument("--delay", type=_nonneg_float, default=0.0, metavar="SECONDS", help="not before this many seconds from now")
+    p.add_argument("--max-attempts", type=_int_at_least(1), metavar="N", help="dead after N failed attempts (queue default: 5)")
+    p.add_argument("--id", metavar="JOB_ID", help="idempotent: if the queue still holds this id, nothing new is scheduled")
+    p.add_argument("--kind", default="default", help="the job's type; workers may lease only some kinds (default: default)")
+    p.add_argument("--dedupe-key", metavar="KEY", help="at most one ready/leased job per (kind, key)")
+    p.add_argument("--count", type=_int_in(1, MAX_ENQUEUE_COUNT), default=None, metavar="N",
+                   help="enqueue N copies in batches (prints the ids; --json prints a list)")
+
+    p = command(
+        "lease", "lease ready jobs (they become invisible until acked, nacked or expired)",
+        "  nobroker lease --count 10 --visibility-timeout 120 --kind email", cmd_lease,
+    )
+    p.add_argument("--count", type=_int_at_least(1), default=1, metavar="N", help="at most N jobs (default 1)")
+    p.add_argument("--visibility-timeout", type=_positive_float, default=None, metavar="SECONDS",
+                   help="lease length (queue default: 30)")
+    p.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeat for several)")
+
+    p = command("ack", "mark a job done (by id: no lease-token check)",
+                "  nobroker ack 01J9ZQ3F6Y --result '{\"pages\": 12}'", cmd_ack)
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--result", metavar="JSON", help="a JSON result kept with the done job")
+
+    p = command("nack", "report a failure: retry later, or dead when attempts are used up",
+                "  nobroker nack 01J9ZQ3F6Y --error 'smtp timeout' --delay 30\n"
+                "  nobroker nack 01J9ZQ3F6Y --permanent --error 'no such user'", cmd_nack)
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--error", metavar="TEXT", help="why it failed (kept as last_error)")
+    p.add_argument("--delay", type=_nonneg_float, default=None, metavar="SECONDS", help="retry after this delay instead of the backoff")
+    p.add_argument("--permanent", action="store_true", help="straight to the dead-letter queue, no retry")
+
+    p = command("extend", "extend a leased job: its lease now ends SECONDS from now",
+                "  nobroker extend 01J9ZQ3F6Y 300", cmd_extend)
+    p.add_argument("id", metavar="ID")
+    p.add_argument("seconds", type=_positive_float, metavar="SECONDS")
+
+    command("stats", "count jobs by state", "  nobroker --dir ./jobs stats --json", cmd_stats)
+
+    p = command("list", "list jobs, oldest first",
+                "  nobroker list --state ready --limit 20 --offset 40", cmd_list)
+    p.add_argument("--state", choices=[s.value for s in JobState], help="only jobs in this state")
+    p.add_argument("--limit", type=_int_at_least(0), default=DEFAULT_LIST_LIMIT, metavar="N",
+                   help=f"at most N jobs (default {DEFAULT_LIST_LIMIT}; 0 = all)")
+    p.add_argument("--offset", type=_int_at_least(0), default=0, metavar="N", help="skip the first N")
+    p.add_argument("--kind", metavar="KIND", help="only jobs of this kind")
+
+    p = command("get", "show one job in full (payload, attempts, error, stage, result)",
+                "  nobroker get 01J9ZQ3F6Y", cmd_get)
+    p.add_argument("id", metavar="ID")
+
+    p = command("dlq", "list the dead-letter queue, or requeue it (all, or one id)",
+                "  nobroker dlq\n  nobroker dlq --requeue            # every dead job\n"
+                "  nobroker dlq --requeue 01J9ZQ3F6Y # just this one", cmd_dlq)
+    p.add_argument("--requeue", nargs="?", const=_ALL, default=None, metavar="ID",
+                   help="make dead jobs ready again with attempts reset (all, or the one ID)")
+    p.add_argument("--limit", type=_int_at_least(0), default=DEFAULT_LIST_LIMIT, metavar="N",
+                   help=f"list at most N (default {DEFAULT_LIST_LIMIT}; 0 = all)")
+
+    confirm_rule = (
+        "Without --yes, asks on the terminal first (answer y); when standard input\n"
+        "is not a terminal (a script, a pipe, CI) it refuses with exit 2 unless --yes\n"
+        "is given. Declining at the prompt changes nothing and exits 1."
+    )
+    p = command("purge", "delete every job of the queue (asks first; --yes for scripts)",
+                "  nobroker purge\n  nobroker purge --yes", cmd_purge,
+                description="Delete every job of the queue, in every state.\n\n" + confirm_rule)
+    p.add_argument("--yes", action="store_true", help="do not ask")
+
+    command("compact", "rewrite the log without done jobs (the rest is kept)",
+            "  nobroker compact", cmd_compact)
+
+    p = command(
+        "inspect", "print the raw log record by record: offset, length, type, body, damage",
+        "  nobroker inspect | less\n  nobroker inspect --generation 2 --json", cmd_inspect,
+        description=(
+            "Print the raw log of the file storage, record by record. Reads only.\n"
+            f"Bodies longer than {INSPECT_BODY_CHARS} characters are cut in this view; --json shows them whole.\n"
+            "Damage (a torn or corrupt record) is shown where it is found; reading stops there."
+        ),
+    )
+    p.add_argument("--generation", type=_int_at_least(0), default=None, metavar="N",
+                   help="read generation N (default: the current one)")
+
+    command("verify", "check the queue files without changing them (exit 1 when there are problems)",
+            "  nobroker verify && echo healthy", cmd_verify)
+    command("recover", "open the queue (recovering it) and report what was found: torn tail, records, jobs",
+            "  nobroker recover", cmd_recover)
+    p = command("repair", "rebuild a damaged log from its valid records (the damaged file is kept aside)",
+                "  nobroker verify || nobroker repair --yes", cmd_repair,
+                description="Rebuild a damaged log from its valid records; the damaged file is kept\n"
+                            "aside as <file>.damaged-<timestamp>. Does nothing if `verify` finds no problem.\n\n"
+                            + confirm_rule)
+    p.add_argument("--yes", action="store_true", help="do not ask")
+
+    p = command(
+        "work", "run a worker: import MODULE:CALLABLE and call it for each job",
+        "  nobroker work myapp.tasks:handle -c 4\n  nobroker work examples.handlers:slow --max-jobs 1",
+        cmd_work,
+        description=(
+            "Run a worker. The handler gets the Job; returning acks it, raising nacks it\n"
+            "(retry with backoff), raising nobroker.PermanentError sends it to the DLQ.\n"
+            "The current folder is importable. Ctrl-C finishes running jobs and exits 130;\n"
+            "a second Ctrl-C exits at once. SIGTERM finishes running jobs and exits 0."
+        ),
+    )
+    p.add_argument("handler", metavar="MODULE:CALLABLE")
+    p.add_argument("-c", "--concurrency", type=_int_at_least(1), default=1, metavar="N", help="handlers running at once (default 1)")
+    p.add_argument("--max-jobs", type=_int_at_least(1), default=None, metavar="N", help="stop after N jobs")
+    p.add_argument("--idle-timeout", type=_nonneg_float, default=None, metavar="SECONDS", help="stop after this long with no work")
+    p.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeat for several)")
+
+    p = command(
+        "serve", "serve the live dashboard and its JSON API over HTTP",
+        f"  nobroker serve --port {DEFAULT_PORT}\n  {ENV_TOKEN}=s3cret nobroker serve --host 0.0.0.0",
+        cmd_serve,
+        description=f"Serve the dashboard. Binds {DEFAULT_HOST} by default; any other address needs a token.",
+    )
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--token", default=None, help=f"require this bearer token (or env {ENV_TOKEN})")
+
+    command(
+        "bench", "measure throughput on this machine (arguments go to the benchmark)",
+        "  nobroker bench --help\n  nobroker bench --jobs 1000", cmd_bench,
+        globals_=False, add_help=False,
+    )
+
+    pg = command("pg", "PostgreSQL storage tools (see `nobroker pg migrate --help`)",
+                 "  nobroker --dsn postgresql://localhost/app pg migrate", cmd_pg)
+    pg_commands = pg.add_subparsers(dest="pg_command", metavar="PG_COMMAND", title="commands")
+    p = command(
+        "migrate", "create or upgrade the queue schema (idempotent; needs --dsn or NOBROKER_DSN)",
+        f"  nobroker pg migrate --dsn postgresql://app@localhost/app --schema jobs\n"
+        f"  {ENV_DSN}=postgresql://localhost/app nobroker pg migrate",
+        cmd_pg_migrate, under=pg_commands,
+    )
+    p.add_argument("--schema", default=None, help="schema to create the tables in (default: the module's default)")
+    return parser
+
+
+# ---------------------------------------------------------------- main
+class _ShortFormatter(logging.Formatter):
+    """``nobroker: warning: ...``, in the same shape as the error lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(verbosity: int) -> Iterator[None]:
+    logger = logging.getLogger("nobroker")
+    handler = logging.StreamHandler(sys.stderr)
+    if verbosity:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(_ShortFormatter())
+    level = logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity == 1 else logging.WARNING
+    previous = logger.level
+    logger.setLevel(level)
+    handler.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+    return text or type(exc).__name__
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {_safe(message)}\n")
+    return EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (never raises SystemExit)."""
+    parser = build_parser()
+    try:
+        args, extras = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+        if args.command == "bench":
+            args.bench_args = extras
+        elif extras:
+            sub = getattr(args, "_parser", parser)
+            sub.error(f"unrecognized arguments: {' '.join(extras)}")
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        if args.command == "enqueue":
+            args.count_given = args.count is not None
+            args.count = args.count or 1
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
+
+    out = Output(as_json=bool(getattr(args, "json", False)))
+    with _logging_to_stderr(getattr(args, "verbose", 0) or 0):
+        try:
+            return int(args.func(args, out))
+        except SystemExit as exc:  # a usage error found after parsing
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        except KeyboardInterrupt:
+            sys.stderr.write(f"\n{PROG}: interrupted\n")
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            # The reader went away (`nobroker inspect | head`); stay quiet.
+            with contextlib.suppress(Exception):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_ERROR
+        except CorruptLogError as exc:
+            log.debug("command failed", exc_info=True)
+            message = _one_line(exc)
+            if "repair" not in message:
+                message += " (`nobroker verify` shows the damage; `nobroker repair` rebuilds from the valid records)"
+            return _error(message)
+        except (NobrokerError, CommandError) as exc:
+            log.debug("command failed", exc_info=True)
+            return _error(_one_line(exc))
+        except (InputError, ValueError) as exc:
+            # Input the library or the CLI refused (a bad payload, a value out
+            # of range): the caller's mistake, so the usage exit code.
+            log.debug("command failed", exc_info=True)
+            _error(_one_line(exc))
+            return EXIT_USAGE
+        except OSError as exc:
+            log.debug("command failed", exc_info=True)
+            return _error(_one_line(exc))
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m nobroker` goes through __main__.py
+    sys.exit(main())

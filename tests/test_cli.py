@@ -1,0 +1,944 @@
+"""Tests of the command line (nobroker.cli): every sub-command, exit codes, output.
+
+Most tests run the CLI in-process through ``main([...])`` with stdout/stderr
+captured, which is fast; a few run ``python -m nobroker`` as a real process
+to check exit codes as a shell sees them, and Ctrl-C (SIGINT) on ``work``.
+The dashboard, the PostgreSQL module and the bench are replaced by stand-in
+modules in ``sys.modules``: what is tested here is the wiring, not them.
+
+Imports: the standard library, nobroker and tests.support.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+import unittest
+import uuid
+from dataclasses import dataclass
+from unittest import mock
+
+import nobroker
+from nobroker import JobState, Queue, cli, maintenance
+from tests.support import TempDirTestCase, wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SRC = os.path.join(ROOT, "src")
+#: Generous: the machine is shared and two cores run many test processes.
+PROCESS_TIMEOUT = 60.0
+
+
+class _TtyInput(io.StringIO):
+    """Standard input that claims to be a terminal (for the confirmation prompts)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> object:
+        return json.loads(self.out)
+
+
+def run_main(argv: list[str], *, stdin: str = "", tty: bool = False) -> Result:
+    """``cli.main(argv)`` with stdin given and stdout/stderr captured."""
+    out, err = io.StringIO(), io.StringIO()
+    fake_stdin = _TtyInput(stdin) if tty else io.StringIO(stdin)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), mock.patch("sys.stdin", fake_stdin):
+        code = cli.main(argv)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("NOBROKER_DSN", None)
+    env.update(extra)
+    return env
+
+
+class CliTestCase(TempDirTestCase):
+    """A fresh queue folder per test; ``self.cli(...)`` runs against it."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.qdir = os.path.join(self.dir, "q")
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop("NOBROKER_DSN", None)
+        os.environ.pop("NOBROKER_TOKEN", None)
+
+    def cli(self, *args: str, stdin: str = "", tty: bool = False) -> Result:
+        return run_main(["--dir", self.qdir, *args], stdin=stdin, tty=tty)
+
+    def ok(self, *args: str, stdin: str = "", tty: bool = False) -> Result:
+        result = self.cli(*args, stdin=stdin, tty=tty)
+        self.assertEqual(result.code, 0, f"nobroker {' '.join(args)} failed: {result.err}")
+        return result
+
+    def ok_json(self, *args: str, stdin: str = "") -> object:
+        return self.ok("--json", *args, stdin=stdin).json()
+
+    def enqueue(self, payload: str = '{"n": 1}', *args: str) -> dict:
+        return self.ok_json("enqueue", payload, *args)  # type: ignore[return-value]
+
+    def queue(self) -> Queue:
+        q = Queue(self.qdir)
+        self.addCleanup(q.close)
+        return q
+
+    def log_path(self) -> str:
+        return os.path.join(self.qdir, "default.000000.log")
+
+    def assert_one_line_error(self, result: Result, code: int = 1) -> None:
+        self.assertEqual(result.code, code, result.err)
+        self.assertTrue(result.err.startswith("nobroker: error: "), result.err)
+        self.assertEqual(result.err.count("\n"), 1, result.err)
+        self.assertNotIn("Traceback", result.err)
+
+
+# ---------------------------------------------------------------- the parser
+class ParserTests(CliTestCase):
+    def test_version(self) -> None:
+        result = run_main(["--version"])
+        self.assertEqual(result.code, 0)
+        self.assertEqual(result.out.strip(), f"nobroker {nobroker.__version__}")
+
+    def test_no_command_prints_help_and_exits_2(self) -> None:
+        result = run_main([])
+        self.assertEqual(result.code, 2)
+        self.assertIn("enqueue", result.err)
+
+    def test_unknown_option_is_a_usage_error(self) -> None:
+        result = self.cli("stats", "--frobnicate")
+        self.assertEqual(result.code, 2)
+        self.assertIn("unrecognized arguments: --frobnicate", result.err)
+
+    def test_every_command_has_help_with_an_example(self) -> None:
+        top = run_main(["--help"])
+        self.assertEqual(top.code, 0)
+        commands = ["enqueue", "lease", "ack", "nack", "extend", "stats", "list", "get", "dlq", "purge",
+                    "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg"]
+        for name in commands:
+            self.assertIn(name, top.out)
+        for argv in [[name, "--help"] for name in commands if name != "bench"] + [["pg", "migrate", "--help"]]:
+            with self.subTest(argv=argv):
+                result = run_main(argv)
+                self.assertEqual(result.code, 0)
+                self.assertIn("example:", result.out)
+                self.assertIn("nobroker ", result.out.split("example:")[1])
+
+    def test_purge_help_documents_the_confirmation_rule(self) -> None:
+        result = run_main(["purge", "--help"])
+        self.assertIn("not a terminal", result.out)
+        self.assertIn("--yes", result.out)
+
+    def test_global_options_work_after_the_command_too(self) -> None:
+        self.enqueue("a")
+        result = run_main(["stats", "--dir", self.qdir, "--json"])
+        self.assertEqual(result.code, 0, result.err)
+        self.assertEqual(result.json()["ready"], 1)  # type: ignore[index]
+
+    def test_queue_option_selects_a_queue_in_the_folder(self) -> None:
+        self.ok("--queue", "emails", "enqueue", "x")
+        self.assertEqual(self.ok_json("--queue", "emails", "stats")["total"], 1)  # type: ignore[index]
+        with Queue(self.qdir, name="emails") as q:
+            self.assertEqual(len(q), 1)
+
+    def test_dir_and_dsn_together_is_a_usage_error(self) -> None:
+        result = self.cli("--dsn", "postgresql://localhost/x", "stats")
+        self.assertEqual(result.code, 2)
+        self.assertIn("--dir and --dsn", result.err)
+
+    def test_dsn_opens_the_queue_with_the_dsn_and_name(self) -> None:
+        dsn = "postgresql://user@localhost/app"
+        fake = mock.MagicMock()
+        fake.stats.return_value = nobroker.QueueStats(ready=3)
+        with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
+            result = run_main(["--dsn", dsn, "--queue", "mail", "--json", "stats"])
+        self.assertEqual(result.code, 0, result.err)
+        queue_class.assert_called_once_with(dsn, name="mail")
+        self.assertEqual(result.json()["ready"], 3)  # type: ignore[index]
+        fake.close.assert_called_once_with()
+
+    def test_dsn_from_the_environment(self) -> None:
+        os.environ["NOBROKER_DSN"] = "postgres://env/db"
+        fake = mock.MagicMock()
+        fake.lease.return_value = []
+        with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
+            result = run_main(["--json", "lease"])
+        self.assertEqual(result.code, 0, result.err)
+        queue_class.assert_called_once_with("postgres://env/db", name="default")
+        self.assertEqual(result.json(), [])
+
+    def test_file_only_commands_refuse_a_dsn(self) -> None:
+        for command in ("inspect", "verify", "repair"):
+            with self.subTest(command=command):
+                result = run_main(["--dsn", "postgresql://localhost/x", command])
+                self.assertEqual(result.code, 2)
+                self.assertIn("file storage", result.err)
+
+
+# ---------------------------------------------------------------- payloads
+class PayloadParsingTests(unittest.TestCase):
+    def test_json_values(self) -> None:
+        self.assertEqual(cli.parse_json_value('{"a": [1, 2]}'), {"a": [1, 2]})
+        self.assertEqual(cli.parse_json_value("42"), 42)
+        self.assertEqual(cli.parse_json_value("null"), None)
+        self.assertEqual(cli.parse_json_value('"two words"'), "two words")
+
+    def test_a_plain_word_is_a_string(self) -> None:
+        for word in ("hello", "photo.jpg", "ada@example.com", "s3://bucket/key", "0123", "café"):
+            with self.subTest(word=word):
+                self.assertEqual(cli.parse_json_value(word), word)
+
+    def test_text_that_is_neither_is_refused_with_advice(self) -> None:
+        for text in ("two words", "{broken", "[1,", "a;b"):
+            with self.subTest(text=text):
+                with self.assertRaises(cli.InputError) as ctx:
+                    cli.parse_json_value(text)
+                self.assertIn("not valid JSON", str(ctx.exception))
+                self.assertIn("quote it", str(ctx.exception))
+
+    def test_duplicate_keys_are_refused_at_any_depth(self) -> None:
+        for text in ('{"a": 1, "a": 2}', '{"x": {"b": 1, "b": 1}}', '[{"k": 0, "k": 0}]'):
+            with self.subTest(text=text):
+                with self.assertRaises(cli.InputError) as ctx:
+                    cli.parse_json_value(text)
+                self.assertIn("twice", str(ctx.exception))
+
+    def test_nan_and_infinity_are_refused(self) -> None:
+        for text in ("NaN", "[Infinity]", '{"x": -Infinity}'):
+            with self.subTest(text=text):
+                with self.assertRaises(cli.InputError):
+                    cli.parse_json_value(text)
+
+    def test_hostile_numbers_and_nesting_are_refused_not_taken_as_words(self) -> None:
+        with self.assertRaises(cli.InputError):
+            cli.parse_json_value("9" * 5000)  # longer than Python converts by default
+        with self.assertRaises(cli.InputError) as ctx:
+            cli.parse_json_value("[" * 100_000 + "]" * 100_000)
+        self.assertIn("nested too deeply", str(ctx.exception))
+
+
+# ---------------------------------------------------------------- the queue commands
+class EnqueueTests(CliTestCase):
+    def test_enqueue_json_payload(self) -> None:
+        result = self.ok("enqueue", '{"to": "ada@example.com"}', "--priority", "5")
+        self.assertTrue(result.out.startswith("enqueued "), result.out)
+        [job] = self.queue().list_jobs()
+        self.assertEqual(job.payload, {"to": "ada@example.com"})
+        self.assertEqual(job.priority, 5)
+        self.assertIn(job.id, result.out)
+
+    def test_enqueue_json_output_is_the_job(self) -> None:
+        job = self.enqueue("hello", "--kind", "greet", "--max-attempts", "2", "--dedupe-key", "k1")
+        self.assertEqual(job["payload"], "hello")
+        self.assertEqual(job["kind"], "greet")
+        self.assertEqual(job["max_attempts"], 2)
+        self.assertEqual(job["dedupe_key"], "k1")
+        self.assertEqual(job["state"], "ready")
+        self.assertEqual(self.queue().get(job["id"]).payload, "hello")
+
+    def test_enqueue_with_delay_is_delayed(self) -> None:
+        self.enqueue("later", "--delay", "3600")
+        stats = self.ok_json("stats")
+        self.assertEqual(stats["delayed"], 1)  # type: ignore[index]
+        self.assertEqual(stats["ready"], 0)  # type: ignore[index]
+
+    def test_enqueue_with_id_is_idempotent(self) -> None:
+        first = self.enqueue('{"order": 42}', "--id", "order-42")
+        second = self.enqueue('{"order": 43}', "--id", "order-42")
+        self.assertEqual(first["id"], "order-42")
+        self.assertEqual(second["id"], "order-42")
+        self.assertEqual(second["payload"], {"order": 42})
+        self.assertEqual(len(self.queue()), 1)
+
+    def test_enqueue_from_stdin(self) -> None:
+        job = self.ok_json("enqueue", "-", stdin='{"from": "stdin", "list": [1, 2]}\n')
+        self.assertEqual(job["payload"], {"from": "stdin", "list": [1, 2]})  # type: ignore[index]
+
+    def test_enqueue_empty_stdin_is_refused(self) -> None:
+        result = self.cli("enqueue", "-", stdin="  \n")
+        self.assertEqual(result.code, 2)
+        self.assertIn("empty", result.err)
+
+    def test_bad_payloads_are_refused_and_nothing_is_enqueued(self) -> None:
+        self.enqueue("first")
+        for payload, needle in (("two words", "not valid JSON"), ('{"a": 1, "a": 2}', "twice"), ("NaN", "NaN")):
+            with self.subTest(payload=payload):
+                result = self.cli("enqueue", payload)
+                self.assertEqual(result.code, 2, result.err)
+                self.assertIn(needle, result.err)
+                self.assertEqual(result.err.count("\n"), 1, result.err)
+                self.assertEqual(result.out, "")
+        self.assertEqual(self.ok_json("stats")["total"], 1)  # type: ignore[index]
+
+    def test_enqueue_count(self) -> None:
+        result = self.ok("enqueue", "tick", "--count", "5")
+        ids = result.out.split()
+        self.assertEqual(len(ids), 5)
+        self.assertEqual(len(set(ids)), 5)
+        self.assertIn("enqueued 5 jobs", result.err)
+        jobs = self.ok_json("enqueue", "tock", "--count", "3")
+        self.assertEqual(len(jobs), 3)  # type: ignore[arg-type]
+        self.assertEqual({j["payload"] for j in jobs}, {"tock"})  # type: ignore[union-attr]
+        self.assertEqual(len(self.queue()), 8)
+
+    def test_count_with_id_is_a_usage_error(self) -> None:
+        result = self.cli("enqueue", "x", "--count", "2", "--id", "a")
+        self.assertEqual(result.code, 2)
+        self.assertIn("--count", result.err)
+
+    def test_negative_delay_is_a_usage_error(self) -> None:
+        result = self.cli("enqueue", "x", "--delay", "-1")
+        self.assertEqual(result.code, 2)
+        self.assertFalse(os.path.exists(self.qdir))
+
+    def test_oversized_priority_is_refused_cleanly(self) -> None:
+        result = self.cli("enqueue", "x", "--priority", str(2**40))
+        self.assertIn(result.code, (1, 2))
+        self.assertTrue(result.err.startswith("nobroker: error: "), result.err)
+        self.assertNotIn("Traceback", result.err)
+
+
+class LeaseAckNackTests(CliTestCase):
+    def test_lease_and_ack_with_result(self) -> None:
+        job = self.enqueue('{"resize": "a.jpg"}')
+        leased = self.ok_json("lease", "--visibility-timeout", "60")
+        self.assertEqual(len(leased), 1)  # type: ignore[arg-type]
+        self.assertEqual(leased[0]["id"], job["id"])  # type: ignore[index]
+        self.assertEqual(leased[0]["state"], "leased")  # type: ignore[index]
+        self.assertAlmostEqual(leased[0]["lease_deadline"], time.time() + 60, delta=30)  # type: ignore[index]
+        result = self.ok("ack", job["id"], "--result", '{"pages": 12}')
+        self.assertIn("acked", result.out)
+        done = self.queue().get(job["id"])
+        self.assertEqual(done.state, JobState.DONE)
+        self.assertEqual(done.result, {"pages": 12})
+
+    def test_lease_human_output_and_nothing_ready(self) -> None:
+        job = self.enqueue("one")
+        result = self.ok("lease")
+        self.assertIn(f"leased {job['id']}", result.out)
+        self.assertIn("attempt 1 of 5", result.out)
+        self.assertIn("token", result.out)
+        self.assertIn("no job is ready", self.ok("lease").out)
+        self.assertEqual(self.ok_json("lease"), [])
+
+    def test_lease_count_and_kinds(self) -> None:
+        for kind in ("a", "b", "c"):
+            self.enqueue(kind, "--kind", kind)
+        leased = self.ok_json("lease", "--count", "10", "--kind", "a", "--kind", "c")
+        self.assertEqual(sorted(j["payload"] for j in leased), ["a", "c"])  # type: ignore[union-attr]
+
+    def test_ack_of_an_unknown_id_is_one_line_exit_1(self) -> None:
+        self.enqueue("x")
+        self.assert_one_line_error(self.cli("ack", "no-such-job"))
+
+    def test_nack_retries_then_permanent_goes_dead(self) -> None:
+        job = self.enqueue("flaky", "--max-attempts", "3")
+        self.ok("lease")
+        nacked = self.ok_json("nack", job["id"], "--error", "smtp timeout", "--delay", "0")
+        self.assertEqual(nacked["state"], "ready")  # type: ignore[index]
+        self.assertEqual(nacked["last_error"], "smtp timeout")  # type: ignore[index]
+        self.ok("lease")
+        result = self.ok("nack", job["id"], "--permanent", "--error", "no such user")
+        self.assertIn("dead", result.out)
+        self.assertEqual(self.queue().get(job["id"]).state, JobState.DEAD)
+
+    def test_nack_human_output_says_when_it_runs_again(self) -> None:
+        job = self.enqueue("flaky")
+        self.ok("lease")
+        result = self.ok("nack", job["id"], "--delay", "120")
+        self.assertIn("ready again in", result.out)
+
+    def test_extend_sets_the_deadline_from_now(self) -> None:
+        job = self.enqueue("slow")
+        self.ok("lease", "--visibility-timeout", "5")
+        extended = self.ok_json("extend", job["id"], "600")
+        self.assertAlmostEqual(extended["lease_deadline"], time.time() + 600, delta=30)  # type: ignore[index]
+        self.assertIn("lease ends", self.ok("extend", job["id"], "60").out)
+
+    def test_extend_of_a_job_not_leased_is_an_error(self) -> None:
+        job = self.enqueue("idle")
+        self.assert_one_line_error(self.cli("extend", job["id"], "60"))
+
+    def test_extend_needs_positive_seconds(self) -> None:
+        self.assertEqual(self.cli("extend", "x", "0").code, 2)
+
+
+class ReadingTests(CliTestCase):
+    def test_stats_human_and_json(self) -> None:
+        self.enqueue("a")
+        self.enqueue("b", "--delay", "3600")
+        stats = self.ok_json("stats")
+        self.assertEqual(stats, {"ready": 1, "delayed": 1, "leased": 0, "done": 0, "dead": 0, "total": 2})
+        out = self.ok("stats").out
+        self.assertRegex(out, r"ready\s+1")
+        self.assertRegex(out, r"total\s+2")
+
+    def test_reading_a_missing_queue_does_not_create_it(self) -> None:
+        for command in (["stats"], ["list"], ["get", "x"], ["dlq"], ["inspect"], ["verify"], ["recover"]):
+            with self.subTest(command=command):
+                self.assert_one_line_error(self.cli(*command))
+                self.assertFalse(os.path.exists(self.qdir))
+
+    def test_reading_an_unknown_queue_name_names_the_ones_found(self) -> None:
+        self.enqueue("a")
+        result = self.cli("--queue", "emials", "stats")
+        self.assert_one_line_error(result)
+        self.assertIn("'default'", result.err)
+
+    def test_list_filters_and_pages(self) -> None:
+        ids = [self.enqueue(str(n))["id"] for n in range(5)]
+        self.enqueue("other", "--kind", "special")
+        listed = self.ok_json("list")
+        self.assertEqual([j["id"] for j in listed][:5], ids)  # type: ignore[index]
+        page = self.ok_json("list", "--limit", "2", "--offset", "1")
+        self.assertEqual([j["id"] for j in page], ids[1:3])  # type: ignore[union-attr]
+        special = self.ok_json("list", "--kind", "special")
+        self.assertEqual([j["payload"] for j in special], ["other"])  # type: ignore[union-attr]
+        self.ok("lease")
+        leased = self.ok_json("list", "--state", "leased")
+        self.assertEqual([j["id"] for j in leased], ids[:1])  # type: ignore[union-attr]
+
+    def test_list_human_table_and_paging_hint(self) -> None:
+        for n in range(3):
+            self.enqueue(f'{{"n": {n}}}')
+        result = self.ok("list", "--limit", "2")
+        lines = result.out.splitlines()
+        self.assertTrue(lines[0].startswith("ID"))
+        self.assertEqual(len(lines), 3)
+        self.assertIn('{"n":0}', lines[1])
+        self.assertIn("--limit 0", result.err)
+        self.assertEqual(len(self.ok("list", "--limit", "0").out.splitlines()), 4)
+
+    def test_list_refuses_an_unknown_state(self) -> None:
+        self.assertEqual(self.cli("list", "--state", "sleeping").code, 2)
+
+    def test_get_shows_the_whole_job(self) -> None:
+        job = self.enqueue('{"deep": {"x": [1, 2]}}', "--kind", "k")
+        self.ok("lease")
+        self.ok("nack", job["id"], "--error", "line one\nline two", "--delay", "0")
+        out = self.ok("get", job["id"]).out
+        self.assertIn(job["id"], out)
+        self.assertIn("line two", out)
+        self.assertIn('"x": [', out)
+        got = self.ok_json("get", job["id"])
+        self.assertEqual(got["payload"], {"deep": {"x": [1, 2]}})  # type: ignore[index]
+        self.assertEqual(got["attempts"], 1)  # type: ignore[index]
+
+    def test_get_unknown_id_is_one_line_exit_1(self) -> None:
+        self.enqueue("a")
+        result = self.cli("get", "nope")
+        self.assert_one_line_error(result)
+        self.assertIn("nope", result.err)
+
+    def test_terminal_control_characters_are_escaped(self) -> None:
+        self.enqueue("x", "--id", "evil\x1b[2Jid")
+        for command in (["list"], ["get", "evil\x1b[2Jid"]):
+            with self.subTest(command=command):
+                out = self.ok(*command).out
+                self.assertNotIn("\x1b", out)
+                self.assertIn("evil", out)
+
+
+class DlqPurgeTests(CliTestCase):
+    def make_dead(self, payload: str) -> str:
+        job = self.enqueue(payload)
+        self.ok("lease")
+        self.ok("nack", job["id"], "--permanent", "--error", "boom")
+        return job["id"]
+
+    def test_dlq_lists_and_requeues_one_or_all(self) -> None:
+        first, second = self.make_dead("a"), self.make_dead("b")
+        self.assertEqual({j["id"] for j in self.ok_json("dlq")}, {first, second})  # type: ignore[union-attr]
+        self.assertIn("boom", self.ok("dlq").out)
+        self.assertEqual(self.ok_json("dlq", "--requeue", first), {"requeued": 1})
+        self.assertEqual(self.queue().get(first).state, JobState.READY)
+        self.assertEqual(self.queue().get(first).attempts, 0)
+        result = self.ok("dlq", "--requeue")
+        self.assertIn("requeued 1", result.out)
+        self.assertIn("empty", self.ok("dlq").out)
+
+    def test_purge_with_yes(self) -> None:
+        for n in range(3):
+            self.enqueue(str(n))
+        self.assertEqual(self.ok_json("purge", "--yes"), {"purged": 3})
+        self.assertEqual(len(self.queue()), 0)
+
+    def test_purge_without_yes_and_without_a_terminal_refuses_with_2(self) -> None:
+        self.enqueue("keep")
+        result = self.cli("purge", stdin="yes\n")
+        self.assertEqual(result.code, 2)
+        self.assertIn("--yes", result.err)
+        self.assertEqual(len(self.queue()), 1)
+
+    def test_purge_asks_on_a_terminal(self) -> None:
+        self.enqueue("a")
+        declined = self.cli("purge", stdin="n\n", tty=True)
+        self.assertEqual(declined.code, 1)
+        self.assertIn("[y/N]", declined.err)
+        self.assertIn("nothing was changed", declined.err)
+        self.assertEqual(len(self.queue()), 1)
+        accepted = self.cli("purge", stdin="y\n", tty=True)
+        self.assertEqual(accepted.code, 0, accepted.err)
+        self.assertIn("purged 1", accepted.out)
+        self.assertEqual(len(self.queue()), 0)
+
+
+# ---------------------------------------------------------------- maintenance
+class MaintenanceTests(CliTestCase):
+    def fill(self, n: int = 4) -> list[str]:
+        return [self.enqueue(f'{{"n": {i}}}')["id"] for i in range(n)]
+
+    def read_log(self) -> bytes:
+        with open(self.log_path(), "rb") as f:
+            return f.read()
+
+    def damage_middle_record(self) -> None:
+        """Flip a byte inside the body of a record that has whole records after it."""
+        views = [v for v in maintenance.inspect_log(self.qdir) if v.type_name != "HEADER"]
+        self.assertGreaterEqual(len(views), 3)
+        target = views[1]
+        with open(self.log_path(), "r+b") as f:
+            f.seek(target.offset + target.length - 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0x55]))
+
+    def append_torn_tail(self) -> int:
+        junk = b"\x40\x00\x00\x00\x01\xde\xad"  # a record header promising more than is there
+        with open(self.log_path(), "ab") as f:
+            f.write(junk)
+        return len(junk)
+
+    def test_compact_drops_done_jobs(self) -> None:
+        ids = self.fill(3)
+        self.ok("lease")
+        self.ok("ack", ids[0])
+        result = self.cli("--json", "compact")
+        self.assertEqual(result.code, 0, result.err)
+        self.assertEqual(result.err, "")  # no progress drawn when stderr is not a terminal
+        data = result.json()
+        self.assertEqual(data["jobs_dropped"], 1)  # type: ignore[index]
+        self.assertEqual(data["jobs_kept"], 2)  # type: ignore[index]
+        self.assertEqual(data["new_generation"], data["old_generation"] + 1)  # type: ignore[index]
+        self.assertEqual(len(self.queue()), 2)
+        self.assertIn("compacted generation", self.ok("compact").out)
+
+    def test_inspect_prints_every_record(self) -> None:
+        ids = self.fill(2)
+        out = self.ok("inspect").out
+        self.assertIn("HEADER", out)
+        self.assertEqual(out.count("ENQUEUE"), 2)
+        for job_id in ids:
+            self.assertIn(job_id, out)
+        self.assertIn("2 record(s), no damage", out)
+        data = self.ok_json("inspect")
+        self.assertEqual(data["count"], 2)  # type: ignore[index]
+        self.assertEqual(data["records"][0]["offset"], 0)  # type: ignore[index]
+        self.assertEqual([r["type_name"] for r in data["records"]], ["HEADER", "ENQUEUE", "ENQUEUE"])  # type: ignore[index]
+        self.assertIsNone(data["damage"])  # type: ignore[index]
+
+    def test_inspect_a_chosen_generation(self) -> None:
+        ids = self.fill(2)
+        self.ok("lease")
+        self.ok("ack", ids[0])
+        before = self.ok_json("inspect", "--generation", "0")
+        self.assertIn("ACK", [r["type_name"] for r in before["records"]])  # type: ignore[index]
+        self.ok("compact")
+        current = self.ok_json("inspect")
+        self.assertEqual(self.ok_json("inspect", "--generation", "1"), current)
+        names = [r["type_name"] for r in current["records"]]  # type: ignore[index]
+        self.assertNotIn("ACK", names)
+        self.assertEqual(names.count("ENQUEUE"), 1)
+        self.assert_one_line_error(self.cli("inspect", "--generation", "7"))
+
+    def test_inspect_reports_damage_where_found(self) -> None:
+        self.fill(2)
+        size = os.path.getsize(self.log_path())
+        self.append_torn_tail()
+        out = self.ok("inspect").out
+        self.assertIn("DAMAGE", out)
+        self.assertIn(f"damage at offset {size:,}", out)
+        data = self.ok_json("inspect")
+        self.assertEqual(data["damage"]["offset"], size)  # type: ignore[index]
+
+    def test_verify_healthy_and_damaged(self) -> None:
+        self.fill(4)
+        healthy = self.ok("verify")
+        self.assertTrue(healthy.out.startswith("ok:"), healthy.out)
+        self.assertTrue(self.ok_json("verify")["ok"])  # type: ignore[index]
+        self.damage_middle_record()
+        before = self.read_log()
+        damaged = self.cli("verify")
+        self.assertEqual(damaged.code, 1)
+        self.assertIn("problem", damaged.out)
+        self.assertIn("repair", damaged.out)
+        as_json = self.cli("--json", "verify")
+        self.assertEqual(as_json.code, 1)
+        self.assertFalse(as_json.json()["ok"])  # type: ignore[index]
+        self.assertEqual(self.read_log(), before)  # verify only reads
+
+    def test_opening_a_damaged_queue_is_one_line_pointing_at_repair(self) -> None:
+        self.fill(4)
+        self.damage_middle_record()
+        result = self.cli("stats")
+        self.assert_one_line_error(result)
+        self.assertIn("repair", result.err)
+
+    def test_recover_reports_a_torn_tail(self) -> None:
+        self.fill(2)
+        clean = self.ok("recover")
+        self.assertIn("clean", clean.out)
+        torn = self.append_torn_tail()
+        report = self.ok_json("recover")
+        self.assertEqual(report["torn_bytes"], torn)  # type: ignore[index]
+        self.assertFalse(report["clean"])  # type: ignore[index]
+        self.assertEqual(report["jobs"], 2)  # type: ignore[index]
+        self.assertTrue(self.ok_json("recover")["clean"])  # type: ignore[index]
+
+    def test_repair_keeps_the_damaged_file_aside(self) -> None:
+        self.fill(4)
+        self.assertIn("nothing to repair", self.ok("repair").out)
+        self.damage_middle_record()
+        refused = self.cli("repair")
+        self.assertEqual(refused.code, 2)
+        self.assertIn("--yes", refused.err)
+        report = self.ok_json("repair", "--yes")
+        self.assertTrue(report["repaired"])  # type: ignore[index]
+        self.assertTrue(os.path.exists(report["kept_aside"]))  # type: ignore[index]
+        self.assertEqual(self.ok("verify").code, 0)
+        self.assertGreaterEqual(self.ok_json("stats")["total"], 1)  # type: ignore[index]
+
+
+# ---------------------------------------------------------------- work
+HANDLER_MODULE = textwrap.dedent(
+    """
+    import nobroker
+
+    def handle(job):
+        if job.payload == "fail":
+            raise RuntimeError("it failed")
+        if job.payload == "permanent":
+            raise nobroker.PermanentError("never works")
+        return {"echo": job.payload}
+
+    class Holder:
+        method = staticmethod(handle)
+
+    not_callable = 42
+    """
+)
+
+
+class WorkTests(CliTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.module = f"cli_handlers_{uuid.uuid4().hex[:8]}"
+        self.workdir = os.path.join(self.dir, "app")
+        os.mkdir(self.workdir)
+        with open(os.path.join(self.workdir, self.module + ".py"), "w") as f:
+            f.write(HANDLER_MODULE)
+        saved_path = list(sys.path)
+        cwd = os.getcwd()
+        os.chdir(self.workdir)
+
+        def restore() -> None:
+            os.chdir(cwd)
+            sys.path[:] = saved_path
+            sys.modules.pop(self.module, None)
+
+        self.addCleanup(restore)
+
+    def test_work_runs_the_handler_from_the_current_folder(self) -> None:
+        ok_job = self.enqueue("hello")
+        self.enqueue("fail", "--max-attempts", "1")
+        self.enqueue("permanent")
+        stats = self.ok_json("work", f"{self.module}:handle", "--max-jobs", "3", "-c", "2")
+        self.assertEqual(stats["succeeded"], 1)  # type: ignore[index]
+        self.assertEqual(stats["leased"], 3)  # type: ignore[index]
+        self.assertEqual(self.queue().get(ok_job["id"]).result, {"echo": "hello"})
+        self.assertEqual(self.queue().stats().dead, 2)
+
+    def test_work_idle_timeout_and_kinds_and_dotted_callable(self) -> None:
+        self.enqueue("skip", "--kind", "other")
+        wanted = self.enqueue("take", "--kind", "mine")
+        result = self.ok("work", f"{self.module}:Holder.method", "--kind", "mine", "--idle-timeout", "0.3")
+        self.assertIn("worker stopped: leased 1, succeeded 1", result.out)
+        self.assertEqual(self.queue().get(wanted["id"]).state, JobState.DONE)
+        self.assertEqual(self.queue().stats().ready, 1)
+
+    def test_bad_handler_specs(self) -> None:
+        self.assertEqual(self.cli("work", "no_colon_here").code, 2)
+        missing = self.cli("work", "surely_not_a_module_xyz:handle", "--max-jobs", "1")
+        self.assert_one_line_error(missing)
+        self.assertIn("cannot import", missing.err)
+        self.assert_one_line_error(self.cli("work", f"{self.module}:nope"))
+        self.assert_one_line_error(self.cli("work", f"{self.module}:not_callable"))
+
+
+SLOW_HANDLER = textwrap.dedent(
+    """
+    import os, time
+
+    def handle(job):
+        marks = os.environ["CLI_TEST_MARKS"]
+        open(os.path.join(marks, "started"), "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(marks, "go")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "finished"
+    """
+)
+
+
+class ProcessTests(CliTestCase):
+    """Real processes: exit codes as a shell sees them, and Ctrl-C on `work`."""
+
+    def run_process(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "nobroker", *args],
+            capture_output=True, text=True, env=subprocess_env(**env), timeout=PROCESS_TIMEOUT, cwd=self.dir,
+        )
+
+    def test_exit_codes(self) -> None:
+        version = self.run_process("--version")
+        self.assertEqual(version.returncode, 0)
+        self.assertEqual(version.stdout.strip(), f"nobroker {nobroker.__version__}")
+        enqueued = self.run_process("--dir", self.qdir, "--json", "enqueue", '{"a": 1}')
+        self.assertEqual(enqueued.returncode, 0, enqueued.stderr)
+        self.assertEqual(json.loads(enqueued.stdout)["payload"], {"a": 1})
+        missing = self.run_process("--dir", self.qdir, "get", "no-such-job")
+        self.assertEqual(missing.returncode, 1)
+        self.assertTrue(missing.stderr.startswith("nobroker: error: "), missing.stderr)
+        self.assertNotIn("Traceback", missing.stderr)
+        usage = self.run_process("--dir", self.qdir, "list", "--state", "bogus")
+        self.assertEqual(usage.returncode, 2)
+        self.assertIn("usage:", usage.stderr)
+
+    def start_slow_worker(self) -> tuple[subprocess.Popen[str], str, str]:
+        marks = os.path.join(self.dir, "marks")
+        os.mkdir(marks)
+        with open(os.path.join(self.dir, "slow_cli_handler.py"), "w") as f:
+            f.write(SLOW_HANDLER)
+        job_id = self.enqueue("slow")["id"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nobroker", "--dir", self.qdir, "work", "slow_cli_handler:handle"],
+            cwd=self.dir, env=subprocess_env(CLI_TEST_MARKS=marks),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+        def cleanup() -> None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+        self.addCleanup(cleanup)
+        started = wait_until(lambda: os.path.exists(os.path.join(marks, "started")) or proc.poll() is not None,
+                             timeout=PROCESS_TIMEOUT)
+        self.assertTrue(started and proc.poll() is None, "the worker never started the job")
+        return proc, marks, job_id
+
+    @staticmethod
+    def next_stderr_line(proc: subprocess.Popen[str]) -> str:
+        """The next line the process writes to stderr that is not blank (blocks until then)."""
+        assert proc.stderr is not None
+        line = "\n"
+        while line and not line.strip():
+            line = proc.stderr.readline()
+        return line
+
+    def test_ctrl_c_on_work_finishes_the_running_job_and_exits_130(self) -> None:
+        proc, marks, job_id = self.start_slow_worker()
+        proc.send_signal(signal.SIGINT)
+        # Let the handler finish only once the stop was noticed, so this
+        # checks that a stopping worker still acks what it was running.
+        self.assertIn("stopping", self.next_stderr_line(proc))
+        open(os.path.join(marks, "go"), "w").close()
+        out, err = proc.communicate(timeout=PROCESS_TIMEOUT)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertIn("worker stopped: leased 1, succeeded 1", out)
+        self.assertEqual(self.queue().get(job_id).state, JobState.DONE)
+
+    def test_second_ctrl_c_quits_at_once(self) -> None:
+        proc, marks, job_id = self.start_slow_worker()
+        proc.send_signal(signal.SIGINT)
+        self.assertIn("stopping", self.next_stderr_line(proc))
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=PROCESS_TIMEOUT)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        # Not acked: the lease stays until it expires and the job runs again.
+        self.assertEqual(self.queue().get(job_id).state, JobState.LEASED)
+
+    def test_sigterm_on_work_stops_gracefully_with_0(self) -> None:
+        proc, marks, job_id = self.start_slow_worker()
+        proc.send_signal(signal.SIGTERM)
+        self.assertIn("stopping", self.next_stderr_line(proc))
+        open(os.path.join(marks, "go"), "w").close()
+        out, err = proc.communicate(timeout=PROCESS_TIMEOUT)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertEqual(self.queue().get(job_id).state, JobState.DONE)
+
+
+# ---------------------------------------------------------------- optional parts, by their wiring
+@contextlib.contextmanager
+def stand_in_module(name: str, **attributes: object):  # type: ignore[no-untyped-def]
+    """Put a fake module at ``name`` in sys.modules (None makes the import fail)."""
+    if attributes.get("_missing"):
+        with mock.patch.dict(sys.modules, {name: None}):
+            yield None
+        return
+    module = types.ModuleType(name)
+    for key, value in attributes.items():
+        setattr(module, key, value)
+    with mock.patch.dict(sys.modules, {name: module}):
+        yield module
+
+
+class OptionalPartsTests(CliTestCase):
+    def test_serve_calls_the_dashboard_with_the_queue(self) -> None:
+        seen: dict[str, object] = {}
+
+        def fake_serve(queue, *, host, port, token, on_ready):  # type: ignore[no-untyped-def]
+            seen.update(name=queue.name, stats=queue.stats().to_dict(), host=host, port=port, token=token)
+            on_ready(types.SimpleNamespace(url=f"http://{host}:{port}/"))
+
+        self.enqueue("a")
+        with stand_in_module("nobroker.dashboard", serve=fake_serve):
+            result = self.cli("--queue", "default", "serve", "--port", "9999", "--token", "t0k")
+        self.assertEqual(result.code, 0, result.err)
+        self.assertEqual(seen["host"], "127.0.0.1")
+        self.assertEqual(seen["port"], 9999)
+        self.assertEqual(seen["token"], "t0k")
+        self.assertEqual(seen["name"], "default")
+        self.assertEqual(seen["stats"]["total"], 1)  # type: ignore[index]
+        self.assertIn("at http://127.0.0.1:9999/", result.out)
+
+    def test_serve_token_from_the_environment_and_defaults(self) -> None:
+        serve = mock.Mock(return_value=None)
+        os.environ["NOBROKER_TOKEN"] = "from-env"
+        with stand_in_module("nobroker.dashboard", serve=serve):
+            self.ok("serve", "--host", "0.0.0.0")
+        _, kwargs = serve.call_args
+        self.assertEqual(
+            {k: kwargs[k] for k in ("host", "port", "token")}, {"host": "0.0.0.0", "port": 8765, "token": "from-env"}
+        )
+
+    def test_serve_ctrl_c_exits_130(self) -> None:
+        with stand_in_module("nobroker.dashboard", serve=mock.Mock(side_effect=KeyboardInterrupt)):
+            result = self.cli("serve")
+        self.assertEqual(result.code, 130)
+
+    def test_serve_refusal_from_the_dashboard_is_one_line(self) -> None:
+        refuse = mock.Mock(side_effect=nobroker.NobrokerError("binding 0.0.0.0 without --token is refused"))
+        with stand_in_module("nobroker.dashboard", serve=refuse):
+            self.assert_one_line_error(self.cli("serve", "--host", "0.0.0.0"))
+
+    def test_bench_passes_its_arguments_through(self) -> None:
+        bench_main = mock.Mock(return_value=0)
+        with stand_in_module("nobroker.bench", main=bench_main):
+            result = run_main(["bench", "--jobs", "100", "--pg", "-h"])
+        self.assertEqual(result.code, 0, result.err)
+        bench_main.assert_called_once_with(["--jobs", "100", "--pg", "-h"])
+        with stand_in_module("nobroker.bench", main=mock.Mock(return_value=3)):
+            self.assertEqual(run_main(["bench"]).code, 3)
+
+    def test_bench_missing_is_a_clear_error(self) -> None:
+        with stand_in_module("nobroker.bench", _missing=True):
+            result = run_main(["bench", "--jobs", "1"])
+        self.assert_one_line_error(result)
+        self.assertIn("no benchmark", result.err)
+
+    def test_pg_migrate_with_dsn_and_schema(self) -> None:
+        migrate = mock.Mock(return_value=None)
+        with stand_in_module("nobroker.postgres", migrate=migrate):
+            result = run_main(["pg", "migrate", "--dsn", "postgresql://db/app", "--schema", "jobs"])
+        self.assertEqual(result.code, 0, result.err)
+        migrate.assert_called_once_with("postgresql://db/app", schema="jobs")
+
+    def test_pg_migrate_dsn_from_the_environment(self) -> None:
+        migrate = mock.Mock(return_value=["0001_init"])
+        os.environ["NOBROKER_DSN"] = "postgres://env/app"
+        with stand_in_module("nobroker.postgres", migrate=migrate):
+            result = run_main(["--json", "pg", "migrate"])
+        self.assertEqual(result.code, 0, result.err)
+        migrate.assert_called_once_with("postgres://env/app")
+        self.assertEqual(result.json(), {"migrated": True, "result": ["0001_init"]})
+
+    def test_pg_migrate_without_a_dsn_is_a_clear_usage_error(self) -> None:
+        migrate = mock.Mock()
+        with stand_in_module("nobroker.postgres", migrate=migrate):
+            result = run_main(["pg", "migrate"])
+        self.assertEqual(result.code, 2)
+        self.assertIn("needs a PostgreSQL DSN", result.err)
+        self.assertIn("NOBROKER_DSN", result.err)
+        migrate.assert_not_called()
+
+    def test_pg_without_a_subcommand_shows_help(self) -> None:
+        result = run_main(["pg"])
+        self.assertEqual(result.code, 2)
+        self.assertIn("migrate", result.err)
+
+    def test_pg_migrate_missing_module_or_driver(self) -> None:
+        with stand_in_module("nobroker.postgres", _missing=True):
+            result = run_main(["pg", "migrate", "--dsn", "postgresql://db/app"])
+        self.assert_one_line_error(result)
+        self.assertIn("no PostgreSQL storage", result.err)
+
+
+# ---------------------------------------------------------------- output plumbing
+class OutputTests(CliTestCase):
+    def test_progress_draws_only_on_a_terminal(self) -> None:
+        class Terminal(io.StringIO):
+            def isatty(self) -> bool:
+                return True
+
+        plain, terminal = io.StringIO(), Terminal()
+        for stream in (plain, terminal):
+            progress = cli.Progress("reading", stream)
+            progress.start()
+            progress.update(10)
+            progress.done()
+        self.assertEqual(plain.getvalue(), "")
+        self.assertIn("reading", terminal.getvalue())
+
+    def test_verbose_logs_to_stderr_and_debug_shows_tracebacks(self) -> None:
+        self.enqueue("a")
+        quiet = self.cli("get", "missing")
+        self.assertNotIn("Traceback", quiet.err)
+        loud = self.cli("-vv", "get", "missing")
+        self.assertEqual(loud.code, 1)
+        self.assertIn("Traceback", loud.err)
+        self.assertIn("DEBUG", loud.err)
+
+    def test_logging_handler_is_removed_after_main(self) -> None:
+        before = list(cli.logging.getLogger("nobroker").handlers)
+        self.cli("-v", "--json", "stats")
+        self.assertEqual(cli.logging.getLogger("nobroker").handlers, before)
+
+    def test_json_output_is_one_ascii_document(self) -> None:
+        self.enqueue('{"s": "caf\\u00e9 \\ud800"}')
+        out = self.ok("--json", "list").out
+        self.assertTrue(out.isascii())
+        self.assertEqual(json.loads(out)[0]["payload"], {"s": "café \ud800"})
+
+
+if __name__ == "__main__":
+    unittest.main()
