@@ -1,0 +1,730 @@
+"""The Worker: runs a handler over leased jobs, concurrently and safely.
+
+Owns: Worker and WorkerStats. Imports: errors, jobs and the standard library.
+
+The Worker speaks only the public Queue API (``lease``, ``ack``, ``nack``,
+``extend`` and, when the object has it, ``wait_for_jobs``), so it runs
+unchanged on the file storage, on the PostgreSQL storage and on any object
+that offers those methods.
+
+Threads inside one running Worker:
+
+* the thread that called ``run()`` leases jobs, as many at once as there are
+  free handler slots, and idles in ``queue.wait_for_jobs`` when there is no
+  work. It is the only thread that leases, so a busy worker makes few lease
+  calls;
+* ``concurrency`` handler threads each run one job at a time and ack or nack
+  it themselves, so acks from many threads reach the queue together and the
+  file storage can share one fsync between them (group commit);
+* one heartbeat thread renews the lease of every running job once a third of
+  its visibility timeout has passed since the last renewal;
+* one event-loop thread, only when the handler is ``async``: the handler
+  threads hand coroutines to it and wait, so at most ``concurrency``
+  coroutines run at a time and acks still come from many threads.
+
+Nothing here may die silently. A storage error (disk full, I/O error, a closed
+queue) in lease/ack/nack/extend is logged, stops the leasing, lets the running
+handlers finish, and is raised again from ``run()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import inspect
+import logging
+import math
+import os
+import queue as queue_module
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from .errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
+from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, dump_json
+
+__all__ = ["Worker", "WorkerStats"]
+
+logger = logging.getLogger("nobroker.worker")
+
+#: Longest the run() thread blocks in one wait: a signal only sets a flag
+#: (taking a lock inside a signal handler can deadlock), so waits are sliced
+#: to notice it promptly.
+WAIT_SLICE = 0.1
+#: A lease is renewed once this fraction of its visibility timeout has passed,
+#: which leaves two renewals' worth of slack before it would expire.
+RENEW_FRACTION = 1.0 / 3.0
+#: Shortest gap between two renewals of one lease, so a tiny visibility
+#: timeout cannot turn the heartbeat into a busy loop.
+MIN_RENEW_INTERVAL = 0.05
+#: Visibility timeout assumed when neither the queue nor the job tells it.
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+#: While jobs are still running, the leasing thread waits up to this long
+#: for the rest of the slots to free before it leases. Short handlers finish
+#: in bursts (their acks share one fsync and return together), so the wait
+#: turns several small lease calls, each a write and an fsync of its own,
+#: into one; long handlers lose at most this much per lease call.
+LEASE_GATHER_SECONDS = 0.002
+#: Most handler threads one Worker starts.
+MAX_CONCURRENCY = 1024
+
+#: Errors that mean "this job is no longer ours": another worker (or an
+#: operator) took it over, finished it or removed it. Never fatal.
+_LOST_ERRORS: tuple[type[BaseException], ...] = (NotLeasedError, JobNotFoundError)
+
+Handler = Callable[[Any], Any]
+
+
+@dataclass
+class WorkerStats:
+    """What one ``Worker.run()`` did. Every leased job ends in exactly one bucket.
+
+    ``succeeded``: handler returned and the ack was recorded. ``failed``: the
+    handler raised and the job went back for a retry. ``dead``: the handler
+    raised and the job went to the dead-letter queue (retries exhausted, or
+    PermanentError). ``lost_leases``: the lease was no longer ours when the
+    worker came to ack or nack (it expired and was delivered elsewhere, or an
+    operator finished the job), so the outcome was not recorded by us.
+    """
+
+    leased: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    lost_leases: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """The counts as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+class _Running:
+    """One leased job between lease and ack/nack: what the heartbeat renews."""
+
+    __slots__ = ("job", "timeout", "interval", "renew_at", "lost")
+
+    def __init__(self, job: Any, timeout: float, leased_at: float) -> None:
+        self.job = job
+        self.timeout = timeout
+        self.interval = max(timeout * RENEW_FRACTION, MIN_RENEW_INTERVAL)
+        self.renew_at = leased_at + self.interval  # monotonic clock
+        self.lost = False
+
+
+@dataclass
+class _Outcome:
+    """What the handler produced: a result to ack, or an error text to nack with."""
+
+    result: Any = None
+    error: str | None = None
+    permanent: bool = False
+
+
+def _is_positive_number(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _error_text(exc: BaseException) -> str:
+    """``"<ExcType>: <message>"``, cut to the length the queue keeps."""
+    message = str(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 3] + "..."
+    return text
+
+
+def _job_id(job: Any) -> str:
+    return str(getattr(job, "id", job))
+
+
+async def _await_any(awaitable: Awaitable[Any]) -> Any:
+    # run_coroutine_threadsafe takes only coroutines; this wraps futures and
+    # other awaitables a handler may return.
+    return await awaitable
+
+
+class Worker:
+    """Runs ``handler(job)`` for every job it leases from ``queue``.
+
+    The handler's return value is stored as the job's result (when it is not
+    None); an exception sends the job back for a retry with backoff (or to the
+    dead-letter queue once its attempts are used up), and
+    ``nobroker.PermanentError`` sends it to the dead-letter queue at once.
+    ``async def`` handlers (and handlers that return an awaitable) run on one
+    event loop. Delivery is at-least-once: handlers must be idempotent.
+
+    ``concurrency``: jobs run at once. ``poll_interval``: longest idle wait
+    before looking for work again (``queue.wait_for_jobs`` usually wakes the
+    worker sooner). ``max_jobs``: return after that many jobs finished.
+    ``idle_timeout``: return once nothing has run and nothing could be leased
+    for that many seconds. ``handle_signals``: in the main thread, the first
+    SIGINT/SIGTERM stops leasing and lets running jobs finish; a second SIGINT
+    raises KeyboardInterrupt at once (those leases then expire normally).
+    ``kinds``: lease only jobs of these kinds. ``name``: used in logs and
+    thread names.
+    """
+
+    def __init__(
+        self,
+        queue: Any,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        poll_interval: float = 0.1,
+        max_jobs: int | None = None,
+        idle_timeout: float | None = None,
+        handle_signals: bool = True,
+        kinds: Iterable[str] | str | None = None,
+        name: str | None = None,
+        _heartbeat: bool = True,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}")
+        if not _is_positive_number(poll_interval) or poll_interval > MAX_SECONDS:
+            raise ValueError(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
+        if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
+            raise ValueError(f"max_jobs must be None or an integer >= 1, got {max_jobs!r}")
+        if idle_timeout is not None and not (
+            idle_timeout == 0 or _is_positive_number(idle_timeout)
+        ):
+            raise ValueError(f"idle_timeout must be None or a number of seconds >= 0, got {idle_timeout!r}")
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        self._queue = queue
+        self._handler = handler
+        self._concurrency = concurrency
+        self._poll_interval = float(poll_interval)
+        self._max_jobs = max_jobs
+        self._idle_timeout = None if idle_timeout is None else float(idle_timeout)
+        self._handle_signals = handle_signals
+        self._kinds: list[str] | None = None if kinds is None else list(kinds)
+        self.name: str = name if name is not None else f"worker-{os.getpid()}"
+        self._use_heartbeat = _heartbeat
+
+        # One lock guards every piece of shared state below; the two
+        # conditions share it so a state change and its wake-up are atomic.
+        self._lock = threading.Lock()
+        self._slot_freed = threading.Condition(self._lock)
+        self._heartbeat_wake = threading.Condition(self._lock)
+        self._stats = WorkerStats()
+        self._running: set[_Running] = set()
+        self._inflight = 0
+        self._idle_since = time.monotonic()
+        self._fatal: BaseException | None = None
+        self._started = False
+        self._heartbeat_stop = False
+        # Monotonic time the heartbeat thread sleeps until (None: until woken).
+        self._heartbeat_sleeps_until: float | None = None
+
+        self._stopping = threading.Event()
+        self._aborted = False
+        self._signals_seen = 0
+        self._first_signal = 0
+        self._signal_noted = False
+
+        self._work: queue_module.SimpleQueue[_Running | None] = queue_module.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._heartbeat_thread: threading.Thread | None = None
+
+        self._loop_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._futures: set[concurrent.futures.Future[Any]] = set()
+
+    # ------------------------------------------------------------ public
+    def __repr__(self) -> str:
+        return f"<Worker {self.name!r} concurrency={self._concurrency}>"
+
+    @property
+    def stats(self) -> WorkerStats:
+        """A snapshot of the counts so far (safe to read from any thread)."""
+        with self._lock:
+            return dataclasses.replace(self._stats)
+
+    @property
+    def concurrency(self) -> int:
+        """How many jobs this worker runs at once."""
+        return self._concurrency
+
+    def stop(self) -> None:
+        """Stop leasing; ``run()`` returns once the running jobs finished. Any thread.
+
+        Safe to call more than once, and before ``run()`` (which then returns at once).
+        """
+        self._stopping.set()
+        with self._lock:
+            self._slot_freed.notify_all()
+
+    def run(self) -> WorkerStats:
+        """Lease and run jobs until stopped; return what was done.
+
+        Returns after ``stop()``, a first SIGINT/SIGTERM, ``max_jobs`` or
+        ``idle_timeout``, always after the running jobs finished and were
+        acked or nacked. Raises the storage error that stopped it, if any,
+        also only after the running jobs finished. Signals are handled only
+        when ``run()`` is called from the main thread; the previous signal
+        handlers are back in place when it returns.
+        """
+        with self._lock:
+            if self._started:
+                raise RuntimeError("a Worker runs once; create a new Worker to run again")
+            self._started = True
+        previous_handlers = self._install_signal_handlers()
+        finished = False
+        try:
+            logger.info(
+                "%s started: concurrency %d, kinds %s",
+                self.name,
+                self._concurrency,
+                "all" if self._kinds is None else ",".join(self._kinds),
+            )
+            self._start_threads()
+            self._lease_loop()
+            self._drain()
+            finished = True
+        finally:
+            if not finished:
+                self._abort()
+            self._restore_signal_handlers(previous_handlers)
+        stats = self.stats
+        if self._fatal is not None:
+            logger.error("%s stopped after an error: %s", self.name, stats.to_dict())
+            raise self._fatal
+        logger.info("%s stopped: %s", self.name, stats.to_dict())
+        return stats
+
+    # ------------------------------------------------------------ leasing (the run() thread)
+    def _lease_loop(self) -> None:
+        while True:
+            self._notice_signal()
+            if self._stopping.is_set():
+                return
+            with self._lock:
+                while self._inflight >= self._concurrency and not self._stopping.is_set() and not self._signals_seen:
+                    self._slot_freed.wait(WAIT_SLICE)
+                if 0 < self._inflight < self._concurrency:
+                    gather_until = time.monotonic() + LEASE_GATHER_SECONDS
+                    while self._inflight > 0 and not self._stopping.is_set():
+                        left = gather_until - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._slot_freed.wait(left)
+                free = self._concurrency - self._inflight
+                leased_so_far = self._stats.leased
+            if self._stopping.is_set() or self._signals_seen or free <= 0:
+                continue
+            if self._max_jobs is not None:
+                remaining = self._max_jobs - leased_so_far
+                if remaining <= 0:
+                    logger.info("%s leased its max_jobs (%d); finishing", self.name, self._max_jobs)
+                    self.stop()
+                    return
+                free = min(free, remaining)
+            leased_at_wall = time.time()
+            leased_at = time.monotonic()
+            try:
+                jobs = self._lease(free)
+            except Exception as exc:
+                self._fail(exc, "lease")
+                return
+            if jobs:
+                self._dispatch(jobs, leased_at_wall, leased_at)
+                continue
+            self._idle(self._idle_wait_time())
+
+    def _lease(self, count: int) -> list[Any]:
+        if self._kinds is None:
+            jobs = self._queue.lease(count)
+        else:
+            jobs = self._queue.lease(count, kinds=self._kinds)
+        return list(jobs or ())
+
+    def _idle_wait_time(self) -> float:
+        """How long to idle now; 0 (and stop()) once idle_timeout has run out."""
+        wait = self._poll_interval
+        if self._idle_timeout is None:
+            return wait
+        with self._lock:
+            busy = self._inflight > 0
+            idle_for = time.monotonic() - self._idle_since
+        if busy:
+            return wait
+        if idle_for >= self._idle_timeout:
+            logger.info("%s idle for %.1f s; finishing", self.name, idle_for)
+            self.stop()
+            return 0.0
+        return min(wait, self._idle_timeout - idle_for)
+
+    def _idle(self, timeout: float) -> None:
+        if timeout <= 0 or self._stopping.is_set():
+            return
+        wait_for_jobs = getattr(self._queue, "wait_for_jobs", None)
+        if not callable(wait_for_jobs):
+            self._stopping.wait(timeout)
+            return
+        try:
+            wait_for_jobs(timeout)
+        except Exception as exc:
+            self._fail(exc, "wait_for_jobs")
+
+    def _dispatch(self, jobs: list[Any], leased_at_wall: float, leased_at: float) -> None:
+        entries = [_Running(job, self._visibility_timeout(job, leased_at_wall), leased_at) for job in jobs]
+        with self._lock:
+            self._running.update(entries)
+            self._inflight += len(entries)
+            self._stats.leased += len(entries)
+            self._idle_since = time.monotonic()
+            # Wake the heartbeat only when it sleeps past the new leases'
+            # first renewal: a wake-up per lease call would cost a thread
+            # switch per batch for nothing.
+            first_renewal = min(entry.renew_at for entry in entries)
+            if self._heartbeat_sleeps_until is None or first_renewal < self._heartbeat_sleeps_until:
+                self._heartbeat_wake.notify()
+        for entry in entries:
+            self._work.put(entry)
+
+    def _visibility_timeout(self, job: Any, leased_at_wall: float) -> float:
+        """The lease length to renew with: the queue's setting, else what the job shows."""
+        configured = getattr(self._queue, "visibility_timeout", None)
+        if _is_positive_number(configured):
+            return float(configured)
+        deadline = getattr(job, "lease_deadline", None)
+        if _is_positive_number(deadline):
+            derived = float(deadline) - leased_at_wall
+            if 0 < derived <= MAX_SECONDS:
+                return derived
+        return DEFAULT_VISIBILITY_TIMEOUT
+
+    def _drain(self) -> None:
+        """Stop leasing, wait for running jobs to finish, then stop every thread."""
+        self.stop()
+        while True:
+            self._notice_signal()
+            with self._lock:
+                if self._inflight == 0:
+                    break
+                self._slot_freed.wait(WAIT_SLICE)
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join()
+        with self._lock:
+            self._heartbeat_stop = True
+            self._heartbeat_wake.notify_all()
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join()
+        self._stop_loop()
+
+    def _abort(self) -> None:
+        """run() is leaving on an exception (a second Ctrl-C): let go at once.
+
+        Running handlers cannot be interrupted; they finish in the background
+        but their outcome is not sent (the caller may have closed the queue),
+        and the heartbeat stops, so their leases expire normally.
+        """
+        self._aborted = True
+        self._stopping.set()
+        self._heartbeat_stop = True
+        for _ in self._threads:
+            self._work.put(None)
+        if self._lock.acquire(timeout=1.0):
+            try:
+                futures = list(self._futures)
+                self._heartbeat_wake.notify_all()
+                self._slot_freed.notify_all()
+            finally:
+                self._lock.release()
+        else:  # pragma: no cover - only if the interrupt landed inside our own lock
+            futures = []
+        for future in futures:
+            future.cancel()
+        with self._loop_lock:
+            loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+        logger.warning("%s interrupted; running jobs' leases will expire and they will be delivered again", self.name)
+
+    # ------------------------------------------------------------ threads
+    def _start_threads(self) -> None:
+        if inspect.iscoroutinefunction(self._handler):
+            self._ensure_loop()
+        for index in range(self._concurrency):
+            thread = threading.Thread(target=self._handler_thread, name=f"{self.name}-handler-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        if self._use_heartbeat:
+            self._heartbeat_thread = threading.Thread(
+                target=self._heartbeat_main, name=f"{self.name}-heartbeat", daemon=True
+            )
+            self._heartbeat_thread.start()
+
+    def _handler_thread(self) -> None:
+        while True:
+            entry = self._work.get()
+            if entry is None:
+                return
+            try:
+                if not self._aborted:  # after a second Ctrl-C nothing new starts
+                    self._process(entry)
+            except BaseException as exc:  # a bug here must stop the worker, not vanish with the thread
+                self._fail(exc, f"handling job {_job_id(entry.job)}")
+            finally:
+                with self._lock:
+                    self._running.discard(entry)
+                    self._inflight -= 1
+                    if self._inflight == 0:
+                        self._idle_since = time.monotonic()
+                    self._slot_freed.notify_all()
+
+    def _process(self, entry: _Running) -> None:
+        job = entry.job
+        outcome = _Outcome()
+        escaping: BaseException | None = None
+        try:
+            result = self._handler(job)
+            if inspect.isawaitable(result):
+                result = self._run_awaitable(result)
+            outcome.result = result
+        except PermanentError as exc:
+            outcome.error, outcome.permanent = _error_text(exc), True
+        except Exception as exc:
+            outcome.error = _error_text(exc)
+            logger.debug("job %s: handler raised", _job_id(job), exc_info=True)
+        except BaseException as exc:  # SystemExit and the like: retry the job, then stop the worker
+            outcome.error = _error_text(exc)
+            escaping = exc
+        if outcome.error is None and outcome.result is not None:
+            try:
+                dump_json(outcome.result, what="result", limit=MAX_RESULT_BYTES)
+            except SerializationError as exc:
+                outcome.error = _error_text(exc)
+        self._settle(entry, outcome)
+        if escaping is not None:
+            self._fail(escaping, f"handler of job {_job_id(job)}")
+
+    def _settle(self, entry: _Running, outcome: _Outcome) -> None:
+        """Ack or nack the job and count the outcome. Never raises."""
+        with self._lock:
+            # Unregistered first, so a renewal racing with this ack cannot
+            # report a lost lease for a job that simply finished.
+            self._running.discard(entry)
+        if self._aborted:
+            return
+        job = entry.job
+        if outcome.error is None:
+            try:
+                if outcome.result is None:
+                    self._queue.ack(job)
+                else:
+                    self._queue.ack(job, result=outcome.result)
+            except _LOST_ERRORS as exc:
+                self._count_lost(entry, exc)
+                return
+            except SerializationError as exc:
+                outcome = _Outcome(error=_error_text(exc))
+            except Exception as exc:
+                self._fail(exc, f"ack of job {_job_id(job)}")
+                return
+            else:
+                if entry.lost:
+                    self._count_lost(entry, None)
+                else:
+                    with self._lock:
+                        self._stats.succeeded += 1
+                return
+        assert outcome.error is not None
+        try:
+            if outcome.permanent:
+                returned = self._queue.nack(job, error=outcome.error, permanent=True)
+            else:
+                returned = self._queue.nack(job, error=outcome.error)
+        except _LOST_ERRORS as exc:
+            self._count_lost(entry, exc)
+            return
+        except Exception as exc:
+            self._fail(exc, f"nack of job {_job_id(job)}")
+            return
+        if entry.lost:
+            self._count_lost(entry, None)
+            return
+        went_dead = outcome.permanent or getattr(returned, "state", None) == "dead"
+        with self._lock:
+            if went_dead:
+                self._stats.dead += 1
+            else:
+                self._stats.failed += 1
+        if went_dead:
+            logger.warning("job %s moved to the dead-letter queue: %s", _job_id(job), outcome.error)
+        else:
+            logger.warning("job %s failed, will retry: %s", _job_id(job), outcome.error)
+
+    def _count_lost(self, entry: _Running, exc: BaseException | None) -> None:
+        with self._lock:
+            self._stats.lost_leases += 1
+        reason = f"{exc}" if exc is not None else "its lease had already been lost"
+        logger.warning(
+            "job %s: lease lost before the outcome was recorded (%s); it may run again elsewhere",
+            _job_id(entry.job),
+            reason,
+        )
+
+    # ------------------------------------------------------------ async handlers
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=self._loop_main, args=(loop,), name=f"{self.name}-asyncio", daemon=True)
+                self._loop, self._loop_thread = loop, thread
+                thread.start()
+            return self._loop
+
+    @staticmethod
+    def _loop_main(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+            # Tasks a handler started and left behind: cancel them so closing
+            # the loop does not warn about pending tasks.
+            leftovers = asyncio.all_tasks(loop)
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+    def _run_awaitable(self, awaitable: Awaitable[Any]) -> Any:
+        loop = self._ensure_loop()
+        coroutine: Coroutine[Any, Any, Any]
+        coroutine = awaitable if inspect.iscoroutine(awaitable) else _await_any(awaitable)
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        with self._lock:
+            self._futures.add(future)
+        try:
+            return future.result()
+        finally:
+            with self._lock:
+                self._futures.discard(future)
+
+    def _stop_loop(self) -> None:
+        with self._loop_lock:
+            loop, thread = self._loop, self._loop_thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+
+    # ------------------------------------------------------------ heartbeat
+    def _heartbeat_main(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._heartbeat_stop:
+                        return
+                    now = time.monotonic()
+                    live = [entry for entry in self._running if not entry.lost]
+                    due = [entry for entry in live if entry.renew_at <= now]
+                    if due:
+                        break
+                    next_at = min((entry.renew_at for entry in live), default=None)
+                    self._heartbeat_sleeps_until = next_at
+                    self._heartbeat_wake.wait(None if next_at is None else next_at - now)
+                    self._heartbeat_sleeps_until = now  # awake: the next dispatch need not wake it
+            for entry in due:
+                if self._heartbeat_stop:
+                    return
+                self._renew(entry)
+
+    def _renew(self, entry: _Running) -> None:
+        started = time.monotonic()
+        try:
+            self._queue.extend(entry.job, entry.timeout)
+        except _LOST_ERRORS as exc:
+            with self._lock:
+                still_running = entry in self._running
+                if still_running:
+                    entry.lost = True
+            if still_running:
+                logger.warning(
+                    "job %s: lease lost while its handler runs (%s); another worker may run it too",
+                    _job_id(entry.job),
+                    exc,
+                )
+            return
+        except Exception as exc:
+            with self._lock:
+                entry.renew_at = started + entry.interval
+            self._fail(exc, f"lease renewal of job {_job_id(entry.job)}")
+            return
+        with self._lock:
+            entry.renew_at = started + entry.interval
+
+    # ------------------------------------------------------------ errors and signals
+    def _fail(self, exc: BaseException, what: str) -> None:
+        """A storage error (or a bug): remember the first, log it, stop leasing."""
+        with self._lock:
+            first = self._fatal is None
+            if first:
+                self._fatal = exc
+        if first:
+            logger.error("%s: %s failed, stopping: %s", self.name, what, exc, exc_info=exc)
+        else:
+            logger.error("%s: %s failed too: %s", self.name, what, exc)
+        self.stop()
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[signum] = signal.signal(signum, self._on_signal)
+            except (ValueError, OSError):  # not allowed here (embedded interpreter)
+                continue
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Runs in the main thread between two bytecodes of whatever it was
+        # doing, possibly inside one of our locks: so only plain attribute
+        # writes here; the run() loop notices the flag within WAIT_SLICE.
+        if self._signals_seen and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if not self._signals_seen:
+            self._first_signal = signum
+        self._signals_seen += 1
+
+    def _notice_signal(self) -> None:
+        if self._signals_seen and not self._signal_noted:
+            self._signal_noted = True
+            with self._lock:
+                running = self._inflight
+            try:
+                signal_name = signal.Signals(self._first_signal).name
+            except ValueError:
+                signal_name = str(self._first_signal)
+            logger.warning(
+                "%s: stop signal received (%s); finishing %d running job(s), then stopping "
+                "(Ctrl-C again to quit at once)",
+                self.name,
+                signal_name,
+                running,
+            )
+            self.stop()

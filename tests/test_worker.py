@@ -1,0 +1,755 @@
+"""Tests for the Worker: outcomes, concurrency, heartbeats, signals, crashes.
+
+Imports: nobroker and tests.support. Real threads and real processes; a real
+file queue in a temp folder, plus small fake queue objects where a test needs
+to inject a storage error or prove the Worker relies on nothing but the
+public Queue API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+import unittest
+from collections import deque
+from typing import Any
+
+from nobroker import (
+    BackoffPolicy,
+    JobState,
+    NotLeasedError,
+    PermanentError,
+    Queue,
+    QueueClosedError,
+    StorageError,
+    Worker,
+    WorkerStats,
+)
+from tests.support import TempDirTestCase, wait_until
+
+SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+#: Generous bound for anything that should happen "soon" on a busy shared machine.
+PATIENCE = 20.0
+NO_BACKOFF = BackoffPolicy(base=0, jitter=0)
+
+
+class ThreadedRun:
+    """Runs ``worker.run()`` in a thread and keeps its return value or exception."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.stats: WorkerStats | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.stats = self.worker.run()
+        except BaseException as exc:  # the test inspects it
+            self.error = exc
+
+    def join(self, testcase: unittest.TestCase, timeout: float = PATIENCE) -> None:
+        self.thread.join(timeout)
+        testcase.assertFalse(self.thread.is_alive(), "Worker.run() did not return in time")
+
+
+class QueueTestCase(TempDirTestCase):
+    """A fresh file queue per test (fsync off: these tests are about the Worker)."""
+
+    def open_queue(self, **options: Any) -> Queue:
+        options.setdefault("fsync", False)
+        queue = Queue(os.path.join(self.dir, "q"), **options)
+        self.addCleanup(queue.close)
+        return queue
+
+
+# ---------------------------------------------------------------- outcomes
+class OutcomeTests(QueueTestCase):
+    def test_success_acks_and_stores_the_result(self) -> None:
+        queue = self.open_queue()
+        jobs = [queue.enqueue({"n": n}) for n in range(3)]
+        seen: list[Any] = []
+
+        def handler(job: Any) -> Any:
+            seen.append(job.payload["n"])
+            return {"double": job.payload["n"] * 2}
+
+        stats = Worker(queue, handler, max_jobs=3, handle_signals=False).run()
+        self.assertEqual(stats.to_dict(), {"leased": 3, "succeeded": 3, "failed": 0, "dead": 0, "lost_leases": 0})
+        self.assertEqual(sorted(seen), [0, 1, 2])
+        for n, job in enumerate(jobs):
+            stored = queue.get(job.id)
+            self.assertEqual(stored.state, JobState.DONE)
+            self.assertEqual(stored.result, {"double": n * 2})
+
+    def test_none_result_acks_without_a_result(self) -> None:
+        queue = self.open_queue()
+        job = queue.enqueue("x")
+        stats = Worker(queue, lambda job: None, max_jobs=1, handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 1)
+        self.assertEqual(queue.get(job.id).state, JobState.DONE)
+        self.assertIsNone(queue.get(job.id).result)
+
+    def test_failure_retries_with_the_error_text_then_dead_letters(self) -> None:
+        queue = self.open_queue(max_attempts=3, backoff=NO_BACKOFF)
+        job = queue.enqueue("boom")
+        attempts: list[int] = []
+
+        def handler(job: Any) -> None:
+            attempts.append(job.attempts)
+            raise ValueError(f"bad input on attempt {job.attempts}")
+
+        stats = Worker(queue, handler, max_jobs=3, poll_interval=0.02, handle_signals=False).run()
+        self.assertEqual(attempts, [1, 2, 3])
+        self.assertEqual((stats.leased, stats.succeeded, stats.failed, stats.dead), (3, 0, 2, 1))
+        stored = queue.get(job.id)
+        self.assertEqual(stored.state, JobState.DEAD)
+        self.assertEqual(stored.attempts, 3)
+        self.assertEqual(stored.last_error, "ValueError: bad input on attempt 3")
+        self.assertEqual([j.id for j in queue.dlq()], [job.id])
+
+    def test_failure_waits_for_the_backoff_before_the_retry(self) -> None:
+        queue = self.open_queue(backoff=BackoffPolicy(base=60, jitter=0))
+        job = queue.enqueue("later")
+
+        def handler(job: Any) -> None:
+            raise RuntimeError("try again")
+
+        stats = Worker(queue, handler, idle_timeout=0.3, poll_interval=0.05, handle_signals=False).run()
+        self.assertEqual((stats.leased, stats.failed), (1, 1))
+        stored = queue.get(job.id)
+        self.assertEqual(stored.state, JobState.READY)
+        self.assertGreater(stored.available_at, time.time() + 30)
+        self.assertEqual(stored.last_error, "RuntimeError: try again")
+
+    def test_permanent_error_dead_letters_after_one_attempt(self) -> None:
+        queue = self.open_queue(max_attempts=5)
+        job = queue.enqueue({"video": None})
+
+        def handler(job: Any) -> None:
+            raise PermanentError("missing video id")
+
+        stats = Worker(queue, handler, max_jobs=1, handle_signals=False).run()
+        self.assertEqual((stats.leased, stats.failed, stats.dead), (1, 0, 1))
+        stored = queue.get(job.id)
+        self.assertEqual(stored.state, JobState.DEAD)
+        self.assertEqual(stored.attempts, 1)
+        self.assertEqual(stored.last_error, "PermanentError: missing video id")
+
+    def test_result_that_is_not_json_nacks_with_the_serialization_error(self) -> None:
+        queue = self.open_queue(max_attempts=1)
+        job = queue.enqueue("x")
+        stats = Worker(queue, lambda job: {"when": object()}, max_jobs=1, handle_signals=False).run()
+        self.assertEqual((stats.succeeded, stats.dead), (0, 1))
+        stored = queue.get(job.id)
+        self.assertEqual(stored.state, JobState.DEAD)
+        self.assertTrue(stored.last_error.startswith("SerializationError: "), stored.last_error)
+        self.assertIn("JSON", stored.last_error)
+
+    def test_kinds_limits_what_the_worker_leases(self) -> None:
+        queue = self.open_queue()
+        email = queue.enqueue("e", kind="email")
+        video = queue.enqueue("v", kind="video")
+        kinds_seen: list[str] = []
+        stats = Worker(
+            queue, lambda job: kinds_seen.append(job.kind), kinds=["email"], idle_timeout=0.2, handle_signals=False
+        ).run()
+        self.assertEqual((stats.leased, kinds_seen), (1, ["email"]))
+        self.assertEqual(queue.get(email.id).state, JobState.DONE)
+        self.assertEqual(queue.get(video.id).state, JobState.READY)
+
+
+class StorageErrorTests(QueueTestCase):
+    def test_queue_closed_under_a_running_worker_is_raised_from_run(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(["a", "b"])
+
+        def handler(job: Any) -> None:
+            queue.close()
+
+        with self.assertLogs("nobroker.worker", "ERROR"), self.assertRaises(QueueClosedError):
+            Worker(queue, handler, concurrency=2, handle_signals=False).run()
+
+
+# ---------------------------------------------------------------- async handlers
+class AsyncHandlerTests(QueueTestCase):
+    def test_async_handler_result_is_stored(self) -> None:
+        queue = self.open_queue()
+        job = queue.enqueue({"n": 20})
+
+        async def handler(job: Any) -> Any:
+            await asyncio.sleep(0)
+            return job.payload["n"] + 1
+
+        stats = Worker(queue, handler, max_jobs=1, handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 1)
+        self.assertEqual(queue.get(job.id).result, 21)
+
+    def test_async_handlers_share_one_loop_at_most_concurrency_at_a_time(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(list(range(6)))
+        barrier = asyncio.Barrier(2)
+        running = 0
+        most_running = 0
+        loops: set[int] = set()
+
+        async def handler(job: Any) -> None:
+            nonlocal running, most_running
+            loops.add(id(asyncio.get_running_loop()))
+            running += 1
+            most_running = max(most_running, running)
+            try:
+                # Two coroutines must be inside the handler together to pass.
+                await asyncio.wait_for(barrier.wait(), PATIENCE)
+            finally:
+                running -= 1
+
+        stats = Worker(queue, handler, concurrency=2, max_jobs=6, handle_signals=False).run()
+        self.assertEqual((stats.succeeded, stats.failed), (6, 0))
+        self.assertEqual(most_running, 2)
+        self.assertEqual(len(loops), 1)
+
+    def test_async_failure_and_permanent_error(self) -> None:
+        queue = self.open_queue(max_attempts=5, backoff=BackoffPolicy(base=60, jitter=0))
+        retry = queue.enqueue("retry")
+        perm = queue.enqueue("perm")
+
+        async def handler(job: Any) -> None:
+            await asyncio.sleep(0)
+            if job.payload == "perm":
+                raise PermanentError("no")
+            raise KeyError("k")
+
+        stats = Worker(queue, handler, max_jobs=2, handle_signals=False).run()
+        self.assertEqual((stats.failed, stats.dead), (1, 1))
+        self.assertEqual(queue.get(retry.id).last_error, "KeyError: 'k'")
+        self.assertEqual(queue.get(perm.id).state, JobState.DEAD)
+
+    def test_handler_returning_an_awaitable_is_awaited(self) -> None:
+        queue = self.open_queue()
+        job = queue.enqueue("a")
+
+        class Handler:
+            async def __call__(self, job: Any) -> str:
+                await asyncio.sleep(0)
+                return f"handled {job.payload}"
+
+        stats = Worker(queue, Handler(), max_jobs=1, handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 1)
+        self.assertEqual(queue.get(job.id).result, "handled a")
+
+
+# ---------------------------------------------------------------- concurrency and stopping
+class ConcurrencyAndStoppingTests(QueueTestCase):
+    def test_concurrency_runs_handlers_in_parallel(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(list(range(4)))
+        barrier = threading.Barrier(4, timeout=PATIENCE)
+        threads: set[str] = set()
+
+        def handler(job: Any) -> None:
+            threads.add(threading.current_thread().name)
+            barrier.wait()  # only passes when all four run at once
+
+        stats = Worker(queue, handler, concurrency=4, max_jobs=4, handle_signals=False).run()
+        self.assertEqual((stats.succeeded, stats.failed), (4, 0))
+        self.assertEqual(len(threads), 4)
+
+    def test_max_jobs_stops_after_that_many(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(list(range(5)))
+        stats = Worker(queue, lambda job: None, concurrency=2, max_jobs=3, handle_signals=False).run()
+        self.assertEqual((stats.leased, stats.succeeded), (3, 3))
+        counts = queue.stats()
+        self.assertEqual((counts.done, counts.ready, counts.leased), (3, 2, 0))
+
+    def test_idle_timeout_returns_once_the_queue_stays_empty(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(["a", "b"])
+        started = time.monotonic()
+        stats = Worker(queue, lambda job: None, idle_timeout=0.3, poll_interval=0.05, handle_signals=False).run()
+        elapsed = time.monotonic() - started
+        self.assertEqual(stats.succeeded, 2)
+        self.assertGreaterEqual(elapsed, 0.3)
+        self.assertLess(elapsed, PATIENCE)
+
+    def test_idle_timeout_does_not_cut_a_running_job_short(self) -> None:
+        queue = self.open_queue()
+        job = queue.enqueue("slow")
+
+        def handler(job: Any) -> str:
+            time.sleep(0.5)  # runs longer than idle_timeout on purpose
+            return "finished"
+
+        stats = Worker(queue, handler, idle_timeout=0.1, poll_interval=0.02, handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 1)
+        self.assertEqual(queue.get(job.id).result, "finished")
+
+    def test_stop_from_another_thread_finishes_the_running_job(self) -> None:
+        queue = self.open_queue()
+        first, *rest = queue.enqueue_many(["a", "b", "c"])
+        started, release = threading.Event(), threading.Event()
+
+        def handler(job: Any) -> str:
+            started.set()
+            release.wait(PATIENCE)
+            return "ok"
+
+        run = ThreadedRun(Worker(queue, handler, concurrency=1))
+        self.assertTrue(started.wait(PATIENCE))
+        run.worker.stop()
+        release.set()
+        run.join(self)
+        self.assertIsNone(run.error)
+        assert run.stats is not None
+        self.assertEqual((run.stats.leased, run.stats.succeeded), (1, 1))
+        self.assertEqual(queue.get(first.id).state, JobState.DONE)
+        self.assertEqual([queue.get(j.id).state for j in rest], [JobState.READY, JobState.READY])
+
+    def test_stop_interrupts_an_idle_worker(self) -> None:
+        queue = self.open_queue()
+        run = ThreadedRun(Worker(queue, lambda job: None, poll_interval=0.05))
+        time.sleep(0.2)  # let it go idle; stop() must work from any state
+        run.worker.stop()
+        run.join(self)
+        self.assertIsNone(run.error)
+        assert run.stats is not None
+        self.assertEqual(run.stats.leased, 0)
+
+    def test_stop_before_run_returns_at_once(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue("untouched")
+        worker = Worker(queue, lambda job: None, handle_signals=False)
+        worker.stop()
+        self.assertEqual(worker.run().leased, 0)
+        self.assertEqual(queue.stats().ready, 1)
+
+    def test_stats_snapshot_while_running(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(["a", "b"])
+        release = threading.Event()
+        worker = Worker(queue, lambda job: release.wait(PATIENCE) and None, concurrency=2, max_jobs=2)
+        run = ThreadedRun(worker)
+        self.assertTrue(wait_until(lambda: worker.stats.leased == 2, PATIENCE))
+        self.assertEqual(worker.stats.succeeded, 0)
+        release.set()
+        run.join(self)
+        self.assertEqual(worker.stats.succeeded, 2)
+
+    def test_a_worker_runs_once(self) -> None:
+        queue = self.open_queue()
+        worker = Worker(queue, lambda job: None, idle_timeout=0, handle_signals=False)
+        worker.run()
+        with self.assertRaises(RuntimeError):
+            worker.run()
+
+    def test_bad_arguments_are_refused(self) -> None:
+        queue = self.open_queue()
+        for bad in ({"concurrency": 0}, {"concurrency": 1.5}, {"poll_interval": 0}, {"max_jobs": 0},
+                    {"idle_timeout": -1}, {"poll_interval": float("nan")}):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                Worker(queue, lambda job: None, **bad)
+        with self.assertRaises(TypeError):
+            Worker(queue, "not callable")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- heartbeat and lost leases
+class HeartbeatTests(QueueTestCase):
+    def test_heartbeat_keeps_a_long_handler_from_losing_its_lease(self) -> None:
+        queue = self.open_queue(visibility_timeout=1.0)
+        job = queue.enqueue("long")
+        started, release = threading.Event(), threading.Event()
+
+        def handler(job: Any) -> str:
+            started.set()
+            release.wait(PATIENCE)
+            return "survived"
+
+        run = ThreadedRun(Worker(queue, handler, max_jobs=1))
+        self.assertTrue(started.wait(PATIENCE))
+        time.sleep(2.5)  # a real deadline must pass: 2.5 visibility timeouts
+        other = self.open_queue(visibility_timeout=30.0)
+        self.assertEqual(other.lease(), [], "the job was delivered a second time")
+        self.assertEqual(other.get(job.id).state, JobState.LEASED)
+        self.assertGreater(other.get(job.id).lease_deadline, time.time())
+        release.set()
+        run.join(self)
+        assert run.stats is not None
+        self.assertEqual((run.stats.succeeded, run.stats.lost_leases), (1, 0))
+        stored = queue.get(job.id)
+        self.assertEqual((stored.state, stored.attempts, stored.result), (JobState.DONE, 1, "survived"))
+
+    def test_lease_lost_by_expiry_is_counted_not_raised(self) -> None:
+        queue = self.open_queue(visibility_timeout=1.0)
+        job = queue.enqueue("slow")
+        started, release = threading.Event(), threading.Event()
+
+        def handler(job: Any) -> str:
+            started.set()
+            release.wait(PATIENCE)
+            return "late"
+
+        with self.assertLogs("nobroker.worker", "WARNING") as logs:
+            run = ThreadedRun(Worker(queue, handler, max_jobs=1, _heartbeat=False))
+            self.assertTrue(started.wait(PATIENCE))
+            other = self.open_queue(visibility_timeout=30.0)
+            second: list[Any] = []
+            self.assertTrue(wait_until(lambda: second.extend(other.lease()) or bool(second), PATIENCE, 0.05))
+            release.set()
+            run.join(self)
+        self.assertIsNone(run.error)
+        assert run.stats is not None
+        self.assertEqual((run.stats.succeeded, run.stats.lost_leases), (0, 1))
+        self.assertTrue(any("lease lost" in line for line in logs.output), logs.output)
+        # The second delivery is the one that counts.
+        self.assertEqual(second[0].attempts, 2)
+        other.ack(second[0], result="second delivery")
+        self.assertEqual(queue.get(job.id).result, "second delivery")
+
+    def test_lease_lost_to_an_operator_ack_is_counted(self) -> None:
+        queue = self.open_queue(visibility_timeout=1.0)
+        job = queue.enqueue("x")
+        started, release = threading.Event(), threading.Event()
+
+        def handler(job: Any) -> str:
+            started.set()
+            release.wait(PATIENCE)
+            return "mine"
+
+        with self.assertLogs("nobroker.worker", "WARNING") as logs:
+            run = ThreadedRun(Worker(queue, handler, max_jobs=1))
+            self.assertTrue(started.wait(PATIENCE))
+            operator = self.open_queue()
+            operator.ack(job.id, result="operator")  # a bare id skips the token check
+            # The next renewal (a third of the timeout) finds the lease gone.
+            self.assertTrue(wait_until(lambda: any("lease lost while" in line for line in logs.output), PATIENCE))
+            release.set()
+            run.join(self)
+        assert run.stats is not None
+        self.assertEqual((run.stats.succeeded, run.stats.lost_leases), (0, 1))
+        self.assertEqual(queue.get(job.id).result, "operator")
+
+
+# ---------------------------------------------------------------- fake queues
+class FakeJob(types.SimpleNamespace):
+    pass
+
+
+class MinimalQueue:
+    """Only lease/ack/nack/extend: no wait_for_jobs, no kinds, no visibility_timeout."""
+
+    def __init__(self, payloads: list[Any]) -> None:
+        self._lock = threading.Lock()
+        self.ready = deque(FakeJob(id=f"j{n}", payload=p) for n, p in enumerate(payloads))
+        self.lease_counts: list[int] = []
+        self.acked: dict[str, Any] = {}
+        self.nacked: list[tuple[str, str | None, bool]] = []
+        self.extended: list[tuple[str, float]] = []
+
+    def lease(self, count: int = 1) -> list[FakeJob]:
+        with self._lock:
+            self.lease_counts.append(count)
+            out = []
+            while self.ready and len(out) < count:
+                out.append(self.ready.popleft())
+            return out
+
+    def ack(self, job: FakeJob, result: Any = None) -> None:
+        with self._lock:
+            self.acked[job.id] = result
+
+    def nack(self, job: FakeJob, error: str | None = None, permanent: bool = False) -> None:
+        with self._lock:
+            self.nacked.append((job.id, error, permanent))
+
+    def extend(self, job: FakeJob, seconds: float) -> FakeJob:
+        with self._lock:
+            self.extended.append((job.id, seconds))
+        return job
+
+
+class FakeQueueTests(unittest.TestCase):
+    def test_worker_runs_on_any_object_with_the_queue_api(self) -> None:
+        fake = MinimalQueue(["ok", "fail", "perm"])
+
+        def handler(job: Any) -> Any:
+            if job.payload == "fail":
+                raise OSError("flaky")
+            if job.payload == "perm":
+                raise PermanentError("never")
+            return {"echo": job.payload}
+
+        stats = Worker(fake, handler, idle_timeout=0.2, poll_interval=0.02, handle_signals=False).run()
+        self.assertEqual(stats.to_dict(), {"leased": 3, "succeeded": 1, "failed": 1, "dead": 1, "lost_leases": 0})
+        self.assertEqual(fake.acked, {"j0": {"echo": "ok"}})
+        self.assertEqual(sorted(fake.nacked), [("j1", "OSError: flaky", False), ("j2", "PermanentError: never", True)])
+
+    def test_one_lease_call_takes_every_free_slot_and_acks_run_concurrently(self) -> None:
+        fake = MinimalQueue(list(range(16)))
+        acks_together = threading.Barrier(8, timeout=PATIENCE)
+        real_ack = fake.ack
+
+        def ack(job: FakeJob, result: Any = None) -> None:
+            if int(job.id[1:]) < 8:
+                acks_together.wait()  # the first eight acks must be in flight at once
+            real_ack(job, result)
+
+        fake.ack = ack  # type: ignore[method-assign]
+        stats = Worker(fake, lambda job: None, concurrency=8, max_jobs=16, handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 16)
+        self.assertEqual(fake.lease_counts[0], 8)
+        self.assertLessEqual(len(fake.lease_counts), 16)
+
+    def test_heartbeat_renews_with_the_visibility_timeout_on_a_fixed_cadence(self) -> None:
+        fake = MinimalQueue(["long"])
+        fake.visibility_timeout = 0.3  # type: ignore[attr-defined]
+        release = threading.Event()
+
+        def handler(job: Any) -> None:
+            # Released once the heartbeat renewed three times (every 0.1 s).
+            wait_until(lambda: len(fake.extended) >= 3, PATIENCE)
+            release.set()
+
+        stats = Worker(fake, handler, max_jobs=1, handle_signals=False).run()
+        self.assertTrue(release.is_set())
+        self.assertEqual(stats.succeeded, 1)
+        self.assertTrue(all(entry == ("j0", 0.3) for entry in fake.extended), fake.extended)
+
+    def test_heartbeat_derives_the_timeout_from_the_job(self) -> None:
+        fake = MinimalQueue([])
+        fake.ready.append(FakeJob(id="d", payload=None, lease_deadline=time.time() + 0.6))
+        stats = Worker(
+            fake, lambda job: wait_until(lambda: bool(fake.extended), PATIENCE) and None,
+            max_jobs=1, handle_signals=False,
+        ).run()
+        self.assertEqual(stats.succeeded, 1)
+        seconds = fake.extended[0][1]
+        self.assertTrue(0.4 < seconds <= 0.6, seconds)
+
+    def test_storage_error_in_lease_stops_cleanly_after_running_handlers(self) -> None:
+        fake = MinimalQueue(["first"])
+        failed = threading.Event()
+        real_lease = fake.lease
+
+        def lease(count: int = 1) -> list[FakeJob]:
+            if fake.lease_counts:
+                failed.set()
+                raise StorageError("No space left on device", errno=28, path="/q/default.000000.log")
+            return real_lease(count)
+
+        fake.lease = lease  # type: ignore[method-assign]
+        release = threading.Event()
+        with self.assertLogs("nobroker.worker", "ERROR"):
+            run = ThreadedRun(Worker(fake, lambda job: release.wait(PATIENCE) and "done", concurrency=2))
+            self.assertTrue(failed.wait(PATIENCE))
+            self.assertFalse(run.worker.stats.succeeded)
+            self.assertTrue(run.thread.is_alive(), "run() returned before its running handler finished")
+            release.set()
+            run.join(self)
+        self.assertIsInstance(run.error, StorageError)
+        self.assertEqual(fake.acked, {"j0": "done"})
+        self.assertEqual(run.worker.stats.succeeded, 1)
+
+    def test_storage_error_in_ack_is_raised_from_run(self) -> None:
+        fake = MinimalQueue(["a", "b", "c"])
+
+        def ack(job: FakeJob, result: Any = None) -> None:
+            raise OSError(5, "Input/output error")
+
+        fake.ack = ack  # type: ignore[method-assign]
+        with self.assertLogs("nobroker.worker", "ERROR") as logs:
+            with self.assertRaises(OSError) as caught:
+                Worker(fake, lambda job: None, poll_interval=0.02, handle_signals=False).run()
+        self.assertEqual(caught.exception.errno, 5)
+        self.assertTrue(any("ack" in line for line in logs.output), logs.output)
+        self.assertGreaterEqual(len(fake.ready), 1, "the worker kept leasing after a storage error")
+
+    def test_storage_error_in_extend_is_raised_from_run(self) -> None:
+        fake = MinimalQueue(["long"])
+        fake.visibility_timeout = 0.15  # type: ignore[attr-defined]
+        broke = threading.Event()
+
+        def extend(job: FakeJob, seconds: float) -> FakeJob:
+            broke.set()
+            raise StorageError("fsync failed", errno=5)
+
+        fake.extend = extend  # type: ignore[method-assign]
+        with self.assertLogs("nobroker.worker", "ERROR"):
+            with self.assertRaises(StorageError):
+                Worker(fake, lambda job: broke.wait(PATIENCE) and None, handle_signals=False).run()
+        self.assertEqual(fake.acked, {"j0": None})
+
+    def test_not_leased_on_ack_counts_a_lost_lease(self) -> None:
+        fake = MinimalQueue(["a"])
+
+        def ack(job: FakeJob, result: Any = None) -> None:
+            raise NotLeasedError(f"job {job.id} is leased under another token")
+
+        fake.ack = ack  # type: ignore[method-assign]
+        with self.assertLogs("nobroker.worker", "WARNING"):
+            stats = Worker(fake, lambda job: None, max_jobs=1, handle_signals=False).run()
+        self.assertEqual((stats.succeeded, stats.lost_leases), (0, 1))
+
+    def test_handler_system_exit_nacks_then_is_raised(self) -> None:
+        fake = MinimalQueue(["a", "b"])
+
+        def handler(job: Any) -> None:
+            raise SystemExit(3)
+
+        with self.assertLogs("nobroker.worker", "ERROR"), self.assertRaises(SystemExit):
+            Worker(fake, handler, handle_signals=False).run()
+        self.assertEqual(fake.nacked, [("j0", "SystemExit: 3", False)])
+
+
+# ---------------------------------------------------------------- signals, in this process
+class SignalHandlerTests(QueueTestCase):
+    def test_signal_handlers_installed_while_running_and_restored_after(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.skipTest("signal handlers can only be installed from the main thread")
+        queue = self.open_queue()
+        queue.enqueue("x")
+
+        def sentinel(signum: int, frame: Any) -> None:
+            pass
+
+        previous = signal.signal(signal.SIGTERM, sentinel)
+        self.addCleanup(signal.signal, signal.SIGTERM, previous)
+        during: list[Any] = []
+        worker = Worker(queue, lambda job: during.append(signal.getsignal(signal.SIGTERM)), max_jobs=1)
+        worker.run()
+        self.assertEqual(during, [worker._on_signal])
+        self.assertIs(signal.getsignal(signal.SIGTERM), sentinel)
+
+    def test_handle_signals_false_leaves_handlers_alone(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue("x")
+        before = signal.getsignal(signal.SIGINT)
+        during: list[Any] = []
+        Worker(queue, lambda job: during.append(signal.getsignal(signal.SIGINT)), max_jobs=1,
+               handle_signals=False).run()
+        self.assertEqual(during, [before])
+
+
+# ---------------------------------------------------------------- real processes
+WORKER_SCRIPT = r"""
+import json, logging, os, sys, time
+from nobroker import Queue, Worker
+
+queue_dir, marks, mode, visibility = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+logging.basicConfig(filename=os.path.join(marks, "worker.log"), level=logging.INFO,
+                    format="%(levelname)s %(name)s %(message)s")
+
+def handler(job):
+    open(os.path.join(marks, "started-" + job.id), "w").close()
+    if mode == "block":
+        time.sleep(120)
+    while not os.path.exists(os.path.join(marks, "go")):
+        time.sleep(0.01)
+    return {"finished": job.payload}
+
+queue = Queue(queue_dir, visibility_timeout=visibility)
+try:
+    stats = Worker(queue, handler, poll_interval=0.05).run()
+except KeyboardInterrupt:
+    sys.exit(130)
+finally:
+    queue.close()
+print(json.dumps(stats.to_dict()))
+"""
+
+
+class ProcessTests(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.queue_dir = os.path.join(self.dir, "q")
+        self.marks = os.path.join(self.dir, "marks")
+        os.mkdir(self.marks)
+        self.script = os.path.join(self.dir, "worker_script.py")
+        with open(self.script, "w", encoding="utf-8") as fh:
+            fh.write(WORKER_SCRIPT)
+        self.queue = Queue(self.queue_dir)
+        self.addCleanup(self.queue.close)
+
+    def start_worker(self, mode: str, visibility: float) -> subprocess.Popen[str]:
+        env = dict(os.environ, PYTHONPATH=SRC_DIR)
+        child = subprocess.Popen(
+            [sys.executable, self.script, self.queue_dir, self.marks, mode, str(visibility)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+        def reap() -> None:
+            if child.poll() is None:
+                child.kill()
+            child.communicate()
+
+        self.addCleanup(reap)
+        return child
+
+    def mark(self, name: str) -> str:
+        return os.path.join(self.marks, name)
+
+    def wait_for_log(self, text: str) -> bool:
+        def found() -> bool:
+            try:
+                with open(self.mark("worker.log"), encoding="utf-8") as fh:
+                    return text in fh.read()
+            except FileNotFoundError:
+                return False
+
+        return wait_until(found, PATIENCE, 0.02)
+
+    def test_sigterm_lets_the_running_job_finish_and_ack(self) -> None:
+        first = self.queue.enqueue("first", job_id="first")
+        second = self.queue.enqueue("second", job_id="second")
+        child = self.start_worker("wait-go", visibility=30.0)
+        self.assertTrue(wait_until(lambda: os.path.exists(self.mark("started-first")), PATIENCE))
+        child.send_signal(signal.SIGTERM)
+        self.assertTrue(self.wait_for_log("signal received"))
+        open(self.mark("go"), "w").close()
+        out, err = child.communicate(timeout=PATIENCE)
+        self.assertEqual(child.returncode, 0, err)
+        self.assertEqual(json.loads(out)["succeeded"], 1)
+        self.assertEqual(self.queue.get(first.id).state, JobState.DONE)
+        self.assertEqual(self.queue.get(first.id).result, {"finished": "first"})
+        self.assertEqual((self.queue.get(second.id).state, self.queue.get(second.id).attempts), (JobState.READY, 0))
+
+    def test_second_sigint_exits_at_once_and_leaves_the_lease_to_expire(self) -> None:
+        job = self.queue.enqueue("stuck", job_id="stuck")
+        child = self.start_worker("block", visibility=30.0)
+        self.assertTrue(wait_until(lambda: os.path.exists(self.mark("started-stuck")), PATIENCE))
+        child.send_signal(signal.SIGINT)
+        self.assertTrue(self.wait_for_log("signal received"))
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=PATIENCE)
+        self.assertEqual(child.returncode, 130, err)
+        stored = self.queue.get(job.id)
+        self.assertEqual((stored.state, stored.attempts), (JobState.LEASED, 1))
+
+    def test_sigkilled_worker_job_comes_back_after_one_visibility_timeout(self) -> None:
+        job = self.queue.enqueue("resume me", job_id="resume")
+        child = self.start_worker("block", visibility=1.0)
+        self.assertTrue(wait_until(lambda: os.path.exists(self.mark("started-resume")), PATIENCE))
+        child.kill()
+        child.wait(PATIENCE)
+        killed_at = time.monotonic()
+        payloads: list[Any] = []
+        stats = Worker(
+            self.queue, lambda job: payloads.append(job.payload) or "resumed",
+            max_jobs=1, idle_timeout=PATIENCE, poll_interval=0.05, handle_signals=False,
+        ).run()
+        self.assertLess(time.monotonic() - killed_at, PATIENCE)
+        self.assertEqual((stats.succeeded, payloads), (1, ["resume me"]))
+        stored = self.queue.get(job.id)
+        self.assertEqual((stored.state, stored.attempts, stored.result), (JobState.DONE, 2, "resumed"))
+
+
+if __name__ == "__main__":
+    unittest.main()
