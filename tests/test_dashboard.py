@@ -315,6 +315,29 @@ class ApiTest(DashboardCase):
         with Queue(self.dir, fsync=False) as other:
             self.assertEqual(other.get("elsewhere").state, JobState.READY)
 
+    def test_parallel_requests_while_the_queue_changes(self) -> None:
+        # Requests arrive on many threads; the server must serialise its use of the queue.
+        failures: list[str] = []
+        start = threading.Event()
+
+        def client() -> None:
+            start.wait(10)
+            for path in ("/api/stats", "/api/jobs?limit=5", "/metrics") * 4:
+                resp = self.request("GET", path)
+                if resp.status != 200:
+                    failures.append(f"{path}: {resp.status} {resp.body[:200]!r}")
+
+        threads = [threading.Thread(target=client) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        start.set()
+        for n in range(20):
+            self.queue.enqueue(n)
+        for thread in threads:
+            thread.join(60)
+        self.assertEqual(failures, [])
+        self.assertEqual(self.get_json("/api/stats")["stats"]["ready"], 20)
+
     def test_job_ids_are_url_decoded(self) -> None:
         job_id = "odd id/with?chars&<b>"
         self.queue.enqueue("x", job_id=job_id)

@@ -39,9 +39,10 @@ Errors are JSON ``{"error": "..."}``: 400 bad parameters, 403 token/CSRF/Host/Or
 404 unknown job or route, 405 wrong method, 409 requeue of a job that is not
 dead, 413 body too large, 503 queue lock busy.
 
-The Queue object is used from one thread at a time (a lock around every call):
-HTTP requests arrive on many threads, and the Queue API does not promise to be
-safe to share between threads.
+Requests arrive on many threads and take turns at the queue under one lock.
+Both storages are safe across threads on their own; the lock is for the
+dashboard's check-then-act steps (look a job up, then requeue it) and keeps a
+burst of page refreshes from crowding out the workers sharing this Queue.
 """
 
 from __future__ import annotations
@@ -198,8 +199,6 @@ class DashboardServer(http.server.ThreadingHTTPServer):
     """The HTTP server: holds the queue, the secrets and the lock around queue calls."""
 
     daemon_threads = True
-    # Rebinding the same port right after a restart is what an operator expects.
-    allow_reuse_address = True
 
     def __init__(self, queue: Queue, host: str, port: int, token: str | None) -> None:
         self.queue = queue
