@@ -218,6 +218,39 @@ class KillStorm(unittest.TestCase):
         self.assertGreater(storm.kills, ROUNDS)
 
 
+class PeerCompactionRace(unittest.TestCase):
+    """Found by the soak: a lease must return its own job's payload even when a peer compacts meanwhile."""
+
+    def test_a_lease_reads_its_payload_after_a_peer_compaction(self) -> None:
+        directory = tempfile.mkdtemp(prefix="nobroker-race-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        qa, qb = Queue(directory), Queue(directory)
+        self.addCleanup(qa.close)
+        self.addCleanup(qb.close)
+        for i in range(6):
+            qa.enqueue({"i": i, "pad": "x" * (i * 7)})
+        for _ in range(3):
+            job = qa.lease_one()
+            assert job is not None
+            qa.ack(job)
+        storage: Any = qa.storage
+        original = storage._write
+
+        def racing(decide: Any) -> Any:
+            out = original(decide)  # the lease is on disk and the lock released ...
+            qb.compact()  # ... a peer compacts ...
+            qa.stats()  # ... and another thread of this process catches up with it
+            return out
+
+        storage._write = racing
+        try:
+            job = qa.lease_one()
+        finally:
+            storage._write = original
+        assert job is not None
+        self.assertEqual(job.payload, qb.get(job.id).payload)
+
+
 class HistoryChecker(unittest.TestCase):
     """The checker itself must catch each kind of violation."""
 
