@@ -22,6 +22,7 @@ import textwrap
 import time
 import types
 import unittest
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from unittest import mock
@@ -174,6 +175,17 @@ class ParserTests(CliTestCase):
         queue_class.assert_called_once_with(dsn, name="mail")
         self.assertEqual(result.json()["ready"], 3)  # type: ignore[index]
         fake.close.assert_called_once_with()
+
+    def test_schema_goes_to_the_postgresql_queue_only(self) -> None:
+        fake = mock.MagicMock()
+        fake.lease.return_value = []
+        with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
+            result = run_main(["--dsn", "postgresql://h/db", "lease", "--schema", "jobs"])
+        self.assertEqual(result.code, 0, result.err)
+        queue_class.assert_called_once_with("postgresql://h/db", name="default", schema="jobs")
+        refused = self.cli("--schema", "jobs", "lease")
+        self.assertEqual(refused.code, 2)
+        self.assertIn("--schema applies to the PostgreSQL storage", refused.err)
 
     def test_dsn_from_the_environment(self) -> None:
         os.environ["NOBROKER_DSN"] = "postgres://env/db"
@@ -539,7 +551,7 @@ class MaintenanceTests(CliTestCase):
         self.assertEqual(data["jobs_kept"], 2)  # type: ignore[index]
         self.assertEqual(data["new_generation"], data["old_generation"] + 1)  # type: ignore[index]
         self.assertEqual(len(self.queue()), 2)
-        self.assertIn("compacted generation", self.ok("compact").out)
+        self.assertIn("compacted: kept 2 job(s), dropped 0 done, generation 1 -> 2", self.ok("compact").out)
 
     def test_inspect_prints_every_record(self) -> None:
         ids = self.fill(2)
@@ -787,6 +799,30 @@ class ProcessTests(CliTestCase):
         # Not acked: the lease stays until it expires and the job runs again.
         self.assertEqual(self.queue().get(job_id).state, JobState.LEASED)
 
+    def test_serve_runs_the_real_dashboard_until_ctrl_c(self) -> None:
+        self.enqueue('{"shown": "on the page"}')
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nobroker", "--dir", self.qdir, "serve", "--port", "0"],
+            cwd=self.dir, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        self.assertIn("http://127.0.0.1:", line, proc.stderr.read() if not line else "")  # type: ignore[union-attr]
+        url = line.split(" at ")[1].split()[0]
+        with urllib.request.urlopen(url + "api/stats", timeout=PROCESS_TIMEOUT) as response:
+            self.assertEqual(response.status, 200)
+            self.assertIn(b'"ready"', response.read())
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=PROCESS_TIMEOUT)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+
+    def test_serve_on_a_public_address_without_a_token_is_refused(self) -> None:
+        refused = self.run_process("--dir", self.qdir, "serve", "--host", "0.0.0.0")
+        self.assertEqual(refused.returncode, 1)
+        self.assertTrue(refused.stderr.startswith("nobroker: error: "), refused.stderr)
+        self.assertIn("token", refused.stderr)
+
     def test_sigterm_on_work_stops_gracefully_with_0(self) -> None:
         proc, marks, job_id = self.start_slow_worker()
         proc.send_signal(signal.SIGTERM)
@@ -869,9 +905,15 @@ class OptionalPartsTests(CliTestCase):
     def test_pg_migrate_with_dsn_and_schema(self) -> None:
         migrate = mock.Mock(return_value=None)
         with stand_in_module("nobroker.postgres", migrate=migrate):
-            result = run_main(["pg", "migrate", "--dsn", "postgresql://db/app", "--schema", "jobs"])
+            result = run_main(["pg", "migrate", "--dsn", "postgresql://db/app", "--schema", "jobs", "--worker-role", "w"])
         self.assertEqual(result.code, 0, result.err)
-        migrate.assert_called_once_with("postgresql://db/app", schema="jobs")
+        migrate.assert_called_once_with("postgresql://db/app", schema="jobs", worker_role="w")
+        self.assertIn("already up to date", result.out)
+        migrate.return_value = ["001_init.sql"]
+        with stand_in_module("nobroker.postgres", migrate=migrate):
+            again = run_main(["--schema", "jobs", "pg", "migrate", "--dsn", "postgresql://db/app"])
+        self.assertIn("applied 1 migration(s): 001_init.sql", again.out)
+        self.assertEqual(migrate.call_args.kwargs, {"schema": "jobs"})
 
     def test_pg_migrate_dsn_from_the_environment(self) -> None:
         migrate = mock.Mock(return_value=["0001_init"])
@@ -880,7 +922,7 @@ class OptionalPartsTests(CliTestCase):
             result = run_main(["--json", "pg", "migrate"])
         self.assertEqual(result.code, 0, result.err)
         migrate.assert_called_once_with("postgres://env/app")
-        self.assertEqual(result.json(), {"migrated": True, "result": ["0001_init"]})
+        self.assertEqual(result.json(), {"migrated": True, "applied": ["0001_init"]})
 
     def test_pg_migrate_without_a_dsn_is_a_clear_usage_error(self) -> None:
         migrate = mock.Mock()

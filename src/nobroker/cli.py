@@ -414,7 +414,12 @@ def _open_queue(args: argparse.Namespace, *, must_exist: bool = False) -> Iterat
         _check_queue_exists(where, args.queue)
     from . import Queue
 
-    queue = Queue(where, name=args.queue)
+    options: dict[str, Any] = {}
+    if args.schema is not None:
+        if not is_dsn:
+            args._parser.error("--schema applies to the PostgreSQL storage (--dsn); a folder has no schema")
+        options["schema"] = args.schema
+    queue = Queue(where, name=args.queue, **options)
     try:
         yield queue
     finally:
@@ -635,10 +640,15 @@ def cmd_compact(args: argparse.Namespace, out: Output) -> int:
     if out.as_json:
         out.document(data)
     else:
+        files = ""
+        if result.new_generation != result.old_generation:  # the file storage wrote a new generation
+            files = (
+                f", generation {result.old_generation} -> {result.new_generation}, "
+                f"{result.bytes_before:,} -> {result.bytes_after:,} bytes"
+            )
         out.line(
-            f"compacted generation {result.old_generation} -> {result.new_generation}: "
-            f"kept {result.jobs_kept:,} job(s), dropped {result.jobs_dropped:,} done, "
-            f"{result.bytes_before:,} -> {result.bytes_after:,} bytes in {result.elapsed:.2f}s"
+            f"compacted: kept {result.jobs_kept:,} job(s), dropped {result.jobs_dropped:,} done{files} "
+            f"in {result.elapsed:.2f}s"
         )
     return EXIT_OK
 
@@ -738,6 +748,9 @@ def cmd_recover(args: argparse.Namespace, out: Output) -> int:
     }
     if out.as_json:
         out.document(data)
+        return EXIT_OK
+    if is_dsn:
+        out.line(f"opened queue {args.queue!r} on PostgreSQL: the database recovers itself; nothing to report")
         return EXIT_OK
     out.line(
         f"opened queue {args.queue!r}: generation {report.generation}, {report.records:,} record(s) "
@@ -857,6 +870,30 @@ class _SignalStop:
         self._wake.set()
 
 
+class _NoteInterrupt:
+    """Remember that Ctrl-C came, then let it raise KeyboardInterrupt as usual."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> _NoteInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError):
+                self._previous = signal.signal(signal.SIGINT, self._handle)
+                self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.SIG_DFL)
+
+    def _handle(self, signum: int, frame: types.FrameType | None) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+
 def cmd_work(args: argparse.Namespace, out: Output) -> int:
     from . import Worker
 
@@ -910,9 +947,11 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
             out.line(f"dashboard for queue {_safe(args.queue)!r} at {_safe(url)}  (Ctrl-C stops)")
         out.out.flush()
 
-    with _open_queue(args) as queue:
+    with _open_queue(args) as queue, _NoteInterrupt() as interrupt:
         serve(queue, host=args.host, port=args.port, token=token, on_ready=ready)
-    return EXIT_OK
+    # The dashboard treats Ctrl-C as its normal way out and returns; the
+    # exit code still says it was interrupted, like every other command.
+    return EXIT_INTERRUPTED if interrupt.seen else EXIT_OK
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
@@ -946,15 +985,16 @@ def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
     kwargs: dict[str, Any] = {}
     if args.schema is not None:
         kwargs["schema"] = args.schema
+    if args.worker_role is not None:
+        kwargs["worker_role"] = args.worker_role
     result = migrate(dsn, **kwargs)
+    applied = [str(name) for name in result] if isinstance(result, (list, tuple)) else []
     if out.as_json:
-        try:
-            json.dumps(result)
-        except (TypeError, ValueError):
-            result = repr(result)
-        out.document({"migrated": True, "result": result})
+        out.document({"migrated": True, "applied": applied})
+    elif applied:
+        out.line(f"applied {len(applied)} migration(s): {', '.join(_safe(name) for name in applied)}")
     else:
-        out.line("schema is up to date" + (f": {_safe(result)}" if result not in (None, True) else ""))
+        out.line("the schema is already up to date")
     return EXIT_OK
 
 
@@ -993,6 +1033,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
                        help=f"queue name inside the folder or database (default: {DEFAULT_QUEUE})")
     group.add_argument("--dsn", metavar="DSN", default=default(None),
                        help=f"use PostgreSQL at this DSN (postgresql://...) instead of a folder; env {ENV_DSN}")
+    group.add_argument("--schema", metavar="SCHEMA", default=default(None),
+                       help="PostgreSQL schema holding the queue tables (default: the storage's, nobroker)")
     group.add_argument("--json", action="store_true", default=default(False),
                        help="print the result as one JSON document")
     group.add_argument("-v", "--verbose", action="count", default=default(0),
@@ -1188,11 +1230,12 @@ def build_parser() -> argparse.ArgumentParser:
     pg_commands = pg.add_subparsers(dest="pg_command", metavar="PG_COMMAND", title="commands")
     p = command(
         "migrate", "create or upgrade the queue schema (idempotent; needs --dsn or NOBROKER_DSN)",
-        f"  nobroker pg migrate --dsn postgresql://app@localhost/app --schema jobs\n"
+        f"  nobroker pg migrate --dsn postgresql://app@localhost/app --schema jobs --worker-role nobroker_worker\n"
         f"  {ENV_DSN}=postgresql://localhost/app nobroker pg migrate",
         cmd_pg_migrate, under=pg_commands,
     )
-    p.add_argument("--schema", default=None, help="schema to create the tables in (default: the module's default)")
+    p.add_argument("--worker-role", metavar="ROLE", default=None,
+                   help="also create this role and restrict the queue rows to it (row level security)")
     return parser
 
 
