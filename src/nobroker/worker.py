@@ -585,7 +585,9 @@ class Worker:
         with self._loop_lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=self._loop_main, args=(loop,), name=f"{self.name}-asyncio", daemon=True)
+                thread = threading.Thread(
+                    target=self._loop_main, args=(loop,), name=f"{self.name}-asyncio", daemon=True
+                )
                 self._loop, self._loop_thread = loop, thread
                 thread.start()
             return self._loop
