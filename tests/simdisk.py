@@ -46,8 +46,9 @@ from nobroker.fs import FileSystem
 
 #: Operations that change the disk; the crash sweeps cut before each of them.
 MUTATING = ("pwrite", "truncate", "fsync", "replace", "unlink", "fsync_dir", "mkdir", "create")
-#: Operations fault injection can fail.
+#: Operations fault injection can fail (the four of the issue; "read" is an extra one).
 FAULTABLE = ("write", "fsync", "rename", "fsync_dir")
+FAULT_OPS = FAULTABLE + ("read",)
 POWER_CUT_MODES = ("drop", "prefix", "garbage", "reorder")
 
 _SRC_MARK = os.sep + os.path.join("src", "nobroker") + os.sep
@@ -116,7 +117,7 @@ class SimDisk(FileSystem):
         self._mutex = threading.RLock()
         #: Calls so far: mutating operations by name, and faultable ones (as "fault:<op>").
         self.counts: dict[str, int] = {op: 0 for op in MUTATING}
-        self.fault_counts: dict[str, int] = {op: 0 for op in FAULTABLE}
+        self.fault_counts: dict[str, int] = {op: 0 for op in FAULT_OPS}
         self.faults: list[Fault] = []
         self.switches: list[SiteSwitch] = []
         self.short_writes: random.Random | None = None
@@ -240,6 +241,7 @@ class SimDisk(FileSystem):
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         with self._mutex:
             node, _ = self._node_of_fd(fd)
+            self._maybe_fail("read")
             return bytes(node.data[offset : offset + size])
 
     def pwrite(self, fd: int, data: bytes, offset: int) -> int:
@@ -538,7 +540,7 @@ class SimDisk(FileSystem):
 
     def reset_counts(self) -> None:
         self.counts = {op: 0 for op in MUTATING}
-        self.fault_counts = {op: 0 for op in FAULTABLE}
+        self.fault_counts = {op: 0 for op in FAULT_OPS}
 
 
 def fresh_queue_path(disk: SimDisk, rng: random.Random | None = None) -> str:
@@ -547,4 +549,4 @@ def fresh_queue_path(disk: SimDisk, rng: random.Random | None = None) -> str:
     return os.path.join(disk.root, f"simq-{tag:012x}")
 
 
-__all__ = ["SimDisk", "Fault", "SiteSwitch", "call_site", "fresh_queue_path", "MUTATING", "FAULTABLE", "POWER_CUT_MODES"]
+__all__ = ["SimDisk", "Fault", "SiteSwitch", "call_site", "fresh_queue_path", "MUTATING", "FAULTABLE", "FAULT_OPS", "POWER_CUT_MODES"]

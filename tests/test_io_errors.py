@@ -134,7 +134,7 @@ class FaultRun:
         clock = self.clock
         try:
             q = open_queue(self.disk, self.path, clock)
-        except NobrokerError as exc:
+        except Exception as exc:  # noqa: BLE001 - check_error says which kinds are allowed
             self.check_error(exc, "opening")
             self.errors.append(exc)
             q = None
@@ -147,7 +147,7 @@ class FaultRun:
                     continue
                 try:
                     step(q, held)
-                except NobrokerError as exc:
+                except Exception as exc:  # noqa: BLE001 - check_error says which kinds are allowed
                     self.check_error(exc, what)
                     if poisoned:
                         self.test.assertIn("refuses further writes", str(exc), f"{self.label()}: {what} after a failed fsync")
@@ -155,14 +155,14 @@ class FaultRun:
                     if isinstance(exc, StorageError) and "fsync of" in str(exc):
                         poisoned = True
                     try:
-                        self.candidates.append(snapshot(q))
+                        self.candidates.append(self.snapshot(q))
                     except NobrokerError:
                         pass
                     continue
                 if poisoned:
                     self.test.fail(f"{self.label()}: {what} succeeded on a queue whose fsync failed")
                 self.acknowledged.append(what)
-                self.candidates = [snapshot(q)]
+                self.candidates = [self.snapshot(q)]
         TOTALS["faults injected"] += self.fault.fired if self.fault else 0
         self.disk.faults = []  # the fault clears
         # Nothing reported done that is not durable: cut the power, keep only durable bytes.
@@ -176,6 +176,14 @@ class FaultRun:
             self.check_state(snapshot(reopened), "after reopening")
             reopened.enqueue({"n": "still works"})
         self.check_log(self.disk)
+
+    def snapshot(self, q: Queue) -> dict[str, dict[str, Any]]:
+        """The queue as this process sees it, read with the fault held back (reads can fail too)."""
+        faults, self.disk.faults = self.disk.faults, []
+        try:
+            return snapshot(q)
+        finally:
+            self.disk.faults = faults
 
     def check_state(self, state: dict[str, dict[str, Any]], when: str) -> None:
         if state not in self.candidates:
@@ -218,6 +226,37 @@ class IOErrors(unittest.TestCase):
                             runs += 1
         TOTALS["fault runs"] += runs
         print(f"\nI/O errors: {runs} runs, {TOTALS['faults injected']} faults injected ({counts})")
+
+    def test_every_nth_read_failing(self) -> None:
+        """EIO on a read (opening, catching up, reading a payload back) is a StorageError too, never a bare OSError."""
+        reads = self.counts()["read"]
+        self.assertGreater(reads, 20)
+        for nth in range(1, reads + 1):
+            with self.subTest(op="read", nth=nth):
+                FaultRun(self, Fault("read", nth, errno.EIO)).run()
+
+    def test_read_errors_while_opening_an_existing_queue(self) -> None:
+        run = FaultRun(self, None)
+        run.run()
+        disk = run.disk
+        with open_queue(disk, run.path, run.clock) as q:
+            expected = snapshot(q)
+        before = dict(disk.fault_counts)
+        open_queue(disk, run.path, run.clock).close()
+        reads = disk.fault_counts["read"] - before["read"]
+        self.assertGreater(reads, 0)
+        for nth in range(1, reads + 1):
+            with self.subTest(nth=nth):
+                disk.reset_counts()
+                disk.faults = [Fault("read", nth, errno.EIO)]
+                try:
+                    open_queue(disk, run.path, run.clock).close()
+                except Exception as exc:  # noqa: BLE001
+                    self.assertIsInstance(exc, StorageError, f"read #{nth} failing while opening raised {exc!r}")
+                    self.assertIn("Input/output error", str(exc))
+                disk.faults = []
+                with open_queue(disk, run.path, run.clock) as q:
+                    self.assertEqual(snapshot(q), expected)
 
     def test_short_writes_are_completed(self) -> None:
         expected = None
