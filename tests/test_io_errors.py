@@ -107,10 +107,11 @@ def open_queue(disk: SimDisk, path: str, clock: FakeClock) -> Queue:
 class FaultRun:
     """The workload on a disk with one injected fault; collects what the checks need."""
 
-    def __init__(self, test: unittest.TestCase, fault: Fault | None, short_writes: int | None = None) -> None:
+    def __init__(self, test: unittest.TestCase, fault: Fault | None, short_writes: int | None = None,
+                 disk: SimDisk | None = None) -> None:  # fmt: skip
         self.test = test
         self.fault = fault
-        self.disk = SimDisk()
+        self.disk = disk or SimDisk()
         self.path = fresh_queue_path(self.disk, random.Random(1))
         self.clock = FakeClock()
         if fault is not None:
@@ -205,6 +206,16 @@ class FaultRun:
         self.test.assertEqual(report.torn_bytes, 0, f"{self.label()}: a torn record was left in the log")
 
 
+class RetryingDisk(SimDisk):
+    """Stands in for a core that retries a failed fsync (the fsync-gate mistake): the retry "succeeds"."""
+
+    def fsync(self, fd: int) -> None:
+        try:
+            super().fsync(fd)
+        except OSError:
+            super().fsync(fd)
+
+
 class IOErrors(unittest.TestCase):
     def counts(self) -> dict[str, int]:
         run = FaultRun(self, None)
@@ -226,6 +237,16 @@ class IOErrors(unittest.TestCase):
                             runs += 1
         TOTALS["fault runs"] += runs
         print(f"\nI/O errors: {runs} runs, {TOTALS['faults injected']} faults injected ({counts})")
+
+    def test_the_fault_sweep_has_teeth(self) -> None:
+        """A queue that retries a failed fsync and carries on must be caught by the sweep."""
+        caught = 0
+        for nth in range(1, self.counts()["fsync"] + 1):
+            try:
+                FaultRun(self, Fault("fsync", nth, errno.EIO), disk=RetryingDisk()).run()
+            except Exception:  # noqa: BLE001 - a failed check or a queue that no longer opens: caught
+                caught += 1
+        self.assertGreater(caught, 0, "retrying failed fsyncs went unnoticed")
 
     def test_every_nth_read_failing(self) -> None:
         """EIO on a read (opening, catching up, reading a payload back) is a StorageError too, never a bare OSError."""

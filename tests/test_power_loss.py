@@ -79,7 +79,8 @@ class Sweep:
     """One seeded workload, cut at every mutating call."""
 
     def __init__(self, seed: int, *, states_per_call: int = STATES_PER_CALL, switch: SiteSwitch | None = None,
-                 stop_at_first: bool = False, record_sites: bool = False) -> None:  # fmt: skip
+                 stop_at_first: bool = False, record_sites: bool = False, handles: int = 1) -> None:  # fmt: skip
+        self.handles = handles
         self.seed = seed
         self.rng = random.Random(seed)
         self.cut_rng = random.Random(seed * 7919 + 1)
@@ -168,8 +169,12 @@ class Sweep:
     def run(self, ops: int = OPS_PER_WORKLOAD) -> Violations:
         disk, rng = self.disk, self.rng
         disk.before_mutation = self.on_mutation
-        q = Queue(self.path, filesystem=disk, clock=self.clock, visibility_timeout=20, max_attempts=2, auto_compact=None)
-        self.settle("opening the queue", snapshot(q), set())
+        queues = []
+        for _ in range(self.handles):
+            queues.append(Queue(self.path, filesystem=disk, clock=self.clock, visibility_timeout=20, max_attempts=2,
+                                auto_compact=None))  # fmt: skip
+            self.settle("opening the queue", snapshot(queues[-1]), set())
+        q = queues[0]
         held: dict[str, Any] = {}
         choices = (
             ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
@@ -179,6 +184,8 @@ class Sweep:
             op = rng.choice(choices)
             if op == "purge" and rng.random() < 0.6:
                 op = "tick"
+            if len(queues) > 1:
+                q = rng.choice(queues)  # another handle (think: another process) on the same queue
             inflight: set[str] = set()
             newly_done = None
             try:
@@ -230,7 +237,8 @@ class Sweep:
             if self.stop_at_first and self.violations.total():
                 break
         disk.before_mutation = None
-        q.close()
+        for q in queues:
+            q.close()
         TOTALS["crash states checked"] += self.states_checked
         TOTALS["mutating calls cut"] += self.calls_cut
         return self.violations
@@ -256,6 +264,13 @@ class PowerLoss(unittest.TestCase):
             f"\npower loss: {TOTALS['crash states checked']} crash states checked at "
             f"{TOTALS['mutating calls cut']} mutating calls ({SEEDS} workloads)"
         )
+
+    def test_two_handles_take_turns_on_one_queue(self) -> None:
+        """Peers catch up with each other's appends and compactions; cuts land in between."""
+        for seed in range(1_000, 1_000 + SEEDS // 3):
+            with self.subTest(seed=seed):
+                violations = Sweep(seed, handles=2).run()
+                self.assertEqual(violations.total(), 0, violations.summary())
 
     def test_a_crash_in_the_middle_of_opening_a_new_queue(self) -> None:
         """Cuts inside the very first Queue(): the folder, the lock, generation 0's header."""
