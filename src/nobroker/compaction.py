@@ -56,6 +56,10 @@ def write_generation(
         written = 0
         for entry in entries:
             body = read_body(entry)
+            # Fields written only when set must not survive from an older body
+            # (a stage the next lease cleared, a result from a past ack).
+            for key in ("stage", "result"):
+                body.pop(key, None)
             body.update(entry.state_fields())
             offsets[entry.id] = pos + len(buf)
             buf += encode_record(RecordType.ENQUEUE, body)

@@ -126,6 +126,7 @@ class FileStorage:
         self._stale = False  # memory may differ from disk (a failed write): reload before use
         self._pointer_sig: tuple[int, int, int] | None = None
         self._lease_mark: int | None = None
+        self._failed: StorageError | None = None  # set when a failure leaves the disk state unknown
         self._recovery = RecoveryReport()
         self._open()
         _live.add(self)
@@ -140,6 +141,11 @@ class FileStorage:
             generation = read_pointer(self.fs, self.directory, self.name)
             self._pointer_sig = self._pointer_signature()
             self._log = self._open_generation(generation)
+            if self.durable:
+                # A crash between a peer's pointer rename and its folder fsync could
+                # leave a flip that a power cut undoes; make it durable before we
+                # acknowledge anything written to the generation it names.
+                self._sync_directory()
             state, end, torn = self._replay_all(self._log, truncate=True)
             self._state, self._offset = state, end
             self._remove_leftovers(self._log.generation)
@@ -181,6 +187,12 @@ class FileStorage:
             raise UnsafeQueueError(
                 f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
                 "another user could change your jobs. Use a folder you own."
+            )
+        network = _network_filesystem(path)
+        if network:
+            raise UnsafeQueueError(
+                f"{path} is on a network filesystem ({network}). nobroker's file lock and atomic renames are "
+                "not reliable there: keep the queue on a local disk, or use the PostgreSQL storage for many hosts."
             )
         if sys.platform != "win32" and st.st_mode & stat.S_IWOTH:
             raise UnsafeQueueError(
@@ -228,7 +240,17 @@ class FileStorage:
         apply = state.apply
         for fr in log.scan(start):
             if fr.status is FrameStatus.OK:
-                apply(fr.rtype, fr.body, fr.offset)  # type: ignore[arg-type]
+                try:
+                    apply(fr.rtype, fr.body, fr.offset)  # type: ignore[arg-type]
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    self._stale = True  # the state may be half-changed: rebuild before any use
+                    raise CorruptLogError(
+                        f"{log.path}: the {RecordType(fr.rtype).name} record at offset {fr.offset} has a valid "
+                        f"checksum but fields that make no sense ({type(exc).__name__}: {exc}). Nothing was changed. "
+                        "`nobroker repair` keeps the file aside and rebuilds the queue without that record.",
+                        path=log.path,
+                        offset=fr.offset,
+                    ) from None
                 end = fr.offset + FRAME_SIZE + fr.length
                 continue
             size = log.size()
@@ -328,12 +350,26 @@ class FileStorage:
             except StorageError:
                 pass
             new = self._open_generation(generation)
+            if self.durable:
+                self._sync_directory()  # see _open: the flip we follow must be durable
         else:
             new = old  # reloading after a failed write: same file, same failure memory
         state, end, _torn = self._replay_all(new, truncate=exclusive)
         if old is not new:
             old.close()
         self._log, self._state, self._offset, self._stale = new, state, end, False
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        assert self._log is not None
+        self._log.check_usable()
+
+    def _sync_directory(self) -> None:
+        try:
+            self.fs.fsync_dir(self.directory)
+        except OSError as exc:
+            raise storage_error(exc, "fsync of the queue folder", self.directory) from None
 
     def _reclaim(self, batch: _Batch, now: float) -> None:
         """Beat three: every lease whose deadline passed counts as a failed attempt."""
@@ -351,7 +387,7 @@ class FileStorage:
             self._enter()
             lock, log = self._lock, self._log
             assert lock is not None and log is not None
-            log.check_usable()
+            self._check_usable()
             lock.acquire(exclusive=True)
             try:
                 self._catch_up(exclusive=True)
@@ -415,8 +451,10 @@ class FileStorage:
             data = head + self.fs.pread(log.fd, length, entry.offset + FRAME_SIZE)
         except (OSError, ValueError) as exc:
             raise StorageError(f"could not read job {entry.id} at offset {entry.offset} of {log.path}: {exc}") from None
+        if len(head) < FRAME_SIZE:
+            raise CorruptLogError(f"{log.path}: job {entry.id} at offset {entry.offset} is past the end of the file", path=log.path, offset=entry.offset)
         fr = decode_frame(data, 0, entry.offset)
-        if fr.status is not FrameStatus.OK or fr.body is None:
+        if fr.status is not FrameStatus.OK or fr.body is None or fr.body.get("id") != entry.id:
             raise CorruptLogError(
                 f"{log.path}: the record of job {entry.id} at offset {entry.offset} no longer reads back ({fr.status.value})",
                 path=log.path,
@@ -480,25 +518,22 @@ class FileStorage:
         return None
 
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
-        def decide(batch: _Batch, now: float) -> list[Entry]:
+        def decide(batch: _Batch, now: float) -> list[Job]:
             state = self._state
             state.promote(now)
-            taken: list[Entry] = []
+            taken: list[Job] = []
             while len(taken) < count:
                 entry = state.pop_ready(now, kinds)
                 if entry is None:
                     break
                 batch.add(RecordType.LEASE, leases.lease_body(entry, now, visibility_timeout))
-                taken.append(entry)
+                # Read the payload now, while the file lock pins the generation
+                # that entry.offset points into.
+                taken.append(self._job(entry))
             self._lease_mark = batch.pos  # wait_for_jobs watches for anything after this
             return taken
 
-        # Payloads are read back under the mutex: our own compaction may swap the file.
-        entries = self._write(decide)
-        if not entries:
-            return []
-        with self._mutex:
-            return [self._job(e) for e in entries]
+        return self._write(decide)
 
     def _leased_entry(self, job_id: str, token: str | None, action: str) -> Entry:
         entry = self._state.jobs.get(job_id)
@@ -530,7 +565,7 @@ class FileStorage:
         self._write(decide)
 
     def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job:
-        def decide(batch: _Batch, now: float) -> Entry:
+        def decide(batch: _Batch, now: float) -> Job:
             entry = self._leased_entry(job_id, token, "nack")
             if permanent or leases.exhausted(entry):
                 batch.add(RecordType.DEAD, {"id": job_id, "at": now, "error": error})
@@ -540,29 +575,25 @@ class FileStorage:
                     RecordType.NACK,
                     {"id": job_id, "at": now, "attempts": entry.attempts, "available_at": available_at, "error": error},
                 )
-            return entry
+            return self._job(entry)
 
-        return self._job_after(self._write(decide))
+        return self._write(decide)
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
-        def decide(batch: _Batch, now: float) -> Entry:
+        def decide(batch: _Batch, now: float) -> Job:
             entry = self._leased_entry(job_id, token, "extend")
             batch.add(RecordType.EXTEND, {"id": job_id, "at": now, "deadline": now + seconds})
-            return entry
+            return self._job(entry)
 
-        return self._job_after(self._write(decide))
+        return self._write(decide)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
-        def decide(batch: _Batch, now: float) -> Entry:
+        def decide(batch: _Batch, now: float) -> Job:
             entry = self._leased_entry(job_id, token, "set the stage of")
             batch.add(RecordType.STAGE, {"id": job_id, "at": now, "stage": stage})
-            return entry
-
-        return self._job_after(self._write(decide))
-
-    def _job_after(self, entry: Entry) -> Job:
-        with self._mutex:
             return self._job(entry)
+
+        return self._write(decide)
 
     def requeue_dead(self, job_id: str | None) -> int:
         def decide(batch: _Batch, now: float) -> int:
@@ -645,7 +676,7 @@ class FileStorage:
             self._enter()
             lock = self._lock
             assert lock is not None and self._log is not None
-            self._log.check_usable()
+            self._check_usable()
             lock.acquire(exclusive=True)
             try:
                 self._catch_up(exclusive=True)
@@ -667,8 +698,15 @@ class FileStorage:
                 )  # fmt: skip
                 try:
                     flip(self.fs, self.directory, self.name, new.generation, sync=self.durable)
-                except BaseException:
+                except BaseException as exc:
                     new.close()
+                    # The rename may have happened without becoming durable: which
+                    # generation is the truth after a power cut is unknown, so this
+                    # object must not acknowledge anything more. A reopen decides.
+                    self._failed = StorageError(
+                        f"compaction could not make its pointer flip durable ({exc}); this queue object refuses "
+                        "further writes: open the queue again."
+                    )
                     raise
                 # The flip is done: the new generation is the truth from here on.
                 for entry in live:
@@ -788,6 +826,32 @@ def _encode_enqueue(body: dict[str, Any], payload_json: str) -> bytes:
     # Same bytes as json.dumps(body): "id" and "payload" come first in every ENQUEUE body.
     text = '{"id":' + json.dumps(body["id"]) + ',"payload":' + payload_json + "," + rest[1:]
     return text.encode("ascii")
+
+
+#: Filesystem types whose locking or rename semantics a queue cannot trust.
+NETWORK_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb", "smb3", "smbfs", "9p", "fuse.sshfs", "afs", "ceph", "glusterfs", "lustre", "davfs", "fuse.davfs2"}
+)
+
+
+def _network_filesystem(path: str) -> str | None:
+    """The filesystem type of ``path`` if it is a network one (Linux only: /proc/self/mountinfo)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, best_type = "", ""
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        mount_point = fields[4].replace("\\040", " ")
+        if (real == mount_point or real.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) >= len(best):
+            best, best_type = mount_point, right.split()[0]
+    return best_type if best_type in NETWORK_FILESYSTEMS else None
 
 
 def _pid_alive(pid: int) -> bool:

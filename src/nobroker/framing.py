@@ -76,6 +76,8 @@ def decode_header(data: bytes) -> Header:
             f"format version {version} is not supported (this nobroker reads version {FORMAT_VERSION}); "
             "it was written by a newer nobroker: upgrade to open it"
         )
+    if _reserved != 0:
+        raise HeaderError(f"reserved header bytes are {_reserved:#06x}, not zero: the header is damaged")
     return Header(version, generation)
 
 

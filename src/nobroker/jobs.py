@@ -189,6 +189,12 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     ASCII-only on purpose: lone surrogates survive as escapes, and the bytes
     are the same whichever language writes them.
     """
+    if isinstance(value, str) and len(value) > limit:
+        # Every character is at least one byte of JSON: refuse without a copy of it.
+        raise SerializationError(
+            f"{what} is a string of {len(value):,} characters; the limit is {limit:,} bytes of JSON. "
+            "Store large data elsewhere and enqueue a reference to it."
+        )
     try:
         text = _ENCODER.encode(value)
     except RecursionError:

@@ -90,6 +90,8 @@ def read_pointer(fs: FileSystem, directory: str, name: str) -> int | None:
         raise storage_error(exc, "reading", path) from None
     try:
         data = fs.pread(fd, 64, 0)
+    except OSError as exc:
+        raise storage_error(exc, "reading", path) from None
     finally:
         fs.close(fd)
     text = data.decode("ascii", "replace").strip()
@@ -188,7 +190,10 @@ class LogFile:
                 raise UnsafeQueueError(f"{path} is a symlink; nobroker refuses symlinked queue files") from None
             raise storage_error(exc, "opening", path) from None
         try:
-            head = fs.pread(fd, HEADER_SIZE, 0)
+            try:
+                head = fs.pread(fd, HEADER_SIZE, 0)
+            except OSError as exc:
+                raise storage_error(exc, "reading the header of", path) from None
             try:
                 header = decode_header(head)
             except HeaderError as exc:
@@ -200,7 +205,8 @@ class LogFile:
                 raise CorruptLogError(f"{path}: {exc}.{hint}", path=path, offset=0) from None
             if expect_generation is not None and header.generation != expect_generation:
                 raise CorruptLogError(
-                    f"{path}: header says generation {header.generation}, file name says {expect_generation}",
+                    f"{path}: header says generation {header.generation}, file name says {expect_generation}. "
+                    "Run `nobroker verify`, then `nobroker repair` (or restore the file from a backup).",
                     path=path,
                     offset=0,
                 )
@@ -211,9 +217,18 @@ class LogFile:
 
     # ---------------- reading
     def size(self) -> int:
-        return self.fs.size(self.fd)
+        try:
+            return self.fs.size(self.fd)
+        except OSError as exc:
+            raise storage_error(exc, "reading the size of", self.path) from None
 
     def scan(self, start: int, end: int | None = None) -> Iterator[Frame]:
+        try:
+            yield from self._scan(start, end)
+        except OSError as exc:
+            raise storage_error(exc, "reading", self.path) from None
+
+    def _scan(self, start: int, end: int | None = None) -> Iterator[Frame]:
         """Every whole record from ``start`` up to ``end`` (default: end of file).
 
         Yields OK frames; if reading stops on anything else (a torn or damaged
@@ -252,6 +267,12 @@ class LogFile:
             return
 
     def valid_record_after(self, offset: int, end: int | None = None) -> int | None:
+        try:
+            return self._valid_record_after(offset, end)
+        except OSError as exc:
+            raise storage_error(exc, "reading", self.path) from None
+
+    def _valid_record_after(self, offset: int, end: int | None = None) -> int | None:
         """Offset of the first whole, CRC-valid record starting after ``offset``, if any.
 
         This is what separates a torn tail (nothing valid follows: safe to cut)

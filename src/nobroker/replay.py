@@ -43,19 +43,23 @@ class Entry:
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int) -> None:
-        self.id: str = body["id"]
-        self.priority: int = body.get("priority", 0)
+        self.id: str = _text(body["id"], "id")
+        self.priority: int = _int(body.get("priority", 0), "priority")
         self.state: JobState = JobState(body.get("state", "ready"))
-        self.attempts: int = body.get("attempts", 0)
-        self.max_attempts: int = body.get("max_attempts", 5)
-        self.available_at: float = body.get("available_at", 0.0)
-        self.enqueued_at: float = body.get("enqueued_at", 0.0)
+        self.attempts: int = _int(body.get("attempts", 0), "attempts")
+        self.max_attempts: int = _int(body.get("max_attempts", 5), "max_attempts")
+        self.available_at: float = _time(body.get("available_at", 0.0), "available_at")
+        self.enqueued_at: float = _time(body.get("enqueued_at", 0.0), "enqueued_at")
         self.lease_deadline: float | None = body.get("lease_deadline")
+        if self.lease_deadline is not None:
+            _time(self.lease_deadline, "lease_deadline")
         self.lease_token: Any = body.get("lease_token")
         self.last_error: str | None = body.get("last_error")
-        self.seq: int = body.get("seq", 0)
-        self.kind: str = body.get("kind", DEFAULT_KIND)
+        self.seq: int = _int(body.get("seq", 0), "seq")
+        self.kind: str = _text(body.get("kind", DEFAULT_KIND), "kind")
         self.dedupe_key: str | None = body.get("dedupe_key")
+        if self.dedupe_key is not None:
+            _text(self.dedupe_key, "dedupe_key")
         self.stage: str | None = body.get("stage")
         self.result: Any = body.get("result")
         self.offset = offset
@@ -88,6 +92,24 @@ class Entry:
         if self.result is not None:
             out["result"] = self.result
         return out
+
+
+def _int(value: Any, name: str) -> int:
+    if type(value) is not int:
+        raise TypeError(f"field {name} is {value!r}, expected an integer")
+    return value
+
+
+def _time(value: Any, name: str) -> float:
+    if type(value) is not float and type(value) is not int:
+        raise TypeError(f"field {name} is {value!r}, expected a number of seconds")
+    return value
+
+
+def _text(value: Any, name: str) -> str:
+    if type(value) is not str:
+        raise TypeError(f"field {name} is {value!r}, expected a string")
+    return value
 
 
 class QueueState:
@@ -123,10 +145,11 @@ class QueueState:
             self.anomalies += 1
             return
         if rtype == RecordType.LEASE:
+            attempts, deadline = _int(body["attempts"], "attempts"), _time(body["deadline"], "deadline")
             self._set_state(entry, LEASED)
-            entry.attempts = body["attempts"]
+            entry.attempts = attempts
             entry.lease_token = body["token"]
-            entry.lease_deadline = body["deadline"]
+            entry.lease_deadline = deadline
             entry.stage = None
             heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         elif rtype == RecordType.ACK:
@@ -134,19 +157,21 @@ class QueueState:
             if "result" in body:
                 entry.result = body["result"]
         elif rtype == RecordType.NACK:
-            entry.attempts = body.get("attempts", entry.attempts)
+            available_at, at = _time(body["available_at"], "available_at"), _time(body["at"], "at")
+            entry.attempts = _int(body.get("attempts", entry.attempts), "attempts")
             entry.last_error = body.get("error")
-            self._make_ready(entry, body["available_at"], body["at"])
+            self._make_ready(entry, available_at, at)
         elif rtype == RecordType.RECLAIM:
-            self._make_ready(entry, body["available_at"], body["at"])
+            self._make_ready(entry, _time(body["available_at"], "available_at"), _time(body["at"], "at"))
         elif rtype == RecordType.DEAD:
             entry.last_error = body.get("error", entry.last_error)
             self._set_state(entry, DEAD)
         elif rtype == RecordType.REQUEUE:
+            available_at, at = _time(body["available_at"], "available_at"), _time(body["at"], "at")
             entry.attempts = 0
-            self._make_ready(entry, body["available_at"], body["at"])
+            self._make_ready(entry, available_at, at)
         elif rtype == RecordType.EXTEND:
-            entry.lease_deadline = body["deadline"]
+            entry.lease_deadline = _time(body["deadline"], "deadline")
             heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         elif rtype == RecordType.STAGE:
             entry.stage = body.get("stage")

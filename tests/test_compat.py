@@ -1,0 +1,143 @@
+"""Format version 1, byte by byte: logs of nobroker 0.1.2 open here, and ours stay readable there.
+
+The log below is built by hand from the layout in DESIGN.md section 4, not
+with nobroker's own encoder, so a change in our writer cannot hide a change
+in what we read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+
+from nobroker import JobState, Queue
+from nobroker.maintenance import inspect_log
+from tests.support import FakeClock, TempDirTestCase
+
+V012_ENQUEUE_KEYS = [
+    "id", "payload", "priority", "state", "attempts", "max_attempts", "available_at",
+    "enqueued_at", "lease_deadline", "lease_token", "last_error", "seq",
+]  # fmt: skip
+V012_KEYS = {
+    "LEASE": {"id", "at", "deadline", "attempts", "token"},
+    "ACK": {"id", "at"},
+    "NACK": {"id", "at", "attempts", "available_at", "error"},
+    "RECLAIM": {"id", "at", "available_at"},
+    "DEAD": {"id", "at", "error"},
+    "REQUEUE": {"id", "at", "available_at"},
+    "PURGE": {"at"},
+    "EXTEND": {"id", "at", "deadline"},
+}
+
+
+def record(rtype: int, body: dict) -> bytes:
+    data = json.dumps(body, separators=(",", ":")).encode()
+    crc = zlib.crc32(bytes([rtype]) + data)
+    return struct.pack("<IBI", len(data), rtype, crc) + data
+
+
+def job(job_id: str, payload, seq: int, priority: int = 0, at: float = 1000.0) -> dict:
+    return {
+        "id": job_id, "payload": payload, "priority": priority, "state": "ready", "attempts": 0,
+        "max_attempts": 5, "available_at": at, "enqueued_at": at, "lease_deadline": None,
+        "lease_token": None, "last_error": None, "seq": seq,
+    }  # fmt: skip
+
+
+class ReadsVersionOne(TempDirTestCase):
+    def write_log(self, generation: int, records: list[bytes]) -> None:
+        header = b"NOBROKER" + struct.pack("<HIH", 1, generation, 0)
+        with open(os.path.join(self.dir, f"default.{generation:06d}.log"), "wb") as f:
+            f.write(header + b"".join(records))
+        if generation:
+            with open(os.path.join(self.dir, "default.current"), "w") as f:
+                f.write(f"{generation}\n")
+
+    def test_a_hand_built_log_opens_with_the_expected_jobs(self) -> None:
+        self.write_log(
+            0,
+            [
+                record(1, job("a", {"to": "ada"}, 1)),
+                record(1, job("b", [1, 2, 3], 2, priority=9)),
+                record(1, job("c", "see", 3)),
+                record(2, {"id": "b", "at": 1001.0, "deadline": 1031.0, "attempts": 1, "token": "t1"}),
+                record(4, {"id": "b", "at": 1002.0, "attempts": 1, "available_at": 1010.0, "error": "boom"}),
+                record(2, {"id": "a", "at": 1003.0, "deadline": 1033.0, "attempts": 1, "token": "t2"}),
+                record(9, {"id": "a", "at": 1004.0, "deadline": 1064.0}),
+                record(3, {"id": "a", "at": 1005.0}),
+                record(2, {"id": "c", "at": 1006.0, "deadline": 1036.0, "attempts": 1, "token": "t3"}),
+                record(6, {"id": "c", "at": 1007.0, "error": "gave up"}),
+                record(7, {"id": "c", "at": 1008.0, "available_at": 1008.0}),
+            ],
+        )
+        with Queue(self.dir, clock=FakeClock(1020.0)) as q:
+            self.assertEqual(q.recovery.records, 11)
+            a, b, c = q.get("a"), q.get("b"), q.get("c")
+            self.assertEqual((a.state, a.payload, a.attempts), (JobState.DONE, {"to": "ada"}, 1))
+            self.assertEqual((b.state, b.payload, b.priority), (JobState.READY, [1, 2, 3], 9))
+            self.assertEqual((b.attempts, b.available_at, b.last_error), (1, 1010.0, "boom"))
+            self.assertEqual((c.state, c.attempts, c.last_error), (JobState.READY, 0, "gave up"))
+            self.assertEqual(q.lease_one().id, "b")  # priority 9 first
+            self.assertEqual(q.stats().to_dict(), {"ready": 1, "delayed": 0, "leased": 1, "done": 1, "dead": 0, "total": 3})
+
+    def test_a_compacted_generation_with_a_pointer_and_a_leased_job(self) -> None:
+        leased = job("x", {"k": "v"}, 7)
+        leased.update(state="leased", attempts=2, lease_deadline=5000.0, lease_token="tok")
+        self.write_log(3, [record(1, leased), record(1, job("y", None, 8)), record(8, {"at": 1100.0})])
+        with Queue(self.dir, clock=FakeClock(1200.0)) as q:
+            self.assertEqual(len(q), 0)  # the PURGE record emptied it
+            self.assertEqual(q.storage.generation, 3)  # type: ignore[attr-defined]
+            q.enqueue("new")
+            self.assertEqual(q.list_jobs()[0].seq, 9, "sequence numbers continue after a purge")
+
+    def test_unknown_keys_are_kept_through_compaction(self) -> None:
+        body = job("k", "payload", 1)
+        body["future_field"] = {"kept": True}
+        self.write_log(0, [record(1, body)])
+        with Queue(self.dir) as q:
+            q.compact()
+        bodies = [v.body for v in inspect_log(self.dir) if v.type_name == "ENQUEUE"]
+        self.assertEqual(bodies[0]["future_field"], {"kept": True})
+
+
+class WritesVersionOne(TempDirTestCase):
+    def test_the_0_1_2_feature_set_writes_only_0_1_2_keys(self) -> None:
+        clock = FakeClock()
+        with Queue(self.dir, clock=clock, visibility_timeout=5, max_attempts=2) as q:
+            a = q.enqueue({"a": 1})
+            q.enqueue_many(["b", "c"], job_ids=["b", "c"])
+            job_a = q.lease_one()
+            q.extend(job_a, 10)
+            q.nack(job_a, error="once", delay=0)
+            job_a = q.lease_one()
+            q.ack(job_a)
+            q.lease_one()
+            clock.advance(6)  # the lease of b expires: RECLAIM
+            q.stats()
+            q.lease_one()
+            q.lease_one()
+            clock.advance(100)
+            q.lease_one()  # reclaims c, leases b again (its second attempt)
+            clock.advance(100)
+            q.lease_one()  # b's second lease expires: attempts exhausted, DEAD
+            self.assertEqual(q.stats().dead, 1)
+            q.requeue_dead()
+            q.purge()
+            del a
+        views = list(inspect_log(self.dir))
+        self.assertEqual(views[0].body, {"version": 1, "generation": 0})
+        seen = set()
+        for view in views[1:]:
+            self.assertIsNone(view.damage)
+            seen.add(view.type_name)
+            if view.type_name == "ENQUEUE":
+                self.assertEqual(list(view.body), V012_ENQUEUE_KEYS)
+            else:
+                self.assertEqual(set(view.body), V012_KEYS[view.type_name], view.type_name)
+        self.assertEqual(seen, {"ENQUEUE", "LEASE", "ACK", "NACK", "RECLAIM", "DEAD", "REQUEUE", "PURGE", "EXTEND"})
+        names = sorted(os.listdir(self.dir))
+        self.assertEqual(names, ["default.000000.log", "default.lock"])
+        with open(os.path.join(self.dir, "default.000000.log"), "rb") as f:
+            self.assertEqual(f.read(16), b"NOBROKER\x01\x00\x00\x00\x00\x00\x00\x00")

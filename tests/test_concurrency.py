@@ -1,0 +1,172 @@
+"""Many processes, many threads, one queue: every job to exactly one of them.
+
+Real OS processes race on one folder; each reports the ids it leased; the
+sets must be disjoint and together complete. Also: a process that slept
+through everything catches up; a queue object used after fork gets its own
+lock instead of silently sharing the parent's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+import unittest
+
+from nobroker import LockTimeoutError, Queue
+from tests.support import TempDirTestCase
+
+JOBS = 400
+
+
+def drain(directory: str, out: multiprocessing.Queue) -> None:
+    got = []
+    with Queue(directory, visibility_timeout=300) as q:
+        while True:
+            jobs = q.lease(3)
+            if not jobs:
+                break
+            for job in jobs:
+                got.append(job.id)
+                q.ack(job)
+    out.put(got)
+
+
+def produce(directory: str, start: int, count: int) -> None:
+    with Queue(directory) as q:
+        for i in range(start, start + count):
+            q.enqueue({"i": i})
+
+
+class ProcessRaces(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.ctx = multiprocessing.get_context("spawn")
+
+    def test_four_processes_lease_disjoint_complete_sets(self) -> None:
+        with Queue(self.dir) as q:
+            ids = {job.id for job in q.enqueue_many([{"i": i} for i in range(JOBS)])}
+        out = self.ctx.Queue()
+        procs = [self.ctx.Process(target=drain, args=(self.dir, out)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+            self.assertEqual(p.exitcode, 0)
+        seen: list[str] = [job_id for got in results for job_id in got]
+        self.assertEqual(len(seen), len(set(seen)), "a job was leased by two processes")
+        self.assertEqual(set(seen), ids, "some jobs were never leased")
+        self.assertGreaterEqual(sum(1 for got in results if got), 2, "only one process got work: no race happened")
+
+    def test_producers_in_four_processes_lose_nothing(self) -> None:
+        procs = [self.ctx.Process(target=produce, args=(self.dir, k * 100, 100)) for k in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+            self.assertEqual(p.exitcode, 0)
+        with Queue(self.dir) as q:
+            got = sorted(job.payload["i"] for job in q.list_jobs())
+            seqs = [job.seq for job in q.list_jobs()]
+        self.assertEqual(got, list(range(400)))
+        self.assertEqual(len(set(seqs)), 400, "two jobs got the same sequence number")
+
+    def test_a_late_process_catches_up(self) -> None:
+        late = Queue(self.dir)
+        self.addCleanup(late.close)
+        procs = [self.ctx.Process(target=produce, args=(self.dir, k * 50, 50)) for k in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        with Queue(self.dir) as q:
+            q.ack(q.lease_one())
+            q.compact()  # the late reader must also follow a generation flip
+            q.enqueue({"i": "after compaction"})
+        stats = late.stats()
+        self.assertEqual((stats.ready, stats.done), (100, 0))
+        self.assertEqual(late.list_jobs()[-1].payload, {"i": "after compaction"})
+        job = late.lease_one()
+        self.assertIsNotNone(job)
+        late.ack(job)
+
+    def test_threads_share_one_queue(self) -> None:
+        q = Queue(self.dir)
+        self.addCleanup(q.close)
+        q.enqueue_many([{"i": i} for i in range(JOBS)])
+        seen: list[str] = []
+        lock = threading.Lock()
+
+        def worker() -> None:
+            while True:
+                job = q.lease_one()
+                if job is None:
+                    return
+                q.ack(job)
+                with lock:
+                    seen.append(job.id)
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(len(seen), JOBS)
+        self.assertEqual(len(set(seen)), JOBS)
+        self.assertEqual(q.stats().done, JOBS)
+
+
+@unittest.skipUnless(hasattr(os, "fork"), "os.fork is POSIX only")
+class AfterFork(TempDirTestCase):
+    def test_child_gets_its_own_lock(self) -> None:
+        q = Queue(self.dir, lock_timeout=0.3)
+        self.addCleanup(q.close)
+        q.enqueue("before fork")
+        r, w = os.pipe()
+        # The parent holds the queue's cross-process lock while the child works.
+        q.storage._lock.acquire(exclusive=True)  # type: ignore[attr-defined]
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 1
+            try:
+                os.close(r)
+                try:
+                    q.enqueue("from the child while the parent holds the lock")
+                    os.write(w, b"shared")  # it got in: the lock was shared. Wrong.
+                except LockTimeoutError:
+                    os.write(w, b"waited")
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            answer = f.read()
+        _, status = os.waitpid(pid, 0)
+        q.storage._lock.release()  # type: ignore[attr-defined]
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(answer, b"waited", "a forked child shared its parent's file lock")
+
+    def test_child_writes_and_parent_sees_them(self) -> None:
+        q = Queue(self.dir)
+        self.addCleanup(q.close)
+        q.enqueue("parent 1")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                job = q.lease_one()
+                q.ack(job)
+                q.enqueue("child")
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        stats = q.stats()
+        self.assertEqual((stats.ready, stats.done), (1, 1))
+        self.assertEqual(q.lease_one().payload, "child")
+
+
+if __name__ == "__main__":
+    unittest.main()
