@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,8 +35,9 @@ TESTS = ROOT / "tests"
 #: Test modules run side by side; the CI machine (and a developer's) has 2 cores.
 DEFAULT_TEST_JOBS = 2
 #: A test module that runs longer than this is killed and counted as failed,
-#: so a hung crash test cannot eat CI's whole time budget.
-DEFAULT_MODULE_TIMEOUT = 20 * 60.0
+#: so a hung crash test cannot eat CI's whole time budget (``--long`` allows 4x).
+DEFAULT_MODULE_TIMEOUT = 15 * 60.0
+LONG_TIMEOUT_FACTOR = 4
 #: Where the durations of the last test run are kept, to start the longest first.
 TEST_TIMES = ROOT / "build" / "test-times.json"
 #: How the per-module runner hands its counts back to make.py.
@@ -323,8 +325,10 @@ def run_tests(argv: list[str], *, quick: bool) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=DEFAULT_TEST_JOBS, help="modules run at once")
     parser.add_argument("--long", action="store_true", help="the long variants (NOBROKER_LONG=1)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show every module's output")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_MODULE_TIMEOUT, help="seconds per module")
+    parser.add_argument("--timeout", type=float, default=None, help=f"seconds per module (default {DEFAULT_MODULE_TIMEOUT:.0f})")
     opts = parser.parse_args(argv)
+    if opts.timeout is None:
+        opts.timeout = DEFAULT_MODULE_TIMEOUT * (LONG_TIMEOUT_FACTOR if opts.long else 1)
 
     modules = discover_modules(opts.modules)
     if not modules:
@@ -356,6 +360,10 @@ def run_tests(argv: list[str], *, quick: bool) -> int:
             if opts.verbose and res.output:
                 print(res.output.rstrip("\n"), flush=True)
 
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # CI's time limit or `timeout`: take the module process groups down too
+
+    signal.signal(signal.SIGTERM, terminated)
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = [pool.submit(runner.run, m) for m in order_longest_first(modules)]
