@@ -18,6 +18,7 @@ import tempfile
 import textwrap
 import time
 import tomllib
+import traceback
 import unittest
 import zipfile
 from pathlib import Path
@@ -223,10 +224,45 @@ class PyzTest(TempDirTestCase):
             self.assertTrue(all(info.compress_type == zipfile.ZIP_DEFLATED for info in files))
             self.assertIn("nobroker.cli", bundle.read("__main__.py").decode())
 
-    def test_help_runs_from_another_folder(self) -> None:
+    def test_help_runs_from_another_folder_and_matches_the_source(self) -> None:
         proc = self.pyz_run("--help")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("enqueue", proc.stdout)
+        source = run(["-m", "nobroker", "--help"], cwd=self.dir, env=dict(bare_env(), PYTHONPATH=str(ROOT / "src")))
+        self.assertEqual(proc.stdout, source.stdout, "slimming the bundle changed the help text")
+
+    def test_slimming_keeps_every_line_in_place(self) -> None:
+        from tools.build_pyz import slim_source
+
+        source = textwrap.dedent('''\
+            """Module summary.
+
+            More words that the bundle drops.
+            """
+            # a dropped remark
+            def f(x):  # trailing comment
+                """Say "hi" \\ then fail.
+
+                Details.
+                """
+                s = "# not a comment"
+                raise ValueError(s)
+        ''')
+        slimmed = slim_source(source)
+        self.assertEqual(slimmed.count("\n"), source.count("\n"))
+        self.assertNotIn("dropped remark", slimmed)
+        self.assertNotIn("Details", slimmed)
+        space: dict[str, object] = {}
+        exec(compile(slimmed, "m.py", "exec"), space)
+        self.assertEqual(space["__doc__"].splitlines()[0], "Module summary.")  # type: ignore[union-attr]
+        self.assertEqual(space["f"].__doc__.splitlines()[0], 'Say "hi" \\ then fail.')  # type: ignore[union-attr]
+        try:
+            space["f"](1)  # type: ignore[operator]
+        except ValueError as exc:
+            self.assertEqual(str(exc), "# not a comment")
+            self.assertEqual(traceback.extract_tb(exc.__traceback__)[-1].lineno, 12)
+        else:
+            self.fail("f did not raise")
 
     def test_enqueue_then_stats_against_a_temp_queue(self) -> None:
         enq = self.pyz_run("--dir", "q", "enqueue", '{"resize": "photo.jpg"}', "--priority", "5")

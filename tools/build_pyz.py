@@ -9,15 +9,23 @@ The bundle is a zipapp (PEP 441): src/nobroker/ zipped, compressed, with a
 the zip, so nothing is unpacked to disk and nothing is installed. psycopg is
 not bundled: the PostgreSQL storage imports it only when a DSN is opened.
 
-    python tools/build_pyz.py [--output PATH]
+The bundled source is the repository's, slimmed: comments are dropped and
+each docstring keeps only its first line. Every line stays where it was, so a
+traceback from the bundle points at the right line of the source in the
+repository. ``--full-source`` bundles the files untouched.
+
+    python tools/build_pyz.py [--output PATH] [--full-source]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import io
 import shutil
 import sys
 import tempfile
+import tokenize
 import zipapp
 from pathlib import Path
 
@@ -31,7 +39,33 @@ MAX_BYTES = 100 * 1024
 INTERPRETER = "/usr/bin/env python3"
 
 
-def build(output: Path) -> int:
+def slim_source(source: str) -> str:
+    """``source`` without comments and with one-line docstrings, every statement on its original line."""
+    docstrings: dict[tuple[int, int], tuple[int, str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                doc = first.value
+                docstrings[(doc.lineno, doc.col_offset)] = (doc.end_lineno or doc.lineno, doc.value)
+    tokens = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            continue
+        if tok.type == tokenize.STRING and tok.start in docstrings:
+            end_line, value = docstrings[tok.start]
+            summary = (value.strip().splitlines() or [""])[0].replace("\\", "\\\\").replace('"', '\\"')
+            newlines = end_line - tok.start[0]
+            # Blank lines inside the quotes keep every later line at its number.
+            tok = tok._replace(string=f'"""{summary}{chr(10) * newlines}"""' if newlines else f'"{summary}"')
+        tokens.append(tok)
+    slimmed = tokenize.untokenize(tokens)
+    if slimmed.count("\n") != source.count("\n"):
+        raise SystemExit("build_pyz: slimming moved lines; build with --full-source and report this")
+    return slimmed
+
+
+def build(output: Path, *, full_source: bool = False) -> int:
     """Write the bundle to ``output``; returns its size in bytes."""
     if not (PACKAGE / "cli.py").is_file():
         raise SystemExit(f"build_pyz: {PACKAGE.relative_to(ROOT)}/cli.py is missing: nothing to bundle yet")
@@ -40,6 +74,9 @@ def build(output: Path) -> int:
         # A staging copy keeps build debris out of the bundle (caches, egg-info)
         # and leaves the archive root holding exactly one thing: the package.
         shutil.copytree(PACKAGE, Path(staging) / "nobroker", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if not full_source:
+            for path in (Path(staging) / "nobroker").rglob("*.py"):
+                path.write_text(slim_source(path.read_text(encoding="utf-8")), encoding="utf-8")
         tmp_output = output.with_name(output.name + ".tmp")
         zipapp.create_archive(staging, tmp_output, interpreter=INTERPRETER, main=ENTRY_POINT, compressed=True)
         tmp_output.replace(output)
@@ -49,9 +86,10 @@ def build(output: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the single-file nobroker.pyz with zipapp.")
     parser.add_argument("--output", "-o", type=Path, default=DEFAULT_OUTPUT, help=f"where to write it (default {DEFAULT_OUTPUT.relative_to(ROOT)})")
+    parser.add_argument("--full-source", action="store_true", help="bundle the source untouched (comments and docstrings kept)")
     opts = parser.parse_args(argv)
     output = opts.output.resolve()
-    size = build(output)
+    size = build(output, full_source=opts.full_source)
     try:
         shown = output.relative_to(Path.cwd())
     except ValueError:

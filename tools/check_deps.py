@@ -53,10 +53,11 @@ class Optional:
 
 OPTIONAL_THIRD_PARTY: dict[str, Optional] = {
     "psycopg": Optional(
-        places=("src/nobroker/postgres.py", "tests/"),
+        places=("src/nobroker/postgres.py", "src/nobroker/bench_pg.py", "tests/"),
         why=(
-            'the PostgreSQL storage (pip install "nobroker[postgres]"), imported only when a '
-            "postgresql:// DSN is opened; its tests skip without it"
+            'the PostgreSQL storage (pip install "nobroker[postgres]") and its benchmark, imported '
+            "only when a postgresql:// DSN is opened or the PostgreSQL benchmark runs; "
+            "the PostgreSQL tests skip without it"
         ),
     ),
 }
