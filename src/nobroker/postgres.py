@@ -288,8 +288,7 @@ _RET = (
 )
 _BACKOFF = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s) * (1 - %(b_jitter)s * random())"
 
-_TEMPLATES: dict[str, str] = {
-    "reclaim": f"""
+_RECLAIM = f"""
         UPDATE {{schema}}.jobs AS j SET
             state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
             available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
@@ -301,8 +300,8 @@ _TEMPLATES: dict[str, str] = {
         FROM (SELECT queue, id FROM {{schema}}.jobs
               WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
               ORDER BY lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED) AS x
-        WHERE j.queue = x.queue AND j.id = x.id""",
-    "claim": f"""
+        WHERE j.queue = x.queue AND j.id = x.id"""
+_CLAIM = f"""
         UPDATE {{schema}}.jobs AS j SET
             state = 'leased', attempts = j.attempts + 1, stage = NULL,
             lease_token = replace(gen_random_uuid()::text, '-', ''),
@@ -311,34 +310,44 @@ _TEMPLATES: dict[str, str] = {
               WHERE queue = %(q)s AND state = 'ready' AND available_at <= {_NOW} {{kinds}}
               ORDER BY priority DESC, seq LIMIT %(n)s FOR UPDATE SKIP LOCKED) AS x
         WHERE j.queue = x.queue AND j.id = x.id
-        RETURNING {_RET}""",
+        RETURNING {_RET}"""
+#: What an insert returns: the rest of the Job is known to the caller already.
+_INSERTED = "j.id, j.seq, date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at)"
+_INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)"
+
+_TEMPLATES: dict[str, str] = {
+    "reclaim": _RECLAIM,
+    # Reclaimed rows become ready only after a backoff > 0, so a claim in the
+    # same statement could never take them: one statement does both.
+    "claim_reclaim": f"WITH reclaimed AS ({_RECLAIM} RETURNING 1) {_CLAIM}",
+    # A backoff that can be 0 makes a reclaimed job claimable at once, which
+    # the claim sees only as a separate statement after the reclaim.
+    "claim": _CLAIM,
+    # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
+    # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
+    # connection) skip the speculative insertion, and a random id that
+    # collides just fails and is drawn again.
     "insert_one": f"""
-        WITH j AS (
-            INSERT INTO {{schema}}.jobs
-                (queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)
-            VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {_NOW} + %(delay)s::float8 * interval '1 second',
-                    {_NOW}, %(key)s, %(payload)s::json)
-            ON CONFLICT DO NOTHING
-            RETURNING *)
-        SELECT {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, '')) FROM j""",
+        INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
+        VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {_NOW} + %(delay)s::float8 * interval '1 second',
+                {_NOW}, %(key)s, %(payload)s::json)
+        {{conflict}}
+        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
     "insert_many": f"""
-        WITH j AS (
-            INSERT INTO {{schema}}.jobs
-                (queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)
-            SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
-                   u.payload::json
-            FROM unnest(%(ids)s::text[], %(kinds)s::text[], %(prios)s::int[], %(maxs)s::int[],
-                        %(delays)s::float8[], %(keys)s::text[], %(payloads)s::text[])
-                 WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
-            ORDER BY u.ord
-            ON CONFLICT DO NOTHING
-            RETURNING *)
-        SELECT {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, '')) FROM j""",
+        INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
+        SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
+               u.payload::json
+        FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
+                    %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
+             WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
+        ORDER BY u.ord
+        {{conflict}}
+        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
     "existing": f"""
         SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND (j.id = ANY(%(ids)s::text[])
+        WHERE j.queue = %(q)s AND (j.id = ANY(%(ids)b::text[])
               OR (j.dedupe_key IS NOT NULL AND j.state IN ('ready', 'leased')
-                  AND (j.kind, j.dedupe_key) IN (SELECT * FROM unnest(%(kinds)s::text[], %(keys)s::text[]))))""",
+                  AND (j.kind, j.dedupe_key) IN (SELECT * FROM unnest(%(kinds)b::text[], %(keys)b::text[]))))""",
     "ack": f"""
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, finished_at = {_NOW},
@@ -346,6 +355,14 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 'leased' AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING 1""",
+    "ack_many": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = 'done', lease_deadline = NULL, finished_at = {_NOW},
+            result = coalesce(u.result::json, j.result)
+        FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
+        WHERE j.queue = %(q)s AND j.id = u.id AND j.state = 'leased' AND j.lease_deadline > {_NOW}
+          AND (u.token IS NULL OR j.lease_token = u.token)
+        RETURNING j.id""",
     "nack": f"""
         UPDATE {{schema}}.jobs AS j SET
             state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
@@ -398,12 +415,13 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.state = %(state)s::text AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
     "stats": f"""
-        SELECT count(*) FILTER (WHERE state = 'ready' AND available_at <= {_NOW}),
-               count(*) FILTER (WHERE state = 'ready' AND available_at > {_NOW}),
-               count(*) FILTER (WHERE state = 'leased'),
-               count(*) FILTER (WHERE state = 'done'),
-               count(*) FILTER (WHERE state = 'dead')
-        FROM {{schema}}.jobs WHERE queue = %(q)s""",
+        SELECT r.ready, r.delayed,
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'),
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'done'),
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead')
+        FROM (SELECT count(*) FILTER (WHERE available_at <= {_NOW}) AS ready,
+                     count(*) FILTER (WHERE available_at > {_NOW}) AS delayed
+              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r""",
     "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
     "now": f"SELECT date_part('epoch', {_NOW})",
     "version": "SELECT max(version) FROM {schema}.schema_migrations",
@@ -416,8 +434,12 @@ def _build(schema: str) -> dict[str, Any]:
     ident = sql.Identifier(schema)
     out: dict[str, Any] = {}
     for name, template in _TEMPLATES.items():
-        if name == "claim":
-            for variant, kinds in (("claim", ""), ("claim_kinds", "AND kind = ANY(%(kinds)s::text[])")):
+        if name.startswith("insert"):
+            for variant, conflict in ((name, "ON CONFLICT DO NOTHING"), (name + "_fresh", "")):
+                text = template.replace("{conflict}", conflict)
+                out[variant] = sql.SQL(text).format(schema=ident)  # type: ignore[arg-type]
+        elif name.startswith("claim"):
+            for variant, kinds in ((name, ""), (name + "_kinds", "AND kind = ANY(%(kinds)b::text[])")):
                 text = template.replace("{kinds}", kinds)
                 out[variant] = sql.SQL(text).format(schema=ident)  # type: ignore[arg-type]
         else:
@@ -637,6 +659,9 @@ class PostgresStorage:
             cur = conn.execute(self._sql[statement], params)
         return cur
 
+    def _reclaim(self, conn: Any) -> None:
+        conn.execute(self._sql["reclaim"], self._backoff_params(self._params()))
+
     # ================================================================ operations
     def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
         for spec in specs:
@@ -664,14 +689,18 @@ class PostgresStorage:
             created = self._insert(conn, [specs[i] for i in pending], [ids[i] for i in pending], own=own)
             unresolved = []
             for i in pending:
-                job = created.get(ids[i])
-                if job is not None:
-                    out[i] = job
+                got = created.get(ids[i])
+                if got is not None:
+                    out[i] = got
                 else:
                     unresolved.append(i)
             if not unresolved:
                 break
-            found = self._find_existing(conn, [specs[i] for i in unresolved], [ids[i] for i in unresolved])
+            if own:
+                # The conflicting job may hold an expired lease on its last attempt: once
+                # reclaimed it is dead and its dedupe key free, as the file storage sees it.
+                self._reclaim(conn)
+            found = self._find_existing(conn, [specs[i] for i in unresolved])
             pending = []
             for i in unresolved:
                 spec = specs[i]
@@ -693,6 +722,19 @@ class PostgresStorage:
         return out  # type: ignore[return-value]
 
     def _insert(self, conn: Any, specs: list[EnqueueSpec], ids: list[str], *, own: bool) -> dict[str, Job]:
+        """INSERT what does not conflict; the new jobs by id (the first spec of an id wins)."""
+        # Without ids or keys nothing can conflict but a random id, which is
+        # astronomically rare: skip ON CONFLICT, and on our own connection
+        # (an error there aborts no caller's transaction) just draw again.
+        fresh = own and all(s.job_id is None and s.dedupe_key is None for s in specs)
+        if fresh:
+            try:
+                return self._insert_as(conn, specs, ids, "_fresh")
+            except pg_errors.UniqueViolation:
+                return {}  # nothing was inserted; the caller draws new ids
+        return self._insert_as(conn, specs, ids, "")
+
+    def _insert_as(self, conn: Any, specs: list[EnqueueSpec], ids: list[str], variant: str) -> dict[str, Job]:
         params = self._params(chan=self._channel)
         if len(specs) == 1:
             spec = specs[0]
@@ -708,18 +750,21 @@ class PostgresStorage:
                 keys=[s.dedupe_key for s in specs], payloads=[s.payload_json for s in specs],
             )  # fmt: skip
             statement = "insert_many"
-        if own:
-            cur = self._write(conn, statement, params)
-        else:
-            cur = conn.cursor(row_factory=tuple_row)
-            cur.execute(self._sql[statement], params)
+        cur = conn.cursor(row_factory=tuple_row)
+        cur.execute(self._sql[statement + variant], params)
+        first = {}
+        for spec, job_id in zip(specs, ids):
+            first.setdefault(job_id, spec)
         jobs = {}
-        for row in cur.fetchall():
-            job = _row_job(row)
-            jobs[job.id] = job
+        for job_id, seq, available_at, enqueued_at, _notified in cur.fetchall():
+            spec = first[job_id]
+            jobs[job_id] = Job(
+                id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
+                available_at=available_at, enqueued_at=enqueued_at, seq=seq, kind=spec.kind, dedupe_key=spec.dedupe_key,
+            )  # fmt: skip
         return jobs
 
-    def _find_existing(self, conn: Any, specs: list[EnqueueSpec], ids: list[str]) -> dict[tuple[str, ...], Job]:
+    def _find_existing(self, conn: Any, specs: list[EnqueueSpec]) -> dict[tuple[str, ...], Job]:
         params = self._params(
             ids=[s.job_id for s in specs if s.job_id is not None],
             kinds=[s.kind for s in specs if s.dedupe_key is not None],
@@ -735,12 +780,22 @@ class PostgresStorage:
                 found[("key", job.kind, job.dedupe_key)] = job
         return found
 
+    def _zero_backoff_possible(self) -> bool:
+        b = self.backoff
+        return b.base <= 0 or b.max_delay <= 0 or b.factor <= 0
+
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
-        statement = "claim" if kinds is None else "claim_kinds"
-        params = self._params(vt=visibility_timeout, n=count, kinds=sorted(kinds) if kinds is not None else None)
+        suffix = "" if kinds is None else "_kinds"
+        params = self._backoff_params(
+            self._params(vt=visibility_timeout, n=count, kinds=sorted(kinds) if kinds is not None else None)
+        )
+        two_steps = self._zero_backoff_possible()
 
         def run(conn: Any) -> list[Job]:
-            rows = self._write(conn, statement, params).fetchall()
+            if two_steps:
+                rows = self._write(conn, "claim" + suffix, params).fetchall()
+            else:
+                rows = conn.execute(self._sql["claim_reclaim" + suffix], params).fetchall()
             jobs = [_row_job(row) for row in rows]
             jobs.sort(key=lambda job: (-job.priority, job.seq))
             return jobs
@@ -749,7 +804,8 @@ class PostgresStorage:
         return self._run("lease", run, retry=True)
 
     def _refuse(self, conn: Any, job_id: str, token: str | None, action: str) -> None:
-        """The UPDATE changed nothing: raise the error that says why."""
+        """The UPDATE changed nothing: reclaim what expired (as the file storage would have), then say why."""
+        self._reclaim(conn)
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
         if row is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
@@ -763,25 +819,50 @@ class PostgresStorage:
             f"cannot {action} job {job_id}: it is {state}, not leased" + (" (your lease expired)" if token is not None else "")
         )
 
+    def _already_done(self, conn: Any, job_id: str, token: str | None) -> bool:
+        row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
+        return row is not None and row[0] == "done" and (token is None or row[1] == token)
+
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         params = self._params(id=job_id, token=token, result=result_json)
 
         def run(conn: Any) -> None:
-            if self._write(conn, "ack", params).fetchone() is not None:
+            if conn.execute(self._sql["ack"], params).fetchone() is not None:
                 return
-            row = conn.execute(self._sql["why"], params).fetchone()
-            if row is not None and row[0] == "done" and (token is None or row[1] == token):
+            if self._already_done(conn, job_id, token):
                 return  # acking a finished job again is harmless
             self._refuse(conn, job_id, token, "ack")
 
         # Twice is harmless: the second ack finds the job done under the same token.
         self._run("ack", run, retry=True)
 
+    def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
+        """Ack many leased jobs in one statement: (job id, token or None, result JSON or None) each.
+
+        Every job whose lease still holds is done when this returns; if any
+        could not be acked, NotLeasedError (or JobNotFoundError) names the
+        first of them after the others were acked.
+        """
+        if not items:
+            return
+        params = self._params(
+            ids=[i[0] for i in items], tokens=[i[1] for i in items], results=[i[2] for i in items]
+        )
+
+        def run(conn: Any) -> None:
+            cur = conn.execute(self._sql["ack_many"], params)
+            acked = {row[0] for row in cur.fetchall()}
+            for job_id, token, _result in items:
+                if job_id not in acked and not self._already_done(conn, job_id, token):
+                    self._refuse(conn, job_id, token, "ack")
+
+        self._run("ack_many", run, retry=True)
+
     def _change(self, what: str, statement: str, job_id: str, token: str | None, retry: bool, **values: Any) -> Job:
-        params = self._params(id=job_id, token=token, chan=self._channel, **values)
+        params = self._backoff_params(self._params(id=job_id, token=token, chan=self._channel, **values))
 
         def run(conn: Any) -> Job:
-            row = self._write(conn, statement, params).fetchone()
+            row = conn.execute(self._sql[statement], params).fetchone()
             if row is None:
                 self._refuse(conn, job_id, token, what)
             return _row_job(row)
@@ -825,7 +906,7 @@ class PostgresStorage:
 
     def purge(self) -> int:
         params = self._params()
-        return self._run("purge", lambda conn: self._write(conn, "purge", params).rowcount, retry=False)
+        return self._run("purge", lambda conn: conn.execute(self._sql["purge"], params).rowcount, retry=False)
 
     def compact(self) -> CompactionResult:
         started = time.perf_counter()

@@ -5,12 +5,14 @@
 -- Times are timestamptz from the database clock, so hosts with skewed
 -- clocks agree on every deadline.
 
+-- Keys compare byte for byte (COLLATE "C"): the same order whatever the
+-- database's locale, and much cheaper comparisons in every index.
 CREATE TABLE {schema}.jobs (
     seq            bigint GENERATED ALWAYS AS IDENTITY,
-    queue          text NOT NULL,
-    id             text NOT NULL,
-    kind           text NOT NULL DEFAULT 'default',
-    state          text NOT NULL DEFAULT 'ready'
+    queue          text COLLATE "C" NOT NULL,
+    id             text COLLATE "C" NOT NULL,
+    kind           text COLLATE "C" NOT NULL DEFAULT 'default',
+    state          text COLLATE "C" NOT NULL DEFAULT 'ready'
                    CONSTRAINT jobs_state_known CHECK (state IN ('ready', 'leased', 'done', 'dead')),
     priority       integer NOT NULL DEFAULT 0,
     attempts       integer NOT NULL DEFAULT 0,
@@ -20,7 +22,7 @@ CREATE TABLE {schema}.jobs (
     lease_deadline timestamptz,
     lease_token    text,
     last_error     text,
-    dedupe_key     text,
+    dedupe_key     text COLLATE "C",
     stage          text,
     -- json, not jsonb: the text is kept byte for byte, so every payload
     -- comes back exactly as it went in (key order, number spelling).
@@ -32,7 +34,8 @@ CREATE TABLE {schema}.jobs (
 );
 
 -- The claim: ready rows of one queue, highest priority first, then oldest.
-CREATE INDEX jobs_claim ON {schema}.jobs (queue, priority DESC, seq) WHERE state = 'ready';
+-- available_at rides along so stats can count ready vs delayed from the index.
+CREATE INDEX jobs_claim ON {schema}.jobs (queue, priority DESC, seq) INCLUDE (available_at) WHERE state = 'ready';
 
 -- Reclaiming expired leases: only leased rows, earliest deadline first.
 CREATE INDEX jobs_leases ON {schema}.jobs (queue, lease_deadline) WHERE state = 'leased';
@@ -41,10 +44,11 @@ CREATE INDEX jobs_leases ON {schema}.jobs (queue, lease_deadline) WHERE state = 
 CREATE UNIQUE INDEX jobs_dedupe ON {schema}.jobs (queue, kind, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'leased');
 
--- Listing by state in seq order, stats (index-only counts), compaction.
-CREATE INDEX jobs_state ON {schema}.jobs (queue, state, seq) INCLUDE (available_at);
+-- Finished jobs: the DLQ listing, done/dead counts, compaction.
+CREATE INDEX jobs_finished ON {schema}.jobs (queue, state, seq) WHERE state IN ('done', 'dead');
 
--- Listing every state in seq order.
+-- Listing in seq order. Each row sits in three indexes at any time (this,
+-- the primary key, and the one of its state), which keeps every write cheap.
 CREATE INDEX jobs_seq ON {schema}.jobs (queue, seq);
 
 -- The nominal retry delay of BackoffPolicy.delay_for, before jitter:
