@@ -1,0 +1,563 @@
+"""What only the PostgreSQL storage can show: many processes, transactions, dead connections, RLS.
+
+Imports: the standard library, psycopg (through tests.pgsupport), the public
+``nobroker`` API, nobroker.postgres (migrate and the storage's helpers) and
+tests.support. Concurrency and crash tests use real processes; every test
+uses its own queue name (and a schema of its own where it changes the schema).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from typing import Any
+
+from nobroker import (
+    BackoffPolicy,
+    JobNotFoundError,
+    JobState,
+    NobrokerError,
+    NotLeasedError,
+    PermanentError,
+    Queue,
+    Worker,
+)
+from tests.pgsupport import PostgresTestCase, connect, drop_schema, fresh_name, require_postgres
+from tests.support import slow, wait_until
+
+SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+#: Generous bound for anything that should happen "soon" on a busy shared machine.
+PATIENCE = 30.0
+NO_BACKOFF = BackoffPolicy(base=0, jitter=0)
+#: Text that would break SQL built by pasting strings together.
+NASTY = "it's \"quoted\"; DROP TABLE jobs; -- a comment\n/* and */ $$dollar$$ \\backslash %s %(x)s {schema}"
+
+_fork = multiprocessing.get_context("fork")
+
+
+def _claim_all(dsn: str, schema: str, name: str, start: Any, out: Any, batch: int) -> None:
+    """A worker process: lease and ack until the queue is empty; report what it took."""
+    taken: list[str] = []
+    with Queue(dsn, name, schema=schema, migrate=False) as q:
+        start.wait(PATIENCE)
+        while True:
+            jobs = q.lease(batch)
+            if not jobs:
+                break
+            for job in jobs:
+                q.ack(job)
+                taken.append(job.id)
+    out.put(taken)
+
+
+def _migrate_child(dsn: str, schema: str, start: Any, out: Any) -> None:
+    from nobroker.postgres import migrate
+
+    start.wait(PATIENCE)
+    try:
+        out.put(("ok", migrate(dsn, schema=schema)))
+    except BaseException as exc:
+        out.put(("error", repr(exc)))
+
+
+def _enqueue_same_key(dsn: str, schema: str, name: str, start: Any, out: Any) -> None:
+    with Queue(dsn, name, schema=schema, migrate=False) as q:
+        start.wait(PATIENCE)
+        out.put(sorted({q.enqueue({"pid": os.getpid()}, dedupe_key="one").id for _ in range(20)}))
+
+
+class PostgresStorageTests(PostgresTestCase):
+    """Behaviour of the PostgreSQL storage beyond the shared semantic suite."""
+
+    def open_queue(self, name: str | None = None, **options: Any) -> Queue:
+        q = Queue(self.dsn, name or self.name, schema=self.schema, **options)
+        self.addCleanup(q.close)
+        return q
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.name = fresh_name("q")
+
+    # ------------------------------------------------------------ many processes
+    def test_four_processes_claim_disjoint_complete_sets(self) -> None:
+        q = self.open_queue()
+        ids = [job.id for job in q.enqueue_many(list(range(400)))]
+        for batch in (1, 7):
+            with self.subTest(batch=batch):
+                if batch != 1:
+                    ids = [job.id for job in q.enqueue_many(list(range(400)))]
+                start, out = _fork.Event(), _fork.Queue()
+                procs = [_fork.Process(target=_claim_all, args=(self.dsn, self.schema, self.name, start, out, batch))
+                         for _ in range(4)]  # fmt: skip
+                for p in procs:
+                    p.start()
+                start.set()
+                taken = [out.get(timeout=PATIENCE * 4) for _ in procs]
+                for p in procs:
+                    p.join(PATIENCE)
+                    self.assertEqual(p.exitcode, 0)
+                every = [job_id for part in taken for job_id in part]
+                self.assertEqual(len(every), len(set(every)), "a job was delivered to two processes")
+                self.assertEqual(sorted(every), sorted(ids), "a job was never delivered")
+                self.assertEqual(q.stats().done, len(ids) * (1 if batch == 1 else 2))
+
+    def test_concurrent_enqueues_with_one_dedupe_key_make_one_job(self) -> None:
+        start, out = _fork.Event(), _fork.Queue()
+        procs = [_fork.Process(target=_enqueue_same_key, args=(self.dsn, self.schema, self.name, start, out))
+                 for _ in range(4)]  # fmt: skip
+        for p in procs:
+            p.start()
+        start.set()
+        seen = [out.get(timeout=PATIENCE * 2) for _ in procs]
+        for p in procs:
+            p.join(PATIENCE)
+        self.assertEqual(len({job_id for ids in seen for job_id in ids}), 1)
+        self.assertEqual(len(self.open_queue()), 1)
+
+    # ------------------------------------------------------------ transactions
+    def test_transactional_enqueue_commits_and_rolls_back_with_the_caller(self) -> None:
+        q = self.open_queue()
+        with connect(autocommit=False) as conn:
+            with conn.transaction():
+                conn.execute("SELECT 1")  # the caller's own business write would go here
+                kept = q.enqueue({"order": 1}, conn=conn)
+                self.assertIs(kept.state, JobState.READY)
+                # Not visible to anyone else before the caller commits.
+                self.assertEqual(q.lease(), [])
+                with self.assertRaises(JobNotFoundError):
+                    q.get(kept.id)
+            self.assertEqual(q.get(kept.id).payload, {"order": 1})
+
+            class Rollback(Exception):
+                pass
+
+            with self.assertRaises(Rollback):
+                with conn.transaction():
+                    gone = q.enqueue_many([{"order": 2}, {"order": 3}], conn=conn)
+                    raise Rollback
+            for job in gone:
+                with self.assertRaises(JobNotFoundError):
+                    q.get(job.id)
+            conn.rollback()
+            gone = q.enqueue({"order": 4}, conn=conn)  # an implicit transaction, then rolled back
+            conn.rollback()
+            with self.assertRaises(JobNotFoundError):
+                q.get(gone.id)
+        self.assertEqual([job.id for job in q.lease(10)], [kept.id])
+        self.assertEqual(len(q), 1)
+
+    def test_transactional_enqueue_keeps_job_id_and_dedupe_rules(self) -> None:
+        q = self.open_queue()
+        first = q.enqueue("first", job_id="same", dedupe_key="k")
+        with connect(autocommit=False) as conn:
+            with conn.transaction():
+                again = q.enqueue("second", job_id="same", conn=conn)
+                by_key = q.enqueue("third", dedupe_key="k", conn=conn)
+        self.assertEqual((again.id, again.payload), (first.id, "first"))
+        self.assertEqual(by_key.id, first.id)
+        self.assertEqual(len(q), 1)
+
+    def test_conn_must_be_a_psycopg_connection(self) -> None:
+        q = self.open_queue()
+        with self.assertRaises(ValueError):
+            q.enqueue("x", conn=object())
+        self.assertEqual(len(q), 0)
+
+    # ------------------------------------------------------------ crashes and dead connections
+    def test_a_sigkilled_worker_process_loses_its_job_after_the_lease(self) -> None:
+        q = self.open_queue(visibility_timeout=60, backoff=NO_BACKOFF)
+        job = q.enqueue({"work": 1})
+        script = (
+            "import json, sys, time\n"
+            "from nobroker import Queue\n"
+            "q = Queue(sys.argv[1], sys.argv[2], schema=sys.argv[3], visibility_timeout=60, migrate=False)\n"
+            "job = q.lease_one()\n"
+            "print(json.dumps({'id': job.id, 'token': job.lease_token}), flush=True)\n"
+            "time.sleep(600)\n"
+        )
+        env = dict(os.environ, PYTHONPATH=SRC_DIR)
+        proc = subprocess.Popen([sys.executable, "-c", script, self.dsn, self.name, self.schema],
+                                stdout=subprocess.PIPE, env=env, text=True)  # fmt: skip
+        self.addCleanup(proc.stdout.close)  # type: ignore[union-attr]
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        held = json.loads(line)
+        self.assertEqual(held["id"], job.id)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(PATIENCE)
+        self.assertEqual(q.lease(), [], "the lease outlives its holder until the deadline")
+        self.assertIs(q.get(job.id).state, JobState.LEASED)
+        q.storage.clock_offset = 61  # type: ignore[attr-defined]
+        again = q.lease_one()
+        assert again is not None
+        self.assertEqual((again.id, again.attempts), (job.id, 2))
+        stale = q.get(job.id)
+        stale.lease_token = held["token"]
+        with self.assertRaises(NotLeasedError):
+            q.ack(stale)
+        q.ack(again, result="second try")
+        self.assertEqual(q.get(job.id).result, "second try")
+
+    def test_a_worker_whose_connection_is_killed_reconnects_and_is_refused_late(self) -> None:
+        worker = self.open_queue(visibility_timeout=30, backoff=NO_BACKOFF)
+        other = self.open_queue(backoff=NO_BACKOFF)
+        job = worker.enqueue("work")
+        held = worker.lease_one()
+        assert held is not None
+        pid = worker.storage._conn.info.backend_pid  # type: ignore[attr-defined]
+        with connect() as admin:
+            self.assertTrue(admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
+        self.assertTrue(wait_until(lambda: not _backend_alive(pid), PATIENCE))
+        # Its lease stands until the deadline, then the job is delivered again.
+        self.assertEqual(other.lease(), [])
+        other.storage.clock_offset = 31  # type: ignore[attr-defined]
+        again = other.lease_one()
+        assert again is not None
+        self.assertEqual((again.id, again.attempts), (job.id, 2))
+        # The old holder's next call reconnects by itself and is refused.
+        with self.assertRaises(NotLeasedError):
+            worker.ack(held)
+        self.assertNotEqual(worker.storage._conn.info.backend_pid, pid)  # type: ignore[attr-defined]
+        self.assertIs(worker.get(job.id).state, JobState.LEASED)
+        other.ack(again)
+        self.assertIs(worker.get(job.id).state, JobState.DONE)
+
+    def test_reads_and_idempotent_writes_survive_a_killed_connection(self) -> None:
+        q = self.open_queue()
+        job = q.enqueue("x")
+        for action in ("get", "lease", "ack", "stats"):
+            with self.subTest(action=action):
+                pid = q.storage._conn.info.backend_pid  # type: ignore[attr-defined]
+                with connect() as admin:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                wait_until(lambda: not _backend_alive(pid), PATIENCE)
+                if action == "get":
+                    self.assertEqual(q.get(job.id).payload, "x")
+                elif action == "lease":
+                    self.assertEqual([j.id for j in q.lease()], [job.id])
+                elif action == "ack":
+                    q.ack(job.id)
+                    self.assertIs(q.get(job.id).state, JobState.DONE)
+                else:
+                    self.assertEqual(q.stats().done, 1)
+
+    def test_wait_for_jobs_wakes_when_another_connection_enqueues(self) -> None:
+        idle = self.open_queue()
+        producer = self.open_queue()
+        self.assertFalse(idle.wait_for_jobs(0.05))  # now listening
+        woke: list[bool] = []
+        started = threading.Event()
+
+        def wait() -> None:
+            started.set()
+            woke.append(idle.wait_for_jobs(PATIENCE))
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        started.wait(PATIENCE)
+        t0 = time.monotonic()
+        producer.enqueue("wake up")
+        thread.join(PATIENCE)
+        self.assertEqual(woke, [True])
+        self.assertLess(time.monotonic() - t0, PATIENCE / 2)
+        self.assertEqual(len(idle.lease()), 1)
+
+    def test_wait_for_jobs_is_not_woken_by_other_queues(self) -> None:
+        idle = self.open_queue()
+        elsewhere = self.open_queue(fresh_name("other"))
+        self.assertFalse(idle.wait_for_jobs(0.01))
+        elsewhere.enqueue("not for you")
+        self.assertFalse(idle.wait_for_jobs(0.3))
+
+    # ------------------------------------------------------------ SQL safety
+    def test_nasty_text_round_trips_everywhere_and_breaks_nothing(self) -> None:
+        q = self.open_queue(name=NASTY, backoff=NO_BACKOFF)
+        payload = {NASTY: [NASTY, "-- not a comment", "a; b; c", "'; DROP SCHEMA x CASCADE; --"]}
+        job = q.enqueue(payload, job_id=NASTY, kind=NASTY, dedupe_key=NASTY)
+        self.assertEqual(q.get(NASTY).payload, payload)
+        self.assertEqual(q.enqueue("dup", kind=NASTY, dedupe_key=NASTY).id, NASTY)
+        leased = q.lease_one(kinds=[NASTY])
+        assert leased is not None
+        self.assertEqual((leased.id, leased.payload), (NASTY, payload))
+        self.assertEqual(q.set_stage(leased, NASTY).stage, NASTY)
+        back = q.nack(leased, error=NASTY, delay=0)
+        self.assertEqual(back.last_error, NASTY)
+        leased = q.lease_one(kinds=[NASTY])
+        q.ack(leased, result={"r": NASTY})  # type: ignore[arg-type]
+        done = q.get(job.id)
+        self.assertEqual((done.result, done.kind, done.dedupe_key, q.name), ({"r": NASTY}, NASTY, NASTY, NASTY))
+        self.assertEqual([j.id for j in q.list_jobs(kind=NASTY)], [NASTY])
+        self.assertEqual(self.open_queue().stats().total, 0, "another queue saw the rows")
+
+    def test_bad_schema_and_role_names_are_refused_before_any_sql(self) -> None:
+        from nobroker.postgres import migrate
+
+        for bad in ("x; DROP TABLE jobs", "1abc", "", "a" * 64, 'quo"te', "sp ace"):
+            with self.subTest(name=bad):
+                with self.assertRaises(ValueError):
+                    Queue(self.dsn, schema=bad)
+                with self.assertRaises(ValueError):
+                    migrate(self.dsn, schema=bad)
+                with self.assertRaises(ValueError):
+                    migrate(self.dsn, schema=self.schema, worker_role=bad)
+
+    def test_nul_in_names_is_refused_and_in_error_text_replaced(self) -> None:
+        q = self.open_queue()
+        with self.assertRaises(ValueError):
+            q.enqueue("x", job_id="a\x00b")
+        q.enqueue("x")
+        job = q.lease_one()
+        assert job is not None
+        self.assertEqual(q.nack(job, error="bad \x00 byte", delay=0).last_error, "bad \ufffd byte")
+
+    # ------------------------------------------------------------ options and properties
+    def test_options_and_properties(self) -> None:
+        with self.assertRaises(ValueError):
+            Queue(self.dsn, schema=self.schema, clock=time.time)
+        q = self.open_queue()
+        self.assertIs(q.durable, True)
+        self.assertTrue(q.path.startswith("postgres"))
+        fast = self.open_queue(fsync=False)
+        self.assertIs(fast.durable, False)
+        setting = fast.storage._conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[attr-defined]
+        self.assertEqual(setting, "off")
+        self.assertIn("NOT durable", repr(fast))
+
+    def test_location_hides_the_password(self) -> None:
+        from nobroker.postgres import redact_dsn
+
+        self.assertEqual(redact_dsn("postgresql://app:s3cret@db:5432/jobs"), "postgresql://app@db:5432/jobs")
+        self.assertEqual(
+            redact_dsn("postgres://db/jobs?sslmode=require&password=s3cret"), "postgres://db/jobs?sslmode=require"
+        )
+        self.assertEqual(redact_dsn(self.dsn), self.dsn)
+
+    def test_compact_keeps_done_jobs_younger_than_the_retention(self) -> None:
+        q = self.open_queue(retention=3600)
+        q.enqueue_many(["a", "b"])
+        for job in q.lease(2):
+            q.ack(job)
+        self.assertEqual(q.compact().jobs_dropped, 0)
+        self.assertEqual(q.stats().done, 2)
+        q.storage.clock_offset = 3601  # type: ignore[attr-defined]
+        result = q.compact()
+        self.assertEqual((result.jobs_dropped, result.jobs_kept), (2, 0))
+
+    def test_queues_share_the_table_but_nothing_else(self) -> None:
+        a, b = self.open_queue(fresh_name("a")), self.open_queue(fresh_name("b"))
+        a.enqueue("for a", job_id="same", dedupe_key="k")
+        b.enqueue("for b", job_id="same", dedupe_key="k")
+        self.assertEqual((a.get("same").payload, b.get("same").payload), ("for a", "for b"))
+        self.assertEqual(b.purge(), 1)
+        self.assertEqual((len(a), len(b)), (1, 0))
+
+    def test_ack_many_acks_what_it_can_and_names_the_rest(self) -> None:
+        q = self.open_queue()
+        q.enqueue_many(["a", "b", "c"])
+        a, b, c = q.lease(3)
+        stale = (b.id, "not-the-token", None)
+        with self.assertRaises(NotLeasedError):
+            q.storage.ack_many([(a.id, a.lease_token, '"ra"'), stale, (c.id, None, None)])  # type: ignore[attr-defined]
+        self.assertEqual([q.get(j.id).state for j in (a, b, c)], [JobState.DONE, JobState.LEASED, JobState.DONE])
+        self.assertEqual(q.get(a.id).result, "ra")
+        q.storage.ack_many([(a.id, a.lease_token, None), (b.id, b.lease_token, None)])  # type: ignore[attr-defined]
+        self.assertIs(q.get(b.id).state, JobState.DONE)
+
+    def test_the_worker_runs_unchanged(self) -> None:
+        q = self.open_queue(max_attempts=2, backoff=NO_BACKOFF)
+        jobs = q.enqueue_many([{"n": n} for n in range(20)])
+        bad = q.enqueue({"n": -1})
+        flaky = q.enqueue({"n": -2})
+
+        def handler(job: Any) -> Any:
+            n = job.payload["n"]
+            if n == -1:
+                raise PermanentError("negative")
+            if n == -2:
+                raise RuntimeError("flaky")
+            q.set_stage(job, "squaring")
+            return n * n
+
+        stats = Worker(q, handler, concurrency=4, idle_timeout=0.5, poll_interval=0.05, handle_signals=False).run()
+        self.assertEqual((stats.succeeded, stats.dead, stats.failed, stats.lost_leases), (20, 2, 1, 0))
+        self.assertEqual([q.get(j.id).result for j in jobs], [n * n for n in range(20)])
+        self.assertEqual([j.id for j in q.dlq()], [bad.id, flaky.id])
+        self.assertEqual(q.get(jobs[0].id).stage, "squaring")
+
+
+class PostgresSchemaTests(unittest.TestCase):
+    """Migrations and row level security, each in a schema of its own."""
+
+    def setUp(self) -> None:
+        self.dsn = require_postgres(self)
+        self.schema = fresh_name("nbmig")
+        self.addCleanup(drop_schema, self.schema)
+
+    def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
+        from nobroker.postgres import latest_version, migrate
+
+        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql"])
+        self.assertEqual(migrate(self.dsn, schema=self.schema), [])
+        with connect() as conn:
+            rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
+        self.assertEqual([r[0] for r in rows], list(range(1, latest_version() + 1)))
+        other = fresh_name("nbmig")
+        self.addCleanup(drop_schema, other)
+        with Queue(self.dsn, schema=other) as q:  # migrate=True by default
+            q.enqueue("x")
+            self.assertEqual(len(q), 1)
+
+    def test_a_queue_on_an_unmigrated_schema_says_what_to_run(self) -> None:
+        from nobroker import StorageError
+
+        with self.assertRaises(StorageError) as caught:
+            Queue(self.dsn, schema=self.schema, migrate=False).enqueue("x")
+        self.assertIn("nobroker pg migrate", str(caught.exception))
+
+    def test_concurrent_migrations_from_four_processes(self) -> None:
+        start, out = _fork.Event(), _fork.Queue()
+        procs = [_fork.Process(target=_migrate_child, args=(self.dsn, self.schema, start, out)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        start.set()
+        results = [out.get(timeout=PATIENCE * 2) for _ in procs]
+        for p in procs:
+            p.join(PATIENCE)
+        self.assertEqual([r[0] for r in results], ["ok"] * 4, results)
+        self.assertEqual(sorted(len(r[1]) for r in results), [0, 0, 0, 1], "exactly one process applied the schema")
+
+    def test_row_level_security_hides_rows_from_roles_outside_the_policy(self) -> None:
+        from nobroker.postgres import migrate
+
+        worker_role, login, outsider = fresh_name("nbwork"), fresh_name("nbapp"), fresh_name("nbout")
+        self.addCleanup(_drop_roles, [login, outsider, worker_role])
+        migrate(self.dsn, schema=self.schema, worker_role=worker_role)
+        migrate(self.dsn, schema=self.schema, worker_role=worker_role)  # idempotent, role and all
+        with connect() as admin:
+            admin.execute(f'CREATE ROLE "{login}" LOGIN IN ROLE "{worker_role}"')
+            admin.execute(f'CREATE ROLE "{outsider}" LOGIN')
+            # Even with every table privilege, a role outside the policy sees nothing.
+            admin.execute(f'GRANT USAGE ON SCHEMA "{self.schema}" TO "{outsider}"')
+            admin.execute(f'GRANT SELECT, UPDATE, DELETE ON "{self.schema}".jobs TO "{outsider}"')
+        as_worker = _with_user(self.dsn, login)
+        try:
+            with Queue(as_worker, "rls", schema=self.schema, migrate=False) as q:
+                q.enqueue_many(["a", "b"])
+                job = q.lease_one()
+                assert job is not None
+                q.ack(job)
+                self.assertEqual(q.stats().total, 2)
+        except NobrokerError as exc:
+            self.skipTest(f"cannot log in as a new role here ({exc}); RLS checked through SET ROLE below")
+        with connect() as admin:
+            admin.execute(f'SET ROLE "{outsider}"')
+            self.assertEqual(admin.execute(f'SELECT count(*) FROM "{self.schema}".jobs').fetchone()[0], 0)
+            self.assertEqual(admin.execute(f'DELETE FROM "{self.schema}".jobs').rowcount, 0)
+            admin.execute("RESET ROLE")
+            admin.execute(f'SET ROLE "{worker_role}"')
+            self.assertEqual(admin.execute(f'SELECT count(*) FROM "{self.schema}".jobs').fetchone()[0], 2)
+            admin.execute("RESET ROLE")
+            forced = admin.execute(
+                "SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass",
+                (f'"{self.schema}".jobs',),
+            ).fetchone()
+            self.assertEqual(forced, (True, True))
+
+    def test_missing_driver_says_what_to_install(self) -> None:
+        code = (
+            "import sys\n"
+            "sys.modules['psycopg'] = None\n"
+            "from nobroker import Queue, NobrokerError\n"
+            "try:\n"
+            "    Queue('postgresql:///nowhere')\n"
+            "except NobrokerError as exc:\n"
+            "    print(exc)\n"
+        )
+        env = dict(os.environ, PYTHONPATH=SRC_DIR)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=PATIENCE)
+        self.assertIn('pip install "nobroker[postgres]"', out.stdout, out.stderr)
+
+
+@slow
+class PostgresRestartTests(unittest.TestCase):
+    """A real server restart under a running Worker process."""
+
+    def setUp(self) -> None:
+        self.dsn = require_postgres(self)
+        self.ctl = shutil.which("pg_ctlcluster")
+        if self.ctl is None or os.geteuid() != 0 or os.environ.get("NOBROKER_PG_NO_RESTART") == "1":
+            self.skipTest("restarting the server needs pg_ctlcluster as root (and no NOBROKER_PG_NO_RESTART=1)")
+        clusters = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True).stdout.split()
+        if len(clusters) < 2:
+            self.skipTest("no local cluster to restart")
+        self.version, self.cluster = clusters[0], clusters[1]
+        self.schema = fresh_name("nbrestart")
+        from nobroker.postgres import migrate
+
+        migrate(self.dsn, schema=self.schema)
+        self.addCleanup(drop_schema, self.schema)
+
+    def test_workers_reconnect_and_carry_on_after_a_server_restart(self) -> None:
+        script = (
+            "import sys\n"
+            "from nobroker import Queue, Worker\n"
+            "q = Queue(sys.argv[1], 'restart', schema=sys.argv[2], migrate=False, reconnect_timeout=60)\n"
+            "stats = Worker(q, lambda job: job.payload * 2, concurrency=2, poll_interval=0.05).run()\n"
+            "print(stats.succeeded, flush=True)\n"
+        )
+        env = dict(os.environ, PYTHONPATH=SRC_DIR)
+        workers = [
+            subprocess.Popen([sys.executable, "-c", script, self.dsn, self.schema], stdout=subprocess.PIPE, env=env,
+                             text=True)
+            for _ in range(2)
+        ]  # fmt: skip
+        for proc in workers:
+            self.addCleanup(proc.wait)
+            self.addCleanup(proc.kill)
+        q = Queue(self.dsn, "restart", schema=self.schema, migrate=False, reconnect_timeout=60)
+        self.addCleanup(q.close)
+        first = q.enqueue_many(list(range(20)), job_ids=[f"before-{i}" for i in range(20)])
+        self.assertTrue(wait_until(lambda: q.stats().done == 20, PATIENCE), q.stats())
+        subprocess.run(
+            [self.ctl, "--skip-systemctl-redirect", self.version, self.cluster, "restart"], check=True, timeout=120
+        )
+        second = q.enqueue_many(list(range(20)), job_ids=[f"after-{i}" for i in range(20)])
+        self.assertTrue(wait_until(lambda: q.stats().done == 40, PATIENCE * 2), q.stats())
+        self.assertEqual([q.get(j.id).result for j in first + second], [i * 2 for i in range(20)] * 2)
+        for proc in workers:
+            proc.send_signal(signal.SIGTERM)
+        succeeded = [int(proc.communicate(timeout=PATIENCE)[0].strip() or -1) for proc in workers]
+        self.assertEqual(sum(succeeded), 40)
+        self.assertEqual([proc.returncode for proc in workers], [0, 0])
+
+
+def _backend_alive(pid: int) -> bool:
+    with connect() as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] > 0
+
+
+def _with_user(dsn: str, user: str) -> str:
+    sep = "&" if "?" in dsn else "?"
+    return f"{dsn}{sep}user={user}"
+
+
+def _drop_roles(roles: list[str]) -> None:
+    with connect() as conn:
+        for role in roles:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if exists:
+                conn.execute(f'DROP OWNED BY "{role}"')  # its grants and policies in this database
+                conn.execute(f'DROP ROLE "{role}"')
+
+
+if __name__ == "__main__":
+    unittest.main()
