@@ -430,21 +430,35 @@ _TEMPLATES: dict[str, str] = {
 _STATES = {s.value: s for s in JobState}
 
 
-def _build(schema: str) -> dict[str, Any]:
-    ident = sql.Identifier(schema)
-    out: dict[str, Any] = {}
+def _build(schema: str) -> dict[str, str]:
+    """Every statement as text, the schema quoted once as an identifier.
+
+    Plain strings rather than sql.Composed objects: psycopg caches the
+    conversion of a string query, so the hot path pays for it only once.
+    """
+    quoted = sql.Identifier(schema).as_string(None)
+    out: dict[str, str] = {}
     for name, template in _TEMPLATES.items():
         if name.startswith("insert"):
-            for variant, conflict in ((name, "ON CONFLICT DO NOTHING"), (name + "_fresh", "")):
-                text = template.replace("{conflict}", conflict)
-                out[variant] = sql.SQL(text).format(schema=ident)  # type: ignore[arg-type]
+            variants = [(name, "{conflict}", "ON CONFLICT DO NOTHING"), (name + "_fresh", "{conflict}", "")]
         elif name.startswith("claim"):
-            for variant, kinds in ((name, ""), (name + "_kinds", "AND kind = ANY(%(kinds)b::text[])")):
-                text = template.replace("{kinds}", kinds)
-                out[variant] = sql.SQL(text).format(schema=ident)  # type: ignore[arg-type]
+            variants = [(name, "{kinds}", ""), (name + "_kinds", "{kinds}", "AND kind = ANY(%(kinds)b::text[])")]
         else:
-            out[name] = sql.SQL(template).format(schema=ident)  # type: ignore[arg-type]
+            variants = [(name, "", "")]
+        for variant, marker, text in variants:
+            body = template.replace(marker, text) if marker else template
+            out[variant] = body.replace("{schema}", quoted)
     return out
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Does ``fd`` have bytes (or EOF) to read within ``timeout`` seconds? poll() takes any fd number."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(max(timeout, 0.0) * 1000.0))
+    readable, _, _ = select.select([fd], [], [], timeout)
+    return bool(readable)
 
 
 def _row_job(row: Any) -> Job:
@@ -509,6 +523,10 @@ class PostgresStorage:
         self.reconnect_timeout = float(reconnect_timeout)
         self._prepare_threshold = prepare_threshold
         self._channel = channel_name(self.schema, name)
+        b = self.backoff
+        self._backoff_values = {
+            "b_base": float(b.base), "b_factor": float(b.factor), "b_max": float(b.max_delay), "b_jitter": float(b.jitter),
+        }  # fmt: skip
         self._sql = _build(self.schema)
         self._mutex = threading.Lock()
         self._listen_mutex = threading.Lock()
@@ -559,10 +577,9 @@ class PostgresStorage:
         if conn is None or conn.closed or conn.broken:
             return False
         try:
-            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+            return not _readable(conn.fileno(), 0.0)
         except (OSError, ValueError):
             return False
-        return not readable
 
     def _connection(self) -> Any:
         """The storage's connection, replaced first if it died while idle (call under the mutex)."""
@@ -641,8 +658,7 @@ class PostgresStorage:
         return values
 
     def _backoff_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        b = self.backoff
-        params.update(b_base=float(b.base), b_factor=float(b.factor), b_max=float(b.max_delay), b_jitter=float(b.jitter))
+        params.update(self._backoff_values)
         return params
 
     @contextmanager
@@ -983,8 +999,7 @@ class PostgresStorage:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
-                    readable, _, _ = select.select([listener.fileno()], [], [], remaining)
-                    if readable and self._drain(pgconn):
+                    if _readable(listener.fileno(), remaining) and self._drain(pgconn):
                         return True
             except (psycopg.Error, OSError, ValueError):
                 # The server went away: wake the caller, whose next operation reconnects.
