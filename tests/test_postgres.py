@@ -360,6 +360,20 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertEqual(b.purge(), 1)
         self.assertEqual((len(a), len(b)), (1, 0))
 
+    def test_requeue_dead_respects_an_active_dedupe_key(self) -> None:
+        q = self.open_queue()
+        first = q.enqueue("first", dedupe_key="k", max_attempts=1)
+        q.nack(q.lease_one(), error="boom")  # type: ignore[arg-type]
+        second = q.enqueue("second", dedupe_key="k")
+        self.assertNotEqual(second.id, first.id)
+        with self.assertRaises(ValueError):
+            q.requeue_dead(first.id)
+        self.assertEqual(q.requeue_dead(), 0)
+        self.assertIs(q.get(first.id).state, JobState.DEAD)
+        q.ack(q.lease_one())  # type: ignore[arg-type]
+        self.assertEqual(q.requeue_dead(), 1)
+        self.assertEqual(q.enqueue("third", dedupe_key="k").id, first.id)
+
     def test_ack_many_acks_what_it_can_and_names_the_rest(self) -> None:
         q = self.open_queue()
         q.enqueue_many(["a", "b", "c"])

@@ -11,9 +11,14 @@ Semantics are the file storage's, statement by statement:
 - every time is the database clock (``now()``), so hosts with skewed clocks
   agree on deadlines; a test-only ``clock_offset`` (seconds) is added to it
   in every statement;
-- every writing operation first reclaims expired leases (like a nack: backoff,
-  or dead at max_attempts) in the same round trip and transaction, so no
-  reaper process has to run;
+- expired leases are reclaimed (like a nack: backoff, or dead at
+  max_attempts) by the operations that can see them, with no reaper process:
+  every lease reclaims in the same statement as its claim, requeue_dead and
+  compact reclaim first, and an ack, nack, extend or set_stage that finds its
+  lease gone reclaims before it says why (so the refused caller sees the job
+  exactly as the file storage would show it). An enqueue that meets a
+  conflicting job reclaims before it looks that job up. Reads never write,
+  as on the file storage;
 - a claim is one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``;
   ack, nack, extend and set_stage check the fencing token in the WHERE of the
   one UPDATE that changes the row; zero rows means "find out why";
@@ -693,6 +698,8 @@ class PostgresStorage:
                 return self._enqueue_on(conn, specs, own=False)
             except pg_errors.LockNotAvailable as exc:
                 raise LockTimeoutError(f"enqueue waited too long for a row lock: {exc}") from None
+            except psycopg.Error as exc:
+                raise StorageError(f"enqueue on the caller's connection failed: {exc}") from None
         # Enqueue twice is harmless only when every job names its id.
         safe = all(spec.job_id is not None for spec in specs)
         return self._run("enqueue", lambda c: self._enqueue_on(c, specs, own=True), retry=safe)
@@ -897,8 +904,11 @@ class PostgresStorage:
     def requeue_dead(self, job_id: str | None) -> int:
         params = self._params(id=job_id, chan=self._channel)
 
-        def run(conn: Any) -> int:
-            count = len(self._write(conn, "requeue", params).fetchall())
+        def run(conn: Any) -> int | None:
+            try:
+                count = len(self._write(conn, "requeue", params).fetchall())
+            except pg_errors.UniqueViolation:
+                return None  # a job with the same dedupe key became active meanwhile: look again
             if count or job_id is None:
                 return count
             row = conn.execute(self._sql["requeue_why"], params).fetchone()
@@ -911,14 +921,11 @@ class PostgresStorage:
                 )
             return 0
 
-        for attempt in range(ENQUEUE_TRIES):
-            try:
-                return self._run("requeue_dead", run, retry=False)
-            except StorageError as exc:
-                # A job with the same dedupe key became active at the same moment: look again.
-                if "jobs_dedupe" not in str(exc) or attempt == ENQUEUE_TRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
+        for _try in range(ENQUEUE_TRIES):
+            count = self._run("requeue_dead", run, retry=False)
+            if count is not None:
+                return count
+        raise StorageError(f"requeue_dead kept conflicting with concurrent enqueues after {ENQUEUE_TRIES} tries")
 
     def purge(self) -> int:
         params = self._params()
@@ -1025,7 +1032,9 @@ class PostgresStorage:
         if listener is None or listener.closed or listener.broken:
             if listener is not None:
                 self._discard(listener)
-            listener = psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            listener = psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="nobroker-listen"
+            )
             listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
             self._listener = listener
         return listener
