@@ -52,6 +52,11 @@ once when that is safe: reads, and writes that do the same thing twice
 (ack, extend, set_stage, lease, compact, enqueue with job ids). Otherwise the
 caller gets StorageError saying the outcome is unknown.
 
+PostgreSQL text cannot hold the NUL character: a job id, kind, dedupe key,
+stage or queue name containing one is refused with ValueError (error texts
+get U+FFFD instead). Payloads and results are unaffected: they are stored as
+JSON text, where NUL is the escape ``\u0000``.
+
 Pools like PgBouncer in transaction mode: pass ``prepare_threshold=None`` as a
 storage option so no server-side prepared statements are used.
 """
@@ -477,10 +482,6 @@ def _row_job(row: Any) -> Job:
     )  # fmt: skip
 
 
-class _ConnectionLost(Exception):
-    """The connection died under a statement (internal: the caller decides whether to retry)."""
-
-
 class PostgresStorage:
     """One named queue in a PostgreSQL schema (``nobroker`` by default)."""
 
@@ -537,6 +538,7 @@ class PostgresStorage:
         self._listen_mutex = threading.Lock()
         self._conn: Any = None
         self._listener: Any = None
+        self._listen_failed = False
         self._pid = os.getpid()
         self._orphans: list[Any] = []  # connections inherited over fork: never touched, never closed
         self._closed = False
@@ -700,9 +702,29 @@ class PostgresStorage:
                 raise LockTimeoutError(f"enqueue waited too long for a row lock: {exc}") from None
             except psycopg.Error as exc:
                 raise StorageError(f"enqueue on the caller's connection failed: {exc}") from None
+        if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
+            job = self._run("enqueue", lambda c: self._insert_one_fresh(c, specs[0]), retry=False)
+            if job is not None:
+                return [job]
         # Enqueue twice is harmless only when every job names its id.
         safe = all(spec.job_id is not None for spec in specs)
         return self._run("enqueue", lambda c: self._enqueue_on(c, specs, own=True), retry=safe)
+
+    def _insert_one_fresh(self, conn: Any, spec: EnqueueSpec) -> Job | None:
+        """The common case, kept short: one job, nothing it could conflict with (None: drawn id taken)."""
+        job_id = leases.new_job_id()
+        params = {
+            "q": self.name, "off": self.clock_offset, "chan": self._channel, "id": job_id, "kind": spec.kind,
+            "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
+        }  # fmt: skip
+        try:
+            row = conn.execute(self._sql["insert_one_fresh"], params).fetchone()
+        except pg_errors.UniqueViolation:
+            return None
+        return Job(
+            id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
+            available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind,
+        )  # fmt: skip
 
     def _enqueue_on(self, conn: Any, specs: list[EnqueueSpec], *, own: bool) -> list[Job]:
         out: list[Job | None] = [None] * len(specs)
@@ -994,7 +1016,9 @@ class PostgresStorage:
             try:
                 listener = self._listening()
             except (StorageError, psycopg.Error) as exc:
-                logger.warning("cannot LISTEN for new jobs (%s); polling instead", exc)
+                if not self._listen_failed:
+                    logger.warning("cannot LISTEN for new jobs (%s); polling until it works again", exc)
+                self._listen_failed = True
                 self._drop_listener()
                 time.sleep(max(deadline - time.monotonic(), 0.0))
                 return False
@@ -1037,6 +1061,7 @@ class PostgresStorage:
             )
             listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
             self._listener = listener
+            self._listen_failed = False
         return listener
 
     def _drop_listener(self) -> None:
