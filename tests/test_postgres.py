@@ -554,6 +554,26 @@ class PostgresRestartTests(unittest.TestCase):
         self.assertEqual([proc.returncode for proc in workers], [0, 0])
 
 
+@slow
+class PostgresBenchTests(unittest.TestCase):
+    """The PostgreSQL benchmark runs end to end (tiny sizes: this checks it works, not speed)."""
+
+    def test_a_tiny_run_reports_every_figure(self) -> None:
+        from nobroker import bench_pg
+
+        dsn = require_postgres(self)
+        rows = bench_pg.run(dsn, jobs=40, batch=10, workers=2, samples=5, rounds=1, progress=lambda text: None)
+        keys = [row["key"] for row in rows]
+        self.assertEqual(keys, ["enqueue_single", "enqueue_batch", "drain_1_one", "drain_1_batch", "drain_2_one",
+                                "drain_2_batch", "pickup_median", "pickup_p99"])  # fmt: skip
+        for row in rows:
+            self.assertGreater(row["value"], 0, row)
+            self.assertGreater(row["baseline"], 0, row)
+        table = bench_pg.render(rows)
+        self.assertIn("hand-written", table)
+        self.assertIn("| figure |", bench_pg.render(rows, markdown=True))
+
+
 def _backend_alive(pid: int) -> bool:
     with connect() as conn:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] > 0
