@@ -165,7 +165,7 @@ def screenshots(args: list[str]) -> int:
 
 @task("clean", "remove caches, dist/, build/ and scratch queues")
 def clean(args: list[str]) -> int:
-    doomed: list[Path] = [ROOT / "dist", ROOT / "build", ROOT / ".nobroker", ROOT / "demo-queue"]
+    doomed: list[Path] = [ROOT / "dist", ROOT / "build", ROOT / ".nobroker", ROOT / "demo-queue", ROOT / ".mypy_cache"]
     doomed += ROOT.glob("**/__pycache__")
     doomed += ROOT.glob("src/*.egg-info")
     doomed += ROOT.glob("*.egg-info")

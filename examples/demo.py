@@ -42,8 +42,11 @@ except ImportError:  # run as a script: its own folder is on sys.path
     import handlers  # type: ignore[no-redef]  # noqa: E402
 
 QUEUE_NAME = "demo"
-#: Short enough that the crash scene shows a job coming back without a long wait.
-VISIBILITY_TIMEOUT = 1.0
+#: The queue's default lease: long enough that the paced video (pauses, typing)
+#: never loses a lease between lease and ack by accident.
+VISIBILITY_TIMEOUT = 30.0
+#: The crashed worker's lease: short, so its job comes back without a long wait.
+CRASH_VISIBILITY_TIMEOUT = 1.0
 #: Retries a fraction of a second apart, so the backoff is visible but quick.
 DEMO_BACKOFF = BackoffPolicy(base=0.2, factor=2.0, max_delay=2.0, jitter=0.0)
 #: The longest the demo waits for something the queue promised to happen.
@@ -134,8 +137,6 @@ def scene_enqueue(t: Tour) -> None:
         mid = q.enqueue({"email": "alan"}, priority=5)
         out.code('q.enqueue({"report": "yearly"}, priority=99, delay=3600)')
         later = q.enqueue({"report": "yearly"}, priority=99, delay=3600)
-        out.code('q.enqueue({"email": "edsger"}, delay=0.5)')
-        soon = q.enqueue({"email": "edsger"}, delay=0.5)
         out.show(f"stats: {q.stats().to_dict()}")
         out.pause()
         out.code("q.lease(10)")
@@ -144,9 +145,13 @@ def scene_enqueue(t: Tour) -> None:
             out.show(brief(job))
         expect([j.id for j in got] == [high.id, mid.id, low.id], "lease order is priority, then FIFO")
         out.say("The priority-99 job is delayed an hour: it never blocks work that is ready now.")
-        out.say("The one delayed by half a second shows up once its time comes:")
+        out.code('soon = q.enqueue({"email": "edsger"}, delay=0.5); q.lease(10)')
+        soon = q.enqueue({"email": "edsger"}, delay=0.5)
+        too_early = q.lease(10)
+        out.show(f"{too_early}   (not yet)")
+        expect(too_early == [], "a delayed job waits for its time")
         out.wait(0.6)
-        out.code("q.lease(10)")
+        out.code("q.lease(10)                                     # half a second later")
         got_later = q.lease(10)
         for job in got_later:
             out.show(brief(job))
@@ -212,11 +217,11 @@ def scene_crash(t: Tour) -> None:
     with t.open() as q:
         q.enqueue({"transcode": "talk.mp4"})
         out.code('q.enqueue({"transcode": "talk.mp4"})')
-        out.say(f"A separate worker process leases it (visibility timeout {VISIBILITY_TIMEOUT:g} s) and starts working...")
+        out.say(f"A separate worker process leases it (visibility timeout {CRASH_VISIBILITY_TIMEOUT:g} s) and starts working...")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD_WORKER, t.directory, QUEUE_NAME, str(VISIBILITY_TIMEOUT)],
+            [sys.executable, "-c", CHILD_WORKER, t.directory, QUEUE_NAME, str(CRASH_VISIBILITY_TIMEOUT)],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             env=env,
@@ -225,20 +230,22 @@ def scene_crash(t: Tour) -> None:
         try:
             assert child.stdout is not None
             job_id, token = (child.stdout.readline().split() + ["-", "-"])[:2]
-            expect(job_id != "-", "the child worker leased the job")
-            out.show(f"pid {child.pid} holds {job_id[:12]} (token {token})")
-            out.pause()
-            out.say(f"kill -9 {child.pid}")
         finally:
             child.kill()  # SIGKILL on POSIX: no cleanup, no goodbye, exactly like a crash
             child.wait()
-        held = q.get(job_id)
-        out.show(f"right after the kill: state={held.state.value}, nobody will ever ack it")
+        killed_at = time.monotonic()
+        held = q.get(job_id) if job_id != "-" else None
+        # Narrated after the fact: a paced narration must not outlast the 1 s lease it describes.
+        expect(held is not None, "the child worker leased the job")
+        assert held is not None
+        out.show(f"pid {child.pid} holds {job_id[:12]} (token {token})")
+        out.say(f"kill -9 {child.pid}")
+        out.show(f"right after the kill: state={held.state.value}, and that worker will never ack it")
         expect(held.state.value == "leased", "the job is still leased by the dead worker")
         out.say("Another worker keeps asking. Once the lease deadline passes, the job is reclaimed:")
-        job, waited = lease_when_ready(q)
+        job, _ = lease_when_ready(q)
         expect(job.id == job_id and job.attempts == 2, "the killed worker's job comes back")
-        out.show(f"back after {waited:.1f} s: {brief(job)}")
+        out.show(f"back {time.monotonic() - killed_at:.1f} s after the kill: {brief(job)}")
         q.ack(job, result={"transcoded": True})
         out.show(f"finished by the second worker: state={q.get(job_id).state.value}")
         out.say("Nothing was lost; the job ran twice. That is at-least-once: handlers must be idempotent.")
