@@ -9,6 +9,7 @@ These run the tools as a user would, in subprocesses, from temp folders.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -148,7 +149,9 @@ class DependencyProofTest(unittest.TestCase):
     def test_committed_proof_matches_a_fresh_run(self) -> None:
         proc = run(["tools/check_deps.py"])
         committed = (ROOT / "deps-proof.txt").read_text(encoding="utf-8")
-        self.assertEqual(committed, proc.stdout, "deps-proof.txt is stale: run `python make.py deps-proof` and commit it")
+        if committed != proc.stdout:
+            diff = difflib.unified_diff(committed.splitlines(), proc.stdout.splitlines(), "deps-proof.txt", "fresh run", lineterm="")
+            self.fail("deps-proof.txt is stale: run `python make.py deps-proof` and commit it\n" + "\n".join(diff))
 
     def test_third_party_import_in_the_library_fails(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
