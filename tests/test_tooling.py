@@ -279,6 +279,17 @@ class PyzTest(TempDirTestCase):
         self.assertTrue(any(name.endswith(".log") for name in os.listdir(Path(self.dir, "q"))))
 
 
+    def test_work_runs_the_example_handlers_from_the_clone(self) -> None:
+        queue_dir = str(Path(self.dir, "q"))
+        for payload in ('{"n": 1}', '{"n": 2}'):
+            self.assertEqual(self.pyz_run("--dir", queue_dir, "enqueue", payload).returncode, 0)
+        work = run([str(self.pyz), "--dir", queue_dir, "work", "examples.handlers:echo", "--max-jobs", "2"], env=bare_env())
+        self.assertEqual(work.returncode, 0, work.stdout + work.stderr)
+        done = json.loads(self.pyz_run("--dir", queue_dir, "--json", "list", "--state", "done").stdout)
+        jobs = done.get("jobs", done) if isinstance(done, dict) else done
+        self.assertEqual(sorted(job["result"]["n"] for job in jobs), [1, 2])
+
+
 class HandlersTest(unittest.TestCase):
     def test_ok_and_echo_succeed(self) -> None:
         self.assertEqual(handlers.ok(make_job({"a": 1}, attempts=2)), {"ok": True, "attempt": 2})
