@@ -373,9 +373,11 @@ class PowerLoss(unittest.TestCase):
         with self.assertRaises(ProcessKilled):
             first.ack(job)
         disk.before_mutation = None
-        with Queue(path, filesystem=disk, clock=FakeClock()) as second:
-            second.ack(job)  # returns: the job is done
-        with Queue(path, filesystem=disk.power_cut("drop"), clock=FakeClock()) as after_cut:
+        second = Queue(path, filesystem=disk, clock=FakeClock())
+        second.ack(job)  # returns: the job is done
+        cut = disk.power_cut("drop")  # while `second` is still open (closing it would fsync)
+        second.close()
+        with Queue(path, filesystem=cut, clock=FakeClock()) as after_cut:
             self.assertEqual(after_cut.get(job.id).state.value, "done", "an ack that returned was undone by a power cut")
 
 
