@@ -27,7 +27,7 @@ import unittest
 import zlib
 from typing import Any
 
-from nobroker import CorruptLogError, Queue, SerializationError
+from nobroker import CompactionError, CorruptLogError, Queue, SerializationError
 from nobroker.jobs import MAX_RECORD_BYTES
 from nobroker.maintenance import inspect_log, verify
 
@@ -237,6 +237,19 @@ class HostileFiles(Folder):
         self.put("default.current", b"99999999999999999999999\n")
         self.refused("repair", "verify")
         self.assertFalse(self.verified().ok)
+
+    def test_the_last_generation_cannot_be_compacted_past(self) -> None:
+        self.put("default.999999.log", header(999_999) + record(1, enqueue_body("a")))
+        self.put("default.current", b"999999\n")
+        with Queue(self.dir) as q:
+            self.assertEqual(len(q), 1)
+            before = self.tree()
+            with self.assertRaises(CompactionError) as caught:
+                q.compact()
+            self.assertIn("999999", str(caught.exception).replace(",", ""))
+            self.assertEqual(self.tree(), before, "a refused compaction left files behind")
+            q.enqueue("still works")
+        self.assertTrue(self.verified().ok)
 
     def test_a_generation_whose_header_disagrees_with_its_name(self) -> None:
         self.put("default.000003.log", header(generation=7) + record(1, enqueue_body("a")))
