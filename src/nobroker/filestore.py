@@ -44,6 +44,7 @@ from .lock import QueueLock
 from .log import LogFile, check_name, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
 from .storage import EnqueueSpec
+from .wake import WakeChannel
 
 logger = logging.getLogger("nobroker")
 
@@ -68,25 +69,40 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+#: Records after which a waiting worker may find something to lease.
+_WAKING = frozenset({RecordType.NACK, RecordType.RECLAIM, RecordType.REQUEUE})
+
+
 class _Batch:
     """Records one operation appends: encoded, and applied in memory as they are added."""
 
-    __slots__ = ("state", "parts", "pos", "start")
+    __slots__ = ("state", "parts", "pos", "start", "wakes")
 
     def __init__(self, state: QueueState, start: int) -> None:
         self.state = state
         self.parts: list[bytes] = []
         self.start = start
         self.pos = start
+        self.wakes = False  # does this batch make work runnable (worth waking a worker)?
 
-    def add(self, rtype: RecordType, body: dict[str, Any], data: bytes | None = None) -> int:
-        if data is None:
-            data = encode_record(rtype, body)
+    def add(self, rtype: RecordType, body: dict[str, Any]) -> int:
+        data = encode_record(rtype, body)
         offset = self.pos
         self.state.apply(rtype, body, offset)
+        if rtype in _WAKING:
+            self.wakes = True
         self.parts.append(data)
         self.pos += len(data)
         return offset
+
+    def add_job(self, entry: Entry, data: bytes) -> None:
+        """An ENQUEUE record already encoded, for a job built from values (the fast path)."""
+        entry.offset = self.pos
+        self.wakes = True
+        self.state.records += 1
+        self.state.add(entry)
+        self.parts.append(data)
+        self.pos += len(data)
 
 
 class FileStorage:
@@ -127,6 +143,7 @@ class FileStorage:
         self._pointer_sig: tuple[int, int, int] | None = None
         self._lease_mark: int | None = None
         self._failed: StorageError | None = None  # set when a failure leaves the disk state unknown
+        self._wake = WakeChannel(os.path.join(self.directory, f"{self.name}.wake"))
         self._recovery = RecoveryReport()
         self._open()
         _live.add(self)
@@ -316,6 +333,7 @@ class FileStorage:
         self._pid = os.getpid()
         assert self._lock is not None and self._log is not None
         self._lock.reopen()
+        self._wake.forget_after_fork()
         old = self._log
         self._log = LogFile.open(self.fs, old.path, expect_generation=old.generation)
         self._log.note_end(self._offset)
@@ -415,6 +433,8 @@ class FileStorage:
                 compact_now = failure is None and self._should_auto_compact()
             finally:
                 lock.release()
+        if batch.wakes:
+            self._wake.notify()
         if batch.parts and self.durable:
             log.sync_through(end)
         if failure is not None:
@@ -487,20 +507,14 @@ class FileStorage:
                     job_id = leases.new_job_id()
                     while job_id in state.jobs:
                         job_id = leases.new_job_id()
-                body = {
-                    "id": job_id, "payload": spec.payload, "priority": spec.priority, "state": "ready",
-                    "attempts": 0, "max_attempts": spec.max_attempts, "available_at": now + spec.delay,
-                    "enqueued_at": now, "lease_deadline": None, "lease_token": None, "last_error": None,
-                    "seq": state.next_seq,
-                }  # fmt: skip
-                if spec.kind != "default":
-                    body["kind"] = spec.kind
-                if spec.dedupe_key is not None:
-                    body["dedupe_key"] = spec.dedupe_key
-                data = frame(RecordType.ENQUEUE, _encode_enqueue(body, spec.payload_json))
-                batch.add(RecordType.ENQUEUE, body, data)
+                available_at = now + spec.delay if spec.delay else now
+                entry = Entry.fresh(
+                    job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
+                    spec.kind, spec.dedupe_key, 0,
+                )  # fmt: skip
+                batch.add_job(entry, frame(RecordType.ENQUEUE, _encode_enqueue(entry, spec.payload_json)))
                 created[job_id] = spec.payload
-                out.append(state.jobs[job_id].to_job(spec.payload))
+                out.append(entry.to_job(spec.payload))
             return out
 
         return self._write(decide)
@@ -747,11 +761,12 @@ class FileStorage:
 
     # ================================================================ waiting and closing
     def wait_for_jobs(self, timeout: float) -> bool:
-        """Sleep until the log changes, a delayed job or a lease comes due, or ``timeout`` passes.
+        """Block until work may have arrived, a delayed job or a lease comes due, or ``timeout``.
 
-        A hint for idle workers, not a promise: True means "worth leasing again".
-        It watches the file's size, so it sees appends by this process's other
-        threads and by other processes alike.
+        A hint for idle workers, not a promise: True means "worth leasing
+        again". Writers of runnable work wake one waiter through the queue's
+        named pipe (see wake.py); a change in the log's size also counts, so
+        appends by this process's own threads are seen even without the pipe.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._mutex:
@@ -768,6 +783,9 @@ class FileStorage:
                 due.append(state.leases[0][0])
         if due:
             deadline = min(deadline, time.monotonic() + max(min(due) - now, 0.0))
+        wake = self._wake
+        piped = wake.open_reader()
+        wake.drain()  # after this, any new work either changed the file or sends a byte
         while True:
             try:
                 if self._closed or log.closed or self._offset != seen or self.fs.size(log.fd) != seen:
@@ -779,7 +797,11 @@ class FileStorage:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return bool(due)
-            time.sleep(min(WAIT_POLL, remaining))
+            if piped:
+                if wake.wait(remaining):
+                    return True
+            else:
+                time.sleep(min(WAIT_POLL, remaining))
 
     def close(self) -> None:
         with self._mutex:
@@ -795,6 +817,7 @@ class FileStorage:
                 self._log.close()
             if self._lock is not None:
                 self._lock.close()
+            self._wake.close()
         _live.discard(self)
 
     @property
@@ -811,21 +834,30 @@ class FileStorage:
         return self._log.generation
 
 
-def _encode_enqueue(body: dict[str, Any], payload_json: str) -> bytes:
-    """The ENQUEUE body with the payload spliced in as already-encoded JSON.
+_ENQUEUE_TEXT = (
+    '{"id":%s,"payload":%s,"priority":%d,"state":"ready","attempts":0,"max_attempts":%d,'
+    '"available_at":%r,"enqueued_at":%r,"lease_deadline":null,"lease_token":null,"last_error":null,"seq":%d'
+)
+_HEX_ID = frozenset("0123456789abcdef")
 
-    The facade encoded the payload once to validate it; encoding it again
-    would double the cost of every enqueue.
+
+def _encode_enqueue(entry: Entry, payload_json: str) -> bytes:
+    """The body of a new job's ENQUEUE record: the same bytes ``json.dumps(body)`` gives.
+
+    Built from a template, with the payload spliced in as the JSON the facade
+    already made while validating it: encoding it twice, or going through a
+    dict, would double the cost of every enqueue.
     """
-    rest = json.dumps(
-        {k: v for k, v in body.items() if k != "payload" and k != "id"},
-        ensure_ascii=True,
-        allow_nan=False,
-        separators=(",", ":"),
-    )
-    # Same bytes as json.dumps(body): "id" and "payload" come first in every ENQUEUE body.
-    text = '{"id":' + json.dumps(body["id"]) + ',"payload":' + payload_json + "," + rest[1:]
-    return text.encode("ascii")
+    job_id = entry.id
+    quoted = '"' + job_id + '"' if len(job_id) == 16 and _HEX_ID.issuperset(job_id) else json.dumps(job_id)
+    text = _ENQUEUE_TEXT % (
+        quoted, payload_json, entry.priority, entry.max_attempts, entry.available_at, entry.enqueued_at, entry.seq,
+    )  # fmt: skip
+    if entry.kind != "default":
+        text += ',"kind":' + json.dumps(entry.kind)
+    if entry.dedupe_key is not None:
+        text += ',"dedupe_key":' + json.dumps(entry.dedupe_key)
+    return (text + "}").encode("ascii")
 
 
 #: Filesystem types whose locking or rename semantics a queue cannot trust.

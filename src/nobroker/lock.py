@@ -20,8 +20,11 @@ from .fs import FileSystem
 from .log import storage_error
 
 #: Longest sleep between two attempts at a busy lock. Short, because holders
-#: keep it for microseconds to a few milliseconds.
-MAX_BACKOFF = 0.002
+#: keep it for tens of microseconds (fsync happens after the lock is released):
+#: a long sleep would idle a waiter long after the lock came free.
+MAX_BACKOFF = 0.0002
+#: First sleep; doubled after each failed attempt up to MAX_BACKOFF.
+FIRST_BACKOFF = 0.00001
 
 
 class QueueLock:
@@ -55,7 +58,7 @@ class QueueLock:
             self.held = True
             return
         deadline = time.monotonic() + self.timeout
-        pause = 0.00005
+        pause = FIRST_BACKOFF
         while True:
             time.sleep(pause)
             if fs.lock(fd, exclusive=exclusive, blocking=False):

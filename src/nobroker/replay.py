@@ -50,6 +50,8 @@ class Entry:
         self.max_attempts: int = _int(body.get("max_attempts", 5), "max_attempts")
         self.available_at: float = _time(body.get("available_at", 0.0), "available_at")
         self.enqueued_at: float = _time(body.get("enqueued_at", 0.0), "enqueued_at")
+        if self.available_at == self.enqueued_at:
+            self.available_at = self.enqueued_at  # one float object, not two equal ones
         self.lease_deadline: float | None = body.get("lease_deadline")
         if self.lease_deadline is not None:
             _time(self.lease_deadline, "lease_deadline")
@@ -64,6 +66,19 @@ class Entry:
         self.result: Any = body.get("result")
         self.offset = offset
         self.heap = _NOWHERE
+
+    @classmethod
+    def fresh(
+        cls, job_id: str, priority: int, max_attempts: int, available_at: float, enqueued_at: float,
+        seq: int, kind: str, dedupe_key: str | None, offset: int,
+    ) -> Entry:  # fmt: skip
+        """A just-enqueued job, built from values instead of a decoded body (the writer's fast path)."""
+        self = cls.__new__(cls)
+        self.id, self.priority, self.state, self.attempts = job_id, priority, READY, 0
+        self.max_attempts, self.available_at, self.enqueued_at = max_attempts, available_at, enqueued_at
+        self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
+        self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, _NOWHERE
+        return self
 
     def to_job(self, payload: Any) -> Job:
         return Job(
@@ -177,13 +192,16 @@ class QueueState:
             entry.stage = body.get("stage")
 
     def _enqueue(self, body: dict[str, Any], offset: int) -> None:
-        old = self.jobs.get(body["id"])
+        self.add(Entry(body, offset))
+
+    def add(self, entry: Entry) -> None:
+        """Index a job that an ENQUEUE record introduced."""
+        old = self.jobs.get(entry.id)
         if old is not None:  # a sound writer never repeats an id; last one wins
             self.anomalies += 1
             self._set_state(old, DONE)
             self.counts[DONE] -= 1
             del self.jobs[old.id]
-        entry = Entry(body, offset)
         self.jobs[entry.id] = entry
         self.counts[entry.state] += 1
         if entry.seq >= self.next_seq:

@@ -1,0 +1,144 @@
+"""Waking idle workers in other processes, with nothing but a named pipe.
+
+Owns: WakeChannel, a FIFO ``<name>.wake`` in the queue folder. Imports:
+nothing from nobroker.
+
+A worker with nothing to do blocks in select() on the pipe; a writer that
+added runnable work writes one byte, and one waiting worker wakes at once.
+It is a hint, never a source of truth: a lost or spurious byte only costs a
+lease attempt, and every waiter still wakes on its timeout (the polling
+fallback). Where FIFOs do not exist (Windows) or cannot be made, both sides
+quietly do nothing and workers poll.
+
+The reader opens the pipe read-write: then the pipe always has a writer, so
+select() never reports an end-of-file that would spin the loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import stat
+import time
+
+#: How long a writer that found no reader waits before it looks again; bounds
+#: the cost of an enqueue when nobody is waiting to one failed open per period.
+RETRY_OPEN = 0.05
+_FLAGS = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+
+
+class WakeChannel:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._reader: int | None = None
+        self._writer: int | None = None
+        self._retry_at = 0.0
+        self._usable = hasattr(os, "mkfifo")
+
+    # ---------------- the writer's side
+    def notify(self) -> None:
+        """Wake one waiting worker, if any. Never blocks, never raises."""
+        if not self._usable:
+            return
+        fd = self._writer
+        if fd is None:
+            now = time.monotonic()
+            if now < self._retry_at:
+                return
+            try:
+                fd = os.open(self.path, os.O_WRONLY | _FLAGS)
+            except OSError:  # no pipe yet, or nobody reading it
+                self._retry_at = now + RETRY_OPEN
+                return
+            self._writer = fd
+        try:
+            os.write(fd, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full of unread wake-ups: waiters will see work anyway
+        except OSError:  # every reader went away
+            self._close_writer()
+            self._retry_at = time.monotonic() + RETRY_OPEN
+
+    # ---------------- the waiter's side
+    def open_reader(self) -> bool:
+        """Make sure the pipe exists and we hold it open; False where that is impossible."""
+        if self._reader is not None:
+            return True
+        if not self._usable:
+            return False
+        try:
+            try:
+                os.mkfifo(self.path, 0o600)
+            except FileExistsError:
+                pass
+            st = os.lstat(self.path)
+            if not stat.S_ISFIFO(st.st_mode) or (hasattr(os, "geteuid") and st.st_uid != os.geteuid()):
+                self._usable = False  # something else sits at that name: do not touch it
+                return False
+            self._reader = os.open(self.path, os.O_RDWR | _FLAGS)
+        except OSError:
+            self._usable = False
+            return False
+        return True
+
+    def drain(self) -> None:
+        """Forget wake-ups sent while we were busy (the caller looks for work itself)."""
+        if self._reader is None:
+            return
+        try:
+            while os.read(self._reader, 4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            if exc.errno != errno.EAGAIN:
+                self._close_reader()
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for a wake-up; True if one came."""
+        if self._reader is None:
+            time.sleep(max(timeout, 0.0))
+            return False
+        try:
+            ready, _, _ = select.select([self._reader], [], [], max(timeout, 0.0))
+        except (OSError, ValueError):
+            return False
+        if ready:
+            try:
+                os.read(self._reader, 1)
+            except OSError:
+                pass
+            return True
+        return False
+
+    # ---------------- lifetime
+    def forget_after_fork(self) -> None:
+        """In a forked child: the inherited descriptors are the parent's business."""
+        for fd in (self._reader, self._writer):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._reader = self._writer = None
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            try:
+                os.close(self._reader)
+            except OSError:
+                pass
+            self._reader = None
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            try:
+                os.close(self._writer)
+            except OSError:
+                pass
+            self._writer = None
+
+    def close(self) -> None:
+        self._close_reader()
+        self._close_writer()
