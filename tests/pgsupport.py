@@ -86,3 +86,97 @@ class PostgresTestCase(unittest.TestCase):
         cls.schema = fresh_name("nbtest")
         migrate(cls.dsn, schema=cls.schema)
         cls.addClassCleanup(drop_schema, cls.schema)
+
+
+class PrivateCluster:
+    """A throwaway PostgreSQL server of our own, for tests that restart or kill the server.
+
+    Restarting the shared server would break every other PostgreSQL test
+    running at the same moment (the test runner runs modules in parallel), so
+    a test that needs a restart gets a server nobody else uses: ``initdb`` in a
+    temp folder, listening only on a unix socket in that folder. As root, the
+    server runs as the ``postgres`` user (PostgreSQL refuses to run as root).
+    ``PrivateCluster.unavailable()`` says why one cannot be made here.
+    """
+
+    def __init__(self) -> None:
+        import shutil
+        import subprocess
+        import tempfile
+
+        self._subprocess = subprocess
+        self.bindir = _pg_bindir()
+        if self.bindir is None:
+            raise RuntimeError("no PostgreSQL server binaries (initdb, pg_ctl) found")
+        self.root = tempfile.mkdtemp(prefix="nobroker-pg-")
+        self.data = os.path.join(self.root, "data")
+        self.socket_dir = os.path.join(self.root, "sock")
+        # The server writes here, never to our pipes (it would hold them open and hang the caller).
+        self._log = os.path.join(self.root, "server.log")
+        os.mkdir(self.socket_dir)
+        self._as: list[str] = []
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            import pwd
+
+            user = pwd.getpwnam("postgres")
+            for path in (self.root, self.socket_dir):
+                os.chown(path, user.pw_uid, user.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        self._rmtree = shutil.rmtree
+        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        self.start()
+
+    @staticmethod
+    def unavailable() -> str | None:
+        if _pg_bindir() is None:
+            return "no PostgreSQL server binaries (initdb, pg_ctl) on this machine"
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            import pwd
+            import shutil
+
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                return "running as root without a postgres user to run a private server as"
+            if shutil.which("runuser") is None:
+                return "running as root without runuser to start a private server as postgres"
+        return None
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@/postgres?host={self.socket_dir}&port=5432"
+
+    def _run(self, tool: str, *args: str) -> None:
+        self._subprocess.run(
+            [*self._as, os.path.join(self.bindir, tool), *args],  # type: ignore[arg-type]
+            check=True, stdin=self._subprocess.DEVNULL, stdout=self._subprocess.DEVNULL,
+            stderr=self._subprocess.PIPE, timeout=120,
+        )  # fmt: skip
+
+    def _options(self) -> str:
+        return f"-k {self.socket_dir} -p 5432 -c listen_addresses='' -c fsync=off"
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", self.data, "-o", self._options(), "-l", self._log, "-w", "start")
+
+    def restart(self) -> None:
+        self._run("pg_ctl", "-D", self.data, "-o", self._options(), "-l", self._log, "-m", "fast", "-w", "restart")
+
+    def close(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        except Exception:  # already stopped, or never started: nothing to stop
+            pass
+        self._rmtree(self.root, ignore_errors=True)
+
+
+def _pg_bindir() -> str | None:
+    import glob
+    import shutil
+
+    candidates = [os.path.dirname(p) for p in (shutil.which("initdb"), shutil.which("pg_ctl")) if p]
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    for path in candidates:
+        if os.path.exists(os.path.join(path, "initdb")) and os.path.exists(os.path.join(path, "pg_ctl")):
+            return path
+    return None

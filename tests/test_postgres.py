@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from nobroker import (
     Queue,
     Worker,
 )
-from tests.pgsupport import PostgresTestCase, connect, drop_schema, fresh_name, require_postgres
+from tests.pgsupport import PostgresTestCase, PrivateCluster, connect, drop_schema, fresh_name, require_postgres
 from tests.support import slow, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -503,22 +502,38 @@ class PostgresSchemaTests(unittest.TestCase):
 
 @slow
 class PostgresRestartTests(unittest.TestCase):
-    """A real server restart under a running Worker process."""
+    """A real server restart under running Worker processes.
+
+    The server restarted is a private one (tests.pgsupport.PrivateCluster), so
+    PostgreSQL tests running in parallel against the shared server are not
+    disturbed. NOBROKER_PG_RESTART_SHARED=1 restarts the shared local cluster
+    instead (``pg_ctlcluster --skip-systemctl-redirect <version> main restart``).
+    """
 
     def setUp(self) -> None:
-        self.dsn = require_postgres(self)
-        self.ctl = shutil.which("pg_ctlcluster")
-        if self.ctl is None or os.geteuid() != 0 or os.environ.get("NOBROKER_PG_NO_RESTART") == "1":
-            self.skipTest("restarting the server needs pg_ctlcluster as root (and no NOBROKER_PG_NO_RESTART=1)")
-        clusters = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True).stdout.split()
-        if len(clusters) < 2:
-            self.skipTest("no local cluster to restart")
-        self.version, self.cluster = clusters[0], clusters[1]
+        require_postgres(self)
+        if os.environ.get("NOBROKER_PG_RESTART_SHARED") == "1":
+            self.dsn = require_postgres(self)
+            self.restart = self._restart_shared
+        else:
+            reason = PrivateCluster.unavailable()
+            if reason is not None:
+                self.skipTest(f"cannot run a private PostgreSQL server to restart: {reason}")
+            cluster = PrivateCluster()
+            self.addCleanup(cluster.close)
+            self.dsn, self.restart = cluster.dsn, cluster.restart
         self.schema = fresh_name("nbrestart")
         from nobroker.postgres import migrate
 
         migrate(self.dsn, schema=self.schema)
-        self.addCleanup(drop_schema, self.schema)
+        self.addCleanup(_drop_schema_at, self.dsn, self.schema)
+
+    @staticmethod
+    def _restart_shared() -> None:
+        clusters = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True).stdout.split()
+        subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", clusters[0], clusters[1], "restart"], check=True, timeout=120
+        )
 
     def test_workers_reconnect_and_carry_on_after_a_server_restart(self) -> None:
         script = (
@@ -535,15 +550,14 @@ class PostgresRestartTests(unittest.TestCase):
             for _ in range(2)
         ]  # fmt: skip
         for proc in workers:
+            self.addCleanup(proc.stdout.close)  # type: ignore[union-attr]
             self.addCleanup(proc.wait)
             self.addCleanup(proc.kill)
         q = Queue(self.dsn, "restart", schema=self.schema, migrate=False, reconnect_timeout=60)
         self.addCleanup(q.close)
         first = q.enqueue_many(list(range(20)), job_ids=[f"before-{i}" for i in range(20)])
         self.assertTrue(wait_until(lambda: q.stats().done == 20, PATIENCE), q.stats())
-        subprocess.run(
-            [self.ctl, "--skip-systemctl-redirect", self.version, self.cluster, "restart"], check=True, timeout=120
-        )
+        self.restart()
         second = q.enqueue_many(list(range(20)), job_ids=[f"after-{i}" for i in range(20)])
         self.assertTrue(wait_until(lambda: q.stats().done == 40, PATIENCE * 2), q.stats())
         self.assertEqual([q.get(j.id).result for j in first + second], [i * 2 for i in range(20)] * 2)
@@ -572,6 +586,14 @@ class PostgresBenchTests(unittest.TestCase):
         table = bench_pg.render(rows)
         self.assertIn("hand-written", table)
         self.assertIn("| figure |", bench_pg.render(rows, markdown=True))
+
+
+def _drop_schema_at(dsn: str, schema: str) -> None:
+    try:
+        with connect(dsn) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    except Exception:  # the private server may already be gone, and the schema with it
+        pass
 
 
 def _backend_alive(pid: int) -> bool:
