@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
+import json.scanner
 import struct
 import zlib
 from dataclasses import dataclass
@@ -49,6 +50,23 @@ class RecordType(enum.IntEnum):
 
 
 KNOWN_TYPES = frozenset(int(t) for t in RecordType)
+
+
+# The C scanner straight, without JSONDecoder.decode's Python-level wrapper:
+# this runs once per record when a queue opens.
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
+
+
+def decode_body(data: bytes) -> Any:
+    """The JSON value in a record body; ValueError if the body is not exactly one JSON value."""
+    text = data.decode("utf-8")
+    try:
+        value, end = _scan_once(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text):
+        raise ValueError("trailing bytes after the JSON value")
+    return value
 
 
 def encode_header(generation: int, version: int = FORMAT_VERSION) -> bytes:
@@ -115,13 +133,18 @@ class FrameStatus(enum.Enum):
     BAD_JSON = "bad json"
 
 
-@dataclass
 class Frame:
-    status: FrameStatus
-    offset: int
-    length: int = 0
-    rtype: int = 0
-    body: dict[str, Any] | None = None
+    """One record as read from a file: its status, place, type and decoded body."""
+
+    __slots__ = ("status", "offset", "length", "rtype", "body")
+
+    def __init__(
+        self, status: FrameStatus, offset: int, length: int = 0, rtype: int = 0, body: dict[str, Any] | None = None
+    ) -> None:
+        self.status, self.offset, self.length, self.rtype, self.body = status, offset, length, rtype, body
+
+    def __repr__(self) -> str:
+        return f"Frame({self.status.value}, offset={self.offset}, length={self.length}, type={self.rtype})"
 
     @property
     def end(self) -> int:
@@ -145,7 +168,7 @@ def decode_frame(buf: bytes | memoryview, pos: int, base: int) -> Frame:
     if rtype not in KNOWN_TYPES:
         return Frame(FrameStatus.BAD_TYPE, offset, length, rtype)
     try:
-        body = json.loads(data)
+        body = decode_body(data)
     except (ValueError, RecursionError):
         return Frame(FrameStatus.BAD_JSON, offset, length, rtype)
     if not isinstance(body, dict):

@@ -43,29 +43,54 @@ class Entry:
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int) -> None:
-        self.id: str = _text(body["id"], "id")
-        self.priority: int = _int(body.get("priority", 0), "priority")
-        self.state: JobState = JobState(body.get("state", "ready"))
-        self.attempts: int = _int(body.get("attempts", 0), "attempts")
-        self.max_attempts: int = _int(body.get("max_attempts", 5), "max_attempts")
-        self.available_at: float = _time(body.get("available_at", 0.0), "available_at")
-        self.enqueued_at: float = _time(body.get("enqueued_at", 0.0), "enqueued_at")
-        if self.available_at == self.enqueued_at:
-            self.available_at = self.enqueued_at  # one float object, not two equal ones
-        self.lease_deadline: float | None = body.get("lease_deadline")
-        if self.lease_deadline is not None:
-            _time(self.lease_deadline, "lease_deadline")
-        self.lease_token: Any = body.get("lease_token")
-        self.last_error: str | None = body.get("last_error")
-        self.seq: int = _int(body.get("seq", 0), "seq")
-        self.kind: str = _text(body.get("kind", DEFAULT_KIND), "kind")
-        self.dedupe_key: str | None = body.get("dedupe_key")
-        if self.dedupe_key is not None:
-            _text(self.dedupe_key, "dedupe_key")
-        self.stage: str | None = body.get("stage")
-        self.result: Any = body.get("result")
+        # The hot loop of opening a queue: one call per ENQUEUE record, so the
+        # type checks are inlined and the slow, explaining path runs only on a miss.
+        get = body.get
+        self.id: str = body["id"]
+        self.priority: int = get("priority", 0)
+        self.attempts: int = get("attempts", 0)
+        self.max_attempts: int = get("max_attempts", 5)
+        self.seq: int = get("seq", 0)
+        self.enqueued_at: float = get("enqueued_at", 0.0)
+        available_at = get("available_at", 0.0)
+        # Equal times share one float object: no delay is the common case.
+        self.available_at: float = self.enqueued_at if available_at == self.enqueued_at else available_at
+        self.kind: str = get("kind", DEFAULT_KIND)
+        self.state: JobState = _STATES.get(get("state", "ready"))  # type: ignore[assignment]
+        self.lease_deadline: float | None = get("lease_deadline")
+        self.lease_token: Any = get("lease_token")
+        self.last_error: str | None = get("last_error")
+        self.dedupe_key: str | None = get("dedupe_key")
+        self.stage: str | None = get("stage")
+        self.result: Any = get("result")
         self.offset = offset
         self.heap = _NOWHERE
+        if not (
+            type(self.id) is str and type(self.priority) is int and type(self.attempts) is int
+            and type(self.max_attempts) is int and type(self.seq) is int and type(self.kind) is str
+            and type(self.enqueued_at) in _NUMBERS and type(self.available_at) in _NUMBERS
+            and self.state is not None
+            and (self.lease_deadline is None or type(self.lease_deadline) in _NUMBERS)
+            and (self.dedupe_key is None or type(self.dedupe_key) is str)
+        ):  # fmt: skip
+            self._explain(body)
+
+    @staticmethod
+    def _explain(body: dict[str, Any]) -> None:
+        """Raise a TypeError naming the first field of an ENQUEUE body with the wrong type."""
+        _text(body["id"], "id")
+        for name in ("priority", "attempts", "max_attempts", "seq"):
+            if name in body:
+                _int(body[name], name)
+        for name in ("enqueued_at", "available_at"):
+            if name in body:
+                _time(body[name], name)
+        if body.get("lease_deadline") is not None:
+            _time(body["lease_deadline"], "lease_deadline")
+        _text(body.get("kind", DEFAULT_KIND), "kind")
+        if body.get("dedupe_key") is not None:
+            _text(body["dedupe_key"], "dedupe_key")
+        raise ValueError(f"field state is {body.get('state')!r}, expected one of ready, leased, done, dead")
 
     @classmethod
     def fresh(
@@ -107,6 +132,10 @@ class Entry:
         if self.result is not None:
             out["result"] = self.result
         return out
+
+
+_NUMBERS = frozenset({int, float})
+_STATES = {s.value: s for s in JobState}
 
 
 def _int(value: Any, name: str) -> int:
