@@ -6,8 +6,9 @@ the final drain. Every child writes its own history (tests/history.py);
 the checker judges them. Imports: the standard library, nobroker's public
 API and tests.history / tests.support.
 
-Roles: 4 producers (enqueue tagged payloads), 2 consumers (lease, sometimes
-work past the visibility timeout, ack), 1 compactor (compact in a loop).
+Roles: 4 producers (enqueue tagged payloads), 2 consumers (3 threads each
+sharing one Queue: lease, sometimes work past the visibility timeout, ack),
+1 compactor (compact in a loop).
 Each round picks 1-3 of the seven (sometimes all) at a random moment,
 SIGKILLs them and starts replacements. After the last round everything is
 killed, a drain leases and acks every job left, and the checker demands:
@@ -27,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from typing import Any
@@ -43,6 +45,8 @@ VISIBILITY = 0.4
 #: How long a round lets the processes run before its kills (seconds).
 ROUND_PAUSE = (0.01, 0.08)
 MAX_ATTEMPTS = 1_000_000
+#: Threads per consumer process, sharing one Queue object.
+CONSUMER_THREADS = 3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,30 +73,53 @@ def child(role: str, name: str, directory: str, histories: str, seed: int) -> No
             history.record("enqueue", "ok", tag=tag, id=job.id)
             time.sleep(rng.random() * 0.004)
         elif role == "consumer":
-            invoked = time.monotonic()
-            job = q.lease_one()
-            if job is None:
-                history.record("lease", "ok", id=None, invoked=invoked)
-                time.sleep(0.005)
-                continue
-            history.record(
-                "lease", "ok", id=job.id, token=job.lease_token, granted=job.lease_deadline - VISIBILITY,
-                deadline=job.lease_deadline, tag=job.payload.get("tag"), payload=job.payload, invoked=invoked,
-            )  # fmt: skip
-            if rng.random() < 0.08:
-                time.sleep(VISIBILITY * (1 + rng.random()))  # a slow handler: the lease expires
-            else:
-                time.sleep(rng.random() * 0.003)
-            history.record("ack", "invoke", id=job.id, token=job.lease_token)
-            try:
-                q.ack(job)
-            except NotLeasedError as exc:
-                history.record("ack", "fail", id=job.id, token=job.lease_token, error=str(exc)[:200])
-            else:
-                history.record("ack", "ok", id=job.id, token=job.lease_token)
+            # Several threads share one Queue object: leases, acks and catch-up race inside the process too.
+            threading.excepthook = die_of_thread_error
+            threads = [
+                threading.Thread(target=consume, args=(q, history, random.Random(rng.random())), daemon=True)
+                for _ in range(CONSUMER_THREADS)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         else:
             q.compact()
             time.sleep(0.01 + rng.random() * 0.04)
+
+
+def die_of_thread_error(args: Any) -> None:
+    """An exception in a consumer thread is a crash of the process: the storm reports it."""
+    import traceback
+
+    traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback)
+    sys.stderr.flush()
+    os._exit(3)
+
+
+def consume(q: Queue, history: HistoryWriter, rng: random.Random) -> None:
+    while True:
+        invoked = time.monotonic()
+        job = q.lease_one()
+        if job is None:
+            history.record("lease", "ok", id=None, invoked=invoked)
+            time.sleep(0.005)
+            continue
+        history.record(
+            "lease", "ok", id=job.id, token=job.lease_token, granted=job.lease_deadline - VISIBILITY,
+            deadline=job.lease_deadline, tag=job.payload.get("tag"), payload=job.payload, invoked=invoked,
+        )  # fmt: skip
+        if rng.random() < 0.08:
+            time.sleep(VISIBILITY * (1 + rng.random()))  # a slow handler: the lease expires
+        else:
+            time.sleep(rng.random() * 0.003)
+        history.record("ack", "invoke", id=job.id, token=job.lease_token)
+        try:
+            q.ack(job)
+        except NotLeasedError as exc:
+            history.record("ack", "fail", id=job.id, token=job.lease_token, error=str(exc)[:200])
+        else:
+            history.record("ack", "ok", id=job.id, token=job.lease_token)
 
 
 # ====================================================================== the storm
