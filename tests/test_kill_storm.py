@@ -20,7 +20,6 @@ and duplicates only after an expired lease or a dead holder.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import shutil

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import random
 import unittest
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from nobroker import BackoffPolicy, JobNotFoundError, NotLeasedError, Queue

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from nobroker import JobNotFoundError, NobrokerError, NotLeasedError, Queue
+from nobroker import JobNotFoundError, NotLeasedError, Queue
 from tests.simdisk import POWER_CUT_MODES, SimDisk, SiteSwitch, fresh_queue_path
 from tests.support import LONG, FakeClock, slow
 
