@@ -435,7 +435,11 @@ class FileStorage:
                 lock.release()
         if batch.wakes:
             self._wake.notify()
-        if batch.parts and self.durable:
+        if self.durable:
+            # Even an operation that wrote nothing answers from what it read, and
+            # what a peer (or a writer that died before its fsync) appended may not
+            # be durable yet: "already done" must not be said of bytes a power cut
+            # can take back. Free when our last fsync already covers it.
             log.sync_through(end)
         if failure is not None:
             raise failure
