@@ -33,14 +33,30 @@ on the caller's psycopg connection, inside the caller's open transaction, and
 never commits: roll back and there is no job.
 
 Row level security: ``migrate(dsn, worker_role="queue_worker")`` creates the
-role if it is missing (NOLOGIN; grant it to the login roles your workers use),
-turns on FORCE ROW LEVEL SECURITY and adds policies so only that role and the
-table's owner see the rows. On Supabase, use ``worker_role="service_role"``:
-the service role (the key your backend holds) keeps full access, while
-``anon`` and ``authenticated`` (what a browser holds) get no grants and match
-no policy, so the queue never leaks through the auto-generated REST API.
-Connect with the service role's connection string (or as ``postgres``), never
-from client code.
+role if it is missing (NOLOGIN; grant it to the login roles your workers use:
+``GRANT queue_worker TO app``), turns on FORCE ROW LEVEL SECURITY and adds
+policies so only that role and the table's owner see or change the rows; any
+other role, even one granted SELECT on the table, sees none. Roles with
+BYPASSRLS (superusers) are never limited by policies. On Supabase, run the
+migration as ``postgres`` with ``worker_role="service_role"``: the service
+role (the secret key your backend holds; it has BYPASSRLS there anyway) gets
+the grants, while ``anon`` and ``authenticated`` (what a browser holds) get
+no grant on the schema and match no policy, so the queue never shows through
+Supabase's auto-generated APIs. Connect workers with the service role's (or
+``postgres``'s) connection string, from server code only; never expose the
+``nobroker`` schema in the API settings.
+
+Storage options (keyword arguments to ``Queue`` that the facade passes on):
+``schema`` (default ``nobroker``), ``migrate`` (default True: bring the
+schema up to date on open), ``worker_role`` (apply the RLS policies on open),
+``retention`` (seconds a done job is kept from compaction, default 0),
+``reconnect_timeout`` (seconds to wait for a server that went away, default
+30), ``prepare_threshold`` (psycopg's; None turns server-side prepared
+statements off) and ``clock_offset`` (tests only). ``lock_timeout`` becomes
+the session's ``lock_timeout``; ``fsync=False`` becomes
+``synchronous_commit=off`` (faster, and NOT durable: a server crash can lose
+the last acknowledged writes). Each Queue holds one connection for its work
+and, once a Worker idles on it, one more that LISTENs.
 
 Connections are not shared between threads: each storage owns one connection
 guarded by a lock (the Worker's threads share one Queue, so they take turns;
