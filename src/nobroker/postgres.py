@@ -79,6 +79,7 @@ storage option so no server-side prepared statements are used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -186,6 +187,7 @@ def channel_name(schema: str, queue: str) -> str:
 
 
 # ---------------------------------------------------------------- migrations
+@functools.lru_cache(maxsize=1)
 def _migration_files() -> list[tuple[int, str, str]]:
     """(version, file name, text) of every numbered SQL file shipped in nobroker/sql/."""
     out = []
