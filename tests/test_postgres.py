@@ -176,11 +176,12 @@ class PostgresStorageTests(PostgresTestCase):
         job = q.enqueue({"work": 1})
         script = (
             "import json, sys, time\n"
-            "from nobroker import Queue\n"
+            "from nobroker import Queue, Worker\n"
             "q = Queue(sys.argv[1], sys.argv[2], schema=sys.argv[3], visibility_timeout=60, migrate=False)\n"
-            "job = q.lease_one()\n"
-            "print(json.dumps({'id': job.id, 'token': job.lease_token}), flush=True)\n"
-            "time.sleep(600)\n"
+            "def handler(job):\n"
+            "    print(json.dumps({'id': job.id, 'token': job.lease_token}), flush=True)\n"
+            "    time.sleep(600)\n"
+            "Worker(q, handler, poll_interval=0.05).run()\n"
         )
         env = dict(os.environ, PYTHONPATH=SRC_DIR)
         proc = subprocess.Popen([sys.executable, "-c", script, self.dsn, self.name, self.schema],
