@@ -538,6 +538,13 @@ class SimDisk(FileSystem):
             folder = self._lookup(path)
             return {n: bytes(self._nodes[i].data) for n, i in folder.entries.items() if not self._nodes[i].is_dir}
 
+    def unsynced_files(self, path: str) -> set[str]:
+        """Names in the folder ``path`` whose data has writes no fsync has covered yet."""
+        with self._mutex:
+            folder = self._lookup(path)
+            dirty = {p[1] for p in self._pending if p[0] in ("write", "trunc")}
+            return {name for name, ino in folder.entries.items() if ino in dirty}
+
     def reset_counts(self) -> None:
         self.counts = {op: 0 for op in MUTATING}
         self.fault_counts = {op: 0 for op in FAULT_OPS}

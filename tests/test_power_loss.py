@@ -95,9 +95,10 @@ class Sweep:
         self.kill_rate = kill_rate
         self.kill_rng = random.Random(seed * 31 + 7)
         self.process_kills = 0
+        self.kills_paused = False
         # After a process dies, the next one sees its unsynced bytes: until an fsync covers them, each
-        # job may still fall back to what was acknowledged before the dead process's call.
-        self.unsynced_fallback: dict[str, dict[str, Any] | None] | None = None
+        # job may still fall back to its state before any of the dead processes' calls since the last fsync.
+        self.unsynced_fallbacks: list[dict[str, dict[str, Any]]] = []
         self.seed = seed
         self.rng = random.Random(seed)
         self.cut_rng = random.Random(seed * 7919 + 1)
@@ -146,7 +147,7 @@ class Sweep:
                 self.violations.recovery_exceptions.append(f"seed {self.seed}, {mode} cut before {op}: {type(exc).__name__}: {exc}")
                 continue
             self.pending_cuts.append((f"seed {self.seed}, {mode} cut before {op}", state))
-        if self.kill_rate and self.kill_rng.random() < self.kill_rate:
+        if self.kill_rate and not self.kills_paused and self.kill_rng.random() < self.kill_rate:
             # The process dies here; the disk (and its page cache) lives on.
             self.process_kills += 1
             raise ProcessKilled(op)
@@ -167,8 +168,8 @@ class Sweep:
                 if job_id in self.acked_done and got["state"] != "done":
                     self.violations.acked_back.append(f"{where}: acked job {job_id} is {got['state']}")
                 b, a = self.before.get(job_id), after.get(job_id)
-                fallback = self.unsynced_fallback.get(job_id) if self.unsynced_fallback is not None else None
-                if got != b and got != a and got != fallback and not reclaim_intermediate(b, got, now):
+                fallbacks = [f.get(job_id) for f in self.unsynced_fallbacks]
+                if got != b and got != a and got not in fallbacks and not reclaim_intermediate(b, got, now):
                     self.violations.inexact.append(f"{where}: job {job_id} is {got}, before {b}, after {a}")
             for job_id in self.before:
                 if job_id in after and job_id not in state and job_id in self.acked_enqueue:
@@ -217,7 +218,6 @@ class Sweep:
                 q = rng.choice(queues)  # another handle (think: another process) on the same queue
             inflight: set[str] = set()
             newly_done = None
-            fsyncs = disk.counts["fsync"]
             killed = False
             try:
                 if op == "enqueue":
@@ -265,14 +265,17 @@ class Sweep:
             except ProcessKilled:
                 # A new process opens the queue where the dead one left the disk.
                 killed = True
-                if self.unsynced_fallback is None:
-                    self.unsynced_fallback = dict(self.before)
+                self.unsynced_fallbacks.append(dict(self.before))
                 index = queues.index(q)
                 q = queues[index] = self.open_queue()
                 op = f"{op} (process killed, then a new one opened the queue)"
-            self.settle(op, snapshot(q), inflight)
-            if not killed and disk.counts["fsync"] > fsyncs:
-                self.unsynced_fallback = None  # an fsync of the log covered every byte before it
+            self.kills_paused = True  # the workload's own look at the queue is not part of the test
+            try:
+                self.settle(op, snapshot(q), inflight)
+            finally:
+                self.kills_paused = False
+            if not killed and not any(n.endswith(".log") for n in disk.unsynced_files(self.path)):
+                self.unsynced_fallbacks = []  # fsyncs covered every byte the dead processes left
             if newly_done is not None:
                 self.acked_done.add(newly_done)
             if self.stop_at_first and self.violations.total():
@@ -355,6 +358,26 @@ class PowerLoss(unittest.TestCase):
         q.close()
         with Queue(path, filesystem=disk.power_cut("drop"), clock=FakeClock()) as reopened:
             self.assertEqual(snapshot(reopened), live, "the compacted generation differs from the live state")
+
+    def test_a_queue_folder_made_by_a_killed_process_becomes_durable(self) -> None:
+        """Found by the kill sweep (long, seeds 2042 and 2049): the folder's own name must reach the disk."""
+        disk = SimDisk()
+        path = fresh_queue_path(disk, random.Random(2042))
+
+        def die_after_mkdir(d: SimDisk, op: str) -> None:
+            if op == "fsync_dir":
+                raise ProcessKilled(op)  # mkdir done, the parent's fsync never runs
+
+        disk.before_mutation = die_after_mkdir
+        with self.assertRaises(ProcessKilled):
+            Queue(path, filesystem=disk, clock=FakeClock())
+        disk.before_mutation = None
+        second = Queue(path, filesystem=disk, clock=FakeClock())
+        job = second.enqueue("acknowledged")
+        cut = disk.power_cut("drop")
+        second.close()
+        with Queue(path, filesystem=cut, clock=FakeClock()) as after_cut:
+            self.assertEqual([j.id for j in after_cut.list_jobs()], [job.id], "an acknowledged enqueue vanished")
 
     def test_an_ack_answered_from_a_dead_writers_bytes_is_durable(self) -> None:
         """Found by the kill sweep (seed 2002): "already done" must not rest on bytes nobody fsynced."""
