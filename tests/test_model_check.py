@@ -242,15 +242,17 @@ class Mismatch(AssertionError):
 class Runner:
     """Drives one real Queue (on a SimDisk) and the RefModel with the same steps."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, handles: int = 1) -> None:
         self.seed = seed
+        self.handles = handles
         self.disk = SimDisk()
         self.path = fresh_queue_path(self.disk, random.Random(seed))
         self.clock = FakeClock()
         self.model = RefModel()
         self.tokens: dict[str, list[str]] = {}
         self.leases: dict[str, Any] = {}  # id -> the Job the last lease returned
-        self.q = self.open()
+        self.queues = [self.open() for _ in range(handles)]
+        self.q = self.queues[0]
         self.steps_run = 0
 
     def open(self) -> Queue:
@@ -260,11 +262,16 @@ class Runner:
         )  # fmt: skip
 
     def close(self) -> None:
-        self.q.close()
+        for q in self.queues:
+            q.close()
 
     # -------- checking
     def compare(self, where: str) -> None:
-        real = {j.id: j for j in self.q.list_jobs()}
+        for i, q in enumerate(self.queues):
+            self.compare_one(q, where if len(self.queues) == 1 else f"{where}, seen by handle {i}")
+
+    def compare_one(self, q: Queue, where: str) -> None:
+        real = {j.id: j for j in q.list_jobs()}
         want = self.model.snapshot()
         if set(real) != set(want):
             raise Mismatch(f"{where}: job ids differ: only real {sorted(set(real) - set(want))}, only model {sorted(set(want) - set(real))}")
@@ -301,6 +308,7 @@ class Runner:
 
     def step(self, i: int, op: str, arg: int) -> None:
         r = random.Random(arg)
+        self.q = self.queues[arg % len(self.queues)]  # with several handles, any of them may act
         m, q, where = self.model, self.q, f"step {i} ({op})"
         now = self.clock()
         if op in ("enqueue", "enqueue_many"):
@@ -425,12 +433,12 @@ class Runner:
         elif op == "tick":
             self.clock.advance(r.choice((0.5, 3.0, 10.0, 31.0, 120.0)))
         elif op == "reopen":
-            q.close()
-            self.q = self.open()
+            self.close()
+            self.queues = [self.open() for _ in range(self.handles)]
         elif op == "power_cut":
             self.disk = self.disk.power_cut(r.choice(POWER_CUT_MODES), r)
-            # The queue object on the old disk is gone with the power; do not close it there.
-            self.q = self.open()
+            # The queue objects on the old disk are gone with the power; do not close them there.
+            self.queues = [self.open() for _ in range(self.handles)]
         else:  # pragma: no cover
             raise AssertionError(op)
         self.compare(where)
@@ -442,27 +450,27 @@ class Runner:
                 self.steps_run += 1
         finally:
             try:
-                self.q.close()
+                self.close()
             except Exception:
                 pass
 
 
-def failure_of(seed: int, steps: list[tuple[Any, ...]]) -> str | None:
+def failure_of(seed: int, steps: list[tuple[Any, ...]], handles: int = 1) -> str | None:
     try:
-        Runner(seed).run(steps)
+        Runner(seed, handles).run(steps)
     except Exception as exc:  # a mismatch, or any exception the real queue should not raise
         return f"{type(exc).__name__}: {exc}"
     return None
 
 
-def shrink(seed: int, steps: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def shrink(seed: int, steps: list[tuple[Any, ...]], handles: int = 1) -> list[tuple[Any, ...]]:
     """Delete chunks of steps (halving the chunk size) while the sequence still fails."""
     chunk = max(len(steps) // 2, 1)
     while chunk >= 1:
         i = 0
         while i < len(steps):
             candidate = steps[:i] + steps[i + chunk :]
-            if candidate and failure_of(seed, candidate) is not None:
+            if candidate and failure_of(seed, candidate, handles) is not None:
                 steps = candidate
             else:
                 i += chunk
@@ -473,27 +481,40 @@ def shrink(seed: int, steps: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 class ModelCheck(unittest.TestCase):
     sequences_checked = 0
 
-    def test_random_sequences_match_the_reference_model(self) -> None:
-        only = os.environ.get("NOBROKER_MODEL_SEED")
-        seeds = [int(only)] if only else [1_000 + i for i in range(SEQUENCES)]
+    def check_sequences(self, seeds: list[int], handles: int) -> int:
         steps_total = 0
         for seed in seeds:
             steps = random_steps(random.Random(seed), STEPS)
-            runner = Runner(seed)
+            runner = Runner(seed, handles)
             try:
                 runner.run(steps)
             except Exception as exc:
-                smallest = shrink(seed, steps)
+                smallest = shrink(seed, steps, handles)
                 lines = "\n".join(f"  {op} {arg}" for op, arg in smallest)
                 self.fail(
-                    f"seed {seed} fails: {type(exc).__name__}: {exc}\n"
+                    f"seed {seed} ({handles} handle(s)) fails: {type(exc).__name__}: {exc}\n"
                     f"shortest failing sequence ({len(smallest)} of {len(steps)} steps), "
-                    f"now failing with: {failure_of(seed, smallest)}\n{lines}\n"
-                    f"re-run: NOBROKER_MODEL_SEED={seed} python make.py test tests.test_model_check"
+                    f"now failing with: {failure_of(seed, smallest, handles)}\n{lines}\n"
+                    f"re-run: NOBROKER_MODEL_SEED={seed} NOBROKER_MODEL_HANDLES={handles} "
+                    "python make.py test tests.test_model_check"
                 )
             steps_total += runner.steps_run
-        ModelCheck.sequences_checked = len(seeds)
+        return steps_total
+
+    def test_random_sequences_match_the_reference_model(self) -> None:
+        only = os.environ.get("NOBROKER_MODEL_SEED")
+        handles = int(os.environ.get("NOBROKER_MODEL_HANDLES", "1"))
+        seeds = [int(only)] if only else [1_000 + i for i in range(SEQUENCES)]
+        steps_total = self.check_sequences(seeds, handles)
         print(f"\nmodel check: {len(seeds)} sequences, {steps_total} steps, every job compared after each step")
+
+    def test_two_handles_on_one_queue_match_the_model(self) -> None:
+        """Each step acts through one of two Queue objects; both must show the model's state."""
+        if os.environ.get("NOBROKER_MODEL_SEED"):
+            self.skipTest("one seed requested")
+        seeds = [50_000 + i for i in range(SEQUENCES // 3)]
+        steps_total = self.check_sequences(seeds, 2)
+        print(f"\nmodel check, two handles: {len(seeds)} sequences, {steps_total} steps")
 
     def test_the_model_check_has_teeth(self) -> None:
         """A queue that forgets a nack's error text must be caught, with a shrunk sequence."""
