@@ -17,7 +17,9 @@ The model of a disk, stated so each test knows what it proves:
     operations: they stay visible but will never reach the disk, as Linux
     does when it marks the dirty pages clean after a writeback error. A
     later fsync that succeeds does not bring them back, so code that
-    retries a failed fsync and believes it is fooled here too.
+    retries a failed fsync and believes it is fooled here too. As with
+    Linux's errseq_t, every other descriptor of the file that was open at
+    the time gets EIO from its next fsync; descriptors opened later do not.
   * power_cut(mode, rng) builds a new disk from the durable state plus
       "drop"     nothing pending,
       "prefix"   a random prefix of the pending operations, in order, the
@@ -55,10 +57,11 @@ _SRC_MARK = os.sep + os.path.join("src", "nobroker") + os.sep
 
 
 class _Node:
-    __slots__ = ("ino", "is_dir", "data", "entries", "mtime")
+    __slots__ = ("ino", "is_dir", "data", "entries", "mtime", "wb_err")
 
     def __init__(self, ino: int, is_dir: bool) -> None:
         self.ino = ino
+        self.wb_err = 0  # writeback errors so far (Linux's errseq_t)
         self.is_dir = is_dir
         self.data = bytearray()
         self.entries: dict[str, int] = {}
@@ -111,6 +114,7 @@ class SimDisk(FileSystem):
         self._durable_entries: dict[int, dict[str, int]] = {}
         self._pending: list[tuple[Any, ...]] = []
         self._fds: dict[int, tuple[int, int]] = {}  # fd -> (ino, flags)
+        self._fd_seen_err: dict[int, int] = {}  # fd -> the writeback error count it has been told about
         self._next_ino = 2
         self._next_fd = 1000
         self._tick = 0
@@ -231,10 +235,12 @@ class SimDisk(FileSystem):
             fd = self._next_fd
             self._next_fd += 1
             self._fds[fd] = (ino, flags)
+            self._fd_seen_err[fd] = self._nodes[ino].wb_err
             return fd
 
     def close(self, fd: int) -> None:
         with self._mutex:
+            self._fd_seen_err.pop(fd, None)
             if self._fds.pop(fd, None) is None:
                 raise OSError(errno_mod.EBADF, "Bad file descriptor")
 
@@ -290,8 +296,14 @@ class SimDisk(FileSystem):
                 # The kernel marks the dirty pages clean after a failed writeback:
                 # they are never written, even if a later fsync succeeds.
                 self._pending = [p for p in self._pending if not (p[0] in ("write", "trunc") and p[1] == node.ino)]
+                node.wb_err += 1
+                self._fd_seen_err[fd] = node.wb_err
                 raise
             self._settle(lambda p: p[0] in ("write", "trunc") and p[1] == node.ino)
+            if self._fd_seen_err.get(fd, 0) < node.wb_err:
+                # Every descriptor open when the error happened hears of it once (errseq_t).
+                self._fd_seen_err[fd] = node.wb_err
+                raise OSError(errno_mod.EIO, os.strerror(errno_mod.EIO))
 
     def fsync_dir(self, path: str) -> None:
         with self._mutex:

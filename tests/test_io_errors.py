@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import random
 import shutil
 import subprocess
@@ -33,8 +34,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from nobroker import BackoffPolicy, CompactionError, NobrokerError, Queue, StorageError
-from nobroker.maintenance import verify
+from nobroker import BackoffPolicy, CompactionError, CorruptLogError, NobrokerError, Queue, StorageError
+from nobroker.maintenance import repair, verify
 from tests.simdisk import FAULTABLE, Fault, SimDisk, fresh_queue_path
 from tests.support import LONG, FakeClock
 
@@ -108,8 +109,9 @@ class FaultRun:
     """The workload on a disk with one injected fault; collects what the checks need."""
 
     def __init__(self, test: unittest.TestCase, fault: Fault | None, short_writes: int | None = None,
-                 disk: SimDisk | None = None) -> None:  # fmt: skip
+                 disk: SimDisk | None = None, handles: int = 1) -> None:  # fmt: skip
         self.test = test
+        self.handles = handles
         self.fault = fault
         self.disk = disk or SimDisk()
         self.path = fresh_queue_path(self.disk, random.Random(1))
@@ -120,6 +122,7 @@ class FaultRun:
             self.disk.short_writes = random.Random(short_writes)
         self.errors: list[BaseException] = []
         self.candidates: list[dict[str, dict[str, Any]]] = [{}]
+        self.acked_state: dict[str, dict[str, Any]] = {}
         self.acknowledged: list[str] = []
 
     def label(self) -> str:
@@ -133,45 +136,49 @@ class FaultRun:
 
     def run(self) -> None:
         clock = self.clock
-        try:
-            q = open_queue(self.disk, self.path, clock)
-        except Exception as exc:  # noqa: BLE001 - check_error says which kinds are allowed
-            self.check_error(exc, "opening")
-            self.errors.append(exc)
-            q = None
+        queues: list[Queue] = []
+        for _ in range(self.handles):
+            try:
+                queues.append(open_queue(self.disk, self.path, clock))
+            except Exception as exc:  # noqa: BLE001 - check_error says which kinds are allowed
+                self.check_error(exc, "opening")
+                self.errors.append(exc)
         held: dict[str, Any] = {}
-        poisoned = False
-        if q is not None:
-            for what, step in workload():
-                clock.advance(1.0)
-                if not held and what in ("ack", "extend", "nack", "set_stage", "ack 2", "nack dead"):
-                    continue
+        poisoned: set[int] = set()
+        for k, (what, step) in enumerate(workload() if queues else []):
+            clock.advance(1.0)
+            if not held and what in ("ack", "extend", "nack", "set_stage", "ack 2", "nack dead"):
+                continue
+            index = k % len(queues)  # with two handles (think: two processes) they take turns
+            q = queues[index]
+            try:
+                step(q, held)
+            except Exception as exc:  # noqa: BLE001 - check_error says which kinds are allowed
+                self.check_error(exc, what)
+                if index in poisoned:
+                    self.test.assertIn("refuses further writes", str(exc), f"{self.label()}: {what} after a failed fsync")
+                self.errors.append(exc)
+                if isinstance(exc, StorageError) and re.search(r"fsync of \S+\.log\b", str(exc)):
+                    poisoned.add(index)  # the log's own fsync failed: this object must refuse from now on
                 try:
-                    step(q, held)
-                except Exception as exc:  # noqa: BLE001 - check_error says which kinds are allowed
-                    self.check_error(exc, what)
-                    if poisoned:
-                        self.test.assertIn("refuses further writes", str(exc), f"{self.label()}: {what} after a failed fsync")
-                    self.errors.append(exc)
-                    if isinstance(exc, StorageError) and "fsync of" in str(exc):
-                        poisoned = True
-                    try:
-                        self.candidates.append(self.snapshot(q))
-                    except NobrokerError:
-                        pass
-                    continue
-                if poisoned:
-                    self.test.fail(f"{self.label()}: {what} succeeded on a queue whose fsync failed")
-                self.acknowledged.append(what)
-                self.candidates = [self.snapshot(q)]
+                    self.candidates.append(self.snapshot(q))
+                except NobrokerError:
+                    pass
+                continue
+            if index in poisoned:
+                self.test.fail(f"{self.label()}: {what} succeeded on a queue whose fsync failed")
+            self.acknowledged.append(what)
+            self.candidates = [self.snapshot(q)]
+            self.acked_state = self.candidates[0]
         TOTALS["faults injected"] += self.fault.fired if self.fault else 0
         self.disk.faults = []  # the fault clears
         # Nothing reported done that is not durable: cut the power, keep only durable bytes.
         durable = self.disk.power_cut("drop")
+        self.open_after_cut(durable, "a power cut")
         with open_queue(durable, self.path, clock) as after_cut:
             self.check_state(snapshot(after_cut), "after a power cut")
             self.check_log(durable)
-        if q is not None:
+        for q in queues:
             q.close()
         reopened = open_queue(self.disk, self.path, clock)
         state = snapshot(reopened)
@@ -182,12 +189,26 @@ class FaultRun:
         # served from the log: a failed fsync may have left unsynced bytes under later synced ones.
         later = self.disk.power_cut("drop")
         reopened.close()
-        try:
-            with open_queue(later, self.path, clock) as again:
-                final = snapshot(again)
-        except NobrokerError as exc:
-            self.test.fail(f"{self.label()}: after the fault cleared, a reopen, one enqueue and a power cut: {exc}")
+        self.open_after_cut(later, "the fault cleared, a reopen, one enqueue and a power cut")
+        with open_queue(later, self.path, clock) as again:
+            final = snapshot(again)
         self.test.assertIn("still-works", final, f"{self.label()}: an enqueue acknowledged after the reopen was lost")
+
+    def open_after_cut(self, disk: SimDisk, when: str) -> None:
+        """The queue must open after ``when``. If it refuses, say whether `repair` gets everything back."""
+        try:
+            open_queue(disk, self.path, self.clock).close()
+            return
+        except CorruptLogError as exc:
+            refused = str(exc)
+        probe = disk.clone()
+        repair(self.path, fs=probe)
+        with open_queue(probe, self.path, self.clock) as repaired:
+            state = snapshot(repaired)
+        wanted = set(self.acked_state) | ({"still-works"} if "reopen" in when else set())
+        missing = wanted - set(state)
+        kept = "everything acknowledged" if not missing else f"NOT everything (missing {sorted(missing)})"
+        self.test.fail(f"{self.label()}: after {when} the queue refuses to open ({refused[:160]}); repair gets {kept} back")
 
     def snapshot(self, q: Queue) -> dict[str, dict[str, Any]]:
         """The queue as this process sees it, read with the fault held back (reads can fail too)."""
@@ -248,6 +269,33 @@ class IOErrors(unittest.TestCase):
                             runs += 1
         TOTALS["fault runs"] += runs
         print(f"\nI/O errors: {runs} runs, {TOTALS['faults injected']} faults injected ({counts})")
+
+    def test_two_handles_take_turns_under_faults(self) -> None:
+        """Two Queue objects (think: two processes) alternate; a fault seen by one must not fool the other."""
+        counts = self.counts()
+        for op in FAULTABLE:
+            for persistent in (False, True):
+                for nth in range(1, counts[op] + 1):
+                    with self.subTest(op=op, persistent=persistent, nth=nth):
+                        FaultRun(self, Fault(op, nth, errno.EIO, persistent), handles=2).run()
+
+    def test_a_failed_switch_to_a_new_generation_is_retried(self) -> None:
+        """Found by the two-handle sweep: a handle that failed to follow a flip must not append to the old file."""
+        disk = SimDisk()
+        path = fresh_queue_path(disk, random.Random(7))
+        qa, qb = open_queue(disk, path, FakeClock()), open_queue(disk, path, FakeClock())
+        qa.enqueue("x", job_id="x")
+        qa.compact()  # qb still holds generation 0
+        disk.faults.append(Fault("fsync_dir", disk.fault_counts["fsync_dir"] + 1, errno.EIO))
+        with self.assertRaises(StorageError):
+            qb.enqueue("y", job_id="y")  # following the flip, the folder fsync fails
+        disk.faults.clear()
+        qb.enqueue("z", job_id="z")
+        self.assertIn("z", [j.id for j in qa.list_jobs()], "the peer does not see an acknowledged enqueue")
+        qa.close()
+        qb.close()
+        with open_queue(disk.power_cut("drop"), path, FakeClock()) as reopened:
+            self.assertIn("z", [j.id for j in reopened.list_jobs()], "an acknowledged enqueue was lost")
 
     def test_the_fault_sweep_has_teeth(self) -> None:
         """A queue that retries a failed fsync and carries on must be caught by the sweep."""
