@@ -278,6 +278,7 @@ class IOErrors(unittest.TestCase):
                 for nth in range(1, counts[op] + 1):
                     with self.subTest(op=op, persistent=persistent, nth=nth):
                         FaultRun(self, Fault(op, nth, errno.EIO, persistent), handles=2).run()
+                        TOTALS["fault runs"] += 1
 
     def test_a_failed_switch_to_a_new_generation_is_retried(self) -> None:
         """Found by the two-handle sweep: a handle that failed to follow a flip must not append to the old file."""
@@ -314,6 +315,7 @@ class IOErrors(unittest.TestCase):
         for nth in range(1, reads + 1):
             with self.subTest(op="read", nth=nth):
                 FaultRun(self, Fault("read", nth, errno.EIO)).run()
+                TOTALS["fault runs"] += 1
 
     def test_read_errors_while_opening_an_existing_queue(self) -> None:
         run = FaultRun(self, None)
@@ -373,6 +375,10 @@ class IOErrors(unittest.TestCase):
         with open_queue(cut, path, FakeClock()) as reopened:
             self.assertEqual(sorted(snapshot(reopened)), ["kept"])
         q.close()
+
+
+def tearDownModule() -> None:
+    print(f"\nI/O errors, whole module: {TOTALS['fault runs']} runs, {TOTALS['faults injected']} faults injected")
 
 
 def _root_mount(args: list[str]) -> str | None:
