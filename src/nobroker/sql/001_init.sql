@@ -30,7 +30,11 @@ CREATE TABLE {schema}.jobs (
     result         json,
     finished_at    timestamptz,
     CONSTRAINT jobs_pkey PRIMARY KEY (queue, id),
-    CONSTRAINT jobs_leased_has_deadline CHECK (state <> 'leased' OR (lease_deadline IS NOT NULL AND lease_token IS NOT NULL))
+    -- A job has a lease deadline exactly while it is leased, so "deadline not
+    -- passed" alone proves a live lease (the statements that check a token
+    -- rely on it, which keeps their plans on the primary key).
+    CONSTRAINT jobs_deadline_iff_leased CHECK ((state = 'leased') = (lease_deadline IS NOT NULL)),
+    CONSTRAINT jobs_leased_has_token CHECK (state <> 'leased' OR lease_token IS NOT NULL)
 );
 
 -- The claim: ready rows of one queue, highest priority first, then oldest.
