@@ -41,7 +41,7 @@ LIBRARY_DIR = "src/"
 
 
 @dataclass(frozen=True)
-class Optional:
+class OptionalPackage:
     """A third-party package the project may import, where, and why."""
 
     places: tuple[str, ...]  # path prefixes (a folder ends with "/")
@@ -51,8 +51,8 @@ class Optional:
         return any(path == p or (p.endswith("/") and path.startswith(p)) for p in self.places)
 
 
-OPTIONAL_THIRD_PARTY: dict[str, Optional] = {
-    "psycopg": Optional(
+OPTIONAL_THIRD_PARTY: dict[str, OptionalPackage] = {
+    "psycopg": OptionalPackage(
         places=("src/nobroker/postgres.py", "src/nobroker/bench_pg.py", "tests/"),
         why=(
             'the PostgreSQL storage (pip install "nobroker[postgres]") and its benchmark, imported '
