@@ -376,11 +376,15 @@ _TEMPLATES: dict[str, str] = {
         ORDER BY u.ord
         {{conflict}}
         RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+    # Two index lookups (primary key; dedupe index) rather than one OR, which
+    # no index can answer and would scan the whole queue.
     "existing": f"""
         SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND (j.id = ANY(%(ids)b::text[])
-              OR (j.dedupe_key IS NOT NULL AND j.state IN ('ready', 'leased')
-                  AND (j.kind, j.dedupe_key) IN (SELECT * FROM unnest(%(kinds)b::text[], %(keys)b::text[]))))""",
+        WHERE j.queue = %(q)s AND j.id = ANY(%(ids)b::text[])
+        UNION ALL
+        SELECT {_RET} FROM {{schema}}.jobs AS j
+        JOIN unnest(%(kinds)b::text[], %(keys)b::text[]) AS u(kind, key)
+          ON j.queue = %(q)s AND j.kind = u.kind AND j.dedupe_key = u.key AND j.state IN ('ready', 'leased')""",
     "ack": f"""
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, finished_at = {_NOW},
@@ -443,9 +447,11 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
           AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
+    # {state} is one of the four state names, written into the text so the
+    # planner can use the partial index of that state (the DLQ listing).
     "list_state": f"""
         SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND j.state = %(state)s::text AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        WHERE j.queue = %(q)s AND j.state = '{{state}}' AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
     "stats": f"""
         SELECT r.ready, r.delayed,
@@ -476,6 +482,8 @@ def _build(schema: str) -> dict[str, str]:
             variants = [(name, "{conflict}", "ON CONFLICT DO NOTHING"), (name + "_fresh", "{conflict}", "")]
         elif name.startswith("claim"):
             variants = [(name, "{kinds}", ""), (name + "_kinds", "{kinds}", "AND kind = ANY(%(kinds)b::text[])")]
+        elif name == "list_state":
+            variants = [(f"list_{state.value}", "{state}", state.value) for state in JobState]
         else:
             variants = [(name, "", "")]
         for variant, marker, text in variants:
@@ -1017,7 +1025,7 @@ class PostgresStorage:
         params = self._params(
             state=None if state is None else state.value, kind=_check_text(kind, "kind"), limit=limit, offset=offset
         )
-        statement = "list" if state is None else "list_state"
+        statement = "list" if state is None else f"list_{state.value}"
         return self._read("list_jobs", statement, params, lambda cur: [_row_job(row) for row in cur.fetchall()])
 
     def now(self) -> float:
