@@ -386,6 +386,38 @@ class PostgresStorageTests(PostgresTestCase):
         q.storage.ack_many([(a.id, a.lease_token, None), (b.id, b.lease_token, None)])  # type: ignore[attr-defined]
         self.assertIs(q.get(b.id).state, JobState.DONE)
 
+    def test_single_job_statements_use_the_primary_key_even_with_generic_plans(self) -> None:
+        # A generic plan is made once and kept: one that walked the index of
+        # leases (or of the queue) instead of the primary key would make every
+        # ack cost as much as the queue is long.
+        q = self.open_queue()
+        conn = q.storage._conn  # type: ignore[attr-defined]
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except Exception as exc:  # not a superuser, or no contrib modules: nothing to look through
+            self.skipTest(f"auto_explain is not available here ({exc})")
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
+                        "client_min_messages = notice", "plan_cache_mode = force_generic_plan"):  # fmt: skip
+            conn.execute(f"SET {setting}")
+        plans: list[str] = []
+        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        q.enqueue_many(list(range(200)))
+        with connect() as admin:  # what autovacuum does once a table has grown: statistics
+            admin.execute(f'ANALYZE "{self.schema}".jobs')
+        jobs = q.lease(20)
+        for job in jobs[:5]:  # past psycopg's prepare threshold: the server keeps a generic plan
+            q.extend(job, 60)
+        plans.clear()
+        q.extend(jobs[5], 60)
+        q.set_stage(jobs[6], "s")
+        q.ack(jobs[7])
+        q.nack(jobs[8], delay=0)
+        single = [plan for plan in plans if "WHERE j.queue = $" in plan and "j.id = $" in plan]
+        self.assertEqual(len(single), 4, plans)
+        for plan in single:
+            self.assertIn("jobs_pkey", plan)
+            self.assertNotIn("jobs_leases", plan.split("Query Text")[0] + plan[plan.find("Update on"):])
+
     def test_the_worker_runs_unchanged(self) -> None:
         q = self.open_queue(max_attempts=2, backoff=NO_BACKOFF)
         jobs = q.enqueue_many([{"n": n} for n in range(20)])
