@@ -281,6 +281,26 @@ class Runner:
             if got != expected:
                 diff = {k: (got.get(k), expected.get(k)) for k in expected if got.get(k) != expected.get(k)}
                 raise Mismatch(f"{where}: job {job_id} differs (real, model): {diff}")
+        now = self.clock()
+        counts = {"ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 0}
+        for job in self.model.jobs.values():
+            if job.state == "ready" and job.available_at > now:
+                counts["delayed"] += 1
+            else:
+                counts[job.state] += 1
+        stats = q.stats().to_dict()
+        stats.pop("total")
+        if stats != counts:
+            raise Mismatch(f"{where}: stats() says {stats}, the model counts {counts}")
+        dead = [j for j in self.model.order() if self.model.jobs[j].state == "dead"]
+        if [j.id for j in q.dlq()] != dead:
+            raise Mismatch(f"{where}: dlq() lists {[j.id for j in q.dlq()]}, the model {dead}")
+        ready = [j for j in self.model.order() if self.model.jobs[j].state == "ready"]
+        page = [j.id for j in q.list_jobs("ready", limit=2, offset=1)]
+        if page != ready[1:3]:
+            raise Mismatch(f"{where}: list_jobs('ready', limit=2, offset=1) is {page}, the model {ready[1:3]}")
+        if len(q) != len(self.model.jobs):
+            raise Mismatch(f"{where}: len() is {len(q)}, the model holds {len(self.model.jobs)} jobs")
         real_order = [j.id for j in sorted(real.values(), key=lambda j: j.seq)]
         if real_order != self.model.order():
             raise Mismatch(f"{where}: seq order differs: real {real_order}, model {self.model.order()}")
