@@ -78,7 +78,11 @@ class CrashTests(TempDirTestCase):
                 self.fail(f"child did not start: {child.communicate()[1]}")
             time.sleep(rng.uniform(0.01, 0.15))
             child.send_signal(signal.SIGKILL)
-            out, err = child.communicate()
+            # Read through the same buffered stream readline() used: communicate()
+            # reads the raw pipe and would drop lines readline() had buffered.
+            out = child.stdout.read()
+            err = child.stderr.read() if child.stderr else ""
+            child.wait()
             self.assertEqual(child.returncode, -signal.SIGKILL, err)
             e, a, t = promises(out)
             enqueued |= e
