@@ -418,6 +418,34 @@ class PostgresStorageTests(PostgresTestCase):
             self.assertIn("jobs_pkey", plan)
             self.assertNotIn("jobs_leases", plan.split("Query Text")[0] + plan[plan.find("Update on"):])
 
+    @slow
+    def test_claims_keep_the_index_plan_over_a_large_backlog(self) -> None:
+        q = self.open_queue()
+        conn = q.storage._conn  # type: ignore[attr-defined]
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except Exception as exc:
+            self.skipTest(f"auto_explain is not available here ({exc})")
+        with connect() as admin:
+            admin.execute(
+                f'INSERT INTO "{self.schema}".jobs (queue, id, max_attempts, available_at, enqueued_at, payload) '
+                "SELECT %s, 'b' || i, 5, now(), now(), '1' FROM generate_series(1, 100000) AS i",
+                (self.name,),
+            )
+            admin.execute(f'ANALYZE "{self.schema}".jobs')
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
+                        "client_min_messages = notice", "plan_cache_mode = force_generic_plan"):  # fmt: skip
+            conn.execute(f"SET {setting}")
+        plans: list[str] = []
+        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        for count in (1, 1, 1, 1, 1, 1, 10, 10, 10, 10, 10, 10):
+            self.assertEqual(len(q.lease(count)), count)
+        claims = [plan for plan in plans if "SKIP LOCKED" in plan]
+        self.assertEqual(len(claims), 12)
+        for plan in claims:
+            self.assertIn("jobs_claim", plan)
+            self.assertNotIn("Seq Scan", plan)
+
     def test_the_worker_runs_unchanged(self) -> None:
         q = self.open_queue(max_attempts=2, backoff=NO_BACKOFF)
         jobs = q.enqueue_many([{"n": n} for n in range(20)])

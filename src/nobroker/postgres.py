@@ -123,6 +123,8 @@ DEFAULT_RECONNECT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 5
 #: Tries for an enqueue whose conflicting job vanished before it could be read.
 ENQUEUE_TRIES = 5
+#: Claim statements (one per batch size) kept ready to run; others are built per call.
+MAX_CLAIM_STATEMENTS = 64
 #: Pause between connection attempts grows from the first to the last value.
 RECONNECT_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -336,7 +338,7 @@ _CLAIM = f"""
             lease_deadline = {_NOW} + %(vt)s::float8 * interval '1 second'
         FROM (SELECT queue, id FROM {{schema}}.jobs
               WHERE queue = %(q)s AND state = 'ready' AND available_at <= {_NOW} {{kinds}}
-              ORDER BY priority DESC, seq LIMIT %(n)s FOR UPDATE SKIP LOCKED) AS x
+              ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS x
         WHERE j.queue = x.queue AND j.id = x.id
         RETURNING {_RET}"""
 #: What an insert returns: the rest of the Job is known to the caller already.
@@ -565,6 +567,7 @@ class PostgresStorage:
             "b_base": float(b.base), "b_factor": float(b.factor), "b_max": float(b.max_delay), "b_jitter": float(b.jitter),
         }  # fmt: skip
         self._sql = _build(self.schema)
+        self._claims: dict[tuple[str, int], str] = {}
         self._mutex = threading.Lock()
         self._listen_mutex = threading.Lock()
         self._conn: Any = None
@@ -860,18 +863,42 @@ class PostgresStorage:
         b = self.backoff
         return b.base <= 0 or b.max_delay <= 0 or b.factor <= 0
 
+    def _claim_statement(self, name: str, count: int) -> str:
+        """The claim with its LIMIT written in as a number.
+
+        A parameter there would leave the server's generic plan guessing how
+        many rows are wanted (a tenth of the table), and with a backlog that
+        guess picks a scan of every ready job; a literal keeps the index plan.
+        ``count`` is an int the facade checked, so writing it in is safe; each
+        batch size is prepared once (a Worker uses a handful).
+        """
+        key = (name, count)
+        text = self._claims.get(key)
+        if text is None:
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise ValueError(f"count must be a positive int, got {count!r}")
+            text = self._sql[name].replace("{count}", str(int(count)))
+            if len(self._claims) < MAX_CLAIM_STATEMENTS:
+                self._claims[key] = text
+        return text
+
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
         suffix = "" if kinds is None else "_kinds"
         params = self._backoff_params(
-            self._params(vt=visibility_timeout, n=count, kinds=sorted(kinds) if kinds is not None else None)
+            self._params(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
         )
         two_steps = self._zero_backoff_possible()
+        claim = self._claim_statement(("claim" if two_steps else "claim_reclaim") + suffix, count)
 
         def run(conn: Any) -> list[Job]:
             if two_steps:
-                rows = self._write(conn, "claim" + suffix, params).fetchall()
+                self._backoff_params(params)
+                with self._pipeline(conn):
+                    conn.execute(self._sql["reclaim"], params)
+                    cur = conn.execute(claim, params)
+                rows = cur.fetchall()
             else:
-                rows = conn.execute(self._sql["claim_reclaim" + suffix], params).fetchall()
+                rows = conn.execute(claim, params).fetchall()
             jobs = [_row_job(row) for row in rows]
             jobs.sort(key=lambda job: (-job.priority, job.seq))
             return jobs
