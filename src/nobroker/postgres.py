@@ -307,8 +307,9 @@ def _apply_rls(conn: Any, schema: str, role: str) -> None:
 
 # ---------------------------------------------------------------- SQL
 # Every statement is built once per storage with the schema quoted as an
-# identifier; values always travel as parameters. NOW is the database clock
-# plus the test-only offset.
+# identifier; values travel as parameters (the one number written into the
+# text is a claim's batch size, a checked int: see _claim_statement). NOW is
+# the database clock plus the test-only offset.
 _NOW = "(now() + %(off)s::float8 * interval '1 second')"
 _RET = (
     "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
