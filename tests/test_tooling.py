@@ -278,6 +278,14 @@ class PyzTest(TempDirTestCase):
         self.assertEqual(counts["total"], 1)
         self.assertTrue(any(name.endswith(".log") for name in os.listdir(Path(self.dir, "q"))))
 
+    def test_exit_codes_survive_the_bundle(self) -> None:
+        # zipapp's own main= would call cli.main() and drop its return value.
+        missing = self.pyz_run("--dir", "no-such-queue", "stats")
+        self.assertEqual(missing.returncode, 1, missing.stdout + missing.stderr)
+        self.assertIn("nobroker: error:", missing.stderr)
+        usage = self.pyz_run("enqueue")
+        self.assertEqual(usage.returncode, 2, usage.stdout + usage.stderr)
+
 
     def test_work_runs_the_example_handlers_from_the_clone(self) -> None:
         queue_dir = str(Path(self.dir, "q"))

@@ -39,6 +39,10 @@ MAX_BYTES = 100 * 1024
 INTERPRETER = "/usr/bin/env python3"
 
 
+#: Package files the single-file app leaves out.
+NOT_BUNDLED = ("bench_pg.py",)
+
+
 def slim_source(source: str) -> str:
     """``source`` without comments and with one-line docstrings, every statement on its original line."""
     docstrings: dict[tuple[int, int], tuple[int, str]] = {}
@@ -73,12 +77,22 @@ def build(output: Path, *, full_source: bool = False) -> int:
     with tempfile.TemporaryDirectory(prefix="nobroker-pyz-") as staging:
         # A staging copy keeps build debris out of the bundle (caches, egg-info)
         # and leaves the archive root holding exactly one thing: the package.
-        shutil.copytree(PACKAGE, Path(staging) / "nobroker", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        # The PostgreSQL benchmark needs psycopg, which the bundle never carries:
+        # left out, `nobroker bench --pg` says to run it from a clone instead.
+        shutil.copytree(
+            PACKAGE, Path(staging) / "nobroker", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *NOT_BUNDLED)
+        )
         if not full_source:
             for path in (Path(staging) / "nobroker").rglob("*.py"):
                 path.write_text(slim_source(path.read_text(encoding="utf-8")), encoding="utf-8")
+        # Our own __main__ rather than zipapp's main=: zipapp's calls the function
+        # and drops its return value, so every exit code would become 0.
+        module, function = ENTRY_POINT.split(":")
+        (Path(staging) / "__main__.py").write_text(
+            f"import sys\nfrom {module} import {function}\nsys.exit({function}())\n", encoding="utf-8"
+        )
         tmp_output = output.with_name(output.name + ".tmp")
-        zipapp.create_archive(staging, tmp_output, interpreter=INTERPRETER, main=ENTRY_POINT, compressed=True)
+        zipapp.create_archive(staging, tmp_output, interpreter=INTERPRETER, compressed=True)
         tmp_output.replace(output)
     return output.stat().st_size
 

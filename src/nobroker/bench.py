@@ -376,8 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg", action="store_true", help="benchmark the PostgreSQL storage instead")
     args, rest = parser.parse_known_args(argv)
     if args.pg:
-        from . import bench_pg
-
+        try:
+            from . import bench_pg
+        except ImportError:
+            print("nobroker bench: the PostgreSQL benchmark is not in this build (the single-file app leaves it out); "
+                  "run `python make.py bench --pg` from a clone with psycopg installed", file=sys.stderr)
+            return 1
         return bench_pg.main(rest)
     if rest:
         parser.error(f"unknown arguments: {' '.join(rest)}")
