@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from . import leases
 from .compaction import flip, write_generation
 from .errors import (
+    NobrokerError,
     CompactionError,
     CorruptLogError,
     JobNotFoundError,
@@ -160,9 +161,14 @@ class FileStorage:
             self._log = self._open_generation(generation)
             if self.durable:
                 # A crash between a peer's pointer rename and its folder fsync could
-                # leave a flip that a power cut undoes; make it durable before we
-                # acknowledge anything written to the generation it names.
+                # leave a flip that a power cut undoes, and a failed fsync of the
+                # parent could leave the folder itself undurable: make both durable
+                # before we acknowledge anything written in them.
                 self._sync_directory()
+                try:
+                    self.fs.fsync_dir(os.path.dirname(self.directory))
+                except OSError as exc:
+                    raise storage_error(exc, "fsync of the folder holding", self.directory) from None
             state, end, torn = self._replay_all(self._log, truncate=True)
             self._state, self._offset = state, end
             self._remove_leftovers(self._log.generation)
@@ -346,15 +352,22 @@ class FileStorage:
         sig = self._pointer_signature()
         if sig != self._pointer_sig or self._stale:
             generation = read_pointer(self.fs, self.directory, self.name) or 0
-            self._pointer_sig = sig
             if generation != log.generation or self._stale:
                 self._switch_to(generation, exclusive=exclusive)
+                # Only now: had the switch failed, the next operation must try again
+                # rather than append to a generation that is no longer the truth.
+                self._pointer_sig = sig
                 return
+            self._pointer_sig = sig
         try:
             size = log.size()
         except OSError as exc:
             raise storage_error(exc, "reading", log.path) from None
-        if size != self._offset:
+        if size < self._offset:
+            # The file shrank under us: a writer rolled back records after a failed
+            # fsync. What we applied from them is gone from disk: rebuild from it.
+            self._switch_to(log.generation, exclusive=exclusive)
+        elif size != self._offset:
             self._offset, _torn = self._read_forward(log, self._state, self._offset, truncate=exclusive)
 
     def _switch_to(self, generation: int, *, exclusive: bool) -> None:
@@ -368,14 +381,43 @@ class FileStorage:
             except StorageError:
                 pass
             new = self._open_generation(generation)
-            if self.durable:
-                self._sync_directory()  # see _open: the flip we follow must be durable
+            try:
+                if self.durable:
+                    self._sync_directory()  # see _open: the flip we follow must be durable
+                state, end, _torn = self._replay_all(new, truncate=exclusive)
+            except BaseException:
+                new.close()
+                raise
         else:
             new = old  # reloading after a failed write: same file, same failure memory
-        state, end, _torn = self._replay_all(new, truncate=exclusive)
+            state, end, _torn = self._replay_all(new, truncate=exclusive)
         if old is not new:
             old.close()
         self._log, self._state, self._offset, self._stale = new, state, end, False
+
+    def _roll_back(self, log: LogFile, start: int, end: int) -> None:
+        """After a failed fsync, take this operation's records out of the file if they are last.
+
+        The kernel may have dropped them while keeping them readable: left in
+        place, a later successful fsync of records after them would make them
+        damage in the middle of durable records. The caller is told the
+        operation failed, so removing them is the honest outcome. Best effort:
+        this object refuses writes from now on either way.
+        """
+        try:
+            with self._mutex:
+                lock = self._lock
+                if lock is None or log is not self._log or self._closed:
+                    return
+                lock.acquire(exclusive=True)
+                try:
+                    if log.size() == end:  # nobody appended after us
+                        log.truncate(start)
+                        self._stale = True  # memory holds the records we just removed
+                finally:
+                    lock.release()
+        except (NobrokerError, OSError):
+            pass
 
     def _check_usable(self) -> None:
         if self._failed is not None:
@@ -440,7 +482,12 @@ class FileStorage:
             # what a peer (or a writer that died before its fsync) appended may not
             # be durable yet: "already done" must not be said of bytes a power cut
             # can take back. Free when our last fsync already covers it.
-            log.sync_through(end)
+            try:
+                log.sync_through(end)
+            except StorageError:
+                if batch.parts:
+                    self._roll_back(log, batch.start, end)
+                raise
         if failure is not None:
             raise failure
         if compact_now:
