@@ -195,8 +195,8 @@ class FileStorage:
             try:
                 self.fs.mkdir(path, 0o700)
                 self.fs.chmod(path, 0o700)  # exactly 0700, whatever the umask
-                if self.durable:
-                    self.fs.fsync_dir(parent)
+                # The new folder's name becomes durable when _open fsyncs the parent,
+                # before anything is acknowledged in it.
             except FileExistsError:
                 pass
             except OSError as exc:
