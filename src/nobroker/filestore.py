@@ -378,8 +378,11 @@ class FileStorage:
             # generation holds them, but only once its flip is durable. Be sure.
             try:
                 old.sync_through(old.written_end)
-            except StorageError:
-                pass
+            except StorageError as exc:
+                # The new generation holds those records, but a failed fsync means
+                # this object must acknowledge nothing more (see _check_usable).
+                self._failed = exc
+                raise
             new = self._open_generation(generation)
             try:
                 if self.durable:
@@ -414,6 +417,10 @@ class FileStorage:
                     if log.size() == end:  # nobody appended after us
                         log.truncate(start)
                         self._stale = True  # memory holds the records we just removed
+                        # Make the shorter size durable, or a power cut could bring the
+                        # records back. This fsync is not a retry: nothing written
+                        # before it is assumed durable because of it.
+                        self.fs.fsync(log.fd)
                 finally:
                     lock.release()
         except (NobrokerError, OSError):
@@ -421,7 +428,11 @@ class FileStorage:
 
     def _check_usable(self) -> None:
         if self._failed is not None:
-            raise self._failed
+            raise StorageError(
+                f"{self._failed} This queue object refuses further writes; open the queue again.",
+                errno=self._failed.errno,
+                path=self._failed.filename,
+            )
         assert self._log is not None
         self._log.check_usable()
 
@@ -484,7 +495,10 @@ class FileStorage:
             # can take back. Free when our last fsync already covers it.
             try:
                 log.sync_through(end)
-            except StorageError:
+            except StorageError as exc:
+                # Remembered here, not only in the LogFile: the refusal must outlive
+                # a switch to another generation.
+                self._failed = self._failed or exc
                 if batch.parts:
                     self._roll_back(log, batch.start, end)
                 raise
