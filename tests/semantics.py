@@ -454,6 +454,26 @@ class QueueSemantics(_Base):
         self.assertIs(q.nack(d.id, permanent=True).state, JobState.DEAD)
         self.assert_survives_reopen(q)
 
+    def test_ack_many_acks_every_held_lease_and_names_the_first_refusal(self) -> None:
+        q = self.make_queue()
+        q.enqueue_many(["a", "b", "c", "d"])
+        a, b, c, d = sorted(q.lease(4), key=lambda job: job.payload)
+        q.ack_many([a, b], results=[{"n": 1}, None])
+        self.assertEqual([q.get(a.id).state, q.get(b.id).state], [JobState.DONE, JobState.DONE])
+        self.assertEqual(q.get(a.id).result, {"n": 1})
+        q.ack_many([a])  # already done under the same lease: harmless
+        e = q.enqueue("e")
+        e = q.lease_one()
+        with self.assertRaises(NotLeasedError):
+            q.ack_many([c, self.stale(d), e])
+        self.assertIs(q.get(c.id).state, JobState.DONE, "the jobs before the refusal were acked")
+        self.assertIs(q.get(e.id).state, JobState.DONE, "the jobs after the refusal were acked")
+        self.assertIs(q.get(d.id).state, JobState.LEASED, "the refused one is untouched")
+        q.ack_many([d.id])
+        q.ack_many([])
+        q = self.assert_survives_reopen(q)
+        self.assertEqual(q.stats().done, 5)
+
     def test_ack_result_is_kept_and_returned_by_get(self) -> None:
         q = self.make_queue()
         results = {"plain": 7, "dict": {"url": "s3://x", "sizes": [1, 2]}, "none": None, "text": "ok"}

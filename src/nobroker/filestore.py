@@ -643,6 +643,27 @@ class FileStorage:
 
         self._write(decide)
 
+    def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
+        def decide(batch: _Batch, now: float) -> None:
+            first_refusal: Exception | None = None
+            for job_id, token, result_json in items:
+                entry = self._state.jobs.get(job_id)
+                if entry is not None and entry.state is DONE and (token is None or entry.lease_token == token):
+                    continue
+                try:
+                    self._leased_entry(job_id, token, "ack")
+                except (NotLeasedError, JobNotFoundError) as exc:
+                    first_refusal = first_refusal or exc
+                    continue
+                body: dict[str, Any] = {"id": job_id, "at": now}
+                if result_json is not None:
+                    body["result"] = json.loads(result_json)
+                batch.add(RecordType.ACK, body)
+            if first_refusal is not None:
+                raise first_refusal  # _write still writes (and fsyncs) the acks added above
+
+        self._write(decide)
+
     def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job:
         def decide(batch: _Batch, now: float) -> Job:
             entry = self._leased_entry(job_id, token, "nack")

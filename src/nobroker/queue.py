@@ -203,6 +203,24 @@ class Queue:
         result_json = None if result is None else dump_json(result, what="result", limit=MAX_RESULT_BYTES)
         self._open_storage().ack(job_id, token, result_json, result)
 
+    def ack_many(self, jobs: Iterable[JobRef], *, results: Sequence[Any] | None = None) -> None:
+        """Ack many leased jobs in one durable write (one fsync, or one statement).
+
+        Every job whose lease still holds is done when this returns; if any
+        could not be acked, NotLeasedError (or JobNotFoundError) names the
+        first of them, after the others were acked.
+        """
+        refs = [_ref(job) for job in jobs]
+        if len(refs) > MAX_BATCH_JOBS:
+            raise ValueError(f"ack_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(refs):,}")
+        results = _per_job(results, len(refs), "results")
+        items = [
+            (job_id, token, None if result is None else dump_json(result, what="result", limit=MAX_RESULT_BYTES))
+            for (job_id, token), result in zip(refs, results)
+        ]
+        if items:
+            self._open_storage().ack_many(items)
+
     def nack(
         self, job: JobRef, *, error: str | None = None, delay: float | None = None, permanent: bool = False
     ) -> Job:
