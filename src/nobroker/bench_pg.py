@@ -153,7 +153,10 @@ class _Nobroker:
 
     def produce(self) -> Callable[[dict[str, Any]], None]:
         q = self.open()
-        return lambda payload: q.enqueue(payload) and None
+        def enqueue(payload: dict[str, Any]) -> None:
+            q.enqueue(payload)
+
+        return enqueue
 
 
 class _Baseline:

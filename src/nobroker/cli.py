@@ -987,7 +987,7 @@ def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
         kwargs["schema"] = args.schema
     if args.worker_role is not None:
         kwargs["worker_role"] = args.worker_role
-    result = migrate(dsn, **kwargs)
+    result = migrate(str(dsn), **kwargs)
     applied = [str(name) for name in result] if isinstance(result, (list, tuple)) else []
     if out.as_json:
         out.document({"migrated": True, "applied": applied})

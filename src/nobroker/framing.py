@@ -54,7 +54,7 @@ KNOWN_TYPES = frozenset(int(t) for t in RecordType)
 
 # The C scanner straight, without JSONDecoder.decode's Python-level wrapper:
 # this runs once per record when a queue opens.
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined,arg-type]
 
 
 def decode_body(data: bytes) -> Any:

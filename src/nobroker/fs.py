@@ -54,7 +54,7 @@ class FileSystem:
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         raise NotImplementedError
 
-    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
         raise NotImplementedError
 
     def fsync(self, fd: int) -> None:
@@ -129,7 +129,7 @@ class RealFileSystem(FileSystem):
             offset += len(chunk)
         return b"".join(chunks)
 
-    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
         if _IS_WINDOWS:  # pragma: no cover
             os.lseek(fd, offset, os.SEEK_SET)
             return os.write(fd, data)

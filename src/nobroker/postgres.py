@@ -832,7 +832,7 @@ class PostgresStorage:
             statement = "insert_many"
         cur = conn.cursor(row_factory=tuple_row)
         cur.execute(self._sql[statement + variant], params)
-        first = {}
+        first: dict[str, Any] = {}
         for spec, job_id in zip(specs, ids):
             first.setdefault(job_id, spec)
         jobs = {}

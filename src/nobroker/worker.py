@@ -399,10 +399,10 @@ class Worker:
         """The lease length to renew with: the queue's setting, else what the job shows."""
         configured = getattr(self._queue, "visibility_timeout", None)
         if _is_positive_number(configured):
-            return float(configured)
+            return float(configured)  # type: ignore[arg-type]
         deadline = getattr(job, "lease_deadline", None)
         if _is_positive_number(deadline):
-            derived = float(deadline) - leased_at_wall
+            derived = float(deadline) - leased_at_wall  # type: ignore[arg-type]
             if 0 < derived <= MAX_SECONDS:
                 return derived
         return DEFAULT_VISIBILITY_TIMEOUT
