@@ -169,7 +169,12 @@ class Sweep:
                     self.violations.acked_back.append(f"{where}: acked job {job_id} is {got['state']}")
                 b, a = self.before.get(job_id), after.get(job_id)
                 fallbacks = [f.get(job_id) for f in self.unsynced_fallbacks]
-                if got != b and got != a and got not in fallbacks and not reclaim_intermediate(b, got, now):
+                if (
+                    got != b
+                    and got != a
+                    and got not in fallbacks
+                    and not any(reclaim_intermediate(x, got, now) for x in [b, *fallbacks])
+                ):
                     self.violations.inexact.append(f"{where}: job {job_id} is {got}, before {b}, after {a}")
             for job_id in self.before:
                 if job_id in after and job_id not in state and job_id in self.acked_enqueue:
