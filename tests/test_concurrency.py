@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import threading
 import unittest
 

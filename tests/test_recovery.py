@@ -52,7 +52,7 @@ class LogBuilder:
     def build(self) -> None:
         q, do = self.q, self.do
         a = do(q.enqueue, {"name": "a", "text": "caf\u00e9 \u2603"}, priority=5)
-        b = do(q.enqueue, ["b", 2, None, True], job_id="order-42")
+        do(q.enqueue, ["b", 2, None, True], job_id="order-42")
         c = do(q.enqueue, "c", delay=1000.0, kind="mail", dedupe_key="user-1")
         d = do(q.enqueue, {"d": 4.5})
         leased = do(q.lease_one)

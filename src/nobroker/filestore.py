@@ -14,7 +14,6 @@ it (group commit). A caller is told "done" only after its own bytes are durable.
 
 from __future__ import annotations
 
-import errno as errno_mod
 import json
 import logging
 import os
@@ -43,7 +42,7 @@ from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .lock import QueueLock
 from .log import LogFile, check_name, list_generations, lock_path, log_path, read_pointer, storage_error
-from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
+from .replay import DEAD, DONE, LEASED, Entry, QueueState
 from .storage import EnqueueSpec
 from .wake import WakeChannel
 

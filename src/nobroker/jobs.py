@@ -14,7 +14,7 @@ import enum
 import json
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import SerializationError
