@@ -609,8 +609,11 @@ class FileStorage:
             state = self._state
             out: list[Job] = []
             created: dict[str, Any] = {}  # id -> payload, for jobs this very call adds
-            for spec in specs:
-                existing = self._existing(spec)
+            # One random read for the whole batch; each new job takes 16 hex digits of it.
+            fresh_ids = os.urandom(8 * len(specs)).hex()
+            times: dict[int, str] = {}
+            for k, spec in enumerate(specs):
+                existing = None if spec.job_id is None and spec.dedupe_key is None else self._existing(spec)
                 if existing is not None:
                     if existing.id in created:  # its record is not on disk yet
                         out.append(existing.to_job(created[existing.id]))
@@ -619,15 +622,15 @@ class FileStorage:
                     continue
                 job_id = spec.job_id
                 if job_id is None:
-                    job_id = leases.new_job_id()
-                    while job_id in state.jobs:
+                    job_id = fresh_ids[16 * k : 16 * k + 16]
+                    while job_id in state.jobs or job_id in created:
                         job_id = leases.new_job_id()
                 available_at = now + spec.delay if spec.delay else now
                 entry = Entry.fresh(
                     job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
                     spec.kind, spec.dedupe_key, 0,
                 )  # fmt: skip
-                batch.add_job(entry, frame(RecordType.ENQUEUE, _encode_enqueue(entry, spec.payload_json)))
+                batch.add_job(entry, frame(RecordType.ENQUEUE, _encode_enqueue(entry, spec.payload_json, times)))
                 created[job_id] = spec.payload
                 out.append(entry.to_job(spec.payload))
             return out
@@ -972,12 +975,12 @@ class FileStorage:
 
 _ENQUEUE_TEXT = (
     '{"id":%s,"payload":%s,"priority":%d,"state":"ready","attempts":0,"max_attempts":%d,'
-    '"available_at":%r,"enqueued_at":%r,"lease_deadline":null,"lease_token":null,"last_error":null,"seq":%d'
+    '"available_at":%s,"enqueued_at":%s,"lease_deadline":null,"lease_token":null,"last_error":null,"seq":%d'
 )
 _HEX_ID = frozenset("0123456789abcdef")
 
 
-def _encode_enqueue(entry: Entry, payload_json: str) -> bytes:
+def _encode_enqueue(entry: Entry, payload_json: str, times: dict[int, str] | None = None) -> bytes:
     """The body of a new job's ENQUEUE record: the same bytes ``json.dumps(body)`` gives.
 
     Built from a template, with the payload spliced in as the JSON the facade
@@ -986,9 +989,19 @@ def _encode_enqueue(entry: Entry, payload_json: str) -> bytes:
     """
     job_id = entry.id
     quoted = '"' + job_id + '"' if len(job_id) == 16 and _HEX_ID.issuperset(job_id) else json.dumps(job_id)
-    text = _ENQUEUE_TEXT % (
-        quoted, payload_json, entry.priority, entry.max_attempts, entry.available_at, entry.enqueued_at, entry.seq,
-    )  # fmt: skip
+    # A batch shares its time objects: their repr (what json.dumps writes for a
+    # number) is worked out once per object, not twice per job. Keyed by id(),
+    # not value, because 5 and 5.0 are equal keys with different text; the
+    # entries keep the objects alive for the whole batch.
+    if times is None:
+        times = {}
+    available = times.get(id(entry.available_at))
+    if available is None:
+        available = times[id(entry.available_at)] = repr(entry.available_at)
+    enqueued = times.get(id(entry.enqueued_at))
+    if enqueued is None:
+        enqueued = times[id(entry.enqueued_at)] = repr(entry.enqueued_at)
+    text = _ENQUEUE_TEXT % (quoted, payload_json, entry.priority, entry.max_attempts, available, enqueued, entry.seq)
     if entry.kind != "default":
         text += ',"kind":' + json.dumps(entry.kind)
     if entry.dedupe_key is not None:

@@ -138,11 +138,19 @@ class Queue:
             raise ValueError(f"enqueue_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(payloads):,}")
         job_ids = _per_job(job_ids, len(payloads), "job_ids")
         dedupe_keys = _per_job(dedupe_keys, len(payloads), "dedupe_keys")
-        specs = [
-            self._spec(p, priority, delay, max_attempts, i, kind, k) for p, i, k in zip(payloads, job_ids, dedupe_keys)
-        ]
-        if not specs:
+        if not payloads:
             return []
+        # What every job of the batch shares is checked once, not once per job.
+        first = self._spec(payloads[0], priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0])
+        specs = [first]
+        for payload, job_id, key in zip(payloads[1:], job_ids[1:], dedupe_keys[1:]):
+            specs.append(
+                EnqueueSpec(
+                    payload, dump_json(payload, what="payload"), first.priority, first.delay, first.max_attempts,
+                    None if job_id is None else _name(job_id, "job_id", MAX_ID_CHARS), first.kind,
+                    None if key is None else _name(key, "dedupe_key", MAX_NAME_CHARS),
+                )  # fmt: skip
+            )
         return self._open_storage().enqueue(specs, conn)
 
     def _spec(

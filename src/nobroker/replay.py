@@ -106,12 +106,12 @@ class Entry:
         return self
 
     def to_job(self, payload: Any) -> Job:
+        # Positional, in Job's field order: measurably cheaper than keywords, and
+        # enqueue_many builds one Job per job.
         return Job(
-            id=self.id, payload=payload, priority=self.priority, state=self.state,
-            attempts=self.attempts, max_attempts=self.max_attempts, available_at=self.available_at,
-            enqueued_at=self.enqueued_at, lease_deadline=self.lease_deadline,
-            lease_token=self.lease_token, last_error=self.last_error, seq=self.seq,
-            kind=self.kind, dedupe_key=self.dedupe_key, stage=self.stage, result=self.result,
+            self.id, payload, self.priority, self.state, self.attempts, self.max_attempts,
+            self.available_at, self.enqueued_at, self.lease_deadline, self.lease_token,
+            self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result,
         )  # fmt: skip
 
     def state_fields(self) -> dict[str, Any]:
