@@ -18,6 +18,7 @@ import threading
 import time
 import types
 import unittest
+import unittest.mock
 from collections import deque
 from typing import Any
 
@@ -263,6 +264,61 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
         stats = Worker(queue, handler, concurrency=4, max_jobs=4, handle_signals=False).run()
         self.assertEqual((stats.succeeded, stats.failed), (4, 0))
         self.assertEqual(len(threads), 4)
+
+    def test_jobs_that_finish_together_are_acked_in_one_call(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(list(range(4)))
+        calls: list[int] = []
+        real_ack_many = queue.ack_many
+
+        def counting_ack_many(jobs: Any, **kwargs: Any) -> None:
+            jobs = list(jobs)
+            calls.append(len(jobs))
+            real_ack_many(jobs, **kwargs)
+
+        queue.ack_many = counting_ack_many  # type: ignore[method-assign]
+        barrier = threading.Barrier(4, timeout=PATIENCE)
+        # A generous gather window, so a slow machine cannot split the batch.
+        with unittest.mock.patch("nobroker.worker.ACK_GATHER_SECONDS", 5.0):
+            stats = Worker(queue, lambda job: barrier.wait(), concurrency=4, max_jobs=4, handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 4)
+        self.assertEqual(queue.stats().done, 4)
+        self.assertEqual(sum(calls), 4)
+        self.assertLess(len(calls), 4, f"four jobs that finished together took {len(calls)} ack calls")
+
+    def test_a_refused_ack_in_a_shared_batch_is_counted_for_that_job_only(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(["keep", "lose", "keep", "keep"])
+        barrier = threading.Barrier(4, timeout=PATIENCE)
+
+        def handler(job: Any) -> str:
+            barrier.wait()
+            return job.payload
+
+        real_ack = queue.ack
+
+        def ack(job: Any, **kwargs: Any) -> None:
+            if getattr(job, "payload", None) == "lose":
+                raise NotLeasedError("taken over")  # as if another worker had it now
+            real_ack(job, **kwargs)
+
+        queue.ack = ack  # type: ignore[method-assign]
+        real_ack_many = queue.ack_many
+        batches: list[int] = []
+
+        def ack_many(jobs: Any, **kwargs: Any) -> None:
+            jobs = list(jobs)
+            batches.append(len(jobs))
+            real_ack_many([j for j in jobs if j.payload != "lose"])
+            if any(j.payload == "lose" for j in jobs):
+                raise NotLeasedError("taken over")
+
+        queue.ack_many = ack_many  # type: ignore[method-assign]
+        with unittest.mock.patch("nobroker.worker.ACK_GATHER_SECONDS", 5.0):
+            stats = Worker(queue, handler, concurrency=4, max_jobs=4, handle_signals=False).run()
+        self.assertEqual((stats.succeeded, stats.lost_leases), (3, 1))
+        self.assertEqual(queue.stats().done, 3)
+        self.assertEqual(batches, [4], "the four acks were meant to share one call, then fall back one by one")
 
     def test_max_jobs_stops_after_that_many(self) -> None:
         queue = self.open_queue()

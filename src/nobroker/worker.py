@@ -72,12 +72,27 @@ DEFAULT_VISIBILITY_TIMEOUT = 30.0
 LEASE_GATHER_SECONDS = 0.002
 #: Most handler threads one Worker starts.
 MAX_CONCURRENCY = 1024
+#: The thread that flushes acks waits up to this long for the acks of jobs
+#: still running, so that one ack_many (one write, one fsync) carries them all.
+ACK_GATHER_SECONDS = 0.002
 
 #: Errors that mean "this job is no longer ours": another worker (or an
 #: operator) took it over, finished it or removed it. Never fatal.
 _LOST_ERRORS: tuple[type[BaseException], ...] = (NotLeasedError, JobNotFoundError)
 
 Handler = Callable[[Any], Any]
+
+
+class _PendingAck:
+    """One finished job waiting for the shared ack_many (see Worker._ack)."""
+
+    __slots__ = ("job", "result", "done", "error")
+
+    def __init__(self, job: Any, result: Any) -> None:
+        self.job = job
+        self.result = result
+        self.done = False
+        self.error: BaseException | None = None
 
 
 @dataclass
@@ -227,6 +242,12 @@ class Worker:
         self._heartbeat_stop = False
         # Monotonic time the heartbeat thread sleeps until (None: until woken).
         self._heartbeat_sleeps_until: float | None = None
+
+        # Acks waiting to be sent together (see _ack); guarded by _lock.
+        self._acks_ready = threading.Condition(self._lock)
+        self._pending_acks: list[_PendingAck] = []
+        self._flushing = False
+        self._ack_many = getattr(queue, "ack_many", None)
 
         self._stopping = threading.Event()
         self._aborted = False
@@ -525,10 +546,7 @@ class Worker:
         job = entry.job
         if outcome.error is None:
             try:
-                if outcome.result is None:
-                    self._queue.ack(job)
-                else:
-                    self._queue.ack(job, result=outcome.result)
+                self._ack(job, outcome.result)
             except _LOST_ERRORS as exc:
                 self._count_lost(entry, exc)
                 return
@@ -569,6 +587,79 @@ class Worker:
             logger.warning("job %s moved to the dead-letter queue: %s", _job_id(job), outcome.error)
         else:
             logger.warning("job %s failed, will retry: %s", _job_id(job), outcome.error)
+
+    def _ack(self, job: Any, result: Any) -> None:
+        """Ack one job, sharing one ack_many with the other handler threads when possible.
+
+        The first thread to arrive flushes: it waits up to ACK_GATHER_SECONDS
+        for the jobs still running to finish too, then acks them all in one
+        call; the others wait for their item. Raises what acking this job
+        raised, as queue.ack would.
+        """
+        if self._ack_many is None or self._concurrency == 1:
+            self._ack_one(job, result)
+            return
+        item = _PendingAck(job, result)
+        with self._lock:
+            self._pending_acks.append(item)
+            self._acks_ready.notify_all()
+            if self._flushing:
+                while not item.done:
+                    self._acks_ready.wait()
+                if item.error is not None:
+                    raise item.error
+                return
+            self._flushing = True
+            deadline = time.monotonic() + ACK_GATHER_SECONDS
+            # Everyone still running will want an ack soon: wait a moment for them.
+            while len(self._pending_acks) < self._inflight and (left := deadline - time.monotonic()) > 0:
+                self._acks_ready.wait(left)
+        try:
+            while True:
+                with self._lock:
+                    batch, self._pending_acks = self._pending_acks, []
+                if not batch:
+                    break
+                self._flush_acks(batch)
+        finally:
+            with self._lock:
+                self._flushing = False
+                self._acks_ready.notify_all()
+        if item.error is not None:
+            raise item.error
+
+    def _flush_acks(self, batch: list[_PendingAck]) -> None:
+        try:
+            assert self._ack_many is not None
+            results = [i.result for i in batch]
+            if any(r is not None for r in results):
+                self._ack_many([i.job for i in batch], results=results)
+            else:
+                self._ack_many([i.job for i in batch])
+        except Exception:
+            # Someone in the batch was refused (or the call failed): ack each on
+            # its own, so every job gets exactly its own outcome. Those already
+            # acked are acked again harmlessly under the same lease.
+            for i in batch:
+                try:
+                    self._ack_one(i.job, i.result)
+                except Exception as exc:
+                    i.error = exc
+        except BaseException as exc:  # Ctrl-C and the like: nobody may think this batch was acked
+            for i in batch:
+                i.error = i.error or exc
+            raise
+        finally:
+            with self._lock:
+                for i in batch:
+                    i.done = True
+                self._acks_ready.notify_all()
+
+    def _ack_one(self, job: Any, result: Any) -> None:
+        if result is None:
+            self._queue.ack(job)
+        else:
+            self._queue.ack(job, result=result)
 
     def _count_lost(self, entry: _Running, exc: BaseException | None) -> None:
         with self._lock:
