@@ -50,6 +50,7 @@ class RecordType(enum.IntEnum):
 
 
 KNOWN_TYPES = frozenset(int(t) for t in RecordType)
+_pack_frame = FRAME.pack
 
 
 # The C scanner straight, without JSONDecoder.decode's Python-level wrapper:
@@ -99,8 +100,12 @@ def decode_header(data: bytes) -> Header:
     return Header(version, generation)
 
 
+#: crc32 of each type byte alone: the running start value for a body's CRC.
+TYPE_CRC = {rtype: zlib.crc32(bytes((rtype,))) for rtype in range(256)}
+
+
 def crc_of(rtype: int, body: bytes) -> int:
-    return zlib.crc32(body, zlib.crc32(bytes((rtype,))))
+    return zlib.crc32(body, TYPE_CRC[rtype])
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
@@ -121,7 +126,7 @@ def frame(rtype: int, data: bytes) -> bytes:
         raise SerializationError(
             f"record is {len(data):,} bytes; the limit is {MAX_RECORD_BYTES:,}. Store large data elsewhere."
         )
-    return FRAME.pack(len(data), rtype, crc_of(rtype, data)) + data
+    return _pack_frame(len(data), rtype, zlib.crc32(data, TYPE_CRC[rtype])) + data
 
 
 class FrameStatus(enum.Enum):

@@ -17,7 +17,6 @@ import errno as errno_mod
 import os
 import re
 import threading
-import zlib
 from collections.abc import Iterator
 from zlib import crc32
 
@@ -26,6 +25,7 @@ from .framing import (
     FRAME,
     FRAME_SIZE,
     KNOWN_TYPES,
+    TYPE_CRC,
     decode_body,
     HEADER_SIZE,
     MAX_GENERATION,
@@ -41,8 +41,6 @@ from .fs import FileSystem
 from .jobs import MAX_RECORD_BYTES
 
 _unpack_frame = FRAME.unpack_from
-#: crc32 of each record type's byte: the running start value for the body's CRC.
-_TYPE_CRC = {t: zlib.crc32(bytes((t,))) for t in KNOWN_TYPES}
 
 #: Bytes read per call while scanning. Big enough to amortise syscalls.
 READ_CHUNK = 1 << 20
@@ -263,7 +261,7 @@ class LogFile:
                     start = i + FRAME_SIZE
                     if length <= MAX_RECORD_BYTES and n - start >= length and rtype in KNOWN_TYPES:
                         data = buf[start : start + length]
-                        if crc32(data, _TYPE_CRC[rtype]) == crc:
+                        if crc32(data, TYPE_CRC[rtype]) == crc:
                             try:
                                 body = decode_body(data)
                             except (ValueError, RecursionError):
