@@ -3,13 +3,15 @@
 Owns: FileStorage, which runs every operation as the four beats of the
 design (lock → read forward → reclaim → append, fsync, apply), opens and
 recovers a queue, compacts it, survives fork, and waits for work. Imports:
-errors, jobs, fs, framing, log, lock, replay, leases, compaction, storage.
+errors, jobs, fs, framing, log, lock, wake, replay, leases, compaction, storage.
 
 Locking, from the outside in: a threading.Lock serialises this process's
-threads around the in-memory state; the QueueLock serialises processes (an
-exclusive lock for writers, a shared one for readers). fsync happens after
-both are released, through LogFile.sync_through, so concurrent writers share
-it (group commit). A caller is told "done" only after its own bytes are durable.
+threads around the in-memory state, and whichever thread holds it runs every
+writing operation the others have queued (one batch: one lock, one append);
+the QueueLock serialises processes (an exclusive lock for writers, a shared
+one for readers). fsync happens after both are released, through
+LogFile.sync_through, so concurrent writers share it (group commit). A caller
+is told "done" only after its own bytes are durable.
 """
 
 from __future__ import annotations
