@@ -39,7 +39,7 @@ from .errors import (
     StorageError,
     UnsafeQueueError,
 )
-from .framing import FRAME, FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, decode_frame, encode_record, frame
+from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .lock import QueueLock
@@ -580,24 +580,8 @@ class FileStorage:
     # ================================================================ payloads
     def _read_body(self, entry: Entry) -> dict[str, Any]:
         """The ENQUEUE record that holds ``entry``'s payload, decoded."""
-        log = self._log
-        assert log is not None
-        try:
-            head = self.fs.pread(log.fd, FRAME_SIZE, entry.offset)
-            length = FRAME.unpack(head)[0]
-            data = head + self.fs.pread(log.fd, length, entry.offset + FRAME_SIZE)
-        except (OSError, ValueError) as exc:
-            raise StorageError(f"could not read job {entry.id} at offset {entry.offset} of {log.path}: {exc}") from None
-        if len(head) < FRAME_SIZE:
-            raise CorruptLogError(f"{log.path}: job {entry.id} at offset {entry.offset} is past the end of the file", path=log.path, offset=entry.offset)
-        fr = decode_frame(data, 0, entry.offset)
-        if fr.status is not FrameStatus.OK or fr.body is None or fr.body.get("id") != entry.id:
-            raise CorruptLogError(
-                f"{log.path}: the record of job {entry.id} at offset {entry.offset} no longer reads back ({fr.status.value})",
-                path=log.path,
-                offset=entry.offset,
-            )
-        return fr.body
+        assert self._log is not None
+        return self._log.read_job_body(entry.offset, entry.id)
 
     def _job(self, entry: Entry) -> Job:
         return entry.to_job(self._read_body(entry).get("payload"))
@@ -687,8 +671,7 @@ class FileStorage:
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         def decide(batch: _Batch, now: float) -> None:
-            entry = self._state.jobs.get(job_id)
-            if entry is not None and entry.state is DONE and (token is None or entry.lease_token == token):
+            if leases.finished_under(self._state.jobs.get(job_id), token):
                 return  # acking a finished job again is harmless
             self._leased_entry(job_id, token, "ack")
             body: dict[str, Any] = {"id": job_id, "at": now}
@@ -702,9 +685,8 @@ class FileStorage:
         def decide(batch: _Batch, now: float) -> None:
             first_refusal: Exception | None = None
             for job_id, token, result_json in items:
-                entry = self._state.jobs.get(job_id)
-                if entry is not None and entry.state is DONE and (token is None or entry.lease_token == token):
-                    continue
+                if leases.finished_under(self._state.jobs.get(job_id), token):
+                    continue  # acking a finished job again is harmless
                 try:
                     self._leased_entry(job_id, token, "ack")
                 except (NotLeasedError, JobNotFoundError) as exc:

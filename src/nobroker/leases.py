@@ -56,6 +56,11 @@ def expiry_error(entry: Entry) -> str:
     return f"lease expired on attempt {entry.attempts} of {entry.max_attempts}"
 
 
+def finished_under(entry: Entry | None, token: Any) -> bool:
+    """Is the job done, finished by this token's lease (or is ``token`` None, an operator)?"""
+    return entry is not None and entry.state is JobState.DONE and (token is None or entry.lease_token == token)
+
+
 def holds_lease(entry: Entry, token: Any) -> bool:
     """Does ``token`` (None: an operator acting by id) currently hold the job's lease?"""
     if entry.state is not JobState.LEASED:

@@ -18,6 +18,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
+from typing import Any
 from zlib import crc32
 
 from .errors import CorruptLogError, StorageError
@@ -313,6 +314,30 @@ class LogFile:
                     return pos + i
             pos += limit
         return None
+
+    def read_job_body(self, offset: int, job_id: str) -> dict[str, Any]:
+        """The record at ``offset`` (an ENQUEUE holding job ``job_id``), decoded.
+
+        StorageError if the disk fails; CorruptLogError if the bytes there are
+        not that job's record any more.
+        """
+        try:
+            head = self.fs.pread(self.fd, FRAME_SIZE, offset)
+            if len(head) < FRAME_SIZE:
+                raise CorruptLogError(
+                    f"{self.path}: job {job_id} at offset {offset} is past the end of the file", path=self.path, offset=offset
+                )
+            data = head + self.fs.pread(self.fd, FRAME.unpack(head)[0], offset + FRAME_SIZE)
+        except OSError as exc:
+            raise storage_error(exc, f"reading job {job_id} at offset {offset} of", self.path) from None
+        fr = decode_frame(data, 0, offset)
+        if fr.status is not FrameStatus.OK or fr.body is None or fr.body.get("id") != job_id:
+            raise CorruptLogError(
+                f"{self.path}: the record of job {job_id} at offset {offset} no longer reads back ({fr.status.value})",
+                path=self.path,
+                offset=offset,
+            )
+        return fr.body
 
     # ---------------- writing
     def append(self, data: bytes, offset: int) -> int:

@@ -256,12 +256,7 @@ def repair(
             live = list(state.jobs.values())
 
             def read_body(entry: Any) -> dict[str, Any]:
-                head = fs.pread(log.fd, FRAME_SIZE, entry.offset)
-                from .framing import decode_frame
-
-                length = int.from_bytes(head[:4], "little")
-                fr = decode_frame(head + fs.pread(log.fd, length, entry.offset + FRAME_SIZE), 0, entry.offset)
-                return dict(fr.body or {})
+                return dict(log.read_job_body(entry.offset, entry.id))
 
             new_gen = max(existing + [generation]) + 1
             new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True)
