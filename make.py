@@ -353,7 +353,7 @@ def run_tests(argv: list[str], *, quick: bool) -> int:
             note = f"  ({res.problem})" if res.problem else ""
             print(
                 f"[{len(results):>{len(str(len(modules)))}}/{len(modules)}] {mark} {res.module:<{width}}"
-                f"  {res.passed} passed, {res.failed} failed, {res.skipped} skipped"
+                f"  {res.passed} ok / {res.failed} failed / {res.skipped} skipped"
                 f"  {res.seconds:6.1f} s{note}",
                 flush=True,
             )
@@ -389,7 +389,8 @@ def run_tests(argv: list[str], *, quick: bool) -> int:
     skipped = sum(r.skipped for r in results)
     elapsed = time.monotonic() - started
     print(f"\n{len(results)} modules in {elapsed:.1f} s" + (f"; failing: {', '.join(sorted(r.module for r in failing))}" if failing else ""))
-    print(f"{label}: {passed} passed, {failed} failed, {skipped} skipped", flush=True)
+    # The closing line stands alone in the plain form that CI systems read: "N passed, N failed, N skipped".
+    print(f"{passed} passed, {failed} failed, {skipped} skipped", flush=True)
     if passed + failed == 0:
         print("make.py: no test ran", file=sys.stderr)
         return 1

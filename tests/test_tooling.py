@@ -104,8 +104,8 @@ class MakePyTest(unittest.TestCase):
             proc = run(["make.py", "test", "-j", "1", "tooling_probe.test_probe"], env=env)
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         lines = proc.stdout.strip().splitlines()
-        self.assertEqual(lines[-1], "test: 1 passed, 3 failed, 1 skipped")
-        self.assertRegex(proc.stdout, r"FAIL +tooling_probe\.test_probe +1 passed, 3 failed, 1 skipped")
+        self.assertEqual(lines[-1], "1 passed, 3 failed, 1 skipped")
+        self.assertRegex(proc.stdout, r"FAIL +tooling_probe\.test_probe +1 ok / 3 failed / 1 skipped")
         self.assertIn("FAILED tooling_probe.test_probe", proc.stdout)
         self.assertIn("setUpClass", proc.stdout)  # the failing module's output is shown
 
@@ -115,7 +115,7 @@ class MakePyTest(unittest.TestCase):
             env = dict(os.environ, PYTHONPATH=tmp)
             proc = run(["make.py", "test", "tooling_broken_probe.x"], env=env)
         self.assertEqual(proc.returncode, 1)
-        self.assertEqual(proc.stdout.strip().splitlines()[-1], "test: 0 passed, 1 failed, 0 skipped")
+        self.assertEqual(proc.stdout.strip().splitlines()[-1], "0 passed, 1 failed, 0 skipped")
 
     def test_absent_optional_tasks_say_so(self) -> None:
         for task, path in (("soak", "tests/soak.py"), ("screenshots", "tools/screenshots.py"), ("bench", "src/nobroker/bench.py")):
