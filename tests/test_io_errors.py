@@ -15,7 +15,8 @@ Pass, for every injected fault:
     keeps only durable bytes, the queue holds exactly the state after the
     last acknowledged operation (or, for a failed operation after it, the
     state with that operation applied: a failed call is "unknown", never
-    "half done");
+    "half done"; or, for leases no later fsync covered, the state before
+    them: a lease becomes durable with the next fsync of the log);
   * after the fault clears, reopening (without a power cut) gives the same;
   * no torn record is ever left in the middle of the log.
 """
@@ -168,7 +169,11 @@ class FaultRun:
             if index in poisoned:
                 self.test.fail(f"{self.label()}: {what} succeeded on a queue whose fsync failed")
             self.acknowledged.append(what)
-            self.candidates = [self.snapshot(q)]
+            if what.startswith("lease"):
+                # A lease becomes durable with the next fsync of the log, not before it returns.
+                self.candidates = [self.snapshot(q), *self.candidates]
+            else:
+                self.candidates = [self.snapshot(q)]
             self.acked_state = self.candidates[0]
         TOTALS["faults injected"] += self.fault.fired if self.fault else 0
         self.disk.faults = []  # the fault clears

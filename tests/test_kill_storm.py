@@ -268,8 +268,8 @@ class PeerCompactionRace(unittest.TestCase):
         storage: Any = qa.storage
         original = storage._write
 
-        def racing(decide: Any) -> Any:
-            out = original(decide)  # the lease is on disk and the lock released ...
+        def racing(decide: Any, **options: Any) -> Any:
+            out = original(decide, **options)  # the lease is on disk and the lock released ...
             qb.compact()  # ... a peer compacts ...
             qa.stats()  # ... and another thread of this process catches up with it
             return out

@@ -19,7 +19,9 @@ recovered state is checked against the states before and after it:
   * no acked job came back (acked before the operation → done or gone),
   * no job that was never enqueued appears (payloads carry a unique tag),
   * every job is exactly as it was before or after the operation (or half
-    way through a lease reclaim written in the same batch).
+    way through a lease reclaim written in the same batch), or as it was
+    before a lease that no fsync has covered yet (a lease becomes durable
+    with the next fsync of the log, its ack's at the latest).
 """
 
 from __future__ import annotations
@@ -274,11 +276,16 @@ class Sweep:
                 index = queues.index(q)
                 q = queues[index] = self.open_queue()
                 op = f"{op} (process killed, then a new one opened the queue)"
+            before_op = self.before
             self.kills_paused = True  # the workload's own look at the queue is not part of the test
             try:
                 self.settle(op, snapshot(q), inflight)
             finally:
                 self.kills_paused = False
+            if op == "lease":
+                # A lease is durable with the next fsync of the log, not before it returns: until
+                # then a cut may bring back the jobs as they were before it (ready again).
+                self.unsynced_fallbacks.append(dict(before_op))
             if not killed and not any(n.endswith(".log") for n in disk.unsynced_files(self.path)):
                 self.unsynced_fallbacks = []  # fsyncs covered every byte the dead processes left
             if newly_done is not None:

@@ -112,15 +112,16 @@ class _Batch:
 class _Op:
     """One writing operation waiting for (or done by) the thread that runs the batch."""
 
-    __slots__ = ("decide", "done", "result", "error", "log", "start", "end", "wakes", "compact")
+    __slots__ = ("decide", "lazy", "done", "result", "error", "log", "start", "read_end", "end", "wakes", "compact")
 
-    def __init__(self, decide: Callable[[_Batch, float], Any]) -> None:
+    def __init__(self, decide: Callable[[_Batch, float], Any], lazy: bool) -> None:
         self.decide = decide
+        self.lazy = lazy
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
         self.log: LogFile | None = None
-        self.start = self.end = 0
+        self.start = self.read_end = self.end = 0
         self.wakes = False
         self.compact = False
 
@@ -162,6 +163,11 @@ class FileStorage:
         self._state = QueueState()
         self._offset = HEADER_SIZE
         self._stale = False  # memory may differ from disk (a failed write): reload before use
+        # Where our own lazily durable records (leases) start, while nothing foreign follows
+        # them: a failed fsync may have dropped those pages too, so a rollback cuts from there.
+        self._lazy_from: int | None = None
+        self._lazy_log: LogFile | None = None
+        self._own_end = -1
         self._pointer_sig: tuple[int, int, int] | None = None
         self._lease_mark: int | None = None
         self._failed: StorageError | None = None  # set when a failure leaves the disk state unknown
@@ -472,7 +478,7 @@ class FileStorage:
                 available_at = leases.retry_time(entry, now, self.backoff, None)
                 batch.add(RecordType.RECLAIM, {"id": entry.id, "at": now, "available_at": available_at})
 
-    def _write(self, decide: Callable[[_Batch, float], T]) -> T:
+    def _write(self, decide: Callable[[_Batch, float], T], *, lazy: bool = False) -> T:
         """Run one writing operation through the four beats, then wait until it is durable.
 
         Operations from this process's threads are combined: the thread that
@@ -480,9 +486,16 @@ class FileStorage:
         lock, one catch-up, one append, one fsync for all), while the others
         wait on the mutex and find their work done. Under contention that turns
         eight threads' enqueues into one write, not eight.
+
+        ``lazy`` (leases only): the operation's own records become durable with
+        the next fsync of the file (the job's ack at the latest, or close), not
+        before it returns. What it read is still made durable first, so a
+        lease never hands out a job that a power cut could take back. A power
+        cut can take back such a lease: the job is then ready again, which is
+        what at-least-once delivery allows (its holder died with the machine).
         """
         self._enter()
-        op = _Op(decide)
+        op = _Op(decide, lazy)
         with self._pending_lock:
             self._pending.append(op)
         with self._mutex:
@@ -492,19 +505,25 @@ class FileStorage:
         if log is not None:
             if op.wakes:
                 self._wake.notify()
-            if self.durable:
+            if self.durable and not (op.lazy and not op.result):  # "nothing to lease" needs no fsync
                 # Even an operation that wrote nothing answers from what it read, and
                 # what a peer (or a writer that died before its fsync) appended may not
                 # be durable yet: "already done" must not be said of bytes a power cut
                 # can take back. Free when our last fsync already covers it.
                 try:
-                    log.sync_through(op.end)
+                    log.sync_through(op.read_end if op.lazy else op.end)
                 except StorageError as exc:
                     # Remembered here, not only in the LogFile: the refusal must outlive
                     # a switch to another generation.
                     self._failed = self._failed or exc
-                    if op.end != op.start:
-                        self._roll_back(log, op.start, op.end)
+                    start = op.start
+                    if self._lazy_from is not None and self._lazy_log is log:
+                        # Our leases before this operation were never fsynced: the failed
+                        # fsync may have dropped them as well. Cut them too, or a later
+                        # writer's records would sit on top of a hole.
+                        start = min(start, max(self._lazy_from, log.durable_end))
+                    if op.end != start:
+                        self._roll_back(log, start, op.end)
                     raise
         if op.error is not None:
             raise op.error
@@ -529,10 +548,13 @@ class FileStorage:
                 self._catch_up(exclusive=True)
                 log = self._log
                 assert log is not None
+                if self._offset != self._own_end or log is not self._lazy_log:
+                    self._lazy_from = None  # a peer's records follow ours: see _write
                 now = self.clock()
                 batch = _Batch(self._state, self._offset)
                 self._reclaim(batch, now)
                 for op in ops:
+                    op.read_end = batch.pos  # what this operation's answer rests on
                     try:
                         op.result = op.decide(batch, now)
                     except Exception as exc:
@@ -547,7 +569,9 @@ class FileStorage:
                     except BaseException:
                         self._stale = True  # memory holds records the disk does not: reload next time
                         raise
-                    self._offset = end
+                    self._offset = self._own_end = end
+                    if self._lazy_from is None and all(op.lazy for op in ops):
+                        self._lazy_from, self._lazy_log = batch.start, log
                 compact_now = self._should_auto_compact()
             finally:
                 lock.release()
@@ -651,7 +675,7 @@ class FileStorage:
             self._lease_mark = batch.pos  # wait_for_jobs watches for anything after this
             return taken
 
-        return self._write(decide)
+        return self._write(decide, lazy=True)
 
     def _leased_entry(self, job_id: str, token: str | None, action: str) -> Entry:
         entry = self._state.jobs.get(job_id)

@@ -179,7 +179,10 @@ class Queue:
         """Lease up to ``count`` runnable jobs (highest priority, then oldest). Never blocks.
 
         Each leased job is invisible to others until its deadline (now +
-        visibility timeout); ack, nack or extend it before then.
+        visibility timeout); ack, nack or extend it before then. With the
+        file storage the lease itself becomes durable with the next fsync of
+        the log (your ack's, at the latest): a power cut before that makes
+        the job ready again, which at-least-once delivery allows.
         """
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ValueError(f"count must be a non-negative int, got {count!r}")
