@@ -181,6 +181,15 @@ class CompactionResult:
 
 # ---------------------------------------------------------------- JSON
 _ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=True)
+# The C encoder built once, without the per-call setup of JSONEncoder.encode and without
+# the circular-reference table: a cycle ends in RecursionError, and the checking encoder
+# above then says which it was. Same output byte for byte; None where the C part is missing.
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_FAST_ENCODE = (
+    _make_c_encoder(None, _ENCODER.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
+    if _make_c_encoder is not None
+    else None
+)
 
 
 def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
@@ -196,7 +205,13 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
             "Store large data elsewhere and enqueue a reference to it."
         )
     try:
-        text = _ENCODER.encode(value)
+        if _FAST_ENCODE is None:
+            text = _ENCODER.encode(value)
+        else:
+            try:
+                text = "".join(_FAST_ENCODE(value, 0))
+            except RecursionError:
+                text = _ENCODER.encode(value)  # a cycle, or only deep: this one tells them apart
     except RecursionError:
         raise SerializationError(f"{what} is nested too deeply to store as JSON") from None
     except (TypeError, ValueError) as exc:
