@@ -101,6 +101,12 @@ class FileQueueSemantics(QueueSemantics, TempDirTestCase):
         self.assert_unchanged_by(q, lambda: q.enqueue("x", conn=object()), ValueError)
         self.assert_unchanged_by(q, lambda: q.enqueue_many(["x"], conn=object()), ValueError)
 
+    def test_the_named_pipe_lets_waiters_wait_long(self) -> None:
+        q = self.make_queue()
+        self.assertIs(q.wakes_waiters(), hasattr(os, "mkfifo"))
+        q.close()
+        self.assertIs(q.wakes_waiters(), False)
+
     def test_two_handles_on_one_queue_see_each_other(self) -> None:
         a = self.make_queue(visibility_timeout=10)
         b = self.make_queue(visibility_timeout=10)

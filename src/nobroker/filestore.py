@@ -46,7 +46,7 @@ from .lock import QueueLock
 from .log import LogFile, check_name, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, LEASED, Entry, QueueState
 from .storage import EnqueueSpec
-from .wake import WakeChannel
+from .wake import WakeChannel, pause
 
 logger = logging.getLogger("nobroker")
 
@@ -883,13 +883,25 @@ class FileStorage:
         return dead_share >= threshold
 
     # ================================================================ waiting and closing
-    def wait_for_jobs(self, timeout: float) -> bool:
+    def wakes_waiters(self) -> bool:
+        """Does wait_for_jobs hear of every change that can make a job leasable?
+
+        True while this process holds the queue's named pipe open: writers of
+        runnable work (from any process) wake it, and it computes when the
+        next delayed job or lease comes due. Then an idle worker may block for
+        long; False (no FIFOs here, or the pipe cannot be made) means poll.
+        """
+        return not self._closed and self._wake.open_reader()
+
+    def wait_for_jobs(self, timeout: float, interrupt: int | None = None) -> bool:
         """Block until work may have arrived, a delayed job or a lease comes due, or ``timeout``.
 
         A hint for idle workers, not a promise: True means "worth leasing
         again". Writers of runnable work wake one waiter through the queue's
         named pipe (see wake.py); a change in the log's size also counts, so
         appends by this process's own threads are seen even without the pipe.
+        ``interrupt``: a descriptor that ends the wait (returning False) as
+        soon as it is readable; it is never read.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._mutex:
@@ -917,14 +929,21 @@ class FileStorage:
                     return True
             except OSError:
                 return True
-            remaining = deadline - time.monotonic()
+            now_mono = time.monotonic()
+            remaining = deadline - now_mono
             if remaining <= 0:
                 return bool(due)
             if piped:
-                if wake.wait(remaining):
+                if now_mono < wake.heard_from:
+                    # Writers that missed our pipe just now may skip their wake-up:
+                    # look at the file again once they all write to it.
+                    remaining = min(remaining, wake.heard_from - now_mono)
+                if wake.wait(remaining, interrupt):
                     return True
-            else:
-                time.sleep(min(WAIT_POLL, remaining))
+                if interrupt is not None and pause(0, interrupt):
+                    return False
+            elif pause(min(WAIT_POLL, remaining), interrupt):
+                return False
 
     def close(self) -> None:
         with self._mutex:

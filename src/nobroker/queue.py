@@ -297,11 +297,32 @@ class Queue:
         """Drop done jobs for good and rewrite the rest compactly."""
         return self._open_storage().compact()
 
-    def wait_for_jobs(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until work may have arrived (a hint for idle workers)."""
+    def wait_for_jobs(self, timeout: float, *, interrupt: int | None = None) -> bool:
+        """Block up to ``timeout`` seconds until work may have arrived (a hint for idle workers).
+
+        ``interrupt``: a file descriptor (say the read end of ``os.pipe()``);
+        the wait returns False as soon as it is readable, so another thread or
+        a signal handler can end it by writing a byte. It is never read.
+        """
+        if interrupt is not None:
+            if isinstance(interrupt, bool) or not isinstance(interrupt, int):
+                raise TypeError(f"interrupt must be None or a file descriptor, got {type(interrupt).__name__}")
+            if interrupt < 0:
+                raise ValueError(f"interrupt must be a file descriptor (an int >= 0), got {interrupt!r}")
         if self._closed:
             return False
-        return self._storage.wait_for_jobs(_seconds(timeout, "timeout"))
+        return self._storage.wait_for_jobs(_seconds(timeout, "timeout"), interrupt)
+
+    def wakes_waiters(self) -> bool:
+        """Is ``wait_for_jobs`` woken by every change that can make a job leasable?
+
+        True where runnable work from any process wakes it and it watches
+        delayed jobs and leases come due itself (the file storage, where named
+        pipes work): an idle worker may then wait long between looks. False
+        means "poll": the PostgreSQL storage (whose NOTIFY does not cover
+        delayed jobs or expired leases), or no named pipes here.
+        """
+        return not self._closed and self._storage.wakes_waiters()
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
