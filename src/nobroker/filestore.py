@@ -44,7 +44,7 @@ from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .lock import QueueLock
 from .log import LogFile, check_name, list_generations, lock_path, log_path, read_pointer, storage_error
-from .replay import DEAD, DONE, LEASED, Entry, QueueState
+from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
 from .storage import EnqueueSpec
 from .wake import WakeChannel, pause
 
@@ -649,6 +649,10 @@ class FileStorage:
                 # that entry.offset points into.
                 taken.append(self._job(entry))
             self._lease_mark = batch.pos  # wait_for_jobs watches for anything after this
+            if taken and len(taken) == count and state.counts[READY] > state.n_delayed:
+                # One wake-up may stand for many jobs: a full lease that leaves
+                # runnable ones behind passes it on to the next idle worker.
+                batch.wakes = True
             return taken
 
         return self._write(decide)
