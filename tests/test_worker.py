@@ -417,6 +417,29 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
         self.assertTrue(ran.wait(PATIENCE))
         run.join(self)
 
+    def test_a_worker_limited_to_kinds_leaves_the_wake_up_to_one_that_takes_every_kind(self) -> None:
+        ran = threading.Event()
+        emails = ThreadedRun(Worker(self.open_queue(), lambda job: None, kinds=["email"],
+                                    poll_interval=LONG_POLL, handle_signals=False))  # fmt: skip
+        anything = ThreadedRun(Worker(self.open_queue(), lambda job: ran.set(), poll_interval=LONG_POLL,
+                                      max_jobs=1, handle_signals=False))  # fmt: skip
+        time.sleep(0.3)  # both idle
+        self.open_queue().enqueue("not an email")
+        self.assertTrue(ran.wait(PATIENCE))
+        anything.join(self)
+        emails.worker.stop()
+        emails.join(self)
+        self.assertEqual(emails.stats.leased if emails.stats else None, 0)
+
+    def test_an_idle_worker_limited_to_kinds_is_woken_for_its_kind(self) -> None:
+        ran = threading.Event()
+        run = ThreadedRun(Worker(self.open_queue(), lambda job: ran.set(), kinds=["email"],
+                                 poll_interval=LONG_POLL, max_jobs=1, handle_signals=False))  # fmt: skip
+        time.sleep(0.3)  # idle
+        self.open_queue().enqueue("hello", kind="email")
+        self.assertTrue(ran.wait(PATIENCE))
+        run.join(self)
+
     def test_stop_before_run_returns_at_once(self) -> None:
         queue = self.open_queue()
         queue.enqueue("untouched")

@@ -166,6 +166,10 @@ class FileStorage:
         self._lease_mark: int | None = None
         self._failed: StorageError | None = None  # set when a failure leaves the disk state unknown
         self._wake = WakeChannel(os.path.join(self.directory, f"{self.name}.wake"))
+        # Waiters limited to some kinds listen on a pipe of their own: a wake-up
+        # one of them swallowed for a job it cannot take would leave a worker
+        # that takes every kind asleep.
+        self._wake_kinds = WakeChannel(os.path.join(self.directory, f"{self.name}.wake-kinds"))
         self._recovery = RecoveryReport()
         self._open()
         _live.add(self)
@@ -361,6 +365,7 @@ class FileStorage:
         assert self._lock is not None and self._log is not None
         self._lock.reopen()
         self._wake.forget_after_fork()
+        self._wake_kinds.forget_after_fork()
         old = self._log
         self._log = LogFile.open(self.fs, old.path, expect_generation=old.generation)
         self._log.note_end(self._offset)
@@ -492,6 +497,7 @@ class FileStorage:
         if log is not None:
             if op.wakes:
                 self._wake.notify()
+                self._wake_kinds.notify()
             if self.durable:
                 # Even an operation that wrote nothing answers from what it read, and
                 # what a peer (or a writer that died before its fsync) appended may not
@@ -897,7 +903,9 @@ class FileStorage:
         """
         return not self._closed and self._wake.open_reader()
 
-    def wait_for_jobs(self, timeout: float, interrupt: int | None = None) -> bool:
+    def wait_for_jobs(
+        self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None
+    ) -> bool:
         """Block until work may have arrived, a delayed job or a lease comes due, or ``timeout``.
 
         A hint for idle workers, not a promise: True means "worth leasing
@@ -905,7 +913,8 @@ class FileStorage:
         named pipe (see wake.py); a change in the log's size also counts, so
         appends by this process's own threads are seen even without the pipe.
         ``interrupt``: a descriptor that ends the wait (returning False) as
-        soon as it is readable; it is never read.
+        soon as it is readable; it is never read. ``kinds``: the waiter takes
+        only these, so it waits on the second pipe (``<name>.wake-kinds``).
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._mutex:
@@ -922,7 +931,7 @@ class FileStorage:
                 due.append(state.leases[0][0])
         if due:
             deadline = min(deadline, time.monotonic() + max(min(due) - now, 0.0))
-        wake = self._wake
+        wake = self._wake if kinds is None else self._wake_kinds
         piped = wake.open_reader()
         wake.drain()  # after this, any new work either changed the file or sends a byte
         while True:
@@ -964,6 +973,7 @@ class FileStorage:
             if self._lock is not None:
                 self._lock.close()
             self._wake.close()
+            self._wake_kinds.close()
         _live.discard(self)
 
     @property

@@ -1066,14 +1066,17 @@ class PostgresStorage:
         """False: NOTIFY announces new and retried jobs, not delayed jobs or leases coming due."""
         return False
 
-    def wait_for_jobs(self, timeout: float, interrupt: int | None = None) -> bool:
+    def wait_for_jobs(
+        self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None
+    ) -> bool:
         """Sleep until a NOTIFY says work arrived on this queue, or ``timeout`` passes.
 
         A hint, not a promise. Enqueue, nack and requeue notify in their own
         transaction, so the wake-up comes when the job is visible. If the
         listening connection cannot be had, this sleeps (polling fallback).
         ``interrupt``: a descriptor that ends the wait (returning False) as
-        soon as it is readable; it is never read.
+        soon as it is readable; it is never read. ``kinds`` changes nothing:
+        every listener hears every NOTIFY, so none can take another's.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         extra = [] if interrupt is None else [interrupt]

@@ -13,9 +13,10 @@ Idling: with nothing to lease, the run() thread blocks in
 to IDLE_RECHECK, a safety net for a lost wake-up; otherwise (PostgreSQL, no
 named pipes, a worker limited to some kinds, jobs still running) it lasts
 ``poll_interval``. An object with ``wakes_waiters`` also takes
-``wait_for_jobs(timeout, interrupt=fd)``: the worker passes the read end of a
-private pipe that stop() and the signal handler write to, so a long wait
-ends at once when asked.
+``wait_for_jobs(timeout, interrupt=fd, kinds=...)``: the worker passes the
+read end of a private pipe that stop() and the signal handler write to, so a
+long wait ends at once when asked, and its kinds, so a worker limited to some
+kinds does not swallow the wake-up meant for one that takes them all.
 
 Threads inside one running Worker:
 
@@ -444,7 +445,7 @@ class Worker:
             else:
                 # stop() or a signal after the check above writes to the pipe,
                 # so the wait cannot miss it.
-                wait_for_jobs(timeout, interrupt=self._interrupt_r)
+                wait_for_jobs(timeout, interrupt=self._interrupt_r, kinds=self._kinds)
         except Exception as exc:
             self._fail(exc, "wait_for_jobs")
 
