@@ -1,14 +1,15 @@
 """Waking idle workers in other processes, with nothing but a named pipe.
 
-Owns: WakeChannel, a FIFO ``<name>.wake`` in the queue folder. Imports:
-nothing from nobroker.
+Owns: WakeChannel, one FIFO in the queue folder (the file storage keeps two:
+``<name>.wake``, and ``<name>.wake-kinds`` for workers limited to some kinds),
+and ``pause``, an interruptible sleep. Imports: nothing from nobroker.
 
 A worker with nothing to do blocks in select() on the pipe; a writer that
 added runnable work writes one byte, and one waiting worker wakes at once.
 It is a hint, never a source of truth: a lost or spurious byte only costs a
-lease attempt, and every waiter still wakes on its timeout (the polling
-fallback). Where FIFOs do not exist (Windows) or cannot be made, both sides
-quietly do nothing and workers poll.
+lease attempt, or a delay until the waiter's timeout (the fallback look, a
+few seconds for a Worker). Where FIFOs do not exist (Windows) or cannot be
+made, both sides quietly do nothing and workers poll.
 
 The reader opens the pipe read-write: then the pipe always has a writer, so
 select() never reports an end-of-file that would spin the loop.
