@@ -70,7 +70,8 @@ WAIT_SLICE = 0.1
 #: Longest idle wait when the queue wakes its waiters itself (``wakes_waiters``):
 #: writers of runnable work wake the worker at once and the queue shortens the
 #: wait for delayed jobs and leases coming due, so this only bounds how long a
-#: lost wake-up could leave work unnoticed.
+#: lost wake-up, or a lease another process took during the wait and let
+#: expire, could leave work unnoticed.
 IDLE_RECHECK = 2.0
 #: A lease is renewed once this fraction of its visibility timeout has passed,
 #: which leaves two renewals' worth of slack before it would expire.
