@@ -429,7 +429,8 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
         anything.join(self)
         emails.worker.stop()
         emails.join(self)
-        self.assertEqual(emails.stats.leased if emails.stats else None, 0)
+        assert emails.stats is not None
+        self.assertEqual(emails.stats.leased, 0)
 
     def test_an_idle_worker_limited_to_kinds_is_woken_for_its_kind(self) -> None:
         ran = threading.Event()
