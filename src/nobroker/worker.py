@@ -457,10 +457,12 @@ class Worker:
             read_end, write_end = os.pipe()
         except OSError:  # out of descriptors: idle waits then end on their own
             return
+        set_blocking = getattr(os, "set_blocking", None)  # Windows has it from Python 3.12 on
         for fd in (read_end, write_end):
             try:
-                os.set_blocking(fd, False)
-            except OSError:  # pipes on older Windows: one byte never blocks anyway
+                if set_blocking is not None:
+                    set_blocking(fd, False)
+            except OSError:  # one byte into an empty pipe never blocks anyway
                 pass
         with self._lock:
             self._interrupt_r, self._interrupt_w = read_end, write_end
