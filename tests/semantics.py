@@ -1195,6 +1195,25 @@ class QueueSemantics(_Base):
         self.assertIsInstance(q.wait_for_jobs(0.05), bool)
         self.assertLess(time.monotonic() - start, 5.0)
 
+    def test_wait_for_jobs_ends_at_once_when_its_interrupt_is_readable(self) -> None:
+        import os
+        import time
+
+        q = self.make_queue()
+        self.assertIsInstance(q.wakes_waiters(), bool)
+        read_end, write_end = os.pipe()
+        self.addCleanup(os.close, read_end)
+        self.addCleanup(os.close, write_end)
+        os.write(write_end, b"x")
+        start = time.monotonic()
+        self.assertFalse(q.wait_for_jobs(600.0, interrupt=read_end))
+        self.assertLess(time.monotonic() - start, 60.0)
+        self.assertEqual(os.read(read_end, 10), b"x", "the wait must leave the interrupt readable")
+        with self.assertRaises(TypeError):
+            q.wait_for_jobs(0.01, interrupt="3")  # type: ignore[arg-type]
+        with self.assertRaises(ValueError):
+            q.wait_for_jobs(0.01, interrupt=-1)
+
     # ------------------------------------------------------------ bad input
     def test_non_json_payloads_raise_serialization_error_and_write_nothing(self) -> None:
         q = self.make_queue()

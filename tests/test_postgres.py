@@ -271,6 +271,9 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertLess(time.monotonic() - t0, PATIENCE / 2)
         self.assertEqual(len(idle.lease()), 1)
 
+    def test_waiters_poll_because_notify_misses_delayed_jobs_and_expired_leases(self) -> None:
+        self.assertIs(self.open_queue().wakes_waiters(), False)
+
     def test_wait_for_jobs_is_not_woken_by_other_queues(self) -> None:
         idle = self.open_queue()
         elsewhere = self.open_queue(fresh_name("other"))

@@ -10,6 +10,9 @@ tests.support / tests.semantics.
 from __future__ import annotations
 
 import os
+import threading
+import time
+import unittest
 from typing import Any
 
 from nobroker import JobState, NotLeasedError, Queue
@@ -100,6 +103,28 @@ class FileQueueSemantics(QueueSemantics, TempDirTestCase):
         q.enqueue("keep")
         self.assert_unchanged_by(q, lambda: q.enqueue("x", conn=object()), ValueError)
         self.assert_unchanged_by(q, lambda: q.enqueue_many(["x"], conn=object()), ValueError)
+
+    def test_the_named_pipe_lets_waiters_wait_long(self) -> None:
+        q = self.make_queue()
+        self.assertIs(q.wakes_waiters(), hasattr(os, "mkfifo"))
+        q.close()
+        self.assertIs(q.wakes_waiters(), False)
+
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "no named pipes here")
+    def test_a_full_lease_that_leaves_work_behind_wakes_the_next_waiter(self) -> None:
+        producer = self.make_queue()
+        producer.enqueue_many(["a", "b"])
+        waiter = self.make_queue()
+        self.assertTrue(waiter.wakes_waiters())
+        time.sleep(0.3)  # past the moment writers might still skip the new pipe
+        woke: list[bool] = []
+        thread = threading.Thread(target=lambda: woke.append(waiter.wait_for_jobs(600.0)), daemon=True)
+        thread.start()
+        time.sleep(0.3)  # blocked on the pipe now, not looking at the log
+        self.assertEqual(len(producer.lease(1)), 1)  # one wake-up came for two jobs: pass it on
+        thread.join(60.0)
+        self.assertEqual(woke, [True])
+        self.assertEqual(len(waiter.lease(1)), 1)
 
     def test_two_handles_on_one_queue_see_each_other(self) -> None:
         a = self.make_queue(visibility_timeout=10)

@@ -39,6 +39,8 @@ from tests.support import TempDirTestCase, wait_until
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 #: Generous bound for anything that should happen "soon" on a busy shared machine.
 PATIENCE = 20.0
+#: A poll interval no test waits out: what happens sooner came from a wake-up.
+LONG_POLL = 600.0
 NO_BACKOFF = BackoffPolicy(base=0, jitter=0)
 
 
@@ -380,6 +382,64 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
         self.assertIsNone(run.error)
         assert run.stats is not None
         self.assertEqual(run.stats.leased, 0)
+
+    def test_stop_ends_a_long_idle_wait(self) -> None:
+        queue = self.open_queue()
+        run = ThreadedRun(Worker(queue, lambda job: None, poll_interval=LONG_POLL))
+        time.sleep(0.3)  # idle, blocked in wait_for_jobs
+        run.worker.stop()
+        run.join(self)
+        self.assertIsNone(run.error)
+
+    def test_one_batch_wakes_every_idle_worker_it_needs(self) -> None:
+        # Two idle workers, each with its own Queue (its own end of the pipe):
+        # a batch of two jobs must reach both, though it is one wake-up.
+        both_running = threading.Barrier(2, timeout=PATIENCE)
+        runs = [
+            ThreadedRun(Worker(self.open_queue(), lambda job: both_running.wait() and None,
+                               poll_interval=LONG_POLL, max_jobs=1, handle_signals=False))
+            for _ in range(2)
+        ]  # fmt: skip
+        time.sleep(0.3)  # both idle
+        self.open_queue().enqueue_many(["a", "b"])
+        for run in runs:
+            run.join(self)
+            self.assertIsNone(run.error)
+            assert run.stats is not None
+            self.assertEqual(run.stats.succeeded, 1)
+
+    def test_an_idle_worker_runs_a_delayed_job_when_it_comes_due(self) -> None:
+        ran = threading.Event()
+        run = ThreadedRun(Worker(self.open_queue(), lambda job: ran.set(), poll_interval=LONG_POLL,
+                                 max_jobs=1, handle_signals=False))  # fmt: skip
+        time.sleep(0.3)  # idle
+        self.open_queue().enqueue("later", delay=0.5)
+        self.assertTrue(ran.wait(PATIENCE))
+        run.join(self)
+
+    def test_a_worker_limited_to_kinds_leaves_the_wake_up_to_one_that_takes_every_kind(self) -> None:
+        ran = threading.Event()
+        emails = ThreadedRun(Worker(self.open_queue(), lambda job: None, kinds=["email"],
+                                    poll_interval=LONG_POLL, handle_signals=False))  # fmt: skip
+        anything = ThreadedRun(Worker(self.open_queue(), lambda job: ran.set(), poll_interval=LONG_POLL,
+                                      max_jobs=1, handle_signals=False))  # fmt: skip
+        time.sleep(0.3)  # both idle
+        self.open_queue().enqueue("not an email")
+        self.assertTrue(ran.wait(PATIENCE))
+        anything.join(self)
+        emails.worker.stop()
+        emails.join(self)
+        assert emails.stats is not None
+        self.assertEqual(emails.stats.leased, 0)
+
+    def test_an_idle_worker_limited_to_kinds_is_woken_for_its_kind(self) -> None:
+        ran = threading.Event()
+        run = ThreadedRun(Worker(self.open_queue(), lambda job: ran.set(), kinds=["email"],
+                                 poll_interval=LONG_POLL, max_jobs=1, handle_signals=False))  # fmt: skip
+        time.sleep(0.3)  # idle
+        self.open_queue().enqueue("hello", kind="email")
+        self.assertTrue(ran.wait(PATIENCE))
+        run.join(self)
 
     def test_stop_before_run_returns_at_once(self) -> None:
         queue = self.open_queue()
@@ -755,6 +815,7 @@ import json, logging, os, sys, time
 from nobroker import Queue, Worker
 
 queue_dir, marks, mode, visibility = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+poll_interval = float(sys.argv[5]) if len(sys.argv) > 5 else 0.05
 logging.basicConfig(filename=os.path.join(marks, "worker.log"), level=logging.INFO,
                     format="%(levelname)s %(name)s %(message)s")
 
@@ -768,7 +829,7 @@ def handler(job):
 
 queue = Queue(queue_dir, visibility_timeout=visibility)
 try:
-    stats = Worker(queue, handler, poll_interval=0.05).run()
+    stats = Worker(queue, handler, poll_interval=poll_interval).run()
 except KeyboardInterrupt:
     sys.exit(130)
 finally:
@@ -789,10 +850,10 @@ class ProcessTests(TempDirTestCase):
         self.queue = Queue(self.queue_dir)
         self.addCleanup(self.queue.close)
 
-    def start_worker(self, mode: str, visibility: float) -> subprocess.Popen[str]:
+    def start_worker(self, mode: str, visibility: float, poll_interval: float = 0.05) -> subprocess.Popen[str]:
         env = dict(os.environ, PYTHONPATH=SRC_DIR)
         child = subprocess.Popen(
-            [sys.executable, self.script, self.queue_dir, self.marks, mode, str(visibility)],
+            [sys.executable, self.script, self.queue_dir, self.marks, mode, str(visibility), str(poll_interval)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
 
@@ -843,6 +904,30 @@ class ProcessTests(TempDirTestCase):
         self.assertEqual(child.returncode, 130, err)
         stored = self.queue.get(job.id)
         self.assertEqual((stored.state, stored.attempts), (JobState.LEASED, 1))
+
+    def test_an_idle_worker_is_woken_by_a_job_from_another_process(self) -> None:
+        # A poll interval far longer than the test may take: only the wake-up can start the job.
+        child = self.start_worker("wait-go", visibility=30.0, poll_interval=LONG_POLL)
+        self.assertTrue(self.wait_for_log("started"))
+        time.sleep(0.3)  # idle now, blocked in its wait
+        job = self.queue.enqueue("wake up", job_id="woken")
+        self.assertTrue(wait_until(lambda: os.path.exists(self.mark("started-woken")), PATIENCE))
+        open(self.mark("go"), "w").close()
+        self.assertTrue(wait_until(lambda: self.queue.get(job.id).state is JobState.DONE, PATIENCE))
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=PATIENCE)
+        self.assertEqual(child.returncode, 0, err)
+        self.assertEqual(json.loads(out)["succeeded"], 1)
+
+    def test_sigterm_stops_an_idle_worker_at_once(self) -> None:
+        child = self.start_worker("wait-go", visibility=30.0, poll_interval=LONG_POLL)
+        self.assertTrue(self.wait_for_log("started"))
+        time.sleep(0.3)  # idle now, blocked in its wait
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=PATIENCE)
+        self.assertEqual(child.returncode, 0, err)
+        self.assertEqual(json.loads(out)["leased"], 0)
+        self.assertIn("signal received", open(self.mark("worker.log"), encoding="utf-8").read())
 
     def test_sigkilled_worker_job_comes_back_after_one_visibility_timeout(self) -> None:
         job = self.queue.enqueue("resume me", job_id="resume")

@@ -44,9 +44,9 @@ from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .lock import QueueLock
 from .log import LogFile, check_name, list_generations, lock_path, log_path, read_pointer, storage_error
-from .replay import DEAD, DONE, LEASED, Entry, QueueState
+from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
 from .storage import EnqueueSpec
-from .wake import WakeChannel
+from .wake import WakeChannel, pause
 
 logger = logging.getLogger("nobroker")
 
@@ -172,6 +172,10 @@ class FileStorage:
         self._lease_mark: int | None = None
         self._failed: StorageError | None = None  # set when a failure leaves the disk state unknown
         self._wake = WakeChannel(os.path.join(self.directory, f"{self.name}.wake"))
+        # Waiters limited to some kinds listen on a pipe of their own: a wake-up
+        # one of them swallowed for a job it cannot take would leave a worker
+        # that takes every kind asleep.
+        self._wake_kinds = WakeChannel(os.path.join(self.directory, f"{self.name}.wake-kinds"))
         self._recovery = RecoveryReport()
         self._open()
         _live.add(self)
@@ -367,6 +371,7 @@ class FileStorage:
         assert self._lock is not None and self._log is not None
         self._lock.reopen()
         self._wake.forget_after_fork()
+        self._wake_kinds.forget_after_fork()
         old = self._log
         self._log = LogFile.open(self.fs, old.path, expect_generation=old.generation)
         self._log.note_end(self._offset)
@@ -505,6 +510,7 @@ class FileStorage:
         if log is not None:
             if op.wakes:
                 self._wake.notify()
+                self._wake_kinds.notify()
             if self.durable and not (op.lazy and not op.result):  # "nothing to lease" needs no fsync
                 # Even an operation that wrote nothing answers from what it read, and
                 # what a peer (or a writer that died before its fsync) appended may not
@@ -673,6 +679,10 @@ class FileStorage:
                 # that entry.offset points into.
                 taken.append(self._job(entry))
             self._lease_mark = batch.pos  # wait_for_jobs watches for anything after this
+            if taken and len(taken) == count and state.counts[READY] > state.n_delayed:
+                # One wake-up may stand for many jobs: a full lease that leaves
+                # runnable ones behind passes it on to the next idle worker.
+                batch.wakes = True
             return taken
 
         return self._write(decide, lazy=True)
@@ -907,13 +917,28 @@ class FileStorage:
         return dead_share >= threshold
 
     # ================================================================ waiting and closing
-    def wait_for_jobs(self, timeout: float) -> bool:
+    def wakes_waiters(self) -> bool:
+        """Does wait_for_jobs hear of every change that can make a job leasable?
+
+        True while this process holds the queue's named pipe open: writers of
+        runnable work (from any process) wake it, and it computes when the
+        next delayed job or lease comes due. Then an idle worker may block for
+        long; False (no FIFOs here, or the pipe cannot be made) means poll.
+        """
+        return not self._closed and self._wake.open_reader()
+
+    def wait_for_jobs(
+        self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None
+    ) -> bool:
         """Block until work may have arrived, a delayed job or a lease comes due, or ``timeout``.
 
         A hint for idle workers, not a promise: True means "worth leasing
         again". Writers of runnable work wake one waiter through the queue's
         named pipe (see wake.py); a change in the log's size also counts, so
         appends by this process's own threads are seen even without the pipe.
+        ``interrupt``: a descriptor that ends the wait (returning False) as
+        soon as it is readable; it is never read. ``kinds``: the waiter takes
+        only these, so it waits on the second pipe (``<name>.wake-kinds``).
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._mutex:
@@ -930,7 +955,7 @@ class FileStorage:
                 due.append(state.leases[0][0])
         if due:
             deadline = min(deadline, time.monotonic() + max(min(due) - now, 0.0))
-        wake = self._wake
+        wake = self._wake if kinds is None else self._wake_kinds
         piped = wake.open_reader()
         wake.drain()  # after this, any new work either changed the file or sends a byte
         while True:
@@ -941,14 +966,21 @@ class FileStorage:
                     return True
             except OSError:
                 return True
-            remaining = deadline - time.monotonic()
+            now_mono = time.monotonic()
+            remaining = deadline - now_mono
             if remaining <= 0:
                 return bool(due)
             if piped:
-                if wake.wait(remaining):
+                if now_mono < wake.heard_from:
+                    # Writers that missed our pipe just now may skip their wake-up:
+                    # look at the file again once they all write to it.
+                    remaining = min(remaining, wake.heard_from - now_mono)
+                if wake.wait(remaining, interrupt):
                     return True
-            else:
-                time.sleep(min(WAIT_POLL, remaining))
+                if interrupt is not None and pause(0, interrupt):
+                    return False
+            elif pause(min(WAIT_POLL, remaining), interrupt):
+                return False
 
     def close(self) -> None:
         with self._mutex:
@@ -965,6 +997,7 @@ class FileStorage:
             if self._lock is not None:
                 self._lock.close()
             self._wake.close()
+            self._wake_kinds.close()
         _live.discard(self)
 
     @property

@@ -495,14 +495,15 @@ def _build(schema: str) -> dict[str, str]:
     return out
 
 
-def _readable(fd: int, timeout: float) -> bool:
-    """Does ``fd`` have bytes (or EOF) to read within ``timeout`` seconds? poll() takes any fd number."""
+def _readable(fds: list[int], timeout: float) -> set[int]:
+    """Which of ``fds`` have bytes (or EOF) to read within ``timeout`` seconds? poll() takes any fd number."""
     if hasattr(select, "poll"):
         poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-        return bool(poller.poll(max(timeout, 0.0) * 1000.0))
-    readable, _, _ = select.select([fd], [], [], timeout)
-    return bool(readable)
+        for fd in fds:
+            poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
+    readable, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+    return set(readable)
 
 
 def _row_job(row: Any) -> Job:
@@ -619,7 +620,7 @@ class PostgresStorage:
         if conn is None or conn.closed or conn.broken:
             return False
         try:
-            return not _readable(conn.fileno(), 0.0)
+            return not _readable([conn.fileno()], 0.0)
         except (OSError, ValueError):
             return False
 
@@ -1061,14 +1062,24 @@ class PostgresStorage:
         return self._read("now", "now", self._params(), lambda cur: cur.fetchone()[0])
 
     # ================================================================ waiting and closing
-    def wait_for_jobs(self, timeout: float) -> bool:
+    def wakes_waiters(self) -> bool:
+        """False: NOTIFY announces new and retried jobs, not delayed jobs or leases coming due."""
+        return False
+
+    def wait_for_jobs(
+        self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None
+    ) -> bool:
         """Sleep until a NOTIFY says work arrived on this queue, or ``timeout`` passes.
 
         A hint, not a promise. Enqueue, nack and requeue notify in their own
         transaction, so the wake-up comes when the job is visible. If the
         listening connection cannot be had, this sleeps (polling fallback).
+        ``interrupt``: a descriptor that ends the wait (returning False) as
+        soon as it is readable; it is never read. ``kinds`` changes nothing:
+        every listener hears every NOTIFY, so none can take another's.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
+        extra = [] if interrupt is None else [interrupt]
         with self._listen_mutex:
             if self._closed:
                 return False
@@ -1079,17 +1090,28 @@ class PostgresStorage:
                     logger.warning("cannot LISTEN for new jobs (%s); polling until it works again", exc)
                 self._listen_failed = True
                 self._drop_listener()
-                time.sleep(max(deadline - time.monotonic(), 0.0))
+                left = max(deadline - time.monotonic(), 0.0)
+                if interrupt is None:
+                    time.sleep(left)
+                else:
+                    try:
+                        _readable(extra, left)
+                    except (OSError, ValueError):
+                        time.sleep(left)
                 return False
             pgconn = listener.pgconn
             try:
                 if self._drain(pgconn):
                     return True
+                fd = listener.fileno()
                 while True:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
-                    if _readable(listener.fileno(), remaining) and self._drain(pgconn):
+                    ready = _readable([fd, *extra], remaining)
+                    if interrupt is not None and interrupt in ready:
+                        return False
+                    if fd in ready and self._drain(pgconn):
                         return True
             except (psycopg.Error, OSError, ValueError):
                 # The server went away: wake the caller, whose next operation reconnects.

@@ -190,11 +190,7 @@ class Queue:
         timeout = self.visibility_timeout if visibility_timeout is None else _seconds(
             visibility_timeout, "visibility_timeout", allow_zero=False
         )
-        kind_set = None
-        if kinds is not None:
-            if isinstance(kinds, str):
-                kinds = [kinds]
-            kind_set = frozenset(_name(k, "kind", MAX_NAME_CHARS) for k in kinds)
+        kind_set = _kind_set(kinds)
         if count == 0:
             return []
         return self._open_storage().lease(count, timeout, kind_set)
@@ -300,11 +296,38 @@ class Queue:
         """Drop done jobs for good and rewrite the rest compactly."""
         return self._open_storage().compact()
 
-    def wait_for_jobs(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until work may have arrived (a hint for idle workers)."""
+    def wait_for_jobs(
+        self, timeout: float, *, kinds: Iterable[str] | None = None, interrupt: int | None = None
+    ) -> bool:
+        """Block up to ``timeout`` seconds until work may have arrived (a hint for idle workers).
+
+        ``kinds``: the caller leases only jobs of these kinds (as in
+        ``lease``), so it must not take the wake-up of a worker that takes
+        every kind. ``interrupt``: a file descriptor (say the read end of
+        ``os.pipe()``); the wait returns False as soon as it is readable, so
+        another thread or a signal handler can end it by writing a byte. It
+        is never read.
+        """
+        kind_set = _kind_set(kinds)
+        if interrupt is not None:
+            if isinstance(interrupt, bool) or not isinstance(interrupt, int):
+                raise TypeError(f"interrupt must be None or a file descriptor, got {type(interrupt).__name__}")
+            if interrupt < 0:
+                raise ValueError(f"interrupt must be a file descriptor (an int >= 0), got {interrupt!r}")
         if self._closed:
             return False
-        return self._storage.wait_for_jobs(_seconds(timeout, "timeout"))
+        return self._storage.wait_for_jobs(_seconds(timeout, "timeout"), interrupt, kind_set)
+
+    def wakes_waiters(self) -> bool:
+        """Is ``wait_for_jobs`` woken by every change that can make a job leasable?
+
+        True where runnable work from any process wakes it and it watches
+        delayed jobs and leases come due itself (the file storage, where named
+        pipes work): an idle worker may then wait long between looks. False
+        means "poll": the PostgreSQL storage (whose NOTIFY does not cover
+        delayed jobs or expired leases), or no named pipes here.
+        """
+        return not self._closed and self._storage.wakes_waiters()
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -363,6 +386,14 @@ def _ref(job: JobRef) -> tuple[str, str | None]:
     if isinstance(job, str):
         return _name(job, "job id", MAX_ID_CHARS), None
     raise TypeError(f"expected a Job or a job id string, got {type(job).__name__}")
+
+
+def _kind_set(kinds: Iterable[str] | str | None) -> frozenset[str] | None:
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    return frozenset(_name(k, "kind", MAX_NAME_CHARS) for k in kinds)
 
 
 def _seconds(value: Any, what: str, *, allow_zero: bool = True) -> float:

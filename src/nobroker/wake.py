@@ -1,17 +1,23 @@
 """Waking idle workers in other processes, with nothing but a named pipe.
 
-Owns: WakeChannel, a FIFO ``<name>.wake`` in the queue folder. Imports:
-nothing from nobroker.
+Owns: WakeChannel, one FIFO in the queue folder (the file storage keeps two:
+``<name>.wake``, and ``<name>.wake-kinds`` for workers limited to some kinds),
+and ``pause``, an interruptible sleep. Imports: nothing from nobroker.
 
 A worker with nothing to do blocks in select() on the pipe; a writer that
 added runnable work writes one byte, and one waiting worker wakes at once.
 It is a hint, never a source of truth: a lost or spurious byte only costs a
-lease attempt, and every waiter still wakes on its timeout (the polling
-fallback). Where FIFOs do not exist (Windows) or cannot be made, both sides
-quietly do nothing and workers poll.
+lease attempt, or a delay until the waiter's timeout (the fallback look, a
+few seconds for a Worker). Where FIFOs do not exist (Windows) or cannot be
+made, both sides quietly do nothing and workers poll.
 
 The reader opens the pipe read-write: then the pipe always has a writer, so
 select() never reports an end-of-file that would spin the loop.
+
+A waiter may also watch an ``interrupt`` descriptor of its own (the read end
+of a private os.pipe()): whoever wants it back at once (Worker.stop(), a
+signal handler) writes a byte there. The wait never reads it, so a stop stays
+visible to every later wait.
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ class WakeChannel:
         self._writer: int | None = None
         self._retry_at = 0.0
         self._usable = hasattr(os, "mkfifo")
+        #: Monotonic time from which every writer's notify reaches our reader.
+        #: A writer that found no reader skips notifies for RETRY_OPEN, so the
+        #: wake-ups sent just after we opened may never come.
+        self.heard_from = 0.0
 
     # ---------------- the writer's side
     def notify(self) -> None:
@@ -77,6 +87,7 @@ class WakeChannel:
                 self._usable = False  # something else sits at that name: do not touch it
                 return False
             self._reader = os.open(self.path, os.O_RDWR | _FLAGS)
+            self.heard_from = time.monotonic() + RETRY_OPEN
         except OSError:
             self._usable = False
             return False
@@ -95,14 +106,21 @@ class WakeChannel:
             if exc.errno != errno.EAGAIN:
                 self._close_reader()
 
-    def wait(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for a wake-up; True if one came."""
+    def wait(self, timeout: float, interrupt: int | None = None) -> bool:
+        """Block up to ``timeout`` seconds for a wake-up; True if one came.
+
+        Returns False at once when ``interrupt`` is readable (and leaves it so).
+        """
         if self._reader is None:
-            time.sleep(max(timeout, 0.0))
+            pause(timeout, interrupt)
             return False
+        fds = [self._reader] if interrupt is None else [self._reader, interrupt]
         try:
-            ready, _, _ = select.select([self._reader], [], [], max(timeout, 0.0))
-        except (OSError, ValueError):
+            ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+        except (OSError, ValueError):  # never expected; sleep rather than spin
+            pause(timeout, interrupt)
+            return False
+        if interrupt is not None and interrupt in ready:
             return False
         if ready:
             try:
@@ -142,3 +160,16 @@ class WakeChannel:
     def close(self) -> None:
         self._close_reader()
         self._close_writer()
+
+
+def pause(timeout: float, interrupt: int | None = None) -> bool:
+    """Sleep up to ``timeout`` seconds, less if ``interrupt`` becomes readable; True if it did."""
+    timeout = max(timeout, 0.0)
+    if interrupt is not None:
+        try:
+            ready, _, _ = select.select([interrupt], [], [], timeout)
+            return bool(ready)
+        except (OSError, ValueError):  # not selectable here (a pipe on Windows): sleep instead
+            pass
+    time.sleep(timeout)
+    return False

@@ -3,9 +3,20 @@
 Owns: Worker and WorkerStats. Imports: errors, jobs and the standard library.
 
 The Worker speaks only the public Queue API (``lease``, ``ack``, ``nack``,
-``extend`` and, when the object has it, ``wait_for_jobs``), so it runs
-unchanged on the file storage, on the PostgreSQL storage and on any object
-that offers those methods.
+``extend`` and, when the object has them, ``wait_for_jobs`` and
+``wakes_waiters``), so it runs unchanged on the file storage, on the
+PostgreSQL storage and on any object that offers those methods.
+
+Idling: with nothing to lease, the run() thread blocks in
+``queue.wait_for_jobs``. When the queue says writers wake its waiters
+(``wakes_waiters()``: the file storage with its named pipe) one wait lasts up
+to IDLE_RECHECK, a safety net for a lost wake-up; otherwise (PostgreSQL, no
+named pipes, a worker limited to some kinds, jobs still running) it lasts
+``poll_interval``. An object with ``wakes_waiters`` also takes
+``wait_for_jobs(timeout, interrupt=fd, kinds=...)``: the worker passes the
+read end of a private pipe that stop() and the signal handler write to, so a
+long wait ends at once when asked, and its kinds, so a worker limited to some
+kinds does not swallow the wake-up meant for one that takes them all.
 
 Threads inside one running Worker:
 
@@ -52,10 +63,16 @@ __all__ = ["Worker", "WorkerStats"]
 
 logger = logging.getLogger("nobroker.worker")
 
-#: Longest the run() thread blocks in one wait: a signal only sets a flag
-#: (taking a lock inside a signal handler can deadlock), so waits are sliced
-#: to notice it promptly.
+#: Longest the run() thread blocks in one wait on a lock condition: a signal
+#: only sets a flag there (taking a lock inside a signal handler can
+#: deadlock), so those waits are sliced to notice it promptly.
 WAIT_SLICE = 0.1
+#: Longest idle wait when the queue wakes its waiters itself (``wakes_waiters``):
+#: writers of runnable work wake the worker at once and the queue shortens the
+#: wait for delayed jobs and leases coming due, so this only bounds how long a
+#: lost wake-up, or a lease another process took during the wait and let
+#: expire, could leave work unnoticed.
+IDLE_RECHECK = 2.0
 #: A lease is renewed once this fraction of its visibility timeout has passed,
 #: which leaves two renewals' worth of slack before it would expire.
 RENEW_FRACTION = 1.0 / 3.0
@@ -179,8 +196,11 @@ class Worker:
     event loop. Delivery is at-least-once: handlers must be idempotent.
 
     ``concurrency``: jobs run at once. ``poll_interval``: longest idle wait
-    before looking for work again (``queue.wait_for_jobs`` usually wakes the
-    worker sooner). ``max_jobs``: return after that many jobs finished.
+    before looking for work again where the queue cannot wake the worker
+    itself (PostgreSQL, no named pipes) or with ``kinds``; on the file
+    storage an idle worker is woken when work arrives and otherwise looks
+    again only every IDLE_RECHECK seconds (or ``poll_interval``, if longer).
+    ``max_jobs``: return after that many jobs finished.
     ``idle_timeout``: return once nothing has run and nothing could be leased
     for that many seconds. ``handle_signals``: in the main thread, the first
     SIGINT/SIGTERM stops leasing and lets running jobs finish; a second SIGINT
@@ -250,6 +270,12 @@ class Worker:
         self._ack_many = getattr(queue, "ack_many", None)
 
         self._stopping = threading.Event()
+        # A private pipe whose read end idle waits watch: stop() and the
+        # signal handler write to it so a long wait ends at once. Open only
+        # during run(), and only for a queue with wakes_waiters.
+        self._interrupt_r: int | None = None
+        self._interrupt_w: int | None = None
+        self._interrupt_sent = False
         self._aborted = False
         self._signals_seen = 0
         self._first_signal = 0
@@ -287,6 +313,7 @@ class Worker:
         self._stopping.set()
         with self._lock:
             self._slot_freed.notify_all()
+            self._interrupt_idle()
 
     def run(self) -> WorkerStats:
         """Lease and run jobs until stopped; return what was done.
@@ -302,6 +329,7 @@ class Worker:
             if self._started:
                 raise RuntimeError("a Worker runs once; create a new Worker to run again")
             self._started = True
+        self._open_interrupt()
         previous_handlers = self._install_signal_handlers()
         finished = False
         try:
@@ -319,6 +347,7 @@ class Worker:
             if not finished:
                 self._abort()
             self._restore_signal_handlers(previous_handlers)
+            self._close_interrupt()
         stats = self.stats
         if self._fatal is not None:
             logger.error("%s stopped after an error: %s", self.name, stats.to_dict())
@@ -373,20 +402,36 @@ class Worker:
         return list(jobs or ())
 
     def _idle_wait_time(self) -> float:
-        """How long to idle now; 0 (and stop()) once idle_timeout has run out."""
-        wait = self._poll_interval
-        if self._idle_timeout is None:
-            return wait
+        """How long to idle now; 0 (and stop()) once idle_timeout has run out.
+
+        Long only when no job runs: a job that finishes does not end the wait,
+        and idle_timeout counts from then.
+        """
         with self._lock:
             busy = self._inflight > 0
             idle_for = time.monotonic() - self._idle_since
+        wait = self._poll_interval
         if busy:
+            return wait
+        if self._kinds is None and self._queue_wakes_waiters():
+            wait = max(wait, IDLE_RECHECK)
+        if self._idle_timeout is None:
             return wait
         if idle_for >= self._idle_timeout:
             logger.info("%s idle for %.1f s; finishing", self.name, idle_for)
             self.stop()
             return 0.0
         return min(wait, self._idle_timeout - idle_for)
+
+    def _queue_wakes_waiters(self) -> bool:
+        """Will the queue wake us when work arrives, so a long idle wait is safe?"""
+        wakes_waiters = getattr(self._queue, "wakes_waiters", None)
+        if not callable(wakes_waiters):
+            return False
+        try:
+            return bool(wakes_waiters())
+        except Exception:  # a closed queue and the like: the lease will tell
+            return False
 
     def _idle(self, timeout: float) -> None:
         if timeout <= 0 or self._stopping.is_set():
@@ -396,9 +441,57 @@ class Worker:
             self._stopping.wait(timeout)
             return
         try:
-            wait_for_jobs(timeout)
+            if self._interrupt_r is None:
+                wait_for_jobs(timeout)
+            else:
+                # stop() or a signal after the check above writes to the pipe,
+                # so the wait cannot miss it.
+                wait_for_jobs(timeout, interrupt=self._interrupt_r, kinds=self._kinds)
         except Exception as exc:
             self._fail(exc, "wait_for_jobs")
+
+    def _open_interrupt(self) -> None:
+        if not callable(getattr(self._queue, "wakes_waiters", None)):
+            return
+        try:
+            read_end, write_end = os.pipe()
+        except OSError:  # out of descriptors: idle waits then end on their own
+            return
+        set_blocking = getattr(os, "set_blocking", None)  # Windows has it from Python 3.12 on
+        for fd in (read_end, write_end):
+            try:
+                if set_blocking is not None:
+                    set_blocking(fd, False)
+            except OSError:  # one byte into an empty pipe never blocks anyway
+                pass
+        with self._lock:
+            self._interrupt_r, self._interrupt_w = read_end, write_end
+            if self._stopping.is_set():
+                self._interrupt_idle()
+
+    def _interrupt_idle(self) -> None:
+        """End an idle wait at once. Takes no lock: the signal handler calls it too."""
+        fd = self._interrupt_w
+        if fd is not None and not self._interrupt_sent:
+            try:
+                os.write(fd, b"\0")  # never read: every later wait ends at once too
+                self._interrupt_sent = True
+            except OSError:  # a closing descriptor: nobody waits on it any more
+                pass
+
+    def _close_interrupt(self) -> None:
+        if not self._lock.acquire(timeout=1.0):  # pragma: no cover - a Ctrl-C inside our own lock
+            return  # leave the two descriptors open rather than hang
+        try:
+            read_end, write_end = self._interrupt_r, self._interrupt_w
+            # Forget them before closing: a signal handler that runs in between
+            # must not write to a descriptor number the process may reuse.
+            self._interrupt_r = self._interrupt_w = None
+        finally:
+            self._lock.release()
+        for fd in (read_end, write_end):
+            if fd is not None:
+                os.close(fd)
 
     def _dispatch(self, jobs: list[Any], leased_at_wall: float, leased_at: float) -> None:
         entries = [_Running(job, self._visibility_timeout(job, leased_at_wall), leased_at) for job in jobs]
@@ -797,12 +890,14 @@ class Worker:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Runs in the main thread between two bytecodes of whatever it was
         # doing, possibly inside one of our locks: so only plain attribute
-        # writes here; the run() loop notices the flag within WAIT_SLICE.
+        # writes here, and one byte to the idle wait's pipe (no lock); the
+        # run() loop notices the flag within WAIT_SLICE, or at once when idle.
         if self._signals_seen and signum == signal.SIGINT:
             raise KeyboardInterrupt
         if not self._signals_seen:
             self._first_signal = signum
         self._signals_seen += 1
+        self._interrupt_idle()
 
     def _notice_signal(self) -> None:
         if self._signals_seen and not self._signal_noted:
