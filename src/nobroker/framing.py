@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SerializationError
-from .jobs import MAX_RECORD_BYTES
+from .jobs import MAX_RECORD_BYTES, compact_json
 
 MAGIC = b"NOBROKER"
 FORMAT_VERSION = 1
@@ -110,7 +110,7 @@ def crc_of(rtype: int, body: bytes) -> int:
 
 def encode_body(body: dict[str, Any]) -> bytes:
     try:
-        return json.dumps(body, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+        return compact_json(body).encode("ascii")
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"record cannot be written as JSON: {exc}") from None
 

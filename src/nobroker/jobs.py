@@ -192,6 +192,16 @@ _FAST_ENCODE = (
 )
 
 
+def compact_json(value: Any) -> str:
+    """Compact, ASCII-only JSON text; raises what json.dumps raises (TypeError, ValueError, RecursionError)."""
+    if _FAST_ENCODE is None:
+        return _ENCODER.encode(value)
+    try:
+        return "".join(_FAST_ENCODE(value, 0))
+    except RecursionError:
+        return _ENCODER.encode(value)  # a cycle, or only deep: this one tells them apart
+
+
 def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
     """Compact JSON text for ``value``, or SerializationError saying why not.
 
@@ -205,13 +215,7 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
             "Store large data elsewhere and enqueue a reference to it."
         )
     try:
-        if _FAST_ENCODE is None:
-            text = _ENCODER.encode(value)
-        else:
-            try:
-                text = "".join(_FAST_ENCODE(value, 0))
-            except RecursionError:
-                text = _ENCODER.encode(value)  # a cycle, or only deep: this one tells them apart
+        text = compact_json(value)
     except RecursionError:
         raise SerializationError(f"{what} is nested too deeply to store as JSON") from None
     except (TypeError, ValueError) as exc:
