@@ -32,7 +32,10 @@ from __future__ import annotations
 import heapq
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from itertools import compress, repeat
+from operator import is_
+from types import MappingProxyType
 from typing import Any
 
 from .framing import RecordType
@@ -266,11 +269,11 @@ class QueueState:
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
-    def counts(self) -> dict[JobState, int]:
-        """Jobs per state."""
+    def counts(self) -> Mapping[JobState, int]:
+        """Jobs per state (read-only: the state keeps them itself)."""
         counts = dict(self._counts)
         counts[READY] += self.n_cold
-        return counts
+        return MappingProxyType(counts)
 
     def __len__(self) -> int:
         return len(self.hot) + self.n_cold
@@ -379,29 +382,37 @@ class QueueState:
 
     def _enqueue(self, body: dict[str, Any], offset: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
-        # become cold rows; the checks are inlined and ordered cheapest first.
-        get = body.get
-        job_id = body["id"]
-        enqueued_at, available_at = get("enqueued_at", 0.0), get("available_at", 0.0)
-        priority, seq, kind = get("priority", 0), get("seq", 0), get("kind", DEFAULT_KIND)
-        if (
-            type(job_id) is str and len(job_id) == 16 and type(enqueued_at) is float
-            and type(available_at) is float and not available_at > enqueued_at and type(priority) is int
-            and type(seq) is int and type(kind) is str and _HOT_KEYS.isdisjoint(body)
-            and get("state", "ready") == "ready" and get("lease_deadline") is None
-            and get("lease_token") is None and get("last_error") is None and job_id not in self.hot
-        ):  # fmt: skip
-            fifo = self._fifos.get((kind, priority)) or self._new_fifo(kind, priority)
-            attempts, max_attempts = get("attempts", 0), get("max_attempts", 5)
+        # become cold rows. Checks are inlined, cheapest first; a writer's body has
+        # every key below, and any miss or odd value takes the Entry path, which
+        # applies defaults and explains bad fields exactly as it always has.
+        try:
+            job_id, priority, seq = body["id"], body["priority"], body["seq"]
+            enqueued_at, available_at = body["enqueued_at"], body["available_at"]
+            attempts, max_attempts = body["attempts"], body["max_attempts"]
+            plain = (
+                body["state"] == "ready" and body["lease_deadline"] is None and body["lease_token"] is None
+                and body["last_error"] is None
+            )  # fmt: skip
+        except KeyError:
+            plain = False
+        if plain:
+            kind = body.get("kind", DEFAULT_KIND)
             if (
-                fifo is not None and fifo.last_seq < seq <= _INT64_MAX
-                and type(attempts) is int and _INT32_MIN <= attempts <= _INT32_MAX
-                and type(max_attempts) is int and _INT32_MIN <= max_attempts <= _INT32_MAX
+                type(job_id) is str and len(job_id) == 16 and type(enqueued_at) is float
+                and type(available_at) is float and not available_at > enqueued_at and type(priority) is int
+                and type(seq) is int and type(kind) is str and type(attempts) is int and type(max_attempts) is int
+                and _INT32_MIN <= attempts <= _INT32_MAX and _INT32_MIN <= max_attempts <= _INT32_MAX
+                and _HOT_KEYS.isdisjoint(body) and job_id not in self.hot
             ):  # fmt: skip
-                number = _id_number(job_id)
-                if number >= 0:
-                    self._insert_cold(number, fifo, seq, offset, enqueued_at, available_at, attempts, max_attempts)
-                    return
+                fifo = self._fifos.get((kind, priority)) or self._new_fifo(kind, priority)
+                if fifo is not None and fifo.last_seq < seq <= _INT64_MAX:
+                    try:
+                        number = int(job_id, 16)
+                    except ValueError:
+                        number = -1
+                    if number >= 0 and _ID_TEXT % number == job_id:  # a library-format id (see _id_number)
+                        self._insert_cold(number, fifo, seq, offset, enqueued_at, available_at, attempts, max_attempts)
+                        return
         self._add_hot(Entry(body, offset))
 
     def add(self, entry: Entry) -> None:
@@ -563,18 +574,17 @@ class QueueState:
         size = 16
         while size <= 3 * self.n_cold:
             size *= 2
-        old, table = self._table, array("q", [_EMPTY]) * size
+        table = array("q", [_EMPTY]) * size
         mask, shift = size - 1, 65 - size.bit_length()
         rows, ids = self._rows, self._ids
-        used = 0
-        for row in old:
-            if row != _EMPTY and rows[row] is None:
-                slot = ((ids[row] * _HASH_MULTIPLIER) & _U64) >> shift
-                while table[slot] != _EMPTY:
-                    slot = (slot + 1) & mask
-                table[slot] = row
-                used += 1
-        self._table, self._mask, self._shift, self._table_used, self._table_limit = table, mask, shift, used, size // 2
+        for row in compress(range(len(rows)), map(is_, rows, repeat(None))):  # the cold rows
+            slot = ((ids[row] * _HASH_MULTIPLIER) & _U64) >> shift
+            while table[slot] != _EMPTY:
+                slot = (slot + 1) & mask
+            table[slot] = row
+        self._table, self._mask, self._shift, self._table_used, self._table_limit = (
+            table, mask, shift, self.n_cold, size // 2
+        )  # fmt: skip
 
     def _cold_row(self, job_id: str) -> int:
         """The row of a cold job with this id, or -1."""
