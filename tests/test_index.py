@@ -202,7 +202,23 @@ class ColdRows(unittest.TestCase):
                 self.assertEqual(errors[0], errors[1])
                 self.assertIsNotNone(errors[0])
 
-    def test_relocate_drops_done_jobs_and_renumbers(self) -> None:
+    def test_relocate_renumbers_once_many_rows_are_gone(self) -> None:
+        state = QueueState()
+        for i in range(1, 21):
+            state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(i), i, priority=i % 2), 100 * i)
+        for i in range(1, 11):
+            state.apply(RecordType.LEASE, {"id": hex_id(i), "at": T0, "deadline": T0 + 9, "attempts": 1, "token": "t"}, 0)
+            state.apply(RecordType.ACK, {"id": hex_id(i), "at": T0}, 0)
+        state.relocate({hex_id(i): 7000 + i for i in range(11, 21)})
+        self.assertEqual(len(state._rows), 10)
+        self.assertEqual([(e.id, e.offset) for e in state.entries()], [(hex_id(i), 7000 + i) for i in range(11, 21)])
+        self.assertEqual(state.get(hex_id(15)).offset, 7015)  # type: ignore[union-attr]
+        order = [state.pop_ready(T0, None).id for _ in range(10)]  # type: ignore[union-attr]
+        self.assertEqual(order, [hex_id(i) for i in (11, 13, 15, 17, 19, 12, 14, 16, 18, 20)])
+        state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(99), 99), 9900)
+        self.assertEqual(state.pop_ready(T0, None).id, hex_id(99))  # type: ignore[union-attr]
+
+    def test_relocate_drops_done_jobs(self) -> None:
         state = QueueState()
         for i in range(1, 11):
             state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(i), i), 100 * i)

@@ -316,18 +316,23 @@ class QueueState:
 
     def relocate(self, offsets: dict[str, int]) -> None:
         """After compaction: every kept job's record moved to ``offsets[id]``; done jobs are dropped."""
-        columns = self._columns
-        for row, entry in enumerate(self._rows):
+        columns, ids, rows = self._columns, self._ids, self._rows
+        pack_offset = _INT64.pack_into
+        gone = 0
+        for row, entry in enumerate(rows):
             if entry is None:
-                _INT64.pack_into(columns, row * _ROW_BYTES + 8, offsets[_ID_TEXT % self._ids[row]])  # the offset column
-            elif entry is not _GONE:
-                if entry.state is DONE:
-                    self._counts[DONE] -= 1
-                    del self.hot[entry.id]
-                    self._rows[row] = _GONE
-                else:
-                    entry.offset = offsets[entry.id]
-        self._rebuild_rows()
+                pack_offset(columns, row * _ROW_BYTES + 8, offsets[_ID_TEXT % ids[row]])  # the offset column
+            elif entry is _GONE:
+                gone += 1
+            elif entry.state is DONE:
+                self._counts[DONE] -= 1
+                del self.hot[entry.id]
+                rows[row] = _GONE
+                gone += 1
+            else:
+                entry.offset = offsets[entry.id]
+        if gone * 4 > len(rows):  # gone rows cost memory until renumbered; renumbering costs time
+            self._rebuild_rows()
 
     # ------------------------------------------------------------ apply
     def apply(self, rtype: int, body: dict[str, Any], offset: int) -> None:
@@ -607,13 +612,12 @@ class QueueState:
         seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, kind_number = (
             _COLUMNS.unpack_from(self._columns, row * _ROW_BYTES)
         )  # fmt: skip
-        entry = Entry.fresh(
-            _ID_TEXT % self._ids[row], priority, max_attempts, available_at, enqueued_at, seq,
-            self._kind_names[kind_number], None, offset,
-        )  # fmt: skip
-        entry.attempts = attempts
-        entry.heap = _IN_READY
-        entry.row = row
+        entry = _new_entry(Entry)
+        entry.id, entry.priority, entry.state, entry.attempts = _ID_TEXT % self._ids[row], priority, READY, attempts
+        entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
+        entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
+        entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
+        entry.heap, entry.row = _IN_READY, row
         return entry
 
     def _warm(self, row: int, heap: int) -> Entry:
@@ -774,6 +778,7 @@ class QueueState:
 
 
 _INT64 = struct.Struct("<q")
+_new_entry = Entry.__new__
 #: Fields a writer includes only when set (to something a cold row cannot hold).
 _HOT_KEYS = frozenset({"dedupe_key", "stage", "result"})
 #: Records that may leave a READY job READY without indexing it again.
