@@ -224,7 +224,7 @@ class QueueState:
     Two homes for a job. *Hot*: an Entry in ``hot`` (id -> Entry), for any job
     in any state. *Cold*: a row of packed columns, for the common case of a
     READY job enqueued and not touched since (library-format id, no dedupe key,
-    stage, result or error, not delayed). A cold job costs about 90 bytes and
+    stage, result or error, not delayed). A cold job costs about 100 bytes and
     no Python object; an Entry costs several hundred. Anything that changes a
     cold job first moves it to ``hot`` (``hold``); read-only walks may see a
     transient Entry built from the row (``get``, ``entries``).
