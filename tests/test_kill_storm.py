@@ -43,6 +43,8 @@ PRODUCERS, CONSUMERS, COMPACTORS = 4, 2, 1
 VISIBILITY = 0.4
 #: How long a round lets the processes run before its kills (seconds).
 ROUND_PAUSE = (0.01, 0.08)
+#: Seconds a child still starting up is mostly spared from kills (see Storm.spare).
+STARTUP_GRACE = 2.0
 MAX_ATTEMPTS = 1_000_000
 #: Threads per consumer process, sharing one Queue object.
 CONSUMER_THREADS = 3
@@ -61,6 +63,7 @@ def child(role: str, name: str, directory: str, histories: str, seed: int) -> No
     rng = random.Random(seed)
     history = HistoryWriter(os.path.join(histories, f"{name}.history"), name)
     q = Queue(directory, visibility_timeout=VISIBILITY, max_attempts=MAX_ATTEMPTS, lock_timeout=60)
+    open(os.path.join(histories, f"{name}.ready"), "wb").close()  # past imports and opening: see Storm.run
     n = 0
     while True:
         if role == "producer":
@@ -136,6 +139,7 @@ class Storm:
             + [("compactor", f"k{i}") for i in range(COMPACTORS)]
         )
         self.procs: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
+        self.started: dict[int, float] = {}
         self.generation = 0
         self.kills = 0
         self.killed: set[str] = set()
@@ -156,6 +160,19 @@ class Storm:
         )  # fmt: skip
         stderr.close()
         self.procs[slot] = (proc, name)
+        self.started[slot] = time.monotonic()
+
+    def spare(self, slot: int) -> bool:
+        """Leave a child that is still starting alone this round, mostly.
+
+        On a loaded machine a child can take longer to import and open the
+        queue than a round lasts; killed every time before it gets going, it
+        would never do any work. One kill in five still lands during startup.
+        """
+        _proc, name = self.procs[slot]
+        starting = not os.path.exists(os.path.join(self.histories, f"{name}.ready"))
+        young = time.monotonic() - self.started[slot] < STARTUP_GRACE
+        return starting and young and self.rng.random() < 0.8
 
     def kill(self, slot: int) -> None:
         proc, name = self.procs.pop(slot)
@@ -181,6 +198,7 @@ class Storm:
                 victims = list(range(len(self.slots)))
             else:
                 victims = self.rng.sample(range(len(self.slots)), self.rng.randint(1, 3))
+            victims = [slot for slot in victims if not self.spare(slot)]
             for slot in victims:
                 self.kill(slot)
             for slot in victims:
@@ -247,7 +265,7 @@ class KillStorm(unittest.TestCase):
         self.assertEqual(len([n for n in os.listdir(storm.queue) if n.endswith(".log")]), 1)
         self.assertGreater(report.enqueues_acknowledged, ROUNDS // 4, "the storm did too little work to prove anything")
         self.assertGreater(report.acks_acknowledged, 0)
-        self.assertGreater(storm.kills, ROUNDS)
+        self.assertGreater(storm.kills, ROUNDS // 2)
 
 
 class PeerCompactionRace(unittest.TestCase):
