@@ -210,7 +210,7 @@ class FileStorage:
             records=state.records,
             bytes_read=end,
             torn_bytes=torn,
-            jobs=len(state.jobs),
+            jobs=len(state),
             elapsed=time.perf_counter() - started,
         )
         if torn:
@@ -639,7 +639,7 @@ class FileStorage:
                 job_id = spec.job_id
                 if job_id is None:
                     job_id = fresh_ids[16 * k : 16 * k + 16]
-                    while job_id in state.jobs or job_id in created:
+                    while job_id in state or job_id in created:
                         job_id = leases.new_job_id()
                 available_at = now + spec.delay if spec.delay else now
                 entry = Entry.fresh(
@@ -656,13 +656,13 @@ class FileStorage:
     def _existing(self, spec: EnqueueSpec) -> Entry | None:
         state = self._state
         if spec.job_id is not None:
-            entry = state.jobs.get(spec.job_id)
+            entry = state.get(spec.job_id)
             if entry is not None:
                 return entry
         if spec.dedupe_key is not None:
             holder = state.active_keys.get((spec.kind, spec.dedupe_key))
             if holder is not None:
-                return state.jobs[holder]
+                return state.get(holder)
         return None
 
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
@@ -688,7 +688,7 @@ class FileStorage:
         return self._write(decide, lazy=True)
 
     def _leased_entry(self, job_id: str, token: str | None, action: str) -> Entry:
-        entry = self._state.jobs.get(job_id)
+        entry = self._state.get(job_id)
         if entry is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
         if not leases.holds_lease(entry, token):
@@ -705,7 +705,7 @@ class FileStorage:
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         def decide(batch: _Batch, now: float) -> None:
-            if leases.finished_under(self._state.jobs.get(job_id), token):
+            if leases.finished_under(self._state.get(job_id), token):
                 return  # acking a finished job again is harmless
             self._leased_entry(job_id, token, "ack")
             body: dict[str, Any] = {"id": job_id, "at": now}
@@ -719,7 +719,7 @@ class FileStorage:
         def decide(batch: _Batch, now: float) -> None:
             first_refusal: Exception | None = None
             for job_id, token, result_json in items:
-                if leases.finished_under(self._state.jobs.get(job_id), token):
+                if leases.finished_under(self._state.get(job_id), token):
                     continue  # acking a finished job again is harmless
                 try:
                     self._leased_entry(job_id, token, "ack")
@@ -770,14 +770,14 @@ class FileStorage:
         def decide(batch: _Batch, now: float) -> int:
             state = self._state
             if job_id is not None:
-                entry = state.jobs.get(job_id)
+                entry = state.get(job_id)
                 if entry is None:
                     raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
                 if entry.state is not DEAD:
                     return 0
                 candidates = [entry]
             else:
-                candidates = [e for e in state.jobs.values() if e.state is DEAD]
+                candidates = list(state.entries(DEAD))
             count = 0
             for entry in candidates:
                 if entry.dedupe_key is not None:
@@ -797,7 +797,7 @@ class FileStorage:
 
     def purge(self) -> int:
         def decide(batch: _Batch, now: float) -> int:
-            count = len(self._state.jobs)
+            count = len(self._state)
             batch.add(RecordType.PURGE, {"at": now})
             return count
 
@@ -806,7 +806,7 @@ class FileStorage:
     # ================================================================ reads
     def get(self, job_id: str) -> Job:
         def query(now: float) -> Job:
-            entry = self._state.jobs.get(job_id)
+            entry = self._state.get(job_id)
             if entry is None:
                 raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
             return self._job(entry)
@@ -817,15 +817,13 @@ class FileStorage:
         return self._read(lambda now: self._state.stats(now))
 
     def count(self) -> int:
-        return self._read(lambda now: len(self._state.jobs))
+        return self._read(lambda now: len(self._state))
 
     def list_jobs(self, state: JobState | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         def query(now: float) -> list[Job]:
             out: list[Job] = []
             skipped = 0
-            for entry in self._state.jobs.values():
-                if state is not None and entry.state is not state:
-                    continue
+            for entry in self._state.entries(state):
                 if kind is not None and entry.kind != kind:
                     continue
                 if skipped < offset:
@@ -861,8 +859,8 @@ class FileStorage:
                     old.sync_through(self._offset)  # every acknowledged record is durable before we copy
                 before = self._offset
                 state = self._state
-                live = [e for e in state.jobs.values() if e.state is not DONE]
-                dropped = len(state.jobs) - len(live)
+                live = [e for e in state.entries() if e.state is not DONE]
+                dropped = len(state) - len(live)
                 new, offsets = write_generation(
                     self.fs, self.directory, self.name, old.generation + 1, live, self._read_body,
                     sync=self.durable, progress=progress,
@@ -880,11 +878,7 @@ class FileStorage:
                     )
                     raise
                 # The flip is done: the new generation is the truth from here on.
-                for entry in live:
-                    entry.offset = offsets[entry.id]
-                for entry in [e for e in state.jobs.values() if e.state is DONE]:
-                    state.counts[DONE] -= 1
-                    del state.jobs[entry.id]
+                state.relocate(offsets)  # new offsets for the kept jobs; the done ones dropped
                 self._log, self._offset = new, new.written_end
                 self._pointer_sig = self._pointer_signature()
                 old.close()
@@ -910,7 +904,7 @@ class FileStorage:
         if not threshold or self._offset < AUTO_COMPACT_MIN_BYTES:
             return False
         state = self._state
-        live = len(state.jobs) - state.counts[DONE]
+        live = len(state) - state.counts[DONE]
         # Estimate what a compaction would keep from the average job record size.
         average = self._offset / max(state.records, 1)
         dead_share = 1.0 - (live * average * 2) / self._offset

@@ -173,7 +173,7 @@ def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYS
         report.problems.append(f"a record does not replay: {exc!r}")
         return report
     report.records = state.records
-    report.jobs = len(state.jobs)
+    report.jobs = len(state)
     report.counts = {s.value: state.counts[s] for s in JobState}
     if state.anomalies:
         report.problems.append(f"{state.anomalies} record(s) name jobs the log does not hold")
@@ -251,9 +251,9 @@ def repair(
                 pos = end
             if dropped == 0 and read_pointer_ok(fs, directory, name, generation):
                 report.message = "the queue is sound; nothing was changed"
-                report.jobs = len(state.jobs)
+                report.jobs = len(state)
                 return report
-            live = list(state.jobs.values())
+            live = list(state.entries())
 
             def read_body(entry: Any) -> dict[str, Any]:
                 return dict(log.read_job_body(entry.offset, entry.id))

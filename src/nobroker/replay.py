@@ -1,8 +1,9 @@
 """The queue as a pure state machine: records in, state out.
 
 Owns: Entry (one job's in-memory record), QueueState (every job plus the
-indexes that make lease/stats cheap) and ``apply``, which folds one decoded
-record into the state. Imports: errors, jobs, framing.
+indexes that make lease/stats cheap, with a small mapping-like API: get, hold,
+in, len, entries) and ``apply``, which folds one decoded record into the
+state. Imports: jobs, framing.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -12,8 +13,15 @@ same state, which is what lets the tests cut a log at every byte and compare.
 The payload is not kept in memory: an Entry remembers the file offset of the
 record that holds it, and the storage reads it back when a caller needs it.
 
+Most jobs of a big queue are plain READY jobs nobody has touched since they
+were enqueued. Those live in a columnar "cold" store (packed rows, an
+open-addressing id table, FIFOs per kind and priority) with no Python object
+per job; every other job is a "hot" Entry. QueueState's docstring has the
+details; callers see one set of jobs either way.
+
 Indexes (lazy: stale heap items are skipped when popped, never searched for):
-  ready[kind]  heap of (-priority, seq, id)   jobs runnable now
+  ready[kind]  heap of (-priority, seq, id)   hot jobs runnable now
+  heads[kind]  heap of (-priority, seq, ...)  the oldest cold row of each (kind, priority)
   delayed      heap of (available_at, seq, id) ready jobs whose time has not come
   leases       heap of (deadline, seq, id)     leased jobs, for reclaiming
   active_keys  (kind, dedupe_key) -> id        for ready/leased jobs only
@@ -22,6 +30,12 @@ Indexes (lazy: stale heap items are skipped when popped, never searched for):
 from __future__ import annotations
 
 import heapq
+import struct
+from array import array
+from collections.abc import Iterator, Mapping
+from itertools import compress, repeat
+from operator import is_
+from types import MappingProxyType
 from typing import Any
 
 from .framing import RecordType
@@ -39,7 +53,7 @@ class Entry:
     __slots__ = (
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
-        "result", "offset", "heap",
+        "result", "offset", "heap", "row",
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int) -> None:
@@ -65,6 +79,7 @@ class Entry:
         self.result: Any = get("result")
         self.offset = offset
         self.heap = _NOWHERE
+        self.row = -1
         if not (
             type(self.id) is str and type(self.priority) is int and type(self.attempts) is int
             and type(self.max_attempts) is int and type(self.seq) is int and type(self.kind) is str
@@ -103,6 +118,7 @@ class Entry:
         self.max_attempts, self.available_at, self.enqueued_at = max_attempts, available_at, enqueued_at
         self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, _NOWHERE
+        self.row = -1
         return self
 
     def to_job(self, payload: Any) -> Job:
@@ -156,16 +172,82 @@ def _text(value: Any, name: str) -> str:
     return value
 
 
+#: A just-enqueued job's columns in the cold store (see QueueState), packed per row:
+#: seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, kind number.
+_COLUMNS = struct.Struct("<qqddiiiH")
+_ROW_BYTES = _COLUMNS.size
+_NO_COLUMNS = bytes(_ROW_BYTES)  # what a hot row holds there: nothing is read from it
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: Distinct kinds the cold store numbers (its kind column is two bytes); jobs of more go hot.
+_MAX_COLD_KINDS = 0xFFFF
+#: Rows (jobs since the last compaction) one state holds: fifos number them in 32 bits.
+_MAX_ROWS = 2**31 - 1
+#: A library-made job id: 16 lowercase hex digits, the text of one 64-bit number.
+_ID_TEXT = "%016x"
+_HASH_MULTIPLIER = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads patterned user ids too
+_U64 = (1 << 64) - 1
+_EMPTY = -1
+#: Marks a row whose job is gone (removed or replaced); it stays until the rows are rebuilt.
+_GONE = Entry.__new__(Entry)
+
+
+def _id_number(job_id: str) -> int:
+    """The 64-bit number a library-format id spells, or -1 for any other id."""
+    if len(job_id) != 16:
+        return -1
+    try:
+        number = int(job_id, 16)
+    except ValueError:
+        return -1
+    return number if _ID_TEXT % number == job_id else -1
+
+
+class _Fifo:
+    """Cold rows of one (kind, priority), oldest first: they arrive in increasing seq."""
+
+    __slots__ = ("rows", "head", "last_seq", "queued", "kind", "kind_number", "priority", "serial")
+
+    def __init__(self, kind: str, kind_number: int, priority: int, serial: int) -> None:
+        self.kind, self.kind_number = kind, kind_number
+        self.rows = array("i")
+        self.head = 0  # rows before it were taken (or went hot); trimmed now and then
+        self.last_seq = _INT64_MIN
+        self.queued = False  # does the kind's head heap hold an item for this fifo?
+        self.priority = priority
+        self.serial = serial  # breaks ties in the heap so fifos are never compared
+
+
 class QueueState:
-    """Every job the log holds, and the indexes derived from them."""
+    """Every job the log holds, and the indexes derived from them.
+
+    Two homes for a job. *Hot*: an Entry in ``hot`` (id -> Entry), for any job
+    in any state. *Cold*: a row of packed columns, for the common case of a
+    READY job enqueued and not touched since (library-format id, no dedupe key,
+    stage, result or error, not delayed). A cold job costs about 100 bytes and
+    no Python object; an Entry costs several hundred. Anything that changes a
+    cold job first moves it to ``hot`` (``hold``); read-only walks may see a
+    transient Entry built from the row (``get``, ``entries``).
+
+    Rows keep insertion order for every job, hot or cold (``_rows[r]`` is None
+    for a cold job, its Entry for a hot one, ``_GONE`` for a removed one), so
+    ``entries`` walks jobs in the order their ENQUEUE records arrived, as a
+    plain dict would. Cold ids live in an open-addressing table of row numbers
+    (``_table``, hashed on the id's 64-bit number), not in a dict.
+
+    Ready order for cold rows: the rows of one (kind, priority) arrive in
+    increasing seq, so each such group is a FIFO with a head pointer, and a
+    small heap per kind orders the FIFO heads. A row that would break that
+    order goes hot instead.
+    """
 
     def __init__(self) -> None:
-        self.jobs: dict[str, Entry] = {}
+        self.hot: dict[str, Entry] = {}
         self.ready: dict[str, list[tuple[int, int, str]]] = {}
         self.delayed: list[tuple[float, int, str]] = []
         self.leases: list[tuple[float, int, str]] = []
         self.active_keys: dict[tuple[str, str], str] = {}
-        self.counts: dict[JobState, int] = {READY: 0, LEASED: 0, DONE: 0, DEAD: 0}
+        self._counts: dict[JobState, int] = {READY: 0, LEASED: 0, DONE: 0, DEAD: 0}  # hot jobs only
         self.n_delayed = 0
         self.next_seq = 1
         self.records = 0
@@ -173,6 +255,84 @@ class QueueState:
         self.anomalies = 0
         #: Bytes of records whose information is superseded; compaction reclaims them.
         self.live_records = 0
+        # The cold store.
+        self.n_cold = 0
+        self._rows: list[Entry | None] = []
+        self._ids = array("Q")  # per row: the id's number (0 for a hot row)
+        self._columns = bytearray()  # per row: _COLUMNS
+        self._table = array("q", [_EMPTY]) * 16  # id number -> latest row; load kept under a half
+        self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
+        self._kind_names: list[str] = []
+        self._kind_numbers: dict[str, int] = {}
+        self._fifos: dict[tuple[str, int], _Fifo] = {}  # (kind, priority) -> fifo
+        self._heads: dict[str, list[tuple[int, int, int, _Fifo]]] = {}  # kind -> heap of (-priority, seq, serial, fifo)
+
+    # ------------------------------------------------------------ the jobs, as a mapping
+    @property
+    def counts(self) -> Mapping[JobState, int]:
+        """Jobs per state (read-only: the state keeps them itself)."""
+        counts = dict(self._counts)
+        counts[READY] += self.n_cold
+        return MappingProxyType(counts)
+
+    def __len__(self) -> int:
+        return len(self.hot) + self.n_cold
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.hot or self._cold_row(job_id) >= 0
+
+    def get(self, job_id: str) -> Entry | None:
+        """The job's fields, for reading only: a cold job's Entry is built for the call, not kept."""
+        entry = self.hot.get(job_id)
+        if entry is not None:
+            return entry
+        row = self._cold_row(job_id)
+        return None if row < 0 else self._entry_of(row)
+
+    def hold(self, job_id: str) -> Entry | None:
+        """The job's stored Entry, moving a cold job to hot first: for anything that changes it."""
+        entry = self.hot.get(job_id)
+        if entry is not None:
+            return entry
+        row = self._cold_row(job_id)
+        return None if row < 0 else self._warm(row, _IN_READY)
+
+    def entries(self, state: JobState | None = None) -> Iterator[Entry]:
+        """Every job (or every job in ``state``) in the order their ENQUEUE records arrived.
+
+        Cold jobs appear as Entries built for the walk: read them, do not change them.
+        """
+        if state is not None and state is not READY:  # cold jobs are all READY: skip them cheaply
+            for entry in self._rows:
+                if entry is not None and entry is not _GONE and entry.state is state:
+                    yield entry
+            return
+        entry_of = self._entry_of
+        for row, entry in enumerate(self._rows):
+            if entry is None:
+                yield entry_of(row)
+            elif entry is not _GONE and (state is None or entry.state is state):
+                yield entry
+
+    def relocate(self, offsets: dict[str, int]) -> None:
+        """After compaction: every kept job's record moved to ``offsets[id]``; done jobs are dropped."""
+        columns, ids, rows = self._columns, self._ids, self._rows
+        pack_offset = _INT64.pack_into
+        gone = 0
+        for row, entry in enumerate(rows):
+            if entry is None:
+                pack_offset(columns, row * _ROW_BYTES + 8, offsets[_ID_TEXT % ids[row]])  # the offset column
+            elif entry is _GONE:
+                gone += 1
+            elif entry.state is DONE:
+                self._counts[DONE] -= 1
+                del self.hot[entry.id]
+                rows[row] = _GONE
+                gone += 1
+            else:
+                entry.offset = offsets[entry.id]
+        if gone * 4 > len(rows):  # gone rows cost memory until renumbered; renumbering costs time
+            self._rebuild_rows()
 
     # ------------------------------------------------------------ apply
     def apply(self, rtype: int, body: dict[str, Any], offset: int) -> None:
@@ -184,10 +344,15 @@ class QueueState:
         if rtype == RecordType.PURGE:
             self.clear()
             return
-        entry = self.jobs.get(body.get("id"))  # type: ignore[arg-type]
+        job_id = body.get("id")
+        entry = self.hot.get(job_id)  # type: ignore[arg-type]
         if entry is None:
-            self.anomalies += 1
-            return
+            row = self._cold_row(job_id) if type(job_id) is str else -1
+            if row < 0:
+                self.anomalies += 1
+                return
+            # Only these two records leave a job READY without indexing it again.
+            entry = self._warm(row, _IN_READY if rtype in _KEEPS_READY else _NOWHERE)
         if rtype == RecordType.LEASE:
             attempts, deadline = _int(body["attempts"], "attempts"), _time(body["deadline"], "deadline")
             self._set_state(entry, LEASED)
@@ -221,18 +386,68 @@ class QueueState:
             entry.stage = body.get("stage")
 
     def _enqueue(self, body: dict[str, Any], offset: int) -> None:
-        self.add(Entry(body, offset))
+        # The hot loop of opening a queue: most records are plain new jobs, which
+        # become cold rows. Checks are inlined, cheapest first; a writer's body has
+        # every key below, and any miss or odd value takes the Entry path, which
+        # applies defaults and explains bad fields exactly as it always has.
+        try:
+            job_id, priority, seq = body["id"], body["priority"], body["seq"]
+            enqueued_at, available_at = body["enqueued_at"], body["available_at"]
+            attempts, max_attempts = body["attempts"], body["max_attempts"]
+            plain = (
+                body["state"] == "ready" and body["lease_deadline"] is None and body["lease_token"] is None
+                and body["last_error"] is None
+            )  # fmt: skip
+        except KeyError:
+            plain = False
+        if plain:
+            kind = body.get("kind", DEFAULT_KIND)
+            if (
+                type(job_id) is str and len(job_id) == 16 and type(enqueued_at) is float
+                and type(available_at) is float and not available_at > enqueued_at and type(priority) is int
+                and type(seq) is int and type(kind) is str and type(attempts) is int and type(max_attempts) is int
+                and _INT32_MIN <= attempts <= _INT32_MAX and _INT32_MIN <= max_attempts <= _INT32_MAX
+                and _HOT_KEYS.isdisjoint(body) and job_id not in self.hot
+            ):  # fmt: skip
+                fifo = self._fifos.get((kind, priority)) or self._new_fifo(kind, priority)
+                if fifo is not None and fifo.last_seq < seq <= _INT64_MAX:
+                    try:
+                        number = int(job_id, 16)
+                    except ValueError:
+                        number = -1
+                    if number >= 0 and _ID_TEXT % number == job_id:  # a library-format id (see _id_number)
+                        self._insert_cold(number, fifo, seq, offset, enqueued_at, available_at, attempts, max_attempts)
+                        return
+        self._add_hot(Entry(body, offset))
 
     def add(self, entry: Entry) -> None:
-        """Index a job that an ENQUEUE record introduced."""
-        old = self.jobs.get(entry.id)
+        """Index a job that an ENQUEUE record introduced (built from values by the writer)."""
+        if (
+            entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
+            and entry.lease_token is None and entry.last_error is None and entry.stage is None
+            and entry.result is None
+        ):  # fmt: skip
+            number = _id_number(entry.id)
+            if number >= 0 and self._add_cold(
+                number, entry.id, entry.seq, entry.offset, entry.enqueued_at, entry.available_at,
+                entry.priority, entry.attempts, entry.max_attempts, entry.kind,
+            ):  # fmt: skip
+                return
+        self._add_hot(entry)
+
+    def _add_hot(self, entry: Entry) -> None:
+        old = self.hold(entry.id)
         if old is not None:  # a sound writer never repeats an id; last one wins
             self.anomalies += 1
             self._set_state(old, DONE)
-            self.counts[DONE] -= 1
-            del self.jobs[old.id]
-        self.jobs[entry.id] = entry
-        self.counts[entry.state] += 1
+            self._counts[DONE] -= 1
+            self._remove(old)
+        self.hot[entry.id] = entry
+        entry.row = len(self._rows)
+        self._rows.append(entry)
+        self._ids.append(0)
+        self._columns += _NO_COLUMNS
+        self._counts[entry.state] += 1
         if entry.seq >= self.next_seq:
             self.next_seq = entry.seq + 1
         if entry.state is READY:
@@ -241,6 +456,10 @@ class QueueState:
             heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         if entry.dedupe_key is not None and entry.state in (READY, LEASED):
             self.active_keys.setdefault((entry.kind, entry.dedupe_key), entry.id)
+
+    def _remove(self, entry: Entry) -> None:
+        del self.hot[entry.id]
+        self._rows[entry.row] = _GONE
 
     def _make_ready(self, entry: Entry, available_at: float, at: float) -> None:
         self._set_state(entry, READY)
@@ -272,8 +491,8 @@ class QueueState:
             key = (entry.kind, entry.dedupe_key)
             if self.active_keys.get(key) == entry.id:
                 del self.active_keys[key]
-        self.counts[old] -= 1
-        self.counts[state] += 1
+        self._counts[old] -= 1
+        self._counts[state] += 1
         entry.state = state
 
     def clear(self) -> None:
@@ -281,13 +500,194 @@ class QueueState:
         self.__init__()  # type: ignore[misc]
         self.next_seq, self.records = next_seq, records
 
+    # ------------------------------------------------------------ the cold store
+    def _add_cold(
+        self, number: int, job_id: str, seq: Any, offset: int, enqueued_at: Any, available_at: Any,
+        priority: Any, attempts: Any, max_attempts: Any, kind: str,
+    ) -> bool:  # fmt: skip
+        """Store a READY job as a cold row if every field fits; False (nothing changed) if not."""
+        if not (
+            type(enqueued_at) is float and type(available_at) is float and not available_at > enqueued_at
+            and type(priority) is int and _INT32_MIN <= priority <= _INT32_MAX
+            and type(seq) is int and _INT64_MIN < seq <= _INT64_MAX
+            and type(attempts) is int and _INT32_MIN <= attempts <= _INT32_MAX
+            and type(max_attempts) is int and _INT32_MIN <= max_attempts <= _INT32_MAX
+        ):  # fmt: skip
+            return False
+        fifo = self._fifos.get((kind, priority)) or self._new_fifo(kind, priority)
+        if fifo is None or seq <= fifo.last_seq or job_id in self.hot:
+            # Out of seq order for its group (only a hot job can sit anywhere), or a
+            # repeated id (an anomaly the hot path resolves).
+            return False
+        self._insert_cold(number, fifo, seq, offset, enqueued_at, available_at, attempts, max_attempts)
+        return True
+
+    def _new_fifo(self, kind: str, priority: int) -> _Fifo | None:
+        """The fifo for a new (kind, priority); None if the columns cannot hold it."""
+        if not _INT32_MIN <= priority <= _INT32_MAX:
+            return None
+        kind_number = self._kind_numbers.get(kind)
+        if kind_number is None:
+            if len(self._kind_names) >= _MAX_COLD_KINDS:
+                return None
+            kind_number = self._kind_numbers[kind] = len(self._kind_names)
+            self._kind_names.append(kind)
+        fifo = self._fifos[(kind, priority)] = _Fifo(kind, kind_number, priority, len(self._fifos))
+        return fifo
+
+    def _insert_cold(
+        self, number: int, fifo: _Fifo, seq: int, offset: int, enqueued_at: float, available_at: float,
+        attempts: int, max_attempts: int,
+    ) -> None:  # fmt: skip
+        rows, ids, table = self._rows, self._ids, self._table
+        row = len(rows)
+        if row >= _MAX_ROWS:
+            raise OverflowError(f"more than {_MAX_ROWS} jobs in one queue")
+        # The id's slot: its own (a repeated or returning id) or the first empty one.
+        slot = ((number * _HASH_MULTIPLIER) & _U64) >> self._shift
+        held = table[slot]
+        while held != _EMPTY:
+            if ids[held] == number:
+                if rows[held] is None:  # a sound writer never repeats an id; last one wins
+                    self.anomalies += 1
+                    rows[held] = _GONE
+                    self.n_cold -= 1
+                break
+            slot = (slot + 1) & self._mask
+            held = table[slot]
+        else:
+            self._table_used += 1
+        table[slot] = row
+        rows.append(None)
+        ids.append(number)
+        self._columns += _COLUMNS.pack(
+            seq, offset, enqueued_at, available_at, fifo.priority, attempts, max_attempts, fifo.kind_number
+        )
+        fifo.rows.append(row)
+        fifo.last_seq = seq
+        if not fifo.queued:
+            fifo.queued = True
+            heapq.heappush(self._heads.setdefault(fifo.kind, []), (-fifo.priority, seq, fifo.serial, fifo))
+        self.n_cold += 1
+        if seq >= self.next_seq:
+            self.next_seq = seq + 1
+        if self._table_used > self._table_limit:
+            self._rehash()
+
+    def _rehash(self) -> None:
+        """A bigger table holding the live cold rows only (slots of gone and hot rows are dropped)."""
+        size = 16
+        while size <= 3 * self.n_cold:
+            size *= 2
+        table = array("q", [_EMPTY]) * size
+        mask, shift = size - 1, 65 - size.bit_length()
+        rows, ids = self._rows, self._ids
+        for row in compress(range(len(rows)), map(is_, rows, repeat(None))):  # the cold rows
+            slot = ((ids[row] * _HASH_MULTIPLIER) & _U64) >> shift
+            while table[slot] != _EMPTY:
+                slot = (slot + 1) & mask
+            table[slot] = row
+        self._table, self._mask, self._shift, self._table_used, self._table_limit = (
+            table, mask, shift, self.n_cold, size // 2
+        )  # fmt: skip
+
+    def _cold_row(self, job_id: str) -> int:
+        """The row of a cold job with this id, or -1."""
+        number = _id_number(job_id)
+        if number < 0:
+            return -1
+        table, ids = self._table, self._ids
+        mask = self._mask
+        slot = ((number * _HASH_MULTIPLIER) & _U64) >> self._shift
+        while True:
+            row = table[slot]
+            if row == _EMPTY:
+                return -1
+            if ids[row] == number:
+                return row if self._rows[row] is None else -1
+            slot = (slot + 1) & mask
+
+    def _entry_of(self, row: int) -> Entry:
+        """An Entry with a cold row's fields, not stored anywhere."""
+        seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, kind_number = (
+            _COLUMNS.unpack_from(self._columns, row * _ROW_BYTES)
+        )  # fmt: skip
+        entry = _new_entry(Entry)
+        entry.id, entry.priority, entry.state, entry.attempts = _ID_TEXT % self._ids[row], priority, READY, attempts
+        entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
+        entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
+        entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
+        entry.heap, entry.row = _IN_READY, row
+        return entry
+
+    def _warm(self, row: int, heap: int) -> Entry:
+        """Move a cold row's job to ``hot``; indexed in its kind's ready heap if ``heap`` says so."""
+        entry = self._entry_of(row)
+        self._rows[row] = entry  # the fifo's reference to the row is stale from now on
+        self.hot[entry.id] = entry
+        self.n_cold -= 1
+        self._counts[READY] += 1
+        entry.heap = heap
+        if heap == _IN_READY:
+            heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
+        return entry
+
+    def _cold_head(self, heads: list[tuple[int, int, int, _Fifo]]) -> _Fifo | None:
+        """The fifo holding a kind's best cold row, its heap item up to date; None if none is left."""
+        rows = self._rows
+        columns = self._columns
+        while heads:
+            item = heads[0]
+            fifo = item[3]
+            queue, head = fifo.rows, fifo.head
+            end = len(queue)
+            while head < end and rows[queue[head]] is not None:
+                head += 1  # went hot since it arrived
+            if head == end:
+                heapq.heappop(heads)
+                fifo.queued, fifo.rows, fifo.head = False, array("i"), 0
+                continue
+            if head > 4096 and head * 2 > end:
+                del queue[:head]  # taken rows: give their memory back
+                head = 0
+            fifo.head = head
+            seq = _INT64.unpack_from(columns, queue[head] * _ROW_BYTES)[0]
+            if seq != item[1]:
+                heapq.heapreplace(heads, (item[0], seq, item[2], fifo))
+                continue
+            return fifo
+        return None
+
+    def _rebuild_rows(self) -> None:
+        """Renumber the rows without the gone ones (after compaction dropped jobs)."""
+        old_rows, old_ids, old_columns = self._rows, self._ids, self._columns
+        self._rows, self._ids, self._columns = [], array("Q"), bytearray()
+        self._table = array("q", [_EMPTY]) * 16
+        self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
+        self._fifos, self._heads, self.n_cold = {}, {}, 0
+        kind_names = self._kind_names
+        for row, entry in enumerate(old_rows):
+            if entry is None:
+                seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, kind_number = (
+                    _COLUMNS.unpack_from(old_columns, row * _ROW_BYTES)
+                )  # fmt: skip
+                kind = kind_names[kind_number]
+                fifo = self._fifos.get((kind, priority)) or self._new_fifo(kind, priority)
+                assert fifo is not None and seq > fifo.last_seq, "cold rows of a group stay in seq order"
+                self._insert_cold(old_ids[row], fifo, seq, offset, enqueued_at, available_at, attempts, max_attempts)
+            elif entry is not _GONE:
+                entry.row = len(self._rows)
+                self._rows.append(entry)
+                self._ids.append(0)
+                self._columns += _NO_COLUMNS
+
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:
         """Move delayed jobs whose time has come into the ready heaps."""
         delayed = self.delayed
         while delayed and delayed[0][0] <= now:
             available_at, _seq, job_id = heapq.heappop(delayed)
-            entry = self.jobs.get(job_id)
+            entry = self.hot.get(job_id)
             if entry is None or entry.heap != _IN_DELAYED or entry.available_at != available_at:
                 continue
             self.n_delayed -= 1
@@ -302,16 +702,34 @@ class QueueState:
                 if kinds is not None and kind not in kinds:
                     continue
                 while heap:
-                    entry = self.jobs.get(heap[0][2])
+                    entry = self.hot.get(heap[0][2])
                     if entry is not None and entry.heap == _IN_READY and entry.seq == heap[0][1]:
                         break
                     heapq.heappop(heap)  # stale
                 if heap and (best_heap is None or heap[0] < best_heap[0]):
                     best_heap = heap
-            if best_heap is None:
+            best = best_heap[0] if best_heap is not None else None
+            best_fifo = None
+            for kind, heads in self._heads.items():
+                if kinds is not None and kind not in kinds:
+                    continue
+                fifo = self._cold_head(heads)
+                if fifo is None:
+                    continue
+                item = heads[0]
+                key = (item[0], item[1], _ID_TEXT % self._ids[fifo.rows[fifo.head]])
+                if best is None or key < best:
+                    best, best_fifo = key, fifo
+            if best is None:
                 return None
-            entry = self.jobs[heapq.heappop(best_heap)[2]]
-            entry.heap = _NOWHERE
+            if best_fifo is not None:
+                row = best_fifo.rows[best_fifo.head]
+                best_fifo.head += 1
+                entry = self._warm(row, _NOWHERE)
+            else:
+                assert best_heap is not None
+                entry = self.hot[heapq.heappop(best_heap)[2]]
+                entry.heap = _NOWHERE
             if entry.available_at > now:  # a peer's clock ran ahead of ours: not yet
                 entry.heap = _IN_DELAYED
                 self.n_delayed += 1
@@ -330,7 +748,7 @@ class QueueState:
         Non-destructive: the heap items go stale once the caller records the
         reclaim, so a failed write leaves the index intact for the next try.
         """
-        leases, jobs = self.leases, self.jobs
+        leases, jobs = self.leases, self.hot  # a leased job is always hot
         while leases:  # drop stale items at the top so the walk below stays short
             deadline, _seq, job_id = leases[0]
             entry = jobs.get(job_id)
@@ -353,10 +771,15 @@ class QueueState:
 
     def stats(self, now: float) -> QueueStats:
         self.promote(now)
-        c = self.counts
+        c = self._counts
         return QueueStats(
-            ready=c[READY] - self.n_delayed, delayed=self.n_delayed, leased=c[LEASED], done=c[DONE], dead=c[DEAD]
+            ready=c[READY] + self.n_cold - self.n_delayed, delayed=self.n_delayed, leased=c[LEASED], done=c[DONE], dead=c[DEAD]
         )
 
-    def __len__(self) -> int:
-        return len(self.jobs)
+
+_INT64 = struct.Struct("<q")
+_new_entry = Entry.__new__
+#: Fields a writer includes only when set (to something a cold row cannot hold).
+_HOT_KEYS = frozenset({"dedupe_key", "stage", "result"})
+#: Records that may leave a READY job READY without indexing it again.
+_KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})
