@@ -3,7 +3,9 @@
 Owns: Entry (one job's in-memory record), QueueState (every job plus the
 indexes that make lease/stats cheap, with a small mapping-like API: get, hold,
 in, len, entries) and ``apply``, which folds one decoded record into the
-state. Imports: jobs, framing.
+state; also its own snapshot representation (``to_snapshot`` and
+``from_snapshot``; snapshot.py frames and checks the file). Imports: jobs,
+framing.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -333,6 +335,127 @@ class QueueState:
                 entry.offset = offsets[entry.id]
         if gone * 4 > len(rows):  # gone rows cost memory until renumbered; renumbering costs time
             self._rebuild_rows()
+
+    # ------------------------------------------------------------ snapshots
+    def to_snapshot(self) -> tuple[dict[str, Any], list[Any]]:
+        """The state as (JSON-able fields, raw blocks) for snapshot.py; ``from_snapshot`` undoes it.
+
+        The blocks are the cold store's arrays as they are (ids, columns, id
+        table, every fifo's rows, the gone rows): buffers, written and read
+        without a Python object per job. Hot Entries go as JSON (they are few).
+        The lazy heaps are not kept: ``from_snapshot`` rebuilds them from the
+        Entries with exactly their valid items, which pop in the same order.
+        """
+        assert set(vars(self)) == _SNAPSHOT_FIELDS, "a new QueueState field must be added to the snapshot"
+        rows = self._rows
+        hot = []
+        for entry in self.hot.values():
+            assert rows[entry.row] is entry, "a hot Entry sits in its own row"
+            hot.append([
+                entry.id, entry.priority, entry.state.value, entry.attempts, entry.max_attempts,
+                entry.available_at, entry.enqueued_at, entry.lease_deadline, entry.lease_token,
+                entry.last_error, entry.seq, entry.kind, entry.dedupe_key, entry.stage, entry.result,
+                entry.offset, entry.heap, entry.row,
+            ])  # fmt: skip
+        gone = array("i", compress(range(len(rows)), map(is_, rows, repeat(_GONE))))
+        fifo_numbers = {}
+        fifos = []
+        fifo_rows = array("i")
+        for number, fifo in enumerate(self._fifos.values()):
+            fifo_numbers[id(fifo)] = number
+            fifos.append([
+                fifo.kind, fifo.priority, fifo.kind_number, fifo.serial, fifo.head, fifo.last_seq,
+                fifo.queued, len(fifo.rows),
+            ])  # fmt: skip
+            fifo_rows.extend(fifo.rows)
+        heads = [
+            [kind, [[item[0], item[1], item[2], fifo_numbers[id(item[3])]] for item in heap]]
+            for kind, heap in self._heads.items()
+        ]  # fmt: skip
+        fields = {
+            "rows": len(rows),
+            "hot": hot,
+            "counts": [self._counts[READY], self._counts[LEASED], self._counts[DONE], self._counts[DEAD]],
+            "n_cold": self.n_cold,
+            "n_delayed": self.n_delayed,
+            "next_seq": self.next_seq,
+            "records": self.records,
+            "anomalies": self.anomalies,
+            "live_records": self.live_records,
+            "table": [self._mask, self._shift, self._table_used, self._table_limit],
+            "kind_names": self._kind_names,
+            "fifos": fifos,
+            "heads": heads,
+            "active_keys": [[kind, key, job_id] for (kind, key), job_id in self.active_keys.items()],
+        }
+        return fields, [self._ids, self._columns, self._table, fifo_rows, gone]
+
+    @classmethod
+    def from_snapshot(cls, fields: dict[str, Any], blocks: list[Any]) -> QueueState:
+        """The state ``to_snapshot`` described. ValueError (or another plain error) if it does not add up."""
+        self = cls()
+        n = fields["rows"]
+        ids, columns, table, fifo_rows, gone = array("Q"), bytearray(blocks[1]), array("q"), array("i"), array("i")
+        ids.frombytes(blocks[0])
+        table.frombytes(blocks[2])
+        fifo_rows.frombytes(blocks[3])
+        gone.frombytes(blocks[4])
+        mask, shift, table_used, table_limit = fields["table"]
+        if len(ids) != n or len(columns) != n * _ROW_BYTES or len(table) != mask + 1:
+            raise ValueError("snapshot blocks do not match its row count")
+        rows: list[Entry | None] = [None] * n
+        for row in gone:
+            rows[row] = _GONE
+        hot = self.hot
+        ready, delayed, leases = self.ready, self.delayed, self.leases
+        for (
+            job_id, priority, state, attempts, max_attempts, available_at, enqueued_at, lease_deadline,
+            lease_token, last_error, seq, kind, dedupe_key, stage, result, offset, heap, row,
+        ) in fields["hot"]:  # fmt: skip
+            entry = _new_entry(Entry)
+            entry.id, entry.priority, entry.state, entry.attempts = job_id, priority, _STATES[state], attempts
+            entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
+            entry.lease_deadline, entry.lease_token, entry.last_error = lease_deadline, lease_token, last_error
+            entry.seq, entry.kind, entry.dedupe_key, entry.stage, entry.result = seq, kind, dedupe_key, stage, result
+            entry.offset, entry.heap, entry.row = offset, heap, row
+            if rows[row] is not None or job_id in hot:
+                raise ValueError(f"snapshot row {row} is claimed twice")
+            rows[row] = entry
+            hot[job_id] = entry
+            if heap == _IN_READY:
+                ready.setdefault(kind, []).append((-priority, seq, job_id))
+            elif heap == _IN_DELAYED:
+                delayed.append((available_at, seq, job_id))
+            if entry.state is LEASED and lease_deadline is not None:
+                leases.append((lease_deadline, seq, job_id))
+        for heap_list in ready.values():
+            heapq.heapify(heap_list)
+        heapq.heapify(delayed)
+        heapq.heapify(leases)
+        self._rows, self._ids, self._columns, self._table = rows, ids, columns, table
+        self._mask, self._shift, self._table_used, self._table_limit = mask, shift, table_used, table_limit
+        self._kind_names = list(fields["kind_names"])
+        self._kind_numbers = {kind: number for number, kind in enumerate(self._kind_names)}
+        fifo_list = []
+        start = 0
+        for kind, priority, kind_number, serial, head, last_seq, queued, length in fields["fifos"]:
+            fifo = _Fifo(kind, kind_number, priority, serial)
+            fifo.rows = fifo_rows[start : start + length]
+            fifo.head, fifo.last_seq, fifo.queued = head, last_seq, queued
+            start += length
+            self._fifos[(kind, priority)] = fifo
+            fifo_list.append(fifo)
+        if start != len(fifo_rows):
+            raise ValueError("snapshot fifo rows do not add up")
+        self._heads = {kind: [(a, b, c, fifo_list[d]) for a, b, c, d in heap] for kind, heap in fields["heads"]}
+        self._counts = {READY: 0, LEASED: 0, DONE: 0, DEAD: 0}
+        self._counts[READY], self._counts[LEASED], self._counts[DONE], self._counts[DEAD] = fields["counts"]
+        self.n_cold, self.n_delayed, self.next_seq = fields["n_cold"], fields["n_delayed"], fields["next_seq"]
+        self.records, self.anomalies, self.live_records = fields["records"], fields["anomalies"], fields["live_records"]
+        self.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
+        if len(hot) + len(gone) + self.n_cold != n or sum(self._counts.values()) != len(hot):
+            raise ValueError("snapshot counts do not add up")
+        return self
 
     # ------------------------------------------------------------ apply
     def apply(self, rtype: int, body: dict[str, Any], offset: int) -> None:
@@ -783,3 +906,5 @@ _new_entry = Entry.__new__
 _HOT_KEYS = frozenset({"dedupe_key", "stage", "result"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})
+#: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.
+_SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
