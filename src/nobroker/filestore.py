@@ -3,7 +3,8 @@
 Owns: FileStorage, which runs every operation as the four beats of the
 design (lock → read forward → reclaim → append, fsync, apply), opens and
 recovers a queue, compacts it, survives fork, and waits for work. Imports:
-errors, jobs, fs, framing, log, lock, wake, replay, leases, compaction, storage.
+errors, jobs, fs, framing, log, lock, wake, replay, snapshot, leases, compaction,
+storage.
 
 Locking, from the outside in: a threading.Lock serialises this process's
 threads around the in-memory state, and whichever thread holds it runs every
@@ -27,7 +28,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import leases
+from . import leases, snapshot
 from .compaction import flip, write_generation
 from .errors import (
     NobrokerError,
@@ -177,6 +178,10 @@ class FileStorage:
         # that takes every kind asleep.
         self._wake_kinds = WakeChannel(os.path.join(self.directory, f"{self.name}.wake-kinds"))
         self._recovery = RecoveryReport()
+        # What a snapshot at close may build on (see _replay_all and _save_snapshot).
+        self._snap_generation = -1  # the generation whose replay (or snapshot) the state came from
+        self._snap_records = 0  # state.records when it was loaded or replayed
+        self._snap_mark: tuple[int, int] | None = None  # (offset L, crc32 of log[0, L)) known to match
         self._open()
         _live.add(self)
 
@@ -278,9 +283,19 @@ class FileStorage:
             ) from None
 
     def _replay_all(self, log: LogFile, *, truncate: bool) -> tuple[QueueState, int, int]:
-        """Replay a whole generation. Returns (state, end of last whole record, torn bytes cut)."""
-        state = QueueState()
-        end, torn = self._read_forward(log, state, HEADER_SIZE, truncate=truncate)
+        """Replay a whole generation. Returns (state, end of last whole record, torn bytes cut).
+
+        A snapshot of the generation whose log prefix still matches stands in
+        for replaying that prefix (snapshot.py); anything wrong with it: ignored.
+        """
+        loaded = snapshot.load(self.fs, self.directory, self.name, log)
+        if loaded is None:
+            state, start, self._snap_mark = QueueState(), HEADER_SIZE, None
+        else:
+            state, start, crc = loaded
+            self._snap_mark = (start, crc)
+        self._snap_generation, self._snap_records = log.generation, state.records
+        end, torn = self._read_forward(log, state, start, truncate=truncate)
         return state, end, torn
 
     def _read_forward(self, log: LogFile, state: QueueState, start: int, *, truncate: bool) -> tuple[int, int]:
@@ -342,8 +357,11 @@ class FileStorage:
                 pid = entry.rsplit(".", 2)[-2]
                 if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
                     continue  # a live peer is still writing it
-            elif not (len(rest) == 10 and rest.endswith(".log") and rest[:6].isdigit() and int(rest[:6]) != current):
-                continue
+            elif not (
+                len(rest) in (10, 11) and rest.endswith((".log", ".snap")) and rest[:6].isdigit()
+                and int(rest[:6]) != current
+            ):  # fmt: skip
+                continue  # (a snapshot of another generation is stale: it can never be used)
             try:
                 self.fs.unlink(path)
                 logger.info("removed %s, left over from an interrupted compaction", path)
@@ -987,12 +1005,49 @@ class FileStorage:
                         self._log.sync_through(self._log.written_end)
                     except StorageError:
                         pass
+                    else:
+                        self._save_snapshot()
                 self._log.close()
             if self._lock is not None:
                 self._lock.close()
             self._wake.close()
             self._wake_kinds.close()
         _live.discard(self)
+
+    def _save_snapshot(self) -> None:
+        """Hook of close: leave the state as a snapshot for the next opener (a cache, see snapshot.py).
+
+        Only when the state is exactly the replay of this generation's log up to
+        our offset (no failed write, no compaction of our own since the replay,
+        the log durable through it) and enough records went by to be worth it.
+        """
+        log, lock, state, end = self._log, self._lock, self._state, self._offset
+        if (
+            log is None or lock is None or self._stale or self._failed is not None
+            or log.generation != self._snap_generation
+            or state.records - self._snap_records < snapshot.SNAPSHOT_MIN_RECORDS
+        ):  # fmt: skip
+            return
+        mark = self._snap_mark
+        try:
+            # The crc is taken under the lock, of bytes no writer may change meanwhile;
+            # a close never waits long for it: a busy queue just gets no snapshot.
+            if not self.fs.lock(lock.fd, exclusive=False, blocking=False):
+                return
+            lock.held = True
+            try:
+                if self._pointer_signature() != self._pointer_sig or log.size() < end:
+                    return  # a peer compacted, or rolled records back: our state is not the log's
+                if mark is not None and mark[0] <= end:
+                    crc = snapshot.log_crc(self.fs, log.fd, mark[0], end, mark[1])
+                else:
+                    crc = snapshot.log_crc(self.fs, log.fd, 0, end)
+            finally:
+                lock.release()
+            path = snapshot.save(self.fs, self.directory, self.name, log.generation, state, end, crc)
+            logger.debug("%s: saved the state at offset %d", path, end)
+        except (OSError, NobrokerError, ValueError, TypeError) as exc:
+            logger.info("%s: no snapshot written (%s); the next open replays the log", log.path, exc)
 
     @property
     def location(self) -> str:

@@ -3,7 +3,11 @@
 Owns: inspect_log (every record with its offset, damage shown), verify (a
 read-only check that reports exactly what it found), repair (keeps a damaged
 file aside and rebuilds the queue from its valid records), list_queues.
-Imports: errors, jobs, fs, framing, log, lock, replay, compaction.
+Imports: errors, jobs, fs, framing, log, lock, replay, snapshot, compaction.
+
+inspect and verify read the log only; a state snapshot (snapshot.py) is a
+cache they neither need nor trust. repair deletes the queue's snapshots,
+since it rewrites the log they were taken from.
 
 None of these run on a queue's hot path; they exist for the operator and the
 CLI (`nobroker inspect | verify | repair`).
@@ -27,6 +31,7 @@ from .jobs import JobState
 from .lock import QueueLock
 from .log import LogFile, list_generations, lock_path, log_path, pointer_path, read_pointer
 from .replay import QueueState
+from .snapshot import remove as remove_snapshots
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,8 @@ def repair(
     lock = QueueLock(fs, lock_path(directory, name), lock_timeout)
     lock.acquire(exclusive=True)
     try:
+        # A snapshot is only a cache of replaying the log, and repair rewrites the log.
+        remove_snapshots(fs, directory, name)
         try:
             generation: int | None = current_generation(directory, name, fs)
         except CorruptLogError:

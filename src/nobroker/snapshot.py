@@ -1,0 +1,238 @@
+"""State snapshots: a checked cache of the replayed state at a log offset.
+
+Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
+private temp file then renaming it into place, reading and checking it,
+removing it) and the crc32 of a log prefix. Imports: errors, fs, log, replay.
+Layer order: after replay, before filestore, which calls it when it opens
+and closes a queue.
+
+A snapshot is never the truth: the log is. A snapshot says "replaying the
+log's bytes [0, L) gives this state" and carries the crc32 of those bytes;
+an opener loads it only if the log still starts with exactly those bytes,
+then reads forward from L as usual. So a snapshot can neither hide damage in
+the log (the prefix crc would differ and the whole log is replayed, refusing
+to open exactly as without a snapshot) nor resurrect anything (a truncated
+or rewritten log no longer matches). Anything wrong with the file itself
+(missing, short, bad crc, another generation, another machine's byte order
+or array sizes, a newer format) means: ignore it and replay the whole log.
+
+Format (version 1)::
+
+    header  : <8s magic "NBSNAPSH"><H version=1><I generation><Q log offset L>
+              <I crc32 of log[0, L)><B 1 if little-endian><B itemsize of array('Q')>
+              <B itemsize of array('q')><B itemsize of array('i')><H block count N>
+    lengths : N x <Q block length>
+    blocks  : block 0 is QueueState.to_snapshot's fields as compact JSON (UTF-8);
+              blocks 1.. are its raw arrays (native byte order: hence the header)
+    trailer : <I crc32 of everything before it>
+
+No pickle or anything else that could run code: JSON and raw numbers only.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import json
+import logging
+import os
+import struct
+import sys
+import zlib
+from array import array
+from typing import Any
+
+from .errors import NobrokerError
+from .fs import FileSystem
+from .log import LogFile
+from .replay import QueueState
+
+logger = logging.getLogger("nobroker")
+
+#: A close writes a snapshot only once this many records were replayed or applied
+#: since the state was last loaded or replayed: below that, replay is fast anyway.
+SNAPSHOT_MIN_RECORDS = 20_000
+#: Bytes per read while computing the crc of a log prefix or reading a snapshot.
+READ_CHUNK = 8 << 20
+
+MAGIC = b"NBSNAPSH"
+VERSION = 1
+_HEADER = struct.Struct("<8sHIQIBBBBH")
+_LENGTH = struct.Struct("<Q")
+_TRAILER = struct.Struct("<I")
+#: What a snapshot's raw blocks depend on: loading one written with anything else is refused.
+_MACHINE = (
+    1 if sys.byteorder == "little" else 0,
+    array("Q").itemsize,
+    array("q").itemsize,
+    array("i").itemsize,
+)
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be used (the caller ignores it and replays the log)."""
+
+
+def snapshot_path(directory: str, name: str, generation: int) -> str:
+    return os.path.join(directory, f"{name}.{generation:06d}.snap")
+
+
+def is_snapshot_name(name: str, entry: str) -> bool:
+    """Is ``entry`` (a file name) a snapshot of queue ``name``, of any generation?"""
+    rest = entry[len(name) + 1 :] if entry.startswith(name + ".") else ""
+    return len(rest) == 11 and rest.endswith(".snap") and rest[:6].isdigit()
+
+
+def log_crc(fs: FileSystem, fd: int, start: int, end: int, crc: int = 0) -> int:
+    """crc32 of the bytes [start, end) of ``fd``, continuing from ``crc`` (that of [0, start))."""
+    pos = start
+    while pos < end:
+        data = fs.pread(fd, min(READ_CHUNK, end - pos), pos)
+        if not data:
+            raise SnapshotError(f"the log ends at {pos}, before offset {end}")
+        crc = zlib.crc32(data, crc)
+        pos += len(data)
+    return crc
+
+
+def _read_file(fs: FileSystem, path: str) -> bytes:
+    fd = fs.open(path, os.O_RDONLY)  # never through a symlink (the seam adds O_NOFOLLOW)
+    try:
+        size = fs.size(fd)
+        parts = []
+        pos = 0
+        while pos < size:
+            data = fs.pread(fd, min(READ_CHUNK * 8, size - pos), pos)
+            if not data:
+                break
+            parts.append(data)
+            pos += len(data)
+        return b"".join(parts)
+    finally:
+        fs.close(fd)
+
+
+def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[QueueState, int, int] | None:
+    """The state a usable snapshot of ``log``'s generation holds: (state, L, crc of log[0, L)).
+
+    None when there is none or it cannot be trusted (logged, never raised):
+    the caller then replays the whole log, as if no snapshot existed.
+    """
+    path = snapshot_path(directory, name, log.generation)
+    try:
+        data = _read_file(fs, path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        why = "it is a symlink" if exc.errno == errno_mod.ELOOP else str(exc)
+        logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, why)
+        return None
+    try:
+        fields, blocks, offset, crc = _decode(data, log.generation)
+        size = log.size()
+        if size < offset:
+            raise SnapshotError(f"it covers {offset} bytes but the log holds {size}")
+        if log_crc(fs, log.fd, 0, offset) != crc:
+            raise SnapshotError(f"the log's first {offset} bytes are not those it was taken from")
+        state = QueueState.from_snapshot(fields, blocks)
+    except (SnapshotError, NobrokerError, OSError, ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
+        logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, exc)
+        return None
+    logger.debug("%s: loaded the state at offset %d (%d records)", path, offset, state.records)
+    return state, offset, crc
+
+
+def _decode(data: bytes, generation: int) -> tuple[dict[str, Any], list[memoryview], int, int]:
+    if len(data) < _HEADER.size + _TRAILER.size:
+        raise SnapshotError("the file is too short")
+    if zlib.crc32(memoryview(data)[: -_TRAILER.size]) != _TRAILER.unpack_from(data, len(data) - _TRAILER.size)[0]:
+        raise SnapshotError("its checksum does not match (damaged or cut short)")
+    magic, version, gen, offset, crc, *machine, count = _HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise SnapshotError("it is not a nobroker snapshot")
+    if version != VERSION:
+        raise SnapshotError(f"format version {version}, this nobroker reads {VERSION}")
+    if gen != generation:
+        raise SnapshotError(f"it belongs to generation {gen}")
+    if tuple(machine) != _MACHINE:
+        raise SnapshotError("it was written with another byte order or array sizes")
+    pos = _HEADER.size
+    lengths = [_LENGTH.unpack_from(data, pos + i * _LENGTH.size)[0] for i in range(count)]
+    pos += count * _LENGTH.size
+    if pos + sum(lengths) != len(data) - _TRAILER.size or count < 1:
+        raise SnapshotError("its block lengths do not add up")
+    view = memoryview(data)
+    blocks = []
+    for length in lengths:
+        blocks.append(view[pos : pos + length])
+        pos += length
+    fields = json.loads(bytes(blocks[0]).decode("utf-8"))
+    if type(fields) is not dict:
+        raise SnapshotError("its fields are not an object")
+    return fields, blocks[1:], offset, crc
+
+
+def save(
+    fs: FileSystem, directory: str, name: str, generation: int, state: QueueState, offset: int, crc: int
+) -> str:
+    """Write the snapshot of ``state`` = replay of log[0, ``offset``) whose crc32 is ``crc``.
+
+    Temp file (O_EXCL, 0600), fsync, rename into place. Returns the path.
+    Raises OSError (or ValueError for a state JSON cannot hold); the caller
+    only loses the cache.
+    """
+    fields, arrays = state.to_snapshot()
+    # allow_nan: a log written by hand may hold NaN, and replay keeps it.
+    meta = json.dumps(fields, separators=(",", ":"), allow_nan=True).encode("utf-8")
+    blocks: list[Any] = [meta] + [memoryview(a).cast("B") for a in arrays]
+    head = _HEADER.pack(MAGIC, VERSION, generation, offset, crc, *_MACHINE, len(blocks))
+    head += b"".join(_LENGTH.pack(len(b)) for b in blocks)
+    total = zlib.crc32(head)
+    for block in blocks:
+        total = zlib.crc32(block, total)
+    final = snapshot_path(directory, name, generation)
+    tmp = f"{final}.{os.getpid()}.tmp"  # a dead writer's temp file is a leftover the next opener removes
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = fs.open(tmp, flags, 0o600)
+    except FileExistsError:  # left by an earlier process with our pid: ours to replace
+        fs.unlink(tmp)
+        fd = fs.open(tmp, flags, 0o600)
+    try:
+        pos = 0
+        for part in [head, *blocks, _TRAILER.pack(total)]:
+            view = memoryview(part)
+            while view:
+                n = fs.pwrite(fd, view[: 1 << 26], pos)
+                if n <= 0:
+                    raise OSError(errno_mod.EIO, "write made no progress")
+                view = view[n:]
+                pos += n
+        fs.fsync(fd)
+        done, fd = fd, -1
+        fs.close(done)
+        # No fsync of the folder: if a power cut forgets the rename, the next opener
+        # just finds the previous snapshot (checked like any other) or none, and replays.
+        fs.replace(tmp, final)
+    except BaseException:
+        if fd >= 0:
+            fs.close(fd)
+        try:
+            fs.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return final
+
+
+def remove(fs: FileSystem, directory: str, name: str, *, keep: int | None = None) -> list[str]:
+    """Delete the snapshots of queue ``name`` (except generation ``keep``); returns their paths."""
+    removed = []
+    for entry in fs.listdir(directory):
+        if is_snapshot_name(name, entry) and (keep is None or int(entry[len(name) + 1 : len(name) + 7]) != keep):
+            path = os.path.join(directory, entry)
+            try:
+                fs.unlink(path)
+            except FileNotFoundError:
+                continue
+            removed.append(path)
+    return removed

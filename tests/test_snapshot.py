@@ -1,0 +1,457 @@
+"""State snapshots (snapshot.py): a checked cache that must never change what a queue holds.
+
+Owns: opening with a snapshot gives exactly what replaying the whole log
+gives (random workloads, compared job by job, in list order, stats and the
+order of the next leases); every kind of bad snapshot is ignored; a log
+whose prefix changed is refused exactly as without a snapshot; a process
+killed while writing one leaves only a temp file; files are private and
+never followed through a symlink; repair and compaction leave no stale
+snapshot in use. Imports: the standard library, nobroker and tests.support.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import unittest
+from typing import Any
+from unittest import mock
+
+from nobroker import CorruptLogError, Queue, snapshot
+from nobroker.filestore import FileStorage
+from nobroker.maintenance import repair, verify
+from tests.support import FakeClock, TempDirTestCase
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + ROOT)
+NAME = "q"
+SNAP = f"{NAME}.000000.snap"
+
+
+def small_threshold(records: int = 1) -> Any:
+    return mock.patch.object(snapshot, "SNAPSHOT_MIN_RECORDS", records)
+
+
+def workload(q: Queue, clock: FakeClock, rng: random.Random, steps: int) -> None:
+    """Random operations through the public API: every record type, plus compaction now and then."""
+    held: list[Any] = []
+    for _ in range(steps):
+        roll = rng.random()
+        try:
+            if roll < 0.35:
+                q.enqueue(
+                    {"n": rng.randrange(1000), "s": "x" * rng.randrange(5)},
+                    priority=rng.choice((0, 0, 1, 5, -2)),
+                    delay=rng.choice((0, 0, 0, 3.0, 60.0)),
+                    job_id=f"user-{rng.randrange(200)}" if rng.random() < 0.15 else None,
+                    kind=rng.choice(("default", "default", "mail", "pdf")),
+                    dedupe_key=f"k{rng.randrange(20)}" if rng.random() < 0.1 else None,
+                    max_attempts=rng.choice((None, 1, 3)),
+                )
+            elif roll < 0.45:
+                q.enqueue_many([{"m": i} for i in range(rng.randrange(1, 30))], priority=rng.choice((0, 2)))
+            elif roll < 0.6:
+                kinds = rng.choice((None, ["mail"], ["default", "pdf"]))
+                held.extend(q.lease(rng.randrange(1, 4), kinds=kinds))
+            elif roll < 0.7 and held:
+                q.ack(held.pop(rng.randrange(len(held))), result=rng.choice((None, {"ok": True}, [1, 2.5])))
+            elif roll < 0.78 and held:
+                q.nack(held.pop(rng.randrange(len(held))), error="boom", delay=rng.choice((None, 0.0, 10.0)))
+            elif roll < 0.83 and held:
+                q.extend(rng.choice(held), rng.choice((5.0, 100.0)))
+            elif roll < 0.87 and held:
+                q.set_stage(rng.choice(held), rng.choice(("half", None, "late")))
+            elif roll < 0.9:
+                q.requeue_dead()
+            elif roll < 0.905:
+                q.purge()
+                held.clear()
+            elif roll < 0.915:
+                q.compact()
+            else:
+                clock.advance(rng.choice((0.5, 4.0, 40.0)))
+        except Exception as exc:  # a stale token after a reclaim, a taken dedupe key: part of the game
+            if type(exc).__name__ not in ("NotLeasedError", "ValueError", "JobNotFoundError"):
+                raise
+
+
+def picture(directory: str, clock: FakeClock, snapshot_used: bool, leases: int = 50) -> dict[str, Any]:
+    """Everything a caller can see of a queue, then the order in which its jobs lease."""
+    q = Queue(directory, NAME, clock=clock, auto_compact=None)
+    try:
+        out: dict[str, Any] = {
+            "jobs": [j.to_dict() for j in q.list_jobs()],
+            "stats": q.stats().to_dict(),
+            "dlq": [j.id for j in q.dlq()],
+            "mail": [j.id for j in q.list_jobs(kind="mail")],
+            "records": q.recovery.records,
+            "bytes": q.recovery.bytes_read,
+            "len": len(q),
+        }
+        storage = q.storage
+        assert isinstance(storage, FileStorage)
+        assert (storage._snap_mark is not None) == snapshot_used, "the snapshot was (not) loaded"
+        state = storage._state
+        out["seq"], out["anomalies"], out["live"] = state.next_seq, state.anomalies, state.live_records
+        out["keys"] = dict(state.active_keys)
+        # What happens next: reclaims in deadline order, leases in priority and FIFO order.
+        clock.advance(1000.0)
+        out["leases"] = [(j.id, j.attempts) for j in q.lease(leases)]
+        out["then"] = [(j.id, j.attempts) for j in q.lease(leases, kinds=["mail"])]
+        out["new"] = q.enqueue("after").seq
+        return out
+    finally:
+        # The leases above changed the log: put it back so both pictures start equal.
+        q.close()
+
+
+def copy_dir(src: str, dst: str) -> None:
+    os.makedirs(dst, mode=0o700, exist_ok=True)
+    for name in os.listdir(src):
+        with open(os.path.join(src, name), "rb") as f:
+            data = f.read()
+        fd = os.open(os.path.join(dst, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+
+class SnapshotMatchesReplay(TempDirTestCase):
+    def compare(self, directory: str, clock: FakeClock) -> None:
+        """Open with the snapshot and without it (in a copy): everything must be equal."""
+        snaps = [n for n in os.listdir(directory) if n.endswith(".snap")]
+        self.assertEqual(len(snaps), 1, os.listdir(directory))
+        without = directory + "-nosnap"
+        copy_dir(directory, without)
+        os.unlink(os.path.join(without, snaps[0]))
+        now = clock()
+        with_snapshot = picture(directory, clock, True)
+        clock._now = now
+        replayed = picture(without, clock, False)
+        self.assertEqual(with_snapshot, replayed)
+
+    def test_random_workloads(self) -> None:
+        for seed in range(12):
+            with self.subTest(seed=seed), small_threshold():
+                rng = random.Random(seed)
+                directory = os.path.join(self.dir, f"s{seed}")
+                clock = FakeClock()
+                q = Queue(directory, NAME, clock=clock, auto_compact=None, visibility_timeout=20.0)
+                workload(q, clock, rng, rng.randrange(50, 400))
+                q.close()
+                # A second life on top of the loaded snapshot, then a fresh snapshot.
+                q = Queue(directory, NAME, clock=clock, auto_compact=None, visibility_timeout=20.0)
+                workload(q, clock, rng, rng.randrange(20, 200))
+                q.close()
+                if not [n for n in os.listdir(directory) if n.endswith(".snap")]:
+                    with small_threshold(0):  # it compacted last: take the snapshot on a replay
+                        Queue(directory, NAME, clock=clock, auto_compact=None).close()
+                self.compare(directory, clock)
+
+    def test_records_a_peer_appended_after_the_snapshot_are_read_forward(self) -> None:
+        clock = FakeClock()
+        with small_threshold():
+            q = Queue(self.dir, NAME, clock=clock)
+            q.enqueue_many(list(range(100)))
+            first = q.lease(3)
+            q.close()
+            size = os.path.getsize(os.path.join(self.dir, SNAP))
+            peer = Queue(self.dir, NAME, clock=clock)
+            peer.ack(first[0])
+            peer.enqueue("late", priority=9)
+            # Closed without enough new records for a snapshot of its own: the old one stays.
+            with small_threshold(10**9):
+                peer.close()
+            self.assertEqual(os.path.getsize(os.path.join(self.dir, SNAP)), size)
+            q = Queue(self.dir, NAME, clock=clock)
+            self.assertEqual(q.get(first[0].id).state.value, "done")
+            self.assertEqual(q.list_jobs("ready")[-1].payload, "late")
+            q.close()
+            self.compare(self.dir, clock)
+
+    def test_snapshot_at_the_very_end_of_the_log(self) -> None:
+        clock = FakeClock()
+        with small_threshold():
+            q = Queue(self.dir, NAME, clock=clock)
+            q.enqueue_many(list(range(10)))
+            q.close()
+            q = Queue(self.dir, NAME, clock=clock)
+            self.assertEqual(len(q), 10)
+            self.assertEqual(q.recovery.records, 10)
+            q.close()
+            self.compare(self.dir, clock)
+
+    def test_no_snapshot_below_the_threshold_or_when_not_durable(self) -> None:
+        q = Queue(self.dir, NAME)
+        q.enqueue_many(list(range(10)))
+        q.close()
+        self.assertNotIn(SNAP, os.listdir(self.dir))
+        with small_threshold():
+            q = Queue(self.dir, NAME, fsync=False)
+            q.enqueue("x")
+            q.close()
+        self.assertNotIn(SNAP, os.listdir(self.dir))
+
+    def test_a_loaded_snapshot_is_used(self) -> None:
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            q.enqueue_many(list(range(20)))
+            q.close()
+        with mock.patch.object(FileStorage, "_read_forward", autospec=True, side_effect=FileStorage._read_forward) as read:
+            q = Queue(self.dir, NAME)
+            q.close()
+        start = read.call_args_list[0].args[3]
+        self.assertEqual(start, os.path.getsize(os.path.join(self.dir, f"{NAME}.000000.log")))
+
+
+class BadSnapshotsAreIgnored(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = FakeClock()
+        with small_threshold():
+            q = Queue(self.dir, NAME, clock=self.clock)
+            q.enqueue_many([{"i": i} for i in range(200)], priority=1)
+            for job in q.lease(20):
+                q.ack(job)
+            q.enqueue("tail", job_id="custom-id", dedupe_key="k")
+            q.close()
+        self.snap = os.path.join(self.dir, SNAP)
+        self.log = os.path.join(self.dir, f"{NAME}.000000.log")
+        with open(self.snap, "rb") as f:
+            self.data = f.read()
+        self.expected = self.opened()
+
+    def opened(self) -> tuple[Any, ...]:
+        q = Queue(self.dir, NAME, clock=self.clock)
+        try:
+            return ([j.to_dict() for j in q.list_jobs()], q.stats().to_dict(), q.recovery.records)
+        finally:
+            with small_threshold(10**9):
+                q.close()
+
+    def write_snap(self, data: bytes) -> None:
+        with open(self.snap, "wb") as f:
+            f.write(data)
+
+    def assert_ignored(self) -> None:
+        with self.assertLogs("nobroker", "INFO") as logs:
+            self.assertEqual(self.opened(), self.expected)
+        self.assertTrue(any("ignoring the snapshot" in line for line in logs.output), logs.output)
+
+    def test_flipped_bits_anywhere(self) -> None:
+        rng = random.Random(7)
+        for position in [0, 9, 20, 40, len(self.data) // 2, len(self.data) - 1] + rng.sample(range(len(self.data)), 10):
+            with self.subTest(position=position):
+                damaged = bytearray(self.data)
+                damaged[position] ^= 1 << rng.randrange(8)
+                self.write_snap(bytes(damaged))
+                self.assert_ignored()
+
+    def test_truncated(self) -> None:
+        for size in (0, 5, 30, len(self.data) // 2, len(self.data) - 1):
+            with self.subTest(size=size):
+                self.write_snap(self.data[:size])
+                self.assert_ignored()
+
+    def test_wrong_generation(self) -> None:
+        # A snapshot of generation 0 renamed to be generation 1's, after a compaction.
+        with small_threshold(10**9):
+            q = Queue(self.dir, NAME, clock=self.clock)
+            q.compact()
+            q.close()
+        self.expected = self.opened()
+        self.snap = os.path.join(self.dir, f"{NAME}.000001.snap")
+        self.write_snap(self.data)
+        self.assert_ignored()
+
+    def test_wrong_offset(self) -> None:
+        import struct
+        import zlib
+
+        for delta in (-9, 1, 10**6):
+            with self.subTest(delta=delta):
+                damaged = bytearray(self.data)
+                (offset,) = struct.unpack_from("<Q", damaged, 14)
+                struct.pack_into("<Q", damaged, 14, offset + delta)
+                struct.pack_into("<I", damaged, len(damaged) - 4, zlib.crc32(damaged[:-4]))
+                self.write_snap(bytes(damaged))
+                self.assert_ignored()
+
+    def test_a_changed_log_prefix_is_refused_as_without_a_snapshot(self) -> None:
+        with open(self.log, "r+b") as f:
+            f.seek(200)
+            byte = f.read(1)
+            f.seek(200)
+            f.write(bytes([byte[0] ^ 0x20]))
+        with self.assertRaises(CorruptLogError) as with_snapshot:
+            Queue(self.dir, NAME)
+        os.unlink(self.snap)
+        with self.assertRaises(CorruptLogError) as without:
+            Queue(self.dir, NAME)
+        self.assertEqual(str(with_snapshot.exception), str(without.exception))
+        self.assertEqual(with_snapshot.exception.offset, without.exception.offset)
+
+    def test_a_log_cut_short_ignores_the_snapshot(self) -> None:
+        size = os.path.getsize(self.log)
+        with open(self.log, "r+b") as f:
+            f.truncate(size - 3)  # a torn tail inside the snapshot's range
+        q = Queue(self.dir, NAME)
+        self.assertGreater(q.recovery.torn_bytes, 0)
+        self.assertLess(q.recovery.bytes_read, size)
+        self.assertEqual(len(q), len(self.expected[0]) - 1)
+        q.close()
+
+    def test_another_machine_or_format_is_refused(self) -> None:
+        import struct
+        import zlib
+
+        for position, value in ((8, 2), (26, 1 - self.data[26]), (27, 4)):
+            with self.subTest(position=position):
+                damaged = bytearray(self.data)
+                if position == 8:
+                    struct.pack_into("<H", damaged, 8, value)
+                else:
+                    damaged[position] = value
+                struct.pack_into("<I", damaged, len(damaged) - 4, zlib.crc32(damaged[:-4]))
+                self.write_snap(bytes(damaged))
+                self.assert_ignored()
+
+
+@unittest.skipUnless(hasattr(signal, "SIGKILL"), "needs SIGKILL")
+class CrashWhileWriting(TempDirTestCase):
+    def test_sigkill_while_writing_the_snapshot(self) -> None:
+        script = textwrap.dedent(
+            """
+            import os, signal, sys
+            from nobroker import Queue, snapshot
+            from nobroker.fs import RealFileSystem
+
+            class Dying(RealFileSystem):
+                def pwrite(self, fd, data, offset):
+                    if self.snapping:
+                        super().pwrite(fd, bytes(data[: len(data) // 2]), offset)
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return super().pwrite(fd, data, offset)
+
+                def open(self, path, flags, mode=0o600):
+                    if ".snap." in path:
+                        self.snapping = True
+                    return super().open(path, flags, mode)
+
+            snapshot.SNAPSHOT_MIN_RECORDS = 1
+            fs = Dying()
+            fs.snapping = False
+            q = Queue(sys.argv[1], "q", filesystem=fs)
+            q.enqueue_many(list(range(500)))
+            print("enqueued", flush=True)
+            q.close()
+            """
+        )
+        child = subprocess.run(
+            [sys.executable, "-c", script, self.dir], env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        self.assertEqual(child.returncode, -signal.SIGKILL, child.stderr)
+        self.assertIn("enqueued", child.stdout)
+        names = sorted(os.listdir(self.dir))
+        self.assertNotIn(SNAP, names)
+        temps = [n for n in names if n.endswith(".tmp")]
+        self.assertEqual(len(temps), 1, names)
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            self.assertEqual(len(q), 500)
+            self.assertNotIn(temps[0], os.listdir(self.dir))  # the dead writer's temp file is gone
+            q.close()
+        self.assertIn(SNAP, os.listdir(self.dir))
+        q = Queue(self.dir, NAME)
+        self.assertEqual(len(q), 500)
+        q.close()
+
+
+@unittest.skipUnless(sys.platform != "win32", "POSIX permissions and symlinks")
+class FilesAndLeftovers(TempDirTestCase):
+    def make(self, n: int = 50) -> None:
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            q.enqueue_many(list(range(n)))
+            q.close()
+
+    def test_snapshot_is_0600_whatever_the_umask(self) -> None:
+        old = os.umask(0)
+        try:
+            self.make()
+        finally:
+            os.umask(old)
+        self.assertEqual(os.stat(os.path.join(self.dir, SNAP)).st_mode & 0o777, 0o600)
+
+    def test_a_symlinked_snapshot_is_not_followed(self) -> None:
+        self.make()
+        snap = os.path.join(self.dir, SNAP)
+        elsewhere = os.path.join(self.dir, "elsewhere.bin")
+        os.rename(snap, elsewhere)
+        os.symlink(elsewhere, snap)
+        with open(elsewhere, "rb") as f:
+            original = f.read()
+        with self.assertLogs("nobroker", "INFO") as logs:
+            q = Queue(self.dir, NAME)
+        self.assertTrue(any("symlink" in line for line in logs.output), logs.output)
+        self.assertEqual(len(q), 50)
+        with small_threshold():
+            q.enqueue("one more")
+            q.close()  # replaces the link itself, never writes through it
+        self.assertFalse(os.path.islink(snap))
+        with open(elsewhere, "rb") as f:
+            self.assertEqual(f.read(), original)
+
+    def test_repair_removes_snapshots(self) -> None:
+        self.make()
+        self.assertIn(SNAP, os.listdir(self.dir))
+        repair(self.dir, NAME)
+        self.assertNotIn(SNAP, os.listdir(self.dir))
+        self.assertTrue(verify(self.dir, NAME).ok)
+
+    def test_inspect_and_verify_ignore_snapshots(self) -> None:
+        self.make()
+        with_snapshot = verify(self.dir, NAME).to_dict()
+        os.unlink(os.path.join(self.dir, SNAP))
+        self.assertEqual(verify(self.dir, NAME).to_dict(), with_snapshot)
+
+    def test_compaction_leaves_no_stale_snapshot_in_use(self) -> None:
+        self.make(300)
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            for job in q.lease(100):
+                q.ack(job)
+            q.compact()
+            q.enqueue("after compaction")
+            q.close()  # its state is not a replay of generation 1: no snapshot of it
+        self.assertNotIn(f"{NAME}.000001.snap", os.listdir(self.dir))
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            # Opening removed generation 0's snapshot with the rest of generation 0.
+            self.assertNotIn(SNAP, os.listdir(self.dir))
+            self.assertEqual(len(q), 201)
+            q.close()  # a replay of generation 1: this snapshot is exact
+        self.assertIn(f"{NAME}.000001.snap", os.listdir(self.dir))
+        q = Queue(self.dir, NAME)
+        self.assertEqual(len(q), 201)
+        self.assertEqual(q.stats().ready, 201)
+        q.close()
+
+    def test_a_stale_snapshot_of_another_generation_is_removed(self) -> None:
+        self.make()
+        with small_threshold(10**9):
+            q = Queue(self.dir, NAME)
+            q.compact()
+            q.close()
+        with open(os.path.join(self.dir, SNAP), "wb") as f:  # as if a peer wrote it late
+            f.write(b"stale")
+        q = Queue(self.dir, NAME)
+        self.assertNotIn(SNAP, os.listdir(self.dir))
+        q.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
