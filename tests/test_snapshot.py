@@ -184,6 +184,18 @@ class SnapshotMatchesReplay(TempDirTestCase):
             q.close()
             self.compare(self.dir, clock)
 
+    def test_a_result_changed_by_the_caller_after_ack_is_not_snapshotted(self) -> None:
+        clock = FakeClock()
+        with small_threshold():
+            q = Queue(self.dir, NAME, clock=clock)
+            q.enqueue("x")
+            result = {"rows": [1, 2]}
+            job = q.lease_one()
+            q.ack(job, result=result)  # type: ignore[arg-type]
+            result["rows"].append(3)
+            q.close()
+            self.compare(self.dir, clock)
+
     def test_no_snapshot_below_the_threshold_or_when_not_durable(self) -> None:
         q = Queue(self.dir, NAME)
         q.enqueue_many(list(range(10)))
