@@ -27,6 +27,8 @@ Format (version 1)::
     trailer : <I crc32 of everything before it>
 
 No pickle or anything else that could run code: JSON and raw numbers only.
+The checksums catch damage, not forgery: whoever can write the queue folder
+can rewrite the log too, which is why the folder must be private.
 """
 
 from __future__ import annotations
@@ -134,7 +136,10 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
         if log_crc(fs, log.fd, 0, offset) != crc:
             raise SnapshotError(f"the log's first {offset} bytes are not those it was taken from")
         state = QueueState.from_snapshot(fields, blocks)
-    except (SnapshotError, NobrokerError, OSError, ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
+    except (
+        SnapshotError, NobrokerError, OSError, ValueError, TypeError, KeyError, IndexError, OverflowError,
+        AttributeError, RecursionError, MemoryError,
+    ) as exc:  # fmt: skip
         logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, exc)
         return None
     logger.debug("%s: loaded the state at offset %d (%d records)", path, offset, state.records)
