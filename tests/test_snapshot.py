@@ -94,7 +94,7 @@ def picture(directory: str, clock: FakeClock, snapshot_used: bool, leases: int =
         }
         storage = q.storage
         assert isinstance(storage, FileStorage)
-        assert (storage._snap_mark is not None) == snapshot_used, "the snapshot was (not) loaded"
+        assert storage._snap_loaded == snapshot_used, "the snapshot was (not) loaded"
         state = storage._state
         out["seq"], out["anomalies"], out["live"] = state.next_seq, state.anomalies, state.live_records
         out["keys"] = dict(state.active_keys)
@@ -305,6 +305,35 @@ class BadSnapshotsAreIgnored(TempDirTestCase):
             Queue(self.dir, NAME)
         self.assertEqual(str(with_snapshot.exception), str(without.exception))
         self.assertEqual(with_snapshot.exception.offset, without.exception.offset)
+
+    def test_bytes_changed_after_they_were_read_are_not_laundered_by_a_snapshot(self) -> None:
+        # A handle's snapshot covers the bytes it applied, not whatever the file holds when
+        # it closes: damage (or a peer's rollback) under an open handle is still found.
+        os.unlink(self.snap)
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            q.enqueue("one more")
+            with open(self.log, "r+b") as f:
+                f.seek(200)
+                byte = f.read(1)
+                f.seek(200)
+                f.write(bytes([byte[0] ^ 0x20]))
+            q.close()
+        self.assertIn(SNAP, os.listdir(self.dir))
+        with self.assertRaises(CorruptLogError) as caught:
+            Queue(self.dir, NAME)
+        self.assertEqual(caught.exception.offset, self.record_at(200))
+
+    def record_at(self, offset: int) -> int:
+        """The offset of the record holding byte ``offset`` of the log."""
+        from nobroker.log import LogFile
+        from nobroker.fs import OS_FILESYSTEM
+
+        log = LogFile.open(OS_FILESYSTEM, self.log, writable=False)
+        try:
+            return max(fr.offset for fr in log.scan(16) if fr.offset <= offset)
+        finally:
+            log.close()
 
     def test_a_log_cut_short_ignores_the_snapshot(self) -> None:
         size = os.path.getsize(self.log)

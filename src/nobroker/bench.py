@@ -222,7 +222,7 @@ def _open_once(directory: str, then: str, out: Any) -> None:
     start = time.perf_counter()
     q = Queue(directory, auto_compact=None)
     opened = time.perf_counter() - start
-    used = q.storage._snap_mark is not None  # type: ignore[attr-defined]
+    used = q.storage._snap_loaded  # type: ignore[attr-defined]
     if then == "compact":
         q.compact()
     q.close()

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -179,9 +180,11 @@ class FileStorage:
         self._wake_kinds = WakeChannel(os.path.join(self.directory, f"{self.name}.wake-kinds"))
         self._recovery = RecoveryReport()
         # What a snapshot at close may build on (see _replay_all and _save_snapshot).
-        self._snap_generation = -1  # the generation whose replay (or snapshot) the state came from
         self._snap_records = 0  # state.records when it was loaded or replayed
-        self._snap_mark: tuple[int, int] | None = None  # (offset L, crc32 of log[0, L)) known to match
+        # (generation, offset, crc32 of the log's bytes before offset) for exactly the bytes
+        # the state was built from: read under the lock, or written by us. None: unknown.
+        self._snap_crc: tuple[int, int, int] | None = None
+        self._snap_loaded = False  # did the last replay start from a snapshot?
         self._open()
         _live.add(self)
 
@@ -290,15 +293,45 @@ class FileStorage:
         """
         loaded = snapshot.load(self.fs, self.directory, self.name, log)
         if loaded is None:
-            state, start, self._snap_mark = QueueState(), HEADER_SIZE, None
+            state, start, self._snap_crc = QueueState(), 0, (log.generation, 0, 0)
         else:
             state, start, crc = loaded
-            self._snap_mark = (start, crc)
-        self._snap_generation, self._snap_records = log.generation, state.records
-        end, torn = self._read_forward(log, state, start, truncate=truncate)
+            self._snap_crc = (log.generation, start, crc)
+        self._snap_loaded, self._snap_records = loaded is not None, state.records
+        if not self.durable:
+            self._snap_crc = None  # it never writes a snapshot: no need to follow the crc
+        stale = self._stale
+        try:
+            end, torn = self._read_forward(log, state, max(start, HEADER_SIZE), truncate=truncate)
+        except CorruptLogError as exc:
+            if loaded is None:
+                raise
+            # Only the whole log may refuse to open: a snapshot must never be the reason.
+            logger.info("%s: reading on from the snapshot failed (%s); replaying the whole log", log.path, exc)
+            self._stale, state, self._snap_crc = stale, QueueState(), (log.generation, 0, 0)
+            self._snap_loaded, self._snap_records = False, 0
+            if not self.durable:
+                self._snap_crc = None
+            end, torn = self._read_forward(log, state, HEADER_SIZE, truncate=truncate)
         return state, end, torn
 
     def _read_forward(self, log: LogFile, state: QueueState, start: int, *, truncate: bool) -> tuple[int, int]:
+        """_apply_forward, and the crc of the bytes it applied, for a snapshot at close.
+
+        Read again while we still hold the lock: the very bytes just applied.
+        """
+        end, torn = self._apply_forward(log, state, start, truncate=truncate)
+        mark = self._snap_crc
+        if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
+            try:
+                self._snap_crc = (log.generation, end, snapshot.log_crc(self.fs, log.fd, mark[1], end, mark[2]))
+            except (OSError, ValueError):
+                self._snap_crc = None
+        else:
+            self._snap_crc = None
+        return end, torn
+
+    def _apply_forward(self, log: LogFile, state: QueueState, start: int, *, truncate: bool) -> tuple[int, int]:
         """Apply every whole record after ``start``; deal with what stops the reading.
 
         A torn tail (nothing valid after it) is cut off when ``truncate`` (we
@@ -594,6 +627,11 @@ class FileStorage:
                         self._stale = True  # memory holds records the disk does not: reload next time
                         raise
                     self._offset = self._own_end = end
+                    mark = self._snap_crc
+                    if mark is not None and mark[0] == log.generation and mark[1] == batch.start:
+                        self._snap_crc = (mark[0], end, zlib.crc32(data, mark[2]))  # what we wrote
+                    else:
+                        self._snap_crc = None
                     if self._lazy_from is None and all(op.lazy for op in ops):
                         self._lazy_from, self._lazy_log = batch.start, log
                 compact_now = self._should_auto_compact()
@@ -1023,30 +1061,15 @@ class FileStorage:
         our offset (no failed write, no compaction of our own since the replay,
         the log durable through it) and enough records went by to be worth it.
         """
-        log, lock, state, end = self._log, self._lock, self._state, self._offset
+        log, state, end, mark = self._log, self._state, self._offset, self._snap_crc
         if (
-            log is None or lock is None or self._stale or self._failed is not None
-            or log.generation != self._snap_generation
+            log is None or self._stale or self._failed is not None
+            or mark is None or mark[0] != log.generation or mark[1] != end  # (an own compaction, too)
             or state.records - self._snap_records < snapshot.SNAPSHOT_MIN_RECORDS
         ):  # fmt: skip
             return
-        mark = self._snap_mark
         try:
-            # The crc is taken under the lock, of bytes no writer may change meanwhile;
-            # a close never waits long for it: a busy queue just gets no snapshot.
-            if not self.fs.lock(lock.fd, exclusive=False, blocking=False):
-                return
-            lock.held = True
-            try:
-                if self._pointer_signature() != self._pointer_sig or log.size() < end:
-                    return  # a peer compacted, or rolled records back: our state is not the log's
-                if mark is not None and mark[0] <= end:
-                    crc = snapshot.log_crc(self.fs, log.fd, mark[0], end, mark[1])
-                else:
-                    crc = snapshot.log_crc(self.fs, log.fd, 0, end)
-            finally:
-                lock.release()
-            path = snapshot.save(self.fs, self.directory, self.name, log.generation, state, end, crc)
+            path = snapshot.save(self.fs, self.directory, self.name, log.generation, state, end, mark[2])
             logger.debug("%s: saved the state at offset %d", path, end)
         except (OSError, NobrokerError, ValueError, TypeError) as exc:
             logger.info("%s: no snapshot written (%s); the next open replays the log", log.path, exc)
