@@ -60,6 +60,9 @@ WAIT_POLL = 0.005
 COMPACT_SLICE = 0.002
 #: Slices after which a compaction that still has not caught up reads the rest in one go.
 COMPACT_MAX_SLICES = 500
+#: Pause between two slices, longer than a lock waiter's longest backoff (lock.MAX_BACKOFF),
+#: so a waiting peer gets the lock instead of the compactor taking it straight back.
+COMPACT_YIELD = 0.001
 #: Sleep between two looks at a busy compactor lock.
 COMPACTOR_POLL = 0.01
 
@@ -133,6 +136,25 @@ class _Op:
         self.start = self.end = 0
         self.wakes = False
         self.compact = False
+
+
+class _Holds:
+    """Takes and releases the file lock for a compaction, remembering the longest hold."""
+
+    __slots__ = ("lock", "since", "longest")
+
+    def __init__(self, lock: QueueLock) -> None:
+        self.lock = lock
+        self.since = 0.0
+        self.longest = 0.0
+
+    def acquire(self) -> None:
+        self.lock.acquire(exclusive=True)
+        self.since = time.perf_counter()
+
+    def release(self) -> None:
+        self.longest = max(self.longest, time.perf_counter() - self.since)
+        self.lock.release()
 
 
 class _Superseded(Exception):
@@ -896,15 +918,26 @@ class FileStorage:
         return held_elsewhere(self.fs, compactor_path(self.directory, self.name))
 
     def _compact(self, progress: Callable[[int], None] | None, started: float) -> CompactionResult:
-        lock = self._lock
-        assert lock is not None and self._log is not None
+        assert self._lock is not None and self._log is not None
+        lock = _Holds(self._lock)
         self._check_usable()
-        # (1) Under the lock: catch up, reclaim, note where the old generation ends.
-        lock.acquire(exclusive=True)
+        # (1) Under the lock: catch up (in slices, if peers wrote much since our
+        # last look), reclaim, note where the old generation ends.
+        lock.acquire()
         try:
-            self._catch_up(exclusive=True)
-            old = self._log
-            assert old is not None
+            slices = 0
+            while True:
+                slices += 1
+                old = self._log
+                assert old is not None
+                if self._stale or self._pointer_signature() != self._pointer_sig or old.size() < self._offset:
+                    self._catch_up(exclusive=True)  # a switch or a reload: the usual way, in one go
+                    continue
+                if self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None, locked=True):
+                    break
+                lock.release()
+                time.sleep(COMPACT_YIELD)
+                lock.acquire()
             batch = _Batch(self._state, self._offset)
             self._reclaim(batch, self.clock())
             if batch.parts:
@@ -937,19 +970,20 @@ class FileStorage:
             slices = 0
             while True:
                 slices += 1
-                caught_up = self._compaction_slice(old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None)
+                caught_up = self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None)
                 new.copy_from(old, copied, self._offset)
                 copied = self._offset
                 if caught_up:
                     break
+                time.sleep(COMPACT_YIELD)
             if self.durable:
                 new.sync()  # the bulk, outside the lock: the fsync under it has little left to do
             new.install(sync=self.durable)
             prepared = prepare_flip(self.fs, self.directory, self.name, new.generation, sync=self.durable)
             # (4) Under the lock: the last records, fsync, flip.
-            lock.acquire(exclusive=True)
+            lock.acquire()
             try:
-                self._compaction_slice(old, None, locked=True)
+                self._compaction_slice(lock, old, None, locked=True)
                 new.copy_from(old, copied, self._offset)
                 copied = self._offset
                 if self.durable:
@@ -1021,18 +1055,17 @@ class FileStorage:
             bytes_before=before,
             bytes_after=self._offset,
             elapsed=time.perf_counter() - started,
+            lock_held=lock.longest,
         )
 
-    def _compaction_slice(self, old: LogFile, budget: float | None, *, locked: bool = False) -> bool:
+    def _compaction_slice(self, lock: _Holds, old: LogFile, budget: float | None, *, locked: bool = False) -> bool:
         """Read forward in ``old`` what peers appended, for about ``budget`` seconds under the lock.
 
         Returns True once at the end of the file. Raises _Superseded if the
         pointer changed, CompactionError if the file shrank below what was read.
         """
-        lock = self._lock
-        assert lock is not None
         if not locked:
-            lock.acquire(exclusive=True)
+            lock.acquire()
         try:
             if self._pointer_signature() != self._pointer_sig:
                 raise _Superseded()
