@@ -2,8 +2,9 @@
 
 Owns: FileStorage, which runs every operation as the four beats of the
 design (lock → read forward → reclaim → append, fsync, apply), opens and
-recovers a queue, compacts it, survives fork, and waits for work. Imports:
-errors, jobs, fs, framing, log, lock, wake, replay, leases, compaction, storage.
+recovers a queue, compacts it (mostly without the file lock: see compact),
+survives fork, and waits for work. Imports: errors, jobs, fs, framing, log,
+lock, wake, replay, leases, compaction, storage.
 
 Locking, from the outside in: a threading.Lock serialises this process's
 threads around the in-memory state, and whichever thread holds it runs every
@@ -11,7 +12,10 @@ writing operation the others have queued (one batch: one lock, one append);
 the QueueLock serialises processes (an exclusive lock for writers, a shared
 one for readers). fsync happens after both are released, through
 LogFile.sync_through, so concurrent writers share it (group commit). A caller
-is told "done" only after its own bytes are durable.
+is told "done" only after its own bytes are durable. A compaction also holds
+the compactor lock file for its whole length (one compactor per queue) and
+this object's mutex (its state must stay put while the jobs are streamed),
+but the QueueLock only for moments.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Owns: file names, creating a generation (header, fsync, rename, directory
 fsync), reading records forward from an offset, telling a torn tail from
 damage in the middle, appending with short-write handling, group fsync, and
-the ``<name>.current`` pointer. Imports: errors, jobs, fs, framing.
+the ``<name>.current`` pointer (replaced in two steps a compactor can split:
+a durable temp file, then one rename). Imports: errors, jobs, fs, framing.
 
 Group commit: appends happen under the queue's lock, fsync does not. A thread
 that appended waits until the file is durable through its own last byte; the

@@ -206,7 +206,8 @@ def repair(
 
     Records inside a damaged stretch are lost (they cannot be read); every
     valid record before and after it is kept. The damaged file is renamed to
-    ``<file>.damaged-<unix time>`` and never deleted by nobroker.
+    ``<file>.damaged-<unix time>`` and never deleted by nobroker. A compaction
+    running meanwhile is waited for (it holds the compactor lock).
     """
     directory = os.path.abspath(directory)
     report = RepairReport(directory, name)
