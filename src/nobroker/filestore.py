@@ -64,6 +64,8 @@ WAIT_POLL = 0.005
 COMPACT_SLICE = 0.002
 #: Slices after which a compaction that still has not caught up reads the rest in one go.
 COMPACT_MAX_SLICES = 500
+#: Bytes of the new generation between two fsyncs while it is written (outside the lock).
+COMPACT_SYNC_EVERY = 4 << 20
 #: Pause between two slices, longer than a lock waiter's longest backoff (lock.MAX_BACKOFF),
 #: so a waiting peer gets the lock instead of the compactor taking it straight back.
 COMPACT_YIELD = 0.001
@@ -965,7 +967,7 @@ class FileStorage:
         prepared: str | None = None
         flipped = False
         try:
-            offsets = new.write_jobs(live, self._read_body, progress)
+            offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
             del live
             tail = new.pos  # where the records appended after ``base`` begin in the new file
             # (3) Copy what peers appended meanwhile: read under the lock in short
