@@ -292,7 +292,9 @@ def compaction_stall(root: str, n: int) -> dict[str, float]:
     compactor.join()
     enqueuer.join()
     shutil.rmtree(directory, ignore_errors=True)
-    during = [seconds for at, seconds, flip in marks if started <= at and at + seconds <= ended and not flip]
+    # Every enqueue that overlapped the compaction, except the one that followed
+    # the flip (reported apart: it re-reads the new generation, whatever held the lock).
+    during = [seconds for at, seconds, flip in marks if at < ended and at + seconds > started and not flip]
     alone = [seconds for at, seconds, _flip in marks if quiet <= at and at + seconds <= started]
     flips = [seconds for _at, seconds, flip in marks if flip]
     return {
