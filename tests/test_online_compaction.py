@@ -31,7 +31,7 @@ from tests.support import TempDirTestCase, slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Jobs in the queue being compacted: enough that streaming them takes a while.
-BIG = 30_000
+BIG = 12_000
 
 
 def build(directory: str, n: int, done_every: int = 3) -> tuple[set[str], set[str]]:
