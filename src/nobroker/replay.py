@@ -314,25 +314,44 @@ class QueueState:
             elif entry is not _GONE and (state is None or entry.state is state):
                 yield entry
 
-    def relocate(self, offsets: dict[str, int]) -> None:
-        """After compaction: every kept job's record moved to ``offsets[id]``; done jobs are dropped."""
+    def relocate(self, offsets: dict[str, int], base: int | None = None, shift: int = 0) -> int:
+        """After compaction: point every job at its record in the new generation.
+
+        A job whose ENQUEUE record lay before ``base`` (all jobs, without a
+        ``base``) moved to ``offsets[id]``; one missing there was done at
+        ``base`` and is dropped. A record at or after ``base`` (copied after
+        the live jobs) moved by ``shift``. Returns how many dropped jobs were
+        not done: a sound compaction drops none.
+        """
         columns, ids, rows = self._columns, self._ids, self._rows
-        pack_offset = _INT64.pack_into
-        gone = 0
+        pack_offset, unpack_offset = _INT64.pack_into, _INT64.unpack_from
+        gone = unsound = 0
         for row, entry in enumerate(rows):
             if entry is None:
-                pack_offset(columns, row * _ROW_BYTES + 8, offsets[_ID_TEXT % ids[row]])  # the offset column
+                at = row * _ROW_BYTES + 8  # the offset column
+                old = unpack_offset(columns, at)[0]
+                if base is not None and old >= base:
+                    pack_offset(columns, at, old + shift)
+                else:  # a cold job is ready, so it was live at ``base``
+                    pack_offset(columns, at, offsets[_ID_TEXT % ids[row]])
             elif entry is _GONE:
                 gone += 1
-            elif entry.state is DONE:
-                self._counts[DONE] -= 1
+            elif base is not None and entry.offset >= base:
+                entry.offset += shift
+            else:
+                moved = offsets.get(entry.id)
+                if moved is not None:
+                    entry.offset = moved
+                    continue
+                if entry.state is not DONE:
+                    unsound += 1
+                self._counts[entry.state] -= 1
                 del self.hot[entry.id]
                 rows[row] = _GONE
                 gone += 1
-            else:
-                entry.offset = offsets[entry.id]
         if gone * 4 > len(rows):  # gone rows cost memory until renumbered; renumbering costs time
             self._rebuild_rows()
+        return unsound
 
     # ------------------------------------------------------------ apply
     def apply(self, rtype: int, body: dict[str, Any], offset: int) -> None:
