@@ -39,8 +39,9 @@ MAX_BYTES = 100 * 1024
 INTERPRETER = "/usr/bin/env python3"
 
 
-#: Package files the single-file app leaves out.
-NOT_BUNDLED = ("bench_pg.py",)
+#: Package files the single-file app leaves out: the benchmarks are a developer's tool
+#: (`nobroker bench` in the bundle says to run `python make.py bench` from a clone).
+NOT_BUNDLED = ("bench.py", "bench_pg.py")
 
 
 def slim_source(source: str) -> str:
@@ -77,8 +78,8 @@ def build(output: Path, *, full_source: bool = False) -> int:
     with tempfile.TemporaryDirectory(prefix="nobroker-pyz-") as staging:
         # A staging copy keeps build debris out of the bundle (caches, egg-info)
         # and leaves the archive root holding exactly one thing: the package.
-        # The PostgreSQL benchmark needs psycopg, which the bundle never carries:
-        # left out, `nobroker bench --pg` says to run it from a clone instead.
+        # The benchmarks stay out (NOT_BUNDLED): `nobroker bench` then says to run
+        # it from a clone instead.
         shutil.copytree(
             PACKAGE, Path(staging) / "nobroker", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *NOT_BUNDLED)
         )
