@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 RECORD = b"x" * 120
+#: Longest single enqueue a peer may see while another process compacts ("a few ms").
+STALL_TARGET_MS = 10.0
 
 
 @dataclass
@@ -266,6 +268,93 @@ def size_figures(root: str, n: int, runs: int = 3) -> dict[str, float]:
     return result
 
 
+# ---------------------------------------------------------------- compaction beside an enqueuer
+def _stall_compactor(directory: str, ready: Any, go: Any, out: Any) -> None:
+    from .queue import Queue
+
+    with Queue(directory, auto_compact=None, lock_timeout=3600) as q:
+        # One operation first: the first write after opening a queue with many
+        # acked jobs prunes the lease index once, a cost of opening, not of compacting.
+        q.requeue_dead()
+        ready.release()
+        go.wait()
+        start = time.perf_counter()
+        result = q.compact()
+        out.put({"compaction": time.perf_counter() - start, "held": result.lock_held})
+
+
+def _stall_enqueuer(directory: str, ready: Any, stop: Any, out: Any) -> None:
+    from .queue import Queue
+
+    with Queue(directory, auto_compact=None, lock_timeout=3600) as q:
+        storage: Any = q.storage
+        q.enqueue({"t": 0})  # the first write after opening has a one-off cost (see _stall_compactor)
+        ready.release()
+        marks: list[tuple[float, float, bool]] = []  # (started, seconds, followed the flip)
+        while not stop.is_set():
+            generation = storage.generation
+            start = time.perf_counter()
+            q.enqueue({"t": start})
+            marks.append((time.time(), time.perf_counter() - start, storage.generation != generation))
+        out.put(marks)
+
+
+def compaction_stall(root: str, n: int) -> dict[str, float]:
+    """One process compacts a queue of ``n`` jobs (half of them done) while another enqueues without pause.
+
+    Returns the compaction time, the longest hold of the file lock by the
+    compactor (what it can make a peer wait), the longest enqueue of the
+    other process while it ran (that wait plus the enqueue's own work and
+    fsync, on a disk the compactor is writing to), that process's longest
+    enqueue during a second alone before it and its median, for scale, and
+    the one enqueue that followed the flip (it re-reads the new generation).
+    """
+    from .queue import Queue
+
+    directory = _fresh(root)
+    with Queue(directory, fsync=False, auto_compact=None) as q:
+        for start_at in range(0, n, 10_000):
+            jobs = q.enqueue_many([{"i": i} for i in range(start_at, min(n, start_at + 10_000))])
+            q.ack_many(q.lease(len(jobs) // 2))
+    if hasattr(os, "sync"):
+        os.sync()
+    ctx = multiprocessing.get_context("spawn")
+    ready, go, stop = ctx.Semaphore(0), ctx.Event(), ctx.Event()
+    out, marks_out = ctx.Queue(), ctx.Queue()
+    compactor = ctx.Process(target=_stall_compactor, args=(directory, ready, go, out))
+    enqueuer = ctx.Process(target=_stall_enqueuer, args=(directory, ready, stop, marks_out))
+    compactor.start()
+    enqueuer.start()
+    ready.acquire()
+    ready.acquire()
+    quiet = time.time()
+    time.sleep(1.0)  # the enqueuer alone first: its longest enqueue without a compaction, for scale
+    started = time.time()
+    go.set()
+    result = out.get(timeout=3600)
+    ended = time.time()
+    time.sleep(0.3)
+    stop.set()
+    marks = marks_out.get(timeout=600)
+    compactor.join()
+    enqueuer.join()
+    shutil.rmtree(directory, ignore_errors=True)
+    # Every enqueue that overlapped the compaction, except the one that followed
+    # the flip (reported apart: it re-reads the new generation, whatever held the lock).
+    during = [seconds for at, seconds, flip in marks if at < ended and at + seconds > started and not flip]
+    alone = [seconds for at, seconds, _flip in marks if quiet <= at and at + seconds <= started]
+    flips = [seconds for _at, seconds, flip in marks if flip]
+    return {
+        "compaction": result["compaction"],
+        "held_ms": result["held"] * 1000,
+        "stall_ms": max(during) * 1000 if during else float("nan"),
+        "median_ms": statistics.median(during) * 1000 if during else float("nan"),
+        "alone_ms": max(alone) * 1000 if alone else float("nan"),
+        "enqueues": len(during),
+        "flip_ms": max(flips) * 1000 if flips else float("nan"),
+    }
+
+
 # ---------------------------------------------------------------- pickup latency
 def _idle_worker(directory: str, n: int, ready: Any, out: Any) -> None:
     from .queue import Queue
@@ -381,6 +470,25 @@ def run(root: str, *, quick: bool, full: bool, runs: int) -> list[Figure]:
     figures.append(Figure(f"open a compacted queue of {big:,} jobs, after a clean close", size["compacted_snapshot"], "s",
                           f"<= {compact_target:g}", size["compacted_snapshot"] <= compact_target))  # fmt: skip
     figures.append(Figure(f"open a compacted queue of {big:,} jobs, no snapshot", size["compacted_replay"], "s", "", None))
+
+    rounds = min(runs, 3)
+    stalls = []
+    for i in range(rounds):
+        _progress(f"compaction of {big:,} jobs beside an enqueuer ({i + 1}/{rounds})")
+        stalls.append(compaction_stall(root, big))
+
+    def med(key: str) -> float:
+        return statistics.median(s[key] for s in stalls)
+
+    held = med("held_ms")
+    figures.append(Figure(f"longest file-lock hold while compacting {big:,} jobs", held, "ms",
+                          f"<= {STALL_TARGET_MS:g}", held <= STALL_TARGET_MS))  # fmt: skip
+    stall = med("stall_ms")
+    figures.append(Figure(f"a peer's longest enqueue meanwhile (alone: {_fmt(med('alone_ms'))} ms, "
+                          f"median {_fmt(med('median_ms'))} ms)", stall, "ms", f"<= {STALL_TARGET_MS:g}",
+                          stall <= STALL_TARGET_MS))  # fmt: skip
+    figures.append(Figure(f"compaction of {big:,} jobs (half done), a peer enqueuing", med("compaction"), "s", "", None))
+    figures.append(Figure("the peer's first enqueue after the flip (re-reads the new generation)", med("flip_ms"), "ms", "", None))
 
     _progress("pickup latency")
     p = pickup(root, 30 if quick else 80)

@@ -2,9 +2,9 @@
 
 Owns: FileStorage, which runs every operation as the four beats of the
 design (lock → read forward → reclaim → append, fsync, apply), opens and
-recovers a queue, compacts it, survives fork, and waits for work. Imports:
-errors, jobs, fs, framing, log, lock, wake, replay, snapshot, leases, compaction,
-storage.
+recovers a queue, compacts it (mostly without the file lock: see compact),
+survives fork, and waits for work. Imports: errors, jobs, fs, framing, log,
+lock, wake, replay, snapshot, leases, compaction, storage.
 
 Locking, from the outside in: a threading.Lock serialises this process's
 threads around the in-memory state, and whichever thread holds it runs every
@@ -12,7 +12,10 @@ writing operation the others have queued (one batch: one lock, one append);
 the QueueLock serialises processes (an exclusive lock for writers, a shared
 one for readers). fsync happens after both are released, through
 LogFile.sync_through, so concurrent writers share it (group commit). A caller
-is told "done" only after its own bytes are durable.
+is told "done" only after its own bytes are durable. A compaction also holds
+the compactor lock file for its whole length (one compactor per queue) and
+this object's mutex (its state must stay put while the jobs are streamed),
+but the QueueLock only for moments.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import leases, snapshot
-from .compaction import flip, write_generation
+from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .errors import (
     NobrokerError,
     CompactionError,
@@ -41,11 +44,11 @@ from .errors import (
     StorageError,
     UnsafeQueueError,
 )
-from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, encode_record, frame
+from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
-from .lock import QueueLock
-from .log import LogFile, check_name, list_generations, lock_path, log_path, read_pointer, storage_error
+from .lock import QueueLock, held_elsewhere
+from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
 from .storage import EnqueueSpec
 from .wake import WakeChannel, pause
@@ -58,6 +61,17 @@ T = TypeVar("T")
 AUTO_COMPACT_MIN_BYTES = 8 * 1024 * 1024
 #: Longest single sleep while an idle worker waits for work (the fallback poll).
 WAIT_POLL = 0.005
+#: Longest stretch a compaction reads peers' records while holding the file lock.
+COMPACT_SLICE = 0.002
+#: Slices after which a compaction that still has not caught up reads the rest in one go.
+COMPACT_MAX_SLICES = 500
+#: Bytes of the new generation between two fsyncs while it is written (outside the lock).
+COMPACT_SYNC_EVERY = 4 << 20
+#: Pause between two slices, longer than a lock waiter's longest backoff (lock.MAX_BACKOFF),
+#: so a waiting peer gets the lock instead of the compactor taking it straight back.
+COMPACT_YIELD = 0.001
+#: Sleep between two looks at a busy compactor lock.
+COMPACTOR_POLL = 0.01
 
 _live: weakref.WeakSet[FileStorage] = weakref.WeakSet()
 
@@ -69,6 +83,10 @@ def _after_fork_in_child() -> None:
         storage._mutex = threading.Lock()
         storage._pending_lock = threading.Lock()
         storage._pending = []
+        storage._compacting = threading.Lock()
+        if storage._compactor is not None:  # the parent's compaction, not ours: let go without unlocking
+            storage._compactor.forget()
+            storage._compactor = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -128,6 +146,29 @@ class _Op:
         self.compact = False
 
 
+class _Holds:
+    """Takes and releases the file lock for a compaction, remembering the longest hold."""
+
+    __slots__ = ("lock", "since", "longest")
+
+    def __init__(self, lock: QueueLock) -> None:
+        self.lock = lock
+        self.since = 0.0
+        self.longest = 0.0
+
+    def acquire(self) -> None:
+        self.lock.acquire(exclusive=True)
+        self.since = time.perf_counter()
+
+    def release(self) -> None:
+        self.longest = max(self.longest, time.perf_counter() - self.since)
+        self.lock.release()
+
+
+class _Superseded(Exception):
+    """A compaction found the pointer changed under it: someone else flipped."""
+
+
 class FileStorage:
     """A queue kept in ``directory`` as ``<name>.NNNNNN.log`` files."""
 
@@ -158,6 +199,8 @@ class FileStorage:
         self._mutex = threading.Lock()
         self._pending_lock = threading.Lock()  # guards _pending only; never held while waiting
         self._pending: list[_Op] = []
+        self._compacting = threading.Lock()  # one compaction per object; the compactor lock file does processes
+        self._compactor: QueueLock | None = None
         self._closed = False
         self._pid = os.getpid()
         self._log: LogFile | None = None
@@ -285,21 +328,16 @@ class FileStorage:
                 path=path,
             ) from None
 
-    def _replay_all(self, log: LogFile, *, truncate: bool) -> tuple[QueueState, int, int]:
+    def _replay_all(self, log: LogFile, *, truncate: bool, use_snapshot: bool = True) -> tuple[QueueState, int, int]:
         """Replay a whole generation. Returns (state, end of last whole record, torn bytes cut).
 
         A snapshot of the generation whose log prefix still matches stands in
         for replaying that prefix (snapshot.py); anything wrong with it: ignored.
         """
-        loaded = snapshot.load(self.fs, self.directory, self.name, log)
-        if loaded is None:
-            state, start, self._snap_crc = QueueState(), 0, (log.generation, 0, 0)
-        else:
-            state, start, crc = loaded
-            self._snap_crc = (log.generation, start, crc)
+        loaded = snapshot.load(self.fs, self.directory, self.name, log) if use_snapshot else None
+        state, start, crc = loaded or (QueueState(), 0, 0)
+        self._snap_crc = (log.generation, start, crc) if self.durable else None  # see _read_forward
         self._snap_loaded, self._snap_records = loaded is not None, state.records
-        if not self.durable:
-            self._snap_crc = None  # it never writes a snapshot: no need to follow the crc
         stale = self._stale
         try:
             end, torn = self._read_forward(log, state, max(start, HEADER_SIZE), truncate=truncate)
@@ -308,19 +346,18 @@ class FileStorage:
                 raise
             # Only the whole log may refuse to open: a snapshot must never be the reason.
             logger.info("%s: reading on from the snapshot failed (%s); replaying the whole log", log.path, exc)
-            self._stale, state, self._snap_crc = stale, QueueState(), (log.generation, 0, 0)
-            self._snap_loaded, self._snap_records = False, 0
-            if not self.durable:
-                self._snap_crc = None
-            end, torn = self._read_forward(log, state, HEADER_SIZE, truncate=truncate)
+            self._stale = stale
+            return self._replay_all(log, truncate=truncate, use_snapshot=False)
         return state, end, torn
 
-    def _read_forward(self, log: LogFile, state: QueueState, start: int, *, truncate: bool) -> tuple[int, int]:
+    def _read_forward(
+        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None
+    ) -> tuple[int, int]:
         """_apply_forward, and the crc of the bytes it applied, for a snapshot at close.
 
         Read again while we still hold the lock: the very bytes just applied.
         """
-        end, torn = self._apply_forward(log, state, start, truncate=truncate)
+        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline)
         mark = self._snap_crc
         if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
             try:
@@ -331,16 +368,23 @@ class FileStorage:
             self._snap_crc = None
         return end, torn
 
-    def _apply_forward(self, log: LogFile, state: QueueState, start: int, *, truncate: bool) -> tuple[int, int]:
+    def _apply_forward(
+        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None
+    ) -> tuple[int, int]:
         """Apply every whole record after ``start``; deal with what stops the reading.
 
         A torn tail (nothing valid after it) is cut off when ``truncate`` (we
         hold the exclusive lock) and otherwise left for a writer to cut.
         Damage followed by valid records is never cut: CorruptLogError.
+        With a ``deadline`` (time.perf_counter), stop at the first record seen
+        after it (having read at least one): the caller reads on later.
         """
         end = start
         apply = state.apply
         for fr in log.scan(start):
+            if deadline is not None and fr.status is FrameStatus.OK and end > start and time.perf_counter() >= deadline:
+                log.note_end(end)
+                return end, 0
             if fr.status is FrameStatus.OK:
                 try:
                     apply(fr.rtype, fr.body, fr.offset)  # type: ignore[arg-type]
@@ -379,8 +423,13 @@ class FileStorage:
         return end, 0
 
     def _remove_leftovers(self, current: int) -> None:
-        """Delete what crashed compactions left: other generations and dead writers' temp files."""
+        """Delete what crashed compactions left: other generations and dead writers' temp files.
+
+        While a peer holds the compactor lock, the next generation it is
+        writing already has its final name: other generations stay then.
+        """
         prefix = self.name + "."
+        compacting = None
         for entry in self.fs.listdir(self.directory):
             if not entry.startswith(prefix):
                 continue
@@ -390,11 +439,16 @@ class FileStorage:
                 pid = entry.rsplit(".", 2)[-2]
                 if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
                     continue  # a live peer is still writing it
-            elif not (
-                len(rest) in (10, 11) and rest.endswith((".log", ".snap")) and rest[:6].isdigit()
-                and int(rest[:6]) != current
-            ):  # fmt: skip
-                continue  # (a snapshot of another generation is stale: it can never be used)
+            elif len(rest) == 11 and rest.endswith(".snap") and rest[:6].isdigit():
+                if int(rest[:6]) == current:
+                    continue  # a snapshot of another generation is stale: it can never be used
+            elif not (len(rest) == 10 and rest.endswith(".log") and rest[:6].isdigit() and int(rest[:6]) != current):
+                continue
+            else:
+                if compacting is None:
+                    compacting = self._compaction_running()
+                if compacting:
+                    continue
             try:
                 self.fs.unlink(path)
                 logger.info("removed %s, left over from an interrupted compaction", path)
@@ -497,7 +551,9 @@ class FileStorage:
                     return
                 lock.acquire(exclusive=True)
                 try:
-                    if log.size() == end:  # nobody appended after us
+                    # Not while a compaction runs: it may already have copied these records,
+                    # and cutting bytes it read would shift everything after them.
+                    if log.size() == end and not self._compaction_running():  # nobody appended after us
                         log.truncate(start)
                         self._stale = True  # memory holds the records we just removed
                         # Make the shorter size durable, or a power cut could bring the
@@ -586,7 +642,7 @@ class FileStorage:
             raise op.error
         if op.compact:
             try:
-                self.compact()
+                self._compaction(None, wait=False)  # a compaction already running serves the same end
             except CompactionError as exc:
                 logger.warning("automatic compaction failed (the queue is unharmed): %s", exc)
         return op.result  # type: ignore[return-value]
@@ -896,66 +952,209 @@ class FileStorage:
 
     # ================================================================ compaction
     def compact(self, *, progress: Callable[[int], None] | None = None) -> CompactionResult:
-        """Rewrite the log as one record per live job (done jobs dropped), then flip."""
+        """Rewrite the log without done jobs; waits for a peer's compaction first (see _compaction)."""
+        result = self._compaction(progress, wait=True)
+        assert result is not None
+        return result
+
+    def _compaction(self, progress: Callable[[int], None] | None, *, wait: bool) -> CompactionResult | None:
+        """Rewrite the log as one record per live job (done jobs dropped), then flip.
+
+        Almost all of it runs without the file lock, so other processes keep
+        working: under the lock only (1) a catch-up that notes where the old
+        generation ends, (2) slices of at most COMPACT_SLICE seconds reading
+        what peers appended meanwhile, (3) the last few records, one fsync of
+        the new file and the rename of the pointer. In between, the live jobs
+        are streamed into the new generation from the old file's prefix
+        (bytes before the noted end never change), and the peers' records
+        are copied after them byte for byte.
+
+        One compaction at a time per queue: whoever holds the compactor lock
+        file compacts. With ``wait`` (an explicit compact()) a second caller
+        waits for the running one to finish and then compacts itself, so on
+        return every job done before the call is gone; without it
+        (automatic compaction) it returns None at once. Threads of this
+        process wait for this object's compaction to finish (it keeps the
+        in-memory state still); other processes do not.
+        """
         started = time.perf_counter()
         self._enter()
-        with self._mutex:
-            self._enter()
-            lock = self._lock
-            assert lock is not None and self._log is not None
-            self._check_usable()
-            lock.acquire(exclusive=True)
+        assert self._log is not None
+        if self._log.generation >= MAX_GENERATION:  # refused before any file is touched
+            NextGeneration.check_generation(self._log.generation + 1)
+        if not self._compacting.acquire(blocking=wait):
+            return None
+        try:
+            compactor = QueueLock(self.fs, compactor_path(self.directory, self.name), self.lock_timeout)
+            while not compactor.try_acquire(exclusive=True):
+                if not wait or self._closed:
+                    compactor.close()
+                    return None
+                time.sleep(COMPACTOR_POLL)
+            self._compactor = compactor
             try:
-                self._catch_up(exclusive=True)
-                now = self.clock()
-                batch = _Batch(self._state, self._offset)
-                self._reclaim(batch, now)
+                with self._mutex:
+                    self._enter()
+                    return self._compact(progress, started)
+            finally:
+                self._compactor = None
+                compactor.close()
+        finally:
+            self._compacting.release()
+
+    def _compaction_running(self) -> bool:
+        """Does anyone (a peer, or another object here) hold the compactor lock right now?"""
+        return held_elsewhere(self.fs, compactor_path(self.directory, self.name))
+
+    def _compact(self, progress: Callable[[int], None] | None, started: float) -> CompactionResult:
+        assert self._lock is not None and self._log is not None
+        lock = _Holds(self._lock)
+        self._check_usable()
+        # (1) Under the lock: catch up (in slices, if peers wrote much since our
+        # last look), reclaim, note where the old generation ends.
+        lock.acquire()
+        try:
+            slices = 0
+            while True:
+                slices += 1
                 old = self._log
-                if batch.parts:
+                assert old is not None
+                if self._stale or self._pointer_signature() != self._pointer_sig or old.size() < self._offset:
+                    self._catch_up(exclusive=True)  # a switch or a reload: the usual way, in one go
+                    continue
+                if self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None, locked=True):
+                    break
+                lock.release()
+                time.sleep(COMPACT_YIELD)
+                lock.acquire()
+            batch = _Batch(self._state, self._offset)
+            self._reclaim(batch, self.clock())
+            if batch.parts:
+                try:
                     self._offset = old.append(b"".join(batch.parts), self._offset)
-                if self.durable:
-                    old.sync_through(self._offset)  # every acknowledged record is durable before we copy
-                before = self._offset
-                state = self._state
-                live = [e for e in state.entries() if e.state is not DONE]
-                dropped = len(state) - len(live)
-                new, offsets = write_generation(
-                    self.fs, self.directory, self.name, old.generation + 1, live, self._read_body,
-                    sync=self.durable, progress=progress,
-                )  # fmt: skip
-                try:
-                    flip(self.fs, self.directory, self.name, new.generation, sync=self.durable)
-                except BaseException as exc:
-                    new.close()
-                    # The rename may have happened without becoming durable: which
-                    # generation is the truth after a power cut is unknown, so this
-                    # object must not acknowledge anything more. A reopen decides.
-                    self._failed = StorageError(
-                        f"compaction could not make its pointer flip durable ({exc}); this queue object refuses "
-                        "further writes: open the queue again."
-                    )
+                except BaseException:
+                    self._stale = True  # memory holds records the disk does not: reload next time
                     raise
-                # The flip is done: the new generation is the truth from here on.
-                state.relocate(offsets)  # new offsets for the kept jobs; the done ones dropped
-                self._log, self._offset = new, new.written_end
-                self._pointer_sig = self._pointer_signature()
-                old.close()
-                try:
-                    self.fs.unlink(old.path)
-                except OSError:
-                    pass  # the next opener removes it
-                after = new.written_end
+        finally:
+            lock.release()
+        base = self._offset
+        if self.durable:
+            old.sync_through(base)  # every record we copy is durable where it is now
+        state = self._state
+        records_at_base = state.records
+        live = [e for e in state.entries() if e.state is not DONE]
+        dropped = len(state) - len(live)
+        # (2) Without the lock: stream the live jobs as of ``base``. This process's
+        # threads wait on the mutex, so the state stays exactly that.
+        new = NextGeneration(self.fs, self.directory, self.name, old.generation + 1)
+        prepared: str | None = None
+        flipped = False
+        try:
+            offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
+            del live
+            tail = new.pos  # where the records appended after ``base`` begin in the new file
+            # (3) Copy what peers appended meanwhile: read under the lock in short
+            # slices (which checks every record), copy without it.
+            copied = base
+            slices = 0
+            while True:
+                slices += 1
+                caught_up = self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None)
+                new.copy_from(old, copied, self._offset)
+                copied = self._offset
+                if caught_up:
+                    break
+                time.sleep(COMPACT_YIELD)
+            if self.durable:
+                new.sync()  # the bulk, outside the lock: the fsync under it has little left to do
+            new.install(sync=self.durable)
+            prepared = prepare_flip(self.fs, self.directory, self.name, new.generation, sync=self.durable)
+            # (4) Under the lock: the last records, fsync, flip.
+            lock.acquire()
+            try:
+                self._compaction_slice(lock, old, None, locked=True)
+                new.copy_from(old, copied, self._offset)
+                copied = self._offset
+                if self.durable:
+                    new.sync()
+                flipped = True  # from here on a failure leaves the flip unknown
+                finish_flip(self.fs, self.directory, self.name, prepared)
+                prepared = None
             finally:
                 lock.release()
+            # (5) Without the lock: make the flip durable before anything is answered
+            # from the new generation (a peer that follows it fsyncs the folder too).
+            if self.durable:
+                self._sync_directory()
+        except BaseException as exc:
+            if prepared is not None:
+                drop_prepared(self.fs, prepared)
+            if not flipped:
+                # A pointer that no longer names ``old`` means someone else flipped
+                # (a repair by an older nobroker?): the file of that name may be theirs.
+                new.discard(unlink=not isinstance(exc, _Superseded))
+                if isinstance(exc, _Superseded):
+                    raise CompactionError(
+                        "compaction stopped: another process replaced the queue's generation meanwhile; "
+                        "nothing was changed by this compaction"
+                    ) from None
+                raise
+            new.discard(unlink=False)
+            # The rename may have happened without becoming durable: which
+            # generation is the truth after a power cut is unknown, so this
+            # object must not acknowledge anything more. A reopen decides.
+            self._failed = StorageError(
+                f"compaction could not make its pointer flip durable ({exc}); this queue object refuses "
+                "further writes: open the queue again."
+            )
+            raise
+        # The flip is durable: the new generation is the truth from here on.
+        # Jobs live at ``base`` moved to ``offsets``; records after it moved by a constant.
+        shift = tail - base
+        if state.relocate(offsets, base, shift):  # cannot happen (done is final); if it did, reload from disk
+            self._stale = True
+        state.records = len(offsets) + state.records - records_at_base
+        before = self._offset
+        self._log, self._offset = new.log(), copied + shift
+        self._pointer_sig = self._pointer_signature()
+        old.close()
+        try:
+            self.fs.unlink(old.path)
+        except OSError:
+            pass  # the next opener removes it
         return CompactionResult(
             old_generation=old.generation,
-            new_generation=new.generation,
-            jobs_kept=len(live),
+            new_generation=self._log.generation,
+            jobs_kept=len(state),
             jobs_dropped=dropped,
             bytes_before=before,
-            bytes_after=after,
+            bytes_after=self._offset,
             elapsed=time.perf_counter() - started,
+            lock_held=lock.longest,
         )
+
+    def _compaction_slice(self, lock: _Holds, old: LogFile, budget: float | None, *, locked: bool = False) -> bool:
+        """Read forward in ``old`` what peers appended, for about ``budget`` seconds under the lock.
+
+        Returns True once at the end of the file. Raises _Superseded if the
+        pointer changed, CompactionError if the file shrank below what was read.
+        """
+        if not locked:
+            lock.acquire()
+        try:
+            if self._pointer_signature() != self._pointer_sig:
+                raise _Superseded()
+            if old.size() < self._offset:
+                self._stale = True  # records we applied are gone: rebuild before any use
+                raise CompactionError(
+                    f"compaction stopped: {old.path} shrank under it (a writer rolled back); nothing was changed"
+                )
+            deadline = None if budget is None else time.perf_counter() + budget
+            self._offset, _torn = self._read_forward(old, self._state, self._offset, truncate=True, deadline=deadline)
+            return deadline is None or old.size() == self._offset
+        finally:
+            if not locked:
+                lock.release()
 
     def _should_auto_compact(self) -> bool:
         threshold = self.auto_compact

@@ -177,6 +177,9 @@ class CompactionResult:
     bytes_before: int = 0
     bytes_after: int = 0
     elapsed: float = 0.0
+    #: Longest time (seconds) the compaction held the queue's lock at once: how
+    #: long it could make another process wait. 0.0 where it does not apply.
+    lock_held: float = 0.0
 
 
 # ---------------------------------------------------------------- JSON

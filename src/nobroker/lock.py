@@ -1,7 +1,12 @@
-"""The cross-process lock that serialises every writer of one queue.
+"""The cross-process locks of one queue: the writers' lock and the compactor's.
 
 Owns: QueueLock (an exclusive lock for writers, a shared one for readers, a
-timeout). Imports: errors, fs, log (for error wrapping).
+timeout, a try without waiting) and ``held_elsewhere`` (is a lock file held
+by anyone else right now). Imports: errors, fs, log (for error wrapping).
+
+Two lock files: ``<name>.lock`` serialises every operation (held for
+microseconds); ``<name>.compactor`` is held by the one process compacting the
+queue, for the whole compaction, most of which runs without the first lock.
 
 The kernel arbitrates: flock on POSIX, msvcrt.locking on Windows, both on a
 zero-byte ``<name>.lock`` file whose descriptor is held for the queue's life
@@ -71,6 +76,21 @@ class QueueLock:
                 )
             pause = min(pause * 2, MAX_BACKOFF)
 
+    def try_acquire(self, *, exclusive: bool = True) -> bool:
+        """Take the lock if it is free right now; never waits."""
+        if self.fs.lock(self.fd, exclusive=exclusive, blocking=False):
+            self.held = True
+            return True
+        return False
+
+    def forget(self) -> None:
+        """In a forked child: drop the inherited descriptor without unlocking (the lock is the parent's)."""
+        try:
+            self.fs.close(self.fd)
+        except OSError:
+            pass
+        self.held = False
+
     def release(self) -> None:
         if self.held:
             self.held = False
@@ -82,3 +102,24 @@ class QueueLock:
             self.fs.close(self.fd)
         except OSError:
             pass
+
+
+def held_elsewhere(fs: FileSystem, path: str) -> bool:
+    """True if some descriptor (another process's, or another of ours) holds the lock on ``path`` now.
+
+    A missing file is a free lock. Used for rare decisions only (opening a
+    queue, rolling back after a failed fsync): it opens and closes the file.
+    """
+    try:
+        fd = fs.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise storage_error(exc, "opening the lock file", path) from None
+    try:
+        if fs.lock(fd, exclusive=False, blocking=False):
+            fs.unlock(fd)
+            return False
+        return True
+    finally:
+        fs.close(fd)

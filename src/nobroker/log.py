@@ -3,7 +3,8 @@
 Owns: file names, creating a generation (header, fsync, rename, directory
 fsync), reading records forward from an offset, telling a torn tail from
 damage in the middle, appending with short-write handling, group fsync, and
-the ``<name>.current`` pointer. Imports: errors, jobs, fs, framing.
+the ``<name>.current`` pointer (replaced in two steps a compactor can split:
+a durable temp file, then one rename). Imports: errors, jobs, fs, framing.
 
 Group commit: appends happen under the queue's lock, fsync does not. A thread
 that appended waits until the file is durable through its own last byte; the
@@ -69,6 +70,11 @@ def lock_path(directory: str, name: str) -> str:
     return os.path.join(directory, f"{name}.lock")
 
 
+def compactor_path(directory: str, name: str) -> str:
+    """The lock file held by whoever compacts (or repairs) the queue, for the whole rewrite."""
+    return os.path.join(directory, f"{name}.compactor")
+
+
 def storage_error(exc: OSError, doing: str, path: str | None) -> StorageError:
     """Wrap an OSError in a StorageError whose message says what failed and what to do."""
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
@@ -114,6 +120,20 @@ def read_pointer(fs: FileSystem, directory: str, name: str) -> int | None:
 
 def write_pointer(fs: FileSystem, directory: str, name: str, generation: int, *, sync: bool) -> None:
     """Atomically replace the pointer: temp file (O_EXCL), fsync, rename, fsync directory."""
+    tmp = prepare_pointer(fs, directory, name, generation, sync=sync)
+    install_pointer(fs, directory, name, tmp)
+    if sync:
+        try:
+            fs.fsync_dir(directory)
+        except OSError as exc:
+            raise storage_error(exc, "writing the generation pointer", pointer_path(directory, name)) from None
+
+
+def prepare_pointer(fs: FileSystem, directory: str, name: str, generation: int, *, sync: bool) -> str:
+    """The first half of replacing the pointer: a durable temp file naming ``generation``; returns its path.
+
+    Nothing reads the temp file; ``install_pointer`` renames it over the pointer.
+    """
     path = pointer_path(directory, name)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
@@ -127,9 +147,16 @@ def write_pointer(fs: FileSystem, directory: str, name: str, generation: int, *,
                 fs.fsync(fd)
         finally:
             fs.close(fd)
+    except OSError as exc:
+        raise storage_error(exc, "writing the generation pointer", path) from None
+    return tmp
+
+
+def install_pointer(fs: FileSystem, directory: str, name: str, tmp: str) -> None:
+    """The second half: rename the prepared temp file over the pointer (atomic; durable after a folder fsync)."""
+    path = pointer_path(directory, name)
+    try:
         fs.replace(tmp, path)
-        if sync:
-            fs.fsync_dir(directory)
     except OSError as exc:
         raise storage_error(exc, "writing the generation pointer", path) from None
 

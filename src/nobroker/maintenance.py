@@ -29,7 +29,7 @@ from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, decode_he
 from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import JobState
 from .lock import QueueLock
-from .log import LogFile, list_generations, lock_path, log_path, pointer_path, read_pointer
+from .log import LogFile, compactor_path, list_generations, lock_path, log_path, pointer_path, read_pointer
 from .replay import QueueState
 from .snapshot import remove as remove_snapshots
 
@@ -211,81 +211,91 @@ def repair(
 
     Records inside a damaged stretch are lost (they cannot be read); every
     valid record before and after it is kept. The damaged file is renamed to
-    ``<file>.damaged-<unix time>`` and never deleted by nobroker.
+    ``<file>.damaged-<unix time>`` and never deleted by nobroker. A compaction
+    running meanwhile is waited for (it holds the compactor lock).
     """
     directory = os.path.abspath(directory)
     report = RepairReport(directory, name)
+    # A compaction running elsewhere writes the next generation without the
+    # queue's lock: let it finish first (it holds the compactor lock throughout).
+    compactor = QueueLock(fs, compactor_path(directory, name), lock_timeout)
     lock = QueueLock(fs, lock_path(directory, name), lock_timeout)
-    lock.acquire(exclusive=True)
     try:
+        compactor.acquire(exclusive=True)
+        lock.acquire(exclusive=True)
         # A snapshot is only a cache of replaying the log, and repair rewrites the log.
         remove_snapshots(fs, directory, name)
-        try:
-            generation: int | None = current_generation(directory, name, fs)
-        except CorruptLogError:
-            generation = None
-        existing = list_generations(fs, directory, name)
-        if generation is None or generation not in existing:
-            if not existing:
-                report.message = "nothing to repair: no generation file exists"
-                return report
-            generation = existing[-1]  # the newest file is the best guess for the truth
-        report.old_generation = generation
-        path = log_path(directory, name, generation)
-        log = LogFile.open(fs, path, writable=False)
-        try:
-            state = QueueState()
-            size = log.size()
-            pos = HEADER_SIZE
-            dropped = 0
-            while pos < size:
-                stopped = None
-                for fr in log.scan(pos):
-                    if fr.status is FrameStatus.OK:
-                        try:
-                            state.apply(fr.rtype, fr.body or {}, fr.offset)
-                        except (KeyError, TypeError, ValueError):
-                            dropped += FRAME_SIZE + fr.length
-                        pos = fr.end
-                        continue
-                    stopped = fr
-                    break
-                if stopped is None:
-                    break
-                after = log.valid_record_after(stopped.offset, size)
-                end = size if after is None else after
-                dropped += end - stopped.offset
-                pos = end
-            if dropped == 0 and read_pointer_ok(fs, directory, name, generation):
-                report.message = "the queue is sound; nothing was changed"
-                report.jobs = len(state)
-                return report
-            live = list(state.entries())
-
-            def read_body(entry: Any) -> dict[str, Any]:
-                return dict(log.read_job_body(entry.offset, entry.id))
-
-            new_gen = max(existing + [generation]) + 1
-            new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True)
-            new.close()
-        finally:
-            log.close()
-        aside = f"{path}.damaged-{int(time.time())}"
-        fs.replace(path, aside)
-        flip(fs, directory, name, new_gen, sync=True)
-        report.repaired = True
-        report.kept_aside = aside
-        report.new_generation = new_gen
-        report.records_kept = state.records
-        report.bytes_dropped = dropped
-        report.jobs = len(live)
-        report.message = (
-            f"rebuilt generation {new_gen} from {state.records} valid records ({dropped} damaged bytes dropped); "
-            f"the damaged file is kept as {aside}"
-        )
-        return report
+        return _repair_locked(directory, name, fs, report)
     finally:
         lock.close()
+        compactor.close()
+
+
+def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairReport) -> RepairReport:
+    try:
+        generation: int | None = current_generation(directory, name, fs)
+    except CorruptLogError:
+        generation = None
+    existing = list_generations(fs, directory, name)
+    if generation is None or generation not in existing:
+        if not existing:
+            report.message = "nothing to repair: no generation file exists"
+            return report
+        generation = existing[-1]  # the newest file is the best guess for the truth
+    report.old_generation = generation
+    path = log_path(directory, name, generation)
+    log = LogFile.open(fs, path, writable=False)
+    try:
+        state = QueueState()
+        size = log.size()
+        pos = HEADER_SIZE
+        dropped = 0
+        while pos < size:
+            stopped = None
+            for fr in log.scan(pos):
+                if fr.status is FrameStatus.OK:
+                    try:
+                        state.apply(fr.rtype, fr.body or {}, fr.offset)
+                    except (KeyError, TypeError, ValueError):
+                        dropped += FRAME_SIZE + fr.length
+                    pos = fr.end
+                    continue
+                stopped = fr
+                break
+            if stopped is None:
+                break
+            after = log.valid_record_after(stopped.offset, size)
+            end = size if after is None else after
+            dropped += end - stopped.offset
+            pos = end
+        if dropped == 0 and read_pointer_ok(fs, directory, name, generation):
+            report.message = "the queue is sound; nothing was changed"
+            report.jobs = len(state)
+            return report
+        live = list(state.entries())
+
+        def read_body(entry: Any) -> dict[str, Any]:
+            return dict(log.read_job_body(entry.offset, entry.id))
+
+        new_gen = max(existing + [generation]) + 1
+        new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True)
+        new.close()
+    finally:
+        log.close()
+    aside = f"{path}.damaged-{int(time.time())}"
+    fs.replace(path, aside)
+    flip(fs, directory, name, new_gen, sync=True)
+    report.repaired = True
+    report.kept_aside = aside
+    report.new_generation = new_gen
+    report.records_kept = state.records
+    report.bytes_dropped = dropped
+    report.jobs = len(live)
+    report.message = (
+        f"rebuilt generation {new_gen} from {state.records} valid records ({dropped} damaged bytes dropped); "
+        f"the damaged file is kept as {aside}"
+    )
+    return report
 
 
 def read_pointer_ok(fs: FileSystem, directory: str, name: str, generation: int) -> bool:

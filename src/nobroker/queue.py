@@ -293,7 +293,14 @@ class Queue:
         return self._open_storage().purge()
 
     def compact(self) -> CompactionResult:
-        """Drop done jobs for good and rewrite the rest compactly."""
+        """Drop done jobs for good and rewrite the rest compactly.
+
+        Other processes keep working meanwhile (the file storage holds its
+        lock only for moments; ``lock_held`` in the result says how long at
+        most). If another compaction of the queue is running, this one waits
+        for it and then compacts, so every job done before the call is gone
+        on return. Threads sharing this Queue object wait for it.
+        """
         return self._open_storage().compact()
 
     def wait_for_jobs(

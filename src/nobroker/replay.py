@@ -36,7 +36,7 @@ import struct
 from array import array
 from collections.abc import Iterator, Mapping
 from itertools import compress, repeat
-from operator import is_
+from operator import attrgetter, is_
 from types import MappingProxyType
 from typing import Any
 
@@ -316,25 +316,44 @@ class QueueState:
             elif entry is not _GONE and (state is None or entry.state is state):
                 yield entry
 
-    def relocate(self, offsets: dict[str, int]) -> None:
-        """After compaction: every kept job's record moved to ``offsets[id]``; done jobs are dropped."""
+    def relocate(self, offsets: dict[str, int], base: int | None = None, shift: int = 0) -> int:
+        """After compaction: point every job at its record in the new generation.
+
+        A job whose ENQUEUE record lay before ``base`` (all jobs, without a
+        ``base``) moved to ``offsets[id]``; one missing there was done at
+        ``base`` and is dropped. A record at or after ``base`` (copied after
+        the live jobs) moved by ``shift``. Returns how many dropped jobs were
+        not done: a sound compaction drops none.
+        """
         columns, ids, rows = self._columns, self._ids, self._rows
-        pack_offset = _INT64.pack_into
-        gone = 0
+        pack_offset, unpack_offset = _INT64.pack_into, _INT64.unpack_from
+        gone = unsound = 0
         for row, entry in enumerate(rows):
             if entry is None:
-                pack_offset(columns, row * _ROW_BYTES + 8, offsets[_ID_TEXT % ids[row]])  # the offset column
+                at = row * _ROW_BYTES + 8  # the offset column
+                old = unpack_offset(columns, at)[0]
+                if base is not None and old >= base:
+                    pack_offset(columns, at, old + shift)
+                else:  # a cold job is ready, so it was live at ``base``
+                    pack_offset(columns, at, offsets[_ID_TEXT % ids[row]])
             elif entry is _GONE:
                 gone += 1
-            elif entry.state is DONE:
-                self._counts[DONE] -= 1
+            elif base is not None and entry.offset >= base:
+                entry.offset += shift
+            else:
+                moved = offsets.get(entry.id)
+                if moved is not None:
+                    entry.offset = moved
+                    continue
+                if entry.state is not DONE:
+                    unsound += 1
+                self._counts[entry.state] -= 1
                 del self.hot[entry.id]
                 rows[row] = _GONE
                 gone += 1
-            else:
-                entry.offset = offsets[entry.id]
         if gone * 4 > len(rows):  # gone rows cost memory until renumbered; renumbering costs time
             self._rebuild_rows()
+        return unsound
 
     # ------------------------------------------------------------ snapshots
     def to_snapshot(self) -> tuple[dict[str, Any], list[Any]]:
@@ -351,12 +370,9 @@ class QueueState:
         hot = []
         for entry in self.hot.values():
             assert rows[entry.row] is entry, "a hot Entry sits in its own row"
-            hot.append([
-                entry.id, entry.priority, entry.state.value, entry.attempts, entry.max_attempts,
-                entry.available_at, entry.enqueued_at, entry.lease_deadline, entry.lease_token,
-                entry.last_error, entry.seq, entry.kind, entry.dedupe_key, entry.stage, entry.result,
-                entry.offset, entry.heap, entry.row,
-            ])  # fmt: skip
+            values = list(_entry_fields(entry))
+            values[_STATE_FIELD] = entry.state.value
+            hot.append(values)
         gone = array("i", compress(range(len(rows)), map(is_, rows, repeat(_GONE))))
         fifo_numbers = {}
         fifos = []
@@ -375,14 +391,9 @@ class QueueState:
         fields = {
             "rows": len(rows),
             "hot": hot,
-            "counts": [self._counts[READY], self._counts[LEASED], self._counts[DONE], self._counts[DEAD]],
-            "n_cold": self.n_cold,
-            "n_delayed": self.n_delayed,
-            "next_seq": self.next_seq,
-            "records": self.records,
-            "anomalies": self.anomalies,
-            "live_records": self.live_records,
-            "table": [self._mask, self._shift, self._table_used, self._table_limit],
+            "counts": [self._counts[state] for state in JobState],
+            # n_cold, n_delayed, next_seq, records, anomalies, live_records and the table's sizes
+            "ints": {name: value for name, value in vars(self).items() if type(value) is int},
             "kind_names": self._kind_names,
             "fifos": fifos,
             "heads": heads,
@@ -400,40 +411,39 @@ class QueueState:
         table.frombytes(blocks[2])
         fifo_rows.frombytes(blocks[3])
         gone.frombytes(blocks[4])
-        mask, shift, table_used, table_limit = fields["table"]
-        if len(ids) != n or len(columns) != n * _ROW_BYTES or len(table) != mask + 1:
+        ints = fields["ints"]
+        if set(ints) != _SNAPSHOT_INTS or not all(type(value) is int for value in ints.values()):
+            raise ValueError("snapshot counters do not match")
+        for name, value in ints.items():
+            setattr(self, name, value)
+        if len(ids) != n or len(columns) != n * _ROW_BYTES or len(table) != self._mask + 1:
             raise ValueError("snapshot blocks do not match its row count")
         rows: list[Entry | None] = [None] * n
         for row in gone:
             rows[row] = _GONE
         hot = self.hot
         ready, delayed, leases = self.ready, self.delayed, self.leases
-        for (
-            job_id, priority, state, attempts, max_attempts, available_at, enqueued_at, lease_deadline,
-            lease_token, last_error, seq, kind, dedupe_key, stage, result, offset, heap, row,
-        ) in fields["hot"]:  # fmt: skip
+        for values in fields["hot"]:
+            if len(values) != len(Entry.__slots__):
+                raise ValueError("a snapshot entry has the wrong number of fields")
             entry = _new_entry(Entry)
-            entry.id, entry.priority, entry.state, entry.attempts = job_id, priority, _STATES[state], attempts
-            entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
-            entry.lease_deadline, entry.lease_token, entry.last_error = lease_deadline, lease_token, last_error
-            entry.seq, entry.kind, entry.dedupe_key, entry.stage, entry.result = seq, kind, dedupe_key, stage, result
-            entry.offset, entry.heap, entry.row = offset, heap, row
-            if rows[row] is not None or job_id in hot:
-                raise ValueError(f"snapshot row {row} is claimed twice")
-            rows[row] = entry
-            hot[job_id] = entry
-            if heap == _IN_READY:
-                ready.setdefault(kind, []).append((-priority, seq, job_id))
-            elif heap == _IN_DELAYED:
-                delayed.append((available_at, seq, job_id))
-            if entry.state is LEASED and lease_deadline is not None:
-                leases.append((lease_deadline, seq, job_id))
+            for name, value in zip(Entry.__slots__, values):
+                setattr(entry, name, value)
+            entry.state = _STATES[entry.state]  # type: ignore[index]
+            if rows[entry.row] is not None or entry.id in hot:
+                raise ValueError("a snapshot row is claimed twice")
+            rows[entry.row] = hot[entry.id] = entry
+            if entry.heap == _IN_READY:
+                ready.setdefault(entry.kind, []).append((-entry.priority, entry.seq, entry.id))
+            elif entry.heap == _IN_DELAYED:
+                delayed.append((entry.available_at, entry.seq, entry.id))
+            if entry.state is LEASED and entry.lease_deadline is not None:
+                leases.append((entry.lease_deadline, entry.seq, entry.id))
         for heap_list in ready.values():
             heapq.heapify(heap_list)
         heapq.heapify(delayed)
         heapq.heapify(leases)
         self._rows, self._ids, self._columns, self._table = rows, ids, columns, table
-        self._mask, self._shift, self._table_used, self._table_limit = mask, shift, table_used, table_limit
         self._kind_names = list(fields["kind_names"])
         self._kind_numbers = {kind: number for number, kind in enumerate(self._kind_names)}
         fifo_list = []
@@ -448,10 +458,7 @@ class QueueState:
         if start != len(fifo_rows):
             raise ValueError("snapshot fifo rows do not add up")
         self._heads = {kind: [(a, b, c, fifo_list[d]) for a, b, c, d in heap] for kind, heap in fields["heads"]}
-        self._counts = {READY: 0, LEASED: 0, DONE: 0, DEAD: 0}
-        self._counts[READY], self._counts[LEASED], self._counts[DONE], self._counts[DEAD] = fields["counts"]
-        self.n_cold, self.n_delayed, self.next_seq = fields["n_cold"], fields["n_delayed"], fields["next_seq"]
-        self.records, self.anomalies, self.live_records = fields["records"], fields["anomalies"], fields["live_records"]
+        self._counts = dict(zip(JobState, fields["counts"], strict=True))
         self.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
         if len(hot) + len(gone) + self.n_cold != n or sum(self._counts.values()) != len(hot):
             raise ValueError("snapshot counts do not add up")
@@ -908,3 +915,7 @@ _HOT_KEYS = frozenset({"dedupe_key", "stage", "result"})
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})
 #: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.
 _SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
+_SNAPSHOT_INTS = frozenset(name for name, value in vars(QueueState()).items() if type(value) is int)
+#: A hot Entry in a snapshot: every slot, in order (its state as the text value).
+_entry_fields = attrgetter(*Entry.__slots__)
+_STATE_FIELD = Entry.__slots__.index("state")

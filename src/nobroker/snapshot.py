@@ -78,12 +78,6 @@ def snapshot_path(directory: str, name: str, generation: int) -> str:
     return os.path.join(directory, f"{name}.{generation:06d}.snap")
 
 
-def is_snapshot_name(name: str, entry: str) -> bool:
-    """Is ``entry`` (a file name) a snapshot of queue ``name``, of any generation?"""
-    rest = entry[len(name) + 1 :] if entry.startswith(name + ".") else ""
-    return len(rest) == 11 and rest.endswith(".snap") and rest[:6].isdigit()
-
-
 def log_crc(fs: FileSystem, fd: int, start: int, end: int, crc: int = 0) -> int:
     """crc32 of the bytes [start, end) of ``fd``, continuing from ``crc`` (that of [0, start))."""
     pos = start
@@ -96,23 +90,6 @@ def log_crc(fs: FileSystem, fd: int, start: int, end: int, crc: int = 0) -> int:
     return crc
 
 
-def _read_file(fs: FileSystem, path: str) -> bytes:
-    fd = fs.open(path, os.O_RDONLY)  # never through a symlink (the seam adds O_NOFOLLOW)
-    try:
-        size = fs.size(fd)
-        parts = []
-        pos = 0
-        while pos < size:
-            data = fs.pread(fd, min(READ_CHUNK * 8, size - pos), pos)
-            if not data:
-                break
-            parts.append(data)
-            pos += len(data)
-        return b"".join(parts)
-    finally:
-        fs.close(fd)
-
-
 def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[QueueState, int, int] | None:
     """The state a usable snapshot of ``log``'s generation holds: (state, L, crc of log[0, L)).
 
@@ -121,7 +98,11 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
     """
     path = snapshot_path(directory, name, log.generation)
     try:
-        data = _read_file(fs, path)
+        fd = fs.open(path, os.O_RDONLY)  # never through a symlink (the seam adds O_NOFOLLOW)
+        try:
+            data = fs.read_all(fd)  # a short read fails the checksum below
+        finally:
+            fs.close(fd)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -182,8 +163,7 @@ def save(
     """Write the snapshot of ``state`` = replay of log[0, ``offset``) whose crc32 is ``crc``.
 
     Temp file (O_EXCL, 0600), fsync, rename into place. Returns the path.
-    Raises OSError (or ValueError for a state JSON cannot hold); the caller
-    only loses the cache.
+    Raises OSError (or ValueError for a state JSON cannot hold): only the cache is lost.
     """
     fields, arrays = state.to_snapshot()
     # allow_nan: a log written by hand may hold NaN, and replay keeps it.
@@ -229,15 +209,12 @@ def save(
     return final
 
 
-def remove(fs: FileSystem, directory: str, name: str, *, keep: int | None = None) -> list[str]:
-    """Delete the snapshots of queue ``name`` (except generation ``keep``); returns their paths."""
-    removed = []
+def remove(fs: FileSystem, directory: str, name: str) -> None:
+    """Delete every snapshot of queue ``name`` (repair does, as it rewrites the log)."""
     for entry in fs.listdir(directory):
-        if is_snapshot_name(name, entry) and (keep is None or int(entry[len(name) + 1 : len(name) + 7]) != keep):
-            path = os.path.join(directory, entry)
+        rest = entry[len(name) + 1 :]
+        if entry.startswith(name + ".") and len(rest) == 11 and rest.endswith(".snap") and rest[:6].isdigit():
             try:
-                fs.unlink(path)
+                fs.unlink(os.path.join(directory, entry))
             except FileNotFoundError:
-                continue
-            removed.append(path)
-    return removed
+                pass

@@ -1,0 +1,312 @@
+"""Compaction runs beside other processes: they keep working, and nothing they write is lost.
+
+The compactor holds the queue's file lock only for short moments; the rest of
+a compaction (streaming the live jobs, copying what peers append meanwhile)
+runs without it. These tests prove it with real OS processes: a peer enqueues
+and acks during a compaction; a compactor is SIGKILLed while it works outside
+the lock; records appended during a compaction (every record type) come out
+of it exactly, in the compactor's memory, in the peer's and after a reopen.
+Imports: the standard library, nobroker and tests.support.
+
+Child processes run as ``python -m tests.test_online_compaction child MODE DIR``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from typing import Any
+
+from nobroker import Queue
+from nobroker.filestore import FileStorage
+from nobroker.fs import RealFileSystem
+from nobroker.maintenance import verify
+from tests.support import TempDirTestCase, slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Jobs in the queue being compacted: enough that streaming them takes a while.
+BIG = 12_000
+
+
+def build(directory: str, n: int, done_every: int = 3) -> tuple[set[str], set[str]]:
+    """A queue of ``n`` jobs, one in ``done_every`` acked (the oldest); returns (live ids, done ids)."""
+    n_done = n // done_every
+    with Queue(directory, fsync=False, auto_compact=None, visibility_timeout=3600) as q:
+        ids = []
+        for start in range(0, n, 5_000):
+            ids += [j.id for j in q.enqueue_many([{"i": i, "pad": "x" * 100} for i in range(start, min(n, start + 5_000))])]
+        q.ack_many(q.lease(n_done))
+    os.sync()
+    return set(ids[n_done:]), set(ids[:n_done])
+
+
+def storage(q: Queue) -> FileStorage:
+    s = q._open_storage()  # noqa: SLF001 - the tests reach the file storage's compaction hook
+    assert isinstance(s, FileStorage)
+    return s
+
+
+# ====================================================================== children
+def child_compact(directory: str, out: Any, go: Any) -> None:
+    """Compact once when told to; report the wall-clock window and the result."""
+    with Queue(directory, auto_compact=None, visibility_timeout=3600) as q:
+        go.wait()
+        started = time.time()
+        result = q.compact()
+        ended = time.time()
+        out.put({"started": started, "ended": ended, "kept": result.jobs_kept, "dropped": result.jobs_dropped,
+                 "generation": result.new_generation})  # fmt: skip
+
+
+def child_peer(directory: str, out: Any, ready: Any, stop: Any) -> None:
+    """Enqueue and lease+ack as fast as it can until told to stop; report what was acknowledged and when."""
+    enqueued: list[str] = []
+    acked: list[str] = []
+    times: list[float] = []
+    with Queue(directory, auto_compact=None, visibility_timeout=3600, lock_timeout=30) as q:
+        ready.set()
+        n = 0
+        while not stop.is_set():
+            n += 1
+            enqueued.append(q.enqueue({"peer": n}).id)
+            times.append(time.time())
+            if n % 2 == 0:
+                job = q.lease_one()
+                if job is not None:
+                    q.ack(job)
+                    acked.append(job.id)
+                    times.append(time.time())
+        out.put({"enqueued": enqueued, "acked": acked, "times": times})
+
+
+class PausingFileSystem(RealFileSystem):
+    """The real disk; prints a line and sleeps forever at one moment of a compaction."""
+
+    def __init__(self, at: str) -> None:
+        self.at = at
+
+    def replace(self, src: str, dst: str) -> None:
+        super().replace(src, dst)
+        if self.at == "installed" and dst.endswith(".log"):
+            pause("installed")
+
+
+def pause(what: str) -> None:
+    sys.stdout.write(what + "\n")
+    sys.stdout.flush()
+    while True:
+        time.sleep(1)
+
+
+def child_main(mode: str, directory: str) -> None:
+    """``paused-writing``: stop while streaming jobs; ``installed``: stop after the new file got its name."""
+    q = Queue(directory, auto_compact=None, filesystem=PausingFileSystem(mode))
+    progress = (lambda written: pause("writing")) if mode == "paused-writing" else None
+    storage(q).compact(progress=progress)
+    print("compacted", flush=True)
+
+
+# ====================================================================== tests
+class PeersDuringCompaction(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.ctx = multiprocessing.get_context("spawn")
+
+    @slow
+    def test_a_peer_enqueues_and_acks_while_another_process_compacts(self) -> None:
+        live, done = build(self.dir, BIG)
+        out, peer_out = self.ctx.Queue(), self.ctx.Queue()
+        go, ready, stop = self.ctx.Event(), self.ctx.Event(), self.ctx.Event()
+        compactor = self.ctx.Process(target=child_compact, args=(self.dir, out, go))
+        peer = self.ctx.Process(target=child_peer, args=(self.dir, peer_out, ready, stop))
+        compactor.start()
+        peer.start()
+        self.assertTrue(ready.wait(60))
+        time.sleep(0.2)
+        go.set()
+        result = out.get(timeout=300)
+        time.sleep(0.2)  # the peer also works on the new generation
+        stop.set()
+        peer_result = peer_out.get(timeout=120)
+        for p in (compactor, peer):
+            p.join(timeout=60)
+            self.assertEqual(p.exitcode, 0)
+        enqueued, acked = set(peer_result["enqueued"]), set(peer_result["acked"])
+        during = [t for t in peer_result["times"] if result["started"] < t < result["ended"]]
+        self.assertGreaterEqual(len(during), 5, f"the peer was blocked for the whole compaction ({result})")
+        self.assertEqual(result["generation"], 1)
+        self.assertGreaterEqual(result["dropped"], len(done))
+        with Queue(self.dir, auto_compact=None) as q:
+            jobs = {j.id: j for j in q.list_jobs()}
+            stats = q.stats()
+        self.assertTrue(verify(self.dir).ok)
+        self.assertFalse(done & set(jobs), "a job done before the compaction came back")
+        expected_ready = (live | enqueued) - acked
+        ready_now = {i for i, j in jobs.items() if j.state.value == "ready"}
+        self.assertEqual(ready_now, expected_ready, "a job was lost, or an acked one is ready again")
+        self.assertFalse(set(jobs) - live - enqueued, "a job nobody enqueued")
+        for job_id in acked:
+            if job_id in jobs:
+                self.assertEqual(jobs[job_id].state.value, "done")
+        self.assertEqual(stats.ready, len(expected_ready))
+        self.assertEqual(stats.leased + stats.dead, 0)
+        self.assertEqual(stats.total, len(jobs))
+
+    def test_two_compactions_at_once_run_one_after_the_other(self) -> None:
+        live, done = build(self.dir, 6_000)
+        a = Queue(self.dir, auto_compact=None)
+        b = Queue(self.dir, auto_compact=None)
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        results: list[Any] = []
+        threads = [threading.Thread(target=lambda q=q: results.append(q.compact())) for q in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        self.assertEqual(sorted((r.old_generation, r.new_generation) for r in results), [(0, 1), (1, 2)])
+        self.assertEqual(sum(r.jobs_dropped for r in results), len(done))
+        self.assertEqual(len(b), len(live))
+        self.assertEqual(sorted(n for n in os.listdir(self.dir) if n.endswith(".log")), ["default.000002.log"])
+
+    def test_automatic_compaction_does_not_wait_for_a_running_one(self) -> None:
+        build(self.dir, 2_000)
+        with Queue(self.dir, auto_compact=None) as a, Queue(self.dir, auto_compact=None) as b:
+            entered = threading.Event()
+            release = threading.Event()
+            done: list[Any] = []
+
+            def progress(written: int) -> None:
+                entered.set()
+                release.wait(30)
+
+            big = [{"pad": "y" * 1000} for _ in range(1500)]
+            a.enqueue_many(big)  # enough bytes for a progress call
+            t = threading.Thread(target=lambda: done.append(storage(a).compact(progress=progress)))
+            t.start()
+            self.assertTrue(entered.wait(30))
+            started = time.perf_counter()
+            self.assertIsNone(storage(b)._compaction(None, wait=False))  # noqa: SLF001
+            self.assertLess(time.perf_counter() - started, 1.0)
+            b.enqueue({"while": "compacting"})  # and the peer is not blocked meanwhile
+            release.set()
+            t.join(timeout=60)
+            self.assertEqual(done[0].new_generation, 1)
+            self.assertIn({"while": "compacting"}, [j.payload for j in a.list_jobs()])
+
+
+class ExactTail(TempDirTestCase):
+    """Records a peer appends while the compactor streams (every record type) come out exactly."""
+
+    def test_records_appended_during_compaction_survive_exactly(self) -> None:
+        build(self.dir, 20_000)
+        compactor = Queue(self.dir, auto_compact=None, visibility_timeout=3600)
+        peer = Queue(self.dir, auto_compact=None, visibility_timeout=3600)
+        self.addCleanup(compactor.close)
+        self.addCleanup(peer.close)
+        calls = [0]
+
+        def act(written: int) -> None:
+            # Runs inside the compaction, while the compactor holds no file lock.
+            calls[0] += 1
+            n = calls[0]
+            fresh = peer.enqueue({"tail": n, "pad": "z" * (n * 37 % 500)}, priority=n % 3, job_id=f"t{n}")
+            peer.enqueue({"later": n}, delay=600)
+            peer.enqueue_many([{"many": n, "k": k} for k in range(3)])
+            jobs = peer.lease(4)
+            if len(jobs) >= 4:
+                peer.ack(jobs[0], result={"ok": n})
+                peer.nack(jobs[1], error=f"boom {n}")
+                peer.extend(jobs[2], 900)
+                peer.set_stage(jobs[3], f"stage {n}")
+            gone = peer.lease_one()
+            if gone is not None:
+                peer.nack(gone, error="fatal", permanent=True)
+            if n % 2 == 0:
+                peer.requeue_dead()
+            peer.get(fresh.id)
+
+        result = storage(compactor).compact(progress=act)
+        self.assertGreater(calls[0], 1, "the hook never ran inside the compaction")
+        self.assertEqual(result.new_generation, 1)
+        mine = {j.id: j.to_dict() for j in compactor.list_jobs()}  # offsets moved in memory, payloads re-read
+        theirs = {j.id: j.to_dict() for j in peer.list_jobs()}  # followed the flip by replay
+        with Queue(self.dir, auto_compact=None) as fresh:
+            reopened = {j.id: j.to_dict() for j in fresh.list_jobs()}
+        self.assertEqual(mine, reopened)
+        self.assertEqual(theirs, reopened)
+        self.assertTrue(any(j["id"].startswith("t") for j in reopened.values()))
+        self.assertTrue(any(j["stage"] for j in reopened.values()))
+        self.assertTrue(any(j["state"] == "dead" or j["last_error"] == "fatal" for j in reopened.values()))
+        # Both handles keep working on the new generation.
+        job = compactor.enqueue({"after": 1})
+        self.assertEqual(peer.get(job.id).payload, {"after": 1})
+        self.assertTrue(verify(self.dir).ok)
+
+
+class CompactorKilled(TempDirTestCase):
+    """SIGKILL of a compactor while it works outside the lock: the queue is intact, peers never notice."""
+
+    def run_child(self, mode: str) -> subprocess.Popen[str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), ROOT])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.test_online_compaction", "child", mode, self.dir],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        return proc
+
+    def check_kill(self, mode: str) -> None:
+        live, done = build(self.dir, 12_000)
+        proc = self.run_child(mode)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        self.assertEqual(line, "writing" if mode == "paused-writing" else "installed")
+        added = []
+        with Queue(self.dir, auto_compact=None, lock_timeout=5) as peer:
+            for i in range(20):
+                started = time.perf_counter()
+                added.append(peer.enqueue({"peer": i}).id)
+                self.assertLess(time.perf_counter() - started, 2.0, "a peer waited on the compactor")
+            job = peer.lease_one()
+            assert job is not None
+            peer.ack(job)
+            # A process opening now must leave the compactor's files alone (it still runs).
+            Queue(self.dir, auto_compact=None).close()
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            for i in range(20, 40):
+                added.append(peer.enqueue({"peer": i}).id)
+        self.assertIn("default.compactor", os.listdir(self.dir))
+        with Queue(self.dir, auto_compact=None) as q:  # the next opener removes the leftovers
+            jobs = {j.id: j.state.value for j in q.list_jobs()}
+        leftovers = sorted(n for n in os.listdir(self.dir) if n.endswith((".tmp", ".log")))
+        self.assertEqual(leftovers, ["default.000000.log"])
+        expected = live | done | set(added)
+        self.assertEqual(set(jobs), expected)
+        self.assertEqual(sorted(i for i, s in jobs.items() if s == "done"), sorted(done | {job.id}))
+        with Queue(self.dir, auto_compact=None) as q:
+            result = q.compact()  # and compaction works again
+            self.assertEqual(result.jobs_dropped, len(done) + 1)
+            self.assertEqual(len(q), len(expected) - len(done) - 1)
+        self.assertTrue(verify(self.dir).ok)
+
+    def test_killed_while_streaming_jobs(self) -> None:
+        self.check_kill("paused-writing")
+
+    def test_killed_after_the_new_generation_got_its_name(self) -> None:
+        self.check_kill("installed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "child":
+        child_main(sys.argv[2], sys.argv[3])
+    else:
+        unittest.main()
