@@ -693,6 +693,7 @@ class FileStorage:
                 compact_now = self._should_auto_compact()
             finally:
                 lock.release()
+            self._state.tidy()  # outside the file lock: peers never wait for it
             for op in ops:
                 op.log, op.start, op.end, op.wakes = log, batch.start, end, batch.wakes
             ops[0].compact = compact_now
@@ -718,6 +719,7 @@ class FileStorage:
                 return query(self.clock())
             finally:
                 lock.release()
+                self._state.tidy()  # outside the file lock: peers never wait for it
 
     # ================================================================ payloads
     def _read_body(self, entry: Entry) -> dict[str, Any]:
@@ -1155,6 +1157,7 @@ class FileStorage:
         finally:
             if not locked:
                 lock.release()
+                self._state.tidy()  # outside the file lock: peers never wait for it
 
     def _should_auto_compact(self) -> bool:
         threshold = self.auto_compact

@@ -701,6 +701,17 @@ class QueueState:
         self.n_cold += 1
         if seq >= self.next_seq:
             self.next_seq = seq + 1
+        if self._table_used > (self._mask + 1) * 3 // 4:
+            self._rehash()  # past three quarters: now (the storage calls tidy() before this, see there)
+
+    def tidy(self) -> None:
+        """Grow the id table once it is over half full.
+
+        Growing re-inserts every cold row: about half a second for a million
+        jobs in Python. The storage calls this after it lets go of the queue's
+        file lock, so other processes never wait for it; inserts do it
+        themselves only past three quarters (a huge read under one lock).
+        """
         if self._table_used > self._table_limit:
             self._rehash()
 
