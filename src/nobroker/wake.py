@@ -133,33 +133,27 @@ class WakeChannel:
     # ---------------- lifetime
     def forget_after_fork(self) -> None:
         """In a forked child: the inherited descriptors are the parent's business."""
-        for fd in (self._reader, self._writer):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._reader = self._writer = None
+        self.close()
 
     def _close_reader(self) -> None:
-        if self._reader is not None:
-            try:
-                os.close(self._reader)
-            except OSError:
-                pass
-            self._reader = None
+        _close_quietly(self._reader)
+        self._reader = None
 
     def _close_writer(self) -> None:
-        if self._writer is not None:
-            try:
-                os.close(self._writer)
-            except OSError:
-                pass
-            self._writer = None
+        _close_quietly(self._writer)
+        self._writer = None
 
     def close(self) -> None:
         self._close_reader()
         self._close_writer()
+
+
+def _close_quietly(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def pause(timeout: float, interrupt: int | None = None) -> bool:
