@@ -289,6 +289,51 @@ class HostileFiles(Folder):
         self.assertEqual(os.path.getsize(os.path.join(self.dir, "default.000000.log")), len(log) + 2, "verify wrote")
 
 
+class HostileNames(Folder):
+    """Names that become file names are matched whole: ``$`` alone lets a final newline through."""
+
+    BAD_NAMES = ("x\n", "emails\n", "x\r\n", "x\n\n", "\nx", "x/y", "..", ".hidden", "x.log", "x.tmp", "")
+
+    def test_a_queue_name_with_a_trailing_newline_is_refused_and_creates_nothing(self) -> None:
+        for name in self.BAD_NAMES:
+            with self.subTest(name=name):
+                with self.assertRaises(ValueError) as caught:
+                    Queue(self.dir, name)
+                self.assertIn("not allowed", str(caught.exception))
+                self.assertEqual(os.listdir(self.dir), [], "a refused name created files")
+        with Queue(self.dir, "x") as q:  # the same name without the newline is fine
+            q.enqueue("ok")
+
+    def test_the_cli_refuses_it_too(self) -> None:
+        from tests.test_cli import run_main
+
+        result = run_main(["--dir", self.dir, "--queue", "x\n", "enqueue", "hello"])
+        self.assertEqual(result.code, 2, result.err)
+        self.assertIn("not allowed", result.err)
+        self.assertEqual(len(result.err.strip().splitlines()), 1, result.err)
+        self.assertEqual(os.listdir(self.dir), [])
+
+    def test_file_names_with_a_trailing_newline_are_not_queue_files(self) -> None:
+        from nobroker.log import list_generations
+        from nobroker.fs import OS_FILESYSTEM
+        from nobroker.maintenance import list_queues
+
+        self.put("default.000000.log", good_log(1))
+        self.put("default.000001.log\n", header(1))
+        self.put("other.lock\n", b"")
+        self.put("default.\u0661\u0661\u0661\u0661\u0661\u0661.log", header(1))  # six Arabic-Indic digits
+        self.assertEqual(list_generations(OS_FILESYSTEM, self.dir, "default"), [0])
+        self.assertEqual(list_queues(self.dir), ["default"])
+
+    def test_postgresql_schema_and_role_names_are_matched_whole(self) -> None:
+        from nobroker.postgres import check_identifier
+
+        self.assertEqual(check_identifier("nobroker", "schema"), "nobroker")
+        for name in ("nobroker\n", "x\n", "a b", "1x"):
+            with self.subTest(name=name), self.assertRaises(ValueError):
+                check_identifier(name, "schema")
+
+
 class HostilePayloads(Folder):
     def setUp(self) -> None:
         super().setUp()

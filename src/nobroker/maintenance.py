@@ -52,9 +52,9 @@ class RecordView:
 def list_queues(directory: str, *, fs: FileSystem = OS_FILESYSTEM) -> list[str]:
     """Names of the queues that have files in ``directory``."""
     names = set()
-    pattern = re.compile(r"^(.+)\.(?:\d{6}\.log|current|lock)$")
+    pattern = re.compile(r"(.+)\.(?:[0-9]{6}\.log|current|lock)")
     for entry in fs.listdir(directory):
-        m = pattern.match(entry)
+        m = pattern.fullmatch(entry)
         if m:
             names.add(m.group(1))
     return sorted(names)

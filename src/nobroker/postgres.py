@@ -114,7 +114,7 @@ T = TypeVar("T")
 #: Schema used when none is given.
 DEFAULT_SCHEMA = "nobroker"
 #: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
 #: Most expired leases one operation reclaims; the next operation takes the rest.
 RECLAIM_BATCH = 1000
 #: How long to keep trying to reach a server that went away, by default.
@@ -142,7 +142,7 @@ def _require_psycopg() -> None:
 # ---------------------------------------------------------------- names and DSNs
 def check_identifier(name: Any, what: str) -> str:
     """A schema or role name: letters, digits and _, not starting with a digit, at most 63."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ValueError(
             f"{what} must be a plain SQL name (letters, digits and _, not starting with a digit, "
             f"at most 63 characters), got {name!r}"
@@ -195,7 +195,7 @@ def _migration_files() -> list[tuple[int, str, str]]:
     out = []
     for entry in resources.files("nobroker").joinpath("sql").iterdir():
         name = entry.name
-        match = re.match(r"^(\d{3})_[a-z0-9_]+\.sql$", name)
+        match = re.fullmatch(r"([0-9]{3})_[a-z0-9_]+\.sql", name)
         if match:
             out.append((int(match.group(1)), name, entry.read_text(encoding="utf-8")))
     out.sort()
