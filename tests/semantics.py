@@ -38,6 +38,7 @@ from nobroker import (
     QueueStats,
     RecoveryReport,
     SerializationError,
+    Worker,
 )
 
 if TYPE_CHECKING:  # the mixin runs as a TestCase; this gives checkers the assert methods
@@ -1293,6 +1294,36 @@ class QueueSemantics(_Base):
             with self.subTest(value=bad):
                 self.assert_unchanged_by(q, lambda: q.nack(job, delay=bad), (ValueError, TypeError))
                 self.assert_unchanged_by(q, lambda: q.extend(job, bad), (ValueError, TypeError))
+        q.ack(job)
+
+    def test_huge_integer_seconds_raise_value_error_not_overflow_error(self) -> None:
+        """10**400 is an int no float can hold: every seconds value refuses it as out of range."""
+        q = self.make_queue()
+        q.enqueue("keep")
+        job = self.only_lease(q)
+        for huge in (10**400, -(10**400)):
+            calls = {
+                "enqueue(delay=)": lambda: q.enqueue("x", delay=huge),
+                "enqueue_many(delay=)": lambda: q.enqueue_many(["x"], delay=huge),
+                "lease(visibility_timeout=)": lambda: q.lease(1, visibility_timeout=huge),
+                "extend()": lambda: q.extend(job, huge),
+                "nack(delay=)": lambda: q.nack(job, delay=huge),
+                "wait_for_jobs()": lambda: q.wait_for_jobs(huge),
+                "Queue(visibility_timeout=)": lambda: self.make_queue(visibility_timeout=huge),
+                "Queue(lock_timeout=)": lambda: self.make_queue(lock_timeout=huge),
+                "BackoffPolicy(base=)": lambda: BackoffPolicy(base=huge),
+                "BackoffPolicy(max_delay=)": lambda: BackoffPolicy(max_delay=huge),
+                "Worker(poll_interval=)": lambda: Worker(q, print, poll_interval=huge),
+                "Worker(idle_timeout=)": lambda: Worker(q, print, idle_timeout=huge),
+            }
+            for name, call in calls.items():
+                with self.subTest(call=name, sign="+" if huge > 0 else "-"):
+                    before = self.snapshot(q)
+                    with self.assertRaises(ValueError) as caught:
+                        call()
+                    self.assertNotIsInstance(caught.exception, OverflowError)
+                    self.assertLess(len(str(caught.exception)), 200, "the message quotes the whole number")
+                    self.assertEqual(self.snapshot(q), before)
         q.ack(job)
 
     def test_bad_queue_options_are_refused(self) -> None:

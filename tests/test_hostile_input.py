@@ -334,6 +334,26 @@ class HostileNames(Folder):
                 check_identifier(name, "schema")
 
 
+class HostileNumbers(Folder):
+    def test_the_cli_refuses_huge_integer_seconds_in_one_line(self) -> None:
+        from tests.test_cli import run_main
+
+        huge = "1" + "0" * 400
+        run_main(["--dir", self.dir, "enqueue", "x", "--id", "j"])
+        self.assertEqual(run_main(["--dir", self.dir, "lease"]).code, 0)
+        for argv in (
+            ["enqueue", "y", "--delay", huge], ["lease", "--visibility-timeout", huge], ["extend", "j", huge],
+            ["nack", "j", "--delay", huge], ["work", "examples.handlers:ok", "--idle-timeout", huge],
+        ):  # fmt: skip
+            with self.subTest(argv=argv[0]):
+                result = run_main(["--dir", self.dir, *argv])
+                self.assertEqual(result.code, 2, result.err)
+                self.assertNotIn("Traceback", result.err)
+                self.assertNotIn("Overflow", result.err)
+        with Queue(self.dir) as q:
+            self.assertEqual(len(q), 1)
+
+
 class HostilePayloads(Folder):
     def setUp(self) -> None:
         super().setUp()

@@ -43,6 +43,30 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 DEFAULT_KIND = "default"
 
 
+def finite_float(value: object) -> float | None:
+    """``value`` as a finite float; None for a bool, a non-number, NaN, ±inf or an int past float range.
+
+    Never raises: ``float(10**400)`` raises OverflowError, and a check that
+    converts before it compares would let that escape instead of a ValueError.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)`` for an error message, cut short (a 400-digit number is no help there)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past the interpreter's int-to-text limit
+        return f"an int of about {int.bit_length(value) * 0.30103:.0f} digits" if isinstance(value, int) else "?"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class JobState(str, enum.Enum):
     """Where a job is in its life: ready → leased → done, or dead (the DLQ)."""
 
@@ -130,8 +154,8 @@ class BackoffPolicy:
     def __post_init__(self) -> None:
         for name in ("base", "factor", "max_delay", "jitter"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"BackoffPolicy.{name} must be a finite number >= 0, got {value!r}")
+            if finite_float(value) is None or value < 0:
+                raise ValueError(f"BackoffPolicy.{name} must be a finite number >= 0, got {shown(value)}")
         if self.jitter > 1:
             raise ValueError(f"BackoffPolicy.jitter is a fraction between 0 and 1, got {self.jitter!r}")
 

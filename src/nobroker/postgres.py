@@ -96,7 +96,7 @@ from urllib.parse import urlsplit
 
 from . import leases
 from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, NotLeasedError, StorageError
-from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, shown
 from .storage import EnqueueSpec
 
 try:
@@ -548,8 +548,11 @@ class PostgresStorage:
         if not isinstance(name, str) or not name or len(name) > 256 or "\x00" in name:
             raise ValueError(f"queue name must be 1 to 256 characters without NUL, got {name!r}")
         for what, value in (("retention", retention), ("reconnect_timeout", reconnect_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-                raise ValueError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+            number = finite_float(value)  # never raises, not even for 10**400
+            if number is None or number < 0:
+                raise ValueError(f"{what} must be a finite number of seconds >= 0, got {shown(value)}")
+        if finite_float(clock_offset) is None:
+            raise ValueError(f"clock_offset must be a finite number of seconds, got {shown(clock_offset)}")
         self.dsn = dsn
         self.name = name
         self.schema = check_identifier(schema, "schema")
