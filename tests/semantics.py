@@ -475,6 +475,19 @@ class QueueSemantics(_Base):
         q = self.assert_survives_reopen(q)
         self.assertEqual(q.stats().done, 5)
 
+    def test_ack_many_refuses_a_stale_copy_beside_the_lease_it_copies(self) -> None:
+        q = self.make_queue()
+        q.enqueue_many(["a", "b", "c"])
+        a, b, c = sorted(q.lease(3), key=lambda job: job.payload)
+        for batch in ([a, self.stale(a)], [self.stale(b), b]):
+            with self.subTest(order=[job.lease_token == "not-a-token-we-issued" for job in batch]):
+                with self.assertRaises(NotLeasedError) as caught:
+                    q.ack_many(batch)
+                self.assertIn(batch[0].id, str(caught.exception))
+                self.assertIs(q.get(batch[0].id).state, JobState.DONE, "the real lease was acked")
+        q.ack_many([c, c, c.id])  # the same lease twice, and by id: nothing stale there
+        self.assertIs(q.get(c.id).state, JobState.DONE)
+
     def test_ack_result_is_kept_and_returned_by_get(self) -> None:
         q = self.make_queue()
         results = {"plain": 7, "dict": {"url": "s3://x", "sizes": [1, 2]}, "none": None, "text": "ok"}

@@ -402,7 +402,7 @@ _TEMPLATES: dict[str, str] = {
         FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
         WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
           AND (u.token IS NULL OR j.lease_token = u.token)
-        RETURNING j.id""",
+        RETURNING j.id, u.token""",
     "nack": f"""
         UPDATE {{schema}}.jobs AS j SET
             state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
@@ -959,9 +959,11 @@ class PostgresStorage:
 
         def run(conn: Any) -> None:
             cur = conn.execute(self._sql["ack_many"], params)
-            acked = {row[0] for row in cur.fetchall()}
+            # By (id, token), not by id: a stale copy of a job acked in the same call
+            # shares its id, and must be refused as the file storage refuses it.
+            acked = {(row[0], row[1]) for row in cur.fetchall()}
             for job_id, token, _result in items:
-                if job_id not in acked and not self._already_done(conn, job_id, token):
+                if (job_id, token) not in acked and not self._already_done(conn, job_id, token):
                     self._refuse(conn, job_id, token, "ack")
 
         self._run("ack_many", run, retry=True)
