@@ -28,7 +28,7 @@ import zlib
 from typing import Any
 
 from nobroker import CompactionError, CorruptLogError, Queue, SerializationError
-from nobroker.jobs import MAX_RECORD_BYTES
+from nobroker.jobs import MAX_JSON_DEPTH, MAX_RECORD_BYTES
 from nobroker.maintenance import inspect_log, verify
 
 MEMORY_BOUND = 2 * MAX_RECORD_BYTES
@@ -215,6 +215,24 @@ class HostileFiles(Folder):
         views = list(inspect_log(self.dir))
         self.assertEqual(views[1].body["payload"], {"second": True})  # type: ignore[index]
 
+    def test_a_payload_nested_980_deep_by_an_older_release_still_opens(self) -> None:
+        """Older releases accepted nesting up to the interpreter's limit: such a log reads back."""
+        levels = 980
+        body = json.dumps(enqueue_body("deep"), separators=(",", ":")).replace(
+            '"payload":{"n":"deep"}', '"payload":' + "[" * levels + "1" + "]" * levels
+        )
+        self.put("default.000000.log", header() + record(1, body.encode()))
+        self.assertTrue(self.verified().ok)
+        with Queue(self.dir) as q:
+            value, depth = q.get("deep").payload, 0
+            while isinstance(value, list):  # not assertEqual: comparing 980 levels recurses
+                value, depth = value[0], depth + 1
+            self.assertEqual((depth, value), (levels, 1))
+            q.ack(q.lease_one())  # type: ignore[arg-type]
+            q.compact()
+        with Queue(self.dir) as q:
+            self.assertEqual(q.stats().done + len(q), 0)
+
     def test_a_pointer_file_holding_garbage(self) -> None:
         self.put("default.000000.log", good_log(1))
         self.put("default.current", b"\x00\xffgarbage\n")
@@ -391,9 +409,19 @@ class HostilePayloads(Folder):
 
     def test_nesting_that_fits_is_kept(self) -> None:
         deep: Any = "bottom"
-        for _ in range(200):
+        for _ in range(MAX_JSON_DEPTH):
             deep = [deep]
         self.assertEqual(self.stored_exactly_or_refused(deep), "stored")
+        with self.assertRaises(SerializationError) as caught:
+            self.q.enqueue([deep])
+        self.assertIn(f"{MAX_JSON_DEPTH} levels", str(caught.exception))
+        self.assertEqual(len(self.q), 1)
+
+    def test_nesting_is_measured_in_the_json_not_in_strings_that_look_like_it(self) -> None:
+        text = "[" * 5000 + "{" * 5000
+        self.assertEqual(self.stored_exactly_or_refused({"looks": text, "deep": [[[text]]]}), "stored")
+        wide = [[[i]] for i in range(10_000)]  # many arrays, three levels
+        self.assertEqual(self.stored_exactly_or_refused(wide), "stored")
 
     def test_a_50_mb_string(self) -> None:
         big = "x" * (50 * 1024 * 1024)

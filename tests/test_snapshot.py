@@ -196,6 +196,23 @@ class SnapshotMatchesReplay(TempDirTestCase):
             q.close()
             self.compare(self.dir, clock)
 
+    def test_the_deepest_results_are_snapshotted_and_loaded_from_a_deep_stack(self) -> None:
+        from tests.semantics import DEEP_STACKS, NESTING_LIMIT, called_at_depth, nested
+
+        deepest = nested(NESTING_LIMIT)
+        frames = DEEP_STACKS[-1]
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            q.enqueue_many(["a", "b"])
+            for job in q.lease(2):
+                q.ack(job, result=deepest)  # done jobs are hot: their results go into the snapshot's JSON
+            called_at_depth(frames, q.close)
+            self.assertTrue(os.path.exists(os.path.join(self.dir, SNAP)), "no snapshot was written")
+            again = called_at_depth(frames, lambda: Queue(self.dir, NAME))
+            self.assertTrue(again.storage._snap_loaded, "the snapshot was not loaded")  # type: ignore[attr-defined]
+            self.assertEqual([job.result for job in again.list_jobs()], [deepest, deepest])
+            again.close()
+
     def test_no_snapshot_below_the_threshold_or_when_not_durable(self) -> None:
         q = Queue(self.dir, NAME)
         q.enqueue_many(list(range(10)))

@@ -46,7 +46,7 @@ from .errors import (
 )
 from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
-from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, load_json
 from .lock import QueueLock, held_elsewhere
 from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
@@ -826,7 +826,7 @@ class FileStorage:
             if result_json is not None:
                 # What replay will hold (as ack_many does): not the caller's object, which
                 # the caller may change later, and which a snapshot would then keep.
-                body["result"] = json.loads(result_json)
+                body["result"] = load_json(result_json)
             batch.add(RecordType.ACK, body)
 
         self._write(decide)
@@ -844,7 +844,7 @@ class FileStorage:
                     continue
                 body: dict[str, Any] = {"id": job_id, "at": now}
                 if result_json is not None:
-                    body["result"] = json.loads(result_json)
+                    body["result"] = load_json(result_json)
                 batch.add(RecordType.ACK, body)
             if first_refusal is not None:
                 raise first_refusal  # _write still writes (and fsyncs) the acks added above

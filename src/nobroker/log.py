@@ -293,7 +293,7 @@ class LogFile:
                         if crc32(data, TYPE_CRC[rtype]) == crc:
                             try:
                                 body = decode_body(data)
-                            except (ValueError, RecursionError):
+                            except ValueError:
                                 body = None
                             if type(body) is dict:
                                 yield Frame(FrameStatus.OK, pos + i, length, rtype, body)

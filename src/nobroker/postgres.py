@@ -81,7 +81,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import re
@@ -96,7 +95,7 @@ from urllib.parse import urlsplit
 
 from . import leases
 from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, NotLeasedError, StorageError
-from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, shown
+from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, load_json, shown
 from .storage import EnqueueSpec
 
 try:
@@ -510,10 +509,10 @@ def _row_job(row: Any) -> Job:
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
      deadline, token, error, seq, kind, key, stage, result) = row[:16]  # fmt: skip
     return Job(
-        id=job_id, payload=json.loads(payload), priority=priority, state=_STATES[state], attempts=attempts,
+        id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
         max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
-        result=None if result is None else json.loads(result),
+        result=None if result is None else load_json(result),
     )  # fmt: skip
 
 
