@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .compaction import flip, write_generation
-from .errors import CorruptLogError, NobrokerError
+from .errors import CorruptLogError, NobrokerError, UnsafeQueueError
 from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, decode_header
 from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import JobState
@@ -171,7 +171,7 @@ def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYS
                     report.problems.append(f"offset {view.offset}: {view.damage}")
                 break
             state.apply(view.type, view.body or {}, view.offset)
-    except CorruptLogError as exc:
+    except (CorruptLogError, UnsafeQueueError) as exc:
         report.problems.append(str(exc))
         return report
     except (KeyError, TypeError, ValueError) as exc:
