@@ -96,7 +96,7 @@ def picture(directory: str, clock: FakeClock, snapshot_used: bool, leases: int =
         assert isinstance(storage, FileStorage)
         assert storage._snap_loaded == snapshot_used, "the snapshot was (not) loaded"
         state = storage._state
-        out["seq"], out["anomalies"], out["live"] = state.next_seq, state.anomalies, state.live_records
+        out["seq"], out["anomalies"], out["live"] = state.next_seq, state.anomalies, state.live_bytes
         out["keys"] = dict(state.active_keys)
         # What happens next: reclaims in deadline order, leases in priority and FIFO order.
         clock.advance(1000.0)
@@ -366,7 +366,7 @@ class BadSnapshotsAreIgnored(TempDirTestCase):
         import struct
         import zlib
 
-        for position, value in ((8, 2), (26, 1 - self.data[26]), (27, 4)):
+        for position, value in ((8, snapshot.VERSION + 1), (26, 1 - self.data[26]), (27, 4)):
             with self.subTest(position=position):
                 damaged = bytearray(self.data)
                 if position == 8:

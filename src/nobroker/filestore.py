@@ -112,7 +112,7 @@ class _Batch:
     def add(self, rtype: RecordType, body: dict[str, Any]) -> int:
         data = encode_record(rtype, body)
         offset = self.pos
-        self.state.apply(rtype, body, offset)
+        self.state.apply(rtype, body, offset, len(data))
         if rtype in _WAKING:
             self.wakes = True
         self.parts.append(data)
@@ -121,7 +121,7 @@ class _Batch:
 
     def add_job(self, entry: Entry, data: bytes) -> None:
         """An ENQUEUE record already encoded, for a job built from values (the fast path)."""
-        entry.offset = self.pos
+        entry.offset, entry.size = self.pos, len(data)
         self.wakes = True
         self.state.records += 1
         self.state.add(entry)
@@ -417,7 +417,7 @@ class FileStorage:
                 return end, 0
             if fr.status is FrameStatus.OK:
                 try:
-                    apply(fr.rtype, fr.body, fr.offset)  # type: ignore[arg-type]
+                    apply(fr.rtype, fr.body, fr.offset, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
                 except (KeyError, TypeError, ValueError, AttributeError) as exc:
                     self._stale = True  # the state may be half-changed: rebuild before any use
                     raise CorruptLogError(
@@ -1199,15 +1199,18 @@ class FileStorage:
                 self._state.tidy()  # outside the file lock: peers never wait for it
 
     def _should_auto_compact(self) -> bool:
+        """Is the share of superseded bytes in the log at least ``auto_compact``? O(1).
+
+        Decided on bytes, not records: a few big done jobs among many small
+        waiting ones are most of the disk. What a compaction keeps is about
+        the ENQUEUE records of the jobs that are not done (``live_bytes``, kept
+        by the state as records arrive); every other byte is superseded.
+        """
         threshold = self.auto_compact
         if not threshold or self._offset < AUTO_COMPACT_MIN_BYTES:
             return False
-        state = self._state
-        live = len(state) - state.counts[DONE]
-        # Estimate what a compaction would keep from the average job record size.
-        average = self._offset / max(state.records, 1)
-        dead_share = 1.0 - (live * average * 2) / self._offset
-        return dead_share >= threshold
+        superseded = 1.0 - (HEADER_SIZE + self._state.live_bytes) / self._offset
+        return superseded >= threshold
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:

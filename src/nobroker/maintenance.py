@@ -170,7 +170,7 @@ def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYS
                 else:
                     report.problems.append(f"offset {view.offset}: {view.damage}")
                 break
-            state.apply(view.type, view.body or {}, view.offset)
+            state.apply(view.type, view.body or {}, view.offset, FRAME_SIZE + view.length)
     except (CorruptLogError, UnsafeQueueError) as exc:
         report.problems.append(str(exc))
         return report
@@ -255,7 +255,7 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
             for fr in log.scan(pos):
                 if fr.status is FrameStatus.OK:
                     try:
-                        state.apply(fr.rtype, fr.body or {}, fr.offset)
+                        state.apply(fr.rtype, fr.body or {}, fr.offset, FRAME_SIZE + fr.length)
                     except (KeyError, TypeError, ValueError):
                         dropped += FRAME_SIZE + fr.length
                     pos = fr.end

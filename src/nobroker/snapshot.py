@@ -17,9 +17,9 @@ or rewritten log no longer matches). Anything wrong with the file itself
 (missing, short, bad crc, another generation, another machine's byte order
 or array sizes, a newer format) means: ignore it and replay the whole log.
 
-Format (version 1)::
+Format (version 2)::
 
-    header  : <8s magic "NBSNAPSH"><H version=1><I generation><Q log offset L>
+    header  : <8s magic "NBSNAPSH"><H version=2><I generation><Q log offset L>
               <I crc32 of log[0, L)><B 1 if little-endian><B itemsize of array('Q')>
               <B itemsize of array('q')><B itemsize of array('i')><H block count N>
     lengths : N x <Q block length>
@@ -59,7 +59,8 @@ SNAPSHOT_MIN_RECORDS = 20_000
 READ_CHUNK = 8 << 20
 
 MAGIC = b"NBSNAPSH"
-VERSION = 1
+#: 2: the cold rows and the Entries carry their record's size (for live_bytes).
+VERSION = 2
 _HEADER = struct.Struct("<8sHIQIBBBBH")
 _LENGTH = struct.Struct("<Q")
 _TRAILER = struct.Struct("<I")
