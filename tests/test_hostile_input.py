@@ -28,8 +28,16 @@ import zlib
 from typing import Any
 
 from nobroker import CompactionError, CorruptLogError, Queue, SerializationError
-from nobroker.jobs import MAX_JSON_DEPTH, MAX_RECORD_BYTES
-from nobroker.maintenance import inspect_log, verify
+from nobroker.jobs import (
+    MAX_ERROR_CHARS,
+    MAX_ID_CHARS,
+    MAX_JSON_DEPTH,
+    MAX_NAME_CHARS,
+    MAX_PAYLOAD_BYTES,
+    MAX_RECORD_BYTES,
+    MAX_RESULT_BYTES,
+)
+from nobroker.maintenance import inspect_log, repair, verify
 
 MEMORY_BOUND = 2 * MAX_RECORD_BYTES
 
@@ -467,6 +475,38 @@ class HostilePayloads(Folder):
         self.q.nack(job, error="e" * 100_000 + "\ud800", delay=0)
         with Queue(self.dir) as again:
             self.assertLessEqual(len(again.get(job.id).last_error or ""), 8 * 1024)
+
+    def test_a_job_at_every_limit_at_once_survives_compaction_and_repair(self) -> None:
+        """The limits compose: whatever each operation accepts, the job's record fits MAX_RECORD_BYTES."""
+        emoji = "\U0001f600"  # 12 bytes of JSON as the escapes \ud83d\ude00
+        name, payload = emoji * MAX_NAME_CHARS, "p" * (MAX_PAYLOAD_BYTES - 2)  # the quotes make it the limit
+        result = [emoji * ((MAX_RESULT_BYTES - 4) // 12)]
+        self.q.close()
+        q = Queue(self.dir, auto_compact=None)  # the done job must still be there for repair to rewrite
+        q.enqueue(payload, job_id=emoji * MAX_ID_CHARS, kind=name, dedupe_key=name)
+        with self.assertRaises(SerializationError):
+            q.enqueue(payload + "p")
+        job = q.lease_one(kinds=[name])
+        assert job is not None
+        q.nack(job, error=emoji * MAX_ERROR_CHARS, delay=0)
+        job = q.lease_one(kinds=[name])
+        assert job is not None
+        q.set_stage(job, name)
+        before = q.get(job.id)
+        q.compact()  # writes the live job's whole state into one record
+        with Queue(self.dir) as again:
+            self.assertEqual(again.get(job.id), before)
+        q.ack(job, result=result)
+        done = q.get(job.id)
+        q.close()
+        # Repair rewrites done jobs too (result and all): give it damage to repair around.
+        log = next(n for n in os.listdir(self.dir) if n.endswith(".log"))
+        with open(os.path.join(self.dir, log), "ab") as f:
+            f.write(struct.pack("<IBI", 2, 3, 0) + b"{}" + record(3, {"id": "nobody", "at": 1.0}))
+        self.assertTrue(repair(self.dir).repaired)
+        with Queue(self.dir) as again:
+            self.assertEqual(again.get(job.id), done)
+            self.assertEqual(again.compact().jobs_dropped, 1)
 
     def test_nothing_is_written_outside_the_queue_folder(self) -> None:
         for value in (b"x", math.nan, "s" * 1000, 9 * 10**4999):

@@ -30,8 +30,6 @@ T = TypeVar("T")
 #: Largest record body (compact JSON) the file storage writes or reads.
 #: A length field above it is damage, so a reader never allocates more.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-#: Largest payload, as compact JSON. Leaves room in a record for the job's fields.
-MAX_PAYLOAD_BYTES = MAX_RECORD_BYTES - 64 * 1024
 #: Deepest nesting of arrays and objects in a payload or a result (``[[1]]`` is 2).
 #: Far below the interpreter's recursion limit (1,000 frames), so whatever holds a
 #: stored value (a record, a snapshot: a few levels more) always decodes again.
@@ -50,6 +48,20 @@ MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 MAX_SECONDS = 10 * 365 * 24 * 3600.0
 #: Most attempts a job may be given.
 MAX_ATTEMPTS_LIMIT = 1_000_000
+#: Bytes one character can take as ASCII-only JSON: an astral one (an emoji) is two escapes,
+#: ``\ud83d\ude00``; a lone surrogate or any other non-ASCII character takes 6.
+MAX_ESCAPED_CHAR_BYTES = 12
+#: Room in a job's record for its field names, numbers and lease token (they take under 1 KiB).
+RECORD_FIXED_BYTES = 4 * 1024
+#: The most a job's record can hold besides its payload, whichever writer writes it (an
+#: enqueue, compaction, repair): the id, kind, dedupe key, stage and error text at their
+#: longest, every character in its costliest escape, and the result at its limit.
+RECORD_FIELDS_BYTES = (
+    (MAX_ID_CHARS + 3 * MAX_NAME_CHARS + MAX_ERROR_CHARS) * MAX_ESCAPED_CHAR_BYTES + MAX_RESULT_BYTES + RECORD_FIXED_BYTES
+)
+#: Largest payload, as compact JSON: what a record leaves once every other field is at its
+#: limit, so whatever each operation accepts, the job's record always fits (15,613,952).
+MAX_PAYLOAD_BYTES = MAX_RECORD_BYTES - RECORD_FIELDS_BYTES
 
 DEFAULT_KIND = "default"
 
