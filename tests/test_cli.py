@@ -29,6 +29,8 @@ from unittest import mock
 
 import nobroker
 from nobroker import JobState, Queue, cli, maintenance
+from tests.pgsupport import connect as pg_connect
+from tests.pgsupport import drop_schema, fresh_name, require_postgres
 from tests.support import TempDirTestCase, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,6 +114,13 @@ class CliTestCase(TempDirTestCase):
         self.assertNotIn("Traceback", result.err)
 
 
+def fake_queue() -> mock.MagicMock:
+    """A stand-in Queue that holds one job (so the CLI has no reason to look for other queues)."""
+    fake = mock.MagicMock()
+    fake.__len__.return_value = 1
+    return fake
+
+
 # ---------------------------------------------------------------- the parser
 class ParserTests(CliTestCase):
     def test_version(self) -> None:
@@ -167,34 +176,34 @@ class ParserTests(CliTestCase):
 
     def test_dsn_opens_the_queue_with_the_dsn_and_name(self) -> None:
         dsn = "postgresql://user@localhost/app"
-        fake = mock.MagicMock()
+        fake = fake_queue()
         fake.stats.return_value = nobroker.QueueStats(ready=3)
         with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
             result = run_main(["--dsn", dsn, "--queue", "mail", "--json", "stats"])
         self.assertEqual(result.code, 0, result.err)
-        queue_class.assert_called_once_with(dsn, name="mail")
+        queue_class.assert_called_once_with(dsn, name="mail", create=False)
         self.assertEqual(result.json()["ready"], 3)  # type: ignore[index]
         fake.close.assert_called_once_with()
 
     def test_schema_goes_to_the_postgresql_queue_only(self) -> None:
-        fake = mock.MagicMock()
+        fake = fake_queue()
         fake.lease.return_value = []
         with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
             result = run_main(["--dsn", "postgresql://h/db", "lease", "--schema", "jobs"])
         self.assertEqual(result.code, 0, result.err)
-        queue_class.assert_called_once_with("postgresql://h/db", name="default", schema="jobs")
+        queue_class.assert_called_once_with("postgresql://h/db", name="default", create=False, schema="jobs")
         refused = self.cli("--schema", "jobs", "lease")
         self.assertEqual(refused.code, 2)
         self.assertIn("--schema applies to the PostgreSQL storage", refused.err)
 
     def test_dsn_from_the_environment(self) -> None:
         os.environ["NOBROKER_DSN"] = "postgres://env/db"
-        fake = mock.MagicMock()
+        fake = fake_queue()
         fake.lease.return_value = []
         with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
             result = run_main(["--json", "lease"])
         self.assertEqual(result.code, 0, result.err)
-        queue_class.assert_called_once_with("postgres://env/db", name="default")
+        queue_class.assert_called_once_with("postgres://env/db", name="default", create=False)
         self.assertEqual(result.json(), [])
 
     def test_file_only_commands_refuse_a_dsn(self) -> None:
@@ -203,6 +212,223 @@ class ParserTests(CliTestCase):
                 result = run_main(["--dsn", "postgresql://localhost/x", command])
                 self.assertEqual(result.code, 2)
                 self.assertIn("file storage", result.err)
+
+
+# ---------------------------------------------------------------- which storage, and never creating by mistake
+class StorageChoiceTests(CliTestCase):
+    """--dsn, --dir and NOBROKER_DSN are checked against what they must be, before anything is opened."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.workdir = os.path.join(self.dir, "cwd")
+        os.mkdir(self.workdir)
+        cwd = os.getcwd()
+        os.chdir(self.workdir)  # a refused location must not turn into a folder here
+        self.addCleanup(os.chdir, cwd)
+
+    def test_a_libpq_keyword_dsn_is_postgresql(self) -> None:
+        dsn = "host=localhost dbname=app"
+        fake = fake_queue()
+        fake.stats.return_value = nobroker.QueueStats(ready=2)
+        with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
+            result = run_main(["--dsn", dsn, "--json", "stats"])
+        self.assertEqual(result.code, 0, result.err)
+        queue_class.assert_called_once_with(dsn, name="default", create=False)
+        self.assertEqual(os.listdir(self.workdir), [])
+
+    def test_what_is_not_a_postgresql_dsn_is_refused_in_one_line_and_nothing_is_created(self) -> None:
+        cases = [
+            ["--dsn", "mysql://x", "enqueue", "a"],
+            ["--dsn", "sqlite:///jobs.db", "stats"],
+            ["--dsn", "hots=localhost dbname=app", "enqueue", "a"],  # a typo of a key word
+            ["--dsn", "./jobs", "enqueue", "a"],  # a folder given as a DSN
+            ["--dir", "redis://localhost/0", "enqueue", "a"],
+            ["--dir", "postgresql://localhost/app", "enqueue", "a"],  # a DSN given as a folder
+        ]
+        for argv in cases:
+            with self.subTest(argv=argv):
+                result = run_main(argv)
+                self.assert_one_line_error(result, code=2)
+                self.assertEqual(os.listdir(self.workdir), [])
+        os.environ["NOBROKER_DSN"] = "mysql://app@db/app"
+        result = run_main(["enqueue", "a"])
+        self.assert_one_line_error(result, code=2)
+        self.assertIn("NOBROKER_DSN", result.err)
+        self.assertEqual(os.listdir(self.workdir), [])
+
+    def test_the_messages_say_what_was_wrong(self) -> None:
+        self.assertIn("mysql:// URL", run_main(["--dsn", "mysql://u:pw@h/db", "stats"]).err)
+        self.assertNotIn("pw", run_main(["--dsn", "mysql://u:pw@h/db", "stats"]).err)
+        self.assertIn("'hots' is not a libpq key word", run_main(["--dsn", "hots=h dbname=app", "stats"]).err)
+        self.assertIn("pass --dir", run_main(["--dsn", "./jobs", "stats"]).err)
+        self.assertIn("pass it as --dsn", run_main(["--dir", "postgres://h/app", "stats"]).err)
+
+    def test_the_library_makes_the_same_choice(self) -> None:
+        from nobroker.storage import dsn_parameters, is_dsn, storage_kind
+
+        for dsn in ("postgresql://h/app", "postgres://h/app", "host=localhost dbname=app", "dbname=app",
+                    "host = '/var/run/postgresql' dbname=test", "service=prod"):
+            self.assertEqual(storage_kind(dsn), "postgresql", dsn)
+            self.assertTrue(is_dsn(dsn), dsn)
+        for folder in ("./jobs", "/var/lib/q", "jobs", "data=old", "a b", "C://x", "x=1 y=2"):
+            self.assertEqual(storage_kind(folder), "folder", folder)
+        for refused in ("mysql://x", "sqlite:///x.db", "file:///tmp/q", "host=h dbnmae=app"):
+            with self.assertRaises(nobroker.UnknownStorageError, msg=refused):
+                storage_kind(refused)
+            self.assertFalse(is_dsn(refused))
+            with self.assertRaises(nobroker.UnknownStorageError):
+                Queue(refused)
+        self.assertEqual(os.listdir(self.workdir), [])
+        self.assertEqual(dsn_parameters("host='a b' password=x\\ y"), {"host": "a b", "password": "x y"})
+        self.assertEqual(dsn_parameters("postgresql://h/db?connect_timeout=3"), {"connect_timeout": "3"})
+
+    def test_a_keyword_dsn_never_shows_its_password(self) -> None:
+        from nobroker.postgres import redact_dsn
+
+        self.assertEqual(redact_dsn("host=db password=s3cret dbname=app"), "host=db dbname=app")
+        self.assertEqual(redact_dsn("host='/var/run/x y' password='a b'"), "host='/var/run/x y'")
+
+
+class NoCreationTests(CliTestCase):
+    """Only `enqueue` and `work` may create a queue; every other command refuses one that is not there."""
+
+    COMMANDS = [
+        ["ack", "some-id"], ["nack", "some-id"], ["lease"], ["extend", "some-id", "5"], ["compact"],
+        ["purge", "--yes"], ["dlq", "--requeue"], ["dlq", "--requeue", "some-id"], ["dlq"], ["stats"],
+        ["list"], ["get", "some-id"], ["recover"], ["inspect"], ["verify"], ["repair", "--yes"], ["serve"],
+    ]
+
+    def run_everywhere(self, *global_args: str) -> list[tuple[list[str], Result]]:
+        serve = mock.Mock(side_effect=AssertionError("serve must not start"))
+        results = []
+        with stand_in_module("nobroker.dashboard", serve=serve):
+            for argv in self.COMMANDS:
+                results.append((argv, self.cli(*global_args, *argv)))
+        serve.assert_not_called()
+        return results
+
+    def test_a_mistyped_dir_is_refused_and_never_created(self) -> None:
+        for argv, result in self.run_everywhere():
+            with self.subTest(argv=argv):
+                self.assert_one_line_error(result)
+                self.assertIn(f"no queue folder at {self.qdir!r}", result.err)
+                self.assertIn("check --dir", result.err)
+                self.assertFalse(os.path.exists(self.qdir))
+
+    def test_a_mistyped_queue_is_refused_with_the_queues_found(self) -> None:
+        self.enqueue("a")
+        before = sorted(os.listdir(self.qdir))
+        for argv, result in self.run_everywhere("--queue", "emials"):
+            with self.subTest(argv=argv):
+                self.assert_one_line_error(result)
+                self.assertIn(f"no queue named 'emials' in {self.qdir!r} (queues found: 'default')", result.err)
+                self.assertIn("check --queue", result.err)
+                self.assertEqual(sorted(os.listdir(self.qdir)), before)
+        self.assertEqual(maintenance.list_queues(self.qdir), ["default"])
+
+    def test_a_file_is_not_a_queue_folder(self) -> None:
+        with open(self.qdir, "w") as f:
+            f.write("not a folder")
+        for argv in (["stats"], ["ack", "x"], ["verify"]):
+            with self.subTest(argv=argv):
+                result = self.cli(*argv)
+                self.assert_one_line_error(result)
+                self.assertIn(f"{self.qdir!r} is a file, not a queue folder", result.err)
+                self.assertNotIn("enqueued", result.err)
+
+    def test_enqueue_and_work_create_the_queue(self) -> None:
+        self.ok("--queue", "fresh", "work", "examples.handlers:ok", "--idle-timeout", "0")
+        self.assertEqual(maintenance.list_queues(self.qdir), ["fresh"])
+        self.ok("--queue", "other", "enqueue", "a")
+        self.assertEqual(maintenance.list_queues(self.qdir), ["fresh", "other"])
+
+    def test_the_library_refuses_the_same_way(self) -> None:
+        with self.assertRaises(nobroker.QueueNotFoundError) as caught:
+            Queue(self.qdir, create=False)
+        self.assertEqual(caught.exception.missing, "folder")
+        self.assertFalse(os.path.exists(self.qdir))
+        Queue(self.qdir).close()
+        with self.assertRaises(nobroker.QueueNotFoundError) as caught:
+            Queue(self.qdir, "emials", create=False)
+        self.assertEqual((caught.exception.missing, caught.exception.found), ("queue", ["default"]))
+        self.assertEqual(nobroker.list_queues(self.qdir), ["default"])
+        Queue(self.qdir, create=False).close()  # an existing queue opens
+
+
+def keyword_form(dsn: str) -> str:
+    """The same connection as a libpq keyword string ("host=... dbname=...")."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    return " ".join(f"{key}='{value}'" for key, value in conninfo_to_dict(dsn).items())
+
+
+class PostgresCliTests(CliTestCase):
+    """The CLI against the real PostgreSQL server: keyword DSNs, no schema made by mistake, an unreachable server."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.dsn = require_postgres(self)
+        self.schema = fresh_name("nbcli")
+        self.addCleanup(drop_schema, self.schema)
+
+    def pg(self, *args: str, dsn: str | None = None) -> Result:
+        return run_main(["--dsn", dsn or self.dsn, "--schema", self.schema, *args])
+
+    def schema_exists(self) -> bool:
+        with pg_connect() as conn:
+            return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is not None
+
+    def test_a_keyword_dsn_works_like_a_url(self) -> None:
+        dsn = keyword_form(self.dsn)
+        self.assertEqual(self.pg("enqueue", "hello", dsn=dsn).code, 0)
+        stats = self.pg("--json", "stats", dsn=dsn)
+        self.assertEqual(stats.code, 0, stats.err)
+        self.assertEqual(stats.json()["ready"], 1)  # type: ignore[index]
+        self.assertEqual(self.pg("--json", "stats").json()["ready"], 1)  # type: ignore[index]
+
+    def test_commands_that_only_look_or_change_jobs_create_no_schema(self) -> None:
+        for argv in (["stats"], ["lease"], ["ack", "x"], ["compact"], ["purge", "--yes"], ["dlq", "--requeue"]):
+            with self.subTest(argv=argv):
+                result = self.pg(*argv)
+                self.assert_one_line_error(result)
+                self.assertIn(f"no nobroker schema {self.schema!r}", result.err)
+                self.assertIn("check --dsn and --schema", result.err)
+                self.assertFalse(self.schema_exists())
+        self.assertEqual(self.pg("enqueue", "a").code, 0)
+        self.assertTrue(self.schema_exists())
+        self.assertEqual(self.pg("--json", "stats").json()["ready"], 1)  # type: ignore[index]
+
+    def test_an_empty_queue_name_that_others_use_is_pointed_out(self) -> None:
+        self.assertEqual(self.pg("--queue", "emails", "enqueue", "a").code, 0)
+        result = self.pg("--queue", "emials", "--json", "stats")
+        self.assertEqual(result.code, 0, result.err)
+        self.assertIn("queue 'emials' holds no jobs here (queues holding jobs: 'emails'); check --queue", result.err)
+
+    def test_an_unreachable_server_is_one_line_then_the_error(self) -> None:
+        for argv in (["--connect-timeout", "1", "stats"], ["enqueue", "a"]):
+            dsn = "postgresql://127.0.0.1:1/app" + ("" if "--connect-timeout" in argv else "?connect_timeout=1")
+            with self.subTest(argv=argv):
+                result = run_main(["--dsn", dsn, *argv])
+                self.assertEqual(result.code, 1, result.err)
+                lines = result.err.splitlines()
+                self.assertEqual(len(lines), 2, result.err)
+                self.assertRegex(lines[0], r"^nobroker: warning: cannot reach PostgreSQL at postgresql://127\.0\.0\.1:1/")
+                self.assertRegex(lines[1], r"^nobroker: error: cannot connect to PostgreSQL at .*\(tried for 1 s\)$")
+        once = run_main(["--dsn", "postgresql://127.0.0.1:1/app", "--connect-timeout", "0", "stats"])
+        self.assertEqual(once.err.count("\n"), 1, once.err)
+        self.assertIn("(tried once)", once.err)
+
+    def test_the_library_logs_one_warning_however_long_it_tries(self) -> None:
+        with self.assertLogs("nobroker.postgres", "DEBUG") as logs, self.assertRaises(nobroker.StorageError):
+            Queue("host=127.0.0.1 port=1 dbname=app", reconnect_timeout=1.5)
+        warnings = [r for r in logs.records if r.levelname == "WARNING"]
+        self.assertEqual(len(warnings), 1, [r.getMessage() for r in logs.records])
+        self.assertGreater(len(logs.records), 1, "the later attempts are logged at DEBUG")
+
+    def test_connect_timeout_is_for_postgresql_only(self) -> None:
+        result = self.cli("--connect-timeout", "3", "stats")
+        self.assertEqual(result.code, 2)
+        self.assertIn("--connect-timeout applies to the PostgreSQL storage", result.err)
 
 
 # ---------------------------------------------------------------- payloads
@@ -818,6 +1044,7 @@ class ProcessTests(CliTestCase):
         self.assertNotIn("Traceback", err)
 
     def test_serve_on_a_public_address_without_a_token_is_refused(self) -> None:
+        self.enqueue("a")
         refused = self.run_process("--dir", self.qdir, "serve", "--host", "0.0.0.0")
         self.assertEqual(refused.returncode, 1)
         self.assertTrue(refused.stderr.startswith("nobroker: error: "), refused.stderr)
@@ -869,6 +1096,7 @@ class OptionalPartsTests(CliTestCase):
 
     def test_serve_token_from_the_environment_and_defaults(self) -> None:
         serve = mock.Mock(return_value=None)
+        self.enqueue("a")
         os.environ["NOBROKER_TOKEN"] = "from-env"
         with stand_in_module("nobroker.dashboard", serve=serve):
             self.ok("serve", "--host", "0.0.0.0")
@@ -878,11 +1106,13 @@ class OptionalPartsTests(CliTestCase):
         )
 
     def test_serve_ctrl_c_exits_130(self) -> None:
+        self.enqueue("a")
         with stand_in_module("nobroker.dashboard", serve=mock.Mock(side_effect=KeyboardInterrupt)):
             result = self.cli("serve")
         self.assertEqual(result.code, 130)
 
     def test_serve_refusal_from_the_dashboard_is_one_line(self) -> None:
+        self.enqueue("a")
         refuse = mock.Mock(side_effect=nobroker.NobrokerError("binding 0.0.0.0 without --token is refused"))
         with stand_in_module("nobroker.dashboard", serve=refuse):
             self.assert_one_line_error(self.cli("serve", "--host", "0.0.0.0"))

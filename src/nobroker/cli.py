@@ -35,8 +35,10 @@ from datetime import datetime, timezone
 from typing import Any, NoReturn, TextIO
 
 from . import __version__
-from .errors import CorruptLogError, NobrokerError
+from .errors import CorruptLogError, NobrokerError, QueueNotFoundError, UnknownStorageError
 from .jobs import MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
+from .queue import require_queue
+from .storage import storage_kind
 
 log = logging.getLogger("nobroker.cli")
 
@@ -72,6 +74,10 @@ _HANDLER_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
 # ---------------------------------------------------------------- errors
 class CommandError(Exception):
     """A user-facing failure outside the library's errors; exit 1, one line."""
+
+
+class UsageError(CommandError):
+    """The command line asks for something that cannot be meant; exit 2, one line."""
 
 
 class InputError(ValueError):
@@ -146,21 +152,24 @@ def _read_stdin_payload(what: str) -> str:
 
 
 # ---------------------------------------------------------------- argument types
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+def _seconds_arg(*, allow_zero: bool) -> Callable[[str], float]:
+    bound = ">= 0" if allow_zero else "> 0"
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"expected a finite number of seconds {bound}, got {text!r}")
+        return value
+
+    convert.__name__ = "seconds"
+    return convert
 
 
-def _positive_float(text: str) -> float:
-    value = _nonneg_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+_nonneg_float = _seconds_arg(allow_zero=True)
+_positive_float = _seconds_arg(allow_zero=False)
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -279,7 +288,8 @@ class Output:
     def document(self, value: Any) -> None:
         self.out.write(json.dumps(value, ensure_ascii=True, indent=2) + "\n")
 
-    def note(self, text: str) -> None:
+    @staticmethod
+    def note(text: str) -> None:
         """A remark for a person, on stderr so it never mixes into results."""
         sys.stderr.write(f"{PROG}: {text}\n")
 
@@ -371,18 +381,42 @@ def _job_detail(out: Output, job: Job) -> None:
 
 
 # ---------------------------------------------------------------- queue access
+#: The only commands that may create a queue folder or a queue: ``enqueue``
+#: adds the first job, and ``work`` waits for the first one to arrive. Every
+#: other command refuses a queue that is not there (a mistyped --dir/--queue).
+CREATING_COMMANDS = frozenset({"enqueue", "work"})
+
+
 def _storage(args: argparse.Namespace) -> tuple[str, bool]:
-    """(path or DSN, is_dsn). An explicit --dsn or --dir wins over NOBROKER_DSN."""
+    """(path or DSN, is_dsn). An explicit --dsn or --dir wins over NOBROKER_DSN.
+
+    Each is checked against what it must be (storage.storage_kind), so a
+    location that is neither a folder path nor a PostgreSQL DSN, or one given
+    to the wrong option, is refused with one line (exit 2) before anything is
+    opened or created.
+    """
     if args.dsn and args.dir:
         args._parser.error("--dir and --dsn choose different storages; pass one of them")
     if args.dsn:
-        return args.dsn, True
-    if args.dir:
-        return args.dir, False
-    env = os.environ.get(ENV_DSN)
-    if env:
-        return env, True
-    return DEFAULT_DIR, False
+        where, option, want_dsn = args.dsn, "--dsn", True
+    elif args.dir:
+        where, option, want_dsn = args.dir, "--dir", False
+    elif os.environ.get(ENV_DSN):
+        where, option, want_dsn = os.environ[ENV_DSN], ENV_DSN, True
+    else:
+        return DEFAULT_DIR, False
+    try:
+        kind = storage_kind(where)
+    except UnknownStorageError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+    if want_dsn and kind != "postgresql":
+        raise UsageError(
+            f"{option} takes a PostgreSQL DSN (postgresql://... or 'host=... dbname=...'), "
+            f"got {_safe(where)!r}; for a queue folder pass --dir"
+        )
+    if not want_dsn and kind == "postgresql":
+        raise UsageError("--dir takes a folder; that is a PostgreSQL DSN: pass it as --dsn")
+    return where, want_dsn
 
 
 def _require_file_storage(args: argparse.Namespace) -> str:
@@ -395,35 +429,68 @@ def _require_file_storage(args: argparse.Namespace) -> str:
     return where
 
 
-def _check_queue_exists(directory: str, name: str) -> None:
-    """Refuse to report on a queue that is not there, instead of creating an empty one."""
-    if not os.path.isdir(directory):
-        raise CommandError(f"no queue folder at {directory!r}: check --dir (nothing has been enqueued there yet)")
-    from . import maintenance
+#: What to check when a queue is not there, by what QueueNotFoundError says is missing.
+_NOT_FOUND_HINTS = {"folder": "check --dir", "queue": "check --queue", "schema": "check --dsn and --schema"}
 
-    names = maintenance.list_queues(directory)
-    if name not in names:
-        found = ", ".join(repr(n) for n in sorted(names)) or "none"
-        raise CommandError(f"no queue named {name!r} in {directory!r} (queues found: {found}); check --queue")
+
+def _not_found(exc: QueueNotFoundError) -> CommandError:
+    return CommandError(f"{exc}; {_NOT_FOUND_HINTS.get(exc.missing, 'check --dir and --queue')}")
+
+
+def _pg_options(args: argparse.Namespace, is_dsn: bool) -> dict[str, Any]:
+    """The PostgreSQL-only options given (--schema, --connect-timeout), refused for a folder."""
+    options: dict[str, Any] = {}
+    for flag, attribute, key in (("--schema", "schema", "schema"), ("--connect-timeout", "connect_timeout", "reconnect_timeout")):
+        value = getattr(args, attribute, None)
+        if value is None:
+            continue
+        if not is_dsn:
+            args._parser.error(f"{flag} applies to the PostgreSQL storage (--dsn); a folder has none")
+        options[key] = value
+    return options
+
+
+def _check_queue_exists(args: argparse.Namespace, where: str, is_dsn: bool) -> None:
+    """The shared refusal of a queue that is not there (nothing is created)."""
+    options = _pg_options(args, is_dsn)
+    try:
+        require_queue(where, args.queue, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
+    except QueueNotFoundError as exc:
+        raise _not_found(exc) from None
 
 
 @contextlib.contextmanager
-def _open_queue(args: argparse.Namespace, *, must_exist: bool = False) -> Iterator[Any]:
+def _open_queue(args: argparse.Namespace, *, create: bool = False) -> Iterator[Any]:
+    """The queue the global options name. Only CREATING_COMMANDS pass ``create=True``."""
+    assert not create or args.command in CREATING_COMMANDS, f"{args.command} must not create a queue"
     where, is_dsn = _storage(args)
-    if must_exist and not is_dsn:
-        _check_queue_exists(where, args.queue)
+    options = _pg_options(args, is_dsn)
     from . import Queue
 
-    options: dict[str, Any] = {}
-    if args.schema is not None:
-        if not is_dsn:
-            args._parser.error("--schema applies to the PostgreSQL storage (--dsn); a folder has no schema")
-        options["schema"] = args.schema
-    queue = Queue(where, name=args.queue, **options)
     try:
+        queue = Queue(where, name=args.queue, create=create, **options)
+    except QueueNotFoundError as exc:
+        raise _not_found(exc) from None
+    try:
+        if is_dsn and not create:
+            _note_unknown_pg_queue(args, queue, where, options)
         yield queue
     finally:
         queue.close()
+
+
+def _note_unknown_pg_queue(args: argparse.Namespace, queue: Any, where: str, options: dict[str, Any]) -> None:
+    # On PostgreSQL a queue is the rows that carry its name, so a mistyped
+    # --queue opens an empty queue rather than failing; say so when the name
+    # holds nothing and others do.
+    if len(queue):
+        return
+    from . import list_queues
+
+    names = list_queues(where, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
+    if names and args.queue not in names:
+        listed = ", ".join(repr(n) for n in names[:20]) + (", ..." if len(names) > 20 else "")
+        Output.note(f"queue {args.queue!r} holds no jobs here (queues holding jobs: {listed}); check --queue")
 
 
 def _confirm(args: argparse.Namespace, question: str) -> bool:
@@ -448,7 +515,7 @@ def cmd_enqueue(args: argparse.Namespace, out: Output) -> int:
     options: dict[str, Any] = {"priority": args.priority, "delay": args.delay, "kind": args.kind}
     if args.max_attempts is not None:
         options["max_attempts"] = args.max_attempts
-    with _open_queue(args) as queue:
+    with _open_queue(args, create=True) as queue:
         if args.count == 1 and not args.count_given:
             job = queue.enqueue(payload, job_id=args.id, dedupe_key=args.dedupe_key, **options)
             if out.as_json:
@@ -532,7 +599,7 @@ def cmd_extend(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, out: Output) -> int:
-    with _open_queue(args, must_exist=True) as queue:
+    with _open_queue(args) as queue:
         stats = queue.stats()
         durable = queue.durable
     if out.as_json:
@@ -557,7 +624,7 @@ def _paging_hint(out: Output, shown: int, limit: int | None) -> None:
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     limit = _list_limit(args.limit)
     state = JobState(args.state) if args.state else None
-    with _open_queue(args, must_exist=True) as queue:
+    with _open_queue(args) as queue:
         jobs = queue.list_jobs(state, limit=limit, offset=args.offset, kind=args.kind)
     if out.as_json:
         out.document([job.to_dict() for job in jobs])
@@ -571,7 +638,7 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_get(args: argparse.Namespace, out: Output) -> int:
-    with _open_queue(args, must_exist=True) as queue:
+    with _open_queue(args) as queue:
         job = queue.get(args.id)
     if out.as_json:
         out.document(job.to_dict())
@@ -593,7 +660,7 @@ def cmd_dlq(args: argparse.Namespace, out: Output) -> int:
             out.line(f"requeued {count:,} dead job(s)")
         return EXIT_OK
     limit = _list_limit(args.limit)
-    with _open_queue(args, must_exist=True) as queue:
+    with _open_queue(args) as queue:
         jobs = queue.dlq(limit=limit)
     if out.as_json:
         out.document([job.to_dict() for job in jobs])
@@ -668,7 +735,7 @@ def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
     from . import maintenance
 
     directory = _require_file_storage(args)
-    _check_queue_exists(directory, args.queue)
+    _check_queue_exists(args, directory, False)
     progress = Progress("reading log")
     records = 0
     damage: tuple[int, str] | None = None
@@ -713,7 +780,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     from . import maintenance
 
     directory = _require_file_storage(args)
-    _check_queue_exists(directory, args.queue)
+    _check_queue_exists(args, directory, False)
     report = maintenance.verify(directory, args.queue)
     if out.as_json:
         out.document(report.to_dict())
@@ -732,9 +799,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_recover(args: argparse.Namespace, out: Output) -> int:
-    where, is_dsn = _storage(args)
-    if not is_dsn:
-        _check_queue_exists(where, args.queue)
+    _where, is_dsn = _storage(args)
     with _open_queue(args) as queue:
         report = queue.recovery
     data = {
@@ -767,7 +832,7 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
     from . import maintenance
 
     directory = _require_file_storage(args)
-    _check_queue_exists(directory, args.queue)
+    _check_queue_exists(args, directory, False)
     before = maintenance.verify(directory, args.queue)
     if before.ok:
         if out.as_json:
@@ -898,7 +963,7 @@ def cmd_work(args: argparse.Namespace, out: Output) -> int:
     from . import Worker
 
     handler = load_handler(args.handler)
-    with _open_queue(args) as queue:
+    with _open_queue(args, create=True) as queue:
         worker = Worker(
             queue,
             handler,
@@ -987,6 +1052,8 @@ def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
         kwargs["schema"] = args.schema
     if args.worker_role is not None:
         kwargs["worker_role"] = args.worker_role
+    if getattr(args, "connect_timeout", None) is not None:
+        kwargs["connect_timeout"] = args.connect_timeout
     result = migrate(str(dsn), **kwargs)
     applied = [str(name) for name in result] if isinstance(result, (list, tuple)) else []
     if out.as_json:
@@ -1035,6 +1102,9 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
                        help=f"use PostgreSQL at this DSN (postgresql://...) instead of a folder; env {ENV_DSN}")
     group.add_argument("--schema", metavar="SCHEMA", default=default(None),
                        help="PostgreSQL schema holding the queue tables (default: the storage's, nobroker)")
+    group.add_argument("--connect-timeout", type=_nonneg_float, metavar="SECONDS", default=default(None),
+                       help="PostgreSQL: keep trying to reach the server this long, then fail "
+                            "(default: the DSN's connect_timeout, else 30; 0 tries once)")
     group.add_argument("--json", action="store_true", default=default(False),
                        help="print the result as one JSON document")
     group.add_argument("-v", "--verbose", action="count", default=default(0),
@@ -1317,6 +1387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "repair" not in message:
                 message += " (`nobroker verify` shows the damage; `nobroker repair` rebuilds from the valid records)"
             return _error(message)
+        except UsageError as exc:
+            log.debug("command failed", exc_info=True)
+            _error(_one_line(exc))
+            return EXIT_USAGE
         except (NobrokerError, CommandError) as exc:
             log.debug("command failed", exc_info=True)
             return _error(_one_line(exc))
