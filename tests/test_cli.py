@@ -598,6 +598,14 @@ class LeaseAckNackTests(CliTestCase):
         self.assertIn("dead", result.out)
         self.assertEqual(self.queue().get(job["id"]).state, JobState.DEAD)
 
+    def test_nack_delay_and_permanent_are_exclusive(self) -> None:
+        job = self.enqueue("a")
+        self.ok("lease")
+        result = self.cli("nack", job["id"], "--delay", "5", "--permanent")
+        self.assertEqual(result.code, 2, result.err)
+        self.assertIn("not allowed with argument", result.err)
+        self.assertEqual(self.queue().get(job["id"]).state, JobState.LEASED)
+
     def test_nack_human_output_says_when_it_runs_again(self) -> None:
         job = self.enqueue("flaky")
         self.ok("lease")

@@ -1196,8 +1196,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "  nobroker nack 01J9ZQ3F6Y --permanent --error 'no such user'", cmd_nack)
     p.add_argument("id", metavar="ID")
     p.add_argument("--error", metavar="TEXT", help="why it failed (kept as last_error)")
-    p.add_argument("--delay", type=_nonneg_float, default=None, metavar="SECONDS", help="retry after this delay instead of the backoff")
-    p.add_argument("--permanent", action="store_true", help="straight to the dead-letter queue, no retry")
+    # A retry time and "never retry" contradict each other: argparse refuses the pair (exit 2).
+    outcome = p.add_mutually_exclusive_group()
+    outcome.add_argument("--delay", type=_nonneg_float, default=None, metavar="SECONDS",
+                         help="retry after this delay instead of the backoff")
+    outcome.add_argument("--permanent", action="store_true", help="straight to the dead-letter queue, no retry")
 
     p = command("extend", "extend a leased job: its lease now ends SECONDS from now",
                 "  nobroker extend 01J9ZQ3F6Y 300", cmd_extend)
