@@ -938,6 +938,25 @@ class WorkTests(CliTestCase):
         self.assert_one_line_error(self.cli("work", f"{self.module}:nope"))
         self.assert_one_line_error(self.cli("work", f"{self.module}:not_callable"))
 
+    def test_a_handler_module_that_fails_to_import_is_one_line(self) -> None:
+        broken = {
+            "needs_a_dependency": ("import surely_not_installed_xyz\n", "ModuleNotFoundError: No module named 'surely_not_installed_xyz'"),
+            "imports_a_missing_name": ("from os import no_such_name_xyz\n", "ImportError: cannot import name 'no_such_name_xyz'"),
+            "raises_on_import": ("raise RuntimeError('config file missing')\n", "RuntimeError: config file missing"),
+            "bad_syntax": ("def handle(job)\n    pass\n", "SyntaxError:"),
+            "bad_attribute": ("import os\nos.no_such_attribute_xyz\n", "AttributeError:"),
+        }
+        for stem, (source, expected) in broken.items():
+            name = f"{stem}_{uuid.uuid4().hex[:6]}"
+            with open(os.path.join(self.workdir, name + ".py"), "w") as f:
+                f.write(source)
+            self.addCleanup(sys.modules.pop, name, None)
+            with self.subTest(module=stem):
+                result = self.cli("work", f"{name}:handle", "--max-jobs", "1")
+                self.assert_one_line_error(result)
+                self.assertIn(f"cannot import handler module {name!r}: {expected}", result.err)
+        self.assertFalse(os.path.exists(self.qdir), "nothing was opened for a handler that cannot load")
+
 
 SLOW_HANDLER = textwrap.dedent(
     """

@@ -872,15 +872,29 @@ def load_handler(spec: str) -> Callable[..., Any]:
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise CommandError(f"cannot import handler module {module_name!r} (looked in {cwd} and sys.path)") from None
-        raise
+        raise _import_failed(module_name, exc) from exc
+    except Exception as exc:  # the module is there but fails while it runs: a missing dependency, a typo
+        raise _import_failed(module_name, exc) from exc
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
             raise CommandError(f"module {module_name!r} has no attribute {attribute!r}") from None
+        except Exception as exc:  # a module __getattr__ or a descriptor that fails
+            raise CommandError(
+                f"looking up {attribute!r} in module {module_name!r} failed: {type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
     if not callable(target):
         raise CommandError(f"{spec} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _import_failed(module_name: str, exc: BaseException) -> CommandError:
+    # One line; `-vv` still logs the traceback (the exception is chained).
+    return CommandError(
+        f"cannot import handler module {module_name!r}: {type(exc).__name__}: {_one_line(exc)} "
+        "(-vv shows the traceback)"
+    )
 
 
 class _SignalStop:
