@@ -537,6 +537,41 @@ class EnqueueTests(CliTestCase):
         self.assertEqual({j["payload"] for j in jobs}, {"tock"})  # type: ignore[union-attr]
         self.assertEqual(len(self.queue()), 8)
 
+    def interrupted_count(self, *, signals_in_second_batch: int, json_output: bool = False) -> tuple[Result, Queue]:
+        """``enqueue --count 10`` in batches of 3 with Ctrl-C arriving while the second batch is written."""
+        calls = []
+        real = Queue.enqueue_many
+
+        def enqueue_many(queue: Queue, *args: object, **kwargs: object) -> list:
+            calls.append(1)
+            if len(calls) == 2:
+                for _ in range(signals_in_second_batch):
+                    os.kill(os.getpid(), signal.SIGINT)
+            return real(queue, *args, **kwargs)  # type: ignore[arg-type]
+
+        with mock.patch.object(cli, "ENQUEUE_COUNT_BATCH", 3), mock.patch.object(Queue, "enqueue_many", enqueue_many):
+            result = self.cli(*(["--json"] if json_output else []), "enqueue", "x", "--count", "10")
+        return result, self.queue()
+
+    def test_ctrl_c_during_count_reports_what_was_enqueued(self) -> None:
+        result, queue = self.interrupted_count(signals_in_second_batch=1)
+        self.assertEqual(result.code, 130, result.err)
+        ids = result.out.split()
+        self.assertEqual(len(ids), 6, "the batch being written when Ctrl-C came is finished and reported")
+        self.assertEqual(sorted(ids), sorted(job.id for job in queue.list_jobs()))
+        self.assertIn("interrupted: enqueued 6 of 10 jobs (their ids are above)", result.err)
+        as_json, queue = self.interrupted_count(signals_in_second_batch=1, json_output=True)
+        self.assertEqual(as_json.code, 130, as_json.err)
+        self.assertEqual(len(as_json.json()), 6)  # type: ignore[arg-type]
+        self.assertEqual(len(queue), 12)
+
+    def test_a_second_ctrl_c_quits_during_the_batch_and_says_so(self) -> None:
+        result, queue = self.interrupted_count(signals_in_second_batch=2)
+        self.assertEqual(result.code, 130, result.err)
+        self.assertEqual(result.out.split(), [job.id for job in queue.list_jobs()])
+        self.assertIn("interrupted: enqueued 3 of 10 jobs", result.err)
+        self.assertIn("may or may not be in the queue", result.err)
+
     def test_count_with_id_is_a_usage_error(self) -> None:
         result = self.cli("enqueue", "x", "--count", "2", "--id", "a")
         self.assertEqual(result.code, 2)
@@ -1068,6 +1103,25 @@ class ProcessTests(CliTestCase):
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=PROCESS_TIMEOUT)
         self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+
+    def test_ctrl_c_on_enqueue_count_prints_the_ids_enqueued_and_exits_130(self) -> None:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nobroker", "--dir", self.qdir, "enqueue", "x", "--count", str(cli.MAX_ENQUEUE_COUNT)],
+            cwd=self.dir, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        # Interrupt once the first batch is on disk: long before a million jobs are.
+        self.assertTrue(wait_until(lambda: os.path.exists(self.log_path()) and os.path.getsize(self.log_path()) > 4096,
+                                   timeout=PROCESS_TIMEOUT))
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=PROCESS_TIMEOUT)
+        self.assertEqual(proc.returncode, 130, err)
+        ids = out.split()
+        self.assertGreater(len(ids), 0)
+        self.assertLess(len(ids), cli.MAX_ENQUEUE_COUNT)
+        self.assertEqual(len(ids), len(self.queue()), "every job in the queue is reported, and only those")
+        self.assertIn(f"interrupted: enqueued {len(ids):,} of {cli.MAX_ENQUEUE_COUNT:,} jobs", err)
         self.assertNotIn("Traceback", err)
 
     def test_serve_on_a_public_address_without_a_token_is_refused(self) -> None:

@@ -64,6 +64,9 @@ PREVIEW_CHARS = 60
 INSPECT_BODY_CHARS = 200
 #: Most jobs one ``enqueue --count`` makes: every Job is printed, so they are all held in memory.
 MAX_ENQUEUE_COUNT = 1_000_000
+#: Jobs per durable write of ``enqueue --count``: a Ctrl-C takes effect after the batch being written.
+ENQUEUE_COUNT_BATCH = 10_000
+assert ENQUEUE_COUNT_BATCH <= MAX_BATCH_JOBS
 #: Progress lines on a terminal are redrawn at most this often (seconds).
 PROGRESS_INTERVAL = 0.2
 
@@ -524,22 +527,34 @@ def cmd_enqueue(args: argparse.Namespace, out: Output) -> int:
                 out.line(f"enqueued {_safe(job.id)} ({_state_text(job, time.time())}, priority {job.priority})")
             return EXIT_OK
         jobs: list[Job] = []
+        torn = False
         progress = Progress("enqueueing")
         progress.start()
-        try:
-            while len(jobs) < args.count:
-                batch = min(MAX_BATCH_JOBS, args.count - len(jobs))
-                jobs.extend(queue.enqueue_many([payload] * batch, **options))
-                progress.update(len(jobs), args.count)
-        finally:
-            progress.done()
+        # Ctrl-C stops between two batches, so every job reported is in the
+        # queue and every job in the queue is reported; a second one quits
+        # during the batch being written (which may or may not have landed).
+        with _NoteInterrupt(defer=True) as interrupt:
+            try:
+                while len(jobs) < args.count and not interrupt.seen:
+                    batch = min(ENQUEUE_COUNT_BATCH, args.count - len(jobs))
+                    jobs.extend(queue.enqueue_many([payload] * batch, **options))
+                    progress.update(len(jobs), args.count)
+            except KeyboardInterrupt:
+                torn = True
+            finally:
+                progress.done()
         if out.as_json:
             out.document([job.to_dict() for job in jobs])
         else:
             for job in jobs:
                 out.line(_safe(job.id))
+        if not interrupt.seen:
             out.note(f"enqueued {len(jobs):,} jobs")
-    return EXIT_OK
+            return EXIT_OK
+        out.note(f"interrupted: enqueued {len(jobs):,} of {args.count:,} jobs" + (" (their ids are above)" if jobs else ""))
+        if torn:
+            out.note(f"the batch being written at the second Ctrl-C (up to {ENQUEUE_COUNT_BATCH:,} jobs) may or may not be in the queue")
+    return EXIT_INTERRUPTED
 
 
 def cmd_lease(args: argparse.Namespace, out: Output) -> int:
@@ -950,10 +965,15 @@ class _SignalStop:
 
 
 class _NoteInterrupt:
-    """Remember that Ctrl-C came, then let it raise KeyboardInterrupt as usual."""
+    """Remember that Ctrl-C came, then let it raise KeyboardInterrupt as usual.
 
-    def __init__(self) -> None:
+    ``defer=True``: the first Ctrl-C only sets ``seen`` (the caller stops at
+    its next safe point); a second one raises.
+    """
+
+    def __init__(self, *, defer: bool = False) -> None:
         self.seen = False
+        self.defer = defer
         self._previous: Any = None
         self._installed = False
 
@@ -969,8 +989,10 @@ class _NoteInterrupt:
             signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.SIG_DFL)
 
     def _handle(self, signum: int, frame: types.FrameType | None) -> None:
+        first = not self.seen
         self.seen = True
-        raise KeyboardInterrupt
+        if not (self.defer and first):
+            raise KeyboardInterrupt
 
 
 def cmd_work(args: argparse.Namespace, out: Output) -> int:
