@@ -658,6 +658,14 @@ class LeaseAckNackTests(CliTestCase):
         job = self.enqueue("idle")
         self.assert_one_line_error(self.cli("extend", job["id"], "60"))
 
+    def test_a_refused_number_of_seconds_is_described_as_it_is_checked(self) -> None:
+        positive = self.cli("extend", "some-id", "-1")
+        self.assertEqual(positive.code, 2)
+        self.assertIn("expected a finite number of seconds > 0, got '-1'", positive.err)
+        self.assertNotIn(">= 0", positive.err)
+        self.assertIn("> 0, got 'inf'", self.cli("lease", "--visibility-timeout", "inf").err)
+        self.assertIn(">= 0, got '-2'", self.cli("enqueue", "a", "--delay", "-2").err)
+
     def test_extend_needs_positive_seconds(self) -> None:
         self.assertEqual(self.cli("extend", "x", "0").code, 2)
 
@@ -1191,6 +1199,20 @@ class OptionalPartsTests(CliTestCase):
         with stand_in_module("nobroker.dashboard", serve=mock.Mock(side_effect=KeyboardInterrupt)):
             result = self.cli("serve")
         self.assertEqual(result.code, 130)
+
+    def test_serve_on_a_busy_port_names_the_port(self) -> None:
+        import socket
+
+        self.enqueue("a")
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = self.cli("serve", "--port", str(port))  # the real dashboard
+        self.assert_one_line_error(result)
+        self.assertIn(f"127.0.0.1:{port}", result.err)
+        self.assertIn("--port", result.err)
 
     def test_serve_refusal_from_the_dashboard_is_one_line(self) -> None:
         self.enqueue("a")

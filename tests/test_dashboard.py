@@ -801,6 +801,17 @@ class BindTest(TempDirTestCase):
             with self.subTest(port=port), self.assertRaises(DashboardConfigError):
                 make_server(self.queue, port=port)
 
+    def test_a_busy_port_is_one_error_naming_it(self) -> None:
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with self.assertRaises(DashboardConfigError) as caught:
+            make_server(self.queue, host="127.0.0.1", port=port)
+        self.assertIsInstance(caught.exception, OSError)
+        self.assertIn(f"127.0.0.1:{port}: address already in use; pick another port", str(caught.exception))
+
     def test_ipv6_loopback(self) -> None:
         if not socket.has_ipv6:
             self.skipTest("no IPv6 on this machine")

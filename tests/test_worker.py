@@ -476,6 +476,9 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
                 Worker(queue, lambda job: None, **bad)
         with self.assertRaises(TypeError):
             Worker(queue, "not callable")  # type: ignore[arg-type]
+        with self.assertRaises(ValueError) as caught:
+            Worker(queue, lambda job: None, poll_interval=1e12)
+        self.assertIn("at most", str(caught.exception), "the message names every bound it checks")
 
 
 # ---------------------------------------------------------------- heartbeat and lost leases

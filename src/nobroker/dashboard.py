@@ -47,6 +47,7 @@ burst of page refreshes from crowding out the workers sharing this Queue.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import http.cookies
 import http.server
@@ -104,6 +105,10 @@ _METRIC_STATES = ("ready", "delayed", "leased", "done", "dead")
 
 class DashboardConfigError(NobrokerError, ValueError):
     """The dashboard cannot start as asked (for example: a public address without a token)."""
+
+
+class DashboardBindError(DashboardConfigError, OSError):
+    """The dashboard's address cannot be bound (say, the port is in use); the message names host and port."""
 
 
 class _HTTPError(Exception):
@@ -650,7 +655,9 @@ def make_server(
     ``port=0`` picks a free port (``server.server_address[1]`` tells which).
     Call ``server.serve_forever()`` (in a thread, for tests), then
     ``server.shutdown()`` and ``server.server_close()``.
-    Raises DashboardConfigError for a public ``host`` without a ``token``.
+    Raises DashboardConfigError for a public ``host`` without a ``token``, and
+    DashboardBindError (also an OSError) when the address cannot be bound (a
+    busy port), naming host and port.
     """
     if token is not None:
         if not isinstance(token, str) or not token.strip():
@@ -664,7 +671,16 @@ def make_server(
         )
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise DashboardConfigError(f"port must be an integer from 0 to 65535, got {port!r}")
-    return DashboardServer(queue, host, port, token)
+    try:
+        return DashboardServer(queue, host, port, token)
+    except OSError as exc:
+        # The bare OSError ("Address already in use") names neither the address nor a way out.
+        reason = (exc.strerror or str(exc)).lower()
+        raise DashboardBindError(
+            f"cannot serve the dashboard on {host}:{port}: {reason}; pick another port (--port; 0 takes any free one)"
+            if exc.errno == errno.EADDRINUSE
+            else f"cannot serve the dashboard on {host}:{port}: {reason}"
+        ) from None
 
 
 def serve(

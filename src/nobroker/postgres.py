@@ -98,7 +98,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from . import leases
-from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, NotLeasedError, StorageError
+from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, StorageError
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .storage import EnqueueSpec, dsn_parameters, parse_keyword_dsn
 
@@ -1013,14 +1013,7 @@ class PostgresStorage:
         if row is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
         state, held = row
-        if state == "leased":
-            raise NotLeasedError(
-                f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "
-                "The work may run twice; handlers must be idempotent."
-            )
-        raise NotLeasedError(
-            f"cannot {action} job {job_id}: it is {state}, not leased" + (" (your lease expired)" if token is not None else "")
-        )
+        raise leases.refusal(action, job_id, state, token, held)
 
     def _already_done(self, conn: Any, job_id: str, token: str | None) -> bool:
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
