@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -914,6 +915,25 @@ class MaintenanceTests(CliTestCase):
         self.assertTrue(os.path.exists(report["kept_aside"]))  # type: ignore[index]
         self.assertEqual(self.ok("verify").code, 0)
         self.assertGreaterEqual(self.ok_json("stats")["total"], 1)  # type: ignore[index]
+
+
+    def test_repair_names_the_jobs_it_lost(self) -> None:
+        from tests.test_recovery import build_damaged_queue
+
+        os.mkdir(self.qdir)
+        lease_size = build_damaged_queue(self.qdir)
+        aside = os.path.join(self.dir, "copy")
+        shutil.copytree(self.qdir, aside)
+        out = self.ok("repair", "--yes").out
+        self.assertIn("dropped 2 record(s)", out)
+        self.assertIn("lost 1 job(s) whose enqueue was in the damage: job-c", out)
+        self.assertIn("kept 1 job(s) that lost later records (their state may be older than it was: "
+                      "a done job may run again): job-b", out)
+        self.assertIn(f"also lost, job unknown: {lease_size:,} byte(s) in which no record can be made out", out)
+        report = run_main(["--dir", aside, "--json", "repair", "--yes"]).json()
+        self.assertEqual(report["lost_jobs"], ["job-c"])  # type: ignore[index]
+        self.assertEqual(report["changed_jobs"], ["job-b"])  # type: ignore[index]
+        self.assertEqual(report["unreadable_bytes"], lease_size)  # type: ignore[index]
 
 
 # ---------------------------------------------------------------- work

@@ -62,6 +62,8 @@ DEFAULT_LIST_LIMIT = 100
 #: (``--json`` always shows them whole).
 PREVIEW_CHARS = 60
 INSPECT_BODY_CHARS = 200
+#: Job ids ``repair`` lists on a terminal per kind of loss (``--json`` lists more).
+REPORTED_IDS = 20
 #: Most jobs one ``enqueue --count`` makes: every Job is printed, so they are all held in memory.
 MAX_ENQUEUE_COUNT = 1_000_000
 #: Jobs per durable write of ``enqueue --count``: a Ctrl-C takes effect after the batch being written.
@@ -864,12 +866,37 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
     report = maintenance.repair(directory, args.queue)
     if out.as_json:
         out.document({"repaired": True, **report.to_dict()})
-    else:
-        out.line(
-            f"repaired: kept {report.records_kept:,} record(s), dropped {report.bytes_dropped:,} bytes; "
-            f"the damaged file is kept at {_safe(report.kept_aside)}"
-        )
+        return EXIT_OK
+    out.line(
+        f"repaired: kept {report.records_kept:,} record(s), dropped {report.records_dropped:,} record(s) "
+        f"({report.bytes_dropped:,} bytes); the damaged file is kept at {_safe(report.kept_aside)}"
+    )
+    _repair_losses(out, report)
     return EXIT_OK
+
+
+def _id_list(ids: Sequence[str], total: int) -> str:
+    shown = ", ".join(_safe(job_id) for job_id in ids[:REPORTED_IDS])
+    return shown + (f", ... ({total - min(len(ids), REPORTED_IDS):,} more; --json lists up to {len(ids):,})" if total > REPORTED_IDS else "")
+
+
+def _repair_losses(out: Output, report: Any) -> None:
+    """Which jobs the repair lost or set back: ids where the records could be read, counts otherwise."""
+    if report.lost_job_count:
+        out.line(f"lost {report.lost_job_count:,} job(s) whose enqueue was in the damage: "
+                 f"{_id_list(report.lost_jobs, report.lost_job_count)}")
+    if report.changed_job_count:
+        out.line(f"kept {report.changed_job_count:,} job(s) that lost later records (their state may be older "
+                 f"than it was: a done job may run again): {_id_list(report.changed_jobs, report.changed_job_count)}")
+    unknown = []
+    if report.unidentified_records:
+        unknown.append(f"{report.unidentified_records:,} damaged record(s) whose job id cannot be read")
+    if report.unreadable_bytes:
+        unknown.append(f"{report.unreadable_bytes:,} byte(s) in which no record can be made out")
+    if unknown:
+        out.line("also lost, job unknown: " + " and ".join(unknown))
+    if not (report.lost_job_count or report.changed_job_count or unknown):
+        out.line("no job lost a record")
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
