@@ -1115,8 +1115,8 @@ class ProcessTests(CliTestCase):
         # Not acked: the lease stays until it expires and the job runs again.
         self.assertEqual(self.queue().get(job_id).state, JobState.LEASED)
 
-    def test_serve_runs_the_real_dashboard_until_ctrl_c(self) -> None:
-        self.enqueue('{"shown": "on the page"}')
+    def start_serve(self) -> tuple[subprocess.Popen[str], str, str]:
+        """`nobroker serve --port 0` as a real process: (process, its first line, the page's URL)."""
         proc = subprocess.Popen(
             [sys.executable, "-m", "nobroker", "--dir", self.qdir, "serve", "--port", "0"],
             cwd=self.dir, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -1124,7 +1124,11 @@ class ProcessTests(CliTestCase):
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         line = proc.stdout.readline()  # type: ignore[union-attr]
         self.assertIn("http://127.0.0.1:", line, proc.stderr.read() if not line else "")  # type: ignore[union-attr]
-        url = line.split(" at ")[1].split()[0]
+        return proc, line, line.split(" at ")[1].split()[0]
+
+    def test_serve_runs_the_real_dashboard_until_ctrl_c(self) -> None:
+        self.enqueue('{"shown": "on the page"}')
+        proc, _line, url = self.start_serve()
         with urllib.request.urlopen(url + "api/stats", timeout=PROCESS_TIMEOUT) as response:
             self.assertEqual(response.status, 200)
             self.assertIn(b'"ready"', response.read())
@@ -1151,6 +1155,18 @@ class ProcessTests(CliTestCase):
         self.assertEqual(len(ids), len(self.queue()), "every job in the queue is reported, and only those")
         self.assertIn(f"interrupted: enqueued {len(ids):,} of {cli.MAX_ENQUEUE_COUNT:,} jobs", err)
         self.assertNotIn("Traceback", err)
+
+    def test_serve_on_a_folder_without_a_default_queue_creates_nothing(self) -> None:
+        self.ok("--queue", "emails", "enqueue", '{"shown": true}')
+        proc, line, url = self.start_serve()
+        self.assertIn("dashboard for queue 'emails'", line)
+        with urllib.request.urlopen(url + "api/queues", timeout=PROCESS_TIMEOUT) as response:
+            self.assertEqual(json.loads(response.read()), {"queues": ["emails"], "default": "emails"})
+        with urllib.request.urlopen(url + "api/stats", timeout=PROCESS_TIMEOUT) as response:
+            self.assertEqual(json.loads(response.read())["stats"]["total"], 1)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=PROCESS_TIMEOUT)
+        self.assertEqual(maintenance.list_queues(self.qdir), ["emails"])
 
     def test_serve_on_a_public_address_without_a_token_is_refused(self) -> None:
         self.enqueue("a")
@@ -1188,7 +1204,7 @@ class OptionalPartsTests(CliTestCase):
     def test_serve_calls_the_dashboard_with_the_queue(self) -> None:
         seen: dict[str, object] = {}
 
-        def fake_serve(queue, *, host, port, token, on_ready):  # type: ignore[no-untyped-def]
+        def fake_serve(queue, *, host, port, token, on_ready, **picker):  # type: ignore[no-untyped-def]
             seen.update(name=queue.name, stats=queue.stats().to_dict(), host=host, port=port, token=token)
             on_ready(types.SimpleNamespace(url=f"http://{host}:{port}/"))
 
@@ -1202,6 +1218,32 @@ class OptionalPartsTests(CliTestCase):
         self.assertEqual(seen["name"], "default")
         self.assertEqual(seen["stats"]["total"], 1)  # type: ignore[index]
         self.assertIn("at http://127.0.0.1:9999/", result.out)
+
+    def test_serve_on_a_folder_without_a_default_queue_shows_the_queues_there(self) -> None:
+        self.ok("--queue", "sms", "enqueue", "a")
+        self.ok("--queue", "emails", "enqueue", "b")
+        seen: dict[str, object] = {}
+
+        def fake_serve(queue, *, on_ready, list_queues, open_queue, **rest):  # type: ignore[no-untyped-def]
+            seen.update(first=queue.name, listed=list_queues())
+            other = open_queue("sms")
+            seen.update(other=(other.name, len(other)))
+            other.close()
+            with self.assertRaises(nobroker.QueueNotFoundError):
+                open_queue("default")
+            on_ready(types.SimpleNamespace(url="http://127.0.0.1:1/"))
+
+        with stand_in_module("nobroker.dashboard", serve=fake_serve):
+            result = self.cli("serve")
+        self.assertEqual(result.code, 0, result.err)
+        self.assertEqual(seen, {"first": "emails", "listed": ["emails", "sms"], "other": ("sms", 1)})
+        self.assertIn("dashboard for queue 'emails', 1 more in the page's picker at", result.out)
+        self.assertEqual(maintenance.list_queues(self.qdir), ["emails", "sms"], "no default queue was created")
+        with stand_in_module("nobroker.dashboard", serve=fake_serve):
+            refused = self.cli("--queue", "default", "serve")  # asked for by name: it must be there
+        self.assert_one_line_error(refused)
+        self.assertIn("no queue named 'default'", refused.err)
+        self.assertEqual(maintenance.list_queues(self.qdir), ["emails", "sms"])
 
     def test_serve_token_from_the_environment_and_defaults(self) -> None:
         serve = mock.Mock(return_value=None)

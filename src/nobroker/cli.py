@@ -1072,14 +1072,45 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         if out.as_json:
             out.document({"url": url, "queue": args.queue})
         else:
-            out.line(f"dashboard for queue {_safe(args.queue)!r} at {_safe(url)}  (Ctrl-C stops)")
+            others = len(set(names()) - {args.queue})
+            picker = f", {others} more in the page's picker" if others else ""
+            out.line(f"dashboard for queue {_safe(args.queue)!r}{picker} at {_safe(url)}  (Ctrl-C stops)")
         out.out.flush()
 
+    where, is_dsn = _storage(args)
+    options = _pg_options(args, is_dsn)
+    from . import Queue, list_queues
+
+    def names() -> list[str]:
+        return list_queues(where, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
+
+    def open_queue(name: str) -> Any:
+        return Queue(where, name=name, create=False, **options)
+
+    args.queue = _first_queue_to_serve(args, names, is_dsn)
     with _open_queue(args) as queue, _NoteInterrupt() as interrupt:
-        serve(queue, host=args.host, port=args.port, token=token, on_ready=ready)
+        serve(queue, host=args.host, port=args.port, token=token, on_ready=ready, list_queues=names, open_queue=open_queue)
     # The dashboard treats Ctrl-C as its normal way out and returns; the
     # exit code still says it was interrupted, like every other command.
     return EXIT_INTERRUPTED if interrupt.seen else EXIT_OK
+
+
+def _first_queue_to_serve(args: argparse.Namespace, names: Callable[[], list[str]], is_dsn: bool) -> str:
+    """The queue the page opens on: --queue if given, else 'default', else the first queue there is.
+
+    A folder without a 'default' queue is shown as it is (the page's picker
+    lists its queues); nothing is created. No queue at all, or a --queue
+    that is not there, is refused as every other command refuses it.
+    """
+    if args.queue_given or is_dsn:
+        return str(args.queue)
+    try:
+        found = names()
+    except QueueNotFoundError as exc:
+        raise _not_found(exc) from None
+    if DEFAULT_QUEUE in found or not found:
+        return DEFAULT_QUEUE  # none at all: the shared check refuses it with the usual message
+    return found[0]
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
@@ -1159,7 +1190,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     group = parser.add_argument_group("global options")
     group.add_argument("--dir", metavar="DIR", default=default(None),
                        help=f"queue folder for the file storage (default: {DEFAULT_DIR})")
-    group.add_argument("--queue", metavar="NAME", default=default(DEFAULT_QUEUE),
+    # None until parsed, so `serve` can tell an explicit --queue default from no --queue (see main).
+    group.add_argument("--queue", metavar="NAME", default=default(None),
                        help=f"queue name inside the folder or database (default: {DEFAULT_QUEUE})")
     group.add_argument("--dsn", metavar="DSN", default=default(None),
                        help=f"use PostgreSQL at this DSN (postgresql://...) instead of a folder; env {ENV_DSN}")
@@ -1426,6 +1458,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
+        args.queue_given = args.queue is not None
+        args.queue = args.queue if args.queue_given else DEFAULT_QUEUE
         if args.command == "enqueue":
             args.count_given = args.count is not None
             args.count = args.count or 1
