@@ -146,7 +146,7 @@ class ParserTests(CliTestCase):
                     "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg"]
         for name in commands:
             self.assertIn(name, top.out)
-        for argv in [[name, "--help"] for name in commands if name != "bench"] + [["pg", "migrate", "--help"]]:
+        for argv in [[name, "--help"] for name in commands] + [["pg", "migrate", "--help"]]:
             with self.subTest(argv=argv):
                 result = run_main(argv)
                 self.assertEqual(result.code, 0)
@@ -1282,20 +1282,27 @@ class OptionalPartsTests(CliTestCase):
         with stand_in_module("nobroker.dashboard", serve=refuse):
             self.assert_one_line_error(self.cli("serve", "--host", "0.0.0.0"))
 
-    def test_bench_passes_its_arguments_through(self) -> None:
-        bench_main = mock.Mock(return_value=0)
-        with stand_in_module("nobroker.bench", main=bench_main):
-            result = run_main(["bench", "--jobs", "100", "--pg", "-h"])
+    def test_bench_is_a_quick_figure_for_this_disk(self) -> None:
+        where = os.path.join(self.dir, "disk")
+        os.mkdir(where)
+        result = run_main(["--json", "bench", "--in", where, "--seconds", "0.05"])
         self.assertEqual(result.code, 0, result.err)
-        bench_main.assert_called_once_with(["--jobs", "100", "--pg", "-h"])
-        with stand_in_module("nobroker.bench", main=mock.Mock(return_value=3)):
-            self.assertEqual(run_main(["bench"]).code, 3)
+        report = result.json()
+        names = [figure["name"] for figure in report["figures"]]  # type: ignore[index]
+        self.assertEqual(names, ["enqueue, 1 thread", "lease_one + ack, 1 thread"])
+        for figure in report["figures"]:  # type: ignore[index]
+            self.assertGreater(figure["per_second"], 0)
+            self.assertGreater(figure["disk_per_second"], 0)
+            self.assertAlmostEqual(figure["ratio"], figure["per_second"] / figure["disk_per_second"], places=2)
+        self.assertEqual(os.listdir(where), [], "the scratch queue is removed")
+        text = run_main(["bench", "--in", where, "--seconds", "0.05"]).out
+        self.assertIn("x this disk's append+fsync rate", text)
+        self.assertFalse(os.path.exists(self.qdir), "bench never touches the queue folder")
 
-    def test_bench_missing_is_a_clear_error(self) -> None:
-        with stand_in_module("nobroker.bench", _missing=True):
-            result = run_main(["bench", "--jobs", "1"])
-        self.assert_one_line_error(result)
-        self.assertIn("no benchmark", result.err)
+    def test_bench_refuses_what_it_cannot_use(self) -> None:
+        self.assertEqual(self.cli("bench").code, 2)  # --dir: bench uses --in
+        self.assertEqual(run_main(["bench", "--seconds", "0"]).code, 2)
+        self.assert_one_line_error(run_main(["bench", "--in", os.path.join(self.dir, "nope")]), code=2)
 
     def test_pg_migrate_with_dsn_and_schema(self) -> None:
         migrate = mock.Mock(return_value=None)

@@ -3,9 +3,10 @@
 Owns: argument parsing, human and ``--json`` output, exit codes, the
 confirmation prompts, progress on a terminal, and the signal handling of
 ``nobroker work``. Imports: the public ``nobroker`` API (Queue, Worker, the
-errors, the data model) and ``nobroker.maintenance``; the dashboard, the
-PostgreSQL module and the bench are imported lazily, only by the subcommand
-that needs them, so a missing optional part never breaks the rest.
+errors, the data model), ``nobroker.maintenance`` and ``nobroker.quickbench``
+(``nobroker bench``); the dashboard and the PostgreSQL module are imported
+lazily, only by the subcommand that needs them, so a missing optional part
+never breaks the rest.
 
 Everything a command *means* lives in the library; this module only turns
 words into calls and results into text. Exit codes: 0 ok, 1 a nobroker error
@@ -38,6 +39,9 @@ from . import __version__
 from .errors import CorruptLogError, NobrokerError, QueueNotFoundError, UnknownStorageError
 from .jobs import MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
 from .queue import require_queue
+from .quickbench import DEFAULT_SECONDS as BENCH_SECONDS
+from .quickbench import MAX_SECONDS as BENCH_MAX_SECONDS
+from .quickbench import MIN_SECONDS as BENCH_MIN_SECONDS
 from .storage import storage_kind
 
 log = logging.getLogger("nobroker.cli")
@@ -167,6 +171,19 @@ def _seconds_arg(*, allow_zero: bool) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
         if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
             raise argparse.ArgumentTypeError(f"expected a finite number of seconds {bound}, got {text!r}")
+        return value
+
+    convert.__name__ = "seconds"
+    return convert
+
+
+def _seconds_in(low: float, high: float) -> Callable[[str], float]:
+    at_least = _seconds_arg(allow_zero=False)
+
+    def convert(text: str) -> float:
+        value = at_least(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds from {low:g} to {high:g}, got {text!r}")
         return value
 
     convert.__name__ = "seconds"
@@ -1114,17 +1131,26 @@ def _first_queue_to_serve(args: argparse.Namespace, names: Callable[[], list[str
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
+    from . import quickbench
+
+    if args.dir or args.dsn:
+        args._parser.error("bench measures a scratch queue in a folder of its own inside --in (default: here); "
+                           "it does not use --dir or --dsn (`python make.py bench --pg` measures PostgreSQL)")
+    where = args.where
+    if not os.path.isdir(where):
+        raise UsageError(f"--in {where!r} is not a folder: pass a folder on the disk to measure")
+    progress = Progress(f"measuring on the disk of {where} (about {4 * args.seconds + 1:.0f} s)")
+    progress.start()
     try:
-        from .bench import main as bench_main
-    except ImportError as exc:
-        if _missing_module(exc, "nobroker.bench"):
-            raise CommandError(
-                "this copy of nobroker has no benchmark (nobroker/bench.py is missing); "
-                "from a clone, `python make.py bench` runs it"
-            ) from None
-        raise
-    code = bench_main(list(args.bench_args))
-    return int(code or 0)
+        figures = quickbench.run_quick(where, args.seconds)
+    finally:
+        progress.done()
+    if out.as_json:
+        out.document({"machine": quickbench.describe(where), "figures": [f.to_dict() for f in figures]})
+    else:
+        for line in quickbench.report_lines(figures, where):
+            out.line(line)
+    return EXIT_OK
 
 
 def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
@@ -1387,11 +1413,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--token", default=None, help=f"require this bearer token (or env {ENV_TOKEN})")
 
-    command(
-        "bench", "measure throughput on this machine (arguments go to the benchmark)",
-        "  nobroker bench --help\n  nobroker bench --jobs 1000", cmd_bench,
-        globals_=False, add_help=False,
+    p = command(
+        "bench", "a quick figure for this disk: enqueue and lease+ack beside its append+fsync rate (a few seconds)",
+        "  nobroker bench\n  nobroker bench --in /var/lib/jobs --json", cmd_bench,
+        description=(
+            "Measure enqueue, and lease_one + ack, on a scratch queue (removed afterwards), each beside\n"
+            "the disk's own rate of 120-byte append + fdatasync measured just before it: the ratio is the\n"
+            "number to compare between machines. The full suites are `python make.py bench` in a clone."
+        ),
     )
+    p.add_argument("--in", dest="where", default=".", metavar="FOLDER",
+                   help="a folder on the disk to measure (default: the current folder)")
+    p.add_argument("--seconds", type=_seconds_in(BENCH_MIN_SECONDS, BENCH_MAX_SECONDS), default=BENCH_SECONDS,
+                   metavar="S", help=f"how long each figure runs (default {BENCH_SECONDS:g})")
 
     pg = command("pg", "PostgreSQL storage tools (see `nobroker pg migrate --help`)",
                  "  nobroker --dsn postgresql://localhost/app pg migrate", cmd_pg)
@@ -1450,9 +1484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args, extras = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-        if args.command == "bench":
-            args.bench_args = extras
-        elif extras:
+        if extras:
             sub = getattr(args, "_parser", parser)
             sub.error(f"unrecognized arguments: {' '.join(extras)}")
         if args.command is None:
