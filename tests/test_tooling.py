@@ -108,6 +108,31 @@ class MakePyTest(unittest.TestCase):
         self.assertRegex(proc.stdout, r"FAIL +tooling_probe\.test_probe +1 ok / 3 failed / 1 skipped")
         self.assertIn("FAILED tooling_probe.test_probe", proc.stdout)
         self.assertIn("setUpClass", proc.stdout)  # the failing module's output is shown
+        self.assertIn("\nskipped, by reason:\n     1  on purpose  (tooling_probe.test_probe.Probe.test_skip)\n", proc.stdout)
+
+    def test_the_summary_groups_skips_by_reason_with_where_they_are(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            pkg = Path(tmp) / "tooling_skips"
+            pkg.mkdir()
+            (pkg / "__init__.py").write_text("")
+            for module in ("test_a", "test_b"):
+                (pkg / f"{module}.py").write_text(textwrap.dedent("""
+                    import unittest
+                    class Case(unittest.TestCase):
+                        @unittest.skip("no browser here")
+                        def test_one(self): pass
+                        @unittest.skip("no browser here")
+                        def test_two(self): pass
+                        def test_three(self): self.skipTest("once only")
+                        def test_ok(self): pass
+                """))
+            env = dict(os.environ, PYTHONPATH=tmp)
+            proc = run(["make.py", "test", "tooling_skips.test_a", "tooling_skips.test_b"], env=env)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        tail = proc.stdout.split("skipped, by reason:\n", 1)[1].splitlines()
+        self.assertEqual(tail[0], "     4  no browser here  (tooling_skips.test_a, tooling_skips.test_b)")
+        self.assertEqual(tail[1], "     2  once only  (tooling_skips.test_a, tooling_skips.test_b)")
+        self.assertEqual(proc.stdout.strip().splitlines()[-1], "2 passed, 0 failed, 6 skipped")
 
     def test_module_that_cannot_import_counts_as_a_failure(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
