@@ -61,6 +61,18 @@ def make_job(payload: object, attempts: int = 1) -> Job:
     return Job(id="job-1", payload=payload, attempts=attempts)
 
 
+def run_probe_package(package: str, modules: dict[str, str], *options: str) -> subprocess.CompletedProcess[str]:
+    """``make.py test`` over a throwaway package of test modules (source by module name), outside tests/."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = Path(tmp) / package
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+        for name, source in modules.items():
+            (pkg / f"{name}.py").write_text(textwrap.dedent(source))
+        env = dict(os.environ, PYTHONPATH=tmp)
+        return run(["make.py", "test", *options, *(f"{package}.{name}" for name in modules)], env=env)
+
+
 class MakePyTest(unittest.TestCase):
     def test_lists_every_task_with_one_line_each(self) -> None:
         proc = run(["make.py"])
@@ -80,11 +92,7 @@ class MakePyTest(unittest.TestCase):
     def test_runner_counts_tests_not_reports_and_ends_with_the_summary_line(self) -> None:
         # A probe package outside tests/: one pass, one skip, a failure, three
         # failing subtests of one test (one failed test), a setUpClass error.
-        with tempfile.TemporaryDirectory() as tmp:
-            pkg = Path(tmp) / "tooling_probe"
-            pkg.mkdir()
-            (pkg / "__init__.py").write_text("")
-            (pkg / "test_probe.py").write_text(textwrap.dedent("""
+        proc = run_probe_package("tooling_probe", {"test_probe": """
                 import unittest
                 class Probe(unittest.TestCase):
                     def test_pass(self): pass
@@ -99,9 +107,7 @@ class MakePyTest(unittest.TestCase):
                     @classmethod
                     def setUpClass(cls): raise RuntimeError("on purpose")
                     def test_never(self): pass
-            """))
-            env = dict(os.environ, PYTHONPATH=tmp)
-            proc = run(["make.py", "test", "-j", "1", "tooling_probe.test_probe"], env=env)
+            """}, "-j", "1")
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         lines = proc.stdout.strip().splitlines()
         self.assertEqual(lines[-1], "1 passed, 3 failed, 1 skipped")
@@ -111,23 +117,17 @@ class MakePyTest(unittest.TestCase):
         self.assertIn("\nskipped, by reason:\n     1  on purpose  (tooling_probe.test_probe.Probe.test_skip)\n", proc.stdout)
 
     def test_the_summary_groups_skips_by_reason_with_where_they_are(self) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            pkg = Path(tmp) / "tooling_skips"
-            pkg.mkdir()
-            (pkg / "__init__.py").write_text("")
-            for module in ("test_a", "test_b"):
-                (pkg / f"{module}.py").write_text(textwrap.dedent("""
-                    import unittest
-                    class Case(unittest.TestCase):
-                        @unittest.skip("no browser here")
-                        def test_one(self): pass
-                        @unittest.skip("no browser here")
-                        def test_two(self): pass
-                        def test_three(self): self.skipTest("once only")
-                        def test_ok(self): pass
-                """))
-            env = dict(os.environ, PYTHONPATH=tmp)
-            proc = run(["make.py", "test", "tooling_skips.test_a", "tooling_skips.test_b"], env=env)
+        module = """
+            import unittest
+            class Case(unittest.TestCase):
+                @unittest.skip("no browser here")
+                def test_one(self): pass
+                @unittest.skip("no browser here")
+                def test_two(self): pass
+                def test_three(self): self.skipTest("once only")
+                def test_ok(self): pass
+        """
+        proc = run_probe_package("tooling_skips", {"test_a": module, "test_b": module})
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         tail = proc.stdout.split("skipped, by reason:\n", 1)[1].splitlines()
         self.assertEqual(tail[0], "     4  no browser here  (tooling_skips.test_a, tooling_skips.test_b)")
