@@ -39,7 +39,7 @@ from nobroker.dashboard import (
 from nobroker.errors import NobrokerError
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
-from tests.support import TempDirTestCase
+from tests.support import WAIT_SECONDS, TempDirTestCase
 
 SCRIPT_PAYLOAD = "<script>alert(1)</script>"
 #: How often a test server checks for shutdown (the default half second adds up over many tests).
@@ -135,7 +135,7 @@ class DashboardCase(TempDirTestCase):
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             sent["Content-Type"] = "application/json"
         sent.update(headers or {})
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         try:
             conn.request(method, path, body=data, headers=sent)
             resp = conn.getresponse()
@@ -924,7 +924,7 @@ class BindTest(TempDirTestCase):
         thread.start()
         self.addCleanup(thread.join, 10)
         self.addCleanup(server.shutdown)
-        conn = http.client.HTTPConnection("::1", server.server_address[1], timeout=10)
+        conn = http.client.HTTPConnection("::1", server.server_address[1], timeout=60)
         conn.request("GET", "/api/stats")
         self.assertEqual(conn.getresponse().status, 200)
         conn.close()
@@ -942,14 +942,14 @@ class BindTest(TempDirTestCase):
                 target=serve, args=(self.queue,), kwargs={"port": 0, "on_ready": on_ready}, daemon=True
             )
             thread.start()
-            self.assertTrue(ready.wait(10))
+            self.assertTrue(ready.wait(WAIT_SECONDS))
             (server,) = servers
-            conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+            conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=60)
             conn.request("GET", "/api/stats")
             self.assertEqual(conn.getresponse().status, 200)
             conn.close()
             server.shutdown()
-            thread.join(10)
+            thread.join(WAIT_SECONDS)
             self.assertFalse(thread.is_alive())
         self.assertTrue(any(server.url in line for line in logs.output), logs.output)
 

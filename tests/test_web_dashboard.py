@@ -24,7 +24,7 @@ from tests.support import TempDirTestCase, wait_until
 
 SCRIPT_PAYLOAD = "<script>alert(1)</script>"
 #: Seconds to wait for the page to show something (it refreshes every second).
-PAGE_TIMEOUT = 15.0
+PAGE_TIMEOUT = 60.0
 POLL_SECONDS = 0.05
 
 # Installed before any page script runs: dialogs are recorded instead of shown

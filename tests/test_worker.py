@@ -38,7 +38,7 @@ from tests.support import TempDirTestCase, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 #: Generous bound for anything that should happen "soon" on a busy shared machine.
-PATIENCE = 20.0
+PATIENCE = 60.0
 #: A poll interval no test waits out: what happens sooner came from a wake-up.
 LONG_POLL = 600.0
 NO_BACKOFF = BackoffPolicy(base=0, jitter=0)
