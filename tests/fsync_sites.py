@@ -8,8 +8,11 @@ can turn the ones of chosen sites into no-ops). Imports: the standard
 library only.
 
 A site is ``(file relative to src/nobroker, line)``. Both ways of naming one
-meet there: the inventory reads it from the source, OsSyncCalls reads it
-from the innermost frame in src/nobroker when the call runs.
+meet there: the inventory reads it from the source, the switches (SimDisk's
+SiteSwitch, OsSyncCalls) read it from the innermost frame in src/nobroker
+when the call runs. The teeth test (tests/test_fsync_teeth.py) requires the
+two sets to be equal, so a site the inventory cannot see, or one no test
+reaches, fails the suite.
 """
 
 from __future__ import annotations
