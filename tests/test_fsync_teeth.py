@@ -108,7 +108,8 @@ def failed_fsyncs(site: Site | None) -> Outcome:
                 try:
                     FaultRun(unittest.TestCase(), fault, disk=disk, handles=handles).run()
                 except Exception as exc:  # noqa: BLE001 - a failed check, or a queue that no longer opens
-                    return f"fault run ({handles} handles, {fault}): {type(exc).__name__}: {str(exc)[:300]}", setup.sites()
+                    what = f"fault run ({handles} handles, {fault}): {type(exc).__name__}: {str(exc)[:300]}"
+                    return what, setup.sites()
     return None, setup.sites()
 
 

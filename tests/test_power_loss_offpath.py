@@ -42,6 +42,8 @@ NAME = "default"
 DAMAGES = ("torn tail", "damage in the middle", "garbage pointer")
 REPAIR_SEEDS = 3
 STATES_PER_CALL = 8
+#: The power-cut modes, repeated: one entry per state built at each cut.
+CUT_MODES = POWER_CUT_MODES * (STATES_PER_CALL // len(POWER_CUT_MODES))
 
 State = dict[str, dict[str, Any]]
 
@@ -112,17 +114,19 @@ class RepairSweep:
         cuts: list[tuple[str, SimDisk]] = []
 
         def cut(d: SimDisk, op: str) -> None:
-            cuts.extend((f"{mode} cut before {op}", d.power_cut(mode, cut_rng)) for mode in POWER_CUT_MODES * (STATES_PER_CALL // 4))
+            cuts.extend((f"{mode} cut before {op}", d.power_cut(mode, cut_rng)) for mode in CUT_MODES)
 
         if self.setup is not None:
             self.setup(disk)
         disk.before_mutation = cut
         done = repair(path, fs=disk)
         disk.before_mutation = None
+        name = f"{self.kind}, seed {self.seed}"
         for where, during in cuts:
-            self.check_during(f"{self.kind}, seed {self.seed}, {where}", during, path, before, expected)
-        for i, mode in enumerate(POWER_CUT_MODES * (STATES_PER_CALL // 4)):
-            self.check_after(f"{self.kind}, seed {self.seed}, {mode} cut after repair returned", disk.power_cut(mode, random.Random(i)), path, expected, done)
+            self.check_during(f"{name}, {where}", during, path, before, expected)
+        for i, mode in enumerate(CUT_MODES):
+            after = disk.power_cut(mode, random.Random(i))
+            self.check_after(f"{name}, {mode} cut after repair returned", after, path, expected, done)
         return self.problems
 
     def check_during(self, where: str, cut: SimDisk, path: str, before: State | None, expected: State) -> None:
@@ -140,13 +144,14 @@ class RepairSweep:
             self.problems.append(f"{where}: the queue refuses to open, and a second repair fails: {exc}")
             return
         if open_state(again, path) != expected:
-            self.problems.append(f"{where}: the queue refuses to open, and a second repair does not bring the repaired state")
+            self.problems.append(f"{where}: the queue refuses to open, and a second repair does not repair it")
 
     def check_after(self, where: str, cut: SimDisk, path: str, expected: State, done: RepairReport) -> None:
         self.states += 1
         state = open_state(cut, path)
         if state != expected:
-            self.problems.append(f"{where}: {'the queue refuses to open' if state is None else 'the repaired state is gone'}")
+            lost = "the queue refuses to open" if state is None else "the repaired state is gone"
+            self.problems.append(f"{where}: {lost}")
         elif done.kept_aside is None or not cut.exists(done.kept_aside):
             self.problems.append(f"{where}: the damaged file is not at {done.kept_aside}, where the report said")
 
@@ -175,7 +180,7 @@ def snapshot_sweep(setup: Callable[[SimDisk], None] | None = None) -> tuple[list
 
     def cutter(expected: State) -> Callable[[SimDisk, str], None]:
         def cut(d: SimDisk, op: str) -> None:
-            cuts.extend((f"{mode} cut before {op}", d.power_cut(mode, rng), expected) for mode in POWER_CUT_MODES * 2)
+            cuts.extend((f"{mode} cut before {op}", d.power_cut(mode, rng), expected) for mode in CUT_MODES)
 
         return cut
 
@@ -187,12 +192,13 @@ def snapshot_sweep(setup: Callable[[SimDisk], None] | None = None) -> tuple[list
         disk.before_mutation = cutter(acknowledged)
         q.close()
         disk.before_mutation = None
-        cuts.extend((f"{mode} cut after close", disk.power_cut(mode, rng), acknowledged) for mode in POWER_CUT_MODES * 4)
+        cuts.extend((f"{mode} cut after close", disk.power_cut(mode, rng), acknowledged) for mode in CUT_MODES * 2)
         reopened = Queue(path, filesystem=disk, clock=FakeClock(), auto_compact=None)
         if not reopened.storage._snap_loaded:  # type: ignore[attr-defined]
             problems.append("the reopen did not load the snapshot close wrote (the sweep tests nothing)")
         reopened.enqueue({"n": "after the reopen"}, job_id="after")
-        cuts.extend((f"{mode} cut after a reopen from the snapshot", disk.power_cut(mode, rng), jobs(reopened)) for mode in POWER_CUT_MODES * 2)
+        state = jobs(reopened)
+        cuts.extend((f"{mode} cut after a reopen that used it", disk.power_cut(mode, rng), state) for mode in CUT_MODES)
         reopened.close()
     for where, cut, expected in cuts:
         snap_there = cut.exists(snap)

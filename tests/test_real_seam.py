@@ -100,7 +100,8 @@ def strace_unusable() -> str | None:
     """Why the strace check cannot run here, or None."""
     if STRACE is None:
         return "strace is not installed"
-    probe = subprocess.run([STRACE, "-qq", "-e", "trace=fsync", "true"], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    command = [STRACE, "-qq", "-e", "trace=fsync", sys.executable, "-c", "pass"]
+    probe = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     if probe.returncode != 0:
         return f"strace cannot trace here: {probe.stderr.strip()[:200]}"
     return None
@@ -113,7 +114,8 @@ def under_strace(off: frozenset[Site] = frozenset()) -> SeamResult:
         report, trace = os.path.join(root, "requests"), os.path.join(root, "trace")
         command = [
             STRACE, "-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-e", "signal=none", "-o", trace,
-            sys.executable, "-m", "tests.seamchild", os.path.join(root, "q"), report, *(f"{f}:{n}" for f, n in sorted(off)),
+            sys.executable, "-m", "tests.seamchild", os.path.join(root, "q"), report,
+            *(f"{file}:{line}" for file, line in sorted(off)),
         ]  # fmt: skip
         child = subprocess.run(command, env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
         if child.returncode != 0:
