@@ -255,7 +255,9 @@ class FileStorage:
                 # A crash between a peer's pointer rename and its folder fsync could
                 # leave a flip that a power cut undoes, and a failed fsync of the
                 # parent could leave the folder itself undurable: make both durable
-                # before we acknowledge anything written in them.
+                # before we acknowledge anything written in them. This is also what
+                # makes a generation 0 just created durable (LogFile.create leaves
+                # its name to this fsync).
                 self._sync_directory()
                 try:
                     self.fs.fsync_dir(os.path.dirname(self.directory))
