@@ -865,6 +865,8 @@ class QueueSemantics(_Base):
         self.assertIsInstance(result, CompactionResult)
         self.assertEqual(result.jobs_dropped, 3)
         self.assertEqual(result.jobs_kept, 4)
+        self.assertEqual(result.bytes_reclaimed, result.bytes_before - result.bytes_after)
+        self.assertTrue(result.describe().endswith("kept 4 jobs, dropped 3 completed"), result.describe())
         self.assertEqual(self.snapshot(q), keep)
         for job in done:
             with self.assertRaises(JobNotFoundError):

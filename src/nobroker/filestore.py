@@ -44,9 +44,9 @@ from .errors import (
     StorageError,
     UnsafeQueueError,
 )
-from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, FrameStatus, RecordType, encode_record, frame
+from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, Frame, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
-from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .jobs import BackoffPolicy, CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport
 from .lock import QueueLock, held_elsewhere
 from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
@@ -222,6 +222,7 @@ class FileStorage:
         # that takes every kind asleep.
         self._wake_kinds = WakeChannel(os.path.join(self.directory, f"{self.name}.wake-kinds"))
         self._recovery = RecoveryReport()
+        self._cut_damage = Damage.NONE  # what was wrong with the last torn tail cut off
         # What a snapshot at close may build on (see _replay_all and _save_snapshot).
         self._snap_records = 0  # state.records when it was loaded or replayed
         # (generation, offset, crc32 of the log's bytes before offset) for exactly the bytes
@@ -263,6 +264,8 @@ class FileStorage:
             torn_bytes=torn,
             jobs=len(state),
             elapsed=time.perf_counter() - started,
+            damage=self._cut_damage if torn else Damage.NONE,
+            orphan_records=state.anomalies,
         )
         if torn:
             logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)
@@ -415,6 +418,7 @@ class FileStorage:
                 )
             torn = size - fr.offset
             if truncate:
+                self._cut_damage = _damage_of(fr, torn)
                 log.truncate(fr.offset)
                 log.note_end(fr.offset)
                 return end, torn
@@ -1324,6 +1328,17 @@ def _encode_enqueue(entry: Entry, payload_json: str, times: dict[int, str] | Non
     if entry.dedupe_key is not None:
         text += ',"dedupe_key":' + json.dumps(entry.dedupe_key)
     return (text + "}").encode("ascii")
+
+
+def _damage_of(fr: Frame, torn: int) -> Damage:
+    """What was wrong with a torn tail, in the words of nobroker 0.1.2's RecoveryReport."""
+    if fr.status is FrameStatus.INCOMPLETE:
+        return Damage.TRUNCATED_HEADER if torn < FRAME_SIZE else Damage.TRUNCATED_BODY
+    if fr.status is FrameStatus.BAD_LENGTH:
+        return Damage.OVERSIZE
+    if fr.status is FrameStatus.BAD_TYPE:
+        return Damage.UNKNOWN_TYPE
+    return Damage.BAD_CHECKSUM  # a bad crc, or a good one over bad JSON (0.1.2 called both that)
 
 
 #: Filesystem types whose locking or rename semantics a queue cannot trust.

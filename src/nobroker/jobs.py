@@ -87,6 +87,30 @@ class Job:
         out["state"] = self.state.value
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        """The Job a ``to_dict()`` dict describes (keys it does not know are ignored; missing ones take defaults)."""
+        known = {name: data[name] for name in _JOB_FIELDS if name in data}
+        known["state"] = JobState(known.get("state", JobState.READY))
+        for name in ("priority", "attempts", "max_attempts", "seq"):
+            if name in known:
+                known[name] = int(known[name])
+        for name in ("available_at", "enqueued_at"):
+            if name in known:
+                known[name] = float(known[name])
+        return cls(**known)
+
+    def snapshot(self) -> Job:
+        """A copy of this Job (it is a snapshot already: the queue never changes a Job it returned)."""
+        return dataclasses.replace(self)
+
+    def is_eligible(self, now: float) -> bool:
+        """Could a lease at time ``now`` take this job (ready, and its ``available_at`` has come)?"""
+        return self.state is JobState.READY and self.available_at <= now
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+
 
 @dataclass(frozen=True)
 class QueueStats:
@@ -149,9 +173,32 @@ class BackoffPolicy:
         return delay
 
 
+class Damage(str, enum.Enum):
+    """Why the last record of a log was cut off when it was opened (nobroker 0.1.2's values)."""
+
+    NONE = "none"
+    TRUNCATED_HEADER = "truncated record header"
+    TRUNCATED_BODY = "truncated record body"
+    BAD_CHECKSUM = "checksum mismatch"
+    OVERSIZE = "record length exceeds maximum"
+    UNKNOWN_TYPE = "unknown record type"
+
+
+#: Bytes of the file header in front of a log's first record (framing.HEADER_SIZE;
+#: this module may not import framing).
+_LOG_HEADER_BYTES = 16
+
+
 @dataclass(frozen=True)
 class RecoveryReport:
-    """What opening the queue found on disk."""
+    """What opening the queue found on disk.
+
+    ``records`` (also ``records_applied``, its name in nobroker 0.1.2) the state
+    was built from; ``bytes_read``: the log's size up to its last whole record;
+    ``torn_bytes`` (``bytes_discarded``): a torn tail cut off, and ``damage``
+    what was wrong with it; ``orphan_records``: records that named a job the
+    queue did not hold (a sound log has none).
+    """
 
     generation: int = 0
     records: int = 0
@@ -159,11 +206,40 @@ class RecoveryReport:
     torn_bytes: int = 0
     jobs: int = 0
     elapsed: float = 0.0
+    damage: Damage = Damage.NONE
+    orphan_records: int = 0
 
     @property
     def clean(self) -> bool:
         """True when no torn tail had to be cut off."""
         return self.torn_bytes == 0
+
+    @property
+    def repaired(self) -> bool:
+        """True when a torn tail was cut off (the opposite of ``clean``)."""
+        return self.torn_bytes > 0
+
+    @property
+    def records_applied(self) -> int:
+        return self.records
+
+    @property
+    def bytes_scanned(self) -> int:
+        """Bytes of records the state was built from (the log after its 16-byte header)."""
+        return max(self.bytes_read - _LOG_HEADER_BYTES, 0)
+
+    @property
+    def bytes_discarded(self) -> int:
+        return self.torn_bytes
+
+    def describe(self) -> str:
+        """One line for people and logs."""
+        if not self.repaired:
+            return f"clean: {self.records} records, {self.bytes_scanned} bytes"
+        return (
+            f"repaired: {self.records} records applied, {self.torn_bytes} bytes discarded from the tail "
+            f"({self.damage.value})"
+        )
 
 
 @dataclass(frozen=True)
@@ -180,6 +256,19 @@ class CompactionResult:
     #: Longest time (seconds) the compaction held the queue's lock at once: how
     #: long it could make another process wait. 0.0 where it does not apply.
     lock_held: float = 0.0
+
+    @property
+    def bytes_reclaimed(self) -> int:
+        """How much smaller the log became (0 where the storage has no log: PostgreSQL)."""
+        return self.bytes_before - self.bytes_after
+
+    def describe(self) -> str:
+        """One line for people and logs."""
+        share = 100.0 * self.bytes_reclaimed / self.bytes_before if self.bytes_before else 0.0
+        return (
+            f"compacted {self.bytes_before} -> {self.bytes_after} bytes ({share:.1f}% reclaimed), "
+            f"kept {self.jobs_kept} jobs, dropped {self.jobs_dropped} completed"
+        )
 
 
 # ---------------------------------------------------------------- JSON
@@ -244,6 +333,7 @@ __all__ = [
     "BackoffPolicy",
     "RecoveryReport",
     "CompactionResult",
+    "Damage",
     "dump_json",
     "check_json",
     "MAX_RECORD_BYTES",
