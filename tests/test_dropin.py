@@ -89,6 +89,23 @@ class PublicNames(unittest.TestCase):
         self.assertEqual(RecoveryReport().damage, "none")
 
 
+class Backoff(unittest.TestCase):
+    def test_refuses_what_0_1_2_refused(self) -> None:
+        for bad in ({"factor": 0.5}, {"factor": 0}, {"factor": 0.999}, {"base": -1}, {"jitter": 1.5}, {"jitter": -0.1}):
+            with self.subTest(**bad), self.assertRaises(ValueError):
+                BackoffPolicy(**bad)  # type: ignore[arg-type]
+        self.assertEqual(BackoffPolicy(factor=1, jitter=0).delay_for(7), 1.0)
+
+    def test_a_job_that_has_not_failed_waits_nothing(self) -> None:
+        policy = BackoffPolicy()  # jitter 0.5
+        for attempts in (0, -1, -100):
+            self.assertEqual(policy.delay_for(attempts), 0.0, attempts)
+            self.assertEqual(policy.nominal_delay(attempts), 0.0, attempts)
+        first = policy.delay_for(1)
+        self.assertTrue(0.5 <= first <= 1.0, first)
+        self.assertEqual([policy.nominal_delay(n) for n in (1, 2, 3, 10, 100_000)], [1.0, 2.0, 4.0, 300.0, 300.0])
+
+
 class SameMeaning(TempDirTestCase):
     def test_compaction_result_reports_the_bytes_it_reclaimed(self) -> None:
         with Queue(self.dir) as q:

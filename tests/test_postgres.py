@@ -482,7 +482,7 @@ class PostgresSchemaTests(unittest.TestCase):
     def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
         from nobroker.postgres import latest_version, migrate
 
-        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql"])
+        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_backoff_before_any_attempt.sql"])
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
@@ -492,6 +492,22 @@ class PostgresSchemaTests(unittest.TestCase):
         with Queue(self.dsn, schema=other) as q:  # migrate=True by default
             q.enqueue("x")
             self.assertEqual(len(q), 1)
+
+    def test_the_sql_backoff_is_delay_for_without_jitter(self) -> None:
+        from nobroker.postgres import migrate
+
+        migrate(self.dsn, schema=self.schema)
+        policies = [BackoffPolicy(), BackoffPolicy(base=10, factor=3, max_delay=1000), BackoffPolicy(base=0), BackoffPolicy(factor=1)]
+        attempts = [-5, -1, 0, 1, 2, 3, 7, 40, 2000]
+        with connect() as conn:
+            for policy in policies:
+                for n in attempts:
+                    got = conn.execute(
+                        f'SELECT "{self.schema}".backoff_delay(%s, %s, %s, %s)',
+                        (n, policy.base, policy.factor, policy.max_delay),
+                    ).fetchone()[0]
+                    with self.subTest(policy=policy, attempts=n):
+                        self.assertAlmostEqual(got, policy.nominal_delay(n), places=9)
 
     def test_a_queue_on_an_unmigrated_schema_says_what_to_run(self) -> None:
         from nobroker import StorageError
@@ -510,7 +526,10 @@ class PostgresSchemaTests(unittest.TestCase):
         for p in procs:
             p.join(PATIENCE)
         self.assertEqual([r[0] for r in results], ["ok"] * 4, results)
-        self.assertEqual(sorted(len(r[1]) for r in results), [0, 0, 0, 1], "exactly one process applied the schema")
+        from nobroker.postgres import latest_version
+
+        applied = sorted(len(r[1]) for r in results)
+        self.assertEqual(applied, [0, 0, 0, latest_version()], "exactly one process applied the schema")
 
     def test_row_level_security_hides_rows_from_roles_outside_the_policy(self) -> None:
         from nobroker.postgres import migrate

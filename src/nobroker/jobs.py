@@ -143,7 +143,12 @@ class BackoffPolicy:
 
     ``jitter`` is the fraction of that delay drawn at random: 0.5 means the
     delay lands uniformly in [0.5 d, d]. The writer draws it once and records
-    the resulting absolute time, so replay never sees randomness.
+    the resulting absolute time, so replay never sees randomness. A job that
+    has not failed yet (``attempts <= 0``) waits 0.
+
+    Refused with ValueError, as nobroker 0.1.2 refused them: ``base < 0``,
+    ``factor < 1`` (delays that shrink) and ``jitter`` outside [0, 1]; and
+    beyond 0.1.2, any value that is not a finite number, and ``max_delay < 0``.
     """
 
     base: float = 1.0
@@ -156,18 +161,25 @@ class BackoffPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"BackoffPolicy.{name} must be a finite number >= 0, got {value!r}")
+        if self.factor < 1:
+            raise ValueError(f"BackoffPolicy.factor must be >= 1 (each retry waits at least as long), got {self.factor!r}")
         if self.jitter > 1:
             raise ValueError(f"BackoffPolicy.jitter is a fraction between 0 and 1, got {self.jitter!r}")
 
-    def delay_for(self, attempts: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait before retry number ``attempts`` (1 = after the first failure)."""
-        exponent = max(attempts - 1, 0)
+    def nominal_delay(self, attempts: int) -> float:
+        """The delay before jitter: the longest ``delay_for(attempts)`` can return."""
+        if attempts <= 0 or self.base == 0:
+            return 0.0
         try:
-            raw = self.base * (self.factor**exponent)
+            raw = self.base * (self.factor ** (attempts - 1))
         except OverflowError:
             raw = self.max_delay
-        delay = min(raw, self.max_delay)
-        if self.jitter:
+        return min(raw, self.max_delay)
+
+    def delay_for(self, attempts: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``attempts`` (1 = after the first failure; 0 or less: 0)."""
+        delay = self.nominal_delay(attempts)
+        if self.jitter and delay:
             draw = (rng or random).random()
             delay = delay * (1.0 - self.jitter * draw)
         return delay

@@ -863,7 +863,7 @@ class PostgresStorage:
 
     def _zero_backoff_possible(self) -> bool:
         b = self.backoff
-        return b.base <= 0 or b.max_delay <= 0 or b.factor <= 0
+        return b.base <= 0 or b.max_delay <= 0
 
     def _claim_statement(self, name: str, count: int) -> str:
         """The claim with its LIMIT written in as a number.
