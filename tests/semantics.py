@@ -426,6 +426,24 @@ class QueueSemantics(_Base):
         q.ack(job)
         self.assertEqual(self.snapshot(q), before)
 
+    def test_a_done_job_shows_no_lease(self) -> None:
+        q = self.make_queue()
+        q.enqueue_many(["one", "many-a", "many-b"])
+        one, a, b = sorted(q.lease(3), key=lambda job: job.payload != "one")
+        q.ack(one)
+        q.ack_many([a, b], results=["ra", None])
+        for _ in range(2):  # as written, then as replayed
+            for job in (one, a, b):
+                done = q.get(job.id)
+                self.assertIs(done.state, JobState.DONE)
+                self.assertEqual((done.lease_token, done.lease_deadline), (None, None))
+            self.assertEqual([j.lease_token for j in q.list_jobs(JobState.DONE)], [None] * 3)
+            q.ack(one)  # acking again under the lease that finished it stays harmless
+            q.ack_many([a, b])
+            with self.assertRaises(NotLeasedError):
+                q.ack(self.stale(one))
+            q = self.reopen(q)
+
     def test_ack_with_a_stale_token_is_refused_and_changes_nothing(self) -> None:
         q = self.make_queue()
         q.enqueue("work")

@@ -59,6 +59,8 @@ class MJob:
     last_error: str | None = None
     stage: str | None = None
     result: Any = None
+    #: The token of the lease that finished a done job (not shown: a done job shows no lease).
+    finished_token: str | None = None
 
     def view(self) -> dict[str, Any]:
         return {
@@ -152,11 +154,12 @@ class RefModel:
 
     def ack(self, job_id: str, token: str | None, result: Any) -> None:
         job = self.jobs.get(job_id)
-        if job is not None and job.state == "done" and (token is None or token == job.lease_token):
+        if job is not None and job.state == "done" and (token is None or token == job.finished_token):
             return
         job = self.leased(job_id, token)
         job.state = "done"
         job.lease_deadline = None
+        job.finished_token, job.lease_token = job.lease_token, None
         if result is not None:
             job.result = result
 

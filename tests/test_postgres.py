@@ -21,6 +21,7 @@ from typing import Any
 
 from nobroker import (
     BackoffPolicy,
+    Job,
     JobNotFoundError,
     JobState,
     NobrokerError,
@@ -482,7 +483,7 @@ class PostgresSchemaTests(unittest.TestCase):
     def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
         from nobroker.postgres import latest_version, migrate
 
-        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_backoff_before_any_attempt.sql"])
+        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_backoff_before_any_attempt.sql", "003_finished_token.sql"])
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
@@ -492,6 +493,30 @@ class PostgresSchemaTests(unittest.TestCase):
         with Queue(self.dsn, schema=other) as q:  # migrate=True by default
             q.enqueue("x")
             self.assertEqual(len(q), 1)
+
+    def test_upgrading_from_version_2_takes_the_lease_token_off_done_jobs(self) -> None:
+        from unittest import mock
+
+        from nobroker import postgres
+
+        files = postgres._migration_files()
+        with mock.patch.object(postgres, "_migration_files", lambda: files[:2]):
+            postgres.migrate(self.dsn, schema=self.schema)
+        with connect() as conn:
+            for job_id, state, token in (("d", "done", "tok-d"), ("r", "ready", None), ("l", "leased", "tok-l")):
+                conn.execute(
+                    f'INSERT INTO "{self.schema}".jobs (queue, id, state, max_attempts, available_at, enqueued_at,'
+                    " lease_deadline, lease_token, payload) VALUES ('up', %s, %s, 5, now(), now(),"
+                    " CASE WHEN %s = 'leased' THEN now() + interval '1 hour' END, %s, '1')",
+                    (job_id, state, state, token),
+                )
+        self.assertIn("003_finished_token.sql", postgres.migrate(self.dsn, schema=self.schema))
+        with Queue(self.dsn, "up", schema=self.schema) as q:
+            self.assertIsNone(q.get("d").lease_token)
+            self.assertEqual(q.get("l").lease_token, "tok-l", "a lease still held keeps its token")
+            q.ack(Job("d", 1, lease_token="tok-d"))  # the lease that finished it: harmless
+            with self.assertRaises(NotLeasedError):
+                q.ack(Job("d", 1, lease_token="someone-else"))
 
     def test_the_sql_backoff_is_delay_for_without_jitter(self) -> None:
         from nobroker.postgres import migrate

@@ -265,7 +265,7 @@ class FileStorage:
             jobs=len(state),
             elapsed=time.perf_counter() - started,
             damage=self._cut_damage if torn else Damage.NONE,
-            orphan_records=state.anomalies,
+            orphan_records=state.orphans,
         )
         if torn:
             logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)

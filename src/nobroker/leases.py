@@ -58,7 +58,7 @@ def expiry_error(entry: Entry) -> str:
 
 def finished_under(entry: Entry | None, token: Any) -> bool:
     """Is the job done, finished by this token's lease (or is ``token`` None, an operator)?"""
-    return entry is not None and entry.state is JobState.DONE and (token is None or entry.lease_token == token)
+    return entry is not None and entry.state is JobState.DONE and (token is None or entry.finished_token == token)
 
 
 def holds_lease(entry: Entry, token: Any) -> bool:

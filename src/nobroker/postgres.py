@@ -388,16 +388,19 @@ _TEMPLATES: dict[str, str] = {
         SELECT {_RET} FROM {{schema}}.jobs AS j
         JOIN unnest(%(kinds)b::text[], %(keys)b::text[]) AS u(kind, key)
           ON j.queue = %(q)s AND j.kind = u.kind AND j.dedupe_key = u.key AND j.state IN ('ready', 'leased')""",
+    # A done job shows no lease: its token moves to finished_token (see _already_done).
     "ack": f"""
         UPDATE {{schema}}.jobs AS j SET
-            state = 'done', lease_deadline = NULL, finished_at = {_NOW},
+            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
+            finished_at = {_NOW},
             result = coalesce(%(result)s::json, j.result)
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING 1""",
     "ack_many": f"""
         UPDATE {{schema}}.jobs AS j SET
-            state = 'done', lease_deadline = NULL, finished_at = {_NOW},
+            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
+            finished_at = {_NOW},
             result = coalesce(u.result::json, j.result)
         FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
         WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
@@ -422,7 +425,7 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {_RET}""",
-    "why": "SELECT state, lease_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
+    "why": "SELECT state, finished_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
     "requeue": f"""
         UPDATE {{schema}}.jobs AS j SET state = 'ready', attempts = 0, available_at = {_NOW}
         FROM (SELECT DISTINCT ON (d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id)) d.queue, d.id
@@ -914,7 +917,7 @@ class PostgresStorage:
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
         if row is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
-        state, held = row
+        state = row[0]
         if state == "leased":
             raise NotLeasedError(
                 f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "

@@ -55,7 +55,7 @@ class Entry:
     __slots__ = (
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
-        "result", "offset", "heap", "row",
+        "result", "offset", "heap", "row", "finished_token",
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int) -> None:
@@ -79,6 +79,9 @@ class Entry:
         self.dedupe_key: str | None = get("dedupe_key")
         self.stage: str | None = get("stage")
         self.result: Any = get("result")
+        # The token of the lease that finished a done job (see _set_state); a done
+        # job's own lease_token is None, except in a hand-made body that says otherwise.
+        self.finished_token: Any = self.lease_token if self.state is DONE else None
         self.offset = offset
         self.heap = _NOWHERE
         self.row = -1
@@ -119,6 +122,7 @@ class Entry:
         self.id, self.priority, self.state, self.attempts = job_id, priority, READY, 0
         self.max_attempts, self.available_at, self.enqueued_at = max_attempts, available_at, enqueued_at
         self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
+        self.finished_token = None
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, _NOWHERE
         self.row = -1
         return self
@@ -253,8 +257,10 @@ class QueueState:
         self.n_delayed = 0
         self.next_seq = 1
         self.records = 0
-        #: Records that named a job the state does not hold; a sound log has none.
+        #: Records a sound writer never writes: ones that name a job the state does not
+        #: hold (``orphans``, counted there too) and ENQUEUEs that repeat an id.
         self.anomalies = 0
+        self.orphans = 0
         #: Bytes of records whose information is superseded; compaction reclaims them.
         self.live_records = 0
         # The cold store.
@@ -392,7 +398,7 @@ class QueueState:
             "rows": len(rows),
             "hot": hot,
             "counts": [self._counts[state] for state in JobState],
-            # n_cold, n_delayed, next_seq, records, anomalies, live_records and the table's sizes
+            # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_records and the table's sizes
             "ints": {name: value for name, value in vars(self).items() if type(value) is int},
             "kind_names": self._kind_names,
             "fifos": fifos,
@@ -480,6 +486,7 @@ class QueueState:
             row = self._cold_row(job_id) if type(job_id) is str else -1
             if row < 0:
                 self.anomalies += 1
+                self.orphans += 1
                 return
             # Only these two records leave a job READY without indexing it again.
             entry = self._warm(row, _IN_READY if rtype in _KEEPS_READY else _NOWHERE)
@@ -510,8 +517,9 @@ class QueueState:
             entry.attempts = 0
             self._make_ready(entry, available_at, at)
         elif rtype == RecordType.EXTEND:
-            entry.lease_deadline = _time(body["deadline"], "deadline")
-            heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
+            if entry.state is LEASED:  # a job that is not leased has no deadline to move (as in 0.1.2)
+                entry.lease_deadline = _time(body["deadline"], "deadline")
+                heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         elif rtype == RecordType.STAGE:
             entry.stage = body.get("stage")
 
@@ -614,9 +622,10 @@ class QueueState:
             self.n_delayed -= 1
         entry.heap = _NOWHERE
         if state is not LEASED:
-            entry.lease_deadline = None
-            if state is not DONE:  # a done job keeps the token that finished it: a repeat ack is harmless
-                entry.lease_token = None
+            # A done job shows no lease (as in nobroker 0.1.2), but remembers the token
+            # that finished it, so a repeated ack under that lease stays harmless.
+            entry.finished_token = entry.lease_token if state is DONE else None
+            entry.lease_deadline = entry.lease_token = None
         if state in (DONE, DEAD) and entry.dedupe_key is not None:
             key = (entry.kind, entry.dedupe_key)
             if self.active_keys.get(key) == entry.id:
@@ -626,9 +635,10 @@ class QueueState:
         entry.state = state
 
     def clear(self) -> None:
-        next_seq, records = self.next_seq, self.records
+        """After a PURGE: no jobs, but the counts of what the log held so far carry on."""
+        kept = self.next_seq, self.records, self.anomalies, self.orphans
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records = next_seq, records
+        self.next_seq, self.records, self.anomalies, self.orphans = kept
 
     # ------------------------------------------------------------ the cold store
     def _add_cold(
@@ -757,6 +767,7 @@ class QueueState:
         entry.id, entry.priority, entry.state, entry.attempts = _ID_TEXT % self._ids[row], priority, READY, attempts
         entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
         entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
+        entry.finished_token = None
         entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
         entry.heap, entry.row = _IN_READY, row
         return entry
