@@ -666,6 +666,52 @@ class QueueSemantics(_Base):
         self.assertEqual([j.id for j in q.dlq()], [job.id])
         self.assert_survives_reopen(q)
 
+    def test_reads_show_an_expired_lease_as_dead_before_any_write(self) -> None:
+        q = self.make_queue(max_attempts=1, visibility_timeout=10)
+        job = q.enqueue("work")
+        self.only_lease(q)
+        self.advance(11)
+        expected = {"ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 1, "total": 1}
+        self.assertEqual(q.stats().to_dict(), expected)
+        shown = q.get(job.id)
+        self.assertIs(shown.state, JobState.DEAD)
+        self.assertEqual((shown.lease_deadline, shown.lease_token), (None, None))
+        self.assertEqual(shown.last_error, "lease expired on attempt 1 of 1")
+        self.assertEqual([j.id for j in q.dlq()], [job.id])
+        self.assertEqual([j.id for j in q.list_jobs(JobState.DEAD)], [job.id])
+        self.assertEqual(q.list_jobs(JobState.LEASED), [])
+        self.assertEqual([j.to_dict() for j in q.list_jobs()], [shown.to_dict()])
+        self.assertEqual(q.lease(), [])  # a write records the reclaim: what the reads showed
+        self.assertEqual(q.get(job.id).to_dict(), shown.to_dict())
+        self.assertEqual(q.stats().to_dict(), expected)
+
+    def test_reads_show_an_expired_lease_ready_again_after_the_backoff(self) -> None:
+        q = self.make_queue(backoff=EXACT, visibility_timeout=10)
+        first, second = q.enqueue_many(["first", "second"])
+        self.assertEqual(self.only_lease(q).id, first.id)
+        self.advance(11)
+        t = self.now()
+        self.assertEqual(q.stats().to_dict(), {"ready": 1, "delayed": 1, "leased": 0, "done": 0, "dead": 0, "total": 2})
+        shown = q.get(first.id)
+        self.assertIs(shown.state, JobState.READY)
+        self.assertEqual((shown.attempts, shown.lease_deadline, shown.lease_token), (1, None, None))
+        self.assert_time(shown.available_at, t + 10)  # the backoff after one failed attempt
+        self.assertEqual([j.id for j in q.list_jobs(JobState.READY)], [first.id, second.id])
+        self.assertEqual(q.list_jobs(JobState.LEASED), [])
+        self.assertEqual(q.dlq(), [])
+        self.assertEqual(self.only_lease(q).id, second.id)  # the reclaim is written: first waits 10 s
+        self.assert_time(q.get(first.id).available_at, t + 10)
+        self.assertEqual(q.stats().to_dict(), {"ready": 0, "delayed": 1, "leased": 1, "done": 0, "dead": 0, "total": 2})
+
+    def test_reads_show_an_expired_lease_runnable_when_the_backoff_is_zero(self) -> None:
+        q = self.make_queue(backoff=BackoffPolicy(base=0), visibility_timeout=10)
+        job = q.enqueue("work")
+        self.only_lease(q)
+        self.advance(11)
+        self.assertEqual(q.stats().to_dict(), {"ready": 1, "delayed": 0, "leased": 0, "done": 0, "dead": 0, "total": 1})
+        self.assertIs(q.get(job.id).state, JobState.READY)
+        self.assertEqual(self.only_lease(q).id, job.id)
+
     def test_the_expired_holder_is_refused_once_the_job_is_redelivered(self) -> None:
         q = self.make_queue(backoff=EXACT, visibility_timeout=10)
         q.enqueue("work")

@@ -85,6 +85,17 @@ def backoff_delay(attempts: int) -> float:
     return min(BACKOFF.base * BACKOFF.factor ** max(attempts - 1, 0), BACKOFF.max_delay)
 
 
+def reclaim_one(job: MJob, now: float) -> None:
+    job.lease_deadline = None
+    job.lease_token = None
+    if job.attempts >= job.max_attempts:
+        job.state = "dead"
+        job.last_error = f"lease expired on attempt {job.attempts} of {job.max_attempts}"
+    else:
+        job.state = "ready"
+        job.available_at = now + backoff_delay(job.attempts)
+
+
 class RefModel:
     """The semantics of DESIGN.md section 3 as a dict of jobs. No cleverness, no indexes."""
 
@@ -105,14 +116,15 @@ class RefModel:
         """Every write begins by turning expired leases into failed attempts (earliest first)."""
         expired = [j for j in self.jobs.values() if j.state == "leased" and j.lease_deadline <= now]  # type: ignore[operator]
         for job in sorted(expired, key=lambda j: (j.lease_deadline, j.seq)):
-            job.lease_deadline = None
-            job.lease_token = None
-            if job.attempts >= job.max_attempts:
-                job.state = "dead"
-                job.last_error = f"lease expired on attempt {job.attempts} of {job.max_attempts}"
-            else:
-                job.state = "ready"
-                job.available_at = now + backoff_delay(job.attempts)
+            reclaim_one(job, now)
+
+    def as_of(self, now: float) -> RefModel:
+        """What reads show at ``now``: the reclaims a write would make, made on a copy."""
+        seen = RefModel()
+        seen.jobs = {job_id: replace(job) for job_id, job in self.jobs.items()}
+        seen.next_seq = self.next_seq
+        seen.reclaim(now)
+        return seen
 
     def leased(self, job_id: str, token: str | None) -> MJob:
         job = self.jobs.get(job_id)
@@ -281,7 +293,9 @@ class Runner:
 
     def compare_one(self, q: Queue, where: str) -> None:
         real = {j.id: j for j in q.list_jobs()}
-        want = self.model.snapshot()
+        now = self.clock()
+        seen = self.model.as_of(now)  # reads show expired leases as their reclaim, before any write
+        want = seen.snapshot()
         if set(real) != set(want):
             raise Mismatch(f"{where}: job ids differ: only real {sorted(set(real) - set(want))}, only model {sorted(set(want) - set(real))}")
         for job_id, expected in want.items():
@@ -290,9 +304,8 @@ class Runner:
             if got != expected:
                 diff = {k: (got.get(k), expected.get(k)) for k in expected if got.get(k) != expected.get(k)}
                 raise Mismatch(f"{where}: job {job_id} differs (real, model): {diff}")
-        now = self.clock()
         counts = {"ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 0}
-        for job in self.model.jobs.values():
+        for job in seen.jobs.values():
             if job.state == "ready" and job.available_at > now:
                 counts["delayed"] += 1
             else:
@@ -301,10 +314,10 @@ class Runner:
         stats.pop("total")
         if stats != counts:
             raise Mismatch(f"{where}: stats() says {stats}, the model counts {counts}")
-        dead = [j for j in self.model.order() if self.model.jobs[j].state == "dead"]
+        dead = [j for j in seen.order() if seen.jobs[j].state == "dead"]
         if [j.id for j in q.dlq()] != dead:
             raise Mismatch(f"{where}: dlq() lists {[j.id for j in q.dlq()]}, the model {dead}")
-        ready = [j for j in self.model.order() if self.model.jobs[j].state == "ready"]
+        ready = [j for j in seen.order() if seen.jobs[j].state == "ready"]
         page = [j.id for j in q.list_jobs("ready", limit=2, offset=1)]
         if page != ready[1:3]:
             raise Mismatch(f"{where}: list_jobs('ready', limit=2, offset=1) is {page}, the model {ready[1:3]}")

@@ -423,8 +423,8 @@ class PostgresStorageTests(PostgresTestCase):
             self.assertNotIn("jobs_leases", plan.split("Query Text")[0] + plan[plan.find("Update on"):])
 
     @slow
-    def test_claims_keep_the_index_plan_over_a_large_backlog(self) -> None:
-        q = self.open_queue()
+    def fill_and_watch_plans(self, q: Queue, state: str) -> list[str]:
+        """100,000 rows in ``state``, then every plan ``q`` runs from here on (generic plans, via auto_explain)."""
         conn = q.storage._conn  # type: ignore[attr-defined]
         try:
             conn.execute("LOAD 'auto_explain'")
@@ -432,9 +432,9 @@ class PostgresStorageTests(PostgresTestCase):
             self.skipTest(f"auto_explain is not available here ({exc})")
         with connect() as admin:
             admin.execute(
-                f'INSERT INTO "{self.schema}".jobs (queue, id, max_attempts, available_at, enqueued_at, payload) '
-                "SELECT %s, 'b' || i, 5, now(), now(), '1' FROM generate_series(1, 100000) AS i",
-                (self.name,),
+                f'INSERT INTO "{self.schema}".jobs (queue, id, state, max_attempts, available_at, enqueued_at, payload) '
+                "SELECT %s, 'b' || i, %s, 5, now(), now(), '1' FROM generate_series(1, 100000) AS i",
+                (self.name, state),
             )
             admin.execute(f'ANALYZE "{self.schema}".jobs')
         for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
@@ -442,6 +442,11 @@ class PostgresStorageTests(PostgresTestCase):
             conn.execute(f"SET {setting}")
         plans: list[str] = []
         conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        return plans
+
+    def test_claims_keep_the_index_plan_over_a_large_backlog(self) -> None:
+        q = self.open_queue()
+        plans = self.fill_and_watch_plans(q, "ready")
         for count in (1, 1, 1, 1, 1, 1, 10, 10, 10, 10, 10, 10):
             self.assertEqual(len(q.lease(count)), count)
         claims = [plan for plan in plans if "SKIP LOCKED" in plan]
@@ -449,6 +454,33 @@ class PostgresStorageTests(PostgresTestCase):
         for plan in claims:
             self.assertIn("jobs_claim", plan)
             self.assertNotIn("Seq Scan", plan)
+
+    @slow
+    def test_the_dlq_listing_keeps_the_index_plan_over_a_large_dlq(self) -> None:
+        q = self.open_queue()
+        plans = self.fill_and_watch_plans(q, "dead")
+        for _ in range(6):  # past psycopg's prepare threshold: the server keeps a generic plan
+            self.assertEqual(len(q.dlq(limit=50)), 50)
+        listings = [plan for plan in plans if "UNION ALL" in plan]
+        self.assertEqual(len(listings), 6)
+        for plan in listings:
+            self.assertIn("jobs_finished", plan)
+            self.assertNotIn("Seq Scan", plan)
+
+    def test_reads_show_an_expired_lease_as_its_reclaim_and_change_no_row(self) -> None:
+        q = self.open_queue(max_attempts=1, visibility_timeout=10)
+        job = q.enqueue("work")
+        q.lease()
+        q.storage.clock_offset = 11  # type: ignore[attr-defined]
+        self.assertEqual((q.stats().dead, q.stats().leased), (1, 0))
+        self.assertEqual([j.id for j in q.dlq()], [job.id])
+        self.assertIs(q.get(job.id).state, JobState.DEAD)
+        with connect() as conn:
+            row = conn.execute(
+                f'SELECT state, lease_token IS NOT NULL FROM "{self.schema}".jobs WHERE queue = %s AND id = %s',
+                (self.name, job.id),
+            ).fetchone()
+        self.assertEqual(tuple(row), ("leased", True), "a read changed the row")
 
     def test_the_worker_runs_unchanged(self) -> None:
         q = self.open_queue(max_attempts=2, backoff=NO_BACKOFF)

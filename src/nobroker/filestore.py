@@ -20,6 +20,8 @@ but the QueueLock only for moments.
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import json
 import logging
 import os
@@ -29,7 +31,8 @@ import threading
 import time
 import weakref
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from . import leases, snapshot
@@ -74,6 +77,7 @@ COMPACT_YIELD = 0.001
 COMPACTOR_POLL = 0.01
 
 _live: weakref.WeakSet[FileStorage] = weakref.WeakSet()
+_ROW = attrgetter("row")  # where a job sits in the state's enqueue order
 
 
 def _after_fork_in_child() -> None:
@@ -924,17 +928,42 @@ class FileStorage:
         return self._write(decide)
 
     # ================================================================ reads
+    # Reads never write, yet show the queue as of now: a lease whose deadline
+    # passed shows as the reclaim a writer will record (leases.as_reclaimed),
+    # though no writer has come by yet. Only those leases cost anything extra:
+    # state.expired walks just the top of the lease heap.
+    def _shown(self, entry: Entry, now: float) -> Job:
+        """The job as a read at ``now`` shows it."""
+        job = self._job(entry)
+        if leases.lease_expired(entry, now):
+            return dataclasses.replace(job, **leases.as_reclaimed(entry, now, self.backoff))
+        return job
+
     def get(self, job_id: str) -> Job:
         def query(now: float) -> Job:
             entry = self._state.get(job_id)
             if entry is None:
                 raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
-            return self._job(entry)
+            return self._shown(entry, now)
 
         return self._read(query)
 
     def stats(self) -> QueueStats:
-        return self._read(lambda now: self._state.stats(now))
+        def query(now: float) -> QueueStats:
+            stats = self._state.stats(now)
+            expired = self._state.expired(now)
+            if not expired:
+                return stats
+            counts = stats.to_dict()
+            for entry in expired:
+                shown = leases.as_reclaimed(entry, now, self.backoff)
+                moved = "dead" if shown["state"] is DEAD else "delayed" if shown["available_at"] > now else "ready"
+                counts["leased"] -= 1
+                counts[moved] += 1
+            del counts["total"]
+            return QueueStats(**counts)
+
+        return self._read(query)
 
     def count(self) -> int:
         return self._read(lambda now: len(self._state))
@@ -943,18 +972,29 @@ class FileStorage:
         def query(now: float) -> list[Job]:
             out: list[Job] = []
             skipped = 0
-            for entry in self._state.entries(state):
+            for entry in self._listed(state, now):
                 if kind is not None and entry.kind != kind:
                     continue
                 if skipped < offset:
                     skipped += 1
                     continue
-                out.append(self._job(entry))
+                out.append(self._shown(entry, now))
                 if limit is not None and len(out) >= limit:
                     break
             return out
 
         return self._read(query)
+
+    def _listed(self, state: JobState | None, now: float) -> Iterator[Entry]:
+        """The jobs whose state, as a read at ``now`` shows it, is ``state``, oldest first."""
+        expired = self._state.expired(now)
+        if state is None or not expired:
+            return self._state.entries(state)
+        if state is LEASED:
+            return (e for e in self._state.entries(LEASED) if not leases.lease_expired(e, now))
+        joining = [e for e in expired if leases.as_reclaimed(e, now, self.backoff)["state"] is state]
+        joining.sort(key=_ROW)
+        return heapq.merge(self._state.entries(state), joining, key=_ROW)
 
     # ================================================================ compaction
     def compact(self, *, progress: Callable[[int], None] | None = None) -> CompactionResult:

@@ -15,7 +15,7 @@ import os
 import random
 from typing import Any
 
-from .jobs import BackoffPolicy, JobState
+from .jobs import BackoffPolicy, Job, JobState
 from .replay import Entry
 
 _rng = random.SystemRandom()
@@ -52,8 +52,30 @@ def lease_body(entry: Entry, now: float, visibility_timeout: float) -> dict[str,
     }
 
 
-def expiry_error(entry: Entry) -> str:
+def expiry_error(entry: Entry | Job) -> str:
     return f"lease expired on attempt {entry.attempts} of {entry.max_attempts}"
+
+
+def lease_expired(entry: Entry, now: float) -> bool:
+    """Is this a lease whose deadline has passed (a reclaim not recorded yet, if ``now`` is a read's)?"""
+    deadline = entry.lease_deadline
+    return entry.state is JobState.LEASED and deadline is not None and deadline <= now
+
+
+def as_reclaimed(entry: Entry, now: float, backoff: BackoffPolicy) -> dict[str, Any]:
+    """The fields a reclaim at ``now`` would give this expired lease's job, for reads: they never write.
+
+    Dead once its attempts are used up (with the error a reclaim records);
+    otherwise ready again with ``available_at = now + backoff.nominal_delay``,
+    the backoff's delay before jitter. The writer that records the reclaim
+    later draws the jitter (and reads its own clock), so the job it leaves
+    may be runnable sooner than a read said; ready or delayed, it agrees:
+    a jittered delay is 0 exactly when the delay before jitter is.
+    """
+    if exhausted(entry):
+        return {"state": JobState.DEAD, "last_error": expiry_error(entry), "lease_deadline": None, "lease_token": None}
+    available_at = now + backoff.nominal_delay(entry.attempts)
+    return {"state": JobState.READY, "available_at": available_at, "lease_deadline": None, "lease_token": None}
 
 
 def finished_under(entry: Entry | None, token: Any) -> bool:

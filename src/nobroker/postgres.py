@@ -18,7 +18,8 @@ Semantics are the file storage's, statement by statement:
   lease gone reclaims before it says why (so the refused caller sees the job
   exactly as the file storage would show it). An enqueue that meets a
   conflicting job reclaims before it looks that job up. Reads never write,
-  as on the file storage;
+  as on the file storage, yet show an expired lease as that reclaim will
+  leave it (see _SHOWN);
 - a claim is one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``;
   ack, nack, extend and set_stage check the fencing token in the WHERE of the
   one UPDATE that changes the row; zero rows means "find out why";
@@ -317,16 +318,40 @@ _RET = (
     "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
     "j.kind, j.dedupe_key, j.stage, j.result::text"
 )
-_BACKOFF = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s) * (1 - %(b_jitter)s * random())"
+_NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
+_BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
+_EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts"
+# Reads never write, yet show the queue as of now (as the file storage does):
+# a lease whose deadline passed shows as the reclaim a writer will record,
+# dead at max_attempts, else ready after the backoff's delay before jitter.
+_EXPIRED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
+_DIES = "j.attempts >= j.max_attempts"
+_SHOWN = (
+    f"j.id, j.payload::text, j.priority, "
+    f"CASE WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END ELSE j.state END, "
+    "j.attempts, j.max_attempts, "
+    f"date_part('epoch', CASE WHEN {_EXPIRED} AND NOT {_DIES} "
+    f"THEN {_NOW} + {_NOMINAL} * interval '1 second' ELSE j.available_at END), "
+    "date_part('epoch', j.enqueued_at), "
+    f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
+    f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
+    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN {_EXPIRY_ERROR} ELSE j.last_error END, "
+    "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text"
+)
+#: Per listed state: the rows in it, and the expired leases a read shows in it.
+_LISTED = {
+    "ready": ("j.state = 'ready'", f"{_EXPIRED} AND NOT {_DIES}"),
+    "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}", None),
+    "done": ("j.state = 'done'", None),
+    "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
+}
 
 _RECLAIM = f"""
         UPDATE {{schema}}.jobs AS j SET
             state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
             available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
                            ELSE {_NOW} + ({_BACKOFF}) * interval '1 second' END,
-            last_error = CASE WHEN j.attempts >= j.max_attempts
-                         THEN 'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts
-                         ELSE j.last_error END,
+            last_error = CASE WHEN j.attempts >= j.max_attempts THEN {_EXPIRY_ERROR} ELSE j.last_error END,
             lease_deadline = NULL, lease_token = NULL
         FROM (SELECT queue, id FROM {{schema}}.jobs
               WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
@@ -447,26 +472,36 @@ _TEMPLATES: dict[str, str] = {
     "compact": f"""
         DELETE FROM {{schema}}.jobs
         WHERE queue = %(q)s AND state = 'done' AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'""",
-    "get": f"SELECT {_RET} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
+    "get": f"SELECT {_SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
     "list": f"""
-        SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
-          AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        SELECT {_SHOWN} FROM {{schema}}.jobs AS j
+        WHERE j.queue = %(q)s AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # {state} is one of the four state names, written into the text so the
-    # planner can use the partial index of that state (the DLQ listing).
+    # One listed state (see _build): the rows in it, by the partial index of
+    # that state (the DLQ listing), and the expired leases a read shows there.
+    # Each part is cut to the page's end first, so neither is sorted whole.
     "list_state": f"""
-        SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND j.state = '{{state}}' AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        SELECT {_SHOWN} FROM (
+            (SELECT * FROM {{schema}}.jobs AS j
+             WHERE j.queue = %(q)s AND {{own}} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+             ORDER BY j.seq LIMIT %(reach)s)
+            {{joining}}) AS j
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
+    # The leases whose deadline passed count where a read shows them (see _SHOWN).
     "stats": f"""
-        SELECT r.ready, r.delayed,
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'),
+        SELECT r.ready + x.ready, r.delayed + x.delayed,
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'
+                AND lease_deadline > {_NOW}),
                (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'done'),
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead')
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead') + x.dead
         FROM (SELECT count(*) FILTER (WHERE available_at <= {_NOW}) AS ready,
                      count(*) FILTER (WHERE available_at > {_NOW}) AS delayed
-              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r""",
+              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r,
+             (SELECT count(*) FILTER (WHERE {_DIES}) AS dead,
+                     count(*) FILTER (WHERE NOT {_DIES} AND {_NOMINAL} > 0) AS delayed,
+                     count(*) FILTER (WHERE NOT {_DIES} AND {_NOMINAL} <= 0) AS ready
+              FROM {{schema}}.jobs AS j
+              WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
     "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
     "now": f"SELECT date_part('epoch', {_NOW})",
     "version": "SELECT max(version) FROM {schema}.schema_migrations",
@@ -489,7 +524,14 @@ def _build(schema: str) -> dict[str, str]:
         elif name.startswith("claim"):
             variants = [(name, "{kinds}", ""), (name + "_kinds", "{kinds}", "AND kind = ANY(%(kinds)b::text[])")]
         elif name == "list_state":
-            variants = [(f"list_{state.value}", "{state}", state.value) for state in JobState]
+            for state, (own, joining) in _LISTED.items():
+                union = "" if joining is None else f"""UNION ALL
+            (SELECT * FROM {{schema}}.jobs AS j
+             WHERE j.queue = %(q)s AND {joining} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+             ORDER BY j.seq LIMIT %(reach)s)"""
+                body = template.replace("{own}", own).replace("{joining}", union)
+                out[f"list_{state}"] = body.replace("{schema}", quoted)
+            continue
         else:
             variants = [(name, "", "")]
         for variant, marker, text in variants:
@@ -1041,21 +1083,22 @@ class PostgresStorage:
                 raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
             return _row_job(row)
 
-        return self._read("get", "get", self._params(id=job_id), shape)
+        return self._read("get", "get", self._backoff_params(self._params(id=job_id)), shape)
 
     def stats(self) -> QueueStats:
         def shape(cur: Any) -> QueueStats:
             ready, delayed, leased, done, dead = cur.fetchone()
             return QueueStats(ready=ready, delayed=delayed, leased=leased, done=done, dead=dead)
 
-        return self._read("stats", "stats", self._params(), shape)
+        return self._read("stats", "stats", self._backoff_params(self._params()), shape)
 
     def count(self) -> int:
         return self._read("count", "count", self._params(), lambda cur: cur.fetchone()[0])
 
     def list_jobs(self, state: JobState | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
-        params = self._params(
-            state=None if state is None else state.value, kind=_check_text(kind, "kind"), limit=limit, offset=offset
+        reach = None if limit is None else limit + offset  # where the page ends
+        params = self._backoff_params(
+            self._params(kind=_check_text(kind, "kind"), limit=limit, offset=offset, reach=reach)
         )
         statement = "list" if state is None else f"list_{state.value}"
         return self._read("list_jobs", statement, params, lambda cur: [_row_job(row) for row in cur.fetchall()])
