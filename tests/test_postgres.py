@@ -515,7 +515,7 @@ class PostgresSchemaTests(unittest.TestCase):
     def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
         from nobroker.postgres import latest_version, migrate
 
-        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_backoff_before_any_attempt.sql", "003_finished_token.sql"])
+        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_retries_and_finished_jobs.sql"])
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
@@ -526,13 +526,13 @@ class PostgresSchemaTests(unittest.TestCase):
             q.enqueue("x")
             self.assertEqual(len(q), 1)
 
-    def test_upgrading_from_version_2_takes_the_lease_token_off_done_jobs(self) -> None:
+    def test_upgrading_from_version_1_takes_the_lease_token_off_done_jobs(self) -> None:
         from unittest import mock
 
         from nobroker import postgres
 
         files = postgres._migration_files()
-        with mock.patch.object(postgres, "_migration_files", lambda: files[:2]):
+        with mock.patch.object(postgres, "_migration_files", lambda: files[:1]):
             postgres.migrate(self.dsn, schema=self.schema)
         with connect() as conn:
             for job_id, state, token in (("d", "done", "tok-d"), ("r", "ready", None), ("l", "leased", "tok-l")):
@@ -542,7 +542,7 @@ class PostgresSchemaTests(unittest.TestCase):
                     " CASE WHEN %s = 'leased' THEN now() + interval '1 hour' END, %s, '1')",
                     (job_id, state, state, token),
                 )
-        self.assertIn("003_finished_token.sql", postgres.migrate(self.dsn, schema=self.schema))
+        self.assertIn("002_retries_and_finished_jobs.sql", postgres.migrate(self.dsn, schema=self.schema))
         with Queue(self.dsn, "up", schema=self.schema) as q:
             self.assertIsNone(q.get("d").lease_token)
             self.assertEqual(q.get("l").lease_token, "tok-l", "a lease still held keeps its token")

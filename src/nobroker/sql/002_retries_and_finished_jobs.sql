@@ -1,7 +1,8 @@
--- nobroker PostgreSQL schema, version 2: backoff_delay gives 0 for a job
--- that has not failed yet (attempts <= 0), as BackoffPolicy.delay_for does
--- (and as nobroker 0.1.2 did); version 1 gave it the base delay.
+-- nobroker PostgreSQL schema, version 2: as nobroker 0.1.2 and the file
+-- storage show jobs.
 
+-- A job that has not failed yet (attempts <= 0) waits 0, as
+-- BackoffPolicy.delay_for says; version 1 gave it the base delay.
 CREATE OR REPLACE FUNCTION {schema}.backoff_delay(
     attempts integer, base double precision, factor double precision, max_delay double precision
 ) RETURNS double precision
@@ -15,3 +16,10 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         ELSE least(base * power(factor, attempts - 1), max_delay)
     END
 $$;
+
+-- A done job shows no lease token. The token of the lease that finished it
+-- moves to finished_token, so a repeated ack under that lease stays harmless.
+ALTER TABLE {schema}.jobs ADD COLUMN finished_token text;
+
+UPDATE {schema}.jobs SET finished_token = lease_token, lease_token = NULL
+WHERE state = 'done' AND lease_token IS NOT NULL;
