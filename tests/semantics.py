@@ -204,6 +204,38 @@ class QueueSemantics(_Base):
         for job in leased:
             self.assertEqual(job.payload, ROUND_TRIP_PAYLOADS[ids.index(job.id)])
 
+    def test_enqueue_returns_the_payload_as_stored_not_the_callers_object(self) -> None:
+        q = self.make_queue()
+        given: list[Any] = [{1: "a", 2.5: None, "t": [(1, 2)]}, (1, (2, {"k": ()})), {"x": {None: 1, False: 2}}]
+        stored = [{"1": "a", "2.5": None, "t": [[1, 2]]}, [1, [2, {"k": []}]], {"x": {"null": 1, "false": 2}}]
+        one = q.enqueue(given[0])
+        many = q.enqueue_many(given)
+        self.assertEqual([job.payload for job in [one, *many]], [stored[0], *stored])
+        given[0][1] = "changed later"
+        self.assertEqual(one.payload, stored[0], "the returned Job holds the caller's object")
+        self.assertEqual(many[0].payload, stored[0])
+        q = self.reopen(q)
+        self.assertEqual([q.get(job.id).payload for job in [one, *many]], [stored[0], *stored])
+
+    def test_keys_that_collide_as_json_text_are_refused_before_anything_is_written(self) -> None:
+        q = self.make_queue()
+        q.enqueue("already there")
+        colliding = [{1: "a", "1": "b"}, {"deep": [{"n": {True: 1, "true": 2}}]}, {None: 0, "null": 1}]
+        for payload in colliding:
+            with self.subTest(payload=payload):
+                self.assert_unchanged_by(q, lambda p=payload: q.enqueue(p), SerializationError)
+                self.assert_unchanged_by(q, lambda p=payload: q.enqueue_many(["fine", p, "fine"]), SerializationError)
+        with self.assertRaises(SerializationError) as caught:
+            q.enqueue_many(["fine", {2: "x", "2": "y"}])
+        self.assertIn("payload 1", str(caught.exception))
+        self.assertIn('"2"', str(caught.exception))
+        q.enqueue_many(["a", "b"])
+        a, b = sorted(q.lease(2), key=lambda job: job.payload)
+        self.assert_unchanged_by(q, lambda: q.ack(a, result={1: "a", "1": "b"}), SerializationError)
+        self.assert_unchanged_by(q, lambda: q.ack_many([a, b], results=[None, {"x": {0: 1, "0": 2}}]), SerializationError)
+        q.ack(a, result=(1, {2: ()}))
+        self.assertEqual(q.get(a.id).result, [1, {"2": []}])
+
     def test_a_large_payload_under_the_limit_round_trips(self) -> None:
         q = self.make_queue()
         payload = {"blob": "y" * (1024 * 1024)}

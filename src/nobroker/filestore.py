@@ -832,9 +832,7 @@ class FileStorage:
             self._leased_entry(job_id, token, "ack")
             body: dict[str, Any] = {"id": job_id, "at": now}
             if result_json is not None:
-                # What replay will hold (as ack_many does): not the caller's object, which
-                # the caller may change later, and which a snapshot would then keep.
-                body["result"] = json.loads(result_json)
+                body["result"] = result  # decoded from result_json by the facade: what replay holds
             batch.add(RecordType.ACK, body)
 
         self._write(decide)

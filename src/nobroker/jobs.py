@@ -332,6 +332,63 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     return text
 
 
+class _KeysCollide(ValueError):
+    """Two keys of one object that JSON text cannot tell apart (the key is their text)."""
+
+
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Our encoder writes each key of a dict once, so a repeated key in its text
+    # can only be two keys that became the same string (1 and "1", True and "true").
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _KeysCollide(key)
+            seen.add(key)
+    return out
+
+
+_STORED = json.JSONDecoder(object_pairs_hook=_distinct_keys)
+#: Values that come back from their JSON text as themselves (exact types only: not subclasses).
+_SELF_DECODING = frozenset({str, int, float, bool, type(None)})
+
+
+def _decode_stored(text: str, what: str) -> Any:
+    try:
+        return _STORED.decode(text)
+    except _KeysCollide as exc:
+        raise SerializationError(
+            f"{what} has two keys that are both {json.dumps(str(exc))} as JSON text (keys become strings: "
+            "1 and \"1\", or True and \"true\", collide); make the keys distinct strings"
+        ) from None
+    except RecursionError:
+        raise SerializationError(f"{what} is nested too deeply to store as JSON") from None
+
+
+def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> tuple[str, Any]:
+    """(JSON text of ``value``, the value every reader gets back from it): what is stored, exactly.
+
+    The second is decoded from the text, not the caller's object: a tuple
+    comes back as a list, a key 1 as "1", and later changes to the caller's
+    object change nothing. Keys that collide as text: SerializationError.
+    """
+    text = dump_json(value, what=what, limit=limit)
+    if type(value) in _SELF_DECODING:
+        return text, value
+    return text, _decode_stored(text, what)
+
+
+def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[str], list[Any]]:
+    """``stored_json`` of every value, decoded in one go (enqueue_many's fast path)."""
+    texts = [dump_json(value, what=what) for value in values]
+    try:
+        return texts, _decode_stored("[" + ",".join(texts) + "]", what)
+    except SerializationError:
+        # One by one, so the error names the payload (the list added a level of nesting, too).
+        return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
+
+
 def check_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> Any:
     """Validate that ``value`` stores as JSON within ``limit``; return it unchanged."""
     dump_json(value, what=what, limit=limit)
@@ -347,6 +404,8 @@ __all__ = [
     "CompactionResult",
     "Damage",
     "dump_json",
+    "stored_json",
+    "stored_json_many",
     "check_json",
     "MAX_RECORD_BYTES",
     "MAX_PAYLOAD_BYTES",

@@ -33,7 +33,8 @@ from .jobs import (
     JobState,
     QueueStats,
     RecoveryReport,
-    dump_json,
+    stored_json,
+    stored_json_many,
 )
 from .storage import EnqueueSpec, Storage, is_dsn
 
@@ -117,7 +118,7 @@ class Queue:
         a purge), the existing job is returned and nothing is scheduled.
         ``dedupe_key`` allows one ready-or-leased job per (kind, key).
         """
-        spec = self._spec(payload, priority, delay, max_attempts, job_id, kind, dedupe_key)
+        spec = self._spec(stored_json(payload), priority, delay, max_attempts, job_id, kind, dedupe_key)
         return self._open_storage().enqueue([spec], conn)[0]
 
     def enqueue_many(
@@ -140,13 +141,14 @@ class Queue:
         dedupe_keys = _per_job(dedupe_keys, len(payloads), "dedupe_keys")
         if not payloads:
             return []
+        texts, stored = stored_json_many(payloads)
         # What every job of the batch shares is checked once, not once per job.
-        first = self._spec(payloads[0], priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0])
+        first = self._spec((texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0])
         specs = [first]
-        for payload, job_id, key in zip(payloads[1:], job_ids[1:], dedupe_keys[1:]):
+        for payload, text, job_id, key in zip(stored[1:], texts[1:], job_ids[1:], dedupe_keys[1:]):
             specs.append(
                 EnqueueSpec(
-                    payload, dump_json(payload, what="payload"), first.priority, first.delay, first.max_attempts,
+                    payload, text, first.priority, first.delay, first.max_attempts,
                     None if job_id is None else _name(job_id, "job_id", MAX_ID_CHARS), first.kind,
                     None if key is None else _name(key, "dedupe_key", MAX_NAME_CHARS),
                 )  # fmt: skip
@@ -154,16 +156,17 @@ class Queue:
         return self._open_storage().enqueue(specs, conn)
 
     def _spec(
-        self, payload: Any, priority: int, delay: float, max_attempts: int | None, job_id: str | None,
+        self, stored: tuple[str, Any], priority: int, delay: float, max_attempts: int | None, job_id: str | None,
         kind: str, dedupe_key: str | None,
     ) -> EnqueueSpec:  # fmt: skip
+        """One job to add; ``stored``: its payload as stored_json gives it (the text, the value read back)."""
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise TypeError(f"priority must be an int, got {type(priority).__name__}")
         if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
             raise ValueError(f"priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}")
         return EnqueueSpec(
-            payload=payload,
-            payload_json=dump_json(payload, what="payload"),
+            payload=stored[1],
+            payload_json=stored[0],
             priority=priority,
             delay=_seconds(delay, "delay"),
             max_attempts=self.max_attempts if max_attempts is None else _attempts(max_attempts),
@@ -207,7 +210,9 @@ class Queue:
         already done under the same lease (or by id) does nothing.
         """
         job_id, token = _ref(job)
-        result_json = None if result is None else dump_json(result, what="result", limit=MAX_RESULT_BYTES)
+        result_json = None
+        if result is not None:
+            result_json, result = stored_json(result, what="result", limit=MAX_RESULT_BYTES)
         self._open_storage().ack(job_id, token, result_json, result)
 
     def ack_many(self, jobs: Iterable[JobRef], *, results: Sequence[Any] | None = None) -> None:
@@ -222,7 +227,7 @@ class Queue:
             raise ValueError(f"ack_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(refs):,}")
         results = _per_job(results, len(refs), "results")
         items = [
-            (job_id, token, None if result is None else dump_json(result, what="result", limit=MAX_RESULT_BYTES))
+            (job_id, token, None if result is None else stored_json(result, what="result", limit=MAX_RESULT_BYTES)[0])
             for (job_id, token), result in zip(refs, results)
         ]
         if items:
