@@ -75,6 +75,28 @@ class QueueTestCase(TempDirTestCase):
         return queue
 
 
+def check_unstorable_results(test: unittest.TestCase, queue: Queue, concurrency: int) -> None:
+    """Handlers that did their work but return what cannot be stored: each runs once, its job ends dead."""
+    unstorable = {"object": {"when": object()}, "collide": {1: "a", "1": "b"}, "nan": float("nan")}
+    jobs = {name: queue.enqueue(name) for name in unstorable}
+    ok = queue.enqueue("ok")
+    runs: list[str] = []
+
+    def handler(job: Any) -> Any:
+        runs.append(job.payload)
+        return unstorable.get(job.payload, "fine")
+
+    stats = Worker(queue, handler, concurrency=concurrency, idle_timeout=0.5, poll_interval=0.05, handle_signals=False).run()
+    test.assertEqual(sorted(runs), sorted([*unstorable, "ok"]), "a handler ran again")
+    test.assertEqual((stats.succeeded, stats.failed, stats.dead), (1, 0, 3))
+    for job in jobs.values():
+        stored = queue.get(job.id)
+        test.assertEqual((stored.state, stored.attempts), (JobState.DEAD, 1))
+        test.assertTrue(stored.last_error.startswith("the handler's result cannot be stored"), stored.last_error)
+        test.assertIn("JSON", stored.last_error)
+    test.assertEqual(queue.get(ok.id).result, "fine")
+
+
 # ---------------------------------------------------------------- outcomes
 class OutcomeTests(QueueTestCase):
     def test_success_acks_and_stores_the_result(self) -> None:
@@ -148,15 +170,10 @@ class OutcomeTests(QueueTestCase):
         self.assertEqual(stored.attempts, 1)
         self.assertEqual(stored.last_error, "PermanentError: missing video id")
 
-    def test_result_that_is_not_json_nacks_with_the_serialization_error(self) -> None:
-        queue = self.open_queue(max_attempts=1)
-        job = queue.enqueue("x")
-        stats = Worker(queue, lambda job: {"when": object()}, max_jobs=1, handle_signals=False).run()
-        self.assertEqual((stats.succeeded, stats.dead), (0, 1))
-        stored = queue.get(job.id)
-        self.assertEqual(stored.state, JobState.DEAD)
-        self.assertTrue(stored.last_error.startswith("SerializationError: "), stored.last_error)
-        self.assertIn("JSON", stored.last_error)
+    def test_a_result_that_cannot_be_stored_ends_the_job_dead_without_a_retry(self) -> None:
+        for concurrency in (1, 4):  # one ack at a time, and acks shared through ack_many
+            with self.subTest(concurrency=concurrency):
+                check_unstorable_results(self, self.open_queue(max_attempts=5, backoff=NO_BACKOFF), concurrency)
 
     def test_kinds_limits_what_the_worker_leases(self) -> None:
         queue = self.open_queue()
@@ -785,6 +802,12 @@ class PostgresWorkerTests(PostgresTestCase):
         self.assertEqual([queue.get(j.id).result for j in jobs], [n * 10 for n in range(12)])
         self.assertEqual(queue.get(flaky.id).last_error, "ValueError: always")
         self.assertEqual((queue.get(perm.id).state, queue.get(perm.id).attempts), (JobState.DEAD, 1))
+
+    def test_a_result_that_cannot_be_stored_ends_the_job_dead_without_a_retry(self) -> None:
+        for concurrency in (1, 4):
+            with self.subTest(concurrency=concurrency):
+                queue = self.open_queue(fresh_name("worker"), max_attempts=5, backoff=NO_BACKOFF)
+                check_unstorable_results(self, queue, concurrency)
 
     def test_heartbeat_keeps_the_lease(self) -> None:
         name = fresh_name("worker")

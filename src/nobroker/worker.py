@@ -57,7 +57,7 @@ from types import FrameType
 from typing import Any
 
 from .errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
-from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, dump_json
+from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, stored_json
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -117,9 +117,10 @@ class WorkerStats:
     """What one ``Worker.run()`` did. Every leased job ends in exactly one bucket.
 
     ``succeeded``: handler returned and the ack was recorded. ``failed``: the
-    handler raised and the job went back for a retry. ``dead``: the handler
-    raised and the job went to the dead-letter queue (retries exhausted, or
-    PermanentError). ``lost_leases``: the lease was no longer ours when the
+    handler raised and the job went back for a retry. ``dead``: the job went
+    to the dead-letter queue: the handler raised (retries exhausted, or
+    PermanentError), or it returned a result that cannot be stored (not JSON,
+    over the limit), which is never retried: the work is done. ``lost_leases``: the lease was no longer ours when the
     worker came to ack or nack (it expired and was delivered elsewhere, or an
     operator finished the job), so the outcome was not recorded by us.
     """
@@ -175,6 +176,12 @@ def _error_text(exc: BaseException) -> str:
     return text
 
 
+def _unstorable(exc: SerializationError) -> _Outcome:
+    """The handler did its work but its result cannot be stored: dead, for running it again would repeat the work."""
+    text = f"the handler's result cannot be stored, so the job is not run again: {exc}"
+    return _Outcome(error=text[:MAX_ERROR_CHARS], permanent=True)
+
+
 def _job_id(job: Any) -> str:
     return str(getattr(job, "id", job))
 
@@ -189,9 +196,11 @@ class Worker:
     """Runs ``handler(job)`` for every job it leases from ``queue``.
 
     The handler's return value is stored as the job's result (when it is not
-    None); an exception sends the job back for a retry with backoff (or to the
-    dead-letter queue once its attempts are used up), and
-    ``nobroker.PermanentError`` sends it to the dead-letter queue at once.
+    None); a result that cannot be stored sends the job to the dead-letter
+    queue (the handler is not run again for it). An exception sends the job
+    back for a retry with backoff (or to the dead-letter queue once its
+    attempts are used up), and ``nobroker.PermanentError`` sends it to the
+    dead-letter queue at once.
     ``async def`` handlers (and handlers that return an awaitable) run on one
     event loop. Delivery is at-least-once: handlers must be idempotent.
 
@@ -621,9 +630,9 @@ class Worker:
             escaping = exc
         if outcome.error is None and outcome.result is not None:
             try:
-                dump_json(outcome.result, what="result", limit=MAX_RESULT_BYTES)
+                stored_json(outcome.result, what="result", limit=MAX_RESULT_BYTES)
             except SerializationError as exc:
-                outcome.error = _error_text(exc)
+                outcome = _unstorable(exc)
         self._settle(entry, outcome)
         if escaping is not None:
             self._fail(escaping, f"handler of job {_job_id(job)}")
@@ -643,8 +652,8 @@ class Worker:
             except _LOST_ERRORS as exc:
                 self._count_lost(entry, exc)
                 return
-            except SerializationError as exc:
-                outcome = _Outcome(error=_error_text(exc))
+            except SerializationError as exc:  # the queue refused what the check above let through
+                outcome = _unstorable(exc)
             except Exception as exc:
                 self._fail(exc, f"ack of job {_job_id(job)}")
                 return
