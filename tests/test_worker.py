@@ -9,6 +9,7 @@ public Queue API.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 import types
+import typing
 import unittest
 import unittest.mock
 from collections import deque
@@ -570,6 +572,23 @@ class HeartbeatTests(QueueTestCase):
         assert run.stats is not None
         self.assertEqual((run.stats.succeeded, run.stats.lost_leases), (0, 1))
         self.assertEqual(queue.get(job.id).result, "operator")
+
+
+class TypingTests(unittest.TestCase):
+    def test_the_queue_parameter_is_a_protocol_a_queue_satisfies(self) -> None:
+        from nobroker.worker import WorkQueue
+
+        hint = typing.get_type_hints(Worker.__init__)["queue"]
+        self.assertIs(hint, WorkQueue)
+        self.assertTrue(getattr(WorkQueue, "_is_protocol", False))
+        kinds = inspect.Parameter
+        for name in ("lease", "ack", "nack", "extend"):
+            with self.subTest(method=name):
+                wanted = list(inspect.signature(getattr(WorkQueue, name)).parameters.values())[1:]
+                offered = inspect.signature(getattr(Queue, name)).parameters
+                for param in wanted:
+                    self.assertIn(param.name, offered)
+                    self.assertEqual(offered[param.name].kind == kinds.KEYWORD_ONLY, param.kind == kinds.KEYWORD_ONLY)
 
 
 # ---------------------------------------------------------------- fake queues

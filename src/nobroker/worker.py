@@ -51,15 +51,15 @@ import queue as queue_module
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
-from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, stored_json
+from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, Job, stored_json
 
-__all__ = ["Worker", "WorkerStats"]
+__all__ = ["Worker", "WorkerStats", "WorkQueue"]
 
 logger = logging.getLogger("nobroker.worker")
 
@@ -98,6 +98,24 @@ ACK_GATHER_SECONDS = 0.002
 _LOST_ERRORS: tuple[type[BaseException], ...] = (NotLeasedError, JobNotFoundError)
 
 Handler = Callable[[Any], Any]
+
+
+class WorkQueue(Protocol):
+    """What a Worker needs of its queue: ``nobroker.Queue`` (either storage), or any object with these.
+
+    Used when the object has them (looked up at run time): ``ack_many(jobs,
+    results=)``, to share one write among acks; ``wait_for_jobs(timeout,
+    interrupt=, kinds=)`` and ``wakes_waiters()``, to idle without polling;
+    and ``visibility_timeout``, the lease length to renew with.
+    """
+
+    def lease(self, count: int = 1, *, kinds: Iterable[str] | None = None) -> Sequence[Job]: ...
+
+    def ack(self, job: Job, *, result: Any = None) -> None: ...
+
+    def nack(self, job: Job, *, error: str | None = None, permanent: bool = False) -> Job: ...
+
+    def extend(self, job: Job, seconds: float) -> Job: ...
 
 
 class _PendingAck:
@@ -220,7 +238,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: Any,
+        queue: WorkQueue,
         handler: Handler,
         *,
         concurrency: int = 1,
