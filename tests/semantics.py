@@ -73,6 +73,8 @@ DOOMED_KIND = "doomed"
 HUGE_PAYLOAD_CHARS = 50 * 1024 * 1024
 #: A result just above the 1 MiB limit the brief sets for ack(result=...).
 RESULT_LIMIT_BYTES = 1024 * 1024
+#: How much of a traceback the queue keeps (its last 16 KiB of characters).
+TRACEBACK_LIMIT_CHARS = 16 * 1024
 
 
 class QueueSemantics(_Base):
@@ -655,6 +657,40 @@ class QueueSemantics(_Base):
         self.assertEqual(dead.last_error, "cannot parse")
         self.assertEqual([j.id for j in q.dlq()], [job.id])
         self.assert_survives_reopen(q)
+
+    def test_a_traceback_is_kept_beside_last_error_until_the_next_failure(self) -> None:
+        q = self.make_queue(max_attempts=3, visibility_timeout=10, backoff=BackoffPolicy(base=0))
+        job = q.enqueue("work")
+        trace = "Traceback (most recent call last):\n  File \"h.py\", line 3, in handle\nValueError: nope\n"
+        nacked = q.nack(self.only_lease(q), error="ValueError: nope", traceback=trace)
+        self.assertEqual((nacked.last_error, nacked.traceback), ("ValueError: nope", trace))
+        self.assertEqual(q.get(job.id).to_dict()["traceback"], trace)
+        q = self.assert_survives_reopen(q)
+        self.assertEqual(q.get(job.id).traceback, trace)
+        q.nack(self.only_lease(q), error="no traceback this time")
+        self.assertEqual((q.get(job.id).last_error, q.get(job.id).traceback), ("no traceback this time", None))
+        long = "x" * (TRACEBACK_LIMIT_CHARS + 100) + "\nKeyError: the end"
+        dead = q.nack(self.only_lease(q), error="KeyError: the end", traceback=long, permanent=True)
+        self.assertIs(dead.state, JobState.DEAD)
+        self.assertEqual(dead.traceback, long[-TRACEBACK_LIMIT_CHARS:], "the end of a long traceback is kept")
+        q = self.assert_survives_reopen(q)
+        q.requeue_dead()
+        self.assertEqual(q.get(job.id).traceback, dead.traceback, "a requeue keeps the last failure")
+        self.only_lease(q, visibility_timeout=10)
+        self.advance(11)  # the lease expires: ready again, the last failure (error, traceback) kept
+        shown = q.get(job.id)
+        self.assertEqual((shown.state, shown.last_error, shown.traceback), (JobState.READY, "KeyError: the end", dead.traceback))
+
+    def test_a_lease_that_expires_on_its_last_attempt_drops_the_old_traceback(self) -> None:
+        q = self.make_queue(max_attempts=2, visibility_timeout=10, backoff=BackoffPolicy(base=0))
+        job = q.enqueue("work")
+        q.nack(self.only_lease(q), error="ValueError: first", traceback="Traceback ...\nValueError: first\n")
+        self.only_lease(q)
+        self.advance(11)
+        for _ in range(2):  # as a read shows it, then as the reclaim wrote it
+            shown = q.get(job.id)
+            self.assertEqual((shown.state, shown.last_error, shown.traceback), (JobState.DEAD, "lease expired on attempt 2 of 2", None))
+            q.lease()
 
     def test_nack_with_a_stale_token_is_refused_and_changes_nothing(self) -> None:
         q = self.make_queue()

@@ -453,6 +453,17 @@ class ReadingTests(CliTestCase):
         got = self.ok_json("get", job["id"])
         self.assertEqual(got["payload"], {"deep": {"x": [1, 2]}})  # type: ignore[index]
         self.assertEqual(got["attempts"], 1)  # type: ignore[index]
+        self.assertIsNone(got["traceback"])  # type: ignore[index]
+
+    def test_get_shows_a_failed_handlers_traceback(self) -> None:
+        job = self.enqueue('"x"')
+        with Queue(self.qdir) as q:
+            q.nack(q.lease_one(), error="ValueError: bad", traceback='Traceback (most recent call last):\n  File "h.py", line 2\nValueError: bad\n')
+        out = self.ok("get", job["id"]).out
+        self.assertIn("last error   ValueError: bad", out)
+        self.assertIn("traceback    Traceback (most recent call last):", out)
+        self.assertIn('               File "h.py", line 2', out)
+        self.assertEqual(self.ok_json("get", job["id"])["traceback"].splitlines()[-1], "ValueError: bad")  # type: ignore[index]
 
     def test_get_unknown_id_is_one_line_exit_1(self) -> None:
         self.enqueue("a")

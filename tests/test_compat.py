@@ -14,7 +14,7 @@ import zlib
 
 from typing import Any
 
-from nobroker import BackoffPolicy, Job, JobState, Queue
+from nobroker import BackoffPolicy, Job, JobState, Queue, Worker
 from nobroker.maintenance import inspect_log
 from tests.support import FakeClock, TempDirTestCase
 
@@ -221,6 +221,30 @@ class ReadsVersionOne(TempDirTestCase):
             theirs = v012_states(parse_log(f.read()))
         self.assertEqual(theirs, ours)
         self.assertEqual({j["state"] for j in ours.values()}, {"ready", "leased", "done"})
+
+
+    def test_a_workers_tracebacks_add_one_key_0_1_2_reads_past(self) -> None:
+        def handler(job: Job) -> None:
+            raise ValueError(f"no {job.payload}")
+
+        clock = FakeClock(1000.0)
+        with Queue(self.dir, clock=clock, max_attempts=2, backoff=BackoffPolicy(base=0)) as q:
+            q.enqueue_many(["a", "b"], job_ids=["a", "b"])
+            Worker(q, handler, max_jobs=4, handle_signals=False).run()  # each fails twice: dead
+            self.assertTrue(all(j.traceback and j.state is JobState.DEAD for j in q.list_jobs()))
+            ours = shown(q)
+            with open(os.path.join(self.dir, "default.000000.log"), "rb") as f:
+                records = parse_log(f.read())
+            q.compact()
+            with open(os.path.join(self.dir, "default.000001.log"), "rb") as f:
+                compacted = parse_log(f.read())
+        names = ["", "ENQUEUE", *V012_KEYS]  # record types 1 to 9, in order
+        for rtype, body in records + compacted:
+            known = set(V012_ENQUEUE_KEYS) if rtype == 1 else V012_KEYS[names[rtype]]
+            self.assertLessEqual(set(body) - known, {"traceback"}, body)
+        self.assertIn("traceback", compacted[0][1])
+        self.assertEqual(v012_states(records), ours)
+        self.assertEqual(v012_states(compacted), ours)
 
 
 class WritesVersionOne(TempDirTestCase):

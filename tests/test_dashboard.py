@@ -293,8 +293,16 @@ class ApiTest(DashboardCase):
         self.queue.ack(leased, result={"sent": True})
         detail = self.get_json(f"/api/jobs/{job.id}")["job"]
         self.assertEqual((detail["state"], detail["result"]), ("done", {"sent": True}))
-        for key in ("enqueued_at", "available_at", "seq", "kind", "dedupe_key", "last_error"):
+        for key in ("enqueued_at", "available_at", "seq", "kind", "dedupe_key", "last_error", "traceback"):
             self.assertIn(key, detail)
+
+    def test_a_failed_jobs_traceback_is_in_its_detail_not_in_the_list(self) -> None:
+        self.queue.enqueue("fails")
+        self.queue.nack(self.lease(), error="ValueError: no", traceback="Traceback (most recent call last):\nValueError: no\n", delay=0)
+        (row,) = self.get_json("/api/jobs?state=all")["jobs"]
+        self.assertNotIn("traceback", row)
+        detail = self.get_json(f"/api/jobs/{row['id']}")["job"]
+        self.assertEqual((detail["last_error"], detail["traceback"]), ("ValueError: no", "Traceback (most recent call last):\nValueError: no\n"))
 
     def test_sees_what_another_process_did(self) -> None:
         if not isinstance(self.queue.path, str) or not os.path.isdir(self.queue.path):

@@ -59,6 +59,7 @@ class MJob:
     last_error: str | None = None
     stage: str | None = None
     result: Any = None
+    traceback: str | None = None
     #: The token of the lease that finished a done job (not shown: a done job shows no lease).
     finished_token: str | None = None
 
@@ -68,7 +69,7 @@ class MJob:
             "attempts": self.attempts, "max_attempts": self.max_attempts, "available_at": self.available_at,
             "enqueued_at": self.enqueued_at, "lease_deadline": self.lease_deadline,
             "lease_token": self.lease_token, "last_error": self.last_error, "kind": self.kind,
-            "dedupe_key": self.dedupe_key, "stage": self.stage, "result": self.result,
+            "dedupe_key": self.dedupe_key, "stage": self.stage, "result": self.result, "traceback": self.traceback,
         }  # fmt: skip
 
 
@@ -91,6 +92,7 @@ def reclaim_one(job: MJob, now: float) -> None:
     if job.attempts >= job.max_attempts:
         job.state = "dead"
         job.last_error = f"lease expired on attempt {job.attempts} of {job.max_attempts}"
+        job.traceback = None  # it went with the error this one replaces
     else:
         job.state = "ready"
         job.available_at = now + backoff_delay(job.attempts)
@@ -175,11 +177,14 @@ class RefModel:
         if result is not None:
             job.result = result
 
-    def nack(self, now: float, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> MJob:
+    def nack(
+        self, now: float, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None,
+    ) -> MJob:  # fmt: skip
         job = self.leased(job_id, token)
         job.lease_deadline = None
         job.lease_token = None
-        job.last_error = error
+        job.last_error, job.traceback = error, traceback
         if permanent or job.attempts >= job.max_attempts:
             job.state = "dead"
         else:
@@ -416,7 +421,7 @@ class Runner:
                 if op in ("ack", "ack_by_id"):
                     return m.ack(job_id, token, result)
                 if op == "nack":
-                    return m.nack(now, job_id, token, error, delay, permanent)
+                    return m.nack(now, job_id, token, error, delay, permanent, traceback)
                 if op == "extend":
                     return m.extend(now, job_id, token, seconds)
                 return m.set_stage(job_id, token, stage)
@@ -425,12 +430,15 @@ class Runner:
             error = r.choice((None, "boom", "timeout"))
             delay = r.choice((None, None, 0.0, 10.0))
             permanent = r.random() < 0.15
+            traceback = None if error is None else f"Traceback (most recent call last):\n{error}\n"
             seconds = r.choice((1.0, 30.0, 90.0))
             stage = r.choice(("fetch", "send", None))
             if op in ("ack", "ack_by_id"):
                 self.expect(where, model_op, lambda: q.ack(ref, result=result))
             elif op == "nack":
-                self.expect(where, model_op, lambda: q.nack(ref, error=error, delay=delay, permanent=permanent))
+                self.expect(
+                    where, model_op, lambda: q.nack(ref, error=error, delay=delay, permanent=permanent, traceback=traceback)
+                )
             elif op == "extend":
                 self.expect(where, model_op, lambda: q.extend(ref, seconds))
             else:

@@ -101,7 +101,7 @@ class WebDashboardTest(TempDirTestCase):
         self.queue.enqueue(payload, job_id=job_id, priority=MAX_PRIORITY)
         leased = self.queue.lease_one()
         assert leased is not None and leased.id == job_id
-        self.queue.nack(leased, error=f"failed: {payload}", permanent=True)
+        self.queue.nack(leased, error=f"failed: {payload}", traceback=f"Traceback:\n  {payload}\nError", permanent=True)
 
     def make_done(self, payload: Any) -> str:
         job = self.queue.enqueue(payload, priority=MAX_PRIORITY)
@@ -181,6 +181,9 @@ class WebDashboardTest(TempDirTestCase):
         self.wait_js("document.getElementById('detail-title').textContent === 'xss-dead'", "the detail opened")
         self.assertEqual(self.js("document.getElementById('detail-payload').textContent"), json.dumps(SCRIPT_PAYLOAD))
         self.assertEqual(self.js("document.getElementById('detail-error').textContent"), "failed: " + SCRIPT_PAYLOAD)
+        trace = self.js("document.getElementById('detail-traceback').textContent")
+        self.assertEqual(trace, f"Traceback:\n  {SCRIPT_PAYLOAD}\nError", "the traceback is shown, as text")
+        self.assertFalse(self.js("document.getElementById('detail-traceback').hidden"))
 
         # Text, not markup: the page still has its one script, and no element came from a payload.
         self.assertEqual(self.js("document.scripts.length"), 1)

@@ -77,6 +77,32 @@ class QueueTestCase(TempDirTestCase):
         return queue
 
 
+def failing_handler(job: Any) -> None:
+    parse(job.payload)
+
+
+def parse(text: str) -> None:
+    raise ValueError(f"cannot parse {text!r}")
+
+
+def check_tracebacks(test: unittest.TestCase, queue: Queue) -> None:
+    """A failing handler's traceback is kept with the job (and logged at WARNING with its id); last_error stays one line."""
+    retried = queue.enqueue("retried")
+    with test.assertLogs("nobroker.worker", "WARNING") as logs:
+        Worker(queue, failing_handler, max_jobs=1, handle_signals=False).run()
+    stored = queue.get(retried.id)
+    test.assertEqual((stored.state, stored.last_error), (JobState.READY, "ValueError: cannot parse 'retried'"))
+    assert stored.traceback is not None
+    test.assertTrue(stored.traceback.startswith("Traceback (most recent call last):"), stored.traceback)
+    test.assertIn("in failing_handler", stored.traceback)
+    test.assertIn("in parse", stored.traceback)
+    test.assertTrue(stored.traceback.endswith("ValueError: cannot parse 'retried'\n"), stored.traceback)
+    [record] = [r for r in logs.records if retried.id in r.getMessage()]
+    test.assertEqual(record.levelname, "WARNING")
+    test.assertIsNotNone(record.exc_info, "the log line carries the traceback")
+    test.assertIn("in parse", logs.output[logs.records.index(record)])
+
+
 def check_unstorable_results(test: unittest.TestCase, queue: Queue, concurrency: int) -> None:
     """Handlers that did their work but return what cannot be stored: each runs once, its job ends dead."""
     unstorable = {"object": {"when": object()}, "collide": {1: "a", "1": "b"}, "nan": float("nan")}
@@ -143,6 +169,9 @@ class OutcomeTests(QueueTestCase):
         self.assertEqual(stored.attempts, 3)
         self.assertEqual(stored.last_error, "ValueError: bad input on attempt 3")
         self.assertEqual([j.id for j in queue.dlq()], [job.id])
+
+    def test_a_failing_handlers_traceback_is_kept_and_logged(self) -> None:
+        check_tracebacks(self, self.open_queue(backoff=BackoffPolicy(base=60)))
 
     def test_failure_waits_for_the_backoff_before_the_retry(self) -> None:
         queue = self.open_queue(backoff=BackoffPolicy(base=60, jitter=0))
@@ -827,6 +856,9 @@ class PostgresWorkerTests(PostgresTestCase):
             with self.subTest(concurrency=concurrency):
                 queue = self.open_queue(fresh_name("worker"), max_attempts=5, backoff=NO_BACKOFF)
                 check_unstorable_results(self, queue, concurrency)
+
+    def test_a_failing_handlers_traceback_is_kept_and_logged(self) -> None:
+        check_tracebacks(self, self.open_queue(fresh_name("worker"), backoff=BackoffPolicy(base=60)))
 
     def test_heartbeat_keeps_the_lease(self) -> None:
         name = fresh_name("worker")

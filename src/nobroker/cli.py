@@ -365,6 +365,8 @@ def _job_detail(out: Output, job: Job) -> None:
         field("stage", _safe(job.stage))
     if job.last_error:
         multiline("last error", _safe(job.last_error, keep_newlines=True))
+    if job.traceback:
+        multiline("traceback", _safe(job.traceback, keep_newlines=True))
     multiline("payload", json.dumps(job.payload, ensure_ascii=True, indent=2))
     if job.result is not None:
         multiline("result", json.dumps(job.result, ensure_ascii=True, indent=2))

@@ -169,12 +169,13 @@ def job_detail(job: Job) -> dict[str, Any]:
 
 
 def job_summary(job: Job) -> dict[str, Any]:
-    """A job for a list: previews instead of the full payload, result and error."""
+    """A job for a list: previews instead of the full payload, result and error, and no traceback."""
     out = job_detail(job)
     out["payload_preview"] = _preview(out.pop("payload"))
     result = out.pop("result")
     out["result_preview"] = None if result is None else _preview(result)
     out["last_error"] = _short(out.get("last_error"))
+    out.pop("traceback", None)
     return out
 
 
@@ -802,11 +803,12 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     </section>
     <section class="panel" aria-label="job detail">
       <h2 id="detail-title">Select a job</h2>
-      <p class="hint" id="detail-hint">Click a row to see the job in full: payload, attempts, error, stage, result.</p>
+      <p class="hint" id="detail-hint">Click a row to see the job in full: payload, attempts, error and its traceback, stage, result.</p>
       <div id="detail" hidden>
         <dl id="detail-fields"></dl>
         <div>payload</div><pre id="detail-payload"></pre>
         <div>last error</div><pre id="detail-error"></pre>
+        <div id="detail-traceback-label">traceback</div><pre id="detail-traceback"></pre>
         <div>result</div><pre id="detail-result"></pre>
         <div class="actions"><button id="detail-requeue" hidden>Requeue this job</button><button id="detail-refresh">Refresh</button></div>
       </div>
@@ -1035,6 +1037,8 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
     $("detail-payload").textContent = JSON.stringify(job.payload, null, 2);
     $("detail-error").textContent = job.last_error == null ? "–" : job.last_error;
+    $("detail-traceback").textContent = job.traceback == null ? "" : job.traceback;  // text, never markup
+    $("detail-traceback").hidden = $("detail-traceback-label").hidden = job.traceback == null;
     $("detail-result").textContent = job.result == null ? "–" : JSON.stringify(job.result, null, 2);
     $("detail-requeue").hidden = job.state !== "dead";
     $("detail").hidden = false;

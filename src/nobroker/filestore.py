@@ -857,17 +857,22 @@ class FileStorage:
 
         self._write(decide)
 
-    def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job:
+    def nack(
+        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None = None,
+    ) -> Job:  # fmt: skip
         def decide(batch: _Batch, now: float) -> Job:
             entry = self._leased_entry(job_id, token, "nack")
             if permanent or leases.exhausted(entry):
-                batch.add(RecordType.DEAD, {"id": job_id, "at": now, "error": error})
+                body: dict[str, Any] = {"id": job_id, "at": now, "error": error}
+                rtype = RecordType.DEAD
             else:
                 available_at = leases.retry_time(entry, now, self.backoff, delay)
-                batch.add(
-                    RecordType.NACK,
-                    {"id": job_id, "at": now, "attempts": entry.attempts, "available_at": available_at, "error": error},
-                )
+                body = {"id": job_id, "at": now, "attempts": entry.attempts, "available_at": available_at, "error": error}
+                rtype = RecordType.NACK
+            if traceback is not None:  # a key 0.1.2 ignores; left out when unused
+                body["traceback"] = traceback
+            batch.add(rtype, body)
             return self._job(entry)
 
         return self._write(decide)

@@ -28,6 +28,8 @@ MAX_PAYLOAD_BYTES = MAX_RECORD_BYTES - 64 * 1024
 #: Largest result stored with an ack, and largest error text kept with a nack.
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_ERROR_CHARS = 8 * 1024
+#: A failed attempt's traceback keeps its last this many characters (its end names the error).
+MAX_TRACEBACK_CHARS = 16 * 1024
 #: Most jobs one enqueue_many call takes, and most one lease call returns.
 MAX_BATCH_JOBS = 100_000
 #: Longest job id, kind, dedupe key and stage (characters).
@@ -80,6 +82,9 @@ class Job:
     dedupe_key: str | None = None
     stage: str | None = None
     result: Any = None
+    #: The traceback of the failure that ``last_error`` names, when the Worker
+    #: (or a nack with ``traceback=``) recorded one: its last MAX_TRACEBACK_CHARS.
+    traceback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (state as its string value)."""

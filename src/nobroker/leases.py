@@ -73,7 +73,10 @@ def as_reclaimed(entry: Entry, now: float, backoff: BackoffPolicy) -> dict[str, 
     a jittered delay is 0 exactly when the delay before jitter is.
     """
     if exhausted(entry):
-        return {"state": JobState.DEAD, "last_error": expiry_error(entry), "lease_deadline": None, "lease_token": None}
+        return {
+            "state": JobState.DEAD, "last_error": expiry_error(entry), "traceback": None,
+            "lease_deadline": None, "lease_token": None,
+        }  # fmt: skip
     available_at = now + backoff.nominal_delay(entry.attempts)
     return {"state": JobState.READY, "available_at": available_at, "lease_deadline": None, "lease_token": None}
 

@@ -316,7 +316,7 @@ _RET = (
     "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
     "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
     "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
-    "j.kind, j.dedupe_key, j.stage, j.result::text"
+    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback"
 )
 _NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
 _BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
@@ -336,7 +336,8 @@ _SHOWN = (
     f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
     f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
     f"CASE WHEN {_EXPIRED} AND {_DIES} THEN {_EXPIRY_ERROR} ELSE j.last_error END, "
-    "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text"
+    "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
+    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
 )
 #: Per listed state: the rows in it, and the expired leases a read shows in it.
 _LISTED = {
@@ -352,6 +353,7 @@ _RECLAIM = f"""
             available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
                            ELSE {_NOW} + ({_BACKOFF}) * interval '1 second' END,
             last_error = CASE WHEN j.attempts >= j.max_attempts THEN {_EXPIRY_ERROR} ELSE j.last_error END,
+            traceback = CASE WHEN j.attempts >= j.max_attempts THEN NULL ELSE j.traceback END,
             lease_deadline = NULL, lease_token = NULL
         FROM (SELECT queue, id FROM {{schema}}.jobs
               WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
@@ -436,7 +438,7 @@ _TEMPLATES: dict[str, str] = {
             state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
             available_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN j.available_at
                            ELSE {_NOW} + coalesce(%(delay)s::float8, {_BACKOFF}) * interval '1 second' END,
-            last_error = %(error)s, lease_deadline = NULL, lease_token = NULL
+            last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
@@ -553,12 +555,12 @@ def _readable(fds: list[int], timeout: float) -> set[int]:
 
 def _row_job(row: Any) -> Job:
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result) = row[:16]  # fmt: skip
+     deadline, token, error, seq, kind, key, stage, result, traceback) = row[:17]  # fmt: skip
     return Job(
         id=job_id, payload=json.loads(payload), priority=priority, state=_STATES[state], attempts=attempts,
         max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
-        result=None if result is None else json.loads(result),
+        result=None if result is None else json.loads(result), traceback=traceback,
     )  # fmt: skip
 
 
@@ -1019,8 +1021,14 @@ class PostgresStorage:
 
         return self._run(what, run, retry=retry)
 
-    def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job:
-        return self._change("nack", "nack", job_id, token, False, error=_clean_error(error), delay=delay, perm=permanent)
+    def nack(
+        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None = None,
+    ) -> Job:  # fmt: skip
+        return self._change(
+            "nack", "nack", job_id, token, False, error=_clean_error(error), traceback=_clean_error(traceback),
+            delay=delay, perm=permanent,
+        )  # fmt: skip
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
         return self._change("extend", "extend", job_id, token, True, secs=seconds)

@@ -26,6 +26,7 @@ from .jobs import (
     MAX_PRIORITY,
     MAX_RESULT_BYTES,
     MAX_SECONDS,
+    MAX_TRACEBACK_CHARS,
     MIN_PRIORITY,
     BackoffPolicy,
     CompactionResult,
@@ -234,16 +235,23 @@ class Queue:
             self._open_storage().ack_many(items)
 
     def nack(
-        self, job: JobRef, *, error: str | None = None, delay: float | None = None, permanent: bool = False
-    ) -> Job:
+        self, job: JobRef, *, error: str | None = None, delay: float | None = None, permanent: bool = False,
+        traceback: str | None = None,
+    ) -> Job:  # fmt: skip
         """Give a leased job back: ready again after ``delay`` (default: the backoff policy),
-        or dead once it has used ``max_attempts`` or when ``permanent`` is true."""
+        or dead once it has used ``max_attempts`` or when ``permanent`` is true.
+
+        ``error`` (one line, say) becomes ``last_error``; ``traceback``, kept
+        beside it, only its last MAX_TRACEBACK_CHARS characters.
+        """
         job_id, token = _ref(job)
         if error is not None:
             error = str(error)[:MAX_ERROR_CHARS]
+        if traceback is not None:
+            traceback = str(traceback)[-MAX_TRACEBACK_CHARS:]
         if delay is not None:
             delay = _seconds(delay, "delay")
-        return self._open_storage().nack(job_id, token, error, delay, bool(permanent))
+        return self._open_storage().nack(job_id, token, error, delay, bool(permanent), traceback)
 
     def extend(self, job: JobRef, seconds: float) -> Job:
         """Set a leased job's deadline to now + ``seconds`` (a heartbeat; never accumulates)."""

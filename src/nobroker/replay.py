@@ -55,7 +55,7 @@ class Entry:
     __slots__ = (
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
-        "result", "offset", "heap", "row", "finished_token",
+        "result", "offset", "heap", "row", "finished_token", "traceback",
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int) -> None:
@@ -82,6 +82,7 @@ class Entry:
         # The token of the lease that finished a done job (see _set_state); a done
         # job's own lease_token is None, except in a hand-made body that says otherwise.
         self.finished_token: Any = self.lease_token if self.state is DONE else None
+        self.traceback: str | None = get("traceback")
         self.offset = offset
         self.heap = _NOWHERE
         self.row = -1
@@ -92,6 +93,7 @@ class Entry:
             and self.state is not None
             and (self.lease_deadline is None or type(self.lease_deadline) in _NUMBERS)
             and (self.dedupe_key is None or type(self.dedupe_key) is str)
+            and (self.traceback is None or type(self.traceback) is str)
         ):  # fmt: skip
             self._explain(body)
 
@@ -108,8 +110,9 @@ class Entry:
         if body.get("lease_deadline") is not None:
             _time(body["lease_deadline"], "lease_deadline")
         _text(body.get("kind", DEFAULT_KIND), "kind")
-        if body.get("dedupe_key") is not None:
-            _text(body["dedupe_key"], "dedupe_key")
+        for name in ("dedupe_key", "traceback"):
+            if body.get(name) is not None:
+                _text(body[name], name)
         raise ValueError(f"field state is {body.get('state')!r}, expected one of ready, leased, done, dead")
 
     @classmethod
@@ -122,7 +125,7 @@ class Entry:
         self.id, self.priority, self.state, self.attempts = job_id, priority, READY, 0
         self.max_attempts, self.available_at, self.enqueued_at = max_attempts, available_at, enqueued_at
         self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
-        self.finished_token = None
+        self.finished_token = self.traceback = None
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, _NOWHERE
         self.row = -1
         return self
@@ -133,7 +136,7 @@ class Entry:
         return Job(
             self.id, payload, self.priority, self.state, self.attempts, self.max_attempts,
             self.available_at, self.enqueued_at, self.lease_deadline, self.lease_token,
-            self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result,
+            self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result, self.traceback,
         )  # fmt: skip
 
     def state_fields(self) -> dict[str, Any]:
@@ -153,6 +156,8 @@ class Entry:
             out["stage"] = self.stage
         if self.result is not None:
             out["result"] = self.result
+        if self.traceback is not None:
+            out["traceback"] = self.traceback
         return out
 
 
@@ -176,6 +181,11 @@ def _text(value: Any, name: str) -> str:
     if type(value) is not str:
         raise TypeError(f"field {name} is {value!r}, expected a string")
     return value
+
+
+def _traceback(body: dict[str, Any]) -> str | None:
+    value = body.get("traceback")
+    return None if value is None else _text(value, "traceback")
 
 
 #: A just-enqueued job's columns in the cold store (see QueueState), packed per row:
@@ -506,11 +516,13 @@ class QueueState:
             available_at, at = _time(body["available_at"], "available_at"), _time(body["at"], "at")
             entry.attempts = _int(body.get("attempts", entry.attempts), "attempts")
             entry.last_error = body.get("error")
+            entry.traceback = _traceback(body)  # it goes with last_error
             self._make_ready(entry, available_at, at)
         elif rtype == RecordType.RECLAIM:
             self._make_ready(entry, _time(body["available_at"], "available_at"), _time(body["at"], "at"))
         elif rtype == RecordType.DEAD:
-            entry.last_error = body.get("error", entry.last_error)
+            if "error" in body:  # a new last_error, and the traceback that goes with it
+                entry.last_error, entry.traceback = body["error"], _traceback(body)
             self._set_state(entry, DEAD)
         elif rtype == RecordType.REQUEUE:
             available_at, at = _time(body["available_at"], "available_at"), _time(body["at"], "at")
@@ -563,7 +575,7 @@ class QueueState:
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
-            and entry.result is None
+            and entry.result is None and entry.traceback is None
         ):  # fmt: skip
             number = _id_number(entry.id)
             if number >= 0 and self._add_cold(
@@ -767,7 +779,7 @@ class QueueState:
         entry.id, entry.priority, entry.state, entry.attempts = _ID_TEXT % self._ids[row], priority, READY, attempts
         entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
         entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
-        entry.finished_token = None
+        entry.finished_token = entry.traceback = None
         entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
         entry.heap, entry.row = _IN_READY, row
         return entry
@@ -932,7 +944,7 @@ class QueueState:
 _INT64 = struct.Struct("<q")
 _new_entry = Entry.__new__
 #: Fields a writer includes only when set (to something a cold row cannot hold).
-_HOT_KEYS = frozenset({"dedupe_key", "stage", "result"})
+_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})
 #: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.

@@ -48,7 +48,10 @@ class Storage(Protocol):
 
     def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None: ...
 
-    def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job: ...
+    def nack(
+        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None,
+    ) -> Job: ...  # fmt: skip
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job: ...
 

@@ -51,13 +51,14 @@ import queue as queue_module
 import signal
 import threading
 import time
+import traceback as traceback_module
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
 
 from .errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
-from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, Job, stored_json
+from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, MAX_TRACEBACK_CHARS, Job, stored_json
 
 __all__ = ["Worker", "WorkerStats", "WorkQueue"]
 
@@ -106,7 +107,8 @@ class WorkQueue(Protocol):
     Used when the object has them (looked up at run time): ``ack_many(jobs,
     results=)``, to share one write among acks; ``wait_for_jobs(timeout,
     interrupt=, kinds=)`` and ``wakes_waiters()``, to idle without polling;
-    and ``visibility_timeout``, the lease length to renew with.
+    ``visibility_timeout``, the lease length to renew with; and a
+    ``traceback=`` keyword of ``nack``, to keep a failing handler's traceback.
     """
 
     def lease(self, count: int = 1, *, kinds: Iterable[str] | None = None) -> Sequence[Job]: ...
@@ -174,6 +176,16 @@ class _Outcome:
     result: Any = None
     error: str | None = None
     permanent: bool = False
+    #: What the handler raised, if it did (its traceback is kept with the job and logged).
+    exc: BaseException | None = None
+
+    def failed(self, exc: BaseException, *, permanent: bool = False) -> None:
+        self.error, self.permanent, self.exc = _error_text(exc), permanent, exc
+
+    def traceback(self) -> str | None:
+        if self.exc is None:
+            return None
+        return "".join(traceback_module.format_exception(self.exc))[-MAX_TRACEBACK_CHARS:]
 
 
 def _is_positive_number(value: object) -> bool:
@@ -198,6 +210,19 @@ def _unstorable(exc: SerializationError) -> _Outcome:
     """The handler did its work but its result cannot be stored: dead, for running it again would repeat the work."""
     text = f"the handler's result cannot be stored, so the job is not run again: {exc}"
     return _Outcome(error=text[:MAX_ERROR_CHARS], permanent=True)
+
+
+def _takes_keyword(method: Callable[..., Any], name: str) -> bool:
+    """Can ``method`` be called with the keyword ``name`` (by name, or through ``**kwargs``)?"""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): assume not
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == name and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        for p in parameters
+    )
 
 
 def _job_id(job: Any) -> str:
@@ -295,6 +320,7 @@ class Worker:
         self._pending_acks: list[_PendingAck] = []
         self._flushing = False
         self._ack_many = getattr(queue, "ack_many", None)
+        self._nack_keeps_tracebacks = _takes_keyword(queue.nack, "traceback")
 
         self._stopping = threading.Event()
         # A private pipe whose read end idle waits watch: stop() and the
@@ -639,12 +665,11 @@ class Worker:
                 result = self._run_awaitable(result)
             outcome.result = result
         except PermanentError as exc:
-            outcome.error, outcome.permanent = _error_text(exc), True
+            outcome.failed(exc, permanent=True)
         except Exception as exc:
-            outcome.error = _error_text(exc)
-            logger.debug("job %s: handler raised", _job_id(job), exc_info=True)
+            outcome.failed(exc)
         except BaseException as exc:  # SystemExit and the like: retry the job, then stop the worker
-            outcome.error = _error_text(exc)
+            outcome.failed(exc)
             escaping = exc
         if outcome.error is None and outcome.result is not None:
             try:
@@ -683,11 +708,15 @@ class Worker:
                         self._stats.succeeded += 1
                 return
         assert outcome.error is not None
+        # Only what is needed, so a queue whose nack lacks a keyword still works without it.
+        optional: dict[str, Any] = {}
+        if outcome.permanent:
+            optional["permanent"] = True
+        traceback = outcome.traceback() if self._nack_keeps_tracebacks else None
+        if traceback is not None:
+            optional["traceback"] = traceback
         try:
-            if outcome.permanent:
-                returned = self._queue.nack(job, error=outcome.error, permanent=True)
-            else:
-                returned = self._queue.nack(job, error=outcome.error)
+            returned = self._queue.nack(job, error=outcome.error, **optional)
         except _LOST_ERRORS as exc:
             self._count_lost(entry, exc)
             return
@@ -703,10 +732,11 @@ class Worker:
                 self._stats.dead += 1
             else:
                 self._stats.failed += 1
+        # The handler's traceback goes with the line (exc_info), as it is kept with the job.
         if went_dead:
-            logger.warning("job %s moved to the dead-letter queue: %s", _job_id(job), outcome.error)
+            logger.warning("job %s moved to the dead-letter queue: %s", _job_id(job), outcome.error, exc_info=outcome.exc)
         else:
-            logger.warning("job %s failed, will retry: %s", _job_id(job), outcome.error)
+            logger.warning("job %s failed, will retry: %s", _job_id(job), outcome.error, exc_info=outcome.exc)
 
     def _ack(self, job: Any, result: Any) -> None:
         """Ack one job, sharing one ack_many with the other handler threads when possible.

@@ -23,3 +23,6 @@ ALTER TABLE {schema}.jobs ADD COLUMN finished_token text;
 
 UPDATE {schema}.jobs SET finished_token = lease_token, lease_token = NULL
 WHERE state = 'done' AND lease_token IS NOT NULL;
+
+-- The traceback of the failure last_error names (the Worker records it).
+ALTER TABLE {schema}.jobs ADD COLUMN traceback text;
