@@ -284,7 +284,7 @@ class QueueSemantics(_Base):
         self.assertEqual([q.lease_one().id for _ in range(4)], others)  # type: ignore[union-attr]
 
     def test_delayed_high_priority_job_never_blocks_ready_work(self) -> None:
-        q = self.make_queue()
+        q = self.make_queue(visibility_timeout=600)  # the ready ones' leases outlast the delay
         delayed = [q.enqueue(f"later{i}", priority=100, delay=60) for i in range(3)]
         ready = [q.enqueue("now", priority=-5), q.enqueue("now too", priority=-5)]
         self.assertEqual(self.lease_ids(q, 10), [job.id for job in ready])
@@ -734,6 +734,38 @@ class QueueSemantics(_Base):
         self.assertEqual([j.id for j in q.dlq()], [job.id])
         self.assert_survives_reopen(q)
 
+    def test_ready_lists_both_halves_runnable_and_delayed_as_stats_counts_them(self) -> None:
+        q = self.make_queue(backoff=EXACT, visibility_timeout=10)
+        now = q.enqueue("now")
+        later = q.enqueue("later", delay=100, kind="k")
+        expired = q.enqueue("expired", priority=5, kind="k")
+        self.assertEqual(self.only_lease(q).id, expired.id)
+        self.advance(11)  # its lease expired 1 s ago: a read shows it delayed by the backoff (10 s)
+        stats = q.stats()
+        listed = {name: [j.id for j in q.list_jobs(name)] for name in ("ready", "runnable", "delayed")}
+        self.assertEqual(listed, {"ready": [now.id, later.id, expired.id], "runnable": [now.id], "delayed": [later.id, expired.id]})
+        self.assertEqual((len(listed["runnable"]), len(listed["delayed"])), (stats.ready, stats.delayed))
+        self.assertEqual([j.id for j in q.list_jobs(JobState.READY)], listed["ready"], "what 0.1.2 code gets")
+        self.assertEqual([j.id for j in q.list_jobs("delayed", limit=1, offset=1)], [expired.id])
+        self.assertEqual([j.id for j in q.list_jobs("delayed", kind="k")], [later.id, expired.id])
+        self.assertEqual(q.list_jobs("runnable", kind="k"), [])
+        self.advance(10)  # the backoff after its deadline is over, though no write recorded the reclaim
+        self.assertEqual([j.id for j in q.list_jobs("runnable")], [now.id, expired.id])
+        self.assertEqual([j.id for j in q.list_jobs("delayed")], [later.id])
+        self.assertEqual((q.stats().ready, q.stats().delayed), (2, 1))
+        with self.assertRaises(ValueError) as caught:
+            q.list_jobs("sleeping")
+        self.assertIn("runnable, delayed", str(caught.exception))
+
+    def test_the_backoff_of_an_expired_lease_runs_from_its_deadline(self) -> None:
+        q = self.make_queue(backoff=EXACT, visibility_timeout=10)
+        job = q.enqueue("work")
+        first = self.only_lease(q)
+        self.advance(100)  # long after the deadline and the 10 s backoff after it
+        again = self.only_lease(q)  # reclaimed and leased again by one call
+        self.assertEqual((again.id, again.attempts), (job.id, 2))
+        self.assertNotEqual(again.lease_token, first.lease_token)
+
     def test_reads_show_an_expired_lease_as_dead_before_any_write(self) -> None:
         q = self.make_queue(max_attempts=1, visibility_timeout=10)
         job = q.enqueue("work")
@@ -756,19 +788,21 @@ class QueueSemantics(_Base):
     def test_reads_show_an_expired_lease_ready_again_after_the_backoff(self) -> None:
         q = self.make_queue(backoff=EXACT, visibility_timeout=10)
         first, second = q.enqueue_many(["first", "second"])
-        self.assertEqual(self.only_lease(q).id, first.id)
+        leased = self.only_lease(q)
+        self.assertEqual(leased.id, first.id)
+        assert leased.lease_deadline is not None
         self.advance(11)
-        t = self.now()
         self.assertEqual(q.stats().to_dict(), {"ready": 1, "delayed": 1, "leased": 0, "done": 0, "dead": 0, "total": 2})
         shown = q.get(first.id)
         self.assertIs(shown.state, JobState.READY)
         self.assertEqual((shown.attempts, shown.lease_deadline, shown.lease_token), (1, None, None))
-        self.assert_time(shown.available_at, t + 10)  # the backoff after one failed attempt
+        # The attempt failed at the deadline: the backoff (10 s after one failure) runs from there.
+        self.assert_time(shown.available_at, leased.lease_deadline + 10)
         self.assertEqual([j.id for j in q.list_jobs(JobState.READY)], [first.id, second.id])
         self.assertEqual(q.list_jobs(JobState.LEASED), [])
         self.assertEqual(q.dlq(), [])
-        self.assertEqual(self.only_lease(q).id, second.id)  # the reclaim is written: first waits 10 s
-        self.assert_time(q.get(first.id).available_at, t + 10)
+        self.assertEqual(self.only_lease(q).id, second.id)  # the reclaim is written: first waits
+        self.assert_time(q.get(first.id).available_at, leased.lease_deadline + 10)
         self.assertEqual(q.stats().to_dict(), {"ready": 0, "delayed": 1, "leased": 1, "done": 0, "dead": 0, "total": 2})
 
     def test_reads_show_an_expired_lease_runnable_when_the_backoff_is_zero(self) -> None:

@@ -428,6 +428,20 @@ class ReadingTests(CliTestCase):
         leased = self.ok_json("list", "--state", "leased")
         self.assertEqual([j["id"] for j in leased], ids[:1])  # type: ignore[union-attr]
 
+    def test_list_state_delayed_and_runnable_split_ready_as_stats_counts_it(self) -> None:
+        now = self.enqueue('"now"')
+        later = self.enqueue('"later"', "--delay", "3600")
+
+        def ids(*args: str) -> list[str]:
+            return [j["id"] for j in self.ok_json("list", *args)]  # type: ignore[index, union-attr]
+
+        self.assertEqual(ids("--state", "delayed"), [later["id"]])
+        self.assertEqual(ids("--state", "runnable"), [now["id"]])
+        self.assertEqual(ids("--state", "ready"), [now["id"], later["id"]])
+        stats = self.ok_json("stats")
+        self.assertEqual((stats["ready"], stats["delayed"]), (1, 1))  # type: ignore[index]
+        self.assertIn("delayed (in", self.ok("list", "--state", "delayed").out)
+
     def test_list_human_table_and_paging_hint(self) -> None:
         for n in range(3):
             self.enqueue(f'{{"n": {n}}}')

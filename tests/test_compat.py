@@ -250,7 +250,8 @@ class ReadsVersionOne(TempDirTestCase):
 class WritesVersionOne(TempDirTestCase):
     def test_the_0_1_2_feature_set_writes_only_0_1_2_keys(self) -> None:
         clock = FakeClock()
-        with Queue(self.dir, clock=clock, visibility_timeout=5, max_attempts=2) as q:
+        # A 10 s backoff: a reclaimed job waits out the next lease (the backoff runs from the deadline).
+        with Queue(self.dir, clock=clock, visibility_timeout=5, max_attempts=2, backoff=BackoffPolicy(base=10)) as q:
             a = q.enqueue({"a": 1})
             q.enqueue_many(["b", "c"], job_ids=["b", "c"])
             job_a = q.lease_one()

@@ -87,6 +87,9 @@ def backoff_delay(attempts: int) -> float:
 
 
 def reclaim_one(job: MJob, now: float) -> None:
+    """A lease that expired counts as a failed attempt at its deadline: the backoff runs from there."""
+    deadline = job.lease_deadline
+    assert deadline is not None
     job.lease_deadline = None
     job.lease_token = None
     if job.attempts >= job.max_attempts:
@@ -95,7 +98,7 @@ def reclaim_one(job: MJob, now: float) -> None:
         job.traceback = None  # it went with the error this one replaces
     else:
         job.state = "ready"
-        job.available_at = now + backoff_delay(job.attempts)
+        job.available_at = deadline + backoff_delay(job.attempts)
 
 
 class RefModel:

@@ -16,7 +16,7 @@ import unittest
 from typing import Any
 
 from nobroker import JobState, NotLeasedError, Queue
-from tests.semantics import QueueSemantics
+from tests.semantics import EXACT, QueueSemantics
 from tests.support import FakeClock, TempDirTestCase
 
 
@@ -144,7 +144,7 @@ class FileQueueSemantics(QueueSemantics, TempDirTestCase):
         self.assertEqual(self.snapshot(a), self.snapshot(b))
 
     def test_reads_of_an_expired_lease_write_nothing(self) -> None:
-        q = self.make_queue(max_attempts=2, visibility_timeout=10)
+        q = self.make_queue(max_attempts=2, visibility_timeout=10, backoff=EXACT)
         q.enqueue_many(["dies", "retries"])
         dies = self.only_lease(q)
         self.assertEqual(q.nack(dies, delay=0).attempts, 1)
@@ -152,7 +152,7 @@ class FileQueueSemantics(QueueSemantics, TempDirTestCase):
         log = os.path.join(self.dir, "default.000000.log")
         size = os.path.getsize(log)
         self.advance(11)
-        other = self.make_queue(max_attempts=2, visibility_timeout=10)  # a second handle, as another process
+        other = self.make_queue(max_attempts=2, visibility_timeout=10, backoff=EXACT)  # another handle, as another process
         for handle in (q, other):
             self.assertEqual((handle.stats().dead, handle.stats().delayed, handle.stats().leased), (1, 1, 0))
             self.assertEqual([j.payload for j in handle.dlq()], ["dies"])

@@ -143,6 +143,23 @@ class WebDashboardTest(TempDirTestCase):
         )
         self.assertCleanPage()
 
+    def test_the_ready_and_delayed_tabs_list_what_their_cards_count(self) -> None:
+        for n in range(3):
+            self.queue.enqueue(n, job_id=f"now-{n}")
+        for n in range(2):
+            self.queue.enqueue(n, job_id=f"later-{n}", delay=3600)
+        self.open_dashboard()
+        rows = "document.querySelectorAll('#jobs tr.job').length"
+        self.wait_js(self.row("now-2") + " !== null", "the ready tab listed its jobs")
+        self.assertEqual(self.js("document.getElementById('count-ready').textContent"), "3")
+        self.assertEqual(self.js(rows), 3, "the ready tab lists what the ready card counts")
+        self.assertEqual(self.js(self.row("later-0")), None)
+        self.js("document.querySelector('#tabs button[data-state=delayed]').click()")
+        self.wait_js(self.row("later-1") + " !== null", "the delayed tab listed its jobs")
+        self.assertEqual(self.js("document.getElementById('count-delayed').textContent"), "2")
+        self.assertEqual(self.js(rows), 2)
+        self.assertCleanPage()
+
     def test_requeues_a_dead_job_by_a_click(self) -> None:
         self.make_dead({"order": 42}, "dead-1")
         self.make_dead({"order": 43}, "dead-2")

@@ -36,7 +36,7 @@ from typing import Any, NoReturn, TextIO
 
 from . import __version__
 from .errors import CorruptLogError, NobrokerError
-from .jobs import MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
+from .jobs import LISTINGS, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
 
 log = logging.getLogger("nobroker.cli")
 
@@ -558,9 +558,8 @@ def _paging_hint(out: Output, shown: int, limit: int | None) -> None:
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     limit = _list_limit(args.limit)
-    state = JobState(args.state) if args.state else None
     with _open_queue(args, must_exist=True) as queue:
-        jobs = queue.list_jobs(state, limit=limit, offset=args.offset, kind=args.kind)
+        jobs = queue.list_jobs(args.state, limit=limit, offset=args.offset, kind=args.kind)
     if out.as_json:
         out.document([job.to_dict() for job in jobs])
         return EXIT_OK
@@ -1140,7 +1139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("list", "list jobs, oldest first",
                 "  nobroker list --state ready --limit 20 --offset 40", cmd_list)
-    p.add_argument("--state", choices=[s.value for s in JobState], help="only jobs in this state")
+    p.add_argument("--state", choices=LISTINGS,
+                   help="only jobs in this state; runnable and delayed: the two halves of ready, as stats counts them")
     p.add_argument("--limit", type=_int_at_least(0), default=DEFAULT_LIST_LIMIT, metavar="N",
                    help=f"at most N jobs (default {DEFAULT_LIST_LIMIT}; 0 = all)")
     p.add_argument("--offset", type=_int_at_least(0), default=0, metavar="N", help="skip the first N")

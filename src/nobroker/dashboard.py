@@ -64,7 +64,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
-from .jobs import Job, JobState
+from .jobs import LISTINGS, Job, JobState
 
 if TYPE_CHECKING:  # for the annotations only: any object with the public Queue methods works
     from .queue import Queue
@@ -98,7 +98,6 @@ SESSION_COOKIE = "nobroker_session"
 CSRF_HEADER = "X-CSRF-Token"
 
 _LOOPBACK_NAMES = frozenset({"localhost"})
-_STATES = ("ready", "leased", "done", "dead")
 _METRIC_STATES = ("ready", "delayed", "leased", "done", "dead")
 
 
@@ -508,10 +507,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         state_text = query.get("state", "").strip().lower()
         if state_text in ("", "all"):
             state = None
-        elif state_text in _STATES:
-            state = JobState(state_text)
+        elif state_text in LISTINGS:  # a state, or runnable / delayed: the two halves of ready
+            state = state_text
         else:
-            raise _HTTPError(400, f"state must be one of {', '.join(_STATES)} or all, got {state_text!r}")
+            raise _HTTPError(400, f"state must be one of {', '.join(LISTINGS)} or all, got {state_text!r}")
         limit = self._int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
         offset = self._int_param(query, "offset", 0, 0, MAX_OFFSET)
         # One more than asked tells whether a next page exists without a count.
@@ -519,7 +518,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send_json(
             200,
             {
-                "state": state.value if state else "all",
+                "state": state or "all",
                 "limit": limit,
                 "offset": offset,
                 "has_more": len(jobs) > limit,
@@ -780,7 +779,8 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   <div class="layout">
     <section class="panel" aria-label="jobs">
       <div class="tabs" id="tabs">
-        <button data-state="ready" aria-pressed="true">ready</button>
+        <button data-state="runnable" aria-pressed="true">ready</button>
+        <button data-state="delayed" aria-pressed="false">delayed</button>
         <button data-state="leased" aria-pressed="false">leased</button>
         <button data-state="done" aria-pressed="false">done</button>
         <button data-state="dead" aria-pressed="false">dead (DLQ)</button>
@@ -840,7 +840,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
   const $ = (id) => document.getElementById(id);
-  const view = { state: "ready", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
+  const view = { state: "runnable", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
 
   // Build elements only through textContent: nothing from the queue is ever parsed as HTML.
   function el(tag, props, children) {

@@ -78,6 +78,8 @@ COMPACTOR_POLL = 0.01
 
 _live: weakref.WeakSet[FileStorage] = weakref.WeakSet()
 _ROW = attrgetter("row")  # where a job sits in the state's enqueue order
+#: The listings an expired lease's job joins, by where its reclaim puts it (see _listed).
+_WITHIN = {"dead": ("dead",), "ready": ("runnable", "delayed"), "runnable": ("runnable",), "delayed": ("delayed",)}
 
 
 def _after_fork_in_child() -> None:
@@ -595,7 +597,7 @@ class FileStorage:
             if leases.exhausted(entry):
                 batch.add(RecordType.DEAD, {"id": entry.id, "at": now, "error": leases.expiry_error(entry)})
             else:
-                available_at = leases.retry_time(entry, now, self.backoff, None)
+                available_at = leases.reclaim_time(entry, self.backoff)
                 batch.add(RecordType.RECLAIM, {"id": entry.id, "at": now, "available_at": available_at})
 
     def _write(self, decide: Callable[[_Batch, float], T], *, lazy: bool = False) -> T:
@@ -939,7 +941,7 @@ class FileStorage:
         """The job as a read at ``now`` shows it."""
         job = self._job(entry)
         if leases.lease_expired(entry, now):
-            return dataclasses.replace(job, **leases.as_reclaimed(entry, now, self.backoff))
+            return dataclasses.replace(job, **leases.as_reclaimed(entry, self.backoff))
         return job
 
     def get(self, job_id: str) -> Job:
@@ -959,10 +961,9 @@ class FileStorage:
                 return stats
             counts = stats.to_dict()
             for entry in expired:
-                shown = leases.as_reclaimed(entry, now, self.backoff)
-                moved = "dead" if shown["state"] is DEAD else "delayed" if shown["available_at"] > now else "ready"
+                moved = self._reclaimed_listing(entry, now)
                 counts["leased"] -= 1
-                counts[moved] += 1
+                counts["ready" if moved == "runnable" else moved] += 1
             del counts["total"]
             return QueueStats(**counts)
 
@@ -971,11 +972,11 @@ class FileStorage:
     def count(self) -> int:
         return self._read(lambda now: len(self._state))
 
-    def list_jobs(self, state: JobState | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+    def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         def query(now: float) -> list[Job]:
             out: list[Job] = []
             skipped = 0
-            for entry in self._listed(state, now):
+            for entry in self._listed(listing, now):
                 if kind is not None and entry.kind != kind:
                     continue
                 if skipped < offset:
@@ -988,16 +989,35 @@ class FileStorage:
 
         return self._read(query)
 
-    def _listed(self, state: JobState | None, now: float) -> Iterator[Entry]:
-        """The jobs whose state, as a read at ``now`` shows it, is ``state``, oldest first."""
-        expired = self._state.expired(now)
-        if state is None or not expired:
-            return self._state.entries(state)
-        if state is LEASED:
-            return (e for e in self._state.entries(LEASED) if not leases.lease_expired(e, now))
-        joining = [e for e in expired if leases.as_reclaimed(e, now, self.backoff)["state"] is state]
+    def _listed(self, listing: str | None, now: float) -> Iterator[Entry]:
+        """The jobs a read at ``now`` shows in ``listing`` (one of LISTINGS, or None: all), oldest first.
+
+        Ready and delayed as stats() counts them; a lease that expired joins
+        where its reclaim will put it.
+        """
+        state = self._state
+        state.promote(now)
+        if listing == "delayed":
+            own: Iterator[Entry] = state.delayed_entries()
+        elif listing == "runnable":
+            own = (e for e in state.entries(READY) if not state.is_delayed(e))
+        else:
+            own = state.entries(None if listing is None else JobState(listing))
+        expired = state.expired(now)
+        if listing in (None, "done") or not expired:
+            return own
+        if listing == "leased":
+            return (e for e in own if not leases.lease_expired(e, now))
+        joining = [e for e in expired if self._reclaimed_listing(e, now) in _WITHIN[listing]]
         joining.sort(key=_ROW)
-        return heapq.merge(self._state.entries(state), joining, key=_ROW)
+        return heapq.merge(own, joining, key=_ROW)
+
+    def _reclaimed_listing(self, entry: Entry, now: float) -> str:
+        """Where an expired lease's job is listed: dead, delayed or runnable (see leases.as_reclaimed)."""
+        shown = leases.as_reclaimed(entry, self.backoff)
+        if shown["state"] is DEAD:
+            return "dead"
+        return "delayed" if shown["available_at"] > now else "runnable"
 
     # ================================================================ compaction
     def compact(self, *, progress: Callable[[int], None] | None = None) -> CompactionResult:

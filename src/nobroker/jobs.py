@@ -43,6 +43,10 @@ MAX_SECONDS = 10 * 365 * 24 * 3600.0
 MAX_ATTEMPTS_LIMIT = 1_000_000
 
 DEFAULT_KIND = "default"
+#: What list_jobs lists (besides every job): the jobs of one state, or of one
+#: half of ready: ``runnable`` now or ``delayed`` (what stats() counts as ready
+#: and as delayed). ``ready`` is both halves, as in nobroker 0.1.2.
+LISTINGS = ("ready", "runnable", "delayed", "leased", "done", "dead")
 
 
 class JobState(str, enum.Enum):
@@ -417,4 +421,5 @@ __all__ = [
     "MAX_RESULT_BYTES",
     "MAX_BATCH_JOBS",
     "DEFAULT_KIND",
+    "LISTINGS",
 ]

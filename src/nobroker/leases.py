@@ -38,6 +38,17 @@ def retry_time(entry: Entry, now: float, backoff: BackoffPolicy, delay: float | 
     return now + delay
 
 
+def reclaim_time(entry: Entry, backoff: BackoffPolicy) -> float:
+    """When a job whose lease expired may run again: its deadline plus the backoff, with jitter.
+
+    The failed attempt ended at the deadline, so the backoff counts from there,
+    not from whenever a writer happens to record the reclaim: then a read can
+    say when the job comes back without waiting for that writer (as_reclaimed).
+    """
+    assert entry.lease_deadline is not None, "only a leased job's lease expires"
+    return entry.lease_deadline + backoff.delay_for(entry.attempts, _rng)
+
+
 def exhausted(entry: Entry) -> bool:
     return entry.attempts >= entry.max_attempts
 
@@ -62,22 +73,22 @@ def lease_expired(entry: Entry, now: float) -> bool:
     return entry.state is JobState.LEASED and deadline is not None and deadline <= now
 
 
-def as_reclaimed(entry: Entry, now: float, backoff: BackoffPolicy) -> dict[str, Any]:
-    """The fields a reclaim at ``now`` would give this expired lease's job, for reads: they never write.
+def as_reclaimed(entry: Entry, backoff: BackoffPolicy) -> dict[str, Any]:
+    """The fields the reclaim of this expired lease will give its job, for reads: they never write.
 
     Dead once its attempts are used up (with the error a reclaim records);
-    otherwise ready again with ``available_at = now + backoff.nominal_delay``,
-    the backoff's delay before jitter. The writer that records the reclaim
-    later draws the jitter (and reads its own clock), so the job it leaves
-    may be runnable sooner than a read said; ready or delayed, it agrees:
-    a jittered delay is 0 exactly when the delay before jitter is.
+    otherwise ready again at ``lease_deadline + backoff.nominal_delay``, the
+    backoff's delay before jitter (see reclaim_time). The writer that records
+    the reclaim draws the jitter, which may bring the job back up to
+    ``jitter`` of that delay sooner than a read says, never later.
     """
     if exhausted(entry):
         return {
             "state": JobState.DEAD, "last_error": expiry_error(entry), "traceback": None,
             "lease_deadline": None, "lease_token": None,
         }  # fmt: skip
-    available_at = now + backoff.nominal_delay(entry.attempts)
+    assert entry.lease_deadline is not None, "only a leased job's lease expires"
+    available_at = entry.lease_deadline + backoff.nominal_delay(entry.attempts)
     return {"state": JobState.READY, "available_at": available_at, "lease_deadline": None, "lease_token": None}
 
 

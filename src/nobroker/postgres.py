@@ -11,9 +11,10 @@ Semantics are the file storage's, statement by statement:
 - every time is the database clock (``now()``), so hosts with skewed clocks
   agree on deadlines; a test-only ``clock_offset`` (seconds) is added to it
   in every statement;
-- expired leases are reclaimed (like a nack: backoff, or dead at
-  max_attempts) by the operations that can see them, with no reaper process:
-  every lease reclaims in the same statement as its claim, requeue_dead and
+- expired leases are reclaimed (like a nack at the deadline: backoff from
+  there, or dead at max_attempts) by the operations that can see them, with
+  no reaper process: every lease reclaims just before its claim (one round
+  trip, one transaction), requeue_dead and
   compact reclaim first, and an ack, nack, extend or set_stage that finds its
   lease gone reclaims before it says why (so the refused caller sees the job
   exactly as the file storage would show it). An enqueue that meets a
@@ -323,15 +324,18 @@ _BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
 _EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts"
 # Reads never write, yet show the queue as of now (as the file storage does):
 # a lease whose deadline passed shows as the reclaim a writer will record,
-# dead at max_attempts, else ready after the backoff's delay before jitter.
+# dead at max_attempts, else ready at the deadline plus the backoff's delay
+# before jitter (the reclaim counts the backoff from the deadline too).
 _EXPIRED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
+#: When an expired lease's job is ready again, as reads show it (without the jitter).
+_RETURNS = f"(j.lease_deadline + {_NOMINAL} * interval '1 second')"
 _DIES = "j.attempts >= j.max_attempts"
 _SHOWN = (
     f"j.id, j.payload::text, j.priority, "
     f"CASE WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END ELSE j.state END, "
     "j.attempts, j.max_attempts, "
     f"date_part('epoch', CASE WHEN {_EXPIRED} AND NOT {_DIES} "
-    f"THEN {_NOW} + {_NOMINAL} * interval '1 second' ELSE j.available_at END), "
+    f"THEN {_RETURNS} ELSE j.available_at END), "
     "date_part('epoch', j.enqueued_at), "
     f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
     f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
@@ -339,9 +343,11 @@ _SHOWN = (
     "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
     f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
 )
-#: Per listed state: the rows in it, and the expired leases a read shows in it.
+#: Per listing (jobs.LISTINGS): the rows in it, and the expired leases a read shows in it.
 _LISTED = {
     "ready": ("j.state = 'ready'", f"{_EXPIRED} AND NOT {_DIES}"),
+    "runnable": (f"j.state = 'ready' AND j.available_at <= {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} <= {_NOW}"),
+    "delayed": (f"j.state = 'ready' AND j.available_at > {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} > {_NOW}"),
     "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}", None),
     "done": ("j.state = 'done'", None),
     "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
@@ -351,7 +357,7 @@ _RECLAIM = f"""
         UPDATE {{schema}}.jobs AS j SET
             state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
             available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-                           ELSE {_NOW} + ({_BACKOFF}) * interval '1 second' END,
+                           ELSE j.lease_deadline + ({_BACKOFF}) * interval '1 second' END,
             last_error = CASE WHEN j.attempts >= j.max_attempts THEN {_EXPIRY_ERROR} ELSE j.last_error END,
             traceback = CASE WHEN j.attempts >= j.max_attempts THEN NULL ELSE j.traceback END,
             lease_deadline = NULL, lease_token = NULL
@@ -380,11 +386,9 @@ _INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enque
 # primary key instead of walking every lease.
 _TEMPLATES: dict[str, str] = {
     "reclaim": _RECLAIM,
-    # Reclaimed rows become ready only after a backoff > 0, so a claim in the
-    # same statement could never take them: one statement does both.
-    "claim_reclaim": f"WITH reclaimed AS ({_RECLAIM} RETURNING 1) {_CLAIM}",
-    # A backoff that can be 0 makes a reclaimed job claimable at once, which
-    # the claim sees only as a separate statement after the reclaim.
+    # A reclaimed job may be runnable at once (its backoff counts from its
+    # deadline, which may be long past), and a claim sees the rows a reclaim
+    # changed only as a statement after it: lease sends the two together.
     "claim": _CLAIM,
     # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
     # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
@@ -500,8 +504,8 @@ _TEMPLATES: dict[str, str] = {
                      count(*) FILTER (WHERE available_at > {_NOW}) AS delayed
               FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r,
              (SELECT count(*) FILTER (WHERE {_DIES}) AS dead,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_NOMINAL} > 0) AS delayed,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_NOMINAL} <= 0) AS ready
+                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} > {_NOW}) AS delayed,
+                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} <= {_NOW}) AS ready
               FROM {{schema}}.jobs AS j
               WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
     "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
@@ -908,10 +912,6 @@ class PostgresStorage:
                 found[("key", job.kind, job.dedupe_key)] = job
         return found
 
-    def _zero_backoff_possible(self) -> bool:
-        b = self.backoff
-        return b.base <= 0 or b.max_delay <= 0
-
     def _claim_statement(self, name: str, count: int) -> str:
         """The claim with its LIMIT written in as a number.
 
@@ -936,18 +936,13 @@ class PostgresStorage:
         params = self._backoff_params(
             self._params(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
         )
-        two_steps = self._zero_backoff_possible()
-        claim = self._claim_statement(("claim" if two_steps else "claim_reclaim") + suffix, count)
+        claim = self._claim_statement("claim" + suffix, count)
 
         def run(conn: Any) -> list[Job]:
-            if two_steps:
-                self._backoff_params(params)
-                with self._pipeline(conn):
-                    conn.execute(self._sql["reclaim"], params)
-                    cur = conn.execute(claim, params)
-                rows = cur.fetchall()
-            else:
-                rows = conn.execute(claim, params).fetchall()
+            with self._pipeline(conn):  # one round trip, one transaction
+                conn.execute(self._sql["reclaim"], params)
+                cur = conn.execute(claim, params)
+            rows = cur.fetchall()
             jobs = [_row_job(row) for row in rows]
             jobs.sort(key=lambda job: (-job.priority, job.seq))
             return jobs
@@ -1103,12 +1098,12 @@ class PostgresStorage:
     def count(self) -> int:
         return self._read("count", "count", self._params(), lambda cur: cur.fetchone()[0])
 
-    def list_jobs(self, state: JobState | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+    def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         reach = None if limit is None else limit + offset  # where the page ends
         params = self._backoff_params(
             self._params(kind=_check_text(kind, "kind"), limit=limit, offset=offset, reach=reach)
         )
-        statement = "list" if state is None else f"list_{state.value}"
+        statement = "list" if listing is None else f"list_{listing}"
         return self._read("list_jobs", statement, params, lambda cur: [_row_job(row) for row in cur.fetchall()])
 
     def now(self) -> float:

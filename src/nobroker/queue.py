@@ -18,6 +18,7 @@ from typing import Any
 from .errors import QueueClosedError
 from .jobs import (
     DEFAULT_KIND,
+    LISTINGS,
     MAX_ATTEMPTS_LIMIT,
     MAX_BATCH_JOBS,
     MAX_ERROR_CHARS,
@@ -277,19 +278,24 @@ class Queue:
     def list_jobs(
         self, state: JobState | str | None = None, *, limit: int | None = None, offset: int = 0, kind: str | None = None
     ) -> list[Job]:
-        """Jobs oldest first, optionally only one state or kind, paged by ``offset``/``limit``."""
+        """Jobs oldest first, optionally only one state (or "runnable", "delayed") or kind, paged by ``offset``/``limit``.
+
+        ``state``: a JobState, or one of LISTINGS: ``"ready"`` lists every
+        ready job (as in nobroker 0.1.2), ``"runnable"`` and ``"delayed"``
+        the two halves of it that stats() counts as ready and as delayed.
+        """
+        listing = None
         if state is not None:
-            try:
-                state = JobState(state)
-            except ValueError:
-                raise ValueError(f"state must be one of ready, leased, done, dead; got {state!r}") from None
+            listing = state.value if isinstance(state, JobState) else state
+            if listing not in LISTINGS:
+                raise ValueError(f"state must be one of {', '.join(LISTINGS)} (or None: every job); got {state!r}")
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ValueError(f"offset must be a non-negative int, got {offset!r}")
         if limit == 0:
             return []
-        return self._open_storage().list_jobs(state, limit, offset, kind)  # type: ignore[arg-type]
+        return self._open_storage().list_jobs(listing, limit, offset, kind)
 
     def dlq(self, *, limit: int | None = None) -> list[Job]:
         """The dead-letter queue: jobs that failed for good, oldest first."""

@@ -332,6 +332,16 @@ class QueueState:
             elif entry is not _GONE and (state is None or entry.state is state):
                 yield entry
 
+    def is_delayed(self, entry: Entry) -> bool:
+        """Does stats() count this job as delayed (after ``promote(now)``)? Cold jobs never are."""
+        return entry.heap == _IN_DELAYED
+
+    def delayed_entries(self) -> Iterator[Entry]:
+        """The jobs stats() counts as delayed (after ``promote(now)``), in enqueue order."""
+        for entry in self._rows:  # cold rows (None) are never delayed: skipped cheaply
+            if entry is not None and entry is not _GONE and entry.heap == _IN_DELAYED:
+                yield entry
+
     def relocate(self, offsets: dict[str, int], base: int | None = None, shift: int = 0) -> int:
         """After compaction: point every job at its record in the new generation.
 
