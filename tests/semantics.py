@@ -23,6 +23,7 @@ keeps running while the test runs.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import TYPE_CHECKING, Any
 
 from nobroker import (
@@ -38,6 +39,7 @@ from nobroker import (
     QueueStats,
     RecoveryReport,
     SerializationError,
+    Worker,
 )
 
 if TYPE_CHECKING:  # the mixin runs as a TestCase; this gives checkers the assert methods
@@ -75,6 +77,30 @@ HUGE_PAYLOAD_CHARS = 50 * 1024 * 1024
 RESULT_LIMIT_BYTES = 1024 * 1024
 #: How much of a traceback the queue keeps (its last 16 KiB of characters).
 TRACEBACK_LIMIT_CHARS = 16 * 1024
+#: The documented nesting limit of payloads and results (README, Limits): arrays and objects.
+NESTING_LIMIT = 100
+#: Caller stack depths (frames) the deepest accepted values must read back from: 600, and
+#: one that leaves the storage's own calls room (60 frames) but the nesting none.
+DEEP_STACKS = (600, sys.getrecursionlimit() - 60)
+
+
+def nested(levels: int, bottom: Any = 1) -> Any:
+    """``bottom`` inside ``levels`` lists."""
+    for _ in range(levels):
+        bottom = [bottom]
+    return bottom
+
+
+def called_at_depth(frames: int, action: Any) -> Any:
+    """``action()`` called with the stack ``frames`` deep (counted from the outermost frame)."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+
+    def down(remaining: int) -> Any:
+        return down(remaining - 1) if remaining > 0 else action()
+
+    return down(frames - depth)
 
 
 class QueueSemantics(_Base):
@@ -525,6 +551,19 @@ class QueueSemantics(_Base):
         q.ack_many([])
         q = self.assert_survives_reopen(q)
         self.assertEqual(q.stats().done, 5)
+
+    def test_ack_many_refuses_a_stale_copy_beside_the_lease_it_copies(self) -> None:
+        q = self.make_queue()
+        q.enqueue_many(["a", "b", "c"])
+        a, b, c = sorted(q.lease(3), key=lambda job: job.payload)
+        for batch in ([a, self.stale(a)], [self.stale(b), b]):
+            with self.subTest(order=[job.lease_token == "not-a-token-we-issued" for job in batch]):
+                with self.assertRaises(NotLeasedError) as caught:
+                    q.ack_many(batch)
+                self.assertIn(batch[0].id, str(caught.exception))
+                self.assertIs(q.get(batch[0].id).state, JobState.DONE, "the real lease was acked")
+        q.ack_many([c, c, c.id])  # the same lease twice, and by id: nothing stale there
+        self.assertIs(q.get(c.id).state, JobState.DONE)
 
     def test_ack_result_is_kept_and_returned_by_get(self) -> None:
         q = self.make_queue()
@@ -1461,6 +1500,84 @@ class QueueSemantics(_Base):
             with self.subTest(value=bad):
                 self.assert_unchanged_by(q, lambda: q.nack(job, delay=bad), (ValueError, TypeError))
                 self.assert_unchanged_by(q, lambda: q.extend(job, bad), (ValueError, TypeError))
+        q.ack(job)
+
+    def test_nesting_deeper_than_the_limit_is_refused_before_anything_is_written(self) -> None:
+        q = self.make_queue()
+        q.enqueue("keep")
+        job = self.only_lease(q)
+        for levels in (NESTING_LIMIT + 1, 991, 5_000):
+            too_deep = nested(levels)
+            with self.subTest(levels=levels):
+                self.assert_unchanged_by(q, lambda: q.enqueue(too_deep), SerializationError)
+                self.assert_unchanged_by(q, lambda: q.enqueue({"wrapped": nested(NESTING_LIMIT)}), SerializationError)
+                self.assert_unchanged_by(q, lambda: q.enqueue_many(["fine", too_deep]), SerializationError)
+                self.assert_unchanged_by(q, lambda: q.ack(job, result=too_deep), SerializationError)
+                self.assert_unchanged_by(q, lambda: q.ack_many([job], results=[too_deep]), SerializationError)
+                for deep_stack in DEEP_STACKS:  # refused the same way from deep inside a caller
+                    self.assert_unchanged_by(
+                        q, lambda: called_at_depth(deep_stack, lambda: q.enqueue(too_deep)), SerializationError
+                    )
+        with self.assertRaises(SerializationError) as caught:
+            q.enqueue(nested(NESTING_LIMIT + 1))
+        self.assertIn(f"{NESTING_LIMIT} levels", str(caught.exception))
+        q.ack(job)
+
+    def test_the_deepest_values_accepted_read_back_from_any_stack_depth(self) -> None:
+        deepest = nested(NESTING_LIMIT - 1, {"bottom": True})  # 100 levels: the dict is one
+        for frames in DEEP_STACKS:
+            with self.subTest(frames=frames):
+                q = self.make_queue(name=f"deep-{frames}")
+
+                def use() -> tuple[list[Any], Queue, str]:
+                    # Everything read is compared afterwards: comparing 100 levels recurses too.
+                    job = q.enqueue(deepest)
+                    q.enqueue_many([deepest, deepest])
+                    seen = [q.get(job.id).payload, *(j.payload for j in q.list_jobs())]
+                    leased = sorted(q.lease(3), key=lambda j: j.seq)
+                    seen += [j.payload for j in leased]
+                    q.ack(leased[0], result=deepest)
+                    q.ack_many(leased[1:], results=[deepest, None])
+                    seen.append(q.get(job.id).result)
+                    q.enqueue(deepest, job_id="left")
+                    return seen, self.reopen(q), job.id
+
+                seen, again, done_id = called_at_depth(frames, use)
+                self.assertEqual(seen, [deepest] * 8)
+                self.assertEqual(called_at_depth(frames, lambda: again.get(done_id).result), deepest)
+                self.assertEqual(called_at_depth(frames, lambda: again.get("left").payload), deepest)
+                called_at_depth(frames, again.compact)
+                left = called_at_depth(frames, again.lease_one)
+                self.assertEqual(left.payload if left else None, deepest)
+
+    def test_huge_integer_seconds_raise_value_error_not_overflow_error(self) -> None:
+        """10**400 is an int no float can hold: every seconds value refuses it as out of range."""
+        q = self.make_queue()
+        q.enqueue("keep")
+        job = self.only_lease(q)
+        for huge in (10**400, -(10**400)):
+            calls = {
+                "enqueue(delay=)": lambda: q.enqueue("x", delay=huge),
+                "enqueue_many(delay=)": lambda: q.enqueue_many(["x"], delay=huge),
+                "lease(visibility_timeout=)": lambda: q.lease(1, visibility_timeout=huge),
+                "extend()": lambda: q.extend(job, huge),
+                "nack(delay=)": lambda: q.nack(job, delay=huge),
+                "wait_for_jobs()": lambda: q.wait_for_jobs(huge),
+                "Queue(visibility_timeout=)": lambda: self.make_queue(visibility_timeout=huge),
+                "Queue(lock_timeout=)": lambda: self.make_queue(lock_timeout=huge),
+                "BackoffPolicy(base=)": lambda: BackoffPolicy(base=huge),
+                "BackoffPolicy(max_delay=)": lambda: BackoffPolicy(max_delay=huge),
+                "Worker(poll_interval=)": lambda: Worker(q, print, poll_interval=huge),
+                "Worker(idle_timeout=)": lambda: Worker(q, print, idle_timeout=huge),
+            }
+            for name, call in calls.items():
+                with self.subTest(call=name, sign="+" if huge > 0 else "-"):
+                    before = self.snapshot(q)
+                    with self.assertRaises(ValueError) as caught:
+                        call()
+                    self.assertNotIsInstance(caught.exception, OverflowError)
+                    self.assertLess(len(str(caught.exception)), 200, "the message quotes the whole number")
+                    self.assertEqual(self.snapshot(q), before)
         q.ack(job)
 
     def test_bad_queue_options_are_refused(self) -> None:

@@ -517,6 +517,100 @@ class SafetyTest(DashboardCase):
         self.assertNotIn("xss-1", page)
 
 
+class RawHttpTest(DashboardCase):
+    """What only a raw socket can send: smuggling attempts, HTTP/0.9, odd Host values."""
+
+    SECURITY_HEADERS = (b"content-security-policy:", b"x-content-type-options: nosniff", b"x-frame-options: deny")
+
+    def raw(self, data: bytes) -> bytes:
+        """Send ``data``, close our side, and read everything the server answers until it closes."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as sock:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            chunks = []
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+
+    @staticmethod
+    def statuses(answer: bytes) -> list[int]:
+        return [int(code) for code in re.findall(rb"^HTTP/1\.[01] (\d{3}) ", answer, re.M)]
+
+    def test_a_chunked_body_is_refused_not_read_as_a_second_request(self) -> None:
+        self.make_done()
+        before = self.snapshot()
+        smuggled = b"GET /api/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        for method, path in (("POST", "/api/compact"), ("GET", "/api/stats")):
+            with self.subTest(method=method):
+                answer = self.raw(
+                    f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n{CSRF_HEADER}: {self.server.csrf_token}\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n".encode() + f"{len(smuggled):x}\r\n".encode() + smuggled
+                    + b"\r\n0\r\n\r\n" + smuggled
+                )  # fmt: skip
+                self.assertEqual(self.statuses(answer), [411], answer)
+                self.assertIn(b"Transfer-Encoding", answer)
+                self.assertIn(b"connection: close", answer.lower())
+        self.assertEqual(self.snapshot(), before, "the refused request did something")
+
+    def test_content_length_must_be_one_number_of_digits(self) -> None:
+        for lengths in (("2", "40"), ("+2",), ("0x2",), ("2_0",), ("-1",), ("\u0662",)):
+            with self.subTest(lengths=lengths):
+                head = "".join(f"Content-Length: {n}\r\n" for n in lengths)
+                answer = self.raw(
+                    f"POST /api/compact HTTP/1.1\r\nHost: 127.0.0.1\r\n{CSRF_HEADER}: {self.server.csrf_token}\r\n"
+                    f"{head}\r\n{{}}".encode("utf-8") + b"GET /api/stats HTTP/1.1\r\n\r\n"
+                )  # fmt: skip
+                self.assertEqual(self.statuses(answer), [400], answer)
+        two_hosts = self.raw(b"GET /api/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n")
+        self.assertEqual(self.statuses(two_hosts), [400], two_hosts)
+
+    def test_an_http_0_9_request_line_gets_a_proper_refusal(self) -> None:
+        for line in (b"GET /api/stats\r\n", b"GET /\r\n", b"POST /api/purge\r\n"):
+            with self.subTest(line=line):
+                answer = self.raw(line)
+                self.assertEqual(self.statuses(answer), [400], answer)
+                self.assertTrue(answer.startswith(b"HTTP/1."), answer)
+                for header in self.SECURITY_HEADERS:
+                    self.assertIn(header, answer.lower())
+                self.assertIn(b"HTTP version", answer)
+                self.assertNotIn(b'"ready"', answer, "the stats went out")
+
+    def test_http_server_own_refusals_carry_the_security_headers(self) -> None:
+        for line in (b"GET /api/stats HTTP/9.9\r\n\r\n", b"GET /api/stats HTTX/1.1\r\n\r\n", b"BREW\r\n\r\n",
+                     b"GET / HTTP/1.1 extra\r\n\r\n"):  # fmt: skip
+            with self.subTest(line=line):
+                answer = self.raw(line)
+                self.assertTrue(answer.startswith(b"HTTP/1."), answer)
+                self.assertGreaterEqual(self.statuses(answer)[0], 400, answer)
+                for header in self.SECURITY_HEADERS:
+                    self.assertIn(header, answer.lower())
+
+    def test_a_deeply_nested_json_body_is_a_400(self) -> None:
+        for body in (b"[" * 10_000, b'{"a":' * 2_000 + b"1" + b"}" * 2_000):
+            with self.subTest(size=len(body)):
+                self.assertLess(len(body), MAX_BODY_BYTES)
+                self.assertError(self.request("POST", "/api/purge", body=body), 400, "nested")
+
+    def test_host_values_are_parsed_strictly(self) -> None:
+        port = self.port
+        for host in (
+            "[::1]evil.com", "[::1].evil.com", "[::1]:80evil.com", "127.0.0.1.evil.com", "127.0.0.1evil.com",
+            "::1", "[::1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:99999", "127.0.0.1:+80",
+            "127.0.0.1:0x50", f"127.0.0.1:{port}:1", f"127.0.0.1:{port}x", "127.0.0.1 :80", "localhost.evil.com",
+            "localhost@evil.com", "evil.com#127.0.0.1", "",
+        ):  # fmt: skip
+            with self.subTest(host=host):
+                answer = self.raw(f"GET /api/stats HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                self.assertEqual(self.statuses(answer), [403], answer)
+        for host in (f"127.0.0.1:{port}", "127.0.0.1", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}",
+                     "[::1]", f"127.1.2.3:{port}"):  # fmt: skip
+            with self.subTest(host=host):
+                answer = self.raw(f"GET /api/stats HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+                self.assertEqual(self.statuses(answer), [200], answer)
+
+
 class TokenTest(DashboardCase):
     token = "s3cret-token-for-tests"
 

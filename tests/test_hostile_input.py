@@ -28,8 +28,17 @@ import zlib
 from typing import Any
 
 from nobroker import CompactionError, CorruptLogError, Queue, SerializationError
-from nobroker.jobs import MAX_RECORD_BYTES
-from nobroker.maintenance import inspect_log, verify
+from nobroker.jobs import (
+    MAX_ERROR_CHARS,
+    MAX_TRACEBACK_CHARS,
+    MAX_ID_CHARS,
+    MAX_JSON_DEPTH,
+    MAX_NAME_CHARS,
+    MAX_PAYLOAD_BYTES,
+    MAX_RECORD_BYTES,
+    MAX_RESULT_BYTES,
+)
+from nobroker.maintenance import inspect_log, repair, verify
 
 MEMORY_BOUND = 2 * MAX_RECORD_BYTES
 
@@ -215,6 +224,24 @@ class HostileFiles(Folder):
         views = list(inspect_log(self.dir))
         self.assertEqual(views[1].body["payload"], {"second": True})  # type: ignore[index]
 
+    def test_a_payload_nested_980_deep_by_an_older_release_still_opens(self) -> None:
+        """Older releases accepted nesting up to the interpreter's limit: such a log reads back."""
+        levels = 980
+        body = json.dumps(enqueue_body("deep"), separators=(",", ":")).replace(
+            '"payload":{"n":"deep"}', '"payload":' + "[" * levels + "1" + "]" * levels
+        )
+        self.put("default.000000.log", header() + record(1, body.encode()))
+        self.assertTrue(self.verified().ok)
+        with Queue(self.dir) as q:
+            value, depth = q.get("deep").payload, 0
+            while isinstance(value, list):  # not assertEqual: comparing 980 levels recurses
+                value, depth = value[0], depth + 1
+            self.assertEqual((depth, value), (levels, 1))
+            q.ack(q.lease_one())  # type: ignore[arg-type]
+            q.compact()
+        with Queue(self.dir) as q:
+            self.assertEqual(q.stats().done + len(q), 0)
+
     def test_a_pointer_file_holding_garbage(self) -> None:
         self.put("default.000000.log", good_log(1))
         self.put("default.current", b"\x00\xffgarbage\n")
@@ -289,6 +316,71 @@ class HostileFiles(Folder):
         self.assertEqual(os.path.getsize(os.path.join(self.dir, "default.000000.log")), len(log) + 2, "verify wrote")
 
 
+class HostileNames(Folder):
+    """Names that become file names are matched whole: ``$`` alone lets a final newline through."""
+
+    BAD_NAMES = ("x\n", "emails\n", "x\r\n", "x\n\n", "\nx", "x/y", "..", ".hidden", "x.log", "x.tmp", "")
+
+    def test_a_queue_name_with_a_trailing_newline_is_refused_and_creates_nothing(self) -> None:
+        for name in self.BAD_NAMES:
+            with self.subTest(name=name):
+                with self.assertRaises(ValueError) as caught:
+                    Queue(self.dir, name)
+                self.assertIn("not allowed", str(caught.exception))
+                self.assertEqual(os.listdir(self.dir), [], "a refused name created files")
+        with Queue(self.dir, "x") as q:  # the same name without the newline is fine
+            q.enqueue("ok")
+
+    def test_the_cli_refuses_it_too(self) -> None:
+        from tests.test_cli import run_main
+
+        result = run_main(["--dir", self.dir, "--queue", "x\n", "enqueue", "hello"])
+        self.assertEqual(result.code, 2, result.err)
+        self.assertIn("not allowed", result.err)
+        self.assertEqual(len(result.err.strip().splitlines()), 1, result.err)
+        self.assertEqual(os.listdir(self.dir), [])
+
+    def test_file_names_with_a_trailing_newline_are_not_queue_files(self) -> None:
+        from nobroker.log import list_generations
+        from nobroker.fs import OS_FILESYSTEM
+        from nobroker.maintenance import list_queues
+
+        self.put("default.000000.log", good_log(1))
+        self.put("default.000001.log\n", header(1))
+        self.put("other.lock\n", b"")
+        self.put("default.\u0661\u0661\u0661\u0661\u0661\u0661.log", header(1))  # six Arabic-Indic digits
+        self.assertEqual(list_generations(OS_FILESYSTEM, self.dir, "default"), [0])
+        self.assertEqual(list_queues(self.dir), ["default"])
+
+    def test_postgresql_schema_and_role_names_are_matched_whole(self) -> None:
+        from nobroker.postgres import check_identifier
+
+        self.assertEqual(check_identifier("nobroker", "schema"), "nobroker")
+        for name in ("nobroker\n", "x\n", "a b", "1x"):
+            with self.subTest(name=name), self.assertRaises(ValueError):
+                check_identifier(name, "schema")
+
+
+class HostileNumbers(Folder):
+    def test_the_cli_refuses_huge_integer_seconds_in_one_line(self) -> None:
+        from tests.test_cli import run_main
+
+        huge = "1" + "0" * 400
+        run_main(["--dir", self.dir, "enqueue", "x", "--id", "j"])
+        self.assertEqual(run_main(["--dir", self.dir, "lease"]).code, 0)
+        for argv in (
+            ["enqueue", "y", "--delay", huge], ["lease", "--visibility-timeout", huge], ["extend", "j", huge],
+            ["nack", "j", "--delay", huge], ["work", "examples.handlers:ok", "--idle-timeout", huge],
+        ):  # fmt: skip
+            with self.subTest(argv=argv[0]):
+                result = run_main(["--dir", self.dir, *argv])
+                self.assertEqual(result.code, 2, result.err)
+                self.assertNotIn("Traceback", result.err)
+                self.assertNotIn("Overflow", result.err)
+        with Queue(self.dir) as q:
+            self.assertEqual(len(q), 1)
+
+
 class HostilePayloads(Folder):
     def setUp(self) -> None:
         super().setUp()
@@ -326,9 +418,19 @@ class HostilePayloads(Folder):
 
     def test_nesting_that_fits_is_kept(self) -> None:
         deep: Any = "bottom"
-        for _ in range(200):
+        for _ in range(MAX_JSON_DEPTH):
             deep = [deep]
         self.assertEqual(self.stored_exactly_or_refused(deep), "stored")
+        with self.assertRaises(SerializationError) as caught:
+            self.q.enqueue([deep])
+        self.assertIn(f"{MAX_JSON_DEPTH} levels", str(caught.exception))
+        self.assertEqual(len(self.q), 1)
+
+    def test_nesting_is_measured_in_the_json_not_in_strings_that_look_like_it(self) -> None:
+        text = "[" * 5000 + "{" * 5000
+        self.assertEqual(self.stored_exactly_or_refused({"looks": text, "deep": [[[text]]]}), "stored")
+        wide = [[[i]] for i in range(10_000)]  # many arrays, three levels
+        self.assertEqual(self.stored_exactly_or_refused(wide), "stored")
 
     def test_a_50_mb_string(self) -> None:
         big = "x" * (50 * 1024 * 1024)
@@ -374,6 +476,38 @@ class HostilePayloads(Folder):
         self.q.nack(job, error="e" * 100_000 + "\ud800", delay=0)
         with Queue(self.dir) as again:
             self.assertLessEqual(len(again.get(job.id).last_error or ""), 8 * 1024)
+
+    def test_a_job_at_every_limit_at_once_survives_compaction_and_repair(self) -> None:
+        """The limits compose: whatever each operation accepts, the job's record fits MAX_RECORD_BYTES."""
+        emoji = "\U0001f600"  # 12 bytes of JSON as the escapes \ud83d\ude00
+        name, payload = emoji * MAX_NAME_CHARS, "p" * (MAX_PAYLOAD_BYTES - 2)  # the quotes make it the limit
+        result = [emoji * ((MAX_RESULT_BYTES - 4) // 12)]
+        self.q.close()
+        q = Queue(self.dir, auto_compact=None)  # the done job must still be there for repair to rewrite
+        q.enqueue(payload, job_id=emoji * MAX_ID_CHARS, kind=name, dedupe_key=name)
+        with self.assertRaises(SerializationError):
+            q.enqueue(payload + "p")
+        job = q.lease_one(kinds=[name])
+        assert job is not None
+        q.nack(job, error=emoji * MAX_ERROR_CHARS, traceback=emoji * MAX_TRACEBACK_CHARS, delay=0)
+        job = q.lease_one(kinds=[name])
+        assert job is not None
+        q.set_stage(job, name)
+        before = q.get(job.id)
+        q.compact()  # writes the live job's whole state into one record
+        with Queue(self.dir) as again:
+            self.assertEqual(again.get(job.id), before)
+        q.ack(job, result=result)
+        done = q.get(job.id)
+        q.close()
+        # Repair rewrites done jobs too (result and all): give it damage to repair around.
+        log = next(n for n in os.listdir(self.dir) if n.endswith(".log"))
+        with open(os.path.join(self.dir, log), "ab") as f:
+            f.write(struct.pack("<IBI", 2, 3, 0) + b"{}" + record(3, {"id": "nobody", "at": 1.0}))
+        self.assertTrue(repair(self.dir).repaired)
+        with Queue(self.dir) as again:
+            self.assertEqual(again.get(job.id), done)
+            self.assertEqual(again.compact().jobs_dropped, 1)
 
     def test_nothing_is_written_outside_the_queue_folder(self) -> None:
         for value in (b"x", math.nan, "s" * 1000, 9 * 10**4999):

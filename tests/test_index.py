@@ -47,8 +47,11 @@ def hex_id(n: int) -> str:
 
 def view(state: QueueState, now: float) -> dict[str, Any]:
     """Everything a caller can observe of a state, without changing what a lease would pick."""
+    live_sum = sum(e.size for e in state.entries() if e.state is not JobState.DONE)
+    assert state.live_bytes == live_sum, f"live_bytes is {state.live_bytes}, the live jobs' records {live_sum}"
     return {
-        "jobs": [(e.to_job(None).to_dict(), e.offset) for e in state.entries()],
+        "jobs": [(e.to_job(None).to_dict(), e.offset, e.size) for e in state.entries()],
+        "live_bytes": state.live_bytes,
         "by_state": {s.value: [e.id for e in state.entries(s)] for s in JobState},
         "counts": {s.value: n for s, n in state.counts.items()},
         "len": len(state),
@@ -250,9 +253,10 @@ class Differential(unittest.TestCase):
 
         def both(rtype: RecordType, body: dict[str, Any]) -> None:
             nonlocal offset
-            state.apply(rtype, dict(body), offset)
-            reference.apply(rtype, dict(body), offset)
-            offset += 50
+            size = rng.randrange(20, 5_000)  # records of every size: live_bytes must add them up alike
+            state.apply(rtype, dict(body), offset, size)
+            reference.apply(rtype, dict(body), offset, size)
+            offset += size
 
         def some_id() -> str:
             if known and rng.random() < 0.9:
@@ -304,7 +308,7 @@ class Differential(unittest.TestCase):
             elif roll < 0.92:
                 for st in (state, reference):
                     live = [e.id for e in st.entries() if e.state is not JobState.DONE]
-                    st.relocate({job_id: 10_000 + n for n, job_id in enumerate(live)})
+                    st.relocate({job_id: 10_000 + 7 * n for n, job_id in enumerate(live)}, end=10_000 + 7 * len(live))
             else:
                 for job_id in (some_id(), some_id()):
                     got, want = state.get(job_id), reference.get(job_id)

@@ -336,6 +336,12 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertEqual(setting, "off")
         self.assertIn("NOT durable", repr(fast))
 
+    def test_huge_integer_seconds_options_raise_value_error(self) -> None:
+        for option in ("retention", "reconnect_timeout", "clock_offset"):
+            with self.subTest(option=option), self.assertRaises(ValueError) as caught:
+                Queue(self.dsn, schema=self.schema, **{option: 10**400})
+            self.assertNotIsInstance(caught.exception, OverflowError)
+
     def test_location_hides_the_password(self) -> None:
         from nobroker.postgres import redact_dsn
 

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import stat
+import subprocess
 import sys
 import tempfile
+import time
 import unittest
+from typing import Any
 
-from nobroker import Queue, UnsafeQueueError
+from nobroker import Queue, UnsafeQueueError, wake
+from nobroker.fs import not_a_regular_file
 from nobroker.maintenance import verify
 
 POSIX = sys.platform != "win32"
@@ -159,6 +164,122 @@ class PrivateFiles(unittest.TestCase):
         with self.assertRaises(UnsafeQueueError) as caught:
             Queue(os.path.join(path, "q"))
         self.assertIn("network", str(caught.exception))
+
+
+#: Generous: opening a queue takes well under a second; a hang must not take the suite with it.
+CHILD_TIMEOUT = 60.0
+ENV = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+#: Opens the queue in argv[1] (and compacts with argv[2] == "compact"); prints what happened.
+CHILD = """
+import sys
+from nobroker import Queue
+try:
+    with Queue(sys.argv[1]) as q:
+        q.stats()
+        if sys.argv[2] == "compact":
+            q.compact()
+except Exception as exc:
+    print(type(exc).__name__ + ": " + str(exc))
+else:
+    print("opened")
+"""
+
+
+@unittest.skipUnless(POSIX and hasattr(os, "mkfifo"), "named pipes")
+class SpecialFiles(unittest.TestCase):
+    """A named pipe, a folder or a socket at a queue file's name: refused at once, never waited on."""
+
+    def setUp(self) -> None:
+        self.parent = tempfile.mkdtemp(prefix="nobroker-special-")
+        self.addCleanup(shutil.rmtree, self.parent, True)
+        self.dir = os.path.join(self.parent, "q")
+        PrivateFiles.use_every_file(self, self.dir)  # type: ignore[arg-type]
+
+    def in_a_child(self, action: str = "open") -> str:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", CHILD, self.dir, action], env=ENV, capture_output=True, text=True,
+                timeout=CHILD_TIMEOUT,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            self.fail(f"{action} of the queue hung for {CHILD_TIMEOUT:g} s (it waited on a special file)")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout.strip()
+
+    def plant(self, name: str, make: Any) -> str:
+        path = os.path.join(self.dir, name)
+        if os.path.lexists(path):
+            os.unlink(path)
+        make(path)
+        return path
+
+    def test_a_named_pipe_at_any_queue_file_is_refused_at_once(self) -> None:
+        files = {
+            "default.current": "open", "default.000001.log": "open", "default.000001.snap": "open",
+            "default.lock": "open", "default.compactor": "compact",
+        }  # fmt: skip
+        for name, action in files.items():
+            with self.subTest(name=name):
+                saved = os.path.join(self.parent, "saved")
+                real = os.path.join(self.dir, name)
+                if os.path.exists(real):
+                    os.replace(real, saved)
+                path = self.plant(name, os.mkfifo)
+                outcome = self.in_a_child(action)
+                self.assertTrue(outcome.startswith("UnsafeQueueError: "), outcome)
+                self.assertIn(f"{path} is a named pipe, not a regular file", outcome)
+                os.unlink(path)
+                if os.path.exists(saved):
+                    os.replace(saved, real)
+                self.assertEqual(self.in_a_child(action), "opened")
+
+    def test_a_folder_or_a_socket_at_a_queue_file_is_refused(self) -> None:
+        def bind(path: str) -> None:
+            server = socket.socket(socket.AF_UNIX)
+            self.addCleanup(server.close)
+            server.bind(path)
+
+        for name, make, kind in (
+            ("default.lock", os.mkdir, "a folder"), ("default.current", os.mkdir, "a folder"),
+            ("default.lock", bind, "a socket"), ("default.000001.snap", bind, "a socket"),
+        ):  # fmt: skip
+            with self.subTest(name=name, kind=kind):
+                saved = os.path.join(self.parent, "saved")
+                real = os.path.join(self.dir, name)
+                if os.path.exists(real):
+                    os.replace(real, saved)
+                path = self.plant(name, make)
+                expected = not_a_regular_file(path, os.lstat(path).st_mode)
+                self.assertEqual(self.in_a_child(), f"UnsafeQueueError: {expected}")
+                self.assertIn(f"is {kind}, not a regular file", str(expected))
+                (os.rmdir if os.path.isdir(path) else os.unlink)(path)
+                if os.path.exists(saved):
+                    os.replace(saved, real)
+
+    def test_verify_reports_a_named_pipe_as_a_problem(self) -> None:
+        os.unlink(os.path.join(self.dir, "default.000001.log"))
+        self.plant("default.000001.log", os.mkfifo)
+        code = "import sys\nfrom nobroker.maintenance import verify\nprint(verify(sys.argv[1]).problems)"
+        done = subprocess.run(
+            [sys.executable, "-c", code, self.dir], env=ENV, capture_output=True, text=True, timeout=CHILD_TIMEOUT
+        )
+        self.assertIn("is a named pipe", done.stdout, done.stderr)
+
+    def test_a_regular_file_at_a_wake_pipe_name_is_never_written(self) -> None:
+        for name in ("default.wake", "default.wake-kinds"):
+            self.plant(name, lambda path: open(path, "xb").close())
+        with self.assertLogs("nobroker", "WARNING") as logs, Queue(self.dir) as q:
+            self.assertFalse(q.wakes_waiters(), "a regular file cannot wake anyone")
+            self.assertFalse(q.wait_for_jobs(0.05, kinds=["x"]))
+            for _ in range(3):
+                q.enqueue("wake up")
+                job = q.lease_one()
+                q.nack(job, delay=0)  # type: ignore[arg-type]
+                time.sleep(wake.RETRY_OPEN * 1.5)  # past a writer's pause between tries
+        for name in ("default.wake", "default.wake-kinds"):
+            self.assertEqual(os.path.getsize(os.path.join(self.dir, name)), 0, f"{name} was written to")
+        warnings = [line for line in logs.output if "not a named pipe" in line]
+        self.assertEqual(len(warnings), 2, logs.output)  # one per name, not one per wake-up
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def picture(directory: str, clock: FakeClock, snapshot_used: bool, leases: int =
         assert isinstance(storage, FileStorage)
         assert storage._snap_loaded == snapshot_used, "the snapshot was (not) loaded"
         state = storage._state
-        out["seq"], out["anomalies"], out["live"] = state.next_seq, state.anomalies, state.live_records
+        out["seq"], out["anomalies"], out["live"] = state.next_seq, state.anomalies, state.live_bytes
         out["keys"] = dict(state.active_keys)
         # What happens next: reclaims in deadline order, leases in priority and FIFO order.
         clock.advance(1000.0)
@@ -195,6 +195,23 @@ class SnapshotMatchesReplay(TempDirTestCase):
             result["rows"].append(3)
             q.close()
             self.compare(self.dir, clock)
+
+    def test_the_deepest_results_are_snapshotted_and_loaded_from_a_deep_stack(self) -> None:
+        from tests.semantics import DEEP_STACKS, NESTING_LIMIT, called_at_depth, nested
+
+        deepest = nested(NESTING_LIMIT)
+        frames = DEEP_STACKS[-1]
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            q.enqueue_many(["a", "b"])
+            for job in q.lease(2):
+                q.ack(job, result=deepest)  # done jobs are hot: their results go into the snapshot's JSON
+            called_at_depth(frames, q.close)
+            self.assertTrue(os.path.exists(os.path.join(self.dir, SNAP)), "no snapshot was written")
+            again = called_at_depth(frames, lambda: Queue(self.dir, NAME))
+            self.assertTrue(again.storage._snap_loaded, "the snapshot was not loaded")  # type: ignore[attr-defined]
+            self.assertEqual([job.result for job in again.list_jobs()], [deepest, deepest])
+            again.close()
 
     def test_no_snapshot_below_the_threshold_or_when_not_durable(self) -> None:
         q = Queue(self.dir, NAME)
@@ -349,7 +366,7 @@ class BadSnapshotsAreIgnored(TempDirTestCase):
         import struct
         import zlib
 
-        for position, value in ((8, 2), (26, 1 - self.data[26]), (27, 4)):
+        for position, value in ((8, snapshot.VERSION + 1), (26, 1 - self.data[26]), (27, 4)):
             with self.subTest(position=position):
                 damaged = bytearray(self.data)
                 if position == 8:

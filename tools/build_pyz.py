@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "nobroker"
 DEFAULT_OUTPUT = ROOT / "dist" / "nobroker.pyz"
 ENTRY_POINT = "nobroker.cli:main"
-#: The promise in README: the whole tool in under 100 KB. The build fails past it.
-MAX_BYTES = 100 * 1024
+#: The promise in README: the whole tool in under 128 KB. The build fails past it.
+MAX_BYTES = 128 * 1024
 #: ``./nobroker.pyz`` runs directly on POSIX; ``python nobroker.pyz`` works everywhere.
 INTERPRETER = "/usr/bin/env python3"
 

@@ -18,6 +18,12 @@ Security, in one place (each rule has its reason next to the code):
   a redirect that drops the token from the address bar.
 * Without a token, the Host header must name a loopback address, so a web page
   that re-points its own DNS name at 127.0.0.1 (DNS rebinding) gets nothing.
+  It is parsed strictly: ``[::1]evil.com``, ``127.0.0.1.evil.com`` or a port
+  that is not 1-65535 in ASCII digits is not loopback.
+* Requests are read the one way a proxy in front reads them too: no
+  Transfer-Encoding (411), one Content-Length of digits, one Host, and no
+  HTTP/0.9 request line (no version, so no headers to check or answer with).
+  Every refusal, http.server's own included, is JSON with the headers below.
 * GET never changes anything. Every change is a POST carrying the per-server
   CSRF token in ``X-CSRF-Token`` (random at start, embedded in the page,
   compared with ``hmac.compare_digest``); a POST whose Origin is not this
@@ -35,9 +41,9 @@ Routes: ``GET /`` the page; ``GET /api/stats``; ``GET /api/jobs?state=&limit=&of
 ``GET /api/jobs/<id>``; ``GET /api/dlq?limit=``; ``POST /api/jobs/<id>/requeue``;
 ``POST /api/dlq/requeue``; ``POST /api/purge`` (body ``{"confirm": "<queue name>"}``);
 ``POST /api/compact``; ``GET /metrics`` (Prometheus text format 0.0.4).
-Errors are JSON ``{"error": "..."}``: 400 bad parameters, 403 token/CSRF/Host/Origin,
+Errors are JSON ``{"error": "..."}``: 400 bad parameters or request, 403 token/CSRF/Host/Origin,
 404 unknown job or route, 405 wrong method, 409 requeue of a job that is not
-dead, 413 body too large, 503 queue lock busy.
+dead, 411 Transfer-Encoding, 413 body too large, 503 queue lock busy.
 
 Requests arrive on many threads and take turns at the queue under one lock.
 Both storages are safe across threads on their own; the lock is for the
@@ -54,6 +60,7 @@ import ipaddress
 import json
 import logging
 import math
+import re
 import secrets
 import socket
 import threading
@@ -98,6 +105,11 @@ SESSION_COOKIE = "nobroker_session"
 CSRF_HEADER = "X-CSRF-Token"
 
 _LOOPBACK_NAMES = frozenset({"localhost"})
+#: A Host header, strictly (RFC 9110 7.2 over RFC 3986 3.2.2): an IPv6 literal in brackets, or a
+#: name or IPv4 address of plain characters, then at most ":" and a port of ASCII digits.
+#: Anything else (text after the brackets, a second colon, a sign) is not a host we know.
+_HOST_HEADER = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
+_MAX_PORT = 65535
 _METRIC_STATES = ("ready", "delayed", "leased", "done", "dead")
 
 
@@ -129,6 +141,17 @@ def is_loopback_host(host: str) -> bool:
         # A host name other than localhost may resolve anywhere (or change):
         # treat it as public, so it needs a token.
         return False
+
+
+def host_header_name(value: str) -> str | None:
+    """The host part of a Host header value, or None if the value is not a well-formed host[:port]."""
+    match = _HOST_HEADER.fullmatch(value.strip())
+    if match is None:
+        return None
+    port = match.group(2)
+    if port is not None and not 1 <= int(port) <= _MAX_PORT:
+        return None
+    return match.group(1)
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -230,6 +253,7 @@ class DashboardServer(http.server.ThreadingHTTPServer):
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: DashboardServer
+    raw_requestline: bytes  # set by http.server before parse_request
     server_version = "nobroker"
     protocol_version = "HTTP/1.1"
     timeout = REQUEST_TIMEOUT_SECONDS
@@ -278,6 +302,43 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, _json_bytes(value), "application/json; charset=utf-8", headers=headers)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Every refusal http.server makes itself, as ours: JSON, the security headers, connection closed."""
+        if self.request_version == "HTTP/0.9":
+            # An HTTP/0.9 answer has no status line and no headers: none of the security ones.
+            self.request_version = "HTTP/1.0"
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = True
+        text = message or self.responses.get(code, ("refused", ""))[0]
+        self._send_json(code, {"error": text}, {"Connection": "close"})
+
+    def parse_request(self) -> bool:
+        """The request line and headers, refusing what two HTTP parsers could read differently.
+
+        A front proxy and this server must agree where a request ends, or a body
+        is taken for a second request (request smuggling): so no Transfer-Encoding
+        (bodies come with one Content-Length, of digits only), and no HTTP/0.9
+        line (no version, no headers: no Host to check, no headers to answer with).
+        """
+        if len(self.raw_requestline.split()) == 2:
+            self.command, self.request_version = None, "HTTP/1.0"  # type: ignore[assignment]
+            self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+            self.send_error(400, "a request line needs an HTTP version (HTTP/0.9 is not served): send HTTP/1.1")
+            return False
+        if not super().parse_request():
+            return False
+        if self.headers.get_all("Transfer-Encoding"):
+            self.send_error(411, "Transfer-Encoding is not accepted here: send the body with a Content-Length")
+            return False
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1 or not all(n.strip().isascii() and n.strip().isdigit() for n in lengths):
+            self.send_error(400, "bad Content-Length: one header, of digits only")
+            return False
+        if len(self.headers.get_all("Host") or []) > 1:
+            self.send_error(400, "more than one Host header")
+            return False
+        return True
 
     def _dispatch(self, method: str) -> None:
         try:
@@ -328,12 +389,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         host = self.headers.get("Host")
         if host is None:
             return  # only non-browser clients omit Host; DNS rebinding needs a browser
-        name = host.strip()
-        if name.startswith("["):
-            name = name[: name.find("]") + 1]
-        elif name.count(":") == 1:
-            name = name.split(":", 1)[0]
-        if not is_loopback_host(name):
+        name = host_header_name(host)
+        if name is None or not is_loopback_host(name):
             raise _HTTPError(403, f"unexpected Host header {host!r}: open the dashboard by its loopback address")
 
     def _session_ok(self) -> bool:
@@ -377,13 +434,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise _HTTPError(403, f"cross-origin request from {origin!r} refused")
 
     def _read_body(self) -> dict[str, Any]:
-        length_text = self.headers.get("Content-Length", "0") or "0"
-        try:
-            length = int(length_text)
-        except ValueError:
-            raise _HTTPError(400, "bad Content-Length") from None
-        if length < 0:
-            raise _HTTPError(400, "bad Content-Length")
+        length = int(self.headers.get("Content-Length", "0") or "0")  # digits only: see parse_request
         if length > MAX_BODY_BYTES:
             raise _HTTPError(413, f"request body over {MAX_BODY_BYTES} bytes")
         raw = self.rfile.read(length) if length else b""
@@ -393,6 +444,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             raise _HTTPError(400, "request body is not JSON") from None
+        except RecursionError:
+            raise _HTTPError(400, "request body is nested too deeply (the API takes a flat JSON object)") from None
         if not isinstance(body, dict):
             raise _HTTPError(400, "request body must be a JSON object")
         return body

@@ -49,8 +49,8 @@ from .errors import (
 )
 from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, Frame, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
-from .jobs import BackoffPolicy, CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport
-from .lock import QueueLock, held_elsewhere
+from .jobs import BackoffPolicy, CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport, load_json
+from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
 from .storage import EnqueueSpec
@@ -118,7 +118,7 @@ class _Batch:
     def add(self, rtype: RecordType, body: dict[str, Any]) -> int:
         data = encode_record(rtype, body)
         offset = self.pos
-        self.state.apply(rtype, body, offset)
+        self.state.apply(rtype, body, offset, len(data))
         if rtype in _WAKING:
             self.wakes = True
         self.parts.append(data)
@@ -127,7 +127,7 @@ class _Batch:
 
     def add_job(self, entry: Entry, data: bytes) -> None:
         """An ENQUEUE record already encoded, for a job built from values (the fast path)."""
-        entry.offset = self.pos
+        entry.offset, entry.size = self.pos, len(data)
         self.wakes = True
         self.state.records += 1
         self.state.add(entry)
@@ -202,6 +202,9 @@ class FileStorage:
         self.clock = clock or time.time
         self.auto_compact = auto_compact
         self.fs = filesystem or OS_FILESYSTEM
+        #: Why this object may only read the queue (the errno that refused writing: a read-only
+        #: filesystem or folder), or None. Reads work as usual; every write refuses with StorageError.
+        self.read_only: int | None = None
         self._mutex = threading.Lock()
         self._pending_lock = threading.Lock()  # guards _pending only; never held while waiting
         self._pending: list[_Op] = []
@@ -241,14 +244,21 @@ class FileStorage:
     # ================================================================ opening
     def _open(self) -> None:
         self._prepare_directory()
-        self._lock = QueueLock(self.fs, lock_path(self.directory, self.name), self.lock_timeout)
+        self._lock = QueueLock(self.fs, lock_path(self.directory, self.name), self.lock_timeout, allow_read_only=True)
+        self.read_only = self._lock.read_only
+        if self._lock.fd is None:
+            logger.warning(
+                "%s: no lock file, and none can be made (%s): reading without the lock, so what this queue "
+                "object shows may be stale or cut short if a writer elsewhere changes the queue",
+                self.directory, os.strerror(self.read_only or 0),
+            )  # fmt: skip
         started = time.perf_counter()
-        self._lock.acquire(exclusive=True)
+        self._lock.acquire(exclusive=self.read_only is None)
         try:
             generation = read_pointer(self.fs, self.directory, self.name)
             self._pointer_sig = self._pointer_signature()
             self._log = self._open_generation(generation)
-            if self.durable:
+            if self.durable and self.read_only is None:
                 # A crash between a peer's pointer rename and its folder fsync could
                 # leave a flip that a power cut undoes, and a failed fsync of the
                 # parent could leave the folder itself undurable: make both durable
@@ -258,9 +268,11 @@ class FileStorage:
                     self.fs.fsync_dir(os.path.dirname(self.directory))
                 except OSError as exc:
                     raise storage_error(exc, "fsync of the folder holding", self.directory) from None
-            state, end, torn = self._replay_all(self._log, truncate=True)
+            # Read-only: a torn tail stays for a writer to cut, leftovers for a writer to remove.
+            state, end, torn = self._replay_all(self._log, truncate=self.read_only is None)
             self._state, self._offset = state, end
-            self._remove_leftovers(self._log.generation)
+            if self.read_only is None:
+                self._remove_leftovers(self._log.generation)
         finally:
             self._lock.release()
         self._recovery = RecoveryReport(
@@ -325,17 +337,35 @@ class FileStorage:
                         "Run `nobroker verify` and `nobroker repair`.",
                         path=path,
                     )
+                if self.read_only is not None:
+                    raise StorageError(
+                        f"{self.directory} holds no queue named {self.name!r}, and one cannot be made there "
+                        f"({os.strerror(self.read_only)}). Check --dir/--queue, or use a folder you can write to.",
+                        errno=self.read_only,
+                        path=path,
+                    )
                 return LogFile.create(self.fs, self.directory, self.name, 0, sync=self.durable)
-            return LogFile.open(self.fs, path, expect_generation=0)
+            return self._open_log(path, 0)
         path = log_path(self.directory, self.name, generation)
         try:
-            return LogFile.open(self.fs, path, expect_generation=generation)
+            return self._open_log(path, generation)
         except FileNotFoundError:
             raise CorruptLogError(
                 f"{self.name}.current names generation {generation}, but {path} is missing. "
                 "Restore it from a backup, or run `nobroker repair` to rebuild from what exists.",
                 path=path,
             ) from None
+
+    def _open_log(self, path: str, generation: int) -> LogFile:
+        """A generation file, for writing unless this process may only read it (then ``read_only`` says why)."""
+        if self.read_only is None:
+            try:
+                return LogFile.open(self.fs, path, expect_generation=generation)
+            except StorageError as exc:
+                if exc.errno not in READ_ONLY_ERRORS:
+                    raise
+                self.read_only = exc.errno
+        return LogFile.open(self.fs, path, writable=False, expect_generation=generation)
 
     def _replay_all(self, log: LogFile, *, truncate: bool, use_snapshot: bool = True) -> tuple[QueueState, int, int]:
         """Replay a whole generation. Returns (state, end of last whole record, torn bytes cut).
@@ -396,7 +426,7 @@ class FileStorage:
                 return end, 0
             if fr.status is FrameStatus.OK:
                 try:
-                    apply(fr.rtype, fr.body, fr.offset)  # type: ignore[arg-type]
+                    apply(fr.rtype, fr.body, fr.offset, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
                 except (KeyError, TypeError, ValueError, AttributeError) as exc:
                     self._stale = True  # the state may be half-changed: rebuild before any use
                     raise CorruptLogError(
@@ -488,7 +518,7 @@ class FileStorage:
         self._wake.forget_after_fork()
         self._wake_kinds.forget_after_fork()
         old = self._log
-        self._log = LogFile.open(self.fs, old.path, expect_generation=old.generation)
+        self._log = self._open_log(old.path, old.generation)
         self._log.note_end(self._offset)
         self._log.durable_end = self._offset
 
@@ -576,6 +606,13 @@ class FileStorage:
             pass
 
     def _check_usable(self) -> None:
+        if self.read_only is not None:
+            raise StorageError(
+                f"queue {self.name!r} in {self.directory} is open read-only ({os.strerror(self.read_only)}): "
+                "it can be read, not changed. Make the folder writable, then open the queue again.",
+                errno=self.read_only,
+                path=self.directory,
+            )
         if self._failed is not None:
             raise StorageError(
                 f"{self._failed} This queue object refuses further writes; open the queue again.",
@@ -852,7 +889,7 @@ class FileStorage:
                     continue
                 body: dict[str, Any] = {"id": job_id, "at": now}
                 if result_json is not None:
-                    body["result"] = json.loads(result_json)
+                    body["result"] = load_json(result_json)
                 batch.add(RecordType.ACK, body)
             if first_refusal is not None:
                 raise first_refusal  # _write still writes (and fsyncs) the acks added above
@@ -1049,6 +1086,8 @@ class FileStorage:
         started = time.perf_counter()
         self._enter()
         assert self._log is not None
+        if self.read_only is not None:
+            self._check_usable()  # says why, before the compactor's lock file is opened (or made)
         if self._log.generation >= MAX_GENERATION:  # refused before any file is touched
             NextGeneration.check_generation(self._log.generation + 1)
         if not self._compacting.acquire(blocking=wait):
@@ -1227,15 +1266,18 @@ class FileStorage:
                 self._state.tidy()  # outside the file lock: peers never wait for it
 
     def _should_auto_compact(self) -> bool:
+        """Is the share of superseded bytes in the log at least ``auto_compact``? O(1).
+
+        Decided on bytes, not records: a few big done jobs among many small
+        waiting ones are most of the disk. What a compaction keeps is about
+        the ENQUEUE records of the jobs that are not done (``live_bytes``, kept
+        by the state as records arrive); every other byte is superseded.
+        """
         threshold = self.auto_compact
         if not threshold or self._offset < AUTO_COMPACT_MIN_BYTES:
             return False
-        state = self._state
-        live = len(state) - state.counts[DONE]
-        # Estimate what a compaction would keep from the average job record size.
-        average = self._offset / max(state.records, 1)
-        dead_share = 1.0 - (live * average * 2) / self._offset
-        return dead_share >= threshold
+        superseded = 1.0 - (HEADER_SIZE + self._state.live_bytes) / self._offset
+        return superseded >= threshold
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
@@ -1309,7 +1351,7 @@ class FileStorage:
                 return
             self._closed = True
             if self._log is not None:
-                if self.durable and os.getpid() == self._pid and self._log.failed is None:
+                if self.durable and os.getpid() == self._pid and self._log.failed is None and self.read_only is None:
                     try:
                         self._log.sync_through(self._log.written_end)
                     except StorageError:

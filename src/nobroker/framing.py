@@ -1,7 +1,7 @@
 """Bytes of the on-disk format, version 1: the file header and record frames.
 
 Owns: encoding and decoding of headers and records, the record type numbers.
-Imports: errors, jobs (limits). Pure: no I/O, no clock.
+Imports: errors, jobs (limits, the fresh-stack retry). Pure: no I/O, no clock.
 
     file header : <8s magic "NOBROKER"><H version=1><I generation><H reserved=0>   16 bytes
     record      : <I body length><B type><I crc32(type byte + body)><body>       9 + n bytes
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SerializationError
-from .jobs import MAX_RECORD_BYTES, compact_json
+from .jobs import MAX_RECORD_BYTES, compact_json, on_fresh_stack
 
 MAGIC = b"NOBROKER"
 FORMAT_VERSION = 1
@@ -59,12 +59,23 @@ _scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-
 
 
 def decode_body(data: bytes) -> Any:
-    """The JSON value in a record body; ValueError if the body is not exactly one JSON value."""
+    """The JSON value in a record body; ValueError if the body is not exactly one JSON value.
+
+    Whatever the caller's stack depth: a body nested deeper than the stack
+    left here holds is decoded again on a fresh one (jobs.on_fresh_stack),
+    so a record nobroker wrote always reads back. Only nesting deeper than
+    a fresh stack holds (never written by nobroker) is ValueError.
+    """
     text = data.decode("utf-8")
     try:
         value, end = _scan_once(text, 0)
     except StopIteration:
         raise ValueError("not JSON") from None
+    except RecursionError:
+        try:
+            value, end = on_fresh_stack(lambda: _scan_once(text, 0))
+        except (StopIteration, RecursionError):
+            raise ValueError("not JSON, or nested deeper than any record nobroker writes") from None
     if end != len(text):
         raise ValueError("trailing bytes after the JSON value")
     return value
@@ -174,7 +185,7 @@ def decode_frame(buf: bytes | memoryview, pos: int, base: int) -> Frame:
         return Frame(FrameStatus.BAD_TYPE, offset, length, rtype)
     try:
         body = decode_body(data)
-    except (ValueError, RecursionError):
+    except ValueError:
         return Frame(FrameStatus.BAD_JSON, offset, length, rtype)
     if not isinstance(body, dict):
         return Frame(FrameStatus.BAD_JSON, offset, length, rtype)

@@ -1,7 +1,8 @@
 """The one narrow seam every byte of file I/O passes through.
 
 Owns: FileSystem (the interface) and RealFileSystem (the operating system).
-Imports: nothing from nobroker.
+Imports: errors (UnsafeQueueError: what ``open`` says of anything but a
+regular file).
 
 Why a seam: durability claims are claims about which bytes survive a power
 cut, and they can only be tested if a test can stand in for the disk. The
@@ -20,8 +21,12 @@ Assumptions about the disk, written down so tests can check each one:
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sys
+
+from .errors import UnsafeQueueError
 
 _IS_WINDOWS = sys.platform == "win32"
 
@@ -37,6 +42,25 @@ except ImportError:
 
 #: Flags for opening queue files: binary, never through a symlink, never inherited.
 _BASE_FLAGS = getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: Opening never waits: a named pipe planted at a queue file's name would block a plain
+#: open until someone opened its other end. Cleared again once the file proved regular.
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+#: What open() reports for a special file it cannot open without blocking or at all:
+#: a pipe nobody reads (for writing), a socket, a device without its driver, a folder.
+_SPECIAL_FILE_ERRORS = frozenset({errno.ENXIO, errno.EISDIR, getattr(errno, "EOPNOTSUPP", -1)})
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symlink"),
+)  # fmt: skip
+
+
+def not_a_regular_file(path: str, mode: int) -> UnsafeQueueError:
+    """The refusal of a queue file that is not a regular file, saying what it is and what to do."""
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), f"a special file (mode {mode:o})")
+    return UnsafeQueueError(
+        f"{path} is {kind}, not a regular file; nobroker opens only regular files in a queue folder. "
+        "Remove it if nobroker did not make it (someone else can write to this folder?), then retry."
+    )
 
 
 class FileSystem:
@@ -110,7 +134,28 @@ class RealFileSystem(FileSystem):
     """The operating system's files, with the flags nobroker always wants."""
 
     def open(self, path: str, flags: int, mode: int = 0o600) -> int:
-        return os.open(path, flags | _BASE_FLAGS, mode)
+        """Open a regular file; UnsafeQueueError (never a wait) for a named pipe, a device or a folder."""
+        try:
+            fd = os.open(path, flags | _BASE_FLAGS | _NONBLOCK, mode)
+        except OSError as exc:
+            if exc.errno in _SPECIAL_FILE_ERRORS:
+                try:
+                    found = os.lstat(path).st_mode
+                except OSError:
+                    raise exc from None
+                if not stat.S_ISREG(found):
+                    raise not_a_regular_file(path, found) from None
+            raise
+        try:
+            found = os.fstat(fd).st_mode  # the file opened, not whatever the name points at by now
+            if not stat.S_ISREG(found):
+                raise not_a_regular_file(path, found)
+            if _NONBLOCK and fcntl is not None:
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_NONBLOCK)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def close(self, fd: int) -> None:
         os.close(fd)

@@ -1,8 +1,9 @@
 """The data model both storages share: jobs, states, stats, policies, limits.
 
 Owns: Job, JobState, QueueStats, BackoffPolicy, RecoveryReport,
-CompactionResult, the named limits, and the one JSON encoder every stored
-value goes through. Imports: errors.
+CompactionResult, the named limits, and the JSON codec every stored value
+goes through (the encoder, its nesting limit, and a decoder that never
+depends on the caller's stack depth). Imports: errors.
 
 Nothing here touches a file or a clock; values are plain data.
 """
@@ -14,17 +15,25 @@ import enum
 import json
 import math
 import random
+import _thread
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from itertools import accumulate
+from typing import Any, TypeVar
 
 from .errors import SerializationError
+
+T = TypeVar("T")
 
 # ---------------------------------------------------------------- limits
 #: Largest record body (compact JSON) the file storage writes or reads.
 #: A length field above it is damage, so a reader never allocates more.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-#: Largest payload, as compact JSON. Leaves room in a record for the job's fields.
-MAX_PAYLOAD_BYTES = MAX_RECORD_BYTES - 64 * 1024
+#: Deepest nesting of arrays and objects in a payload or a result (``[[1]]`` is 2).
+#: Far below the interpreter's recursion limit (1,000 frames), so whatever holds a
+#: stored value (a record, a snapshot: a few levels more) always decodes again.
+MAX_JSON_DEPTH = 100
 #: Largest result stored with an ack, and largest error text kept with a nack.
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_ERROR_CHARS = 8 * 1024
@@ -41,12 +50,51 @@ MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 MAX_SECONDS = 10 * 365 * 24 * 3600.0
 #: Most attempts a job may be given.
 MAX_ATTEMPTS_LIMIT = 1_000_000
+#: Bytes one character can take as ASCII-only JSON: an astral one (an emoji) is two escapes,
+#: ``\ud83d\ude00``; a lone surrogate or any other non-ASCII character takes 6.
+MAX_ESCAPED_CHAR_BYTES = 12
+#: Room in a job's record for its field names, numbers and lease token (they take under 1 KiB).
+RECORD_FIXED_BYTES = 4 * 1024
+#: The most a job's record can hold besides its payload, whichever writer writes it (an
+#: enqueue, compaction, repair): the id, kind, dedupe key, stage, error text and traceback
+#: at their longest, every character in its costliest escape, and the result at its limit.
+RECORD_FIELDS_BYTES = (
+    (MAX_ID_CHARS + 3 * MAX_NAME_CHARS + MAX_ERROR_CHARS + MAX_TRACEBACK_CHARS) * MAX_ESCAPED_CHAR_BYTES
+    + MAX_RESULT_BYTES + RECORD_FIXED_BYTES
+)
+#: Largest payload, as compact JSON: what a record leaves once every other field is at its
+#: limit, so whatever each operation accepts, the job's record always fits (15,417,344).
+MAX_PAYLOAD_BYTES = MAX_RECORD_BYTES - RECORD_FIELDS_BYTES
 
 DEFAULT_KIND = "default"
 #: What list_jobs lists (besides every job): the jobs of one state, or of one
 #: half of ready: ``runnable`` now or ``delayed`` (what stats() counts as ready
 #: and as delayed). ``ready`` is both halves, as in nobroker 0.1.2.
 LISTINGS = ("ready", "runnable", "delayed", "leased", "done", "dead")
+
+
+def finite_float(value: object) -> float | None:
+    """``value`` as a finite float; None for a bool, a non-number, NaN, ±inf or an int past float range.
+
+    Never raises: ``float(10**400)`` raises OverflowError, and a check that
+    converts before it compares would let that escape instead of a ValueError.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)`` for an error message, cut short (a 400-digit number is no help there)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past the interpreter's int-to-text limit
+        return f"an int of about {int.bit_length(value) * 0.30103:.0f} digits" if isinstance(value, int) else "?"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class JobState(str, enum.Enum):
@@ -168,8 +216,8 @@ class BackoffPolicy:
     def __post_init__(self) -> None:
         for name in ("base", "factor", "max_delay", "jitter"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"BackoffPolicy.{name} must be a finite number >= 0, got {value!r}")
+            if finite_float(value) is None or value < 0:
+                raise ValueError(f"BackoffPolicy.{name} must be a finite number >= 0, got {shown(value)}")
         if self.factor < 1:
             raise ValueError(f"BackoffPolicy.factor must be >= 1 (each retry waits at least as long), got {self.factor!r}")
         if self.jitter > 1:
@@ -305,14 +353,88 @@ _FAST_ENCODE = (
 )
 
 
+def on_fresh_stack(call: Callable[[], T]) -> T:
+    """``call()`` on a thread of its own: the whole recursion limit, whatever the caller's depth.
+
+    For the rare retry after a RecursionError. The C JSON codec spends one
+    frame of the caller's budget per level of nesting, so a value that is
+    fine at the top of a stack fails inside a deep one; a fresh thread's
+    stack holds any value within MAX_JSON_DEPTH.
+    """
+    # _thread, not threading: starting it takes no Python frames of the caller's budget,
+    # which may be nearly spent (that is why we are here).
+    outcome: list[Any] = []
+    finished = _thread.allocate_lock()
+    finished.acquire()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller, re-raised there
+            outcome.append((False, exc))
+        finally:
+            finished.release()
+
+    _thread.start_new_thread(run, ())
+    finished.acquire()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
 def compact_json(value: Any) -> str:
-    """Compact, ASCII-only JSON text; raises what json.dumps raises (TypeError, ValueError, RecursionError)."""
+    """Compact, ASCII-only JSON text; raises what json.dumps raises (TypeError, ValueError, RecursionError).
+
+    Its output never depends on the caller's stack depth (see on_fresh_stack).
+    """
     if _FAST_ENCODE is None:
-        return _ENCODER.encode(value)
+        try:
+            return _ENCODER.encode(value)
+        except RecursionError:
+            return on_fresh_stack(lambda: _ENCODER.encode(value))
     try:
         return "".join(_FAST_ENCODE(value, 0))
     except RecursionError:
-        return _ENCODER.encode(value)  # a cycle, or only deep: this one tells them apart
+        # A cycle, or deep, or only a deep caller: the checking encoder tells a cycle
+        # apart, and on a fresh stack the caller's depth no longer counts.
+        return on_fresh_stack(lambda: _ENCODER.encode(value))
+
+
+_decode = json.JSONDecoder().decode
+
+
+def load_json(text: str) -> Any:
+    """The value JSON ``text`` holds (ValueError if it is not JSON), whatever the caller's stack depth.
+
+    RecursionError only for nesting deeper than a fresh stack holds, which
+    nothing nobroker encodes ever is.
+    """
+    try:
+        return _decode(text)
+    except RecursionError:
+        return on_fresh_stack(lambda: _decode(text))
+
+
+# A nesting level takes two characters of JSON at least ("[" and "]").
+_SHALLOW_CHARS = 2 * (MAX_JSON_DEPTH + 1)
+# A string in compact ASCII JSON (what compact_json writes), in the unrolled form that is fast on long ones.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deeply the arrays and objects of compact JSON ``text`` nest (0 for a scalar)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def _too_deep(text: str) -> bool:
+    """Is ``text`` nested deeper than MAX_JSON_DEPTH? Cheap answers first: most payloads are short."""
+    if len(text) < _SHALLOW_CHARS or text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False
+    return json_depth(text) > MAX_JSON_DEPTH
 
 
 def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
@@ -330,9 +452,13 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     try:
         text = compact_json(value)
     except RecursionError:
-        raise SerializationError(f"{what} is nested too deeply to store as JSON") from None
+        text = None
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from None
+    if text is None or _too_deep(text):
+        raise SerializationError(
+            f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (arrays and objects); flatten it"
+        )
     if len(text) > limit:
         raise SerializationError(
             f"{what} is {len(text):,} bytes as JSON; the limit is {limit:,}. "
@@ -364,15 +490,17 @@ _SELF_DECODING = frozenset({str, int, float, bool, type(None)})
 
 
 def _decode_stored(text: str, what: str) -> Any:
+    """The value ``text`` (our own compact JSON) holds, whatever the caller's stack depth (as load_json)."""
     try:
-        return _STORED.decode(text)
+        try:
+            return _STORED.decode(text)
+        except RecursionError:
+            return on_fresh_stack(lambda: _STORED.decode(text))
     except _KeysCollide as exc:
         raise SerializationError(
             f"{what} has two keys that are both {json.dumps(str(exc))} as JSON text (keys become strings: "
             "1 and \"1\", or True and \"true\", collide); make the keys distinct strings"
         ) from None
-    except RecursionError:
-        raise SerializationError(f"{what} is nested too deeply to store as JSON") from None
 
 
 def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> tuple[str, Any]:
@@ -393,8 +521,7 @@ def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[
     texts = [dump_json(value, what=what) for value in values]
     try:
         return texts, _decode_stored("[" + ",".join(texts) + "]", what)
-    except SerializationError:
-        # One by one, so the error names the payload (the list added a level of nesting, too).
+    except SerializationError:  # one by one, so the error names the payload
         return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
 
 
@@ -420,6 +547,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MAX_RESULT_BYTES",
     "MAX_BATCH_JOBS",
+    "MAX_JSON_DEPTH",
     "DEFAULT_KIND",
     "LISTINGS",
 ]

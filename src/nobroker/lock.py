@@ -1,7 +1,8 @@
 """The cross-process locks of one queue: the writers' lock and the compactor's.
 
 Owns: QueueLock (an exclusive lock for writers, a shared one for readers, a
-timeout, a try without waiting) and ``held_elsewhere`` (is a lock file held
+timeout, a try without waiting; opened read-only where the folder or the
+filesystem allows no more) and ``held_elsewhere`` (is a lock file held
 by anyone else right now). Imports: errors, fs, log (for error wrapping).
 
 Two lock files: ``<name>.lock`` serialises every operation (held for
@@ -17,6 +18,7 @@ shares; so a child must open its own (the storage does, see ``reopen``).
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -30,36 +32,53 @@ from .log import storage_error
 MAX_BACKOFF = 0.0002
 #: First sleep; doubled after each failed attempt up to MAX_BACKOFF.
 FIRST_BACKOFF = 0.00001
+#: What opening a file for writing says on a read-only filesystem or in a folder we may
+#: only read: such a file can still be opened for reading.
+READ_ONLY_ERRORS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 class QueueLock:
-    def __init__(self, fs: FileSystem, path: str, timeout: float) -> None:
+    """One lock file. With ``allow_read_only``, a lock file that cannot be opened for
+    writing is opened for reading (``read_only`` is the errno that said why; flock works on either), and a
+    missing one that cannot be made leaves ``fd`` None: taking the lock then does nothing."""
+
+    def __init__(self, fs: FileSystem, path: str, timeout: float, *, allow_read_only: bool = False) -> None:
         self.fs = fs
         self.path = path
         self.timeout = timeout
+        self.allow_read_only = allow_read_only
+        self.read_only: int | None = None
         self.fd = self._open()
         self.held = False
 
-    def _open(self) -> int:
+    def _open(self) -> int | None:
         try:
             return self.fs.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            if exc.errno == getattr(__import__("errno"), "ELOOP", -1):
-                raise UnsafeQueueError(f"{self.path} is a symlink; nobroker refuses symlinked queue files") from None
-            raise storage_error(exc, "opening the lock file", self.path) from None
+            if not (self.allow_read_only and exc.errno in READ_ONLY_ERRORS):
+                raise self._refusal(exc) from None
+            self.read_only = exc.errno
+        try:
+            return self.fs.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None  # nothing to lock, and nothing to make it with
+        except OSError as exc:
+            raise self._refusal(exc) from None
+
+    def _refusal(self, exc: OSError) -> Exception:
+        if exc.errno == errno.ELOOP:
+            return UnsafeQueueError(f"{self.path} is a symlink; nobroker refuses symlinked queue files")
+        return storage_error(exc, "opening the lock file", self.path)
 
     def reopen(self) -> None:
         """After fork: drop the inherited descriptor (its lock is the parent's) and open our own."""
-        try:
-            self.fs.close(self.fd)
-        except OSError:
-            pass
+        self._close_fd()
         self.fd = self._open()
         self.held = False
 
     def acquire(self, *, exclusive: bool = True) -> None:
         fs, fd = self.fs, self.fd
-        if fs.lock(fd, exclusive=exclusive, blocking=False):
+        if fd is None or fs.lock(fd, exclusive=exclusive, blocking=False):
             self.held = True
             return
         deadline = time.monotonic() + self.timeout
@@ -78,30 +97,32 @@ class QueueLock:
 
     def try_acquire(self, *, exclusive: bool = True) -> bool:
         """Take the lock if it is free right now; never waits."""
-        if self.fs.lock(self.fd, exclusive=exclusive, blocking=False):
+        if self.fd is None or self.fs.lock(self.fd, exclusive=exclusive, blocking=False):
             self.held = True
             return True
         return False
 
     def forget(self) -> None:
         """In a forked child: drop the inherited descriptor without unlocking (the lock is the parent's)."""
-        try:
-            self.fs.close(self.fd)
-        except OSError:
-            pass
+        self._close_fd()
         self.held = False
 
     def release(self) -> None:
         if self.held:
             self.held = False
-            self.fs.unlock(self.fd)
+            if self.fd is not None:
+                self.fs.unlock(self.fd)
 
     def close(self) -> None:
         self.release()
-        try:
-            self.fs.close(self.fd)
-        except OSError:
-            pass
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self.fd is not None:
+            try:
+                self.fs.close(self.fd)
+            except OSError:
+                pass
 
 
 def held_elsewhere(fs: FileSystem, path: str) -> bool:

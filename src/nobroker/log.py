@@ -46,12 +46,13 @@ _unpack_frame = FRAME.unpack_from
 
 #: Bytes read per call while scanning. Big enough to amortise syscalls.
 READ_CHUNK = 1 << 20
-#: Queue names: safe as file names on every platform, no path separators.
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: Queue names: safe as file names on every platform, no path separators. Matched
+#: whole (fullmatch): ``$`` would also match before a final newline.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name) or name.endswith((".log", ".tmp")):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name.endswith((".log", ".tmp")):
         raise ValueError(
             f"queue name {name!r} is not allowed: use 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit"
         )
@@ -292,7 +293,7 @@ class LogFile:
                         if crc32(data, TYPE_CRC[rtype]) == crc:
                             try:
                                 body = decode_body(data)
-                            except (ValueError, RecursionError):
+                            except ValueError:
                                 body = None
                             if type(body) is dict:
                                 yield Frame(FrameStatus.OK, pos + i, length, rtype, body)
@@ -460,10 +461,10 @@ class LogFile:
 
 def list_generations(fs: FileSystem, directory: str, name: str) -> list[int]:
     """Generation numbers that have a log file for ``name`` in ``directory``."""
-    pattern = re.compile(re.escape(name) + r"\.(\d{6})\.log$")
+    pattern = re.compile(re.escape(name) + r"\.([0-9]{6})\.log")
     found = []
     for entry in fs.listdir(directory):
-        m = pattern.match(entry)
+        m = pattern.fullmatch(entry)
         if m:
             found.append(int(m.group(1)))
     return sorted(found)

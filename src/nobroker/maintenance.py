@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .compaction import flip, write_generation
-from .errors import CorruptLogError, NobrokerError
+from .errors import CorruptLogError, NobrokerError, UnsafeQueueError
 from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, decode_header
 from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import JobState
@@ -52,9 +52,9 @@ class RecordView:
 def list_queues(directory: str, *, fs: FileSystem = OS_FILESYSTEM) -> list[str]:
     """Names of the queues that have files in ``directory``."""
     names = set()
-    pattern = re.compile(r"^(.+)\.(?:\d{6}\.log|current|lock)$")
+    pattern = re.compile(r"(.+)\.(?:[0-9]{6}\.log|current|lock)")
     for entry in fs.listdir(directory):
-        m = pattern.match(entry)
+        m = pattern.fullmatch(entry)
         if m:
             names.add(m.group(1))
     return sorted(names)
@@ -170,8 +170,8 @@ def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYS
                 else:
                     report.problems.append(f"offset {view.offset}: {view.damage}")
                 break
-            state.apply(view.type, view.body or {}, view.offset)
-    except CorruptLogError as exc:
+            state.apply(view.type, view.body or {}, view.offset, FRAME_SIZE + view.length)
+    except (CorruptLogError, UnsafeQueueError) as exc:
         report.problems.append(str(exc))
         return report
     except (KeyError, TypeError, ValueError) as exc:
@@ -255,7 +255,7 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
             for fr in log.scan(pos):
                 if fr.status is FrameStatus.OK:
                     try:
-                        state.apply(fr.rtype, fr.body or {}, fr.offset)
+                        state.apply(fr.rtype, fr.body or {}, fr.offset, FRAME_SIZE + fr.length)
                     except (KeyError, TypeError, ValueError):
                         dropped += FRAME_SIZE + fr.length
                     pos = fr.end

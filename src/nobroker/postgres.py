@@ -83,7 +83,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import re
@@ -98,7 +97,7 @@ from urllib.parse import urlsplit
 
 from . import leases
 from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, NotLeasedError, StorageError
-from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, load_json, shown
 from .storage import EnqueueSpec
 
 try:
@@ -116,7 +115,7 @@ T = TypeVar("T")
 #: Schema used when none is given.
 DEFAULT_SCHEMA = "nobroker"
 #: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
 #: Most expired leases one operation reclaims; the next operation takes the rest.
 RECLAIM_BATCH = 1000
 #: How long to keep trying to reach a server that went away, by default.
@@ -144,7 +143,7 @@ def _require_psycopg() -> None:
 # ---------------------------------------------------------------- names and DSNs
 def check_identifier(name: Any, what: str) -> str:
     """A schema or role name: letters, digits and _, not starting with a digit, at most 63."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ValueError(
             f"{what} must be a plain SQL name (letters, digits and _, not starting with a digit, "
             f"at most 63 characters), got {name!r}"
@@ -197,7 +196,7 @@ def _migration_files() -> list[tuple[int, str, str]]:
     out = []
     for entry in resources.files("nobroker").joinpath("sql").iterdir():
         name = entry.name
-        match = re.match(r"^(\d{3})_[a-z0-9_]+\.sql$", name)
+        match = re.fullmatch(r"([0-9]{3})_[a-z0-9_]+\.sql", name)
         if match:
             out.append((int(match.group(1)), name, entry.read_text(encoding="utf-8")))
     out.sort()
@@ -436,7 +435,7 @@ _TEMPLATES: dict[str, str] = {
         FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
         WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
           AND (u.token IS NULL OR j.lease_token = u.token)
-        RETURNING j.id""",
+        RETURNING j.id, u.token""",
     "nack": f"""
         UPDATE {{schema}}.jobs AS j SET
             state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
@@ -561,10 +560,10 @@ def _row_job(row: Any) -> Job:
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
      deadline, token, error, seq, kind, key, stage, result, traceback) = row[:17]  # fmt: skip
     return Job(
-        id=job_id, payload=json.loads(payload), priority=priority, state=_STATES[state], attempts=attempts,
+        id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
         max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
-        result=None if result is None else json.loads(result), traceback=traceback,
+        result=None if result is None else load_json(result), traceback=traceback,
     )  # fmt: skip
 
 
@@ -599,8 +598,11 @@ class PostgresStorage:
         if not isinstance(name, str) or not name or len(name) > 256 or "\x00" in name:
             raise ValueError(f"queue name must be 1 to 256 characters without NUL, got {name!r}")
         for what, value in (("retention", retention), ("reconnect_timeout", reconnect_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-                raise ValueError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+            number = finite_float(value)  # never raises, not even for 10**400
+            if number is None or number < 0:
+                raise ValueError(f"{what} must be a finite number of seconds >= 0, got {shown(value)}")
+        if finite_float(clock_offset) is None:
+            raise ValueError(f"clock_offset must be a finite number of seconds, got {shown(clock_offset)}")
         self.dsn = dsn
         self.name = name
         self.schema = check_identifier(schema, "schema")
@@ -998,9 +1000,11 @@ class PostgresStorage:
 
         def run(conn: Any) -> None:
             cur = conn.execute(self._sql["ack_many"], params)
-            acked = {row[0] for row in cur.fetchall()}
+            # By (id, token), not by id: a stale copy of a job acked in the same call
+            # shares its id, and must be refused as the file storage refuses it.
+            acked = {(row[0], row[1]) for row in cur.fetchall()}
             for job_id, token, _result in items:
-                if job_id not in acked and not self._already_done(conn, job_id, token):
+                if (job_id, token) not in acked and not self._already_done(conn, job_id, token):
                     self._refuse(conn, job_id, token, "ack")
 
         self._run("ack_many", run, retry=True)

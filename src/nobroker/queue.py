@@ -10,7 +10,6 @@ so both storages refuse bad input identically and nothing is written.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -35,6 +34,8 @@ from .jobs import (
     JobState,
     QueueStats,
     RecoveryReport,
+    finite_float,
+    shown,
     stored_json,
     stored_json_many,
 )
@@ -425,11 +426,11 @@ def _kind_set(kinds: Iterable[str] | str | None) -> frozenset[str] | None:
 def _seconds(value: Any, what: str, *, allow_zero: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero) or value > MAX_SECONDS:
+    number = finite_float(value)  # checked before any conversion that could overflow (10**400)
+    if number is None or number < 0 or (number == 0 and not allow_zero) or number > MAX_SECONDS:
         bound = "> 0" if not allow_zero else ">= 0"
-        raise ValueError(f"{what} must be finite, {bound} and at most {MAX_SECONDS:g} seconds, got {value!r}")
-    return value
+        raise ValueError(f"{what} must be finite, {bound} and at most {MAX_SECONDS:g} seconds, got {shown(value)}")
+    return number
 
 
 def _attempts(value: Any) -> int:

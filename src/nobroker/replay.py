@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import struct
+from bisect import bisect_right
 from array import array
 from collections.abc import Iterator, Mapping
 from itertools import compress, repeat
@@ -55,10 +56,10 @@ class Entry:
     __slots__ = (
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
-        "result", "offset", "heap", "row", "finished_token", "traceback",
+        "result", "offset", "size", "heap", "row", "finished_token", "traceback",
     )  # fmt: skip
 
-    def __init__(self, body: dict[str, Any], offset: int) -> None:
+    def __init__(self, body: dict[str, Any], offset: int, size: int = 0) -> None:
         # The hot loop of opening a queue: one call per ENQUEUE record, so the
         # type checks are inlined and the slow, explaining path runs only on a miss.
         get = body.get
@@ -84,6 +85,7 @@ class Entry:
         self.finished_token: Any = self.lease_token if self.state is DONE else None
         self.traceback: str | None = get("traceback")
         self.offset = offset
+        self.size = size  # bytes of the framed ENQUEUE record at ``offset``
         self.heap = _NOWHERE
         self.row = -1
         if not (
@@ -127,7 +129,7 @@ class Entry:
         self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
         self.finished_token = self.traceback = None
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, _NOWHERE
-        self.row = -1
+        self.size, self.row = 0, -1  # the writer sets the size once the record is framed
         return self
 
     def to_job(self, payload: Any) -> Job:
@@ -189,9 +191,11 @@ def _traceback(body: dict[str, Any]) -> str | None:
 
 
 #: A just-enqueued job's columns in the cold store (see QueueState), packed per row:
-#: seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, kind number.
-_COLUMNS = struct.Struct("<qqddiiiH")
+#: seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, the size of
+#: its ENQUEUE record, kind number.
+_COLUMNS = struct.Struct("<qqddiiiIH")
 _ROW_BYTES = _COLUMNS.size
+_SIZE_COLUMN = struct.calcsize("<qqddiii")  # where a row's record size sits in it
 _NO_COLUMNS = bytes(_ROW_BYTES)  # what a hot row holds there: nothing is read from it
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -271,8 +275,9 @@ class QueueState:
         #: hold (``orphans``, counted there too) and ENQUEUEs that repeat an id.
         self.anomalies = 0
         self.orphans = 0
-        #: Bytes of records whose information is superseded; compaction reclaims them.
-        self.live_records = 0
+        #: Bytes of the ENQUEUE records of every job that is not done: about what a compaction
+        #: keeps. The rest of the log (every other record, and done jobs) it reclaims.
+        self.live_bytes = 0
         # The cold store.
         self.n_cold = 0
         self._rows: list[Entry | None] = []
@@ -342,34 +347,52 @@ class QueueState:
             if entry is not None and entry is not _GONE and entry.heap == _IN_DELAYED:
                 yield entry
 
-    def relocate(self, offsets: dict[str, int], base: int | None = None, shift: int = 0) -> int:
+    def relocate(
+        self, offsets: dict[str, int], base: int | None = None, shift: int = 0, end: int | None = None
+    ) -> int:
         """After compaction: point every job at its record in the new generation.
 
         A job whose ENQUEUE record lay before ``base`` (all jobs, without a
         ``base``) moved to ``offsets[id]``; one missing there was done at
         ``base`` and is dropped. A record at or after ``base`` (copied after
-        the live jobs) moved by ``shift``. Returns how many dropped jobs were
-        not done: a sound compaction drops none.
+        the live jobs) moved by ``shift``. ``offsets`` lists the new records in
+        the order they were written, back to back up to ``end`` (default:
+        ``base + shift``, where the copied records begin), which gives each its
+        new size; without either, the last one keeps its old size. Returns
+        how many dropped jobs were not done: a sound compaction drops none.
         """
         columns, ids, rows = self._columns, self._ids, self._rows
         pack_offset, unpack_offset = _INT64.pack_into, _INT64.unpack_from
+        starts = list(offsets.values())  # increasing: written in this order
+        if end is None and base is not None:
+            end = base + shift
+
+        def new_size(start: int, old: int) -> int:
+            following = bisect_right(starts, start)
+            if following < len(starts):
+                return starts[following] - start
+            return old if end is None else end - start
+
         gone = unsound = 0
         for row, entry in enumerate(rows):
             if entry is None:
-                at = row * _ROW_BYTES + 8  # the offset column
-                old = unpack_offset(columns, at)[0]
+                at = row * _ROW_BYTES
+                old = unpack_offset(columns, at + 8)[0]  # the offset column
                 if base is not None and old >= base:
-                    pack_offset(columns, at, old + shift)
+                    pack_offset(columns, at + 8, old + shift)
                 else:  # a cold job is ready, so it was live at ``base``
-                    pack_offset(columns, at, offsets[_ID_TEXT % ids[row]])
+                    moved = offsets[_ID_TEXT % ids[row]]
+                    pack_offset(columns, at + 8, moved)
+                    size = new_size(moved, _UINT32.unpack_from(columns, at + _SIZE_COLUMN)[0])
+                    _UINT32.pack_into(columns, at + _SIZE_COLUMN, size)
             elif entry is _GONE:
                 gone += 1
             elif base is not None and entry.offset >= base:
                 entry.offset += shift
             else:
-                moved = offsets.get(entry.id)
-                if moved is not None:
-                    entry.offset = moved
+                new_offset = offsets.get(entry.id)
+                if new_offset is not None:
+                    entry.offset, entry.size = new_offset, new_size(new_offset, entry.size)
                     continue
                 if entry.state is not DONE:
                     unsound += 1
@@ -377,9 +400,19 @@ class QueueState:
                 del self.hot[entry.id]
                 rows[row] = _GONE
                 gone += 1
+        self._count_live_bytes()
         if gone * 4 > len(rows):  # gone rows cost memory until renumbered; renumbering costs time
             self._rebuild_rows()
         return unsound
+
+    def _count_live_bytes(self) -> None:
+        """``live_bytes`` summed afresh over every job (after a compaction rewrote their records)."""
+        columns = self._columns
+        total = sum(
+            _UINT32.unpack_from(columns, row * _ROW_BYTES + _SIZE_COLUMN)[0]
+            for row in compress(range(len(self._rows)), map(is_, self._rows, repeat(None)))
+        )
+        self.live_bytes = total + sum(entry.size for entry in self.hot.values() if entry.state is not DONE)
 
     # ------------------------------------------------------------ snapshots
     def to_snapshot(self) -> tuple[dict[str, Any], list[Any]]:
@@ -418,7 +451,7 @@ class QueueState:
             "rows": len(rows),
             "hot": hot,
             "counts": [self._counts[state] for state in JobState],
-            # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_records and the table's sizes
+            # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_bytes and the table's sizes
             "ints": {name: value for name, value in vars(self).items() if type(value) is int},
             "kind_names": self._kind_names,
             "fifos": fifos,
@@ -491,11 +524,12 @@ class QueueState:
         return self
 
     # ------------------------------------------------------------ apply
-    def apply(self, rtype: int, body: dict[str, Any], offset: int) -> None:
-        """Fold one record into the state. ``offset`` is where the record starts."""
+    def apply(self, rtype: int, body: dict[str, Any], offset: int, size: int = 0) -> None:
+        """Fold one record into the state. ``offset`` is where the record starts, ``size`` its
+        framed length (only an ENQUEUE's counts: see ``live_bytes``; 0 leaves it uncounted)."""
         self.records += 1
         if rtype == RecordType.ENQUEUE:
-            self._enqueue(body, offset)
+            self._enqueue(body, offset, size)
             return
         if rtype == RecordType.PURGE:
             self.clear()
@@ -545,7 +579,7 @@ class QueueState:
         elif rtype == RecordType.STAGE:
             entry.stage = body.get("stage")
 
-    def _enqueue(self, body: dict[str, Any], offset: int) -> None:
+    def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
         # become cold rows. Checks are inlined, cheapest first; a writer's body has
         # every key below, and any miss or odd value takes the Entry path, which
@@ -576,9 +610,11 @@ class QueueState:
                     except ValueError:
                         number = -1
                     if number >= 0 and _ID_TEXT % number == job_id:  # a library-format id (see _id_number)
-                        self._insert_cold(number, fifo, seq, offset, enqueued_at, available_at, attempts, max_attempts)
+                        self._insert_cold(
+                            number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts
+                        )
                         return
-        self._add_hot(Entry(body, offset))
+        self._add_hot(Entry(body, offset, size))
 
     def add(self, entry: Entry) -> None:
         """Index a job that an ENQUEUE record introduced (built from values by the writer)."""
@@ -589,7 +625,7 @@ class QueueState:
         ):  # fmt: skip
             number = _id_number(entry.id)
             if number >= 0 and self._add_cold(
-                number, entry.id, entry.seq, entry.offset, entry.enqueued_at, entry.available_at,
+                number, entry.id, entry.seq, entry.offset, entry.size, entry.enqueued_at, entry.available_at,
                 entry.priority, entry.attempts, entry.max_attempts, entry.kind,
             ):  # fmt: skip
                 return
@@ -608,6 +644,8 @@ class QueueState:
         self._ids.append(0)
         self._columns += _NO_COLUMNS
         self._counts[entry.state] += 1
+        if entry.state is not DONE:
+            self.live_bytes += entry.size
         if entry.seq >= self.next_seq:
             self.next_seq = entry.seq + 1
         if entry.state is READY:
@@ -640,6 +678,8 @@ class QueueState:
 
     def _set_state(self, entry: Entry, state: JobState) -> None:
         old = entry.state
+        if (old is DONE) is not (state is DONE):  # done is final in a sound log; either way, count right
+            self.live_bytes += entry.size if old is DONE else -entry.size
         if entry.heap == _IN_DELAYED:
             self.n_delayed -= 1
         entry.heap = _NOWHERE
@@ -664,7 +704,7 @@ class QueueState:
 
     # ------------------------------------------------------------ the cold store
     def _add_cold(
-        self, number: int, job_id: str, seq: Any, offset: int, enqueued_at: Any, available_at: Any,
+        self, number: int, job_id: str, seq: Any, offset: int, size: int, enqueued_at: Any, available_at: Any,
         priority: Any, attempts: Any, max_attempts: Any, kind: str,
     ) -> bool:  # fmt: skip
         """Store a READY job as a cold row if every field fits; False (nothing changed) if not."""
@@ -681,7 +721,7 @@ class QueueState:
             # Out of seq order for its group (only a hot job can sit anywhere), or a
             # repeated id (an anomaly the hot path resolves).
             return False
-        self._insert_cold(number, fifo, seq, offset, enqueued_at, available_at, attempts, max_attempts)
+        self._insert_cold(number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts)
         return True
 
     def _new_fifo(self, kind: str, priority: int) -> _Fifo | None:
@@ -698,7 +738,7 @@ class QueueState:
         return fifo
 
     def _insert_cold(
-        self, number: int, fifo: _Fifo, seq: int, offset: int, enqueued_at: float, available_at: float,
+        self, number: int, fifo: _Fifo, seq: int, offset: int, size: int, enqueued_at: float, available_at: float,
         attempts: int, max_attempts: int,
     ) -> None:  # fmt: skip
         rows, ids, table = self._rows, self._ids, self._table
@@ -714,6 +754,7 @@ class QueueState:
                     self.anomalies += 1
                     rows[held] = _GONE
                     self.n_cold -= 1
+                    self.live_bytes -= _UINT32.unpack_from(self._columns, held * _ROW_BYTES + _SIZE_COLUMN)[0]
                 break
             slot = (slot + 1) & self._mask
             held = table[slot]
@@ -723,8 +764,9 @@ class QueueState:
         rows.append(None)
         ids.append(number)
         self._columns += _COLUMNS.pack(
-            seq, offset, enqueued_at, available_at, fifo.priority, attempts, max_attempts, fifo.kind_number
+            seq, offset, enqueued_at, available_at, fifo.priority, attempts, max_attempts, size, fifo.kind_number
         )
+        self.live_bytes += size
         fifo.rows.append(row)
         fifo.last_seq = seq
         if not fifo.queued:
@@ -782,7 +824,7 @@ class QueueState:
 
     def _entry_of(self, row: int) -> Entry:
         """An Entry with a cold row's fields, not stored anywhere."""
-        seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, kind_number = (
+        seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, size, kind_number = (
             _COLUMNS.unpack_from(self._columns, row * _ROW_BYTES)
         )  # fmt: skip
         entry = _new_entry(Entry)
@@ -791,7 +833,7 @@ class QueueState:
         entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
         entry.finished_token = entry.traceback = None
         entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
-        entry.heap, entry.row = _IN_READY, row
+        entry.size, entry.heap, entry.row = size, _IN_READY, row
         return entry
 
     def _warm(self, row: int, heap: int) -> Entry:
@@ -834,7 +876,7 @@ class QueueState:
 
     def _rebuild_rows(self) -> None:
         """Renumber the rows without the gone ones (after compaction dropped jobs)."""
-        old_rows, old_ids, old_columns = self._rows, self._ids, self._columns
+        old_rows, old_ids, old_columns, live_bytes = self._rows, self._ids, self._columns, self.live_bytes
         self._rows, self._ids, self._columns = [], array("Q"), bytearray()
         self._table = array("q", [_EMPTY]) * 16
         self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
@@ -842,18 +884,21 @@ class QueueState:
         kind_names = self._kind_names
         for row, entry in enumerate(old_rows):
             if entry is None:
-                seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, kind_number = (
+                seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, size, kind_number = (
                     _COLUMNS.unpack_from(old_columns, row * _ROW_BYTES)
                 )  # fmt: skip
                 kind = kind_names[kind_number]
                 fifo = self._fifos.get((kind, priority)) or self._new_fifo(kind, priority)
                 assert fifo is not None and seq > fifo.last_seq, "cold rows of a group stay in seq order"
-                self._insert_cold(old_ids[row], fifo, seq, offset, enqueued_at, available_at, attempts, max_attempts)
+                self._insert_cold(
+                    old_ids[row], fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts
+                )
             elif entry is not _GONE:
                 entry.row = len(self._rows)
                 self._rows.append(entry)
                 self._ids.append(0)
                 self._columns += _NO_COLUMNS
+        self.live_bytes = live_bytes  # the same jobs: re-inserting them counted them again
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:
@@ -952,6 +997,7 @@ class QueueState:
 
 
 _INT64 = struct.Struct("<q")
+_UINT32 = struct.Struct("<I")
 _new_entry = Entry.__new__
 #: Fields a writer includes only when set (to something a cold row cannot hold).
 _HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback"})

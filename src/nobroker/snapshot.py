@@ -2,7 +2,8 @@
 
 Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
 private temp file then renaming it into place, reading and checking it,
-removing it) and the crc32 of a log prefix. Imports: errors, fs, log, replay.
+removing it) and the crc32 of a log prefix. Imports: errors, fs, jobs, log,
+replay.
 Layer order: after replay, before filestore, which calls it when it opens
 and closes a queue.
 
@@ -16,9 +17,9 @@ or rewritten log no longer matches). Anything wrong with the file itself
 (missing, short, bad crc, another generation, another machine's byte order
 or array sizes, a newer format) means: ignore it and replay the whole log.
 
-Format (version 1)::
+Format (version 2)::
 
-    header  : <8s magic "NBSNAPSH"><H version=1><I generation><Q log offset L>
+    header  : <8s magic "NBSNAPSH"><H version=2><I generation><Q log offset L>
               <I crc32 of log[0, L)><B 1 if little-endian><B itemsize of array('Q')>
               <B itemsize of array('q')><B itemsize of array('i')><H block count N>
     lengths : N x <Q block length>
@@ -45,6 +46,7 @@ from typing import Any
 
 from .errors import NobrokerError
 from .fs import FileSystem
+from .jobs import load_json, on_fresh_stack
 from .log import LogFile
 from .replay import QueueState
 
@@ -57,7 +59,8 @@ SNAPSHOT_MIN_RECORDS = 20_000
 READ_CHUNK = 8 << 20
 
 MAGIC = b"NBSNAPSH"
-VERSION = 1
+#: 2: the cold rows and the Entries carry their record's size (for live_bytes).
+VERSION = 2
 _HEADER = struct.Struct("<8sHIQIBBBBH")
 _LENGTH = struct.Struct("<Q")
 _TRAILER = struct.Struct("<I")
@@ -151,7 +154,7 @@ def _decode(data: bytes, generation: int) -> tuple[dict[str, Any], list[memoryvi
     for length in lengths:
         blocks.append(view[pos : pos + length])
         pos += length
-    fields = json.loads(bytes(blocks[0]).decode("utf-8"))
+    fields = load_json(bytes(blocks[0]).decode("utf-8"))
     if type(fields) is not dict:
         raise SnapshotError("its fields are not an object")
     return fields, blocks[1:], offset, crc
@@ -167,7 +170,8 @@ def save(
     """
     fields, arrays = state.to_snapshot()
     # allow_nan: a log written by hand may hold NaN, and replay keeps it.
-    meta = json.dumps(fields, separators=(",", ":"), allow_nan=True).encode("utf-8")
+    # On a stack of its own: hot jobs' results nest, and close() may be called from deep inside anything.
+    meta = on_fresh_stack(lambda: json.dumps(fields, separators=(",", ":"), allow_nan=True)).encode("utf-8")
     blocks: list[Any] = [meta] + [memoryview(a).cast("B") for a in arrays]
     head = _HEADER.pack(MAGIC, VERSION, generation, offset, crc, *_MACHINE, len(blocks))
     head += b"".join(_LENGTH.pack(len(b)) for b in blocks)

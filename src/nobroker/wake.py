@@ -14,6 +14,11 @@ made, both sides quietly do nothing and workers poll.
 The reader opens the pipe read-write: then the pipe always has a writer, so
 select() never reports an end-of-file that would spin the loop.
 
+Both sides check what they opened (fstat, after a non-blocking open) and use
+it only if it really is a named pipe (the reader's also ours): a regular
+file or anything else at that name is never written to nor read from; the
+channel logs one warning and does nothing from then on (workers poll).
+
 A waiter may also watch an ``interrupt`` descriptor of its own (the read end
 of a private os.pipe()): whoever wants it back at once (Worker.stop(), a
 signal handler) writes a byte there. The wait never reads it, so a stop stays
@@ -23,10 +28,13 @@ visible to every later wait.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import select
 import stat
 import time
+
+logger = logging.getLogger("nobroker")
 
 #: How long a writer that found no reader waits before it looks again; bounds
 #: the cost of an enqueue when nobody is waiting to one failed open per period.
@@ -56,10 +64,14 @@ class WakeChannel:
             now = time.monotonic()
             if now < self._retry_at:
                 return
+            if not self._looks_like_our_pipe(check_owner=False):
+                return
             try:
                 fd = os.open(self.path, os.O_WRONLY | _FLAGS)
             except OSError:  # no pipe yet, or nobody reading it
                 self._retry_at = now + RETRY_OPEN
+                return
+            if not self._is_our_pipe(fd, check_owner=False):
                 return
             self._writer = fd
         try:
@@ -82,14 +94,46 @@ class WakeChannel:
                 os.mkfifo(self.path, 0o600)
             except FileExistsError:
                 pass
-            st = os.lstat(self.path)
-            if not stat.S_ISFIFO(st.st_mode) or (hasattr(os, "geteuid") and st.st_uid != os.geteuid()):
-                self._usable = False  # something else sits at that name: do not touch it
+            if not self._looks_like_our_pipe(check_owner=True):
                 return False
-            self._reader = os.open(self.path, os.O_RDWR | _FLAGS)
-            self.heard_from = time.monotonic() + RETRY_OPEN
+            fd = os.open(self.path, os.O_RDWR | _FLAGS)
         except OSError:
             self._usable = False
+            return False
+        if not self._is_our_pipe(fd, check_owner=True):
+            return False
+        self._reader = fd
+        self.heard_from = time.monotonic() + RETRY_OPEN
+        return True
+
+    def _is_our_pipe(self, fd: int, *, check_owner: bool) -> bool:
+        """Is ``fd`` a named pipe (ours, with ``check_owner``)? If not: close it and give the name up."""
+        try:
+            problem = _not_our_pipe(os.fstat(fd), check_owner)  # what was opened, whatever the name is now
+        except OSError as exc:
+            problem = f"unreadable ({exc})"
+        if problem is None:
+            return True
+        _close_quietly(fd)
+        self._give_up(problem)
+        return False
+
+    def _give_up(self, problem: str) -> None:
+        """Something else sits at our name: never touch it again, and say so once."""
+        self._usable = False
+        logger.warning(
+            "%s is %s: nobroker never writes to it; idle workers poll instead of being woken. "
+            "Remove it and nobroker makes the pipe again.", self.path, problem,
+        )  # fmt: skip
+
+    def _looks_like_our_pipe(self, *, check_owner: bool) -> bool:
+        """Before opening: a name that exists must be a named pipe, so nothing else is ever opened."""
+        try:
+            problem = _not_our_pipe(os.lstat(self.path), check_owner)
+        except OSError:  # nothing there yet: the open fails, and is tried again later
+            return True
+        if problem is not None:
+            self._give_up(problem)
             return False
         return True
 
@@ -146,6 +190,15 @@ class WakeChannel:
     def close(self) -> None:
         self._close_reader()
         self._close_writer()
+
+
+def _not_our_pipe(st: os.stat_result, check_owner: bool) -> str | None:
+    """What is wrong with the file ``st`` describes as our wake pipe; None if nothing."""
+    if not stat.S_ISFIFO(st.st_mode):
+        return f"not a named pipe (mode {st.st_mode:o})"
+    if check_owner and hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        return f"a named pipe owned by uid {st.st_uid}, not by you"
+    return None
 
 
 def _close_quietly(fd: int | None) -> None:

@@ -45,7 +45,6 @@ import concurrent.futures
 import dataclasses
 import inspect
 import logging
-import math
 import os
 import queue as queue_module
 import signal
@@ -58,7 +57,16 @@ from types import FrameType
 from typing import Any, Protocol
 
 from .errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
-from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, MAX_TRACEBACK_CHARS, Job, stored_json
+from .jobs import (
+    MAX_ERROR_CHARS,
+    MAX_RESULT_BYTES,
+    MAX_SECONDS,
+    MAX_TRACEBACK_CHARS,
+    Job,
+    finite_float,
+    shown,
+    stored_json,
+)
 
 __all__ = ["Worker", "WorkerStats", "WorkQueue"]
 
@@ -189,12 +197,8 @@ class _Outcome:
 
 
 def _is_positive_number(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
+    number = finite_float(value)  # never raises, not even for 10**400
+    return number is not None and number > 0
 
 
 def _error_text(exc: BaseException) -> str:
@@ -280,13 +284,13 @@ class Worker:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}")
         if not _is_positive_number(poll_interval) or poll_interval > MAX_SECONDS:
-            raise ValueError(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
+            raise ValueError(f"poll_interval must be a number of seconds > 0, got {shown(poll_interval)}")
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
             raise ValueError(f"max_jobs must be None or an integer >= 1, got {max_jobs!r}")
         if idle_timeout is not None and not (
             idle_timeout == 0 or _is_positive_number(idle_timeout)
         ):
-            raise ValueError(f"idle_timeout must be None or a number of seconds >= 0, got {idle_timeout!r}")
+            raise ValueError(f"idle_timeout must be None or a number of seconds >= 0, got {shown(idle_timeout)}")
         if isinstance(kinds, str):
             kinds = [kinds]
         self._queue = queue
