@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
+import tempfile
 import unittest
 
 import nobroker
@@ -78,6 +79,32 @@ class PublicNames(unittest.TestCase):
         if cls is Job:
             return Job("x", None)
         return cls()
+
+    def test_the_queue_and_the_worker_keep_0_1_2s_attributes(self) -> None:
+        # Not here: Queue.path (0.1.2: the log file; here the folder, or the DSN) and Queue.dir.
+        queue_names = {
+            "name", "fsync", "visibility_timeout", "max_attempts", "backoff", "recovery", "enqueue", "enqueue_many",
+            "lease", "lease_one", "ack", "nack", "extend", "requeue_dead", "purge", "get", "stats", "list_jobs", "dlq",
+            "compact", "close", "__enter__", "__exit__", "__len__",
+        }  # fmt: skip
+        worker_names = {
+            "queue", "handler", "concurrency", "poll_interval", "max_jobs", "idle_timeout", "handle_signals", "stats",
+            "stop", "run",
+        }  # fmt: skip
+        with tempfile.TemporaryDirectory() as folder, Queue(folder, fsync=False, visibility_timeout=7) as q:
+            self.assertEqual(sorted(n for n in queue_names if not hasattr(q, n)), [])
+            self.assertEqual((q.fsync, q.visibility_timeout), (False, 7))
+
+            def handle(job: Job) -> None:
+                pass
+
+            worker = nobroker.Worker(q, handle, concurrency=2, poll_interval=0.5, max_jobs=3, idle_timeout=1, handle_signals=False)
+            self.assertEqual(sorted(n for n in worker_names if not hasattr(worker, n)), [])
+            self.assertEqual(
+                (worker.queue, worker.handler, worker.concurrency, worker.poll_interval, worker.max_jobs,
+                 worker.idle_timeout, worker.handle_signals),
+                (q, handle, 2, 0.5, 3, 1.0, False),
+            )  # fmt: skip
 
     def test_job_states_are_the_four_of_0_1_2(self) -> None:
         self.assertEqual({s.value for s in JobState}, {"ready", "leased", "done", "dead"})

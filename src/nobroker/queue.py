@@ -391,6 +391,11 @@ class Queue:
         return self._storage.durable
 
     @property
+    def fsync(self) -> bool:
+        """The ``fsync`` it was opened with (nobroker 0.1.2's name for ``durable``)."""
+        return self._storage.durable
+
+    @property
     def recovery(self) -> RecoveryReport:
         """What opening the queue found (torn tail cut, records replayed, time taken)."""
         return self._storage.recovery

@@ -362,6 +362,31 @@ class Worker:
         """How many jobs this worker runs at once."""
         return self._concurrency
 
+    # What it was made with, read-only (nobroker 0.1.2's Worker had them as attributes).
+    @property
+    def queue(self) -> WorkQueue:
+        return self._queue
+
+    @property
+    def handler(self) -> Handler:
+        return self._handler
+
+    @property
+    def poll_interval(self) -> float:
+        return self._poll_interval
+
+    @property
+    def max_jobs(self) -> int | None:
+        return self._max_jobs
+
+    @property
+    def idle_timeout(self) -> float | None:
+        return self._idle_timeout
+
+    @property
+    def handle_signals(self) -> bool:
+        return self._handle_signals
+
     def stop(self) -> None:
         """Stop leasing; ``run()`` returns once the running jobs finished. Any thread.
 
