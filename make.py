@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -190,6 +190,7 @@ class ModuleResult:
     seconds: float = 0.0
     output: str = ""
     problem: str = ""  # set when the module died without reporting counts
+    skips: list[tuple[str, str]] = field(default_factory=list)  # (test id, reason) of each skipped test
 
     @property
     def ok(self) -> bool:
@@ -305,6 +306,7 @@ class ModuleRunner:
                 result.passed = counts["passed"]
                 result.failed = counts["failed"]
                 result.skipped = counts["skipped"]
+                result.skips = [(str(test), str(reason)) for test, reason in counts.get("skips", [])]
                 if code not in (0, 1) and not result.problem:
                     result.problem = f"exited with code {code} after its tests"
         if result.problem and result.failed == 0:
@@ -384,6 +386,8 @@ def run_tests(argv: list[str], *, quick: bool) -> int:
         print("=" * 70)
         print(res.output.rstrip("\n") or "(no output)")
     save_times(results)
+    for line in skip_summary(results):
+        print(line)
     passed = sum(r.passed for r in results)
     failed = sum(r.failed for r in results)
     skipped = sum(r.skipped for r in results)
@@ -395,6 +399,31 @@ def run_tests(argv: list[str], *, quick: bool) -> int:
         print("make.py: no test ran", file=sys.stderr)
         return 1
     return 1 if failed else 0
+
+
+#: Places named per skip reason in the summary before "and N more".
+SKIP_PLACES_SHOWN = 3
+
+
+def skip_summary(results: list[ModuleResult]) -> list[str]:
+    """The skips grouped by reason, most first: count, reason, and where (the test, or its modules)."""
+    by_reason: dict[str, list[str]] = {}
+    for res in results:
+        for test_id, reason in res.skips:
+            by_reason.setdefault(reason, []).append(test_id)
+    if not by_reason:
+        return []
+    lines = ["\nskipped, by reason:"]
+    for reason, tests in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+        if len(tests) == 1:
+            places = tests
+        else:  # many tests: name their modules (a test id is module.Class.test)
+            places = sorted({test.rsplit(".", 2)[0] if test.count(".") >= 2 else test for test in tests})
+        shown = ", ".join(places[:SKIP_PLACES_SHOWN])
+        if len(places) > SKIP_PLACES_SHOWN:
+            shown += f" and {len(places) - SKIP_PLACES_SHOWN} more"
+        lines.append(f"  {len(tests):>4}  {reason}  ({shown})")
+    return lines
 
 
 def run_one_module(argv: list[str]) -> int:
@@ -412,6 +441,7 @@ def run_one_module(argv: list[str]) -> int:
         def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, **kwargs)  # type: ignore[arg-type]
             self.outcome: dict[str, str] = {}
+            self.reasons: dict[str, str] = {}
 
         def _mark(self, test: unittest.TestCase, outcome: str) -> None:
             key = test.id()
@@ -430,6 +460,7 @@ def run_one_module(argv: list[str]) -> int:
         def addSkip(self, test: unittest.TestCase, reason: str) -> None:
             super().addSkip(test, reason)
             self._mark(test, "skipped")
+            self.reasons[test.id()] = reason
 
         def addFailure(self, test: unittest.TestCase, err: object) -> None:
             super().addFailure(test, err)  # type: ignore[arg-type]
@@ -448,19 +479,22 @@ def run_one_module(argv: list[str]) -> int:
             if err is not None:
                 self._mark(test, "failed")
 
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    tally = {"passed": 0, "failed": 0, "skipped": 0}
+    skips: list[list[str]] = []  # [test id, reason]: the summary groups them by reason
     try:
         suite = unittest.defaultTestLoader.loadTestsFromNames(names)
         runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2 if verbose else 1, resultclass=CountingResult)
         result = runner.run(suite)
-        for outcome in result.outcome.values():  # type: ignore[attr-defined]
-            counts[outcome] += 1
+        for test_id, outcome in result.outcome.items():  # type: ignore[attr-defined]
+            tally[outcome] += 1
+            if outcome == "skipped":
+                skips.append([test_id, result.reasons.get(test_id, "")])  # type: ignore[attr-defined]
     except Exception:
         traceback.print_exc()
-        counts["failed"] += 1
+        tally["failed"] += 1
     with open(os.environ[COUNTS_ENV], "w", encoding="utf-8") as f:
-        json.dump(counts, f)
-    return 1 if counts["failed"] else 0
+        json.dump({**tally, "skips": skips}, f)
+    return 1 if tally["failed"] else 0
 
 
 # ------------------------------------------------------------------ entry

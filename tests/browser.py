@@ -64,8 +64,8 @@ CHROMIUM_FLAGS = (
     "--mute-audio",
 )
 #: Seconds to wait for one protocol reply, for a page load, and for the process to exit.
-COMMAND_TIMEOUT = 30.0
-LOAD_TIMEOUT = 30.0
+COMMAND_TIMEOUT = 120.0
+LOAD_TIMEOUT = 120.0
 EXIT_TIMEOUT = 5.0
 #: The page's viewport, also the screenshot size unless full_page is asked for.
 WINDOW_SIZE = (1280, 900)

@@ -2,8 +2,8 @@
 
 Owns: SimDisk (an in-memory, single-process FileSystem), its power-cut
 model, its fault injection and the test-only switch that turns the fsync
-calls of one nobroker call site into no-ops. Imports: the standard library
-and nobroker.fs only.
+calls of one nobroker call site into no-ops. Imports: the standard library,
+nobroker.fs and tests.fsync_sites (what a call site is).
 
 The model of a disk, stated so each test knows what it proves:
   * Every inode (file or folder) has a *durable* copy and a *visible* copy.
@@ -37,7 +37,6 @@ import errno as errno_mod
 import os
 import random
 import stat
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nobroker.fs import FileSystem
+from tests.fsync_sites import Site, call_site
 
 #: Operations that change the disk; the crash sweeps cut before each of them.
 MUTATING = ("pwrite", "truncate", "fsync", "replace", "unlink", "fsync_dir", "mkdir", "create")
@@ -52,8 +52,6 @@ MUTATING = ("pwrite", "truncate", "fsync", "replace", "unlink", "fsync_dir", "mk
 FAULTABLE = ("write", "fsync", "rename", "fsync_dir")
 FAULT_OPS = FAULTABLE + ("read",)
 POWER_CUT_MODES = ("drop", "prefix", "garbage", "reorder")
-
-_SRC_MARK = os.sep + os.path.join("src", "nobroker") + os.sep
 
 
 class _Node:
@@ -81,22 +79,10 @@ class Fault:
 
 @dataclass
 class SiteSwitch:
-    """Make ``op`` ("fsync" or "fsync_dir") a no-op when called from ``site``."""
+    """Make fsync and fsync_dir no-ops when called from ``site`` (see tests.fsync_sites)."""
 
-    op: str
-    site: tuple[str, str, int]
+    site: Site
     hits: int = 0
-
-
-def call_site() -> tuple[str, str, int]:
-    """(file, function, line) of the innermost frame inside src/nobroker."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if _SRC_MARK in filename:
-            return (os.path.basename(filename), frame.f_code.co_name, frame.f_lineno)
-        frame = frame.f_back  # type: ignore[assignment]
-    return ("?", "?", 0)
 
 
 class SimDisk(FileSystem):
@@ -127,8 +113,8 @@ class SimDisk(FileSystem):
         self.short_writes: random.Random | None = None
         #: Called as hook(disk, op) before every mutating operation (the crash sweeps cut there).
         self.before_mutation: Callable[[SimDisk, str], None] | None = None
-        #: Every (op, site) seen for fsync and fsync_dir, for the teeth test.
-        self.sites_seen: set[tuple[str, tuple[str, str, int]]] = set()
+        #: Every site that called fsync or fsync_dir, for the teeth test.
+        self.sites_seen: set[Site] = set()
         self.record_sites = False
         root_node = self._new_node(is_dir=True)
         self._root_ino = root_node.ino
@@ -193,14 +179,14 @@ class SimDisk(FileSystem):
                 fault.fired += 1
                 raise OSError(fault.errno, os.strerror(fault.errno), path)
 
-    def _switched_off(self, op: str) -> bool:
+    def _switched_off(self) -> bool:
         if not self.switches and not self.record_sites:
             return False
         site = call_site()
         if self.record_sites:
-            self.sites_seen.add((op, site))
+            self.sites_seen.add(site)
         for switch in self.switches:
-            if switch.op == op and switch.site == site:
+            if switch.site == site:
                 switch.hits += 1
                 return True
         return False
@@ -288,7 +274,7 @@ class SimDisk(FileSystem):
         with self._mutex:
             node, _ = self._node_of_fd(fd)
             self._mutating("fsync")
-            if self._switched_off("fsync"):
+            if self._switched_off():
                 return
             try:
                 self._maybe_fail("fsync")
@@ -309,7 +295,7 @@ class SimDisk(FileSystem):
         with self._mutex:
             node = self._lookup(path)
             self._mutating("fsync_dir")
-            if self._switched_off("fsync_dir"):
+            if self._switched_off():
                 return
             self._maybe_fail("fsync_dir", path)
             self._settle(lambda p: p[0] in ("link", "unlink", "rename") and p[1] == node.ino)

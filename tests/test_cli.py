@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,8 @@ from unittest import mock
 
 import nobroker
 from nobroker import JobState, Queue, cli, maintenance
+from tests.pgsupport import connect as pg_connect
+from tests.pgsupport import drop_schema, fresh_name, require_postgres
 from tests.support import TempDirTestCase, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,6 +115,13 @@ class CliTestCase(TempDirTestCase):
         self.assertNotIn("Traceback", result.err)
 
 
+def fake_queue() -> mock.MagicMock:
+    """A stand-in Queue that holds one job (so the CLI has no reason to look for other queues)."""
+    fake = mock.MagicMock()
+    fake.__len__.return_value = 1
+    return fake
+
+
 # ---------------------------------------------------------------- the parser
 class ParserTests(CliTestCase):
     def test_version(self) -> None:
@@ -136,7 +146,7 @@ class ParserTests(CliTestCase):
                     "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg"]
         for name in commands:
             self.assertIn(name, top.out)
-        for argv in [[name, "--help"] for name in commands if name != "bench"] + [["pg", "migrate", "--help"]]:
+        for argv in [[name, "--help"] for name in commands] + [["pg", "migrate", "--help"]]:
             with self.subTest(argv=argv):
                 result = run_main(argv)
                 self.assertEqual(result.code, 0)
@@ -167,34 +177,34 @@ class ParserTests(CliTestCase):
 
     def test_dsn_opens_the_queue_with_the_dsn_and_name(self) -> None:
         dsn = "postgresql://user@localhost/app"
-        fake = mock.MagicMock()
+        fake = fake_queue()
         fake.stats.return_value = nobroker.QueueStats(ready=3)
         with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
             result = run_main(["--dsn", dsn, "--queue", "mail", "--json", "stats"])
         self.assertEqual(result.code, 0, result.err)
-        queue_class.assert_called_once_with(dsn, name="mail")
+        queue_class.assert_called_once_with(dsn, name="mail", create=False)
         self.assertEqual(result.json()["ready"], 3)  # type: ignore[index]
         fake.close.assert_called_once_with()
 
     def test_schema_goes_to_the_postgresql_queue_only(self) -> None:
-        fake = mock.MagicMock()
+        fake = fake_queue()
         fake.lease.return_value = []
         with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
             result = run_main(["--dsn", "postgresql://h/db", "lease", "--schema", "jobs"])
         self.assertEqual(result.code, 0, result.err)
-        queue_class.assert_called_once_with("postgresql://h/db", name="default", schema="jobs")
+        queue_class.assert_called_once_with("postgresql://h/db", name="default", create=False, schema="jobs")
         refused = self.cli("--schema", "jobs", "lease")
         self.assertEqual(refused.code, 2)
         self.assertIn("--schema applies to the PostgreSQL storage", refused.err)
 
     def test_dsn_from_the_environment(self) -> None:
         os.environ["NOBROKER_DSN"] = "postgres://env/db"
-        fake = mock.MagicMock()
+        fake = fake_queue()
         fake.lease.return_value = []
         with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
             result = run_main(["--json", "lease"])
         self.assertEqual(result.code, 0, result.err)
-        queue_class.assert_called_once_with("postgres://env/db", name="default")
+        queue_class.assert_called_once_with("postgres://env/db", name="default", create=False)
         self.assertEqual(result.json(), [])
 
     def test_file_only_commands_refuse_a_dsn(self) -> None:
@@ -203,6 +213,223 @@ class ParserTests(CliTestCase):
                 result = run_main(["--dsn", "postgresql://localhost/x", command])
                 self.assertEqual(result.code, 2)
                 self.assertIn("file storage", result.err)
+
+
+# ---------------------------------------------------------------- which storage, and never creating by mistake
+class StorageChoiceTests(CliTestCase):
+    """--dsn, --dir and NOBROKER_DSN are checked against what they must be, before anything is opened."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.workdir = os.path.join(self.dir, "cwd")
+        os.mkdir(self.workdir)
+        cwd = os.getcwd()
+        os.chdir(self.workdir)  # a refused location must not turn into a folder here
+        self.addCleanup(os.chdir, cwd)
+
+    def test_a_libpq_keyword_dsn_is_postgresql(self) -> None:
+        dsn = "host=localhost dbname=app"
+        fake = fake_queue()
+        fake.stats.return_value = nobroker.QueueStats(ready=2)
+        with mock.patch.object(nobroker, "Queue", return_value=fake) as queue_class:
+            result = run_main(["--dsn", dsn, "--json", "stats"])
+        self.assertEqual(result.code, 0, result.err)
+        queue_class.assert_called_once_with(dsn, name="default", create=False)
+        self.assertEqual(os.listdir(self.workdir), [])
+
+    def test_what_is_not_a_postgresql_dsn_is_refused_in_one_line_and_nothing_is_created(self) -> None:
+        cases = [
+            ["--dsn", "mysql://x", "enqueue", "a"],
+            ["--dsn", "sqlite:///jobs.db", "stats"],
+            ["--dsn", "hots=localhost dbname=app", "enqueue", "a"],  # a typo of a key word
+            ["--dsn", "./jobs", "enqueue", "a"],  # a folder given as a DSN
+            ["--dir", "redis://localhost/0", "enqueue", "a"],
+            ["--dir", "postgresql://localhost/app", "enqueue", "a"],  # a DSN given as a folder
+        ]
+        for argv in cases:
+            with self.subTest(argv=argv):
+                result = run_main(argv)
+                self.assert_one_line_error(result, code=2)
+                self.assertEqual(os.listdir(self.workdir), [])
+        os.environ["NOBROKER_DSN"] = "mysql://app@db/app"
+        result = run_main(["enqueue", "a"])
+        self.assert_one_line_error(result, code=2)
+        self.assertIn("NOBROKER_DSN", result.err)
+        self.assertEqual(os.listdir(self.workdir), [])
+
+    def test_the_messages_say_what_was_wrong(self) -> None:
+        self.assertIn("mysql:// URL", run_main(["--dsn", "mysql://u:pw@h/db", "stats"]).err)
+        self.assertNotIn("pw", run_main(["--dsn", "mysql://u:pw@h/db", "stats"]).err)
+        self.assertIn("'hots' is not a libpq key word", run_main(["--dsn", "hots=h dbname=app", "stats"]).err)
+        self.assertIn("pass --dir", run_main(["--dsn", "./jobs", "stats"]).err)
+        self.assertIn("pass it as --dsn", run_main(["--dir", "postgres://h/app", "stats"]).err)
+
+    def test_the_library_makes_the_same_choice(self) -> None:
+        from nobroker.storage import dsn_parameters, is_dsn, storage_kind
+
+        for dsn in ("postgresql://h/app", "postgres://h/app", "host=localhost dbname=app", "dbname=app",
+                    "host = '/var/run/postgresql' dbname=test", "service=prod"):
+            self.assertEqual(storage_kind(dsn), "postgresql", dsn)
+            self.assertTrue(is_dsn(dsn), dsn)
+        for folder in ("./jobs", "/var/lib/q", "jobs", "data=old", "a b", "C://x", "x=1 y=2"):
+            self.assertEqual(storage_kind(folder), "folder", folder)
+        for refused in ("mysql://x", "sqlite:///x.db", "file:///tmp/q", "host=h dbnmae=app"):
+            with self.assertRaises(nobroker.UnknownStorageError, msg=refused):
+                storage_kind(refused)
+            self.assertFalse(is_dsn(refused))
+            with self.assertRaises(nobroker.UnknownStorageError):
+                Queue(refused)
+        self.assertEqual(os.listdir(self.workdir), [])
+        self.assertEqual(dsn_parameters("host='a b' password=x\\ y"), {"host": "a b", "password": "x y"})
+        self.assertEqual(dsn_parameters("postgresql://h/db?connect_timeout=3"), {"connect_timeout": "3"})
+
+    def test_a_keyword_dsn_never_shows_its_password(self) -> None:
+        from nobroker.postgres import redact_dsn
+
+        self.assertEqual(redact_dsn("host=db password=s3cret dbname=app"), "host=db dbname=app")
+        self.assertEqual(redact_dsn("host='/var/run/x y' password='a b'"), "host='/var/run/x y'")
+
+
+class NoCreationTests(CliTestCase):
+    """Only `enqueue` and `work` may create a queue; every other command refuses one that is not there."""
+
+    COMMANDS = [
+        ["ack", "some-id"], ["nack", "some-id"], ["lease"], ["extend", "some-id", "5"], ["compact"],
+        ["purge", "--yes"], ["dlq", "--requeue"], ["dlq", "--requeue", "some-id"], ["dlq"], ["stats"],
+        ["list"], ["get", "some-id"], ["recover"], ["inspect"], ["verify"], ["repair", "--yes"], ["serve"],
+    ]
+
+    def run_everywhere(self, *global_args: str) -> list[tuple[list[str], Result]]:
+        serve = mock.Mock(side_effect=AssertionError("serve must not start"))
+        results = []
+        with stand_in_module("nobroker.dashboard", serve=serve):
+            for argv in self.COMMANDS:
+                results.append((argv, self.cli(*global_args, *argv)))
+        serve.assert_not_called()
+        return results
+
+    def test_a_mistyped_dir_is_refused_and_never_created(self) -> None:
+        for argv, result in self.run_everywhere():
+            with self.subTest(argv=argv):
+                self.assert_one_line_error(result)
+                self.assertIn(f"no queue folder at {self.qdir!r}", result.err)
+                self.assertIn("check --dir", result.err)
+                self.assertFalse(os.path.exists(self.qdir))
+
+    def test_a_mistyped_queue_is_refused_with_the_queues_found(self) -> None:
+        self.enqueue("a")
+        before = sorted(os.listdir(self.qdir))
+        for argv, result in self.run_everywhere("--queue", "emials"):
+            with self.subTest(argv=argv):
+                self.assert_one_line_error(result)
+                self.assertIn(f"no queue named 'emials' in {self.qdir!r} (queues found: 'default')", result.err)
+                self.assertIn("check --queue", result.err)
+                self.assertEqual(sorted(os.listdir(self.qdir)), before)
+        self.assertEqual(maintenance.list_queues(self.qdir), ["default"])
+
+    def test_a_file_is_not_a_queue_folder(self) -> None:
+        with open(self.qdir, "w") as f:
+            f.write("not a folder")
+        for argv in (["stats"], ["ack", "x"], ["verify"]):
+            with self.subTest(argv=argv):
+                result = self.cli(*argv)
+                self.assert_one_line_error(result)
+                self.assertIn(f"{self.qdir!r} is a file, not a queue folder", result.err)
+                self.assertNotIn("enqueued", result.err)
+
+    def test_enqueue_and_work_create_the_queue(self) -> None:
+        self.ok("--queue", "fresh", "work", "examples.handlers:ok", "--idle-timeout", "0")
+        self.assertEqual(maintenance.list_queues(self.qdir), ["fresh"])
+        self.ok("--queue", "other", "enqueue", "a")
+        self.assertEqual(maintenance.list_queues(self.qdir), ["fresh", "other"])
+
+    def test_the_library_refuses_the_same_way(self) -> None:
+        with self.assertRaises(nobroker.QueueNotFoundError) as caught:
+            Queue(self.qdir, create=False)
+        self.assertEqual(caught.exception.missing, "folder")
+        self.assertFalse(os.path.exists(self.qdir))
+        Queue(self.qdir).close()
+        with self.assertRaises(nobroker.QueueNotFoundError) as caught:
+            Queue(self.qdir, "emials", create=False)
+        self.assertEqual((caught.exception.missing, caught.exception.found), ("queue", ["default"]))
+        self.assertEqual(nobroker.list_queues(self.qdir), ["default"])
+        Queue(self.qdir, create=False).close()  # an existing queue opens
+
+
+def keyword_form(dsn: str) -> str:
+    """The same connection as a libpq keyword string ("host=... dbname=...")."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    return " ".join(f"{key}='{value}'" for key, value in conninfo_to_dict(dsn).items())
+
+
+class PostgresCliTests(CliTestCase):
+    """The CLI against the real PostgreSQL server: keyword DSNs, no schema made by mistake, an unreachable server."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.dsn = require_postgres(self)
+        self.schema = fresh_name("nbcli")
+        self.addCleanup(drop_schema, self.schema)
+
+    def pg(self, *args: str, dsn: str | None = None) -> Result:
+        return run_main(["--dsn", dsn or self.dsn, "--schema", self.schema, *args])
+
+    def schema_exists(self) -> bool:
+        with pg_connect() as conn:
+            return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is not None
+
+    def test_a_keyword_dsn_works_like_a_url(self) -> None:
+        dsn = keyword_form(self.dsn)
+        self.assertEqual(self.pg("enqueue", "hello", dsn=dsn).code, 0)
+        stats = self.pg("--json", "stats", dsn=dsn)
+        self.assertEqual(stats.code, 0, stats.err)
+        self.assertEqual(stats.json()["ready"], 1)  # type: ignore[index]
+        self.assertEqual(self.pg("--json", "stats").json()["ready"], 1)  # type: ignore[index]
+
+    def test_commands_that_only_look_or_change_jobs_create_no_schema(self) -> None:
+        for argv in (["stats"], ["lease"], ["ack", "x"], ["compact"], ["purge", "--yes"], ["dlq", "--requeue"]):
+            with self.subTest(argv=argv):
+                result = self.pg(*argv)
+                self.assert_one_line_error(result)
+                self.assertIn(f"no nobroker schema {self.schema!r}", result.err)
+                self.assertIn("check --dsn and --schema", result.err)
+                self.assertFalse(self.schema_exists())
+        self.assertEqual(self.pg("enqueue", "a").code, 0)
+        self.assertTrue(self.schema_exists())
+        self.assertEqual(self.pg("--json", "stats").json()["ready"], 1)  # type: ignore[index]
+
+    def test_an_empty_queue_name_that_others_use_is_pointed_out(self) -> None:
+        self.assertEqual(self.pg("--queue", "emails", "enqueue", "a").code, 0)
+        result = self.pg("--queue", "emials", "--json", "stats")
+        self.assertEqual(result.code, 0, result.err)
+        self.assertIn("queue 'emials' holds no jobs here (queues holding jobs: 'emails'); check --queue", result.err)
+
+    def test_an_unreachable_server_is_one_line_then_the_error(self) -> None:
+        for argv in (["--connect-timeout", "1", "stats"], ["enqueue", "a"]):
+            dsn = "postgresql://127.0.0.1:1/app" + ("" if "--connect-timeout" in argv else "?connect_timeout=1")
+            with self.subTest(argv=argv):
+                result = run_main(["--dsn", dsn, *argv])
+                self.assertEqual(result.code, 1, result.err)
+                lines = result.err.splitlines()
+                self.assertEqual(len(lines), 2, result.err)
+                self.assertRegex(lines[0], r"^nobroker: warning: cannot reach PostgreSQL at postgresql://127\.0\.0\.1:1/")
+                self.assertRegex(lines[1], r"^nobroker: error: cannot connect to PostgreSQL at .*\(tried for 1 s\)$")
+        once = run_main(["--dsn", "postgresql://127.0.0.1:1/app", "--connect-timeout", "0", "stats"])
+        self.assertEqual(once.err.count("\n"), 1, once.err)
+        self.assertIn("(tried once)", once.err)
+
+    def test_the_library_logs_one_warning_however_long_it_tries(self) -> None:
+        with self.assertLogs("nobroker.postgres", "DEBUG") as logs, self.assertRaises(nobroker.StorageError):
+            Queue("host=127.0.0.1 port=1 dbname=app", reconnect_timeout=1.5)
+        warnings = [r for r in logs.records if r.levelname == "WARNING"]
+        self.assertEqual(len(warnings), 1, [r.getMessage() for r in logs.records])
+        self.assertGreater(len(logs.records), 1, "the later attempts are logged at DEBUG")
+
+    def test_connect_timeout_is_for_postgresql_only(self) -> None:
+        result = self.cli("--connect-timeout", "3", "stats")
+        self.assertEqual(result.code, 2)
+        self.assertIn("--connect-timeout applies to the PostgreSQL storage", result.err)
 
 
 # ---------------------------------------------------------------- payloads
@@ -311,6 +538,41 @@ class EnqueueTests(CliTestCase):
         self.assertEqual({j["payload"] for j in jobs}, {"tock"})  # type: ignore[union-attr]
         self.assertEqual(len(self.queue()), 8)
 
+    def interrupted_count(self, *, signals_in_second_batch: int, json_output: bool = False) -> tuple[Result, Queue]:
+        """``enqueue --count 10`` in batches of 3 with Ctrl-C arriving while the second batch is written."""
+        calls = []
+        real = Queue.enqueue_many
+
+        def enqueue_many(queue: Queue, *args: object, **kwargs: object) -> list:
+            calls.append(1)
+            if len(calls) == 2:
+                for _ in range(signals_in_second_batch):
+                    os.kill(os.getpid(), signal.SIGINT)
+            return real(queue, *args, **kwargs)  # type: ignore[arg-type]
+
+        with mock.patch.object(cli, "ENQUEUE_COUNT_BATCH", 3), mock.patch.object(Queue, "enqueue_many", enqueue_many):
+            result = self.cli(*(["--json"] if json_output else []), "enqueue", "x", "--count", "10")
+        return result, self.queue()
+
+    def test_ctrl_c_during_count_reports_what_was_enqueued(self) -> None:
+        result, queue = self.interrupted_count(signals_in_second_batch=1)
+        self.assertEqual(result.code, 130, result.err)
+        ids = result.out.split()
+        self.assertEqual(len(ids), 6, "the batch being written when Ctrl-C came is finished and reported")
+        self.assertEqual(sorted(ids), sorted(job.id for job in queue.list_jobs()))
+        self.assertIn("interrupted: enqueued 6 of 10 jobs (their ids are above)", result.err)
+        as_json, queue = self.interrupted_count(signals_in_second_batch=1, json_output=True)
+        self.assertEqual(as_json.code, 130, as_json.err)
+        self.assertEqual(len(as_json.json()), 6)  # type: ignore[arg-type]
+        self.assertEqual(len(queue), 12)
+
+    def test_a_second_ctrl_c_quits_during_the_batch_and_says_so(self) -> None:
+        result, queue = self.interrupted_count(signals_in_second_batch=2)
+        self.assertEqual(result.code, 130, result.err)
+        self.assertEqual(result.out.split(), [job.id for job in queue.list_jobs()])
+        self.assertIn("interrupted: enqueued 3 of 10 jobs", result.err)
+        self.assertIn("may or may not be in the queue", result.err)
+
     def test_count_with_id_is_a_usage_error(self) -> None:
         result = self.cli("enqueue", "x", "--count", "2", "--id", "a")
         self.assertEqual(result.code, 2)
@@ -372,6 +634,14 @@ class LeaseAckNackTests(CliTestCase):
         self.assertIn("dead", result.out)
         self.assertEqual(self.queue().get(job["id"]).state, JobState.DEAD)
 
+    def test_nack_delay_and_permanent_are_exclusive(self) -> None:
+        job = self.enqueue("a")
+        self.ok("lease")
+        result = self.cli("nack", job["id"], "--delay", "5", "--permanent")
+        self.assertEqual(result.code, 2, result.err)
+        self.assertIn("not allowed with argument", result.err)
+        self.assertEqual(self.queue().get(job["id"]).state, JobState.LEASED)
+
     def test_nack_human_output_says_when_it_runs_again(self) -> None:
         job = self.enqueue("flaky")
         self.ok("lease")
@@ -388,6 +658,14 @@ class LeaseAckNackTests(CliTestCase):
     def test_extend_of_a_job_not_leased_is_an_error(self) -> None:
         job = self.enqueue("idle")
         self.assert_one_line_error(self.cli("extend", job["id"], "60"))
+
+    def test_a_refused_number_of_seconds_is_described_as_it_is_checked(self) -> None:
+        positive = self.cli("extend", "some-id", "-1")
+        self.assertEqual(positive.code, 2)
+        self.assertIn("expected a finite number of seconds > 0, got '-1'", positive.err)
+        self.assertNotIn(">= 0", positive.err)
+        self.assertIn("> 0, got 'inf'", self.cli("lease", "--visibility-timeout", "inf").err)
+        self.assertIn(">= 0, got '-2'", self.cli("enqueue", "a", "--delay", "-2").err)
 
     def test_extend_needs_positive_seconds(self) -> None:
         self.assertEqual(self.cli("extend", "x", "0").code, 2)
@@ -664,6 +942,25 @@ class MaintenanceTests(CliTestCase):
         self.assertGreaterEqual(self.ok_json("stats")["total"], 1)  # type: ignore[index]
 
 
+    def test_repair_names_the_jobs_it_lost(self) -> None:
+        from tests.test_recovery import build_damaged_queue
+
+        os.mkdir(self.qdir)
+        lease_size = build_damaged_queue(self.qdir)
+        aside = os.path.join(self.dir, "copy")
+        shutil.copytree(self.qdir, aside)
+        out = self.ok("repair", "--yes").out
+        self.assertIn("dropped 2 record(s)", out)
+        self.assertIn("lost 1 job(s) whose enqueue was in the damage: job-c", out)
+        self.assertIn("kept 1 job(s) that lost later records (their state may be older than it was: "
+                      "a done job may run again): job-b", out)
+        self.assertIn(f"also lost, job unknown: {lease_size:,} byte(s) in which no record can be made out", out)
+        report = run_main(["--dir", aside, "--json", "repair", "--yes"]).json()
+        self.assertEqual(report["lost_jobs"], ["job-c"])  # type: ignore[index]
+        self.assertEqual(report["changed_jobs"], ["job-b"])  # type: ignore[index]
+        self.assertEqual(report["unreadable_bytes"], lease_size)  # type: ignore[index]
+
+
 # ---------------------------------------------------------------- work
 HANDLER_MODULE = textwrap.dedent(
     """
@@ -728,6 +1025,25 @@ class WorkTests(CliTestCase):
         self.assertIn("cannot import", missing.err)
         self.assert_one_line_error(self.cli("work", f"{self.module}:nope"))
         self.assert_one_line_error(self.cli("work", f"{self.module}:not_callable"))
+
+    def test_a_handler_module_that_fails_to_import_is_one_line(self) -> None:
+        broken = {
+            "needs_a_dependency": ("import surely_not_installed_xyz\n", "ModuleNotFoundError: No module named 'surely_not_installed_xyz'"),
+            "imports_a_missing_name": ("from os import no_such_name_xyz\n", "ImportError: cannot import name 'no_such_name_xyz'"),
+            "raises_on_import": ("raise RuntimeError('config file missing')\n", "RuntimeError: config file missing"),
+            "bad_syntax": ("def handle(job)\n    pass\n", "SyntaxError:"),
+            "bad_attribute": ("import os\nos.no_such_attribute_xyz\n", "AttributeError:"),
+        }
+        for stem, (source, expected) in broken.items():
+            name = f"{stem}_{uuid.uuid4().hex[:6]}"
+            with open(os.path.join(self.workdir, name + ".py"), "w") as f:
+                f.write(source)
+            self.addCleanup(sys.modules.pop, name, None)
+            with self.subTest(module=stem):
+                result = self.cli("work", f"{name}:handle", "--max-jobs", "1")
+                self.assert_one_line_error(result)
+                self.assertIn(f"cannot import handler module {name!r}: {expected}", result.err)
+        self.assertFalse(os.path.exists(self.qdir), "nothing was opened for a handler that cannot load")
 
 
 SLOW_HANDLER = textwrap.dedent(
@@ -824,8 +1140,8 @@ class ProcessTests(CliTestCase):
         # Not acked: the lease stays until it expires and the job runs again.
         self.assertEqual(self.queue().get(job_id).state, JobState.LEASED)
 
-    def test_serve_runs_the_real_dashboard_until_ctrl_c(self) -> None:
-        self.enqueue('{"shown": "on the page"}')
+    def start_serve(self) -> tuple[subprocess.Popen[str], str, str]:
+        """`nobroker serve --port 0` as a real process: (process, its first line, the page's URL)."""
         proc = subprocess.Popen(
             [sys.executable, "-m", "nobroker", "--dir", self.qdir, "serve", "--port", "0"],
             cwd=self.dir, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -833,7 +1149,11 @@ class ProcessTests(CliTestCase):
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         line = proc.stdout.readline()  # type: ignore[union-attr]
         self.assertIn("http://127.0.0.1:", line, proc.stderr.read() if not line else "")  # type: ignore[union-attr]
-        url = line.split(" at ")[1].split()[0]
+        return proc, line, line.split(" at ")[1].split()[0]
+
+    def test_serve_runs_the_real_dashboard_until_ctrl_c(self) -> None:
+        self.enqueue('{"shown": "on the page"}')
+        proc, _line, url = self.start_serve()
         with urllib.request.urlopen(url + "api/stats", timeout=PROCESS_TIMEOUT) as response:
             self.assertEqual(response.status, 200)
             self.assertIn(b'"ready"', response.read())
@@ -842,7 +1162,39 @@ class ProcessTests(CliTestCase):
         self.assertEqual(proc.returncode, 130, err)
         self.assertNotIn("Traceback", err)
 
+    def test_ctrl_c_on_enqueue_count_prints_the_ids_enqueued_and_exits_130(self) -> None:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nobroker", "--dir", self.qdir, "enqueue", "x", "--count", str(cli.MAX_ENQUEUE_COUNT)],
+            cwd=self.dir, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        # Interrupt once the first batch is on disk: long before a million jobs are.
+        self.assertTrue(wait_until(lambda: os.path.exists(self.log_path()) and os.path.getsize(self.log_path()) > 4096,
+                                   timeout=PROCESS_TIMEOUT))
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=PROCESS_TIMEOUT)
+        self.assertEqual(proc.returncode, 130, err)
+        ids = out.split()
+        self.assertGreater(len(ids), 0)
+        self.assertLess(len(ids), cli.MAX_ENQUEUE_COUNT)
+        self.assertEqual(len(ids), len(self.queue()), "every job in the queue is reported, and only those")
+        self.assertIn(f"interrupted: enqueued {len(ids):,} of {cli.MAX_ENQUEUE_COUNT:,} jobs", err)
+        self.assertNotIn("Traceback", err)
+
+    def test_serve_on_a_folder_without_a_default_queue_creates_nothing(self) -> None:
+        self.ok("--queue", "emails", "enqueue", '{"shown": true}')
+        proc, line, url = self.start_serve()
+        self.assertIn("dashboard for queue 'emails'", line)
+        with urllib.request.urlopen(url + "api/queues", timeout=PROCESS_TIMEOUT) as response:
+            self.assertEqual(json.loads(response.read()), {"queues": ["emails"], "default": "emails"})
+        with urllib.request.urlopen(url + "api/stats", timeout=PROCESS_TIMEOUT) as response:
+            self.assertEqual(json.loads(response.read())["stats"]["total"], 1)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=PROCESS_TIMEOUT)
+        self.assertEqual(maintenance.list_queues(self.qdir), ["emails"])
+
     def test_serve_on_a_public_address_without_a_token_is_refused(self) -> None:
+        self.enqueue("a")
         refused = self.run_process("--dir", self.qdir, "serve", "--host", "0.0.0.0")
         self.assertEqual(refused.returncode, 1)
         self.assertTrue(refused.stderr.startswith("nobroker: error: "), refused.stderr)
@@ -877,7 +1229,7 @@ class OptionalPartsTests(CliTestCase):
     def test_serve_calls_the_dashboard_with_the_queue(self) -> None:
         seen: dict[str, object] = {}
 
-        def fake_serve(queue, *, host, port, token, on_ready):  # type: ignore[no-untyped-def]
+        def fake_serve(queue, *, host, port, token, on_ready, **picker):  # type: ignore[no-untyped-def]
             seen.update(name=queue.name, stats=queue.stats().to_dict(), host=host, port=port, token=token)
             on_ready(types.SimpleNamespace(url=f"http://{host}:{port}/"))
 
@@ -892,8 +1244,35 @@ class OptionalPartsTests(CliTestCase):
         self.assertEqual(seen["stats"]["total"], 1)  # type: ignore[index]
         self.assertIn("at http://127.0.0.1:9999/", result.out)
 
+    def test_serve_on_a_folder_without_a_default_queue_shows_the_queues_there(self) -> None:
+        self.ok("--queue", "sms", "enqueue", "a")
+        self.ok("--queue", "emails", "enqueue", "b")
+        seen: dict[str, object] = {}
+
+        def fake_serve(queue, *, on_ready, list_queues, open_queue, **rest):  # type: ignore[no-untyped-def]
+            seen.update(first=queue.name, listed=list_queues())
+            other = open_queue("sms")
+            seen.update(other=(other.name, len(other)))
+            other.close()
+            with self.assertRaises(nobroker.QueueNotFoundError):
+                open_queue("default")
+            on_ready(types.SimpleNamespace(url="http://127.0.0.1:1/"))
+
+        with stand_in_module("nobroker.dashboard", serve=fake_serve):
+            result = self.cli("serve")
+        self.assertEqual(result.code, 0, result.err)
+        self.assertEqual(seen, {"first": "emails", "listed": ["emails", "sms"], "other": ("sms", 1)})
+        self.assertIn("dashboard for queue 'emails', 1 more in the page's picker at", result.out)
+        self.assertEqual(maintenance.list_queues(self.qdir), ["emails", "sms"], "no default queue was created")
+        with stand_in_module("nobroker.dashboard", serve=fake_serve):
+            refused = self.cli("--queue", "default", "serve")  # asked for by name: it must be there
+        self.assert_one_line_error(refused)
+        self.assertIn("no queue named 'default'", refused.err)
+        self.assertEqual(maintenance.list_queues(self.qdir), ["emails", "sms"])
+
     def test_serve_token_from_the_environment_and_defaults(self) -> None:
         serve = mock.Mock(return_value=None)
+        self.enqueue("a")
         os.environ["NOBROKER_TOKEN"] = "from-env"
         with stand_in_module("nobroker.dashboard", serve=serve):
             self.ok("serve", "--host", "0.0.0.0")
@@ -903,29 +1282,52 @@ class OptionalPartsTests(CliTestCase):
         )
 
     def test_serve_ctrl_c_exits_130(self) -> None:
+        self.enqueue("a")
         with stand_in_module("nobroker.dashboard", serve=mock.Mock(side_effect=KeyboardInterrupt)):
             result = self.cli("serve")
         self.assertEqual(result.code, 130)
 
+    def test_serve_on_a_busy_port_names_the_port(self) -> None:
+        import socket
+
+        self.enqueue("a")
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = self.cli("serve", "--port", str(port))  # the real dashboard
+        self.assert_one_line_error(result)
+        self.assertIn(f"127.0.0.1:{port}", result.err)
+        self.assertIn("--port", result.err)
+
     def test_serve_refusal_from_the_dashboard_is_one_line(self) -> None:
+        self.enqueue("a")
         refuse = mock.Mock(side_effect=nobroker.NobrokerError("binding 0.0.0.0 without --token is refused"))
         with stand_in_module("nobroker.dashboard", serve=refuse):
             self.assert_one_line_error(self.cli("serve", "--host", "0.0.0.0"))
 
-    def test_bench_passes_its_arguments_through(self) -> None:
-        bench_main = mock.Mock(return_value=0)
-        with stand_in_module("nobroker.bench", main=bench_main):
-            result = run_main(["bench", "--jobs", "100", "--pg", "-h"])
+    def test_bench_is_a_quick_figure_for_this_disk(self) -> None:
+        where = os.path.join(self.dir, "disk")
+        os.mkdir(where)
+        result = run_main(["--json", "bench", "--in", where, "--seconds", "0.05"])
         self.assertEqual(result.code, 0, result.err)
-        bench_main.assert_called_once_with(["--jobs", "100", "--pg", "-h"])
-        with stand_in_module("nobroker.bench", main=mock.Mock(return_value=3)):
-            self.assertEqual(run_main(["bench"]).code, 3)
+        report = result.json()
+        names = [figure["name"] for figure in report["figures"]]  # type: ignore[index]
+        self.assertEqual(names, ["enqueue, 1 thread", "lease_one + ack, 1 thread"])
+        for figure in report["figures"]:  # type: ignore[index]
+            self.assertGreater(figure["per_second"], 0)
+            self.assertGreater(figure["disk_per_second"], 0)
+            self.assertAlmostEqual(figure["ratio"], figure["per_second"] / figure["disk_per_second"], places=2)
+        self.assertEqual(os.listdir(where), [], "the scratch queue is removed")
+        text = run_main(["bench", "--in", where, "--seconds", "0.05"]).out
+        self.assertIn("x this disk's append+fsync rate", text)
+        self.assertFalse(os.path.exists(self.qdir), "bench never touches the queue folder")
 
-    def test_bench_missing_is_a_clear_error(self) -> None:
-        with stand_in_module("nobroker.bench", _missing=True):
-            result = run_main(["bench", "--jobs", "1"])
-        self.assert_one_line_error(result)
-        self.assertIn("no benchmark", result.err)
+    def test_bench_refuses_what_it_cannot_use(self) -> None:
+        self.assertEqual(self.cli("bench").code, 2)  # --dir: bench uses --in
+        self.assertEqual(run_main(["bench", "--seconds", "0"]).code, 2)
+        self.assert_one_line_error(run_main(["bench", "--in", os.path.join(self.dir, "nope")]), code=2)
 
     def test_pg_migrate_with_dsn_and_schema(self) -> None:
         migrate = mock.Mock(return_value=None)

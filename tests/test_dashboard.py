@@ -23,6 +23,7 @@ import urllib.parse
 from typing import Any
 from unittest import mock
 
+import nobroker
 from nobroker import Job, Queue, dashboard
 from nobroker.dashboard import (
     CSRF_HEADER,
@@ -38,7 +39,7 @@ from nobroker.dashboard import (
 from nobroker.errors import NobrokerError
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
-from tests.support import TempDirTestCase
+from tests.support import WAIT_SECONDS, TempDirTestCase
 
 SCRIPT_PAYLOAD = "<script>alert(1)</script>"
 #: How often a test server checks for shutdown (the default half second adds up over many tests).
@@ -76,10 +77,22 @@ class Response:
         return self.body.decode("utf-8")
 
 
+def picker_options(where: str, options: dict[str, Any]) -> dict[str, Any]:
+    """What `nobroker serve` gives the dashboard: list the queues at ``where``, open one without creating it."""
+    return {
+        "list_queues": lambda: nobroker.list_queues(where, schema=options.get("schema")),
+        "open_queue": lambda name: Queue(where, name, create=False, **options),
+    }
+
+
 class DashboardCase(TempDirTestCase):
-    """A file queue in a temp dir and a dashboard over it on a free port."""
+    """A file queue in a temp dir and a dashboard over it on a free port, offering the folder's other queues."""
 
     token: str | None = None
+
+    def location(self) -> tuple[str, dict[str, Any]]:
+        """Where this test's queues live, and the options to open them with."""
+        return self.dir, {"fsync": False}
 
     def open_queue(self) -> Queue:
         """The queue under test: a file queue in this test's temp folder."""
@@ -92,7 +105,9 @@ class DashboardCase(TempDirTestCase):
         super().setUp()
         self.queue = self.open_queue()
         self.addCleanup(self.close_queue, self.queue)
-        self.server = make_server(self.queue, host="127.0.0.1", port=0, token=self.token)
+        self.server = make_server(
+            self.queue, host="127.0.0.1", port=0, token=self.token, **picker_options(*self.location())
+        )
         thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), name="dashboard", daemon=True)
         thread.start()
         self.addCleanup(self.server.server_close)
@@ -120,7 +135,7 @@ class DashboardCase(TempDirTestCase):
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             sent["Content-Type"] = "application/json"
         sent.update(headers or {})
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         try:
             conn.request(method, path, body=data, headers=sent)
             resp = conn.getresponse()
@@ -784,6 +799,83 @@ class MetricsTest(DashboardCase):
         self.assertIn(("nobroker_dead_jobs", (("queue", 'we\\"ird\\\\name'),)), samples)
 
 
+class QueuePickerTest(DashboardCase):
+    """One dashboard, every queue of its folder (or schema): ?queue= picks one; nothing is ever created."""
+
+    def other_queue(self, name: str) -> Queue:
+        where, options = self.location()
+        queue = Queue(where, name, **options)  # the test makes it; the dashboard only finds it
+        self.addCleanup(queue.close)
+        return queue
+
+    def test_the_queues_are_listed_with_the_default(self) -> None:
+        other = self.other_queue(fresh_name("emails"))
+        other.enqueue("x")
+        listed = self.get_json("/api/queues")
+        self.assertEqual(listed["default"], self.queue.name)
+        self.assertIn(self.queue.name, listed["queues"])
+        self.assertIn(other.name, listed["queues"])
+        self.assertEqual(listed["queues"], sorted(listed["queues"]))
+
+    def test_every_route_acts_on_the_queue_named(self) -> None:
+        other = self.other_queue(fresh_name("emails"))
+        mine = other.enqueue({"to": "ada"}, job_id="only-there")
+        self.queue.enqueue("here")
+        q = "queue=" + urllib.parse.quote(other.name)
+        stats = self.get_json(f"/api/stats?{q}")
+        self.assertEqual((stats["queue"], stats["stats"]["total"]), (other.name, 1))
+        self.assertEqual(self.get_json("/api/stats")["queue"], self.queue.name)
+        self.assertEqual([j["id"] for j in self.get_json(f"/api/jobs?state=all&{q}")["jobs"]], [mine.id])
+        self.assertEqual(self.get_json(f"/api/jobs/only-there?{q}")["job"]["payload"], {"to": "ada"})
+        self.assertError(self.request("GET", "/api/jobs/only-there"), 404)
+        self.assertIn(f'queue="{other.name}"', self.request("GET", f"/metrics?{q}").text)
+        refused = self.request("POST", f"/api/purge?{q}", body={"confirm": self.queue.name})
+        self.assertError(refused, 400, other.name)
+        purged = self.request("POST", f"/api/purge?{q}", body={"confirm": other.name})
+        self.assertEqual((purged.status, purged.json()), (200, {"purged": 1}))
+        self.assertEqual((len(other), len(self.queue)), (0, 1))
+
+    def test_an_unknown_queue_is_a_404_and_is_not_created(self) -> None:
+        before = nobroker.list_queues(self.location()[0], schema=self.location()[1].get("schema"))
+        for path in ("/api/stats?queue=ghost", "/api/jobs?queue=ghost", "/metrics?queue=ghost"):
+            with self.subTest(path=path):
+                self.assertError(self.request("GET", path), 404, "no queue named 'ghost'")
+        self.assertError(self.request("POST", "/api/compact?queue=ghost", body={}), 404, "no queue named 'ghost'")
+        self.assertEqual(nobroker.list_queues(self.location()[0], schema=self.location()[1].get("schema")), before)
+        if self.location()[0] == self.dir:
+            self.assertFalse([n for n in os.listdir(self.dir) if n.startswith("ghost")])
+
+    def test_the_security_rules_hold_on_the_new_routes(self) -> None:
+        other = self.other_queue(fresh_name("emails"))
+        other.enqueue("x")
+        q = "queue=" + urllib.parse.quote(other.name)
+        self.assertError(self.request("POST", f"/api/purge?{q}", body={"confirm": other.name}, csrf=False), 403, CSRF_HEADER)
+        self.assertError(self.request("POST", f"/api/purge?{q}", body={"confirm": other.name}, csrf="wrong"), 403)
+        if self.token is None:  # with a token the token guards the server, and Host is not checked
+            self.assertError(self.request("GET", "/api/queues", headers={"Host": "evil.example"}), 403, "Host")
+            self.assertError(self.request("GET", f"/api/stats?{q}", headers={"Host": "evil.example"}), 403, "Host")
+        self.assertEqual(len(other), 1)
+
+    def test_the_queues_it_opened_are_closed_with_the_server(self) -> None:
+        other = self.other_queue(fresh_name("emails"))
+        other.enqueue("x")
+        self.get_json("/api/stats?queue=" + urllib.parse.quote(other.name))
+        opened = self.server.queues.get(other.name)
+        self.assertIsNot(opened, other)
+        self.server.server_close()
+        with self.assertRaises(nobroker.QueueClosedError):
+            opened.stats()
+        self.assertEqual(self.queue.stats().total, 0, "the first queue belongs to the caller and stays open")
+
+
+class QueuePickerTokenTest(QueuePickerTest):
+    token = "picker-t0ken"
+
+    def test_the_queue_list_needs_the_token(self) -> None:
+        self.assertError(self.request("GET", "/api/queues", auth=False), 403, "token is required")
+        self.assertError(self.request("GET", "/api/stats?queue=anything", auth=False), 403, "token is required")
+
+
 class _Proxy:
     """Forwards everything to a real queue; subclasses change one answer."""
 
@@ -861,6 +953,9 @@ class OnPostgres:
         migrate(cls.dsn, schema=cls.schema)
         cls.addClassCleanup(drop_schema, cls.schema)  # type: ignore[attr-defined]
 
+    def location(self) -> tuple[str, dict[str, Any]]:
+        return self.dsn, {"schema": self.schema}
+
     def open_queue(self) -> Queue:
         return Queue(self.dsn, name=fresh_name("dash"), schema=self.schema)
 
@@ -869,6 +964,10 @@ class OnPostgres:
 
 
 class PostgresApiTest(OnPostgres, ApiTest):
+    pass
+
+
+class PostgresQueuePickerTest(OnPostgres, QueuePickerTest):
     pass
 
 
@@ -914,6 +1013,17 @@ class BindTest(TempDirTestCase):
             with self.subTest(port=port), self.assertRaises(DashboardConfigError):
                 make_server(self.queue, port=port)
 
+    def test_a_busy_port_is_one_error_naming_it(self) -> None:
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with self.assertRaises(DashboardConfigError) as caught:
+            make_server(self.queue, host="127.0.0.1", port=port)
+        self.assertIsInstance(caught.exception, OSError)
+        self.assertIn(f"127.0.0.1:{port}: address already in use; pick another port", str(caught.exception))
+
     def test_ipv6_loopback(self) -> None:
         if not socket.has_ipv6:
             self.skipTest("no IPv6 on this machine")
@@ -927,7 +1037,7 @@ class BindTest(TempDirTestCase):
         thread.start()
         self.addCleanup(thread.join, 10)
         self.addCleanup(server.shutdown)
-        conn = http.client.HTTPConnection("::1", server.server_address[1], timeout=10)
+        conn = http.client.HTTPConnection("::1", server.server_address[1], timeout=60)
         conn.request("GET", "/api/stats")
         self.assertEqual(conn.getresponse().status, 200)
         conn.close()
@@ -945,14 +1055,14 @@ class BindTest(TempDirTestCase):
                 target=serve, args=(self.queue,), kwargs={"port": 0, "on_ready": on_ready}, daemon=True
             )
             thread.start()
-            self.assertTrue(ready.wait(10))
+            self.assertTrue(ready.wait(WAIT_SECONDS))
             (server,) = servers
-            conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+            conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=60)
             conn.request("GET", "/api/stats")
             self.assertEqual(conn.getresponse().status, 200)
             conn.close()
             server.shutdown()
-            thread.join(10)
+            thread.join(WAIT_SECONDS)
             self.assertFalse(thread.is_alive())
         self.assertTrue(any(server.url in line for line in logs.output), logs.output)
 

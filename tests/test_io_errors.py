@@ -389,7 +389,7 @@ def tearDownModule() -> None:
 def _root_mount(args: list[str]) -> str | None:
     """Run mount/umount; None on success, else why not."""
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")

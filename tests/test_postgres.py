@@ -35,7 +35,7 @@ from tests.support import slow, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 #: Generous bound for anything that should happen "soon" on a busy shared machine.
-PATIENCE = 30.0
+PATIENCE = 60.0
 NO_BACKOFF = BackoffPolicy(base=0, jitter=0)
 #: Text that would break SQL built by pasting strings together.
 NASTY = "it's \"quoted\"; DROP TABLE jobs; -- a comment\n/* and */ $$dollar$$ \\backslash %s %(x)s {schema}"

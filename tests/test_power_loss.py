@@ -1,9 +1,9 @@
 """Simulated power loss at every mutating disk call, many surviving states per call.
 
-Owns: the seeded crash workloads, the per-cut checks and the teeth test
-(each fsync and directory fsync site switched off in turn must make the
-sweep fail). Imports: the standard library, nobroker's public API,
-tests.simdisk and tests.support.
+Owns: the seeded crash workloads and the per-cut checks (tests/test_fsync_teeth.py
+runs them again with each fsync site switched off: they must fail).
+Imports: the standard library, nobroker's public API, tests.simdisk and
+tests.support.
 
 How one sweep works: a seeded workload (enqueue, enqueue_many, lease, ack,
 nack, extend, set_stage, compact, purge, requeue_dead, clock ticks) runs on
@@ -34,20 +34,12 @@ from typing import Any
 
 from nobroker import JobNotFoundError, NotLeasedError, Queue
 from tests.simdisk import POWER_CUT_MODES, SimDisk, SiteSwitch, fresh_queue_path
-from tests.support import LONG, FakeClock, slow
+from tests.support import LONG, FakeClock
 
 #: Workloads (seeds) in the main sweep, operations per workload, cut states per mutating call.
 SEEDS = 200 if LONG else 30
 OPS_PER_WORKLOAD = 80 if LONG else 50
 STATES_PER_CALL = 16 if LONG else 8
-TEETH_SEEDS = 4
-#: fsync sites another fsync makes redundant today: (file, function, op) -> why. Removing one of these
-#: alone cannot lose data, so the teeth test reports them instead of failing on them.
-REDUNDANT_SITES = {
-    ("log.py", "create", "fsync_dir"): "filestore._open fsyncs the folder right after creating generation 0, "
-    "before anything is acknowledged",
-}
-
 #: Totals across the module, printed at the end (the closing note quotes them).
 TOTALS: Counter[str] = Counter()
 
@@ -312,17 +304,6 @@ class Sweep:
         return self.violations
 
 
-def fsync_sites() -> list[tuple[str, tuple[str, str, int]]]:
-    """Every (fsync | fsync_dir, call site in nobroker) the workloads reach."""
-    sites: set[tuple[str, tuple[str, str, int]]] = set()
-    for seed in range(TEETH_SEEDS):
-        for kill_rate in (0.0, 0.05):
-            sweep = Sweep(seed, states_per_call=0, record_sites=True, kill_rate=kill_rate)
-            sweep.run()
-            sites |= sweep.disk.sites_seen
-    return sorted(sites)
-
-
 class PowerLoss(unittest.TestCase):
     def test_every_cut_recovers_the_acknowledged_state(self) -> None:
         for seed in range(SEEDS):
@@ -425,34 +406,6 @@ class PowerLoss(unittest.TestCase):
         second.close()
         with Queue(path, filesystem=cut, clock=FakeClock()) as after_cut:
             self.assertEqual(after_cut.get(job.id).state.value, "done", "an ack that returned was undone by a power cut")
-
-
-@slow
-class Teeth(unittest.TestCase):
-    """Remove one fsync (or folder fsync) from nobroker and the sweep must catch it."""
-
-    def test_each_fsync_site_is_needed(self) -> None:
-        sites = fsync_sites()
-        kinds = {op for op, _site in sites}
-        self.assertEqual(kinds, {"fsync", "fsync_dir"}, f"the workloads reached only {sites}")
-        self.assertGreaterEqual(len(sites), 6, f"expected the log, pointer, compaction and folder sites: {sites}")
-        survived = []
-        report = []
-        for op, site in sites:
-            caught = None
-            for seed, kill_rate in [(s, 0.0) for s in range(TEETH_SEEDS)] + [(s, 0.05) for s in range(TEETH_SEEDS * 3)]:
-                switch = SiteSwitch(op, site)
-                violations = Sweep(seed, switch=switch, stop_at_first=True, kill_rate=kill_rate).run()
-                if violations.total():
-                    caught = violations.summary()
-                    break
-            why = REDUNDANT_SITES.get((site[0], site[1], op))
-            verdict = "caught: " + caught[:160] if caught else (f"redundant: {why}" if why else "NOT CAUGHT")
-            report.append(f"  {op} at {site[0]}:{site[2]} ({site[1]}): {verdict}")
-            if caught is None and why is None:
-                survived.append((op, site))
-        print("\nteeth (each fsync site switched off):\n" + "\n".join(report))
-        self.assertEqual(survived, [], "removing these fsyncs went unnoticed:\n" + "\n".join(report))
 
 
 def tearDownModule() -> None:

@@ -61,6 +61,18 @@ def make_job(payload: object, attempts: int = 1) -> Job:
     return Job(id="job-1", payload=payload, attempts=attempts)
 
 
+def run_probe_package(package: str, modules: dict[str, str], *options: str) -> subprocess.CompletedProcess[str]:
+    """``make.py test`` over a throwaway package of test modules (source by module name), outside tests/."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = Path(tmp) / package
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+        for name, source in modules.items():
+            (pkg / f"{name}.py").write_text(textwrap.dedent(source))
+        env = dict(os.environ, PYTHONPATH=tmp)
+        return run(["make.py", "test", *options, *(f"{package}.{name}" for name in modules)], env=env)
+
+
 class MakePyTest(unittest.TestCase):
     def test_lists_every_task_with_one_line_each(self) -> None:
         proc = run(["make.py"])
@@ -80,11 +92,7 @@ class MakePyTest(unittest.TestCase):
     def test_runner_counts_tests_not_reports_and_ends_with_the_summary_line(self) -> None:
         # A probe package outside tests/: one pass, one skip, a failure, three
         # failing subtests of one test (one failed test), a setUpClass error.
-        with tempfile.TemporaryDirectory() as tmp:
-            pkg = Path(tmp) / "tooling_probe"
-            pkg.mkdir()
-            (pkg / "__init__.py").write_text("")
-            (pkg / "test_probe.py").write_text(textwrap.dedent("""
+        proc = run_probe_package("tooling_probe", {"test_probe": """
                 import unittest
                 class Probe(unittest.TestCase):
                     def test_pass(self): pass
@@ -99,15 +107,32 @@ class MakePyTest(unittest.TestCase):
                     @classmethod
                     def setUpClass(cls): raise RuntimeError("on purpose")
                     def test_never(self): pass
-            """))
-            env = dict(os.environ, PYTHONPATH=tmp)
-            proc = run(["make.py", "test", "-j", "1", "tooling_probe.test_probe"], env=env)
+            """}, "-j", "1")
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         lines = proc.stdout.strip().splitlines()
         self.assertEqual(lines[-1], "1 passed, 3 failed, 1 skipped")
         self.assertRegex(proc.stdout, r"FAIL +tooling_probe\.test_probe +1 ok / 3 failed / 1 skipped")
         self.assertIn("FAILED tooling_probe.test_probe", proc.stdout)
         self.assertIn("setUpClass", proc.stdout)  # the failing module's output is shown
+        self.assertIn("\nskipped, by reason:\n     1  on purpose  (tooling_probe.test_probe.Probe.test_skip)\n", proc.stdout)
+
+    def test_the_summary_groups_skips_by_reason_with_where_they_are(self) -> None:
+        module = """
+            import unittest
+            class Case(unittest.TestCase):
+                @unittest.skip("no browser here")
+                def test_one(self): pass
+                @unittest.skip("no browser here")
+                def test_two(self): pass
+                def test_three(self): self.skipTest("once only")
+                def test_ok(self): pass
+        """
+        proc = run_probe_package("tooling_skips", {"test_a": module, "test_b": module})
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        tail = proc.stdout.split("skipped, by reason:\n", 1)[1].splitlines()
+        self.assertEqual(tail[0], "     4  no browser here  (tooling_skips.test_a, tooling_skips.test_b)")
+        self.assertEqual(tail[1], "     2  once only  (tooling_skips.test_a, tooling_skips.test_b)")
+        self.assertEqual(proc.stdout.strip().splitlines()[-1], "2 passed, 0 failed, 6 skipped")
 
     def test_module_that_cannot_import_counts_as_a_failure(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -302,6 +327,17 @@ class PyzTest(TempDirTestCase):
         usage = self.pyz_run("enqueue")
         self.assertEqual(usage.returncode, 2, usage.stdout + usage.stderr)
 
+
+    def test_bench_runs_in_the_bundle(self) -> None:
+        proc = self.pyz_run("--json", "bench", "--seconds", "0.05")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        figures = json.loads(proc.stdout)["figures"]
+        self.assertEqual([f["name"] for f in figures], ["enqueue, 1 thread", "lease_one + ack, 1 thread"])
+        self.assertTrue(all(f["per_second"] > 0 and f["disk_per_second"] > 0 for f in figures))
+        self.assertEqual(os.listdir(self.dir), [], "the scratch queue is removed")
+        with zipfile.ZipFile(self.pyz) as bundle:
+            self.assertIn("nobroker/quickbench.py", bundle.namelist())
+            self.assertNotIn("nobroker/bench.py", bundle.namelist())
 
     def test_work_runs_the_example_handlers_from_the_clone(self) -> None:
         queue_dir = str(Path(self.dir, "q"))

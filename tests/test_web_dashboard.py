@@ -13,16 +13,18 @@ import threading
 import unittest
 from typing import Any
 
+import nobroker
 from nobroker import Queue
 from nobroker.dashboard import make_server
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.browser import Browser, require_browser
-from tests.test_dashboard import OnPostgres
+from tests.pgsupport import fresh_name
+from tests.test_dashboard import OnPostgres, picker_options
 from tests.support import TempDirTestCase, wait_until
 
 SCRIPT_PAYLOAD = "<script>alert(1)</script>"
 #: Seconds to wait for the page to show something (it refreshes every second).
-PAGE_TIMEOUT = 15.0
+PAGE_TIMEOUT = 60.0
 POLL_SECONDS = 0.05
 
 # Installed before any page script runs: dialogs are recorded instead of shown
@@ -49,7 +51,7 @@ document.addEventListener("DOMContentLoaded", function () {
 });
 """
 #: The only elements the page itself creates after loading (table rows, detail fields).
-PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "DT", "DD"}
+PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "DT", "DD", "OPTION"}
 
 
 class WebDashboardTest(TempDirTestCase):
@@ -62,6 +64,9 @@ class WebDashboardTest(TempDirTestCase):
         cls.browser = require_browser(cls)
         cls.browser.send("Page.addScriptToEvaluateOnNewDocument", {"source": _WATCH})
 
+    def location(self) -> tuple[str, dict[str, Any]]:
+        return self.dir, {"fsync": False}
+
     def open_queue(self) -> Queue:
         return Queue(self.dir, fsync=False)
 
@@ -72,7 +77,9 @@ class WebDashboardTest(TempDirTestCase):
         super().setUp()
         self.queue = self.open_queue()
         self.addCleanup(self.close_queue, self.queue)
-        self.server = make_server(self.queue, host="127.0.0.1", port=0, token=self.TOKEN)
+        self.server = make_server(
+            self.queue, host="127.0.0.1", port=0, token=self.TOKEN, **picker_options(*self.location())
+        )
         thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), daemon=True)
         thread.start()
         self.addCleanup(self.server.server_close)
@@ -228,6 +235,29 @@ class WebDashboardTest(TempDirTestCase):
         self.assertEqual([j.id for j in self.queue.list_jobs()], [kept])
         self.wait_js("document.getElementById('count-done').textContent === '0'", "the done count dropped")
         self.assertCleanPage(dialogs=2)
+
+    def test_the_picker_switches_to_another_queue_of_the_folder(self) -> None:
+        where, options = self.location()
+        other = Queue(where, fresh_name("emails"), **options)
+        self.addCleanup(other.close)
+        other.enqueue({"to": "ada"}, job_id="in-other")
+        self.queue.enqueue("here", job_id="in-first")
+        listed = nobroker.list_queues(where, schema=options.get("schema"))
+        self.open_dashboard()
+        self.wait_js("!document.getElementById('queue-picker-label').hidden", "the picker appeared")
+        self.wait_js(self.row("in-first") + " !== null", "the first queue's job was listed")
+        names = self.js("Array.from(document.querySelectorAll('#queue-picker option'), (o) => o.value)")
+        self.assertEqual(names, listed)
+        self.js("(() => { const p = document.getElementById('queue-picker'); p.value = "
+                + json.dumps(other.name) + "; p.dispatchEvent(new Event('change')); })()")
+        self.wait_js(f"document.getElementById('queue-name').textContent === {json.dumps(other.name)}", "the name switched")
+        self.wait_js(self.row("in-other") + " !== null", "the other queue's job was listed")
+        self.wait_js(self.row("in-first") + " === null", "the first queue's job left the list")
+        self.wait_js("document.getElementById('count-total').textContent === '1'", "the counts are the other queue's")
+        self.js(self.row("in-other") + ".click()")
+        self.wait_js("document.getElementById('detail-title').textContent === 'in-other'", "its detail opened")
+        self.assertEqual(nobroker.list_queues(where, schema=options.get("schema")), listed, "no queue was created")
+        self.assertCleanPage()
 
     def test_purge_needs_a_confirmation_and_the_typed_queue_name(self) -> None:
         for n in range(3):

@@ -40,8 +40,8 @@ MAX_BYTES = 128 * 1024
 INTERPRETER = "/usr/bin/env python3"
 
 
-#: Package files the single-file app leaves out: the benchmarks are a developer's tool
-#: (`nobroker bench` in the bundle says to run `python make.py bench` from a clone).
+#: Package files the single-file app leaves out: the full benchmark suites are a developer's
+#: tool (`python make.py bench` in a clone); `nobroker bench` (quickbench.py) ships.
 NOT_BUNDLED = ("bench.py", "bench_pg.py")
 
 

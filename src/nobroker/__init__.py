@@ -24,12 +24,14 @@ from .errors import (
     NotLeasedError,
     PermanentError,
     QueueClosedError,
+    QueueNotFoundError,
     SerializationError,
     StorageError,
+    UnknownStorageError,
     UnsafeQueueError,
 )
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
-from .queue import Queue
+from .queue import Queue, list_queues
 
 if TYPE_CHECKING:
     from .worker import Worker, WorkerStats, WorkQueue
@@ -53,6 +55,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Queue",
+    "list_queues",
     "Worker",
     "WorkerStats",
     "Job",
@@ -71,6 +74,8 @@ __all__ = [
     "SerializationError",
     "StorageError",
     "UnsafeQueueError",
+    "UnknownStorageError",
+    "QueueNotFoundError",
     "PermanentError",
     "__version__",
 ]

@@ -1,7 +1,9 @@
 """The benchmark: every figure beside the disk's own append+fsync rate.
 
-Owns: ``python -m nobroker.bench`` (and ``nobroker bench``, ``python make.py
-bench``). Imports: jobs, queue, worker; bench_pg for ``--pg``.
+Owns: ``python -m nobroker.bench`` (and ``python make.py bench``). Imports:
+jobs, queue, worker, quickbench (disk_limit); bench_pg for ``--pg``.
+``nobroker bench`` is the quick figure of quickbench.py, which ships in the
+single-file app; this suite does not.
 
 This machine is shared and noisy, so no figure is quoted alone: before each
 repetition the bench measures ``limit``, the rate of 120-byte append+fdatasync
@@ -25,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-RECORD = b"x" * 120
+from .quickbench import disk_limit  # the same yardstick as `nobroker bench`
+
 #: Longest single enqueue a peer may see while another process compacts ("a few ms").
 STALL_TARGET_MS = 10.0
 
@@ -45,29 +48,6 @@ def _progress(text: str) -> None:
     if sys.stderr.isatty():
         sys.stderr.write(f"\r\033[Kbench: {text}")
         sys.stderr.flush()
-
-
-def _fsync(fd: int) -> None:
-    (getattr(os, "fdatasync", None) or os.fsync)(fd)
-
-
-def disk_limit(directory: str, seconds: float = 0.4) -> float:
-    """Appends of 120 bytes with fdatasync after each, per second, on ``directory``'s filesystem."""
-    path = os.path.join(directory, "limit.probe")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-    try:
-        n = 0
-        start = time.perf_counter()
-        while True:
-            os.write(fd, RECORD)
-            _fsync(fd)
-            n += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds and n >= 50:
-                return n / elapsed
-    finally:
-        os.close(fd)
-        os.unlink(path)
 
 
 def _fresh(root: str) -> str:

@@ -3,9 +3,10 @@
 Owns: argument parsing, human and ``--json`` output, exit codes, the
 confirmation prompts, progress on a terminal, and the signal handling of
 ``nobroker work``. Imports: the public ``nobroker`` API (Queue, Worker, the
-errors, the data model) and ``nobroker.maintenance``; the dashboard, the
-PostgreSQL module and the bench are imported lazily, only by the subcommand
-that needs them, so a missing optional part never breaks the rest.
+errors, the data model), ``nobroker.maintenance`` and ``nobroker.quickbench``
+(``nobroker bench``); the dashboard and the PostgreSQL module are imported
+lazily, only by the subcommand that needs them, so a missing optional part
+never breaks the rest.
 
 Everything a command *means* lives in the library; this module only turns
 words into calls and results into text. Exit codes: 0 ok, 1 a nobroker error
@@ -35,8 +36,13 @@ from datetime import datetime, timezone
 from typing import Any, NoReturn, TextIO
 
 from . import __version__
-from .errors import CorruptLogError, NobrokerError
+from .errors import CorruptLogError, NobrokerError, QueueNotFoundError, UnknownStorageError
 from .jobs import LISTINGS, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
+from .queue import require_queue
+from .quickbench import DEFAULT_SECONDS as BENCH_SECONDS
+from .quickbench import MAX_SECONDS as BENCH_MAX_SECONDS
+from .quickbench import MIN_SECONDS as BENCH_MIN_SECONDS
+from .storage import storage_kind
 
 log = logging.getLogger("nobroker.cli")
 
@@ -60,8 +66,13 @@ DEFAULT_LIST_LIMIT = 100
 #: (``--json`` always shows them whole).
 PREVIEW_CHARS = 60
 INSPECT_BODY_CHARS = 200
+#: Job ids ``repair`` lists on a terminal per kind of loss (``--json`` lists more).
+REPORTED_IDS = 20
 #: Most jobs one ``enqueue --count`` makes: every Job is printed, so they are all held in memory.
 MAX_ENQUEUE_COUNT = 1_000_000
+#: Jobs per durable write of ``enqueue --count``: a Ctrl-C takes effect after the batch being written.
+ENQUEUE_COUNT_BATCH = 10_000
+assert ENQUEUE_COUNT_BATCH <= MAX_BATCH_JOBS
 #: Progress lines on a terminal are redrawn at most this often (seconds).
 PROGRESS_INTERVAL = 0.2
 
@@ -72,6 +83,10 @@ _HANDLER_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
 # ---------------------------------------------------------------- errors
 class CommandError(Exception):
     """A user-facing failure outside the library's errors; exit 1, one line."""
+
+
+class UsageError(CommandError):
+    """The command line asks for something that cannot be meant; exit 2, one line."""
 
 
 class InputError(ValueError):
@@ -146,21 +161,37 @@ def _read_stdin_payload(what: str) -> str:
 
 
 # ---------------------------------------------------------------- argument types
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+def _seconds_arg(*, allow_zero: bool) -> Callable[[str], float]:
+    bound = ">= 0" if allow_zero else "> 0"
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"expected a finite number of seconds {bound}, got {text!r}")
+        return value
+
+    convert.__name__ = "seconds"
+    return convert
 
 
-def _positive_float(text: str) -> float:
-    value = _nonneg_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+def _seconds_in(low: float, high: float) -> Callable[[str], float]:
+    at_least = _seconds_arg(allow_zero=False)
+
+    def convert(text: str) -> float:
+        value = at_least(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds from {low:g} to {high:g}, got {text!r}")
+        return value
+
+    convert.__name__ = "seconds"
+    return convert
+
+
+_nonneg_float = _seconds_arg(allow_zero=True)
+_positive_float = _seconds_arg(allow_zero=False)
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -279,7 +310,8 @@ class Output:
     def document(self, value: Any) -> None:
         self.out.write(json.dumps(value, ensure_ascii=True, indent=2) + "\n")
 
-    def note(self, text: str) -> None:
+    @staticmethod
+    def note(text: str) -> None:
         """A remark for a person, on stderr so it never mixes into results."""
         sys.stderr.write(f"{PROG}: {text}\n")
 
@@ -373,18 +405,42 @@ def _job_detail(out: Output, job: Job) -> None:
 
 
 # ---------------------------------------------------------------- queue access
+#: The only commands that may create a queue folder or a queue: ``enqueue``
+#: adds the first job, and ``work`` waits for the first one to arrive. Every
+#: other command refuses a queue that is not there (a mistyped --dir/--queue).
+CREATING_COMMANDS = frozenset({"enqueue", "work"})
+
+
 def _storage(args: argparse.Namespace) -> tuple[str, bool]:
-    """(path or DSN, is_dsn). An explicit --dsn or --dir wins over NOBROKER_DSN."""
+    """(path or DSN, is_dsn). An explicit --dsn or --dir wins over NOBROKER_DSN.
+
+    Each is checked against what it must be (storage.storage_kind), so a
+    location that is neither a folder path nor a PostgreSQL DSN, or one given
+    to the wrong option, is refused with one line (exit 2) before anything is
+    opened or created.
+    """
     if args.dsn and args.dir:
         args._parser.error("--dir and --dsn choose different storages; pass one of them")
     if args.dsn:
-        return args.dsn, True
-    if args.dir:
-        return args.dir, False
-    env = os.environ.get(ENV_DSN)
-    if env:
-        return env, True
-    return DEFAULT_DIR, False
+        where, option, want_dsn = args.dsn, "--dsn", True
+    elif args.dir:
+        where, option, want_dsn = args.dir, "--dir", False
+    elif os.environ.get(ENV_DSN):
+        where, option, want_dsn = os.environ[ENV_DSN], ENV_DSN, True
+    else:
+        return DEFAULT_DIR, False
+    try:
+        kind = storage_kind(where)
+    except UnknownStorageError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+    if want_dsn and kind != "postgresql":
+        raise UsageError(
+            f"{option} takes a PostgreSQL DSN (postgresql://... or 'host=... dbname=...'), "
+            f"got {_safe(where)!r}; for a queue folder pass --dir"
+        )
+    if not want_dsn and kind == "postgresql":
+        raise UsageError("--dir takes a folder; that is a PostgreSQL DSN: pass it as --dsn")
+    return where, want_dsn
 
 
 def _require_file_storage(args: argparse.Namespace) -> str:
@@ -397,35 +453,68 @@ def _require_file_storage(args: argparse.Namespace) -> str:
     return where
 
 
-def _check_queue_exists(directory: str, name: str) -> None:
-    """Refuse to report on a queue that is not there, instead of creating an empty one."""
-    if not os.path.isdir(directory):
-        raise CommandError(f"no queue folder at {directory!r}: check --dir (nothing has been enqueued there yet)")
-    from . import maintenance
+#: What to check when a queue is not there, by what QueueNotFoundError says is missing.
+_NOT_FOUND_HINTS = {"folder": "check --dir", "queue": "check --queue", "schema": "check --dsn and --schema"}
 
-    names = maintenance.list_queues(directory)
-    if name not in names:
-        found = ", ".join(repr(n) for n in sorted(names)) or "none"
-        raise CommandError(f"no queue named {name!r} in {directory!r} (queues found: {found}); check --queue")
+
+def _not_found(exc: QueueNotFoundError) -> CommandError:
+    return CommandError(f"{exc}; {_NOT_FOUND_HINTS.get(exc.missing, 'check --dir and --queue')}")
+
+
+def _pg_options(args: argparse.Namespace, is_dsn: bool) -> dict[str, Any]:
+    """The PostgreSQL-only options given (--schema, --connect-timeout), refused for a folder."""
+    options: dict[str, Any] = {}
+    for flag, attribute, key in (("--schema", "schema", "schema"), ("--connect-timeout", "connect_timeout", "reconnect_timeout")):
+        value = getattr(args, attribute, None)
+        if value is None:
+            continue
+        if not is_dsn:
+            args._parser.error(f"{flag} applies to the PostgreSQL storage (--dsn); a folder has none")
+        options[key] = value
+    return options
+
+
+def _check_queue_exists(args: argparse.Namespace, where: str, is_dsn: bool) -> None:
+    """The shared refusal of a queue that is not there (nothing is created)."""
+    options = _pg_options(args, is_dsn)
+    try:
+        require_queue(where, args.queue, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
+    except QueueNotFoundError as exc:
+        raise _not_found(exc) from None
 
 
 @contextlib.contextmanager
-def _open_queue(args: argparse.Namespace, *, must_exist: bool = False) -> Iterator[Any]:
+def _open_queue(args: argparse.Namespace, *, create: bool = False) -> Iterator[Any]:
+    """The queue the global options name. Only CREATING_COMMANDS pass ``create=True``."""
+    assert not create or args.command in CREATING_COMMANDS, f"{args.command} must not create a queue"
     where, is_dsn = _storage(args)
-    if must_exist and not is_dsn:
-        _check_queue_exists(where, args.queue)
+    options = _pg_options(args, is_dsn)
     from . import Queue
 
-    options: dict[str, Any] = {}
-    if args.schema is not None:
-        if not is_dsn:
-            args._parser.error("--schema applies to the PostgreSQL storage (--dsn); a folder has no schema")
-        options["schema"] = args.schema
-    queue = Queue(where, name=args.queue, **options)
     try:
+        queue = Queue(where, name=args.queue, create=create, **options)
+    except QueueNotFoundError as exc:
+        raise _not_found(exc) from None
+    try:
+        if is_dsn and not create:
+            _note_unknown_pg_queue(args, queue, where, options)
         yield queue
     finally:
         queue.close()
+
+
+def _note_unknown_pg_queue(args: argparse.Namespace, queue: Any, where: str, options: dict[str, Any]) -> None:
+    # On PostgreSQL a queue is the rows that carry its name, so a mistyped
+    # --queue opens an empty queue rather than failing; say so when the name
+    # holds nothing and others do.
+    if len(queue):
+        return
+    from . import list_queues
+
+    names = list_queues(where, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
+    if names and args.queue not in names:
+        listed = ", ".join(repr(n) for n in names[:20]) + (", ..." if len(names) > 20 else "")
+        Output.note(f"queue {args.queue!r} holds no jobs here (queues holding jobs: {listed}); check --queue")
 
 
 def _confirm(args: argparse.Namespace, question: str) -> bool:
@@ -450,7 +539,7 @@ def cmd_enqueue(args: argparse.Namespace, out: Output) -> int:
     options: dict[str, Any] = {"priority": args.priority, "delay": args.delay, "kind": args.kind}
     if args.max_attempts is not None:
         options["max_attempts"] = args.max_attempts
-    with _open_queue(args) as queue:
+    with _open_queue(args, create=True) as queue:
         if args.count == 1 and not args.count_given:
             job = queue.enqueue(payload, job_id=args.id, dedupe_key=args.dedupe_key, **options)
             if out.as_json:
@@ -459,22 +548,34 @@ def cmd_enqueue(args: argparse.Namespace, out: Output) -> int:
                 out.line(f"enqueued {_safe(job.id)} ({_state_text(job, time.time())}, priority {job.priority})")
             return EXIT_OK
         jobs: list[Job] = []
+        torn = False
         progress = Progress("enqueueing")
         progress.start()
-        try:
-            while len(jobs) < args.count:
-                batch = min(MAX_BATCH_JOBS, args.count - len(jobs))
-                jobs.extend(queue.enqueue_many([payload] * batch, **options))
-                progress.update(len(jobs), args.count)
-        finally:
-            progress.done()
+        # Ctrl-C stops between two batches, so every job reported is in the
+        # queue and every job in the queue is reported; a second one quits
+        # during the batch being written (which may or may not have landed).
+        with _NoteInterrupt(defer=True) as interrupt:
+            try:
+                while len(jobs) < args.count and not interrupt.seen:
+                    batch = min(ENQUEUE_COUNT_BATCH, args.count - len(jobs))
+                    jobs.extend(queue.enqueue_many([payload] * batch, **options))
+                    progress.update(len(jobs), args.count)
+            except KeyboardInterrupt:
+                torn = True
+            finally:
+                progress.done()
         if out.as_json:
             out.document([job.to_dict() for job in jobs])
         else:
             for job in jobs:
                 out.line(_safe(job.id))
+        if not interrupt.seen:
             out.note(f"enqueued {len(jobs):,} jobs")
-    return EXIT_OK
+            return EXIT_OK
+        out.note(f"interrupted: enqueued {len(jobs):,} of {args.count:,} jobs" + (" (their ids are above)" if jobs else ""))
+        if torn:
+            out.note(f"the batch being written at the second Ctrl-C (up to {ENQUEUE_COUNT_BATCH:,} jobs) may or may not be in the queue")
+    return EXIT_INTERRUPTED
 
 
 def cmd_lease(args: argparse.Namespace, out: Output) -> int:
@@ -534,7 +635,7 @@ def cmd_extend(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, out: Output) -> int:
-    with _open_queue(args, must_exist=True) as queue:
+    with _open_queue(args) as queue:
         stats = queue.stats()
         durable = queue.durable
     if out.as_json:
@@ -558,7 +659,7 @@ def _paging_hint(out: Output, shown: int, limit: int | None) -> None:
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     limit = _list_limit(args.limit)
-    with _open_queue(args, must_exist=True) as queue:
+    with _open_queue(args) as queue:
         jobs = queue.list_jobs(args.state, limit=limit, offset=args.offset, kind=args.kind)
     if out.as_json:
         out.document([job.to_dict() for job in jobs])
@@ -572,7 +673,7 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_get(args: argparse.Namespace, out: Output) -> int:
-    with _open_queue(args, must_exist=True) as queue:
+    with _open_queue(args) as queue:
         job = queue.get(args.id)
     if out.as_json:
         out.document(job.to_dict())
@@ -594,7 +695,7 @@ def cmd_dlq(args: argparse.Namespace, out: Output) -> int:
             out.line(f"requeued {count:,} dead job(s)")
         return EXIT_OK
     limit = _list_limit(args.limit)
-    with _open_queue(args, must_exist=True) as queue:
+    with _open_queue(args) as queue:
         jobs = queue.dlq(limit=limit)
     if out.as_json:
         out.document([job.to_dict() for job in jobs])
@@ -669,7 +770,7 @@ def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
     from . import maintenance
 
     directory = _require_file_storage(args)
-    _check_queue_exists(directory, args.queue)
+    _check_queue_exists(args, directory, False)
     progress = Progress("reading log")
     records = 0
     damage: tuple[int, str] | None = None
@@ -714,7 +815,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     from . import maintenance
 
     directory = _require_file_storage(args)
-    _check_queue_exists(directory, args.queue)
+    _check_queue_exists(args, directory, False)
     report = maintenance.verify(directory, args.queue)
     if out.as_json:
         out.document(report.to_dict())
@@ -733,9 +834,7 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_recover(args: argparse.Namespace, out: Output) -> int:
-    where, is_dsn = _storage(args)
-    if not is_dsn:
-        _check_queue_exists(where, args.queue)
+    _where, is_dsn = _storage(args)
     with _open_queue(args) as queue:
         report = queue.recovery
     data = {
@@ -768,7 +867,7 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
     from . import maintenance
 
     directory = _require_file_storage(args)
-    _check_queue_exists(directory, args.queue)
+    _check_queue_exists(args, directory, False)
     before = maintenance.verify(directory, args.queue)
     if before.ok:
         if out.as_json:
@@ -785,12 +884,37 @@ def cmd_repair(args: argparse.Namespace, out: Output) -> int:
     report = maintenance.repair(directory, args.queue)
     if out.as_json:
         out.document({"repaired": True, **report.to_dict()})
-    else:
-        out.line(
-            f"repaired: kept {report.records_kept:,} record(s), dropped {report.bytes_dropped:,} bytes; "
-            f"the damaged file is kept at {_safe(report.kept_aside)}"
-        )
+        return EXIT_OK
+    out.line(
+        f"repaired: kept {report.records_kept:,} record(s), dropped {report.records_dropped:,} record(s) "
+        f"({report.bytes_dropped:,} bytes); the damaged file is kept at {_safe(report.kept_aside)}"
+    )
+    _repair_losses(out, report)
     return EXIT_OK
+
+
+def _id_list(ids: Sequence[str], total: int) -> str:
+    shown = ", ".join(_safe(job_id) for job_id in ids[:REPORTED_IDS])
+    return shown + (f", ... ({total - min(len(ids), REPORTED_IDS):,} more; --json lists up to {len(ids):,})" if total > REPORTED_IDS else "")
+
+
+def _repair_losses(out: Output, report: Any) -> None:
+    """Which jobs the repair lost or set back: ids where the records could be read, counts otherwise."""
+    if report.lost_job_count:
+        out.line(f"lost {report.lost_job_count:,} job(s) whose enqueue was in the damage: "
+                 f"{_id_list(report.lost_jobs, report.lost_job_count)}")
+    if report.changed_job_count:
+        out.line(f"kept {report.changed_job_count:,} job(s) that lost later records (their state may be older "
+                 f"than it was: a done job may run again): {_id_list(report.changed_jobs, report.changed_job_count)}")
+    unknown = []
+    if report.unidentified_records:
+        unknown.append(f"{report.unidentified_records:,} damaged record(s) whose job id cannot be read")
+    if report.unreadable_bytes:
+        unknown.append(f"{report.unreadable_bytes:,} byte(s) in which no record can be made out")
+    if unknown:
+        out.line("also lost, job unknown: " + " and ".join(unknown))
+    if not (report.lost_job_count or report.changed_job_count or unknown):
+        out.line("no job lost a record")
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
@@ -808,15 +932,29 @@ def load_handler(spec: str) -> Callable[..., Any]:
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise CommandError(f"cannot import handler module {module_name!r} (looked in {cwd} and sys.path)") from None
-        raise
+        raise _import_failed(module_name, exc) from exc
+    except Exception as exc:  # the module is there but fails while it runs: a missing dependency, a typo
+        raise _import_failed(module_name, exc) from exc
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
             raise CommandError(f"module {module_name!r} has no attribute {attribute!r}") from None
+        except Exception as exc:  # a module __getattr__ or a descriptor that fails
+            raise CommandError(
+                f"looking up {attribute!r} in module {module_name!r} failed: {type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
     if not callable(target):
         raise CommandError(f"{spec} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _import_failed(module_name: str, exc: BaseException) -> CommandError:
+    # One line; `-vv` still logs the traceback (the exception is chained).
+    return CommandError(
+        f"cannot import handler module {module_name!r}: {type(exc).__name__}: {_one_line(exc)} "
+        "(-vv shows the traceback)"
+    )
 
 
 class _SignalStop:
@@ -872,10 +1010,15 @@ class _SignalStop:
 
 
 class _NoteInterrupt:
-    """Remember that Ctrl-C came, then let it raise KeyboardInterrupt as usual."""
+    """Remember that Ctrl-C came, then let it raise KeyboardInterrupt as usual.
 
-    def __init__(self) -> None:
+    ``defer=True``: the first Ctrl-C only sets ``seen`` (the caller stops at
+    its next safe point); a second one raises.
+    """
+
+    def __init__(self, *, defer: bool = False) -> None:
         self.seen = False
+        self.defer = defer
         self._previous: Any = None
         self._installed = False
 
@@ -891,15 +1034,17 @@ class _NoteInterrupt:
             signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.SIG_DFL)
 
     def _handle(self, signum: int, frame: types.FrameType | None) -> None:
+        first = not self.seen
         self.seen = True
-        raise KeyboardInterrupt
+        if not (self.defer and first):
+            raise KeyboardInterrupt
 
 
 def cmd_work(args: argparse.Namespace, out: Output) -> int:
     from . import Worker
 
     handler = load_handler(args.handler)
-    with _open_queue(args) as queue:
+    with _open_queue(args, create=True) as queue:
         worker = Worker(
             queue,
             handler,
@@ -945,28 +1090,68 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         if out.as_json:
             out.document({"url": url, "queue": args.queue})
         else:
-            out.line(f"dashboard for queue {_safe(args.queue)!r} at {_safe(url)}  (Ctrl-C stops)")
+            others = len(set(names()) - {args.queue})
+            picker = f", {others} more in the page's picker" if others else ""
+            out.line(f"dashboard for queue {_safe(args.queue)!r}{picker} at {_safe(url)}  (Ctrl-C stops)")
         out.out.flush()
 
+    where, is_dsn = _storage(args)
+    options = _pg_options(args, is_dsn)
+    from . import Queue, list_queues
+
+    def names() -> list[str]:
+        return list_queues(where, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
+
+    def open_queue(name: str) -> Any:
+        return Queue(where, name=name, create=False, **options)
+
+    args.queue = _first_queue_to_serve(args, names, is_dsn)
     with _open_queue(args) as queue, _NoteInterrupt() as interrupt:
-        serve(queue, host=args.host, port=args.port, token=token, on_ready=ready)
+        serve(queue, host=args.host, port=args.port, token=token, on_ready=ready, list_queues=names, open_queue=open_queue)
     # The dashboard treats Ctrl-C as its normal way out and returns; the
     # exit code still says it was interrupted, like every other command.
     return EXIT_INTERRUPTED if interrupt.seen else EXIT_OK
 
 
-def cmd_bench(args: argparse.Namespace, out: Output) -> int:
+def _first_queue_to_serve(args: argparse.Namespace, names: Callable[[], list[str]], is_dsn: bool) -> str:
+    """The queue the page opens on: --queue if given, else 'default', else the first queue there is.
+
+    A folder without a 'default' queue is shown as it is (the page's picker
+    lists its queues); nothing is created. No queue at all, or a --queue
+    that is not there, is refused as every other command refuses it.
+    """
+    if args.queue_given or is_dsn:
+        return str(args.queue)
     try:
-        from .bench import main as bench_main
-    except ImportError as exc:
-        if _missing_module(exc, "nobroker.bench"):
-            raise CommandError(
-                "this copy of nobroker has no benchmark (nobroker/bench.py is missing); "
-                "from a clone, `python make.py bench` runs it"
-            ) from None
-        raise
-    code = bench_main(list(args.bench_args))
-    return int(code or 0)
+        found = names()
+    except QueueNotFoundError as exc:
+        raise _not_found(exc) from None
+    if DEFAULT_QUEUE in found or not found:
+        return DEFAULT_QUEUE  # none at all: the shared check refuses it with the usual message
+    return found[0]
+
+
+def cmd_bench(args: argparse.Namespace, out: Output) -> int:
+    from . import quickbench
+
+    if args.dir or args.dsn:
+        args._parser.error("bench measures a scratch queue in a folder of its own inside --in (default: here); "
+                           "it does not use --dir or --dsn (`python make.py bench --pg` measures PostgreSQL)")
+    where = args.where
+    if not os.path.isdir(where):
+        raise UsageError(f"--in {where!r} is not a folder: pass a folder on the disk to measure")
+    progress = Progress(f"measuring on the disk of {where} (about {4 * args.seconds + 1:.0f} s)")
+    progress.start()
+    try:
+        figures = quickbench.run_quick(where, args.seconds)
+    finally:
+        progress.done()
+    if out.as_json:
+        out.document({"machine": quickbench.describe(where), "figures": [f.to_dict() for f in figures]})
+    else:
+        for line in quickbench.report_lines(figures, where):
+            out.line(line)
+    return EXIT_OK
 
 
 def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
@@ -988,6 +1173,8 @@ def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
         kwargs["schema"] = args.schema
     if args.worker_role is not None:
         kwargs["worker_role"] = args.worker_role
+    if getattr(args, "connect_timeout", None) is not None:
+        kwargs["connect_timeout"] = args.connect_timeout
     result = migrate(str(dsn), **kwargs)
     applied = [str(name) for name in result] if isinstance(result, (list, tuple)) else []
     if out.as_json:
@@ -1030,12 +1217,16 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     group = parser.add_argument_group("global options")
     group.add_argument("--dir", metavar="DIR", default=default(None),
                        help=f"queue folder for the file storage (default: {DEFAULT_DIR})")
-    group.add_argument("--queue", metavar="NAME", default=default(DEFAULT_QUEUE),
+    # None until parsed, so `serve` can tell an explicit --queue default from no --queue (see main).
+    group.add_argument("--queue", metavar="NAME", default=default(None),
                        help=f"queue name inside the folder or database (default: {DEFAULT_QUEUE})")
     group.add_argument("--dsn", metavar="DSN", default=default(None),
                        help=f"use PostgreSQL at this DSN (postgresql://...) instead of a folder; env {ENV_DSN}")
     group.add_argument("--schema", metavar="SCHEMA", default=default(None),
                        help="PostgreSQL schema holding the queue tables (default: the storage's, nobroker)")
+    group.add_argument("--connect-timeout", type=_nonneg_float, metavar="SECONDS", default=default(None),
+                       help="PostgreSQL: keep trying to reach the server this long, then fail "
+                            "(default: the DSN's connect_timeout, else 30; 0 tries once)")
     group.add_argument("--json", action="store_true", default=default(False),
                        help="print the result as one JSON document")
     group.add_argument("-v", "--verbose", action="count", default=default(0),
@@ -1127,8 +1318,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "  nobroker nack 01J9ZQ3F6Y --permanent --error 'no such user'", cmd_nack)
     p.add_argument("id", metavar="ID")
     p.add_argument("--error", metavar="TEXT", help="why it failed (kept as last_error)")
-    p.add_argument("--delay", type=_nonneg_float, default=None, metavar="SECONDS", help="retry after this delay instead of the backoff")
-    p.add_argument("--permanent", action="store_true", help="straight to the dead-letter queue, no retry")
+    # A retry time and "never retry" contradict each other: argparse refuses the pair (exit 2).
+    outcome = p.add_mutually_exclusive_group()
+    outcome.add_argument("--delay", type=_nonneg_float, default=None, metavar="SECONDS",
+                         help="retry after this delay instead of the backoff")
+    outcome.add_argument("--permanent", action="store_true", help="straight to the dead-letter queue, no retry")
 
     p = command("extend", "extend a leased job: its lease now ends SECONDS from now",
                 "  nobroker extend 01J9ZQ3F6Y 300", cmd_extend)
@@ -1221,11 +1415,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--token", default=None, help=f"require this bearer token (or env {ENV_TOKEN})")
 
-    command(
-        "bench", "measure throughput on this machine (arguments go to the benchmark)",
-        "  nobroker bench --help\n  nobroker bench --jobs 1000", cmd_bench,
-        globals_=False, add_help=False,
+    p = command(
+        "bench", "a quick figure for this disk: enqueue and lease+ack beside its append+fsync rate (a few seconds)",
+        "  nobroker bench\n  nobroker bench --in /var/lib/jobs --json", cmd_bench,
+        description=(
+            "Measure enqueue, and lease_one + ack, on a scratch queue (removed afterwards), each beside\n"
+            "the disk's own rate of 120-byte append + fdatasync measured just before it: the ratio is the\n"
+            "number to compare between machines. The full suites are `python make.py bench` in a clone."
+        ),
     )
+    p.add_argument("--in", dest="where", default=".", metavar="FOLDER",
+                   help="a folder on the disk to measure (default: the current folder)")
+    p.add_argument("--seconds", type=_seconds_in(BENCH_MIN_SECONDS, BENCH_MAX_SECONDS), default=BENCH_SECONDS,
+                   metavar="S", help=f"how long each figure runs (default {BENCH_SECONDS:g})")
 
     pg = command("pg", "PostgreSQL storage tools (see `nobroker pg migrate --help`)",
                  "  nobroker --dsn postgresql://localhost/app pg migrate", cmd_pg)
@@ -1284,14 +1486,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args, extras = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-        if args.command == "bench":
-            args.bench_args = extras
-        elif extras:
+        if extras:
             sub = getattr(args, "_parser", parser)
             sub.error(f"unrecognized arguments: {' '.join(extras)}")
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
+        args.queue_given = args.queue is not None
+        args.queue = args.queue if args.queue_given else DEFAULT_QUEUE
         if args.command == "enqueue":
             args.count_given = args.count is not None
             args.count = args.count or 1
@@ -1319,6 +1521,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "repair" not in message:
                 message += " (`nobroker verify` shows the damage; `nobroker repair` rebuilds from the valid records)"
             return _error(message)
+        except UsageError as exc:
+            log.debug("command failed", exc_info=True)
+            _error(_one_line(exc))
+            return EXIT_USAGE
         except (NobrokerError, CommandError) as exc:
             log.debug("command failed", exc_info=True)
             return _error(_one_line(exc))

@@ -5,8 +5,14 @@ security rules, and the embedded page (HTML, CSS and JavaScript live in this
 module as strings, so the page ships inside the single-file zipapp and needs no
 network: no CDN, no font, no external URL).
 Imports: the public nobroker API only (queue objects are used through the
-methods of the public Queue), errors, jobs. It never reaches into a storage, so
-the dashboard works the same on the file storage and on PostgreSQL.
+methods of the public Queue), errors, jobs, dashboard_queues. It never reaches
+into a storage, so the dashboard works the same on the file storage and on
+PostgreSQL.
+
+One dashboard shows every queue of its folder or database when it is given
+``list_queues`` and ``open_queue`` (``nobroker serve`` does): the page has a
+picker, and every API route takes ``?queue=NAME`` (default: the queue it was
+started on). Only listed queues are opened, and never created.
 
 Security, in one place (each rule has its reason next to the code):
 
@@ -37,12 +43,15 @@ Security, in one place (each rule has its reason next to the code):
   answer gets ``default-src 'none'``. All answers carry nosniff,
   X-Frame-Options DENY, Referrer-Policy no-referrer and Cache-Control no-store.
 
-Routes: ``GET /`` the page; ``GET /api/stats``; ``GET /api/jobs?state=&limit=&offset=``;
+Routes: ``GET /`` the page; ``GET /api/queues`` (the queues offered, and the
+default); ``GET /api/stats``; ``GET /api/jobs?state=&limit=&offset=``;
 ``GET /api/jobs/<id>``; ``GET /api/dlq?limit=``; ``POST /api/jobs/<id>/requeue``;
 ``POST /api/dlq/requeue``; ``POST /api/purge`` (body ``{"confirm": "<queue name>"}``);
-``POST /api/compact``; ``GET /metrics`` (Prometheus text format 0.0.4).
+``POST /api/compact``; ``GET /metrics`` (Prometheus text format 0.0.4). Each
+but the page and /api/queues acts on the queue named by ``?queue=`` (default:
+the first).
 Errors are JSON ``{"error": "..."}``: 400 bad parameters or request, 403 token/CSRF/Host/Origin,
-404 unknown job or route, 405 wrong method, 409 requeue of a job that is not
+404 unknown job, queue or route, 405 wrong method, 409 requeue of a job that is not
 dead, 411 Transfer-Encoding, 413 body too large, 503 queue lock busy.
 
 Requests arrive on many threads and take turns at the queue under one lock.
@@ -53,6 +62,7 @@ burst of page refreshes from crowding out the workers sharing this Queue.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import http.cookies
 import http.server
@@ -70,6 +80,7 @@ import webbrowser
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .dashboard_queues import QueueSet, UnknownQueueError
 from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
 from .jobs import LISTINGS, Job, JobState
 
@@ -115,6 +126,10 @@ _METRIC_STATES = ("ready", "delayed", "leased", "done", "dead")
 
 class DashboardConfigError(NobrokerError, ValueError):
     """The dashboard cannot start as asked (for example: a public address without a token)."""
+
+
+class DashboardBindError(DashboardConfigError, OSError):
+    """The dashboard's address cannot be bound (say, the port is in use); the message names host and port."""
 
 
 class _HTTPError(Exception):
@@ -219,12 +234,13 @@ def _escape_label(value: str) -> str:
 
 # ---------------------------------------------------------------- the server
 class DashboardServer(http.server.ThreadingHTTPServer):
-    """The HTTP server: holds the queue, the secrets and the lock around queue calls."""
+    """The HTTP server: holds the queues, the secrets and the lock around queue calls."""
 
     daemon_threads = True
 
-    def __init__(self, queue: Queue, host: str, port: int, token: str | None) -> None:
-        self.queue = queue
+    def __init__(self, queue: Queue, host: str, port: int, token: str | None, queues: QueueSet | None = None) -> None:
+        self.queues = queues if queues is not None else QueueSet(queue)
+        assert self.queues.first is queue, "the first queue of the set is the one served"
         self.token = token
         self.csrf_token = secrets.token_hex(SECRET_BYTES)
         self.session_secret = secrets.token_hex(SECRET_BYTES)
@@ -238,6 +254,15 @@ class DashboardServer(http.server.ThreadingHTTPServer):
         super().__init__((host.strip("[]"), port), _Handler)
 
     @property
+    def queue(self) -> Queue:
+        """The first queue: what a request that names none gets."""
+        return self.queues.first
+
+    @queue.setter
+    def queue(self, queue: Queue) -> None:
+        self.queues.first = queue
+
+    @property
     def url(self) -> str:
         """The page's address (without the token)."""
         host, port = str(self.server_address[0]), int(self.server_address[1])
@@ -246,14 +271,23 @@ class DashboardServer(http.server.ThreadingHTTPServer):
         return f"http://{host}:{port}/"
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run one Queue method under the dashboard's lock."""
+        """Run one method of the first queue under the dashboard's lock."""
+        return self.call_on(self.queue, method, *args, **kwargs)
+
+    def call_on(self, queue: Queue, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run one Queue method of ``queue`` under the dashboard's lock."""
         with self.queue_lock:
-            return getattr(self.queue, method)(*args, **kwargs)
+            return getattr(queue, method)(*args, **kwargs)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.queues.close()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: DashboardServer
     raw_requestline: bytes  # set by http.server before parse_request
+    queue: Queue  # the queue this request acts on (set by _route)
     server_version = "nobroker"
     protocol_version = "HTTP/1.1"
     timeout = REQUEST_TIMEOUT_SECONDS
@@ -347,7 +381,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._route(method)
             except _HTTPError:
                 raise
-            except JobNotFoundError as exc:
+            except (JobNotFoundError, UnknownQueueError) as exc:
                 raise _HTTPError(404, str(exc)) from None
             except LockTimeoutError as exc:
                 raise _HTTPError(503, str(exc), {"Retry-After": "1"}) from None
@@ -472,6 +506,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if method == "POST":
             # Checked before routing so a cross-site POST learns nothing, not even 404s.
             self._check_csrf()
+        if parts == ["api", "queues"]:
+            self._allow(method, "GET")
+            self._send_json(200, {"queues": self.server.queues.names(), "default": self.server.queues.first_name})
+            return
+        # Only a queue the set lists is opened (never created): anything else is a 404.
+        self.queue = self.server.queues.get(query.get("queue"))
 
         if parts == ["metrics"]:
             self._allow(method, "GET")
@@ -484,7 +524,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._list_jobs(query)
         elif len(parts) == 3 and parts[:2] == ["api", "jobs"]:
             self._allow(method, "GET")
-            self._send_json(200, {"job": job_detail(self.server.call("get", parts[2]))})
+            self._send_json(200, {"job": job_detail(self._call("get", parts[2]))})
         elif len(parts) == 4 and parts[:2] == ["api", "jobs"] and parts[3] == "requeue":
             self._allow(method, "POST")
             self._requeue_one(parts[2])
@@ -494,7 +534,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         elif parts == ["api", "dlq", "requeue"]:
             self._allow(method, "POST")
             self._read_body()
-            count = self.server.call("requeue_dead", None)
+            count = self._call("requeue_dead", None)
             logger.info("dashboard: requeued %d dead job(s)", count)
             self._send_json(200, {"requeued": count})
         elif parts == ["api", "purge"]:
@@ -503,11 +543,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         elif parts == ["api", "compact"]:
             self._allow(method, "POST")
             self._read_body()
-            result = self.server.call("compact")
+            result = self._call("compact")
             logger.info("dashboard: compacted (%s)", result)
             self._send_json(200, {"compaction": _compaction_dict(result)})
         else:
             raise _HTTPError(404, f"no such page: {split.path}")
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run one Queue method on the queue this request names."""
+        return self.server.call_on(self.queue, method, *args, **kwargs)
 
     def _allow(self, method: str, allowed: str) -> None:
         if method != allowed:
@@ -535,11 +579,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(200, body.encode("utf-8"), "text/html; charset=utf-8", nonce=nonce)
 
     def _stats_body(self) -> dict[str, Any]:
-        server = self.server
-        stats = server.call("stats")
+        stats = self._call("stats")
         return {
-            "queue": str(getattr(server.queue, "name", "default")),
-            "durable": bool(getattr(server.queue, "durable", True)),
+            "queue": str(getattr(self.queue, "name", "default")),
+            "durable": bool(getattr(self.queue, "durable", True)),
             "stats": stats.to_dict(),
             "now": time.time(),
         }
@@ -567,7 +610,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         limit = self._int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
         offset = self._int_param(query, "offset", 0, 0, MAX_OFFSET)
         # One more than asked tells whether a next page exists without a count.
-        jobs = self.server.call("list_jobs", state, limit=limit + 1, offset=offset)
+        jobs = self._call("list_jobs", state, limit=limit + 1, offset=offset)
         self._send_json(
             200,
             {
@@ -581,33 +624,32 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _dlq(self, query: dict[str, str]) -> None:
         limit = self._int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
-        jobs = self.server.call("dlq", limit=limit + 1)
+        jobs = self._call("dlq", limit=limit + 1)
         self._send_json(
             200, {"limit": limit, "has_more": len(jobs) > limit, "jobs": [job_summary(j) for j in jobs[:limit]]}
         )
 
     def _requeue_one(self, job_id: str) -> None:
         self._read_body()
-        server = self.server
-        with server.queue_lock:
-            job = server.queue.get(job_id)
+        with self.server.queue_lock:
+            job = self.queue.get(job_id)
             if job.state != JobState.DEAD:
                 raise _HTTPError(409, f"job {job_id} is {job.state.value}, not dead: only dead jobs are requeued")
-            count = server.queue.requeue_dead(job_id)
+            count = self.queue.requeue_dead(job_id)
         logger.info("dashboard: requeued dead job %s", job_id)
         self._send_json(200, {"requeued": count})
 
     def _purge(self) -> None:
         body = self._read_body()
-        name = str(getattr(self.server.queue, "name", "default"))
+        name = str(getattr(self.queue, "name", "default"))
         if body.get("confirm") != name:
             raise _HTTPError(400, f'purge deletes every job: send {{"confirm": "{name}"}} (the queue name) to confirm')
-        count = self.server.call("purge")
+        count = self._call("purge")
         logger.warning("dashboard: purged %d job(s) from queue %s", count, name)
         self._send_json(200, {"purged": count})
 
     def _metrics(self) -> None:
-        text = render_metrics(self.server)
+        text = render_metrics(self.server, self.queue)
         self._send(200, text.encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -619,15 +661,15 @@ def _compaction_dict(result: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- metrics
-def render_metrics(server: DashboardServer) -> str:
-    """The Prometheus text exposition (format 0.0.4) of the queue's state right now.
+def render_metrics(server: DashboardServer, queue: Queue | None = None) -> str:
+    """The Prometheus text exposition (format 0.0.4) of a queue's state right now (default: the first).
 
     Counters (``nobroker_enqueued_total``, ``nobroker_acked_total``) are
     emitted only when the queue's stats carry ``enqueued_total`` and
     ``acked_total``: deriving them from the counts by state would be wrong
     after every compaction or purge, so the dashboard does not guess.
     """
-    queue = server.queue
+    queue = server.queue if queue is None else queue
     name = _escape_label(str(getattr(queue, "name", "default")))
     now = time.time()
     with server.queue_lock:
@@ -697,13 +739,22 @@ def make_server(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     token: str | None = None,
+    list_queues: Callable[[], list[str]] | None = None,
+    open_queue: Callable[[str], Queue] | None = None,
 ) -> DashboardServer:
     """Bind the dashboard for ``queue`` and return the server, not yet serving.
+
+    With ``list_queues`` (the names of the queues there are) and
+    ``open_queue`` (open one by name, without creating it), the page and the
+    API also offer every other queue listed; the server closes those it
+    opened in ``server_close``.
 
     ``port=0`` picks a free port (``server.server_address[1]`` tells which).
     Call ``server.serve_forever()`` (in a thread, for tests), then
     ``server.shutdown()`` and ``server.server_close()``.
-    Raises DashboardConfigError for a public ``host`` without a ``token``.
+    Raises DashboardConfigError for a public ``host`` without a ``token``, and
+    DashboardBindError (also an OSError) when the address cannot be bound (a
+    busy port), naming host and port.
     """
     if token is not None:
         if not isinstance(token, str) or not token.strip():
@@ -717,7 +768,17 @@ def make_server(
         )
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise DashboardConfigError(f"port must be an integer from 0 to 65535, got {port!r}")
-    return DashboardServer(queue, host, port, token)
+    queues = QueueSet(queue, list_names=list_queues, open_queue=open_queue)
+    try:
+        return DashboardServer(queue, host, port, token, queues)
+    except OSError as exc:
+        # The bare OSError ("Address already in use") names neither the address nor a way out.
+        reason = (exc.strerror or str(exc)).lower()
+        raise DashboardBindError(
+            f"cannot serve the dashboard on {host}:{port}: {reason}; pick another port (--port; 0 takes any free one)"
+            if exc.errno == errno.EADDRINUSE
+            else f"cannot serve the dashboard on {host}:{port}: {reason}"
+        ) from None
 
 
 def serve(
@@ -728,6 +789,8 @@ def serve(
     token: str | None = None,
     open_browser: bool = False,
     on_ready: Callable[[DashboardServer], None] | None = None,
+    list_queues: Callable[[], list[str]] | None = None,
+    open_queue: Callable[[str], Queue] | None = None,
 ) -> None:
     """Serve the dashboard for ``queue`` until Ctrl-C (or ``server.shutdown()`` from another thread).
 
@@ -735,9 +798,10 @@ def serve(
     calls ``on_ready(server)`` once the socket listens: ``server.url`` is the
     address to print, and ``server.shutdown()`` stops serving.
     ``open_browser`` opens the page in the default browser (with the token,
-    so the browser gets its session cookie).
+    so the browser gets its session cookie). ``list_queues`` and
+    ``open_queue``: as for make_server (the picker of the other queues).
     """
-    server = make_server(queue, host=host, port=port, token=token)
+    server = make_server(queue, host=host, port=port, token=token, list_queues=list_queues, open_queue=open_queue)
     url = server.url
     logger.info("dashboard for queue %s at %s", getattr(queue, "name", "default"), url)
     if on_ready is not None:
@@ -815,6 +879,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
 <header>
   <h1>nobroker</h1>
   <span class="meta">queue <strong id="queue-name">…</strong></span>
+  <label class="meta" id="queue-picker-label" hidden>switch to <select id="queue-picker"></select></label>
   <span class="meta" id="durable"></span>
   <span class="meta">updated <span id="updated">never</span></span>
   <span class="meta" id="status">connecting…</span>
@@ -892,6 +957,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   const CSRF = document.querySelector('meta[name="csrf-token"]').content;
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
+  const QUEUES_EVERY = 10;  // rounds between looks for queues added to the folder or database
   const $ = (id) => document.getElementById(id);
   const view = { state: "runnable", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
 
@@ -914,7 +980,14 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     box.className = isError ? "error" : "";
   }
 
+  // Every API call names the queue on show; the server opens only queues it lists.
+  function withQueue(path) {
+    if (!view.queue) return path;
+    return path + (path.includes("?") ? "&" : "?") + "queue=" + encodeURIComponent(view.queue);
+  }
+
   async function api(path, options) {
+    if (path !== "/api/queues") path = withQueue(path);
     const opts = Object.assign({ credentials: "same-origin", headers: {} }, options || {});
     if (opts.method === "POST") {
       opts.headers = Object.assign({ "Content-Type": "application/json", "X-CSRF-Token": CSRF }, opts.headers);
@@ -971,6 +1044,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   async function refreshStats() {
     try {
       const data = await api("/api/stats");
+      if (view.queue && data.queue !== view.queue) return;  // an answer for the queue shown before a switch
       view.now = data.now;
       view.queue = data.queue;
       $("queue-name").textContent = data.queue;
@@ -987,6 +1061,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
       await refreshJobs();
       const signature = JSON.stringify(data.stats);
       view.ticks += 1;
+      if (view.ticks % QUEUES_EVERY === 0) await loadQueues();
       if (view.selected && (signature !== view.lastStats || view.ticks % DETAIL_EVERY === 0)) {
         await showJob(view.selected, true);
       }
@@ -995,6 +1070,34 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
       $("status").textContent = "disconnected: " + err.message;
       $("status").className = "bad";
     }
+  }
+
+  // ---------------------------------------------------------------- queues
+  async function loadQueues() {
+    let data;
+    try {
+      data = await api("/api/queues");
+    } catch (err) {
+      return;  // the picker is a convenience; the counts say when the server is gone
+    }
+    if (!view.queue) view.queue = data["default"];
+    const picker = $("queue-picker");
+    picker.replaceChildren(...data.queues.map((name) => el("option", { value: name, text: name })));
+    picker.value = view.queue;
+    $("queue-picker-label").hidden = data.queues.length < 2;
+  }
+
+  function switchQueue(name) {
+    if (name === view.queue) return;
+    view.queue = name;
+    view.offset = 0;
+    view.lastStats = "";
+    view.listSeq += 1;  // answers still coming for the previous queue must not draw
+    view.detailSeq += 1;
+    clearDetail();
+    say("");
+    $("queue-name").textContent = name;
+    refreshStats();
   }
 
   // ---------------------------------------------------------------- lists
@@ -1186,13 +1289,14 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   $("purge-input").addEventListener("input", () => { $("purge-confirm").disabled = $("purge-input").value !== view.queue; });
   $("purge-cancel").addEventListener("click", () => $("purge-dialog").close());
   $("purge-form").addEventListener("submit", purge);
+  $("queue-picker").addEventListener("change", () => switchQueue($("queue-picker").value));
 
   // A timer that waits for each round to finish, so a slow queue never piles up requests.
   async function loop() {
     await refreshStats();
     setTimeout(loop, REFRESH_MS);
   }
-  loop();
+  loadQueues().then(loop);
 })();
 </script>
 </body>

@@ -81,6 +81,32 @@ class UnsafeQueueError(NobrokerError):
     """The queue folder or a file in it is not safe to use (symlink, foreign owner, open permissions, network filesystem)."""
 
 
+class UnknownStorageError(NobrokerError, ValueError):
+    """The location is neither a folder path nor a PostgreSQL DSN (say ``mysql://...``).
+
+    Nothing was opened or created. A folder is any path without a URL scheme;
+    PostgreSQL is a ``postgresql://`` (or ``postgres://``) URL or a libpq
+    keyword string such as ``"host=localhost dbname=app"``.
+    """
+
+
+class QueueNotFoundError(NobrokerError):
+    """The queue is not there, and the caller asked not to create it (``Queue(..., create=False)``).
+
+    ``missing`` says what is absent: ``"folder"`` (no such folder, or the path
+    is a file), ``"queue"`` (the folder holds no queue of that name; ``found``
+    lists the ones it holds) or ``"schema"`` (PostgreSQL: no nobroker schema
+    there yet). Nothing was created.
+    """
+
+    def __init__(self, message: str, *, missing: str, location: str, name: str, found: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.location = location
+        self.name = name
+        self.found = list(found or [])
+
+
 class PermanentError(NobrokerError):
     """Raise this from a handler to send the job straight to the dead-letter queue.
 
@@ -99,5 +125,7 @@ __all__ = [
     "SerializationError",
     "StorageError",
     "UnsafeQueueError",
+    "UnknownStorageError",
+    "QueueNotFoundError",
     "PermanentError",
 ]

@@ -52,7 +52,7 @@ from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import BackoffPolicy, CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport, load_json
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
-from .replay import DEAD, DONE, LEASED, READY, Entry, QueueState
+from .replay import DEAD, DONE, READY, Entry, QueueState
 from .storage import EnqueueSpec
 from .wake import WakeChannel, pause
 
@@ -262,7 +262,9 @@ class FileStorage:
                 # A crash between a peer's pointer rename and its folder fsync could
                 # leave a flip that a power cut undoes, and a failed fsync of the
                 # parent could leave the folder itself undurable: make both durable
-                # before we acknowledge anything written in them.
+                # before we acknowledge anything written in them. This is also what
+                # makes a generation 0 just created durable (LogFile.create leaves
+                # its name to this fsync).
                 self._sync_directory()
                 try:
                     self.fs.fsync_dir(os.path.dirname(self.directory))
@@ -853,15 +855,8 @@ class FileStorage:
         if entry is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
         if not leases.holds_lease(entry, token):
-            if entry.state is LEASED:
-                raise NotLeasedError(
-                    f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "
-                    "The work may run twice; handlers must be idempotent."
-                )
-            raise NotLeasedError(
-                f"cannot {action} job {job_id}: it is {entry.state.value}, not leased"
-                + (" (your lease expired)" if token is not None else "")
-            )
+            held = entry.finished_token if entry.state is DONE else entry.lease_token
+            raise leases.refusal(action, job_id, entry.state.value, token, held)
         return entry
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:

@@ -1,8 +1,9 @@
 """The writer's decisions: ids, fencing tokens, deadlines, retries and reclaims.
 
 Owns: every value that replay must never invent (job ids, lease tokens,
-jittered retry times) and the rules that turn "lease expired" or "handler
-failed" into the next state. Imports: jobs, replay.
+jittered retry times), the rules that turn "lease expired" or "handler
+failed" into the next state, and what a refused ack/nack/extend/set_stage
+says (``refusal``, shared by both storages). Imports: errors, jobs, replay.
 
 These functions read the clock value they are given and the random source;
 their output is written into records as absolute values, so replay (which
@@ -15,6 +16,7 @@ import os
 import random
 from typing import Any
 
+from .errors import NotLeasedError
 from .jobs import BackoffPolicy, Job, JobState
 from .replay import Entry
 
@@ -102,3 +104,31 @@ def holds_lease(entry: Entry, token: Any) -> bool:
     if entry.state is not JobState.LEASED:
         return False
     return token is None or entry.lease_token == token
+
+
+def refusal(action: str, job_id: str, state: str, token: Any, held_token: Any) -> NotLeasedError:
+    """Why ``action`` on a job that ``token`` does not hold is refused, saying what really happened.
+
+    ``state`` is the job's state now and ``held_token`` the token of its lease,
+    or, for a done job, the token of the lease that finished it. ``token`` None is an
+    operator acting by id. A caller whose own ack finished the job is told it
+    is done, not that a lease expired.
+    """
+    if state == JobState.LEASED.value:
+        return NotLeasedError(
+            f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "
+            "The work may run twice; handlers must be idempotent."
+        )
+    if token is None:
+        return NotLeasedError(f"cannot {action} job {job_id}: it is {state}, not leased")
+    if state == JobState.DONE.value and held_token in (token, None):
+        how = " (acked under this lease)" if held_token == token else ""
+        return NotLeasedError(f"cannot {action} job {job_id}: it is already done{how}; nothing changed")
+    if state == JobState.DONE.value:
+        return NotLeasedError(
+            f"cannot {action} job {job_id}: it is done, finished under a later lease after yours ended "
+            "(the work may have run twice; handlers must be idempotent)"
+        )
+    return NotLeasedError(
+        f"cannot {action} job {job_id}: it is {state}, not leased (your lease ended: it expired, or the job was nacked)"
+    )

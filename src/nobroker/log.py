@@ -1,9 +1,9 @@
 """One generation file of the append-only log, and the pointer to the current one.
 
-Owns: file names, creating a generation (header, fsync, rename, directory
-fsync), reading records forward from an offset, telling a torn tail from
-damage in the middle, appending with short-write handling, group fsync, and
-the ``<name>.current`` pointer (replaced in two steps a compactor can split:
+Owns: file names, creating a generation (header, fsync, rename; the caller
+fsyncs the folder), reading records forward from an offset, telling a torn
+tail from damage in the middle, appending with short-write handling, group
+fsync, and the ``<name>.current`` pointer (replaced in two steps a compactor can split:
 a durable temp file, then one rename). Imports: errors, jobs, fs, framing.
 
 Group commit: appends happen under the queue's lock, fsync does not. A thread
@@ -192,7 +192,13 @@ class LogFile:
     # ---------------- opening
     @classmethod
     def create(cls, fs: FileSystem, directory: str, name: str, generation: int, *, sync: bool) -> LogFile:
-        """Create generation ``generation`` with just a header: temp, fsync, rename, fsync dir."""
+        """Create generation ``generation`` with just a header: temp, fsync, rename.
+
+        The new name is not durable yet: the caller fsyncs the folder before it
+        acknowledges anything written in the file (FileStorage._open does, for
+        every queue it opens). A folder fsync here as well would be a second
+        one in a row, which no power cut can tell from the first.
+        """
         path = log_path(directory, name, generation)
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
@@ -204,8 +210,6 @@ class LogFile:
                 if sync:
                     fs.fsync(fd)
                 fs.replace(tmp, path)
-                if sync:
-                    fs.fsync_dir(directory)
             except BaseException:
                 fs.close(fd)
                 raise

@@ -2,7 +2,9 @@
 
 Owns: inspect_log (every record with its offset, damage shown), verify (a
 read-only check that reports exactly what it found), repair (keeps a damaged
-file aside and rebuilds the queue from its valid records), list_queues.
+file aside, rebuilds the queue from its valid records, and names the jobs
+that lost records: ids where they can be read, counts otherwise),
+list_queues.
 Imports: errors, jobs, fs, framing, log, lock, replay, snapshot, compaction.
 
 inspect and verify read the log only; a state snapshot (snapshot.py) is a
@@ -15,6 +17,7 @@ CLI (`nobroker inspect | verify | repair`).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -25,7 +28,7 @@ from typing import Any
 
 from .compaction import flip, write_generation
 from .errors import CorruptLogError, NobrokerError, UnsafeQueueError
-from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus, RecordType, decode_header
+from .framing import FRAME, FRAME_SIZE, HEADER_SIZE, KNOWN_TYPES, FrameStatus, RecordType, decode_header
 from .fs import OS_FILESYSTEM, FileSystem
 from .jobs import JobState
 from .lock import QueueLock
@@ -185,9 +188,39 @@ def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYS
     return report
 
 
+#: Most job ids a RepairReport lists in each of its lists; the counts are always complete.
+MAX_REPORTED_IDS = 1000
+#: Most bytes of one damaged stretch read back to look for job ids (the rest counts as unreadable).
+MAX_DAMAGE_SCAN_BYTES = 64 * 1024 * 1024
+#: A record body as every writer (and 0.1.2) starts it: the job id first.
+_ID_AT_BODY_START = re.compile(rb'\{"id":("(?:[^"\\]|\\.){1,2000}")')
+
+
+@dataclass
+class DamagedStretch:
+    """One run of bytes repair could not use: where, how long, and what could still be read in it."""
+
+    offset: int
+    bytes: int
+    records: int = 0  # record headers found in it (each a record lost)
+    ids: list[str] = field(default_factory=list)  # job ids read from those records, where readable
+    unreadable_bytes: int = 0  # bytes in which no record could be made out at all
+
+
 @dataclass
 class RepairReport:
-    """What repair did: where the damaged file went and what was kept."""
+    """What repair did: where the damaged file went, what was kept, and which jobs lost what.
+
+    ``lost_jobs``: ids of jobs that are gone (their enqueue was in the
+    damage, while later records of theirs were readable). ``changed_jobs``:
+    ids of jobs kept whose later records were in the damage, so their state
+    may be older than it was (a done job may run again). ``unidentified_records``
+    counts damaged records whose job id could not be read, and
+    ``unreadable_bytes`` the bytes where no record could be made out: lost too,
+    but nobody can say whose (or how many). ``records_dropped`` counts the
+    dropped records that could be made out. The lists hold at most MAX_REPORTED_IDS ids;
+    ``lost_job_count`` and ``changed_job_count`` are complete.
+    """
 
     directory: str
     name: str
@@ -199,9 +232,80 @@ class RepairReport:
     bytes_dropped: int = 0
     jobs: int = 0
     message: str = ""
+    records_dropped: int = 0
+    lost_jobs: list[str] = field(default_factory=list)
+    lost_job_count: int = 0
+    changed_jobs: list[str] = field(default_factory=list)
+    changed_job_count: int = 0
+    unidentified_records: int = 0
+    unreadable_bytes: int = 0
+    damage: list[DamagedStretch] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def name_the_losses(self, named: dict[str, None], state: QueueState) -> None:
+        """Sort the ids named by dropped records into lost and changed, and total the rest."""
+        lost = [job_id for job_id in named if job_id not in state]
+        changed = [job_id for job_id in named if job_id in state]
+        self.lost_jobs, self.lost_job_count = lost[:MAX_REPORTED_IDS], len(lost)
+        self.changed_jobs, self.changed_job_count = changed[:MAX_REPORTED_IDS], len(changed)
+        self.unidentified_records = sum(s.records - len(s.ids) for s in self.damage)
+        self.unreadable_bytes = sum(s.unreadable_bytes for s in self.damage)
+
+
+def _read_damage(log: LogFile, fs: FileSystem, start: int, end: int) -> DamagedStretch:
+    """What can still be read in the damaged bytes [start, end): record headers and the job ids they name.
+
+    Best effort, for the report only (nothing read here is kept): a header
+    counts when its type is known and its length fits the stretch; an id
+    counts when a body starts with ``{"id":"..."`` right after a header
+    whose type byte is known (JSON text never holds such a byte, so an id
+    inside a payload is not taken for a record's).
+    """
+    stretch = DamagedStretch(start, end - start)
+    data = fs.pread(log.fd, min(end - start, MAX_DAMAGE_SCAN_BYTES), start)
+    stretch.unreadable_bytes = (end - start) - len(data)
+    pos = 0
+    while pos < len(data):
+        found = _record_at(data, pos)
+        if found is None:
+            following = _next_record(data, pos + 1)
+            stretch.unreadable_bytes += following - pos
+            pos = following
+            continue
+        size, job_id = found
+        stretch.records += 1
+        if job_id is not None:
+            stretch.ids.append(job_id)
+        pos += size
+    return stretch
+
+
+def _record_at(data: bytes, pos: int) -> tuple[int, str | None] | None:
+    """(size, job id or None) of a record whose header is plausible at ``pos``, else None."""
+    if len(data) - pos < FRAME_SIZE:
+        return None
+    length, rtype, _crc = FRAME.unpack_from(data, pos)
+    if rtype not in KNOWN_TYPES or FRAME_SIZE + length > len(data) - pos:
+        return None
+    match = _ID_AT_BODY_START.match(data, pos + FRAME_SIZE, pos + FRAME_SIZE + length)
+    job_id = None
+    if match is not None:
+        try:
+            job_id = json.loads(match.group(1))
+        except ValueError:
+            job_id = None
+    return FRAME_SIZE + length, job_id if isinstance(job_id, str) else None
+
+
+def _next_record(data: bytes, pos: int) -> int:
+    """Where the next plausible record header after ``pos`` starts (or the end of ``data``)."""
+    for match in _ID_AT_BODY_START.finditer(data, pos + FRAME_SIZE):
+        header = match.start() - FRAME_SIZE
+        if header >= pos and data[header + 4] in KNOWN_TYPES:
+            return header
+    return len(data)
 
 
 def repair(
@@ -250,14 +354,23 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
         size = log.size()
         pos = HEADER_SIZE
         dropped = 0
+        # Every job a dropped record names, in the order met (a dict keeps it, once each).
+        named: dict[str, None] = {}
         while pos < size:
             stopped = None
             for fr in log.scan(pos):
                 if fr.status is FrameStatus.OK:
+                    body = fr.body or {}
+                    anomalies = state.anomalies
                     try:
-                        state.apply(fr.rtype, fr.body or {}, fr.offset, FRAME_SIZE + fr.length)
+                        state.apply(fr.rtype, body, fr.offset, FRAME_SIZE + fr.length)
                     except (KeyError, TypeError, ValueError):
                         dropped += FRAME_SIZE + fr.length
+                        report.records_dropped += 1
+                        _name_job(named, body)
+                    else:
+                        if state.anomalies != anomalies:  # a record of a job whose enqueue is gone
+                            _name_job(named, body)
                     pos = fr.end
                     continue
                 stopped = fr
@@ -266,8 +379,14 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
                 break
             after = log.valid_record_after(stopped.offset, size)
             end = size if after is None else after
+            stretch = _read_damage(log, fs, stopped.offset, end)
+            report.damage.append(stretch)
+            report.records_dropped += stretch.records
+            for job_id in stretch.ids:
+                named.setdefault(job_id, None)
             dropped += end - stopped.offset
             pos = end
+        report.name_the_losses(named, state)
         if dropped == 0 and read_pointer_ok(fs, directory, name, generation):
             report.message = "the queue is sound; nothing was changed"
             report.jobs = len(state)
@@ -296,6 +415,12 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
         f"the damaged file is kept as {aside}"
     )
     return report
+
+
+def _name_job(named: dict[str, None], body: dict[str, Any]) -> None:
+    job_id = body.get("id")
+    if isinstance(job_id, str):
+        named.setdefault(job_id, None)
 
 
 def read_pointer_ok(fs: FileSystem, directory: str, name: str, generation: int) -> bool:

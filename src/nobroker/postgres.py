@@ -52,8 +52,9 @@ Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: bring the
 schema up to date on open), ``worker_role`` (apply the RLS policies on open),
 ``retention`` (seconds a done job is kept from compaction, default 0),
-``reconnect_timeout`` (seconds to wait for a server that went away, default
-30), ``prepare_threshold`` (psycopg's; None turns server-side prepared
+``reconnect_timeout`` (seconds to keep trying to reach the server, when the
+queue opens and after it went away; default: the DSN's ``connect_timeout``,
+else 30), ``prepare_threshold`` (psycopg's; None turns server-side prepared
 statements off) and ``clock_offset`` (tests only). ``lock_timeout`` becomes
 the session's ``lock_timeout``; ``fsync=False`` becomes
 ``synchronous_commit=off`` (faster, and NOT durable: a server crash can lose
@@ -65,7 +66,8 @@ guarded by a lock (the Worker's threads share one Queue, so they take turns;
 a statement takes well under a millisecond). A dropped connection (server
 restart, ``pg_terminate_backend``) is noticed before the next statement is
 sent and replaced, waiting up to ``reconnect_timeout`` seconds for the server
-to come back. A statement that fails because the connection died is retried
+to come back; an unreachable server is logged once (WARNING), not once per
+attempt. A statement that fails because the connection died is retried
 once when that is safe: reads, and writes that do the same thing twice
 (ack, extend, set_stage, lease, compact, enqueue with job ids). Otherwise the
 caller gets StorageError saying the outcome is unknown.
@@ -84,6 +86,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import math
 import os
 import re
 import select
@@ -96,9 +99,9 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from . import leases
-from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, NotLeasedError, StorageError
+from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, StorageError
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, load_json, shown
-from .storage import EnqueueSpec
+from .storage import EnqueueSpec, dsn_parameters, parse_keyword_dsn
 
 try:
     import psycopg
@@ -165,7 +168,10 @@ def _clean_error(error: str | None) -> str | None:
 
 
 def redact_dsn(dsn: str) -> str:
-    """The DSN without its password (in the authority part or as a query parameter)."""
+    """The DSN without its password (in the authority part, as a query parameter, or as a key word)."""
+    pairs = None if "://" in dsn else parse_keyword_dsn(dsn)
+    if pairs is not None:
+        return " ".join(f"{key}={_keyword_quote(value)}" for key, value in pairs.items() if key != "password")
     try:
         parts = urlsplit(dsn)
     except ValueError:
@@ -183,10 +189,66 @@ def redact_dsn(dsn: str) -> str:
     return out
 
 
+def _keyword_quote(value: str) -> str:
+    if value and not any(ch.isspace() or ch in "'\\" for ch in value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def channel_name(schema: str, queue: str) -> str:
     """The LISTEN/NOTIFY channel of one queue (an identifier, whatever the queue's name)."""
     digest = hashlib.sha1(f"{schema}\x00{queue}".encode()).hexdigest()[:20]
     return f"nobroker_{digest}"
+
+
+# ---------------------------------------------------------------- connecting
+def _one_line(exc: BaseException) -> str:
+    """A driver message on one line (libpq's run over several, with tab-indented hints)."""
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+
+
+def connect_timeout_of(dsn: str) -> float | None:
+    """The DSN's own ``connect_timeout`` in seconds, if it gives a positive one (0 means "no limit" to libpq)."""
+    try:
+        value = float(dsn_parameters(dsn).get("connect_timeout", ""))
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None
+
+
+def connect(dsn: str, *, timeout: float, location: str, **options: Any) -> Any:
+    """A new autocommit connection, trying again for up to ``timeout`` seconds while the server is unreachable.
+
+    The first failure is logged once (a WARNING); the attempts after it only
+    at DEBUG, so an unreachable server costs one line and then the final
+    StorageError, however long it is tried. Each attempt waits at most
+    CONNECT_TIMEOUT seconds (or the DSN's connect_timeout, if smaller), and
+    never past ``timeout``.
+    """
+    _require_psycopg()
+    deadline = time.monotonic() + timeout
+    per_attempt = min(CONNECT_TIMEOUT, connect_timeout_of(dsn) or CONNECT_TIMEOUT)
+    attempt = 0
+    while True:
+        left = deadline - time.monotonic()
+        # libpq takes whole seconds, and treats less than 2 as 2.
+        attempt_timeout = max(2, math.ceil(min(per_attempt, max(left, 0.0))))
+        try:
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=attempt_timeout, **options)
+        except psycopg.OperationalError as exc:
+            reason = _one_line(exc)
+            if time.monotonic() >= deadline:
+                tried = f"tried for {timeout:g} s" if attempt else "tried once"
+                raise StorageError(f"cannot connect to PostgreSQL at {location}: {reason} ({tried})") from None
+            if attempt == 0:
+                logger.warning(
+                    "cannot reach PostgreSQL at %s (%s); trying again for up to %g s", location, reason, timeout
+                )
+            else:
+                logger.debug("cannot reach PostgreSQL at %s (%s); attempt %d", location, reason, attempt + 1)
+            pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
+            attempt += 1
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
 
 
 # ---------------------------------------------------------------- migrations
@@ -233,7 +295,9 @@ def latest_version() -> int:
     return files[-1][0] if files else 0
 
 
-def migrate(dsn: str, *, schema: str = DEFAULT_SCHEMA, worker_role: str | None = None) -> list[str]:
+def migrate(
+    dsn: str, *, schema: str = DEFAULT_SCHEMA, worker_role: str | None = None, connect_timeout: float | None = None
+) -> list[str]:
     """Create or upgrade the nobroker schema in the database at ``dsn``. Returns the files applied.
 
     Idempotent and safe to run from many processes at once: the work happens
@@ -241,16 +305,58 @@ def migrate(dsn: str, *, schema: str = DEFAULT_SCHEMA, worker_role: str | None =
     ``<schema>.schema_migrations`` records which versions are in. With
     ``worker_role``, also create that role if missing and restrict the rows to
     it (and the owner) with FORCE ROW LEVEL SECURITY; see the module docstring.
+    ``connect_timeout``: seconds to keep trying to reach the server (default:
+    the DSN's connect_timeout, else one attempt).
     """
     _require_psycopg()
     check_identifier(schema, "schema")
     if worker_role is not None:
         check_identifier(worker_role, "worker_role")
+    timeout = connect_timeout if connect_timeout is not None else connect_timeout_of(dsn) or 0.0
+    conn = connect(dsn, timeout=timeout, location=redact_dsn(dsn))
     try:
-        with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
+        with conn:
             return _migrate_on(conn, schema, worker_role)
     except psycopg.Error as exc:
-        raise StorageError(f"migrating schema {schema!r} at {redact_dsn(dsn)} failed: {exc}") from None
+        raise StorageError(f"migrating schema {schema!r} at {redact_dsn(dsn)} failed: {_one_line(exc)}") from None
+
+
+#: Most queue names one listing returns (for a picker or an error message).
+MAX_LISTED_QUEUES = 1000
+#: The distinct queue names in key order, one index probe each (a loose index scan
+#: over the primary key), rather than a scan of every row.
+_QUEUE_NAMES = """
+    WITH RECURSIVE q(name) AS (
+        (SELECT queue FROM {schema}.jobs ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM {schema}.jobs AS j WHERE j.queue > q.name ORDER BY j.queue LIMIT 1)
+        FROM q WHERE q.name IS NOT NULL
+    )
+    SELECT name FROM q WHERE name IS NOT NULL LIMIT %s"""
+
+
+def queue_names(dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout: float | None = None) -> list[str] | None:
+    """Names of the queues holding jobs in ``schema`` at ``dsn`` (sorted, at most MAX_LISTED_QUEUES).
+
+    None when the database has no nobroker table in that schema (nothing was
+    ever enqueued there, or another ``--schema``). Reads only: it creates and
+    migrates nothing. A queue on PostgreSQL is the rows that carry its name,
+    so one whose jobs were all purged or compacted away is not listed.
+    """
+    _require_psycopg()
+    check_identifier(schema, "schema")
+    timeout = connect_timeout if connect_timeout is not None else connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
+    location = redact_dsn(dsn)
+    conn = connect(dsn, timeout=timeout, location=location, application_name="nobroker")
+    try:
+        with conn:
+            table = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".jobs',)).fetchone()[0]
+            if table is None:
+                return None
+            statement = sql.SQL(_QUEUE_NAMES).format(schema=sql.Identifier(schema))  # type: ignore[arg-type]
+            return [row[0] for row in conn.execute(statement, (MAX_LISTED_QUEUES,))]
+    except psycopg.Error as exc:
+        raise StorageError(f"listing the queues at {location} failed: {_one_line(exc)}") from None
 
 
 def _migrate_on(conn: Any, schema: str, worker_role: str | None) -> list[str]:
@@ -586,7 +692,7 @@ class PostgresStorage:
         worker_role: str | None = None,
         retention: float = 0.0,
         clock_offset: float = 0.0,
-        reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
+        reconnect_timeout: float | None = None,
         prepare_threshold: int | None = 5,
     ) -> None:
         _require_psycopg()
@@ -597,6 +703,8 @@ class PostgresStorage:
             )
         if not isinstance(name, str) or not name or len(name) > 256 or "\x00" in name:
             raise ValueError(f"queue name must be 1 to 256 characters without NUL, got {name!r}")
+        if reconnect_timeout is None:
+            reconnect_timeout = connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
         for what, value in (("retention", retention), ("reconnect_timeout", reconnect_timeout)):
             number = finite_float(value)  # never raises, not even for 10**400
             if number is None or number < 0:
@@ -643,30 +751,20 @@ class PostgresStorage:
     # ================================================================ connections
     def _connect(self) -> Any:
         """A new connection, trying again while the server is unreachable (a restart)."""
-        deadline = time.monotonic() + self.reconnect_timeout
-        attempt = 0
-        while True:
-            try:
-                conn = psycopg.connect(
-                    self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-                    prepare_threshold=self._prepare_threshold, application_name="nobroker",
-                )  # fmt: skip
-                lock_ms = max(1, int(self.lock_timeout * 1000))
-                conn.execute(
-                    "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
-                    (f"{lock_ms}ms", "on" if self.durable else "off"),
-                )
-                return conn
-            except psycopg.OperationalError as exc:
-                if time.monotonic() >= deadline:
-                    raise StorageError(
-                        f"cannot connect to PostgreSQL at {self.location}: {exc}".strip()
-                        + f" (kept trying for {self.reconnect_timeout:g} s)"
-                    ) from None
-                pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
-                attempt += 1
-                logger.warning("cannot reach PostgreSQL at %s (%s); trying again", self.location, exc)
-                time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+        conn = connect(
+            self.dsn, timeout=self.reconnect_timeout, location=self.location,
+            prepare_threshold=self._prepare_threshold, application_name="nobroker",
+        )  # fmt: skip
+        try:
+            lock_ms = max(1, int(self.lock_timeout * 1000))
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
+                (f"{lock_ms}ms", "on" if self.durable else "off"),
+            )
+        except psycopg.Error as exc:
+            self._discard(conn)
+            raise StorageError(f"cannot set up the connection to PostgreSQL at {self.location}: {_one_line(exc)}") from None
+        return conn
 
     def _usable(self, conn: Any) -> bool:
         """Is this idle connection still alive? A dead one has unread bytes (the FATAL) or EOF."""
@@ -958,15 +1056,8 @@ class PostgresStorage:
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
         if row is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
-        state = row[0]
-        if state == "leased":
-            raise NotLeasedError(
-                f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "
-                "The work may run twice; handlers must be idempotent."
-            )
-        raise NotLeasedError(
-            f"cannot {action} job {job_id}: it is {state}, not leased" + (" (your lease expired)" if token is not None else "")
-        )
+        state, finished = row  # the token that finished a done job (the one refusal wants then)
+        raise leases.refusal(action, job_id, state, token, finished)
 
     def _already_done(self, conn: Any, job_id: str, token: str | None) -> bool:
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
@@ -1226,4 +1317,6 @@ class PostgresStorage:
         return self._recovery
 
 
-__all__ = ["PostgresStorage", "migrate", "latest_version", "redact_dsn", "check_identifier", "DEFAULT_SCHEMA"]
+__all__ = [
+    "PostgresStorage", "migrate", "queue_names", "latest_version", "redact_dsn", "check_identifier", "DEFAULT_SCHEMA",
+]  # fmt: skip

@@ -1,8 +1,10 @@
 """The public Queue: one facade, two storages.
 
 Owns: Queue (argument checking, ``Job | id`` → ``(id, token)``, encoding
-payloads and results once, choosing the storage). Imports: errors, jobs,
-storage, filestore; postgres only when a DSN is given (it needs psycopg).
+payloads and results once, choosing the storage), and ``list_queues`` (the
+queues a folder or database holds, found without creating anything).
+Imports: errors, jobs, storage, filestore, maintenance; postgres only when a
+DSN is given (it needs psycopg).
 
 Everything a caller can get wrong is caught here, before any storage sees it,
 so both storages refuse bad input identically and nothing is written.
@@ -14,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .errors import QueueClosedError
+from .errors import QueueClosedError, QueueNotFoundError
 from .jobs import (
     DEFAULT_KIND,
     LISTINGS,
@@ -39,7 +41,7 @@ from .jobs import (
     stored_json,
     stored_json_many,
 )
-from .storage import EnqueueSpec, Storage, is_dsn
+from .storage import EnqueueSpec, Storage, storage_kind
 
 JobRef = Job | str
 
@@ -54,6 +56,12 @@ class Queue:
     ``fsync=False`` skips fsync: faster, and NOT durable (a power cut can lose
     acknowledged work). ``auto_compact`` is the share of superseded bytes in
     the log at which the file storage compacts by itself (None: never).
+    ``create=False`` opens only a queue that is already there and raises
+    QueueNotFoundError instead of creating one: on the file storage the
+    folder must hold this queue's files; on PostgreSQL the nobroker schema
+    must exist (its queues are rows of one table, so opening one creates
+    nothing else). A location that is neither a folder path nor a PostgreSQL
+    DSN (``mysql://...``) raises UnknownStorageError, and nothing is created.
     """
 
     def __init__(
@@ -68,6 +76,7 @@ class Queue:
         lock_timeout: float = 10.0,
         clock: Callable[[], float] | None = None,
         auto_compact: float | None = 0.5,
+        create: bool = True,
         **storage_options: Any,
     ) -> None:
         visibility_timeout = _seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
@@ -79,8 +88,12 @@ class Queue:
             raise TypeError(f"backoff must be a BackoffPolicy, got {type(backoff).__name__}")
         if auto_compact is not None and not (isinstance(auto_compact, (int, float)) and 0 < auto_compact <= 1):
             raise ValueError(f"auto_compact is a share of the log between 0 and 1 (or None for never), got {auto_compact!r}")
+        kind = storage_kind(path)
+        if not create:
+            require_queue(path, name, schema=storage_options.get("schema"),
+                          connect_timeout=storage_options.get("reconnect_timeout"))
         self._storage: Storage
-        if is_dsn(path):
+        if kind == "postgresql":
             from .postgres import PostgresStorage  # optional: needs psycopg
 
             self._storage = PostgresStorage(
@@ -409,6 +422,64 @@ class Queue:
         if self._closed:
             raise QueueClosedError(f"queue {self._name!r} is closed; open a new Queue")
         return self._storage
+
+
+# ---------------------------------------------------------------- finding queues
+def list_queues(
+    path: str | os.PathLike[str], *, schema: str | None = None, connect_timeout: float | None = None
+) -> list[str]:
+    """Names of the queues kept at ``path`` (a folder, or a PostgreSQL DSN), sorted. Creates nothing.
+
+    QueueNotFoundError when there is no queue storage there at all: no such
+    folder (or a file in its place), or no nobroker schema in the database.
+    ``schema`` and ``connect_timeout`` (seconds to keep trying to reach the
+    server) apply to PostgreSQL only.
+    """
+    if storage_kind(path) == "postgresql":
+        from .postgres import DEFAULT_SCHEMA, queue_names, redact_dsn
+
+        schema = DEFAULT_SCHEMA if schema is None else schema
+        names = queue_names(str(path), schema=schema, connect_timeout=connect_timeout)
+        if names is None:
+            where = redact_dsn(str(path))
+            raise QueueNotFoundError(
+                f"no nobroker schema {schema!r} at {where}: nothing has been enqueued there yet",
+                missing="schema", location=where, name="",
+            )  # fmt: skip
+        return names
+    from .maintenance import list_queues as list_folder
+
+    folder = os.fspath(path)
+    if not os.path.isdir(folder):
+        if os.path.exists(folder):
+            message = f"{folder!r} is a file, not a queue folder"
+        else:
+            message = f"no queue folder at {folder!r} (nothing has been enqueued there yet)"
+        raise QueueNotFoundError(message, missing="folder", location=folder, name="")
+    return list_folder(folder)
+
+
+def require_queue(
+    path: str | os.PathLike[str], name: str, *, schema: str | None = None, connect_timeout: float | None = None
+) -> None:
+    """Raise QueueNotFoundError unless queue ``name`` is already kept at ``path``; creates nothing.
+
+    A folder must hold the queue's files. On PostgreSQL the schema must
+    exist; the name is not checked there, since a queue is only the rows that
+    carry it and an empty one is still a queue.
+    """
+    try:
+        found = list_queues(path, schema=schema, connect_timeout=connect_timeout)
+    except QueueNotFoundError as exc:
+        exc.name = name
+        raise
+    if storage_kind(path) == "folder" and name not in found:
+        folder = os.fspath(path)
+        listed = ", ".join(repr(n) for n in found) or "none"
+        raise QueueNotFoundError(
+            f"no queue named {name!r} in {folder!r} (queues found: {listed})",
+            missing="queue", location=folder, name=name, found=found,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------- argument checks

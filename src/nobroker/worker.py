@@ -284,7 +284,7 @@ class Worker:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}")
         if not _is_positive_number(poll_interval) or poll_interval > MAX_SECONDS:
-            raise ValueError(f"poll_interval must be a number of seconds > 0, got {shown(poll_interval)}")
+            raise ValueError(f"poll_interval must be a finite number of seconds > 0 and at most {MAX_SECONDS:g}, got {shown(poll_interval)}")
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
             raise ValueError(f"max_jobs must be None or an integer >= 1, got {max_jobs!r}")
         if idle_timeout is not None and not (
