@@ -75,6 +75,8 @@ DOOMED_KIND = "doomed"
 HUGE_PAYLOAD_CHARS = 50 * 1024 * 1024
 #: A result just above the 1 MiB limit the brief sets for ack(result=...).
 RESULT_LIMIT_BYTES = 1024 * 1024
+#: How much of a traceback the queue keeps (its last 16 KiB of characters).
+TRACEBACK_LIMIT_CHARS = 16 * 1024
 #: The documented nesting limit of payloads and results (README, Limits): arrays and objects.
 NESTING_LIMIT = 100
 #: Caller stack depths (frames) the deepest accepted values must read back from: 600, and
@@ -230,6 +232,38 @@ class QueueSemantics(_Base):
         for job in leased:
             self.assertEqual(job.payload, ROUND_TRIP_PAYLOADS[ids.index(job.id)])
 
+    def test_enqueue_returns_the_payload_as_stored_not_the_callers_object(self) -> None:
+        q = self.make_queue()
+        given: list[Any] = [{1: "a", 2.5: None, "t": [(1, 2)]}, (1, (2, {"k": ()})), {"x": {None: 1, False: 2}}]
+        stored = [{"1": "a", "2.5": None, "t": [[1, 2]]}, [1, [2, {"k": []}]], {"x": {"null": 1, "false": 2}}]
+        one = q.enqueue(given[0])
+        many = q.enqueue_many(given)
+        self.assertEqual([job.payload for job in [one, *many]], [stored[0], *stored])
+        given[0][1] = "changed later"
+        self.assertEqual(one.payload, stored[0], "the returned Job holds the caller's object")
+        self.assertEqual(many[0].payload, stored[0])
+        q = self.reopen(q)
+        self.assertEqual([q.get(job.id).payload for job in [one, *many]], [stored[0], *stored])
+
+    def test_keys_that_collide_as_json_text_are_refused_before_anything_is_written(self) -> None:
+        q = self.make_queue()
+        q.enqueue("already there")
+        colliding = [{1: "a", "1": "b"}, {"deep": [{"n": {True: 1, "true": 2}}]}, {None: 0, "null": 1}]
+        for payload in colliding:
+            with self.subTest(payload=payload):
+                self.assert_unchanged_by(q, lambda p=payload: q.enqueue(p), SerializationError)
+                self.assert_unchanged_by(q, lambda p=payload: q.enqueue_many(["fine", p, "fine"]), SerializationError)
+        with self.assertRaises(SerializationError) as caught:
+            q.enqueue_many(["fine", {2: "x", "2": "y"}])
+        self.assertIn("payload 1", str(caught.exception))
+        self.assertIn('"2"', str(caught.exception))
+        q.enqueue_many(["a", "b"])
+        a, b = sorted(q.lease(2), key=lambda job: job.payload)
+        self.assert_unchanged_by(q, lambda: q.ack(a, result={1: "a", "1": "b"}), SerializationError)
+        self.assert_unchanged_by(q, lambda: q.ack_many([a, b], results=[None, {"x": {0: 1, "0": 2}}]), SerializationError)
+        q.ack(a, result=(1, {2: ()}))
+        self.assertEqual(q.get(a.id).result, [1, {"2": []}])
+
     def test_a_large_payload_under_the_limit_round_trips(self) -> None:
         q = self.make_queue()
         payload = {"blob": "y" * (1024 * 1024)}
@@ -276,7 +310,7 @@ class QueueSemantics(_Base):
         self.assertEqual([q.lease_one().id for _ in range(4)], others)  # type: ignore[union-attr]
 
     def test_delayed_high_priority_job_never_blocks_ready_work(self) -> None:
-        q = self.make_queue()
+        q = self.make_queue(visibility_timeout=600)  # the ready ones' leases outlast the delay
         delayed = [q.enqueue(f"later{i}", priority=100, delay=60) for i in range(3)]
         ready = [q.enqueue("now", priority=-5), q.enqueue("now too", priority=-5)]
         self.assertEqual(self.lease_ids(q, 10), [job.id for job in ready])
@@ -451,6 +485,24 @@ class QueueSemantics(_Base):
         q = self.reopen(q)
         q.ack(job)
         self.assertEqual(self.snapshot(q), before)
+
+    def test_a_done_job_shows_no_lease(self) -> None:
+        q = self.make_queue()
+        q.enqueue_many(["one", "many-a", "many-b"])
+        one, a, b = sorted(q.lease(3), key=lambda job: job.payload != "one")
+        q.ack(one)
+        q.ack_many([a, b], results=["ra", None])
+        for _ in range(2):  # as written, then as replayed
+            for job in (one, a, b):
+                done = q.get(job.id)
+                self.assertIs(done.state, JobState.DONE)
+                self.assertEqual((done.lease_token, done.lease_deadline), (None, None))
+            self.assertEqual([j.lease_token for j in q.list_jobs(JobState.DONE)], [None] * 3)
+            q.ack(one)  # acking again under the lease that finished it stays harmless
+            q.ack_many([a, b])
+            with self.assertRaises(NotLeasedError):
+                q.ack(self.stale(one))
+            q = self.reopen(q)
 
     def test_ack_with_a_stale_token_is_refused_and_changes_nothing(self) -> None:
         q = self.make_queue()
@@ -645,6 +697,40 @@ class QueueSemantics(_Base):
         self.assertEqual([j.id for j in q.dlq()], [job.id])
         self.assert_survives_reopen(q)
 
+    def test_a_traceback_is_kept_beside_last_error_until_the_next_failure(self) -> None:
+        q = self.make_queue(max_attempts=3, visibility_timeout=10, backoff=BackoffPolicy(base=0))
+        job = q.enqueue("work")
+        trace = "Traceback (most recent call last):\n  File \"h.py\", line 3, in handle\nValueError: nope\n"
+        nacked = q.nack(self.only_lease(q), error="ValueError: nope", traceback=trace)
+        self.assertEqual((nacked.last_error, nacked.traceback), ("ValueError: nope", trace))
+        self.assertEqual(q.get(job.id).to_dict()["traceback"], trace)
+        q = self.assert_survives_reopen(q)
+        self.assertEqual(q.get(job.id).traceback, trace)
+        q.nack(self.only_lease(q), error="no traceback this time")
+        self.assertEqual((q.get(job.id).last_error, q.get(job.id).traceback), ("no traceback this time", None))
+        long = "x" * (TRACEBACK_LIMIT_CHARS + 100) + "\nKeyError: the end"
+        dead = q.nack(self.only_lease(q), error="KeyError: the end", traceback=long, permanent=True)
+        self.assertIs(dead.state, JobState.DEAD)
+        self.assertEqual(dead.traceback, long[-TRACEBACK_LIMIT_CHARS:], "the end of a long traceback is kept")
+        q = self.assert_survives_reopen(q)
+        q.requeue_dead()
+        self.assertEqual(q.get(job.id).traceback, dead.traceback, "a requeue keeps the last failure")
+        self.only_lease(q, visibility_timeout=10)
+        self.advance(11)  # the lease expires: ready again, the last failure (error, traceback) kept
+        shown = q.get(job.id)
+        self.assertEqual((shown.state, shown.last_error, shown.traceback), (JobState.READY, "KeyError: the end", dead.traceback))
+
+    def test_a_lease_that_expires_on_its_last_attempt_drops_the_old_traceback(self) -> None:
+        q = self.make_queue(max_attempts=2, visibility_timeout=10, backoff=BackoffPolicy(base=0))
+        job = q.enqueue("work")
+        q.nack(self.only_lease(q), error="ValueError: first", traceback="Traceback ...\nValueError: first\n")
+        self.only_lease(q)
+        self.advance(11)
+        for _ in range(2):  # as a read shows it, then as the reclaim wrote it
+            shown = q.get(job.id)
+            self.assertEqual((shown.state, shown.last_error, shown.traceback), (JobState.DEAD, "lease expired on attempt 2 of 2", None))
+            q.lease()
+
     def test_nack_with_a_stale_token_is_refused_and_changes_nothing(self) -> None:
         q = self.make_queue()
         q.enqueue("work")
@@ -686,6 +772,86 @@ class QueueSemantics(_Base):
         self.assertEqual(dead.attempts, 1)
         self.assertEqual([j.id for j in q.dlq()], [job.id])
         self.assert_survives_reopen(q)
+
+    def test_ready_lists_both_halves_runnable_and_delayed_as_stats_counts_them(self) -> None:
+        q = self.make_queue(backoff=EXACT, visibility_timeout=10)
+        now = q.enqueue("now")
+        later = q.enqueue("later", delay=100, kind="k")
+        expired = q.enqueue("expired", priority=5, kind="k")
+        self.assertEqual(self.only_lease(q).id, expired.id)
+        self.advance(11)  # its lease expired 1 s ago: a read shows it delayed by the backoff (10 s)
+        stats = q.stats()
+        listed = {name: [j.id for j in q.list_jobs(name)] for name in ("ready", "runnable", "delayed")}
+        self.assertEqual(listed, {"ready": [now.id, later.id, expired.id], "runnable": [now.id], "delayed": [later.id, expired.id]})
+        self.assertEqual((len(listed["runnable"]), len(listed["delayed"])), (stats.ready, stats.delayed))
+        self.assertEqual([j.id for j in q.list_jobs(JobState.READY)], listed["ready"], "what 0.1.2 code gets")
+        self.assertEqual([j.id for j in q.list_jobs("delayed", limit=1, offset=1)], [expired.id])
+        self.assertEqual([j.id for j in q.list_jobs("delayed", kind="k")], [later.id, expired.id])
+        self.assertEqual(q.list_jobs("runnable", kind="k"), [])
+        self.advance(10)  # the backoff after its deadline is over, though no write recorded the reclaim
+        self.assertEqual([j.id for j in q.list_jobs("runnable")], [now.id, expired.id])
+        self.assertEqual([j.id for j in q.list_jobs("delayed")], [later.id])
+        self.assertEqual((q.stats().ready, q.stats().delayed), (2, 1))
+        with self.assertRaises(ValueError) as caught:
+            q.list_jobs("sleeping")
+        self.assertIn("runnable, delayed", str(caught.exception))
+
+    def test_the_backoff_of_an_expired_lease_runs_from_its_deadline(self) -> None:
+        q = self.make_queue(backoff=EXACT, visibility_timeout=10)
+        job = q.enqueue("work")
+        first = self.only_lease(q)
+        self.advance(100)  # long after the deadline and the 10 s backoff after it
+        again = self.only_lease(q)  # reclaimed and leased again by one call
+        self.assertEqual((again.id, again.attempts), (job.id, 2))
+        self.assertNotEqual(again.lease_token, first.lease_token)
+
+    def test_reads_show_an_expired_lease_as_dead_before_any_write(self) -> None:
+        q = self.make_queue(max_attempts=1, visibility_timeout=10)
+        job = q.enqueue("work")
+        self.only_lease(q)
+        self.advance(11)
+        expected = {"ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 1, "total": 1}
+        self.assertEqual(q.stats().to_dict(), expected)
+        shown = q.get(job.id)
+        self.assertIs(shown.state, JobState.DEAD)
+        self.assertEqual((shown.lease_deadline, shown.lease_token), (None, None))
+        self.assertEqual(shown.last_error, "lease expired on attempt 1 of 1")
+        self.assertEqual([j.id for j in q.dlq()], [job.id])
+        self.assertEqual([j.id for j in q.list_jobs(JobState.DEAD)], [job.id])
+        self.assertEqual(q.list_jobs(JobState.LEASED), [])
+        self.assertEqual([j.to_dict() for j in q.list_jobs()], [shown.to_dict()])
+        self.assertEqual(q.lease(), [])  # a write records the reclaim: what the reads showed
+        self.assertEqual(q.get(job.id).to_dict(), shown.to_dict())
+        self.assertEqual(q.stats().to_dict(), expected)
+
+    def test_reads_show_an_expired_lease_ready_again_after_the_backoff(self) -> None:
+        q = self.make_queue(backoff=EXACT, visibility_timeout=10)
+        first, second = q.enqueue_many(["first", "second"])
+        leased = self.only_lease(q)
+        self.assertEqual(leased.id, first.id)
+        assert leased.lease_deadline is not None
+        self.advance(11)
+        self.assertEqual(q.stats().to_dict(), {"ready": 1, "delayed": 1, "leased": 0, "done": 0, "dead": 0, "total": 2})
+        shown = q.get(first.id)
+        self.assertIs(shown.state, JobState.READY)
+        self.assertEqual((shown.attempts, shown.lease_deadline, shown.lease_token), (1, None, None))
+        # The attempt failed at the deadline: the backoff (10 s after one failure) runs from there.
+        self.assert_time(shown.available_at, leased.lease_deadline + 10)
+        self.assertEqual([j.id for j in q.list_jobs(JobState.READY)], [first.id, second.id])
+        self.assertEqual(q.list_jobs(JobState.LEASED), [])
+        self.assertEqual(q.dlq(), [])
+        self.assertEqual(self.only_lease(q).id, second.id)  # the reclaim is written: first waits
+        self.assert_time(q.get(first.id).available_at, leased.lease_deadline + 10)
+        self.assertEqual(q.stats().to_dict(), {"ready": 0, "delayed": 1, "leased": 1, "done": 0, "dead": 0, "total": 2})
+
+    def test_reads_show_an_expired_lease_runnable_when_the_backoff_is_zero(self) -> None:
+        q = self.make_queue(backoff=BackoffPolicy(base=0), visibility_timeout=10)
+        job = q.enqueue("work")
+        self.only_lease(q)
+        self.advance(11)
+        self.assertEqual(q.stats().to_dict(), {"ready": 1, "delayed": 0, "leased": 0, "done": 0, "dead": 0, "total": 1})
+        self.assertIs(q.get(job.id).state, JobState.READY)
+        self.assertEqual(self.only_lease(q).id, job.id)
 
     def test_the_expired_holder_is_refused_once_the_job_is_redelivered(self) -> None:
         q = self.make_queue(backoff=EXACT, visibility_timeout=10)
@@ -933,6 +1099,8 @@ class QueueSemantics(_Base):
         self.assertIsInstance(result, CompactionResult)
         self.assertEqual(result.jobs_dropped, 3)
         self.assertEqual(result.jobs_kept, 4)
+        self.assertEqual(result.bytes_reclaimed, result.bytes_before - result.bytes_after)
+        self.assertTrue(result.describe().endswith("kept 4 jobs, dropped 3 completed"), result.describe())
         self.assertEqual(self.snapshot(q), keep)
         for job in done:
             with self.assertRaises(JobNotFoundError):

@@ -706,6 +706,20 @@ class ReadingTests(CliTestCase):
         leased = self.ok_json("list", "--state", "leased")
         self.assertEqual([j["id"] for j in leased], ids[:1])  # type: ignore[union-attr]
 
+    def test_list_state_delayed_and_runnable_split_ready_as_stats_counts_it(self) -> None:
+        now = self.enqueue('"now"')
+        later = self.enqueue('"later"', "--delay", "3600")
+
+        def ids(*args: str) -> list[str]:
+            return [j["id"] for j in self.ok_json("list", *args)]  # type: ignore[index, union-attr]
+
+        self.assertEqual(ids("--state", "delayed"), [later["id"]])
+        self.assertEqual(ids("--state", "runnable"), [now["id"]])
+        self.assertEqual(ids("--state", "ready"), [now["id"], later["id"]])
+        stats = self.ok_json("stats")
+        self.assertEqual((stats["ready"], stats["delayed"]), (1, 1))  # type: ignore[index]
+        self.assertIn("delayed (in", self.ok("list", "--state", "delayed").out)
+
     def test_list_human_table_and_paging_hint(self) -> None:
         for n in range(3):
             self.enqueue(f'{{"n": {n}}}')
@@ -731,6 +745,17 @@ class ReadingTests(CliTestCase):
         got = self.ok_json("get", job["id"])
         self.assertEqual(got["payload"], {"deep": {"x": [1, 2]}})  # type: ignore[index]
         self.assertEqual(got["attempts"], 1)  # type: ignore[index]
+        self.assertIsNone(got["traceback"])  # type: ignore[index]
+
+    def test_get_shows_a_failed_handlers_traceback(self) -> None:
+        job = self.enqueue('"x"')
+        with Queue(self.qdir) as q:
+            q.nack(q.lease_one(), error="ValueError: bad", traceback='Traceback (most recent call last):\n  File "h.py", line 2\nValueError: bad\n')
+        out = self.ok("get", job["id"]).out
+        self.assertIn("last error   ValueError: bad", out)
+        self.assertIn("traceback    Traceback (most recent call last):", out)
+        self.assertIn('               File "h.py", line 2', out)
+        self.assertEqual(self.ok_json("get", job["id"])["traceback"].splitlines()[-1], "ValueError: bad")  # type: ignore[index]
 
     def test_get_unknown_id_is_one_line_exit_1(self) -> None:
         self.enqueue("a")

@@ -12,7 +12,9 @@ import os
 import struct
 import zlib
 
-from nobroker import JobState, Queue
+from typing import Any
+
+from nobroker import BackoffPolicy, Job, JobState, Queue, Worker
 from nobroker.maintenance import inspect_log
 from tests.support import FakeClock, TempDirTestCase
 
@@ -44,6 +46,67 @@ def job(job_id: str, payload, seq: int, priority: int = 0, at: float = 1000.0) -
         "max_attempts": 5, "available_at": at, "enqueued_at": at, "lease_deadline": None,
         "lease_token": None, "last_error": None, "seq": seq,
     }  # fmt: skip
+
+
+def parse_log(data: bytes) -> list[tuple[int, dict[str, Any]]]:
+    """(type, body) of every record of a version 1 log, read with struct and json alone."""
+    assert data[:8] == b"NOBROKER", "not a log"
+    out, pos = [], 16
+    while pos < len(data):
+        length, rtype, crc = struct.unpack_from("<IBI", data, pos)
+        body = data[pos + 9 : pos + 9 + length]
+        assert zlib.crc32(bytes([rtype]) + body) == crc, f"bad record at {pos}"
+        out.append((rtype, json.loads(body)))
+        pos += 9 + length
+    return out
+
+
+def v012_states(records: list[tuple[int, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The job states nobroker 0.1.2 shows after replaying ``records``, by its rules for each record type.
+
+    Records naming a job it does not hold change nothing. The rules (checked
+    against 0.1.2 itself): LEASE sets leased, attempts, deadline and token;
+    EXTEND moves the deadline of a leased job only; ACK: done, no deadline,
+    no token; NACK: ready at available_at, attempts if given, last_error =
+    the error (None if absent); RECLAIM: ready at available_at, last_error
+    kept; DEAD: dead, last_error replaced only if the record has an error;
+    REQUEUE: ready at available_at, attempts 0; PURGE: nothing left. An
+    ENQUEUE of an id it holds replaces that job.
+    """
+    jobs: dict[str, dict[str, Any]] = {}
+    for rtype, body in records:
+        if rtype == 1:
+            jobs[body["id"]] = {key: body.get(key) for key in V012_ENQUEUE_KEYS}
+            continue
+        if rtype == 8:
+            jobs.clear()
+            continue
+        j = jobs.get(body["id"])
+        if j is None or (rtype == 9 and j["state"] != "leased"):
+            continue
+        if rtype == 2:
+            j.update(state="leased", attempts=body["attempts"], lease_deadline=body["deadline"], lease_token=body["token"])
+        elif rtype == 9:
+            j["lease_deadline"] = body["deadline"]
+        else:
+            j.update(lease_deadline=None, lease_token=None)
+            if rtype == 3:
+                j["state"] = "done"
+            elif rtype == 4:
+                j.update(state="ready", attempts=body.get("attempts", j["attempts"]), available_at=body["available_at"])
+                j["last_error"] = body.get("error")
+            elif rtype == 5:
+                j.update(state="ready", available_at=body["available_at"])
+            elif rtype == 6:
+                j.update(state="dead", last_error=body.get("error", j["last_error"]))
+            elif rtype == 7:
+                j.update(state="ready", attempts=0, available_at=body["available_at"])
+    return jobs
+
+
+def shown(q: Queue) -> dict[str, dict[str, Any]]:
+    """What our queue shows of every job, in 0.1.2's fields."""
+    return {job.id: {key: job.to_dict()[key] for key in V012_ENQUEUE_KEYS} for job in q.list_jobs()}
 
 
 class ReadsVersionOne(TempDirTestCase):
@@ -102,10 +165,93 @@ class ReadsVersionOne(TempDirTestCase):
         self.assertEqual(bodies[0]["future_field"], {"kept": True})
 
 
+    def test_a_0_1_2_log_shows_the_job_states_0_1_2_shows(self) -> None:
+        records = [
+            (1, job("a", {"to": "ada"}, 1)), (1, job("b", [1, 2], 2, priority=9)), (1, job("c", "see", 3)),
+            (1, job("d", None, 4)), (1, job("f", "untouched", 5)),
+            (9, {"id": "f", "at": 1000.5, "deadline": 5000.0}),  # an EXTEND of a job that is not leased
+            (2, {"id": "a", "at": 1001.0, "deadline": 1031.0, "attempts": 1, "token": "ta"}),
+            (3, {"id": "a", "at": 1002.0}),
+            (2, {"id": "b", "at": 1003.0, "deadline": 1033.0, "attempts": 1, "token": "tb"}),
+            (4, {"id": "b", "at": 1004.0, "available_at": 1010.0, "error": "boom"}),  # no attempts key
+            (2, {"id": "b", "at": 1011.0, "deadline": 1041.0, "attempts": 2, "token": "tb2"}),
+            (5, {"id": "b", "at": 1042.0, "available_at": 1050.0}),
+            (2, {"id": "c", "at": 1005.0, "deadline": 1035.0, "attempts": 5, "token": "tc"}),
+            (6, {"id": "c", "at": 1006.0}),  # no error key
+            (2, {"id": "d", "at": 1007.0, "deadline": 1037.0, "attempts": 1, "token": "td"}),
+            (6, {"id": "d", "at": 1008.0, "error": "gave up"}),
+            (7, {"id": "d", "at": 1009.0, "available_at": 1009.0}),
+            (3, {"id": "ghost", "at": 1010.0}),  # names a job the log never held
+            (1, job("e", "first", 6)), (1, job("e", "second", 7)),  # a repeated id: the last one holds
+            (2, {"id": "e", "at": 1012.0, "deadline": 1100.0, "attempts": 1, "token": "te"}),
+            (9, {"id": "e", "at": 1013.0, "deadline": 1200.0}),
+        ]  # fmt: skip
+        self.write_log(0, [record(t, b) for t, b in records])
+        expected = v012_states(records)
+        self.assertEqual(expected["a"]["lease_token"], None)
+        self.assertEqual(expected["f"]["lease_deadline"], None)
+        with Queue(self.dir, clock=FakeClock(1020.0)) as q:
+            self.assertEqual(shown(q), expected)
+            self.assertEqual(q.recovery.orphan_records, 1)
+            q.ack(Job("a", None, lease_token="ta"))  # the lease that finished it: a harmless repeat
+
+    def test_our_logs_show_0_1_2_the_job_states_we_show(self) -> None:
+        clock = FakeClock(1000.0)
+        with Queue(self.dir, clock=clock, visibility_timeout=5, max_attempts=2, backoff=BackoffPolicy(base=3)) as q:
+            q.enqueue({"a": 1}, priority=3)
+            q.enqueue_many(["b", "c", "d", "e"], job_ids=["b", "c", "d", "e"])
+            q.enqueue("later", delay=50)
+            first = q.lease_one()
+            q.extend(first, 10)
+            q.nack(first, error="once", delay=0)
+            q.ack(q.lease_one())
+            q.lease_one()
+            clock.advance(6)
+            q.enqueue("x")  # reclaims b's lease
+            q.nack(q.lease_one(), error="boom")
+            clock.advance(100)
+            q.lease(3)
+            clock.advance(100)
+            q.ack(q.lease_one())  # reclaims the three (one of them dead), acks one
+            q.requeue_dead()
+            q.ack(q.lease_one().id)
+            q.lease_one()
+            ours = shown(q)
+        with open(os.path.join(self.dir, "default.000000.log"), "rb") as f:
+            theirs = v012_states(parse_log(f.read()))
+        self.assertEqual(theirs, ours)
+        self.assertEqual({j["state"] for j in ours.values()}, {"ready", "leased", "done"})
+
+
+    def test_a_workers_tracebacks_add_one_key_0_1_2_reads_past(self) -> None:
+        def handler(job: Job) -> None:
+            raise ValueError(f"no {job.payload}")
+
+        clock = FakeClock(1000.0)
+        with Queue(self.dir, clock=clock, max_attempts=2, backoff=BackoffPolicy(base=0)) as q:
+            q.enqueue_many(["a", "b"], job_ids=["a", "b"])
+            Worker(q, handler, max_jobs=4, handle_signals=False).run()  # each fails twice: dead
+            self.assertTrue(all(j.traceback and j.state is JobState.DEAD for j in q.list_jobs()))
+            ours = shown(q)
+            with open(os.path.join(self.dir, "default.000000.log"), "rb") as f:
+                records = parse_log(f.read())
+            q.compact()
+            with open(os.path.join(self.dir, "default.000001.log"), "rb") as f:
+                compacted = parse_log(f.read())
+        names = ["", "ENQUEUE", *V012_KEYS]  # record types 1 to 9, in order
+        for rtype, body in records + compacted:
+            known = set(V012_ENQUEUE_KEYS) if rtype == 1 else V012_KEYS[names[rtype]]
+            self.assertLessEqual(set(body) - known, {"traceback"}, body)
+        self.assertIn("traceback", compacted[0][1])
+        self.assertEqual(v012_states(records), ours)
+        self.assertEqual(v012_states(compacted), ours)
+
+
 class WritesVersionOne(TempDirTestCase):
     def test_the_0_1_2_feature_set_writes_only_0_1_2_keys(self) -> None:
         clock = FakeClock()
-        with Queue(self.dir, clock=clock, visibility_timeout=5, max_attempts=2) as q:
+        # A 10 s backoff: a reclaimed job waits out the next lease (the backoff runs from the deadline).
+        with Queue(self.dir, clock=clock, visibility_timeout=5, max_attempts=2, backoff=BackoffPolicy(base=10)) as q:
             a = q.enqueue({"a": 1})
             q.enqueue_many(["b", "c"], job_ids=["b", "c"])
             job_a = q.lease_one()

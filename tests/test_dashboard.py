@@ -269,6 +269,17 @@ class ApiTest(DashboardCase):
         self.assertEqual([j["id"] for j in self.get_json("/api/jobs?state=all")["jobs"]], ids)
         self.assertEqual([j["id"] for j in self.get_json("/api/jobs")["jobs"]], ids)
 
+    def test_the_ready_and_delayed_counts_match_their_lists(self) -> None:
+        now = [self.queue.enqueue(f"now {n}").id for n in range(3)]
+        later = [self.queue.enqueue(f"later {n}", delay=3600).id for n in range(2)]
+        stats = self.get_json("/api/stats")["stats"]
+        runnable = [j["id"] for j in self.get_json("/api/jobs?state=runnable")["jobs"]]
+        delayed = [j["id"] for j in self.get_json("/api/jobs?state=delayed")["jobs"]]
+        self.assertEqual((runnable, delayed), (now, later))
+        self.assertEqual((stats["ready"], stats["delayed"]), (len(runnable), len(delayed)))
+        self.assertEqual([j["id"] for j in self.get_json("/api/jobs?state=ready")["jobs"]], now + later)
+        self.assertEqual(self.get_json("/api/jobs?state=delayed")["state"], "delayed")
+
     def test_list_rows_are_summaries_without_lease_tokens(self) -> None:
         self.queue.enqueue({"big": "x" * 5000})
         self.lease()
@@ -283,7 +294,7 @@ class ApiTest(DashboardCase):
     def test_list_parameters_are_checked(self) -> None:
         for query, fragment in (
             ("state=bogus", "state"),
-            ("state=delayed", "state"),
+            ("state=later", "state"),
             ("limit=0", "limit"),
             ("limit=abc", "limit"),
             (f"limit={MAX_PAGE_JOBS + 1}", "limit"),
@@ -308,8 +319,16 @@ class ApiTest(DashboardCase):
         self.queue.ack(leased, result={"sent": True})
         detail = self.get_json(f"/api/jobs/{job.id}")["job"]
         self.assertEqual((detail["state"], detail["result"]), ("done", {"sent": True}))
-        for key in ("enqueued_at", "available_at", "seq", "kind", "dedupe_key", "last_error"):
+        for key in ("enqueued_at", "available_at", "seq", "kind", "dedupe_key", "last_error", "traceback"):
             self.assertIn(key, detail)
+
+    def test_a_failed_jobs_traceback_is_in_its_detail_not_in_the_list(self) -> None:
+        self.queue.enqueue("fails")
+        self.queue.nack(self.lease(), error="ValueError: no", traceback="Traceback (most recent call last):\nValueError: no\n", delay=0)
+        (row,) = self.get_json("/api/jobs?state=all")["jobs"]
+        self.assertNotIn("traceback", row)
+        detail = self.get_json(f"/api/jobs/{row['id']}")["job"]
+        self.assertEqual((detail["last_error"], detail["traceback"]), ("ValueError: no", "Traceback (most recent call last):\nValueError: no\n"))
 
     def test_sees_what_another_process_did(self) -> None:
         if not isinstance(self.queue.path, str) or not os.path.isdir(self.queue.path):

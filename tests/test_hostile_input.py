@@ -30,6 +30,7 @@ from typing import Any
 from nobroker import CompactionError, CorruptLogError, Queue, SerializationError
 from nobroker.jobs import (
     MAX_ERROR_CHARS,
+    MAX_TRACEBACK_CHARS,
     MAX_ID_CHARS,
     MAX_JSON_DEPTH,
     MAX_NAME_CHARS,
@@ -488,7 +489,7 @@ class HostilePayloads(Folder):
             q.enqueue(payload + "p")
         job = q.lease_one(kinds=[name])
         assert job is not None
-        q.nack(job, error=emoji * MAX_ERROR_CHARS, delay=0)
+        q.nack(job, error=emoji * MAX_ERROR_CHARS, traceback=emoji * MAX_TRACEBACK_CHARS, delay=0)
         job = q.lease_one(kinds=[name])
         assert job is not None
         q.set_stage(job, name)

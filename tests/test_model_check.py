@@ -59,6 +59,9 @@ class MJob:
     last_error: str | None = None
     stage: str | None = None
     result: Any = None
+    traceback: str | None = None
+    #: The token of the lease that finished a done job (not shown: a done job shows no lease).
+    finished_token: str | None = None
 
     def view(self) -> dict[str, Any]:
         return {
@@ -66,7 +69,7 @@ class MJob:
             "attempts": self.attempts, "max_attempts": self.max_attempts, "available_at": self.available_at,
             "enqueued_at": self.enqueued_at, "lease_deadline": self.lease_deadline,
             "lease_token": self.lease_token, "last_error": self.last_error, "kind": self.kind,
-            "dedupe_key": self.dedupe_key, "stage": self.stage, "result": self.result,
+            "dedupe_key": self.dedupe_key, "stage": self.stage, "result": self.result, "traceback": self.traceback,
         }  # fmt: skip
 
 
@@ -81,6 +84,21 @@ class ModelError(Exception):
 def backoff_delay(attempts: int) -> float:
     """DESIGN.md section 5: min(base * factor^(attempts-1), max_delay), no jitter here."""
     return min(BACKOFF.base * BACKOFF.factor ** max(attempts - 1, 0), BACKOFF.max_delay)
+
+
+def reclaim_one(job: MJob, now: float) -> None:
+    """A lease that expired counts as a failed attempt at its deadline: the backoff runs from there."""
+    deadline = job.lease_deadline
+    assert deadline is not None
+    job.lease_deadline = None
+    job.lease_token = None
+    if job.attempts >= job.max_attempts:
+        job.state = "dead"
+        job.last_error = f"lease expired on attempt {job.attempts} of {job.max_attempts}"
+        job.traceback = None  # it went with the error this one replaces
+    else:
+        job.state = "ready"
+        job.available_at = deadline + backoff_delay(job.attempts)
 
 
 class RefModel:
@@ -103,14 +121,15 @@ class RefModel:
         """Every write begins by turning expired leases into failed attempts (earliest first)."""
         expired = [j for j in self.jobs.values() if j.state == "leased" and j.lease_deadline <= now]  # type: ignore[operator]
         for job in sorted(expired, key=lambda j: (j.lease_deadline, j.seq)):
-            job.lease_deadline = None
-            job.lease_token = None
-            if job.attempts >= job.max_attempts:
-                job.state = "dead"
-                job.last_error = f"lease expired on attempt {job.attempts} of {job.max_attempts}"
-            else:
-                job.state = "ready"
-                job.available_at = now + backoff_delay(job.attempts)
+            reclaim_one(job, now)
+
+    def as_of(self, now: float) -> RefModel:
+        """What reads show at ``now``: the reclaims a write would make, made on a copy."""
+        seen = RefModel()
+        seen.jobs = {job_id: replace(job) for job_id, job in self.jobs.items()}
+        seen.next_seq = self.next_seq
+        seen.reclaim(now)
+        return seen
 
     def leased(self, job_id: str, token: str | None) -> MJob:
         job = self.jobs.get(job_id)
@@ -152,19 +171,23 @@ class RefModel:
 
     def ack(self, job_id: str, token: str | None, result: Any) -> None:
         job = self.jobs.get(job_id)
-        if job is not None and job.state == "done" and (token is None or token == job.lease_token):
+        if job is not None and job.state == "done" and (token is None or token == job.finished_token):
             return
         job = self.leased(job_id, token)
         job.state = "done"
         job.lease_deadline = None
+        job.finished_token, job.lease_token = job.lease_token, None
         if result is not None:
             job.result = result
 
-    def nack(self, now: float, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> MJob:
+    def nack(
+        self, now: float, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None,
+    ) -> MJob:  # fmt: skip
         job = self.leased(job_id, token)
         job.lease_deadline = None
         job.lease_token = None
-        job.last_error = error
+        job.last_error, job.traceback = error, traceback
         if permanent or job.attempts >= job.max_attempts:
             job.state = "dead"
         else:
@@ -278,7 +301,9 @@ class Runner:
 
     def compare_one(self, q: Queue, where: str) -> None:
         real = {j.id: j for j in q.list_jobs()}
-        want = self.model.snapshot()
+        now = self.clock()
+        seen = self.model.as_of(now)  # reads show expired leases as their reclaim, before any write
+        want = seen.snapshot()
         if set(real) != set(want):
             raise Mismatch(f"{where}: job ids differ: only real {sorted(set(real) - set(want))}, only model {sorted(set(want) - set(real))}")
         for job_id, expected in want.items():
@@ -287,9 +312,8 @@ class Runner:
             if got != expected:
                 diff = {k: (got.get(k), expected.get(k)) for k in expected if got.get(k) != expected.get(k)}
                 raise Mismatch(f"{where}: job {job_id} differs (real, model): {diff}")
-        now = self.clock()
         counts = {"ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 0}
-        for job in self.model.jobs.values():
+        for job in seen.jobs.values():
             if job.state == "ready" and job.available_at > now:
                 counts["delayed"] += 1
             else:
@@ -298,10 +322,10 @@ class Runner:
         stats.pop("total")
         if stats != counts:
             raise Mismatch(f"{where}: stats() says {stats}, the model counts {counts}")
-        dead = [j for j in self.model.order() if self.model.jobs[j].state == "dead"]
+        dead = [j for j in seen.order() if seen.jobs[j].state == "dead"]
         if [j.id for j in q.dlq()] != dead:
             raise Mismatch(f"{where}: dlq() lists {[j.id for j in q.dlq()]}, the model {dead}")
-        ready = [j for j in self.model.order() if self.model.jobs[j].state == "ready"]
+        ready = [j for j in seen.order() if seen.jobs[j].state == "ready"]
         page = [j.id for j in q.list_jobs("ready", limit=2, offset=1)]
         if page != ready[1:3]:
             raise Mismatch(f"{where}: list_jobs('ready', limit=2, offset=1) is {page}, the model {ready[1:3]}")
@@ -400,7 +424,7 @@ class Runner:
                 if op in ("ack", "ack_by_id"):
                     return m.ack(job_id, token, result)
                 if op == "nack":
-                    return m.nack(now, job_id, token, error, delay, permanent)
+                    return m.nack(now, job_id, token, error, delay, permanent, traceback)
                 if op == "extend":
                     return m.extend(now, job_id, token, seconds)
                 return m.set_stage(job_id, token, stage)
@@ -409,12 +433,15 @@ class Runner:
             error = r.choice((None, "boom", "timeout"))
             delay = r.choice((None, None, 0.0, 10.0))
             permanent = r.random() < 0.15
+            traceback = None if error is None else f"Traceback (most recent call last):\n{error}\n"
             seconds = r.choice((1.0, 30.0, 90.0))
             stage = r.choice(("fetch", "send", None))
             if op in ("ack", "ack_by_id"):
                 self.expect(where, model_op, lambda: q.ack(ref, result=result))
             elif op == "nack":
-                self.expect(where, model_op, lambda: q.nack(ref, error=error, delay=delay, permanent=permanent))
+                self.expect(
+                    where, model_op, lambda: q.nack(ref, error=error, delay=delay, permanent=permanent, traceback=traceback)
+                )
             elif op == "extend":
                 self.expect(where, model_op, lambda: q.extend(ref, seconds))
             else:

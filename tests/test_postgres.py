@@ -21,6 +21,7 @@ from typing import Any
 
 from nobroker import (
     BackoffPolicy,
+    Job,
     JobNotFoundError,
     JobState,
     NobrokerError,
@@ -428,8 +429,8 @@ class PostgresStorageTests(PostgresTestCase):
             self.assertNotIn("jobs_leases", plan.split("Query Text")[0] + plan[plan.find("Update on"):])
 
     @slow
-    def test_claims_keep_the_index_plan_over_a_large_backlog(self) -> None:
-        q = self.open_queue()
+    def fill_and_watch_plans(self, q: Queue, state: str) -> list[str]:
+        """100,000 rows in ``state``, then every plan ``q`` runs from here on (generic plans, via auto_explain)."""
         conn = q.storage._conn  # type: ignore[attr-defined]
         try:
             conn.execute("LOAD 'auto_explain'")
@@ -437,9 +438,9 @@ class PostgresStorageTests(PostgresTestCase):
             self.skipTest(f"auto_explain is not available here ({exc})")
         with connect() as admin:
             admin.execute(
-                f'INSERT INTO "{self.schema}".jobs (queue, id, max_attempts, available_at, enqueued_at, payload) '
-                "SELECT %s, 'b' || i, 5, now(), now(), '1' FROM generate_series(1, 100000) AS i",
-                (self.name,),
+                f'INSERT INTO "{self.schema}".jobs (queue, id, state, max_attempts, available_at, enqueued_at, payload) '
+                "SELECT %s, 'b' || i, %s, 5, now(), now(), '1' FROM generate_series(1, 100000) AS i",
+                (self.name, state),
             )
             admin.execute(f'ANALYZE "{self.schema}".jobs')
         for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
@@ -447,13 +448,45 @@ class PostgresStorageTests(PostgresTestCase):
             conn.execute(f"SET {setting}")
         plans: list[str] = []
         conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        return plans
+
+    def test_claims_keep_the_index_plan_over_a_large_backlog(self) -> None:
+        q = self.open_queue()
+        plans = self.fill_and_watch_plans(q, "ready")
         for count in (1, 1, 1, 1, 1, 1, 10, 10, 10, 10, 10, 10):
             self.assertEqual(len(q.lease(count)), count)
-        claims = [plan for plan in plans if "SKIP LOCKED" in plan]
+        claims = [plan for plan in plans if "SKIP LOCKED" in plan and "gen_random_uuid" in plan]  # not the reclaims
         self.assertEqual(len(claims), 12)
         for plan in claims:
             self.assertIn("jobs_claim", plan)
             self.assertNotIn("Seq Scan", plan)
+
+    @slow
+    def test_the_dlq_listing_keeps_the_index_plan_over_a_large_dlq(self) -> None:
+        q = self.open_queue()
+        plans = self.fill_and_watch_plans(q, "dead")
+        for _ in range(6):  # past psycopg's prepare threshold: the server keeps a generic plan
+            self.assertEqual(len(q.dlq(limit=50)), 50)
+        listings = [plan for plan in plans if "UNION ALL" in plan]
+        self.assertEqual(len(listings), 6)
+        for plan in listings:
+            self.assertIn("jobs_finished", plan)
+            self.assertNotIn("Seq Scan", plan)
+
+    def test_reads_show_an_expired_lease_as_its_reclaim_and_change_no_row(self) -> None:
+        q = self.open_queue(max_attempts=1, visibility_timeout=10)
+        job = q.enqueue("work")
+        q.lease()
+        q.storage.clock_offset = 11  # type: ignore[attr-defined]
+        self.assertEqual((q.stats().dead, q.stats().leased), (1, 0))
+        self.assertEqual([j.id for j in q.dlq()], [job.id])
+        self.assertIs(q.get(job.id).state, JobState.DEAD)
+        with connect() as conn:
+            row = conn.execute(
+                f'SELECT state, lease_token IS NOT NULL FROM "{self.schema}".jobs WHERE queue = %s AND id = %s',
+                (self.name, job.id),
+            ).fetchone()
+        self.assertEqual(tuple(row), ("leased", True), "a read changed the row")
 
     def test_the_worker_runs_unchanged(self) -> None:
         q = self.open_queue(max_attempts=2, backoff=NO_BACKOFF)
@@ -488,7 +521,7 @@ class PostgresSchemaTests(unittest.TestCase):
     def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
         from nobroker.postgres import latest_version, migrate
 
-        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql"])
+        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_retries_and_finished_jobs.sql"])
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
@@ -498,6 +531,46 @@ class PostgresSchemaTests(unittest.TestCase):
         with Queue(self.dsn, schema=other) as q:  # migrate=True by default
             q.enqueue("x")
             self.assertEqual(len(q), 1)
+
+    def test_upgrading_from_version_1_takes_the_lease_token_off_done_jobs(self) -> None:
+        from unittest import mock
+
+        from nobroker import postgres
+
+        files = postgres._migration_files()
+        with mock.patch.object(postgres, "_migration_files", lambda: files[:1]):
+            postgres.migrate(self.dsn, schema=self.schema)
+        with connect() as conn:
+            for job_id, state, token in (("d", "done", "tok-d"), ("r", "ready", None), ("l", "leased", "tok-l")):
+                conn.execute(
+                    f'INSERT INTO "{self.schema}".jobs (queue, id, state, max_attempts, available_at, enqueued_at,'
+                    " lease_deadline, lease_token, payload) VALUES ('up', %s, %s, 5, now(), now(),"
+                    " CASE WHEN %s = 'leased' THEN now() + interval '1 hour' END, %s, '1')",
+                    (job_id, state, state, token),
+                )
+        self.assertIn("002_retries_and_finished_jobs.sql", postgres.migrate(self.dsn, schema=self.schema))
+        with Queue(self.dsn, "up", schema=self.schema) as q:
+            self.assertIsNone(q.get("d").lease_token)
+            self.assertEqual(q.get("l").lease_token, "tok-l", "a lease still held keeps its token")
+            q.ack(Job("d", 1, lease_token="tok-d"))  # the lease that finished it: harmless
+            with self.assertRaises(NotLeasedError):
+                q.ack(Job("d", 1, lease_token="someone-else"))
+
+    def test_the_sql_backoff_is_delay_for_without_jitter(self) -> None:
+        from nobroker.postgres import migrate
+
+        migrate(self.dsn, schema=self.schema)
+        policies = [BackoffPolicy(), BackoffPolicy(base=10, factor=3, max_delay=1000), BackoffPolicy(base=0), BackoffPolicy(factor=1)]
+        attempts = [-5, -1, 0, 1, 2, 3, 7, 40, 2000]
+        with connect() as conn:
+            for policy in policies:
+                for n in attempts:
+                    got = conn.execute(
+                        f'SELECT "{self.schema}".backoff_delay(%s, %s, %s, %s)',
+                        (n, policy.base, policy.factor, policy.max_delay),
+                    ).fetchone()[0]
+                    with self.subTest(policy=policy, attempts=n):
+                        self.assertAlmostEqual(got, policy.nominal_delay(n), places=9)
 
     def test_a_queue_on_an_unmigrated_schema_says_what_to_run(self) -> None:
         from nobroker import StorageError
@@ -516,7 +589,10 @@ class PostgresSchemaTests(unittest.TestCase):
         for p in procs:
             p.join(PATIENCE)
         self.assertEqual([r[0] for r in results], ["ok"] * 4, results)
-        self.assertEqual(sorted(len(r[1]) for r in results), [0, 0, 0, 1], "exactly one process applied the schema")
+        from nobroker.postgres import latest_version
+
+        applied = sorted(len(r[1]) for r in results)
+        self.assertEqual(applied, [0, 0, 0, latest_version()], "exactly one process applied the schema")
 
     def test_row_level_security_hides_rows_from_roles_outside_the_policy(self) -> None:
         from nobroker.postgres import migrate

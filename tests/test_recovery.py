@@ -43,6 +43,13 @@ class LogBuilder:
         size, gen = self.size()
         self.points.setdefault(gen, []).append((size, snapshot(self.q)))
 
+    def reader_clock(self) -> FakeClock:
+        """A clock for reopening: the time the log was written, as its snapshots were taken.
+
+        Much later, a read would show the leases as reclaimed (their deadlines passed).
+        """
+        return FakeClock(self.clock())
+
     def do(self, fn, *args, **kwargs):
         result = fn(*args, **kwargs)
         self.clock.advance(0.25)
@@ -113,17 +120,17 @@ class TruncationSweep(TempDirTestCase):
                 f.write(data[:cut])
             if cut < HEADER_SIZE:
                 with self.assertRaises(CorruptLogError, msg=f"cut at {cut}"):
-                    Queue(target, clock=FakeClock(1e10))
+                    Queue(target, clock=self.builder.reader_clock())
             elif cut < compacted_end:
                 # Inside the block compaction writes before its rename: no crash can
                 # expose it, but recovery must still be sound: every job it shows
                 # is exactly the job compaction wrote.
-                with Queue(target, clock=FakeClock(1e10)) as q:
+                with Queue(target, clock=self.builder.reader_clock()) as q:
                     full = self.builder.points[gen][0][1]
                     for job_id, job in snapshot(q).items():
                         self.assertEqual(job, full[job_id], f"generation {gen} cut at byte {cut}")
             else:
-                q = Queue(target, clock=FakeClock(1e10))
+                q = Queue(target, clock=self.builder.reader_clock())
                 try:
                     got = snapshot(q)
                     self.assertEqual(got, self.expected_at(gen, cut), f"generation {gen} cut at byte {cut}")
@@ -183,15 +190,15 @@ class BitFlipSweep(TempDirTestCase):
                 f.write(damaged)
             if pos < HEADER_SIZE:
                 with self.assertRaises(CorruptLogError):
-                    Queue(target, clock=FakeClock(1e10))
+                    Queue(target, clock=builder.reader_clock())
             elif (record_start := max(b for b in boundaries if b <= pos)) == boundaries[-2]:
                 # Damage in the last record is indistinguishable from a torn write:
                 # the record was never acknowledged as far as recovery can tell.
-                with Queue(target, clock=FakeClock(1e10)) as q2:
+                with Queue(target, clock=builder.reader_clock()) as q2:
                     self.assertEqual(snapshot(q2), points[-2][1], f"flip at {pos}")
             else:
                 with self.assertRaises(CorruptLogError, msg=f"flip at {pos}") as ctx:
-                    Queue(target, clock=FakeClock(1e10))
+                    Queue(target, clock=builder.reader_clock())
                 self.assertEqual(ctx.exception.offset, record_start)
                 self.assertIn(str(record_start), str(ctx.exception))
                 with open(log_path(target, "default", 0), "rb") as f:

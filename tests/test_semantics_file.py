@@ -16,7 +16,7 @@ import unittest
 from typing import Any
 
 from nobroker import JobState, NotLeasedError, Queue
-from tests.semantics import QueueSemantics
+from tests.semantics import EXACT, QueueSemantics
 from tests.support import FakeClock, TempDirTestCase
 
 
@@ -142,6 +142,26 @@ class FileQueueSemantics(QueueSemantics, TempDirTestCase):
         a.ack(leased)  # the token, not the handle, proves the lease
         self.assertIs(b.get(job.id).state, JobState.DONE)
         self.assertEqual(self.snapshot(a), self.snapshot(b))
+
+    def test_reads_of_an_expired_lease_write_nothing(self) -> None:
+        q = self.make_queue(max_attempts=2, visibility_timeout=10, backoff=EXACT)
+        q.enqueue_many(["dies", "retries"])
+        dies = self.only_lease(q)
+        self.assertEqual(q.nack(dies, delay=0).attempts, 1)
+        self.assertEqual(len(q.lease(2)), 2)  # dies: attempt 2 of 2; retries: 1 of 2
+        log = os.path.join(self.dir, "default.000000.log")
+        size = os.path.getsize(log)
+        self.advance(11)
+        other = self.make_queue(max_attempts=2, visibility_timeout=10, backoff=EXACT)  # another handle, as another process
+        for handle in (q, other):
+            self.assertEqual((handle.stats().dead, handle.stats().delayed, handle.stats().leased), (1, 1, 0))
+            self.assertEqual([j.payload for j in handle.dlq()], ["dies"])
+            self.assertEqual([j.payload for j in handle.list_jobs(JobState.READY)], ["retries"])
+            self.assertIs(handle.get(dies.id).state, JobState.DEAD)
+        self.assertEqual(os.path.getsize(log), size, "a read wrote to the log")
+        q.lease()
+        self.assertGreater(os.path.getsize(log), size, "the next write records the reclaims")
+        self.assertEqual(self.snapshot(other), self.snapshot(q))
 
     def test_json_only_a_file_can_hold_round_trips(self) -> None:
         q = self.make_queue()

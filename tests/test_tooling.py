@@ -292,6 +292,22 @@ class PyzTest(TempDirTestCase):
         else:
             self.fail("f did not raise")
 
+    def test_slimming_sql_keeps_every_statement_on_its_line(self) -> None:
+        from nobroker.postgres import _statements
+        from tools.build_pyz import slim_sql
+
+        for path in sorted((ROOT / "src" / "nobroker" / "sql").glob("*.sql")):
+            with self.subTest(path.name):
+                text = path.read_text(encoding="utf-8")
+                slimmed = slim_sql(text)
+                self.assertEqual(slimmed.splitlines(), ["" if line.lstrip().startswith("--") else line for line in text.splitlines()])
+                self.assertNotIn("\n--", slimmed)
+
+                def code(statements: list[str]) -> list[list[str]]:
+                    return [[ln for ln in st.splitlines() if ln.strip() and not ln.lstrip().startswith("--")] for st in statements]
+
+                self.assertEqual(code(_statements(slimmed)), code(_statements(text)))
+
     def test_enqueue_then_stats_against_a_temp_queue(self) -> None:
         enq = self.pyz_run("--dir", "q", "enqueue", '{"resize": "photo.jpg"}', "--priority", "5")
         self.assertEqual(enq.returncode, 0, enq.stderr)

@@ -108,7 +108,7 @@ class WebDashboardTest(TempDirTestCase):
         self.queue.enqueue(payload, job_id=job_id, priority=MAX_PRIORITY)
         leased = self.queue.lease_one()
         assert leased is not None and leased.id == job_id
-        self.queue.nack(leased, error=f"failed: {payload}", permanent=True)
+        self.queue.nack(leased, error=f"failed: {payload}", traceback=f"Traceback:\n  {payload}\nError", permanent=True)
 
     def make_done(self, payload: Any) -> str:
         job = self.queue.enqueue(payload, priority=MAX_PRIORITY)
@@ -150,6 +150,23 @@ class WebDashboardTest(TempDirTestCase):
         )
         self.assertCleanPage()
 
+    def test_the_ready_and_delayed_tabs_list_what_their_cards_count(self) -> None:
+        for n in range(3):
+            self.queue.enqueue(n, job_id=f"now-{n}")
+        for n in range(2):
+            self.queue.enqueue(n, job_id=f"later-{n}", delay=3600)
+        self.open_dashboard()
+        rows = "document.querySelectorAll('#jobs tr.job').length"
+        self.wait_js(self.row("now-2") + " !== null", "the ready tab listed its jobs")
+        self.assertEqual(self.js("document.getElementById('count-ready').textContent"), "3")
+        self.assertEqual(self.js(rows), 3, "the ready tab lists what the ready card counts")
+        self.assertEqual(self.js(self.row("later-0")), None)
+        self.js("document.querySelector('#tabs button[data-state=delayed]').click()")
+        self.wait_js(self.row("later-1") + " !== null", "the delayed tab listed its jobs")
+        self.assertEqual(self.js("document.getElementById('count-delayed').textContent"), "2")
+        self.assertEqual(self.js(rows), 2)
+        self.assertCleanPage()
+
     def test_requeues_a_dead_job_by_a_click(self) -> None:
         self.make_dead({"order": 42}, "dead-1")
         self.make_dead({"order": 43}, "dead-2")
@@ -188,6 +205,9 @@ class WebDashboardTest(TempDirTestCase):
         self.wait_js("document.getElementById('detail-title').textContent === 'xss-dead'", "the detail opened")
         self.assertEqual(self.js("document.getElementById('detail-payload').textContent"), json.dumps(SCRIPT_PAYLOAD))
         self.assertEqual(self.js("document.getElementById('detail-error').textContent"), "failed: " + SCRIPT_PAYLOAD)
+        trace = self.js("document.getElementById('detail-traceback').textContent")
+        self.assertEqual(trace, f"Traceback:\n  {SCRIPT_PAYLOAD}\nError", "the traceback is shown, as text")
+        self.assertFalse(self.js("document.getElementById('detail-traceback').hidden"))
 
         # Text, not markup: the page still has its one script, and no element came from a payload.
         self.assertEqual(self.js("document.scripts.length"), 1)

@@ -9,6 +9,7 @@ public Queue API.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 import types
+import typing
 import unittest
 import unittest.mock
 from collections import deque
@@ -75,6 +77,54 @@ class QueueTestCase(TempDirTestCase):
         return queue
 
 
+def failing_handler(job: Any) -> None:
+    parse(job.payload)
+
+
+def parse(text: str) -> None:
+    raise ValueError(f"cannot parse {text!r}")
+
+
+def check_tracebacks(test: unittest.TestCase, queue: Queue) -> None:
+    """A failing handler's traceback is kept with the job (and logged at WARNING with its id); last_error stays one line."""
+    retried = queue.enqueue("retried")
+    with test.assertLogs("nobroker.worker", "WARNING") as logs:
+        Worker(queue, failing_handler, max_jobs=1, handle_signals=False).run()
+    stored = queue.get(retried.id)
+    test.assertEqual((stored.state, stored.last_error), (JobState.READY, "ValueError: cannot parse 'retried'"))
+    assert stored.traceback is not None
+    test.assertTrue(stored.traceback.startswith("Traceback (most recent call last):"), stored.traceback)
+    test.assertIn("in failing_handler", stored.traceback)
+    test.assertIn("in parse", stored.traceback)
+    test.assertTrue(stored.traceback.endswith("ValueError: cannot parse 'retried'\n"), stored.traceback)
+    [record] = [r for r in logs.records if retried.id in r.getMessage()]
+    test.assertEqual(record.levelname, "WARNING")
+    test.assertIsNotNone(record.exc_info, "the log line carries the traceback")
+    test.assertIn("in parse", logs.output[logs.records.index(record)])
+
+
+def check_unstorable_results(test: unittest.TestCase, queue: Queue, concurrency: int) -> None:
+    """Handlers that did their work but return what cannot be stored: each runs once, its job ends dead."""
+    unstorable = {"object": {"when": object()}, "collide": {1: "a", "1": "b"}, "nan": float("nan")}
+    jobs = {name: queue.enqueue(name) for name in unstorable}
+    ok = queue.enqueue("ok")
+    runs: list[str] = []
+
+    def handler(job: Any) -> Any:
+        runs.append(job.payload)
+        return unstorable.get(job.payload, "fine")
+
+    stats = Worker(queue, handler, concurrency=concurrency, idle_timeout=0.5, poll_interval=0.05, handle_signals=False).run()
+    test.assertEqual(sorted(runs), sorted([*unstorable, "ok"]), "a handler ran again")
+    test.assertEqual((stats.succeeded, stats.failed, stats.dead), (1, 0, 3))
+    for job in jobs.values():
+        stored = queue.get(job.id)
+        test.assertEqual((stored.state, stored.attempts), (JobState.DEAD, 1))
+        test.assertTrue(stored.last_error.startswith("the handler's result cannot be stored"), stored.last_error)
+        test.assertIn("JSON", stored.last_error)
+    test.assertEqual(queue.get(ok.id).result, "fine")
+
+
 # ---------------------------------------------------------------- outcomes
 class OutcomeTests(QueueTestCase):
     def test_success_acks_and_stores_the_result(self) -> None:
@@ -120,6 +170,9 @@ class OutcomeTests(QueueTestCase):
         self.assertEqual(stored.last_error, "ValueError: bad input on attempt 3")
         self.assertEqual([j.id for j in queue.dlq()], [job.id])
 
+    def test_a_failing_handlers_traceback_is_kept_and_logged(self) -> None:
+        check_tracebacks(self, self.open_queue(backoff=BackoffPolicy(base=60)))
+
     def test_failure_waits_for_the_backoff_before_the_retry(self) -> None:
         queue = self.open_queue(backoff=BackoffPolicy(base=60, jitter=0))
         job = queue.enqueue("later")
@@ -148,15 +201,10 @@ class OutcomeTests(QueueTestCase):
         self.assertEqual(stored.attempts, 1)
         self.assertEqual(stored.last_error, "PermanentError: missing video id")
 
-    def test_result_that_is_not_json_nacks_with_the_serialization_error(self) -> None:
-        queue = self.open_queue(max_attempts=1)
-        job = queue.enqueue("x")
-        stats = Worker(queue, lambda job: {"when": object()}, max_jobs=1, handle_signals=False).run()
-        self.assertEqual((stats.succeeded, stats.dead), (0, 1))
-        stored = queue.get(job.id)
-        self.assertEqual(stored.state, JobState.DEAD)
-        self.assertTrue(stored.last_error.startswith("SerializationError: "), stored.last_error)
-        self.assertIn("JSON", stored.last_error)
+    def test_a_result_that_cannot_be_stored_ends_the_job_dead_without_a_retry(self) -> None:
+        for concurrency in (1, 4):  # one ack at a time, and acks shared through ack_many
+            with self.subTest(concurrency=concurrency):
+                check_unstorable_results(self, self.open_queue(max_attempts=5, backoff=NO_BACKOFF), concurrency)
 
     def test_kinds_limits_what_the_worker_leases(self) -> None:
         queue = self.open_queue()
@@ -558,6 +606,23 @@ class HeartbeatTests(QueueTestCase):
         self.assertEqual(queue.get(job.id).result, "operator")
 
 
+class TypingTests(unittest.TestCase):
+    def test_the_queue_parameter_is_a_protocol_a_queue_satisfies(self) -> None:
+        from nobroker.worker import WorkQueue
+
+        hint = typing.get_type_hints(Worker.__init__)["queue"]
+        self.assertIs(hint, WorkQueue)
+        self.assertTrue(getattr(WorkQueue, "_is_protocol", False))
+        kinds = inspect.Parameter
+        for name in ("lease", "ack", "nack", "extend"):
+            with self.subTest(method=name):
+                wanted = list(inspect.signature(getattr(WorkQueue, name)).parameters.values())[1:]
+                offered = inspect.signature(getattr(Queue, name)).parameters
+                for param in wanted:
+                    self.assertIn(param.name, offered)
+                    self.assertEqual(offered[param.name].kind == kinds.KEYWORD_ONLY, param.kind == kinds.KEYWORD_ONLY)
+
+
 # ---------------------------------------------------------------- fake queues
 class FakeJob(types.SimpleNamespace):
     pass
@@ -788,6 +853,15 @@ class PostgresWorkerTests(PostgresTestCase):
         self.assertEqual([queue.get(j.id).result for j in jobs], [n * 10 for n in range(12)])
         self.assertEqual(queue.get(flaky.id).last_error, "ValueError: always")
         self.assertEqual((queue.get(perm.id).state, queue.get(perm.id).attempts), (JobState.DEAD, 1))
+
+    def test_a_result_that_cannot_be_stored_ends_the_job_dead_without_a_retry(self) -> None:
+        for concurrency in (1, 4):
+            with self.subTest(concurrency=concurrency):
+                queue = self.open_queue(fresh_name("worker"), max_attempts=5, backoff=NO_BACKOFF)
+                check_unstorable_results(self, queue, concurrency)
+
+    def test_a_failing_handlers_traceback_is_kept_and_logged(self) -> None:
+        check_tracebacks(self, self.open_queue(fresh_name("worker"), backoff=BackoffPolicy(base=60)))
 
     def test_heartbeat_keeps_the_lease(self) -> None:
         name = fresh_name("worker")

@@ -9,8 +9,8 @@ The bundle is a zipapp (PEP 441): src/nobroker/ zipped, compressed, with a
 the zip, so nothing is unpacked to disk and nothing is installed. psycopg is
 not bundled: the PostgreSQL storage imports it only when a DSN is opened.
 
-The bundled source is the repository's, slimmed: comments are dropped and
-each docstring keeps only its first line. Every line stays where it was, so a
+The bundled source is the repository's, slimmed: comments are dropped (in
+the SQL files too) and each docstring keeps only its first line. Every line stays where it was, so a
 traceback from the bundle points at the right line of the source in the
 repository. ``--full-source`` bundles the files untouched.
 
@@ -71,6 +71,11 @@ def slim_source(source: str) -> str:
     return slimmed
 
 
+def slim_sql(text: str) -> str:
+    """A migration file without its comment lines (each left empty: every statement stays on its line)."""
+    return "".join("\n" if line.lstrip().startswith("--") else line for line in text.splitlines(keepends=True))
+
+
 def build(output: Path, *, full_source: bool = False) -> int:
     """Write the bundle to ``output``; returns its size in bytes."""
     if not (PACKAGE / "cli.py").is_file():
@@ -87,6 +92,8 @@ def build(output: Path, *, full_source: bool = False) -> int:
         if not full_source:
             for path in (Path(staging) / "nobroker").rglob("*.py"):
                 path.write_text(slim_source(path.read_text(encoding="utf-8")), encoding="utf-8")
+            for path in (Path(staging) / "nobroker").rglob("*.sql"):
+                path.write_text(slim_sql(path.read_text(encoding="utf-8")), encoding="utf-8")
         # Our own __main__ rather than zipapp's main=: zipapp's calls the function
         # and drops its return value, so every exit code would become 0.
         module, function = ENTRY_POINT.split(":")

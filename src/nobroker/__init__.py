@@ -34,7 +34,10 @@ from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, Re
 from .queue import Queue, list_queues
 
 if TYPE_CHECKING:
-    from .worker import Worker, WorkerStats
+    from .worker import Worker, WorkerStats, WorkQueue
+
+    def _a_queue_is_a_work_queue(queue: Queue) -> WorkQueue:
+        return queue  # mypy proves here that a Worker takes a Queue
 
 __version__ = "0.2.0"
 

@@ -37,7 +37,7 @@ from typing import Any, NoReturn, TextIO
 
 from . import __version__
 from .errors import CorruptLogError, NobrokerError, QueueNotFoundError, UnknownStorageError
-from .jobs import MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
+from .jobs import LISTINGS, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
 from .queue import require_queue
 from .quickbench import DEFAULT_SECONDS as BENCH_SECONDS
 from .quickbench import MAX_SECONDS as BENCH_MAX_SECONDS
@@ -397,6 +397,8 @@ def _job_detail(out: Output, job: Job) -> None:
         field("stage", _safe(job.stage))
     if job.last_error:
         multiline("last error", _safe(job.last_error, keep_newlines=True))
+    if job.traceback:
+        multiline("traceback", _safe(job.traceback, keep_newlines=True))
     multiline("payload", json.dumps(job.payload, ensure_ascii=True, indent=2))
     if job.result is not None:
         multiline("result", json.dumps(job.result, ensure_ascii=True, indent=2))
@@ -657,9 +659,8 @@ def _paging_hint(out: Output, shown: int, limit: int | None) -> None:
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     limit = _list_limit(args.limit)
-    state = JobState(args.state) if args.state else None
     with _open_queue(args) as queue:
-        jobs = queue.list_jobs(state, limit=limit, offset=args.offset, kind=args.kind)
+        jobs = queue.list_jobs(args.state, limit=limit, offset=args.offset, kind=args.kind)
     if out.as_json:
         out.document([job.to_dict() for job in jobs])
         return EXIT_OK
@@ -1332,7 +1333,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("list", "list jobs, oldest first",
                 "  nobroker list --state ready --limit 20 --offset 40", cmd_list)
-    p.add_argument("--state", choices=[s.value for s in JobState], help="only jobs in this state")
+    p.add_argument("--state", choices=LISTINGS,
+                   help="only jobs in this state; runnable and delayed: the two halves of ready, as stats counts them")
     p.add_argument("--limit", type=_int_at_least(0), default=DEFAULT_LIST_LIMIT, metavar="N",
                    help=f"at most N jobs (default {DEFAULT_LIST_LIMIT}; 0 = all)")
     p.add_argument("--offset", type=_int_at_least(0), default=0, metavar="N", help="skip the first N")

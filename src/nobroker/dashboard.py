@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 
 from .dashboard_queues import QueueSet, UnknownQueueError
 from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
-from .jobs import Job, JobState
+from .jobs import LISTINGS, Job, JobState
 
 if TYPE_CHECKING:  # for the annotations only: any object with the public Queue methods works
     from .queue import Queue
@@ -121,7 +121,6 @@ _LOOPBACK_NAMES = frozenset({"localhost"})
 #: Anything else (text after the brackets, a second colon, a sign) is not a host we know.
 _HOST_HEADER = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
 _MAX_PORT = 65535
-_STATES = ("ready", "leased", "done", "dead")
 _METRIC_STATES = ("ready", "delayed", "leased", "done", "dead")
 
 
@@ -207,12 +206,13 @@ def job_detail(job: Job) -> dict[str, Any]:
 
 
 def job_summary(job: Job) -> dict[str, Any]:
-    """A job for a list: previews instead of the full payload, result and error."""
+    """A job for a list: previews instead of the full payload, result and error, and no traceback."""
     out = job_detail(job)
     out["payload_preview"] = _preview(out.pop("payload"))
     result = out.pop("result")
     out["result_preview"] = None if result is None else _preview(result)
     out["last_error"] = _short(out.get("last_error"))
+    out.pop("traceback", None)
     return out
 
 
@@ -603,10 +603,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         state_text = query.get("state", "").strip().lower()
         if state_text in ("", "all"):
             state = None
-        elif state_text in _STATES:
-            state = JobState(state_text)
+        elif state_text in LISTINGS:  # a state, or runnable / delayed: the two halves of ready
+            state = state_text
         else:
-            raise _HTTPError(400, f"state must be one of {', '.join(_STATES)} or all, got {state_text!r}")
+            raise _HTTPError(400, f"state must be one of {', '.join(LISTINGS)} or all, got {state_text!r}")
         limit = self._int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
         offset = self._int_param(query, "offset", 0, 0, MAX_OFFSET)
         # One more than asked tells whether a next page exists without a count.
@@ -614,7 +614,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send_json(
             200,
             {
-                "state": state.value if state else "all",
+                "state": state or "all",
                 "limit": limit,
                 "offset": offset,
                 "has_more": len(jobs) > limit,
@@ -897,7 +897,8 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   <div class="layout">
     <section class="panel" aria-label="jobs">
       <div class="tabs" id="tabs">
-        <button data-state="ready" aria-pressed="true">ready</button>
+        <button data-state="runnable" aria-pressed="true">ready</button>
+        <button data-state="delayed" aria-pressed="false">delayed</button>
         <button data-state="leased" aria-pressed="false">leased</button>
         <button data-state="done" aria-pressed="false">done</button>
         <button data-state="dead" aria-pressed="false">dead (DLQ)</button>
@@ -920,11 +921,12 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     </section>
     <section class="panel" aria-label="job detail">
       <h2 id="detail-title">Select a job</h2>
-      <p class="hint" id="detail-hint">Click a row to see the job in full: payload, attempts, error, stage, result.</p>
+      <p class="hint" id="detail-hint">Click a row to see the job in full: payload, attempts, error and its traceback, stage, result.</p>
       <div id="detail" hidden>
         <dl id="detail-fields"></dl>
         <div>payload</div><pre id="detail-payload"></pre>
         <div>last error</div><pre id="detail-error"></pre>
+        <div id="detail-traceback-label">traceback</div><pre id="detail-traceback"></pre>
         <div>result</div><pre id="detail-result"></pre>
         <div class="actions"><button id="detail-requeue" hidden>Requeue this job</button><button id="detail-refresh">Refresh</button></div>
       </div>
@@ -957,7 +959,7 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
   const QUEUES_EVERY = 10;  // rounds between looks for queues added to the folder or database
   const $ = (id) => document.getElementById(id);
-  const view = { state: "ready", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
+  const view = { state: "runnable", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
 
   // Build elements only through textContent: nothing from the queue is ever parsed as HTML.
   function el(tag, props, children) {
@@ -1191,6 +1193,8 @@ dialog input { font:inherit; width:100%; margin:.4rem 0 .8rem; padding:.3rem; }
     $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
     $("detail-payload").textContent = JSON.stringify(job.payload, null, 2);
     $("detail-error").textContent = job.last_error == null ? "–" : job.last_error;
+    $("detail-traceback").textContent = job.traceback == null ? "" : job.traceback;  // text, never markup
+    $("detail-traceback").hidden = $("detail-traceback-label").hidden = job.traceback == null;
     $("detail-result").textContent = job.result == null ? "–" : JSON.stringify(job.result, null, 2);
     $("detail-requeue").hidden = job.state !== "dead";
     $("detail").hidden = false;

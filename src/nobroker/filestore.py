@@ -20,6 +20,8 @@ but the QueueLock only for moments.
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import json
 import logging
 import os
@@ -29,7 +31,8 @@ import threading
 import time
 import weakref
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from . import leases, snapshot
@@ -44,9 +47,9 @@ from .errors import (
     StorageError,
     UnsafeQueueError,
 )
-from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, FrameStatus, RecordType, encode_record, frame
+from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, Frame, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
-from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, load_json
+from .jobs import BackoffPolicy, CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport, load_json
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, READY, Entry, QueueState
@@ -74,6 +77,9 @@ COMPACT_YIELD = 0.001
 COMPACTOR_POLL = 0.01
 
 _live: weakref.WeakSet[FileStorage] = weakref.WeakSet()
+_ROW = attrgetter("row")  # where a job sits in the state's enqueue order
+#: The listings an expired lease's job joins, by where its reclaim puts it (see _listed).
+_WITHIN = {"dead": ("dead",), "ready": ("runnable", "delayed"), "runnable": ("runnable",), "delayed": ("delayed",)}
 
 
 def _after_fork_in_child() -> None:
@@ -225,6 +231,7 @@ class FileStorage:
         # that takes every kind asleep.
         self._wake_kinds = WakeChannel(os.path.join(self.directory, f"{self.name}.wake-kinds"))
         self._recovery = RecoveryReport()
+        self._cut_damage = Damage.NONE  # what was wrong with the last torn tail cut off
         # What a snapshot at close may build on (see _replay_all and _save_snapshot).
         self._snap_records = 0  # state.records when it was loaded or replayed
         # (generation, offset, crc32 of the log's bytes before offset) for exactly the bytes
@@ -277,6 +284,8 @@ class FileStorage:
             torn_bytes=torn,
             jobs=len(state),
             elapsed=time.perf_counter() - started,
+            damage=self._cut_damage if torn else Damage.NONE,
+            orphan_records=state.orphans,
         )
         if torn:
             logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)
@@ -447,6 +456,7 @@ class FileStorage:
                 )
             torn = size - fr.offset
             if truncate:
+                self._cut_damage = _damage_of(fr, torn)
                 log.truncate(fr.offset)
                 log.note_end(fr.offset)
                 return end, torn
@@ -626,7 +636,7 @@ class FileStorage:
             if leases.exhausted(entry):
                 batch.add(RecordType.DEAD, {"id": entry.id, "at": now, "error": leases.expiry_error(entry)})
             else:
-                available_at = leases.retry_time(entry, now, self.backoff, None)
+                available_at = leases.reclaim_time(entry, self.backoff)
                 batch.add(RecordType.RECLAIM, {"id": entry.id, "at": now, "available_at": available_at})
 
     def _write(self, decide: Callable[[_Batch, float], T], *, lazy: bool = False) -> T:
@@ -845,7 +855,8 @@ class FileStorage:
         if entry is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
         if not leases.holds_lease(entry, token):
-            raise leases.refusal(action, job_id, entry.state.value, token, entry.lease_token)
+            held = entry.finished_token if entry.state is DONE else entry.lease_token
+            raise leases.refusal(action, job_id, entry.state.value, token, held)
         return entry
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
@@ -855,9 +866,7 @@ class FileStorage:
             self._leased_entry(job_id, token, "ack")
             body: dict[str, Any] = {"id": job_id, "at": now}
             if result_json is not None:
-                # What replay will hold (as ack_many does): not the caller's object, which
-                # the caller may change later, and which a snapshot would then keep.
-                body["result"] = load_json(result_json)
+                body["result"] = result  # decoded from result_json by the facade: what replay holds
             batch.add(RecordType.ACK, body)
 
         self._write(decide)
@@ -882,17 +891,22 @@ class FileStorage:
 
         self._write(decide)
 
-    def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job:
+    def nack(
+        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None = None,
+    ) -> Job:  # fmt: skip
         def decide(batch: _Batch, now: float) -> Job:
             entry = self._leased_entry(job_id, token, "nack")
             if permanent or leases.exhausted(entry):
-                batch.add(RecordType.DEAD, {"id": job_id, "at": now, "error": error})
+                body: dict[str, Any] = {"id": job_id, "at": now, "error": error}
+                rtype = RecordType.DEAD
             else:
                 available_at = leases.retry_time(entry, now, self.backoff, delay)
-                batch.add(
-                    RecordType.NACK,
-                    {"id": job_id, "at": now, "attempts": entry.attempts, "available_at": available_at, "error": error},
-                )
+                body = {"id": job_id, "at": now, "attempts": entry.attempts, "available_at": available_at, "error": error}
+                rtype = RecordType.NACK
+            if traceback is not None:  # a key 0.1.2 ignores; left out when unused
+                body["traceback"] = traceback
+            batch.add(rtype, body)
             return self._job(entry)
 
         return self._write(decide)
@@ -951,37 +965,91 @@ class FileStorage:
         return self._write(decide)
 
     # ================================================================ reads
+    # Reads never write, yet show the queue as of now: a lease whose deadline
+    # passed shows as the reclaim a writer will record (leases.as_reclaimed),
+    # though no writer has come by yet. Only those leases cost anything extra:
+    # state.expired walks just the top of the lease heap.
+    def _shown(self, entry: Entry, now: float) -> Job:
+        """The job as a read at ``now`` shows it."""
+        job = self._job(entry)
+        if leases.lease_expired(entry, now):
+            return dataclasses.replace(job, **leases.as_reclaimed(entry, self.backoff))
+        return job
+
     def get(self, job_id: str) -> Job:
         def query(now: float) -> Job:
             entry = self._state.get(job_id)
             if entry is None:
                 raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
-            return self._job(entry)
+            return self._shown(entry, now)
 
         return self._read(query)
 
     def stats(self) -> QueueStats:
-        return self._read(lambda now: self._state.stats(now))
+        def query(now: float) -> QueueStats:
+            stats = self._state.stats(now)
+            expired = self._state.expired(now)
+            if not expired:
+                return stats
+            counts = stats.to_dict()
+            for entry in expired:
+                moved = self._reclaimed_listing(entry, now)
+                counts["leased"] -= 1
+                counts["ready" if moved == "runnable" else moved] += 1
+            del counts["total"]
+            return QueueStats(**counts)
+
+        return self._read(query)
 
     def count(self) -> int:
         return self._read(lambda now: len(self._state))
 
-    def list_jobs(self, state: JobState | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+    def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         def query(now: float) -> list[Job]:
             out: list[Job] = []
             skipped = 0
-            for entry in self._state.entries(state):
+            for entry in self._listed(listing, now):
                 if kind is not None and entry.kind != kind:
                     continue
                 if skipped < offset:
                     skipped += 1
                     continue
-                out.append(self._job(entry))
+                out.append(self._shown(entry, now))
                 if limit is not None and len(out) >= limit:
                     break
             return out
 
         return self._read(query)
+
+    def _listed(self, listing: str | None, now: float) -> Iterator[Entry]:
+        """The jobs a read at ``now`` shows in ``listing`` (one of LISTINGS, or None: all), oldest first.
+
+        Ready and delayed as stats() counts them; a lease that expired joins
+        where its reclaim will put it.
+        """
+        state = self._state
+        state.promote(now)
+        if listing == "delayed":
+            own: Iterator[Entry] = state.delayed_entries()
+        elif listing == "runnable":
+            own = (e for e in state.entries(READY) if not state.is_delayed(e))
+        else:
+            own = state.entries(None if listing is None else JobState(listing))
+        expired = state.expired(now)
+        if listing in (None, "done") or not expired:
+            return own
+        if listing == "leased":
+            return (e for e in own if not leases.lease_expired(e, now))
+        joining = [e for e in expired if self._reclaimed_listing(e, now) in _WITHIN[listing]]
+        joining.sort(key=_ROW)
+        return heapq.merge(own, joining, key=_ROW)
+
+    def _reclaimed_listing(self, entry: Entry, now: float) -> str:
+        """Where an expired lease's job is listed: dead, delayed or runnable (see leases.as_reclaimed)."""
+        shown = leases.as_reclaimed(entry, self.backoff)
+        if shown["state"] is DEAD:
+            return "dead"
+        return "delayed" if shown["available_at"] > now else "runnable"
 
     # ================================================================ compaction
     def compact(self, *, progress: Callable[[int], None] | None = None) -> CompactionResult:
@@ -1360,6 +1428,17 @@ def _encode_enqueue(entry: Entry, payload_json: str, times: dict[int, str] | Non
     if entry.dedupe_key is not None:
         text += ',"dedupe_key":' + json.dumps(entry.dedupe_key)
     return (text + "}").encode("ascii")
+
+
+def _damage_of(fr: Frame, torn: int) -> Damage:
+    """What was wrong with a torn tail, in the words of nobroker 0.1.2's RecoveryReport."""
+    if fr.status is FrameStatus.INCOMPLETE:
+        return Damage.TRUNCATED_HEADER if torn < FRAME_SIZE else Damage.TRUNCATED_BODY
+    if fr.status is FrameStatus.BAD_LENGTH:
+        return Damage.OVERSIZE
+    if fr.status is FrameStatus.BAD_TYPE:
+        return Damage.UNKNOWN_TYPE
+    return Damage.BAD_CHECKSUM  # a bad crc, or a good one over bad JSON (0.1.2 called both that)
 
 
 #: Filesystem types whose locking or rename semantics a queue cannot trust.

@@ -37,6 +37,8 @@ MAX_JSON_DEPTH = 100
 #: Largest result stored with an ack, and largest error text kept with a nack.
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_ERROR_CHARS = 8 * 1024
+#: A failed attempt's traceback keeps its last this many characters (its end names the error).
+MAX_TRACEBACK_CHARS = 16 * 1024
 #: Most jobs one enqueue_many call takes, and most one lease call returns.
 MAX_BATCH_JOBS = 100_000
 #: Longest job id, kind, dedupe key and stage (characters).
@@ -54,16 +56,21 @@ MAX_ESCAPED_CHAR_BYTES = 12
 #: Room in a job's record for its field names, numbers and lease token (they take under 1 KiB).
 RECORD_FIXED_BYTES = 4 * 1024
 #: The most a job's record can hold besides its payload, whichever writer writes it (an
-#: enqueue, compaction, repair): the id, kind, dedupe key, stage and error text at their
-#: longest, every character in its costliest escape, and the result at its limit.
+#: enqueue, compaction, repair): the id, kind, dedupe key, stage, error text and traceback
+#: at their longest, every character in its costliest escape, and the result at its limit.
 RECORD_FIELDS_BYTES = (
-    (MAX_ID_CHARS + 3 * MAX_NAME_CHARS + MAX_ERROR_CHARS) * MAX_ESCAPED_CHAR_BYTES + MAX_RESULT_BYTES + RECORD_FIXED_BYTES
+    (MAX_ID_CHARS + 3 * MAX_NAME_CHARS + MAX_ERROR_CHARS + MAX_TRACEBACK_CHARS) * MAX_ESCAPED_CHAR_BYTES
+    + MAX_RESULT_BYTES + RECORD_FIXED_BYTES
 )
 #: Largest payload, as compact JSON: what a record leaves once every other field is at its
-#: limit, so whatever each operation accepts, the job's record always fits (15,613,952).
+#: limit, so whatever each operation accepts, the job's record always fits (15,417,344).
 MAX_PAYLOAD_BYTES = MAX_RECORD_BYTES - RECORD_FIELDS_BYTES
 
 DEFAULT_KIND = "default"
+#: What list_jobs lists (besides every job): the jobs of one state, or of one
+#: half of ready: ``runnable`` now or ``delayed`` (what stats() counts as ready
+#: and as delayed). ``ready`` is both halves, as in nobroker 0.1.2.
+LISTINGS = ("ready", "runnable", "delayed", "leased", "done", "dead")
 
 
 def finite_float(value: object) -> float | None:
@@ -127,12 +134,39 @@ class Job:
     dedupe_key: str | None = None
     stage: str | None = None
     result: Any = None
+    #: The traceback of the failure that ``last_error`` names, when the Worker
+    #: (or a nack with ``traceback=``) recorded one: its last MAX_TRACEBACK_CHARS.
+    traceback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (state as its string value)."""
         out = dataclasses.asdict(self)
         out["state"] = self.state.value
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        """The Job a ``to_dict()`` dict describes (keys it does not know are ignored; missing ones take defaults)."""
+        known = {name: data[name] for name in _JOB_FIELDS if name in data}
+        known["state"] = JobState(known.get("state", JobState.READY))
+        for name in ("priority", "attempts", "max_attempts", "seq"):
+            if name in known:
+                known[name] = int(known[name])
+        for name in ("available_at", "enqueued_at"):
+            if name in known:
+                known[name] = float(known[name])
+        return cls(**known)
+
+    def snapshot(self) -> Job:
+        """A copy of this Job (it is a snapshot already: the queue never changes a Job it returned)."""
+        return dataclasses.replace(self)
+
+    def is_eligible(self, now: float) -> bool:
+        """Could a lease at time ``now`` take this job (ready, and its ``available_at`` has come)?"""
+        return self.state is JobState.READY and self.available_at <= now
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 
 
 @dataclass(frozen=True)
@@ -166,7 +200,12 @@ class BackoffPolicy:
 
     ``jitter`` is the fraction of that delay drawn at random: 0.5 means the
     delay lands uniformly in [0.5 d, d]. The writer draws it once and records
-    the resulting absolute time, so replay never sees randomness.
+    the resulting absolute time, so replay never sees randomness. A job that
+    has not failed yet (``attempts <= 0``) waits 0.
+
+    Refused with ValueError, as nobroker 0.1.2 refused them: ``base < 0``,
+    ``factor < 1`` (delays that shrink) and ``jitter`` outside [0, 1]; and
+    beyond 0.1.2, any value that is not a finite number, and ``max_delay < 0``.
     """
 
     base: float = 1.0
@@ -179,26 +218,56 @@ class BackoffPolicy:
             value = getattr(self, name)
             if finite_float(value) is None or value < 0:
                 raise ValueError(f"BackoffPolicy.{name} must be a finite number >= 0, got {shown(value)}")
+        if self.factor < 1:
+            raise ValueError(f"BackoffPolicy.factor must be >= 1 (each retry waits at least as long), got {self.factor!r}")
         if self.jitter > 1:
             raise ValueError(f"BackoffPolicy.jitter is a fraction between 0 and 1, got {self.jitter!r}")
 
-    def delay_for(self, attempts: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait before retry number ``attempts`` (1 = after the first failure)."""
-        exponent = max(attempts - 1, 0)
+    def nominal_delay(self, attempts: int) -> float:
+        """The delay before jitter: the longest ``delay_for(attempts)`` can return."""
+        if attempts <= 0 or self.base == 0:
+            return 0.0
         try:
-            raw = self.base * (self.factor**exponent)
+            raw = self.base * (self.factor ** (attempts - 1))
         except OverflowError:
             raw = self.max_delay
-        delay = min(raw, self.max_delay)
-        if self.jitter:
+        return min(raw, self.max_delay)
+
+    def delay_for(self, attempts: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``attempts`` (1 = after the first failure; 0 or less: 0)."""
+        delay = self.nominal_delay(attempts)
+        if self.jitter and delay:
             draw = (rng or random).random()
             delay = delay * (1.0 - self.jitter * draw)
         return delay
 
 
+class Damage(str, enum.Enum):
+    """Why the last record of a log was cut off when it was opened (nobroker 0.1.2's values)."""
+
+    NONE = "none"
+    TRUNCATED_HEADER = "truncated record header"
+    TRUNCATED_BODY = "truncated record body"
+    BAD_CHECKSUM = "checksum mismatch"
+    OVERSIZE = "record length exceeds maximum"
+    UNKNOWN_TYPE = "unknown record type"
+
+
+#: Bytes of the file header in front of a log's first record (framing.HEADER_SIZE;
+#: this module may not import framing).
+_LOG_HEADER_BYTES = 16
+
+
 @dataclass(frozen=True)
 class RecoveryReport:
-    """What opening the queue found on disk."""
+    """What opening the queue found on disk.
+
+    ``records`` (also ``records_applied``, its name in nobroker 0.1.2) the state
+    was built from; ``bytes_read``: the log's size up to its last whole record;
+    ``torn_bytes`` (``bytes_discarded``): a torn tail cut off, and ``damage``
+    what was wrong with it; ``orphan_records``: records that named a job the
+    queue did not hold (a sound log has none).
+    """
 
     generation: int = 0
     records: int = 0
@@ -206,11 +275,40 @@ class RecoveryReport:
     torn_bytes: int = 0
     jobs: int = 0
     elapsed: float = 0.0
+    damage: Damage = Damage.NONE
+    orphan_records: int = 0
 
     @property
     def clean(self) -> bool:
         """True when no torn tail had to be cut off."""
         return self.torn_bytes == 0
+
+    @property
+    def repaired(self) -> bool:
+        """True when a torn tail was cut off (the opposite of ``clean``)."""
+        return self.torn_bytes > 0
+
+    @property
+    def records_applied(self) -> int:
+        return self.records
+
+    @property
+    def bytes_scanned(self) -> int:
+        """Bytes of records the state was built from (the log after its 16-byte header)."""
+        return max(self.bytes_read - _LOG_HEADER_BYTES, 0)
+
+    @property
+    def bytes_discarded(self) -> int:
+        return self.torn_bytes
+
+    def describe(self) -> str:
+        """One line for people and logs."""
+        if not self.repaired:
+            return f"clean: {self.records} records, {self.bytes_scanned} bytes"
+        return (
+            f"repaired: {self.records} records applied, {self.torn_bytes} bytes discarded from the tail "
+            f"({self.damage.value})"
+        )
 
 
 @dataclass(frozen=True)
@@ -227,6 +325,19 @@ class CompactionResult:
     #: Longest time (seconds) the compaction held the queue's lock at once: how
     #: long it could make another process wait. 0.0 where it does not apply.
     lock_held: float = 0.0
+
+    @property
+    def bytes_reclaimed(self) -> int:
+        """How much smaller the log became (0 where the storage has no log: PostgreSQL)."""
+        return self.bytes_before - self.bytes_after
+
+    def describe(self) -> str:
+        """One line for people and logs."""
+        share = 100.0 * self.bytes_reclaimed / self.bytes_before if self.bytes_before else 0.0
+        return (
+            f"compacted {self.bytes_before} -> {self.bytes_after} bytes ({share:.1f}% reclaimed), "
+            f"kept {self.jobs_kept} jobs, dropped {self.jobs_dropped} completed"
+        )
 
 
 # ---------------------------------------------------------------- JSON
@@ -356,6 +467,64 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     return text
 
 
+class _KeysCollide(ValueError):
+    """Two keys of one object that JSON text cannot tell apart (the key is their text)."""
+
+
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Our encoder writes each key of a dict once, so a repeated key in its text
+    # can only be two keys that became the same string (1 and "1", True and "true").
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _KeysCollide(key)
+            seen.add(key)
+    return out
+
+
+_STORED = json.JSONDecoder(object_pairs_hook=_distinct_keys)
+#: Values that come back from their JSON text as themselves (exact types only: not subclasses).
+_SELF_DECODING = frozenset({str, int, float, bool, type(None)})
+
+
+def _decode_stored(text: str, what: str) -> Any:
+    """The value ``text`` (our own compact JSON) holds, whatever the caller's stack depth (as load_json)."""
+    try:
+        try:
+            return _STORED.decode(text)
+        except RecursionError:
+            return on_fresh_stack(lambda: _STORED.decode(text))
+    except _KeysCollide as exc:
+        raise SerializationError(
+            f"{what} has two keys that are both {json.dumps(str(exc))} as JSON text (keys become strings: "
+            "1 and \"1\", or True and \"true\", collide); make the keys distinct strings"
+        ) from None
+
+
+def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> tuple[str, Any]:
+    """(JSON text of ``value``, the value every reader gets back from it): what is stored, exactly.
+
+    The second is decoded from the text, not the caller's object: a tuple
+    comes back as a list, a key 1 as "1", and later changes to the caller's
+    object change nothing. Keys that collide as text: SerializationError.
+    """
+    text = dump_json(value, what=what, limit=limit)
+    if type(value) in _SELF_DECODING:
+        return text, value
+    return text, _decode_stored(text, what)
+
+
+def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[str], list[Any]]:
+    """``stored_json`` of every value, decoded in one go (enqueue_many's fast path)."""
+    texts = [dump_json(value, what=what) for value in values]
+    try:
+        return texts, _decode_stored("[" + ",".join(texts) + "]", what)
+    except SerializationError:  # one by one, so the error names the payload
+        return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
+
+
 def check_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> Any:
     """Validate that ``value`` stores as JSON within ``limit``; return it unchanged."""
     dump_json(value, what=what, limit=limit)
@@ -369,7 +538,10 @@ __all__ = [
     "BackoffPolicy",
     "RecoveryReport",
     "CompactionResult",
+    "Damage",
     "dump_json",
+    "stored_json",
+    "stored_json_many",
     "check_json",
     "MAX_RECORD_BYTES",
     "MAX_PAYLOAD_BYTES",
@@ -377,4 +549,5 @@ __all__ = [
     "MAX_BATCH_JOBS",
     "MAX_JSON_DEPTH",
     "DEFAULT_KIND",
+    "LISTINGS",
 ]

@@ -17,7 +17,7 @@ import random
 from typing import Any
 
 from .errors import NotLeasedError
-from .jobs import BackoffPolicy, JobState
+from .jobs import BackoffPolicy, Job, JobState
 from .replay import Entry
 
 _rng = random.SystemRandom()
@@ -40,6 +40,17 @@ def retry_time(entry: Entry, now: float, backoff: BackoffPolicy, delay: float | 
     return now + delay
 
 
+def reclaim_time(entry: Entry, backoff: BackoffPolicy) -> float:
+    """When a job whose lease expired may run again: its deadline plus the backoff, with jitter.
+
+    The failed attempt ended at the deadline, so the backoff counts from there,
+    not from whenever a writer happens to record the reclaim: then a read can
+    say when the job comes back without waiting for that writer (as_reclaimed).
+    """
+    assert entry.lease_deadline is not None, "only a leased job's lease expires"
+    return entry.lease_deadline + backoff.delay_for(entry.attempts, _rng)
+
+
 def exhausted(entry: Entry) -> bool:
     return entry.attempts >= entry.max_attempts
 
@@ -54,13 +65,38 @@ def lease_body(entry: Entry, now: float, visibility_timeout: float) -> dict[str,
     }
 
 
-def expiry_error(entry: Entry) -> str:
+def expiry_error(entry: Entry | Job) -> str:
     return f"lease expired on attempt {entry.attempts} of {entry.max_attempts}"
+
+
+def lease_expired(entry: Entry, now: float) -> bool:
+    """Is this a lease whose deadline has passed (a reclaim not recorded yet, if ``now`` is a read's)?"""
+    deadline = entry.lease_deadline
+    return entry.state is JobState.LEASED and deadline is not None and deadline <= now
+
+
+def as_reclaimed(entry: Entry, backoff: BackoffPolicy) -> dict[str, Any]:
+    """The fields the reclaim of this expired lease will give its job, for reads: they never write.
+
+    Dead once its attempts are used up (with the error a reclaim records);
+    otherwise ready again at ``lease_deadline + backoff.nominal_delay``, the
+    backoff's delay before jitter (see reclaim_time). The writer that records
+    the reclaim draws the jitter, which may bring the job back up to
+    ``jitter`` of that delay sooner than a read says, never later.
+    """
+    if exhausted(entry):
+        return {
+            "state": JobState.DEAD, "last_error": expiry_error(entry), "traceback": None,
+            "lease_deadline": None, "lease_token": None,
+        }  # fmt: skip
+    assert entry.lease_deadline is not None, "only a leased job's lease expires"
+    available_at = entry.lease_deadline + backoff.nominal_delay(entry.attempts)
+    return {"state": JobState.READY, "available_at": available_at, "lease_deadline": None, "lease_token": None}
 
 
 def finished_under(entry: Entry | None, token: Any) -> bool:
     """Is the job done, finished by this token's lease (or is ``token`` None, an operator)?"""
-    return entry is not None and entry.state is JobState.DONE and (token is None or entry.lease_token == token)
+    return entry is not None and entry.state is JobState.DONE and (token is None or entry.finished_token == token)
 
 
 def holds_lease(entry: Entry, token: Any) -> bool:
@@ -73,8 +109,8 @@ def holds_lease(entry: Entry, token: Any) -> bool:
 def refusal(action: str, job_id: str, state: str, token: Any, held_token: Any) -> NotLeasedError:
     """Why ``action`` on a job that ``token`` does not hold is refused, saying what really happened.
 
-    ``state`` is the job's state now and ``held_token`` the token it carries
-    (a done job keeps the one that finished it). ``token`` None is an
+    ``state`` is the job's state now and ``held_token`` the token of its lease,
+    or, for a done job, the token of the lease that finished it. ``token`` None is an
     operator acting by id. A caller whose own ack finished the job is told it
     is done, not that a lease expired.
     """

@@ -11,14 +11,16 @@ Semantics are the file storage's, statement by statement:
 - every time is the database clock (``now()``), so hosts with skewed clocks
   agree on deadlines; a test-only ``clock_offset`` (seconds) is added to it
   in every statement;
-- expired leases are reclaimed (like a nack: backoff, or dead at
-  max_attempts) by the operations that can see them, with no reaper process:
-  every lease reclaims in the same statement as its claim, requeue_dead and
+- expired leases are reclaimed (like a nack at the deadline: backoff from
+  there, or dead at max_attempts) by the operations that can see them, with
+  no reaper process: every lease reclaims just before its claim (one round
+  trip, one transaction), requeue_dead and
   compact reclaim first, and an ack, nack, extend or set_stage that finds its
   lease gone reclaims before it says why (so the refused caller sees the job
   exactly as the file storage would show it). An enqueue that meets a
   conflicting job reclaims before it looks that job up. Reads never write,
-  as on the file storage;
+  as on the file storage, yet show an expired lease as that reclaim will
+  leave it (see _SHOWN);
 - a claim is one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``;
   ack, nack, extend and set_stage check the fencing token in the WHERE of the
   one UPDATE that changes the row; zero rows means "find out why";
@@ -420,18 +422,49 @@ _RET = (
     "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
     "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
     "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
-    "j.kind, j.dedupe_key, j.stage, j.result::text"
+    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback"
 )
-_BACKOFF = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s) * (1 - %(b_jitter)s * random())"
+_NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
+_BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
+_EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts"
+# Reads never write, yet show the queue as of now (as the file storage does):
+# a lease whose deadline passed shows as the reclaim a writer will record,
+# dead at max_attempts, else ready at the deadline plus the backoff's delay
+# before jitter (the reclaim counts the backoff from the deadline too).
+_EXPIRED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
+#: When an expired lease's job is ready again, as reads show it (without the jitter).
+_RETURNS = f"(j.lease_deadline + {_NOMINAL} * interval '1 second')"
+_DIES = "j.attempts >= j.max_attempts"
+_SHOWN = (
+    f"j.id, j.payload::text, j.priority, "
+    f"CASE WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END ELSE j.state END, "
+    "j.attempts, j.max_attempts, "
+    f"date_part('epoch', CASE WHEN {_EXPIRED} AND NOT {_DIES} "
+    f"THEN {_RETURNS} ELSE j.available_at END), "
+    "date_part('epoch', j.enqueued_at), "
+    f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
+    f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
+    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN {_EXPIRY_ERROR} ELSE j.last_error END, "
+    "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
+    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
+)
+#: Per listing (jobs.LISTINGS): the rows in it, and the expired leases a read shows in it.
+_LISTED = {
+    "ready": ("j.state = 'ready'", f"{_EXPIRED} AND NOT {_DIES}"),
+    "runnable": (f"j.state = 'ready' AND j.available_at <= {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} <= {_NOW}"),
+    "delayed": (f"j.state = 'ready' AND j.available_at > {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} > {_NOW}"),
+    "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}", None),
+    "done": ("j.state = 'done'", None),
+    "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
+}
 
 _RECLAIM = f"""
         UPDATE {{schema}}.jobs AS j SET
             state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
             available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-                           ELSE {_NOW} + ({_BACKOFF}) * interval '1 second' END,
-            last_error = CASE WHEN j.attempts >= j.max_attempts
-                         THEN 'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts
-                         ELSE j.last_error END,
+                           ELSE j.lease_deadline + ({_BACKOFF}) * interval '1 second' END,
+            last_error = CASE WHEN j.attempts >= j.max_attempts THEN {_EXPIRY_ERROR} ELSE j.last_error END,
+            traceback = CASE WHEN j.attempts >= j.max_attempts THEN NULL ELSE j.traceback END,
             lease_deadline = NULL, lease_token = NULL
         FROM (SELECT queue, id FROM {{schema}}.jobs
               WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
@@ -458,11 +491,9 @@ _INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enque
 # primary key instead of walking every lease.
 _TEMPLATES: dict[str, str] = {
     "reclaim": _RECLAIM,
-    # Reclaimed rows become ready only after a backoff > 0, so a claim in the
-    # same statement could never take them: one statement does both.
-    "claim_reclaim": f"WITH reclaimed AS ({_RECLAIM} RETURNING 1) {_CLAIM}",
-    # A backoff that can be 0 makes a reclaimed job claimable at once, which
-    # the claim sees only as a separate statement after the reclaim.
+    # A reclaimed job may be runnable at once (its backoff counts from its
+    # deadline, which may be long past), and a claim sees the rows a reclaim
+    # changed only as a statement after it: lease sends the two together.
     "claim": _CLAIM,
     # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
     # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
@@ -493,16 +524,19 @@ _TEMPLATES: dict[str, str] = {
         SELECT {_RET} FROM {{schema}}.jobs AS j
         JOIN unnest(%(kinds)b::text[], %(keys)b::text[]) AS u(kind, key)
           ON j.queue = %(q)s AND j.kind = u.kind AND j.dedupe_key = u.key AND j.state IN ('ready', 'leased')""",
+    # A done job shows no lease: its token moves to finished_token (see _already_done).
     "ack": f"""
         UPDATE {{schema}}.jobs AS j SET
-            state = 'done', lease_deadline = NULL, finished_at = {_NOW},
+            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
+            finished_at = {_NOW},
             result = coalesce(%(result)s::json, j.result)
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING 1""",
     "ack_many": f"""
         UPDATE {{schema}}.jobs AS j SET
-            state = 'done', lease_deadline = NULL, finished_at = {_NOW},
+            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
+            finished_at = {_NOW},
             result = coalesce(u.result::json, j.result)
         FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
         WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
@@ -513,7 +547,7 @@ _TEMPLATES: dict[str, str] = {
             state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
             available_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN j.available_at
                            ELSE {_NOW} + coalesce(%(delay)s::float8, {_BACKOFF}) * interval '1 second' END,
-            last_error = %(error)s, lease_deadline = NULL, lease_token = NULL
+            last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
@@ -527,7 +561,7 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {_RET}""",
-    "why": "SELECT state, lease_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
+    "why": "SELECT state, finished_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
     "requeue": f"""
         UPDATE {{schema}}.jobs AS j SET state = 'ready', attempts = 0, available_at = {_NOW}
         FROM (SELECT DISTINCT ON (d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id)) d.queue, d.id
@@ -549,26 +583,36 @@ _TEMPLATES: dict[str, str] = {
     "compact": f"""
         DELETE FROM {{schema}}.jobs
         WHERE queue = %(q)s AND state = 'done' AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'""",
-    "get": f"SELECT {_RET} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
+    "get": f"SELECT {_SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
     "list": f"""
-        SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
-          AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        SELECT {_SHOWN} FROM {{schema}}.jobs AS j
+        WHERE j.queue = %(q)s AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # {state} is one of the four state names, written into the text so the
-    # planner can use the partial index of that state (the DLQ listing).
+    # One listed state (see _build): the rows in it, by the partial index of
+    # that state (the DLQ listing), and the expired leases a read shows there.
+    # Each part is cut to the page's end first, so neither is sorted whole.
     "list_state": f"""
-        SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND j.state = '{{state}}' AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        SELECT {_SHOWN} FROM (
+            (SELECT * FROM {{schema}}.jobs AS j
+             WHERE j.queue = %(q)s AND {{own}} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+             ORDER BY j.seq LIMIT %(reach)s)
+            {{joining}}) AS j
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
+    # The leases whose deadline passed count where a read shows them (see _SHOWN).
     "stats": f"""
-        SELECT r.ready, r.delayed,
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'),
+        SELECT r.ready + x.ready, r.delayed + x.delayed,
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'
+                AND lease_deadline > {_NOW}),
                (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'done'),
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead')
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead') + x.dead
         FROM (SELECT count(*) FILTER (WHERE available_at <= {_NOW}) AS ready,
                      count(*) FILTER (WHERE available_at > {_NOW}) AS delayed
-              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r""",
+              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r,
+             (SELECT count(*) FILTER (WHERE {_DIES}) AS dead,
+                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} > {_NOW}) AS delayed,
+                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} <= {_NOW}) AS ready
+              FROM {{schema}}.jobs AS j
+              WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
     "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
     "now": f"SELECT date_part('epoch', {_NOW})",
     "version": "SELECT max(version) FROM {schema}.schema_migrations",
@@ -591,7 +635,14 @@ def _build(schema: str) -> dict[str, str]:
         elif name.startswith("claim"):
             variants = [(name, "{kinds}", ""), (name + "_kinds", "{kinds}", "AND kind = ANY(%(kinds)b::text[])")]
         elif name == "list_state":
-            variants = [(f"list_{state.value}", "{state}", state.value) for state in JobState]
+            for state, (own, joining) in _LISTED.items():
+                union = "" if joining is None else f"""UNION ALL
+            (SELECT * FROM {{schema}}.jobs AS j
+             WHERE j.queue = %(q)s AND {joining} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+             ORDER BY j.seq LIMIT %(reach)s)"""
+                body = template.replace("{own}", own).replace("{joining}", union)
+                out[f"list_{state}"] = body.replace("{schema}", quoted)
+            continue
         else:
             variants = [(name, "", "")]
         for variant, marker, text in variants:
@@ -613,12 +664,12 @@ def _readable(fds: list[int], timeout: float) -> set[int]:
 
 def _row_job(row: Any) -> Job:
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result) = row[:16]  # fmt: skip
+     deadline, token, error, seq, kind, key, stage, result, traceback) = row[:17]  # fmt: skip
     return Job(
         id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
         max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
-        result=None if result is None else load_json(result),
+        result=None if result is None else load_json(result), traceback=traceback,
     )  # fmt: skip
 
 
@@ -961,10 +1012,6 @@ class PostgresStorage:
                 found[("key", job.kind, job.dedupe_key)] = job
         return found
 
-    def _zero_backoff_possible(self) -> bool:
-        b = self.backoff
-        return b.base <= 0 or b.max_delay <= 0 or b.factor <= 0
-
     def _claim_statement(self, name: str, count: int) -> str:
         """The claim with its LIMIT written in as a number.
 
@@ -989,18 +1036,13 @@ class PostgresStorage:
         params = self._backoff_params(
             self._params(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
         )
-        two_steps = self._zero_backoff_possible()
-        claim = self._claim_statement(("claim" if two_steps else "claim_reclaim") + suffix, count)
+        claim = self._claim_statement("claim" + suffix, count)
 
         def run(conn: Any) -> list[Job]:
-            if two_steps:
-                self._backoff_params(params)
-                with self._pipeline(conn):
-                    conn.execute(self._sql["reclaim"], params)
-                    cur = conn.execute(claim, params)
-                rows = cur.fetchall()
-            else:
-                rows = conn.execute(claim, params).fetchall()
+            with self._pipeline(conn):  # one round trip, one transaction
+                conn.execute(self._sql["reclaim"], params)
+                cur = conn.execute(claim, params)
+            rows = cur.fetchall()
             jobs = [_row_job(row) for row in rows]
             jobs.sort(key=lambda job: (-job.priority, job.seq))
             return jobs
@@ -1014,8 +1056,8 @@ class PostgresStorage:
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
         if row is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
-        state, held = row
-        raise leases.refusal(action, job_id, state, token, held)
+        state, finished = row  # the token that finished a done job (the one refusal wants then)
+        raise leases.refusal(action, job_id, state, token, finished)
 
     def _already_done(self, conn: Any, job_id: str, token: str | None) -> bool:
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
@@ -1069,8 +1111,14 @@ class PostgresStorage:
 
         return self._run(what, run, retry=retry)
 
-    def nack(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool) -> Job:
-        return self._change("nack", "nack", job_id, token, False, error=_clean_error(error), delay=delay, perm=permanent)
+    def nack(
+        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None = None,
+    ) -> Job:  # fmt: skip
+        return self._change(
+            "nack", "nack", job_id, token, False, error=_clean_error(error), traceback=_clean_error(traceback),
+            delay=delay, perm=permanent,
+        )  # fmt: skip
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
         return self._change("extend", "extend", job_id, token, True, secs=seconds)
@@ -1133,23 +1181,24 @@ class PostgresStorage:
                 raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
             return _row_job(row)
 
-        return self._read("get", "get", self._params(id=job_id), shape)
+        return self._read("get", "get", self._backoff_params(self._params(id=job_id)), shape)
 
     def stats(self) -> QueueStats:
         def shape(cur: Any) -> QueueStats:
             ready, delayed, leased, done, dead = cur.fetchone()
             return QueueStats(ready=ready, delayed=delayed, leased=leased, done=done, dead=dead)
 
-        return self._read("stats", "stats", self._params(), shape)
+        return self._read("stats", "stats", self._backoff_params(self._params()), shape)
 
     def count(self) -> int:
         return self._read("count", "count", self._params(), lambda cur: cur.fetchone()[0])
 
-    def list_jobs(self, state: JobState | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
-        params = self._params(
-            state=None if state is None else state.value, kind=_check_text(kind, "kind"), limit=limit, offset=offset
+    def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+        reach = None if limit is None else limit + offset  # where the page ends
+        params = self._backoff_params(
+            self._params(kind=_check_text(kind, "kind"), limit=limit, offset=offset, reach=reach)
         )
-        statement = "list" if state is None else f"list_{state.value}"
+        statement = "list" if listing is None else f"list_{listing}"
         return self._read("list_jobs", statement, params, lambda cur: [_row_job(row) for row in cur.fetchall()])
 
     def now(self) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 from .errors import QueueClosedError, QueueNotFoundError
 from .jobs import (
     DEFAULT_KIND,
+    LISTINGS,
     MAX_ATTEMPTS_LIMIT,
     MAX_BATCH_JOBS,
     MAX_ERROR_CHARS,
@@ -27,6 +28,7 @@ from .jobs import (
     MAX_PRIORITY,
     MAX_RESULT_BYTES,
     MAX_SECONDS,
+    MAX_TRACEBACK_CHARS,
     MIN_PRIORITY,
     BackoffPolicy,
     CompactionResult,
@@ -34,9 +36,10 @@ from .jobs import (
     JobState,
     QueueStats,
     RecoveryReport,
-    dump_json,
     finite_float,
     shown,
+    stored_json,
+    stored_json_many,
 )
 from .storage import EnqueueSpec, Storage, storage_kind
 
@@ -131,7 +134,7 @@ class Queue:
         a purge), the existing job is returned and nothing is scheduled.
         ``dedupe_key`` allows one ready-or-leased job per (kind, key).
         """
-        spec = self._spec(payload, priority, delay, max_attempts, job_id, kind, dedupe_key)
+        spec = self._spec(stored_json(payload), priority, delay, max_attempts, job_id, kind, dedupe_key)
         return self._open_storage().enqueue([spec], conn)[0]
 
     def enqueue_many(
@@ -154,13 +157,14 @@ class Queue:
         dedupe_keys = _per_job(dedupe_keys, len(payloads), "dedupe_keys")
         if not payloads:
             return []
+        texts, stored = stored_json_many(payloads)
         # What every job of the batch shares is checked once, not once per job.
-        first = self._spec(payloads[0], priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0])
+        first = self._spec((texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0])
         specs = [first]
-        for payload, job_id, key in zip(payloads[1:], job_ids[1:], dedupe_keys[1:]):
+        for payload, text, job_id, key in zip(stored[1:], texts[1:], job_ids[1:], dedupe_keys[1:]):
             specs.append(
                 EnqueueSpec(
-                    payload, dump_json(payload, what="payload"), first.priority, first.delay, first.max_attempts,
+                    payload, text, first.priority, first.delay, first.max_attempts,
                     None if job_id is None else _name(job_id, "job_id", MAX_ID_CHARS), first.kind,
                     None if key is None else _name(key, "dedupe_key", MAX_NAME_CHARS),
                 )  # fmt: skip
@@ -168,16 +172,17 @@ class Queue:
         return self._open_storage().enqueue(specs, conn)
 
     def _spec(
-        self, payload: Any, priority: int, delay: float, max_attempts: int | None, job_id: str | None,
+        self, stored: tuple[str, Any], priority: int, delay: float, max_attempts: int | None, job_id: str | None,
         kind: str, dedupe_key: str | None,
     ) -> EnqueueSpec:  # fmt: skip
+        """One job to add; ``stored``: its payload as stored_json gives it (the text, the value read back)."""
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise TypeError(f"priority must be an int, got {type(priority).__name__}")
         if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
             raise ValueError(f"priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}")
         return EnqueueSpec(
-            payload=payload,
-            payload_json=dump_json(payload, what="payload"),
+            payload=stored[1],
+            payload_json=stored[0],
             priority=priority,
             delay=_seconds(delay, "delay"),
             max_attempts=self.max_attempts if max_attempts is None else _attempts(max_attempts),
@@ -221,7 +226,9 @@ class Queue:
         already done under the same lease (or by id) does nothing.
         """
         job_id, token = _ref(job)
-        result_json = None if result is None else dump_json(result, what="result", limit=MAX_RESULT_BYTES)
+        result_json = None
+        if result is not None:
+            result_json, result = stored_json(result, what="result", limit=MAX_RESULT_BYTES)
         self._open_storage().ack(job_id, token, result_json, result)
 
     def ack_many(self, jobs: Iterable[JobRef], *, results: Sequence[Any] | None = None) -> None:
@@ -236,23 +243,30 @@ class Queue:
             raise ValueError(f"ack_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(refs):,}")
         results = _per_job(results, len(refs), "results")
         items = [
-            (job_id, token, None if result is None else dump_json(result, what="result", limit=MAX_RESULT_BYTES))
+            (job_id, token, None if result is None else stored_json(result, what="result", limit=MAX_RESULT_BYTES)[0])
             for (job_id, token), result in zip(refs, results)
         ]
         if items:
             self._open_storage().ack_many(items)
 
     def nack(
-        self, job: JobRef, *, error: str | None = None, delay: float | None = None, permanent: bool = False
-    ) -> Job:
+        self, job: JobRef, *, error: str | None = None, delay: float | None = None, permanent: bool = False,
+        traceback: str | None = None,
+    ) -> Job:  # fmt: skip
         """Give a leased job back: ready again after ``delay`` (default: the backoff policy),
-        or dead once it has used ``max_attempts`` or when ``permanent`` is true."""
+        or dead once it has used ``max_attempts`` or when ``permanent`` is true.
+
+        ``error`` (one line, say) becomes ``last_error``; ``traceback``, kept
+        beside it, only its last MAX_TRACEBACK_CHARS characters.
+        """
         job_id, token = _ref(job)
         if error is not None:
             error = str(error)[:MAX_ERROR_CHARS]
+        if traceback is not None:
+            traceback = str(traceback)[-MAX_TRACEBACK_CHARS:]
         if delay is not None:
             delay = _seconds(delay, "delay")
-        return self._open_storage().nack(job_id, token, error, delay, bool(permanent))
+        return self._open_storage().nack(job_id, token, error, delay, bool(permanent), traceback)
 
     def extend(self, job: JobRef, seconds: float) -> Job:
         """Set a leased job's deadline to now + ``seconds`` (a heartbeat; never accumulates)."""
@@ -278,19 +292,24 @@ class Queue:
     def list_jobs(
         self, state: JobState | str | None = None, *, limit: int | None = None, offset: int = 0, kind: str | None = None
     ) -> list[Job]:
-        """Jobs oldest first, optionally only one state or kind, paged by ``offset``/``limit``."""
+        """Jobs oldest first, optionally only one state (or "runnable", "delayed") or kind, paged by ``offset``/``limit``.
+
+        ``state``: a JobState, or one of LISTINGS: ``"ready"`` lists every
+        ready job (as in nobroker 0.1.2), ``"runnable"`` and ``"delayed"``
+        the two halves of it that stats() counts as ready and as delayed.
+        """
+        listing = None
         if state is not None:
-            try:
-                state = JobState(state)
-            except ValueError:
-                raise ValueError(f"state must be one of ready, leased, done, dead; got {state!r}") from None
+            listing = state.value if isinstance(state, JobState) else state
+            if listing not in LISTINGS:
+                raise ValueError(f"state must be one of {', '.join(LISTINGS)} (or None: every job); got {state!r}")
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ValueError(f"offset must be a non-negative int, got {offset!r}")
         if limit == 0:
             return []
-        return self._open_storage().list_jobs(state, limit, offset, kind)  # type: ignore[arg-type]
+        return self._open_storage().list_jobs(listing, limit, offset, kind)
 
     def dlq(self, *, limit: int | None = None) -> list[Job]:
         """The dead-letter queue: jobs that failed for good, oldest first."""
@@ -382,6 +401,11 @@ class Queue:
     @property
     def durable(self) -> bool:
         """False when opened with fsync=False: acknowledged work may be lost in a power cut."""
+        return self._storage.durable
+
+    @property
+    def fsync(self) -> bool:
+        """The ``fsync`` it was opened with (nobroker 0.1.2's name for ``durable``)."""
         return self._storage.durable
 
     @property

@@ -56,7 +56,7 @@ class Entry:
     __slots__ = (
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
-        "result", "offset", "size", "heap", "row",
+        "result", "offset", "size", "heap", "row", "finished_token", "traceback",
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int, size: int = 0) -> None:
@@ -80,6 +80,10 @@ class Entry:
         self.dedupe_key: str | None = get("dedupe_key")
         self.stage: str | None = get("stage")
         self.result: Any = get("result")
+        # The token of the lease that finished a done job (see _set_state); a done
+        # job's own lease_token is None, except in a hand-made body that says otherwise.
+        self.finished_token: Any = self.lease_token if self.state is DONE else None
+        self.traceback: str | None = get("traceback")
         self.offset = offset
         self.size = size  # bytes of the framed ENQUEUE record at ``offset``
         self.heap = _NOWHERE
@@ -91,6 +95,7 @@ class Entry:
             and self.state is not None
             and (self.lease_deadline is None or type(self.lease_deadline) in _NUMBERS)
             and (self.dedupe_key is None or type(self.dedupe_key) is str)
+            and (self.traceback is None or type(self.traceback) is str)
         ):  # fmt: skip
             self._explain(body)
 
@@ -107,8 +112,9 @@ class Entry:
         if body.get("lease_deadline") is not None:
             _time(body["lease_deadline"], "lease_deadline")
         _text(body.get("kind", DEFAULT_KIND), "kind")
-        if body.get("dedupe_key") is not None:
-            _text(body["dedupe_key"], "dedupe_key")
+        for name in ("dedupe_key", "traceback"):
+            if body.get(name) is not None:
+                _text(body[name], name)
         raise ValueError(f"field state is {body.get('state')!r}, expected one of ready, leased, done, dead")
 
     @classmethod
@@ -121,6 +127,7 @@ class Entry:
         self.id, self.priority, self.state, self.attempts = job_id, priority, READY, 0
         self.max_attempts, self.available_at, self.enqueued_at = max_attempts, available_at, enqueued_at
         self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
+        self.finished_token = self.traceback = None
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, _NOWHERE
         self.size, self.row = 0, -1  # the writer sets the size once the record is framed
         return self
@@ -131,7 +138,7 @@ class Entry:
         return Job(
             self.id, payload, self.priority, self.state, self.attempts, self.max_attempts,
             self.available_at, self.enqueued_at, self.lease_deadline, self.lease_token,
-            self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result,
+            self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result, self.traceback,
         )  # fmt: skip
 
     def state_fields(self) -> dict[str, Any]:
@@ -151,6 +158,8 @@ class Entry:
             out["stage"] = self.stage
         if self.result is not None:
             out["result"] = self.result
+        if self.traceback is not None:
+            out["traceback"] = self.traceback
         return out
 
 
@@ -174,6 +183,11 @@ def _text(value: Any, name: str) -> str:
     if type(value) is not str:
         raise TypeError(f"field {name} is {value!r}, expected a string")
     return value
+
+
+def _traceback(body: dict[str, Any]) -> str | None:
+    value = body.get("traceback")
+    return None if value is None else _text(value, "traceback")
 
 
 #: A just-enqueued job's columns in the cold store (see QueueState), packed per row:
@@ -257,8 +271,10 @@ class QueueState:
         self.n_delayed = 0
         self.next_seq = 1
         self.records = 0
-        #: Records that named a job the state does not hold; a sound log has none.
+        #: Records a sound writer never writes: ones that name a job the state does not
+        #: hold (``orphans``, counted there too) and ENQUEUEs that repeat an id.
         self.anomalies = 0
+        self.orphans = 0
         #: Bytes of the ENQUEUE records of every job that is not done: about what a compaction
         #: keeps. The rest of the log (every other record, and done jobs) it reclaims.
         self.live_bytes = 0
@@ -319,6 +335,16 @@ class QueueState:
             if entry is None:
                 yield entry_of(row)
             elif entry is not _GONE and (state is None or entry.state is state):
+                yield entry
+
+    def is_delayed(self, entry: Entry) -> bool:
+        """Does stats() count this job as delayed (after ``promote(now)``)? Cold jobs never are."""
+        return entry.heap == _IN_DELAYED
+
+    def delayed_entries(self) -> Iterator[Entry]:
+        """The jobs stats() counts as delayed (after ``promote(now)``), in enqueue order."""
+        for entry in self._rows:  # cold rows (None) are never delayed: skipped cheaply
+            if entry is not None and entry is not _GONE and entry.heap == _IN_DELAYED:
                 yield entry
 
     def relocate(
@@ -425,7 +451,7 @@ class QueueState:
             "rows": len(rows),
             "hot": hot,
             "counts": [self._counts[state] for state in JobState],
-            # n_cold, n_delayed, next_seq, records, anomalies, live_bytes and the table's sizes
+            # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_bytes and the table's sizes
             "ints": {name: value for name, value in vars(self).items() if type(value) is int},
             "kind_names": self._kind_names,
             "fifos": fifos,
@@ -514,6 +540,7 @@ class QueueState:
             row = self._cold_row(job_id) if type(job_id) is str else -1
             if row < 0:
                 self.anomalies += 1
+                self.orphans += 1
                 return
             # Only these two records leave a job READY without indexing it again.
             entry = self._warm(row, _IN_READY if rtype in _KEEPS_READY else _NOWHERE)
@@ -533,19 +560,22 @@ class QueueState:
             available_at, at = _time(body["available_at"], "available_at"), _time(body["at"], "at")
             entry.attempts = _int(body.get("attempts", entry.attempts), "attempts")
             entry.last_error = body.get("error")
+            entry.traceback = _traceback(body)  # it goes with last_error
             self._make_ready(entry, available_at, at)
         elif rtype == RecordType.RECLAIM:
             self._make_ready(entry, _time(body["available_at"], "available_at"), _time(body["at"], "at"))
         elif rtype == RecordType.DEAD:
-            entry.last_error = body.get("error", entry.last_error)
+            if "error" in body:  # a new last_error, and the traceback that goes with it
+                entry.last_error, entry.traceback = body["error"], _traceback(body)
             self._set_state(entry, DEAD)
         elif rtype == RecordType.REQUEUE:
             available_at, at = _time(body["available_at"], "available_at"), _time(body["at"], "at")
             entry.attempts = 0
             self._make_ready(entry, available_at, at)
         elif rtype == RecordType.EXTEND:
-            entry.lease_deadline = _time(body["deadline"], "deadline")
-            heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
+            if entry.state is LEASED:  # a job that is not leased has no deadline to move (as in 0.1.2)
+                entry.lease_deadline = _time(body["deadline"], "deadline")
+                heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         elif rtype == RecordType.STAGE:
             entry.stage = body.get("stage")
 
@@ -591,7 +621,7 @@ class QueueState:
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
-            and entry.result is None
+            and entry.result is None and entry.traceback is None
         ):  # fmt: skip
             number = _id_number(entry.id)
             if number >= 0 and self._add_cold(
@@ -654,9 +684,10 @@ class QueueState:
             self.n_delayed -= 1
         entry.heap = _NOWHERE
         if state is not LEASED:
-            entry.lease_deadline = None
-            if state is not DONE:  # a done job keeps the token that finished it: a repeat ack is harmless
-                entry.lease_token = None
+            # A done job shows no lease (as in nobroker 0.1.2), but remembers the token
+            # that finished it, so a repeated ack under that lease stays harmless.
+            entry.finished_token = entry.lease_token if state is DONE else None
+            entry.lease_deadline = entry.lease_token = None
         if state in (DONE, DEAD) and entry.dedupe_key is not None:
             key = (entry.kind, entry.dedupe_key)
             if self.active_keys.get(key) == entry.id:
@@ -666,9 +697,10 @@ class QueueState:
         entry.state = state
 
     def clear(self) -> None:
-        next_seq, records = self.next_seq, self.records
+        """After a PURGE: no jobs, but the counts of what the log held so far carry on."""
+        kept = self.next_seq, self.records, self.anomalies, self.orphans
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records = next_seq, records
+        self.next_seq, self.records, self.anomalies, self.orphans = kept
 
     # ------------------------------------------------------------ the cold store
     def _add_cold(
@@ -799,6 +831,7 @@ class QueueState:
         entry.id, entry.priority, entry.state, entry.attempts = _ID_TEXT % self._ids[row], priority, READY, attempts
         entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
         entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
+        entry.finished_token = entry.traceback = None
         entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
         entry.size, entry.heap, entry.row = size, _IN_READY, row
         return entry
@@ -967,7 +1000,7 @@ _INT64 = struct.Struct("<q")
 _UINT32 = struct.Struct("<I")
 _new_entry = Entry.__new__
 #: Fields a writer includes only when set (to something a cold row cannot hold).
-_HOT_KEYS = frozenset({"dedupe_key", "stage", "result"})
+_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})
 #: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.

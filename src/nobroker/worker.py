@@ -50,15 +50,25 @@ import queue as queue_module
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+import traceback as traceback_module
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
-from .jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, dump_json, finite_float, shown
+from .jobs import (
+    MAX_ERROR_CHARS,
+    MAX_RESULT_BYTES,
+    MAX_SECONDS,
+    MAX_TRACEBACK_CHARS,
+    Job,
+    finite_float,
+    shown,
+    stored_json,
+)
 
-__all__ = ["Worker", "WorkerStats"]
+__all__ = ["Worker", "WorkerStats", "WorkQueue"]
 
 logger = logging.getLogger("nobroker.worker")
 
@@ -99,6 +109,25 @@ _LOST_ERRORS: tuple[type[BaseException], ...] = (NotLeasedError, JobNotFoundErro
 Handler = Callable[[Any], Any]
 
 
+class WorkQueue(Protocol):
+    """What a Worker needs of its queue: ``nobroker.Queue`` (either storage), or any object with these.
+
+    Used when the object has them (looked up at run time): ``ack_many(jobs,
+    results=)``, to share one write among acks; ``wait_for_jobs(timeout,
+    interrupt=, kinds=)`` and ``wakes_waiters()``, to idle without polling;
+    ``visibility_timeout``, the lease length to renew with; and a
+    ``traceback=`` keyword of ``nack``, to keep a failing handler's traceback.
+    """
+
+    def lease(self, count: int = 1, *, kinds: Iterable[str] | None = None) -> Sequence[Job]: ...
+
+    def ack(self, job: Job, *, result: Any = None) -> None: ...
+
+    def nack(self, job: Job, *, error: str | None = None, permanent: bool = False) -> Job: ...
+
+    def extend(self, job: Job, seconds: float) -> Job: ...
+
+
 class _PendingAck:
     """One finished job waiting for the shared ack_many (see Worker._ack)."""
 
@@ -116,9 +145,10 @@ class WorkerStats:
     """What one ``Worker.run()`` did. Every leased job ends in exactly one bucket.
 
     ``succeeded``: handler returned and the ack was recorded. ``failed``: the
-    handler raised and the job went back for a retry. ``dead``: the handler
-    raised and the job went to the dead-letter queue (retries exhausted, or
-    PermanentError). ``lost_leases``: the lease was no longer ours when the
+    handler raised and the job went back for a retry. ``dead``: the job went
+    to the dead-letter queue: the handler raised (retries exhausted, or
+    PermanentError), or it returned a result that cannot be stored (not JSON,
+    over the limit), which is never retried: the work is done. ``lost_leases``: the lease was no longer ours when the
     worker came to ack or nack (it expired and was delivered elsewhere, or an
     operator finished the job), so the outcome was not recorded by us.
     """
@@ -154,6 +184,16 @@ class _Outcome:
     result: Any = None
     error: str | None = None
     permanent: bool = False
+    #: What the handler raised, if it did (its traceback is kept with the job and logged).
+    exc: BaseException | None = None
+
+    def failed(self, exc: BaseException, *, permanent: bool = False) -> None:
+        self.error, self.permanent, self.exc = _error_text(exc), permanent, exc
+
+    def traceback(self) -> str | None:
+        if self.exc is None:
+            return None
+        return "".join(traceback_module.format_exception(self.exc))[-MAX_TRACEBACK_CHARS:]
 
 
 def _is_positive_number(value: object) -> bool:
@@ -170,6 +210,25 @@ def _error_text(exc: BaseException) -> str:
     return text
 
 
+def _unstorable(exc: SerializationError) -> _Outcome:
+    """The handler did its work but its result cannot be stored: dead, for running it again would repeat the work."""
+    text = f"the handler's result cannot be stored, so the job is not run again: {exc}"
+    return _Outcome(error=text[:MAX_ERROR_CHARS], permanent=True)
+
+
+def _takes_keyword(method: Callable[..., Any], name: str) -> bool:
+    """Can ``method`` be called with the keyword ``name`` (by name, or through ``**kwargs``)?"""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): assume not
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == name and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        for p in parameters
+    )
+
+
 def _job_id(job: Any) -> str:
     return str(getattr(job, "id", job))
 
@@ -184,9 +243,11 @@ class Worker:
     """Runs ``handler(job)`` for every job it leases from ``queue``.
 
     The handler's return value is stored as the job's result (when it is not
-    None); an exception sends the job back for a retry with backoff (or to the
-    dead-letter queue once its attempts are used up), and
-    ``nobroker.PermanentError`` sends it to the dead-letter queue at once.
+    None); a result that cannot be stored sends the job to the dead-letter
+    queue (the handler is not run again for it). An exception sends the job
+    back for a retry with backoff (or to the dead-letter queue once its
+    attempts are used up), and ``nobroker.PermanentError`` sends it to the
+    dead-letter queue at once.
     ``async def`` handlers (and handlers that return an awaitable) run on one
     event loop. Delivery is at-least-once: handlers must be idempotent.
 
@@ -206,7 +267,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: Any,
+        queue: WorkQueue,
         handler: Handler,
         *,
         concurrency: int = 1,
@@ -263,6 +324,7 @@ class Worker:
         self._pending_acks: list[_PendingAck] = []
         self._flushing = False
         self._ack_many = getattr(queue, "ack_many", None)
+        self._nack_keeps_tracebacks = _takes_keyword(queue.nack, "traceback")
 
         self._stopping = threading.Event()
         # A private pipe whose read end idle waits watch: stop() and the
@@ -299,6 +361,31 @@ class Worker:
     def concurrency(self) -> int:
         """How many jobs this worker runs at once."""
         return self._concurrency
+
+    # What it was made with, read-only (nobroker 0.1.2's Worker had them as attributes).
+    @property
+    def queue(self) -> WorkQueue:
+        return self._queue
+
+    @property
+    def handler(self) -> Handler:
+        return self._handler
+
+    @property
+    def poll_interval(self) -> float:
+        return self._poll_interval
+
+    @property
+    def max_jobs(self) -> int | None:
+        return self._max_jobs
+
+    @property
+    def idle_timeout(self) -> float | None:
+        return self._idle_timeout
+
+    @property
+    def handle_signals(self) -> bool:
+        return self._handle_signals
 
     def stop(self) -> None:
         """Stop leasing; ``run()`` returns once the running jobs finished. Any thread.
@@ -607,18 +694,17 @@ class Worker:
                 result = self._run_awaitable(result)
             outcome.result = result
         except PermanentError as exc:
-            outcome.error, outcome.permanent = _error_text(exc), True
+            outcome.failed(exc, permanent=True)
         except Exception as exc:
-            outcome.error = _error_text(exc)
-            logger.debug("job %s: handler raised", _job_id(job), exc_info=True)
+            outcome.failed(exc)
         except BaseException as exc:  # SystemExit and the like: retry the job, then stop the worker
-            outcome.error = _error_text(exc)
+            outcome.failed(exc)
             escaping = exc
         if outcome.error is None and outcome.result is not None:
             try:
-                dump_json(outcome.result, what="result", limit=MAX_RESULT_BYTES)
+                stored_json(outcome.result, what="result", limit=MAX_RESULT_BYTES)
             except SerializationError as exc:
-                outcome.error = _error_text(exc)
+                outcome = _unstorable(exc)
         self._settle(entry, outcome)
         if escaping is not None:
             self._fail(escaping, f"handler of job {_job_id(job)}")
@@ -638,8 +724,8 @@ class Worker:
             except _LOST_ERRORS as exc:
                 self._count_lost(entry, exc)
                 return
-            except SerializationError as exc:
-                outcome = _Outcome(error=_error_text(exc))
+            except SerializationError as exc:  # the queue refused what the check above let through
+                outcome = _unstorable(exc)
             except Exception as exc:
                 self._fail(exc, f"ack of job {_job_id(job)}")
                 return
@@ -651,11 +737,15 @@ class Worker:
                         self._stats.succeeded += 1
                 return
         assert outcome.error is not None
+        # Only what is needed, so a queue whose nack lacks a keyword still works without it.
+        optional: dict[str, Any] = {}
+        if outcome.permanent:
+            optional["permanent"] = True
+        traceback = outcome.traceback() if self._nack_keeps_tracebacks else None
+        if traceback is not None:
+            optional["traceback"] = traceback
         try:
-            if outcome.permanent:
-                returned = self._queue.nack(job, error=outcome.error, permanent=True)
-            else:
-                returned = self._queue.nack(job, error=outcome.error)
+            returned = self._queue.nack(job, error=outcome.error, **optional)
         except _LOST_ERRORS as exc:
             self._count_lost(entry, exc)
             return
@@ -671,10 +761,11 @@ class Worker:
                 self._stats.dead += 1
             else:
                 self._stats.failed += 1
+        # The handler's traceback goes with the line (exc_info), as it is kept with the job.
         if went_dead:
-            logger.warning("job %s moved to the dead-letter queue: %s", _job_id(job), outcome.error)
+            logger.warning("job %s moved to the dead-letter queue: %s", _job_id(job), outcome.error, exc_info=outcome.exc)
         else:
-            logger.warning("job %s failed, will retry: %s", _job_id(job), outcome.error)
+            logger.warning("job %s failed, will retry: %s", _job_id(job), outcome.error, exc_info=outcome.exc)
 
     def _ack(self, job: Any, result: Any) -> None:
         """Ack one job, sharing one ack_many with the other handler threads when possible.
