@@ -107,11 +107,11 @@ def test_quick(args: list[str]) -> int:
     return run_tests(args, quick=True)
 
 
-@task("bench", "throughput and latency on this machine (python -m nobroker.bench)")
+@task("bench", "throughput and latency on this machine (python -m tools.bench; --pg for PostgreSQL)")
 def bench(args: list[str]) -> int:
-    if not (SRC / "nobroker" / "bench.py").exists():
-        return absent("the benchmark", "src/nobroker/bench.py", "It lands with the performance work.")
-    return run_python(["-m", "nobroker.bench", *args])
+    if not (ROOT / "tools" / "bench" / "file.py").exists():
+        return absent("the benchmark", "tools/bench/file.py", "It lands with the performance work.")
+    return run_python(["-m", "tools.bench", *args])
 
 
 @task("bench-md", "the benchmark as a Markdown table for README.md")

@@ -16,7 +16,7 @@ import random
 import sys
 
 from nobroker import Queue
-from nobroker.fs import RealFileSystem
+from nobroker.filestore.fs import RealFileSystem
 
 
 class DyingFileSystem(RealFileSystem):

@@ -19,7 +19,7 @@ import os
 import sys
 
 from nobroker import Queue
-from nobroker.fs import RealFileSystem
+from nobroker.filestore.fs import RealFileSystem
 from tests.fsync_sites import OsSyncCalls, Site
 
 

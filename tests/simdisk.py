@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nobroker.fs import FileSystem
+from nobroker.filestore.fs import FileSystem
 from tests.fsync_sites import Site, call_site
 
 #: Operations that change the disk; the crash sweeps cut before each of them.

@@ -15,7 +15,7 @@ import zlib
 from typing import Any
 
 from nobroker import BackoffPolicy, Job, JobState, Queue, Worker
-from nobroker.maintenance import inspect_log
+from nobroker.filestore.admin import inspect_log
 from tests.support import FakeClock, TempDirTestCase
 
 V012_ENQUEUE_KEYS = [

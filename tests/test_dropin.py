@@ -25,7 +25,7 @@ from nobroker import (
     RecoveryReport,
     WorkerStats,
 )
-from nobroker.framing import HEADER_SIZE
+from nobroker.filestore.framing import HEADER_SIZE
 from tests.support import FakeClock, TempDirTestCase
 from tests.test_compat import job, record
 

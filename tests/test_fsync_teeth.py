@@ -164,12 +164,12 @@ class Teeth(unittest.TestCase):
         self.assertEqual(survived, [], "switching these fsyncs off went unnoticed:\n" + "\n".join(report))
 
     def test_the_inventory_sees_every_way_of_calling_fsync(self) -> None:
-        """Through the seam, os.fsync, and fdatasync reached through getattr, as fs.py and quickbench.py write it."""
+        """Through the seam, os.fsync, and fdatasync reached through getattr, as filestore/fs.py and cli/bench.py write it."""
         found = {(s.file, s.function): s.op for s in source_sites()}
-        self.assertEqual(found.get(("fs.py", "RealFileSystem.fsync")), "os")
-        self.assertEqual(found.get(("fs.py", "RealFileSystem.fsync_dir")), "os")
-        self.assertEqual(found.get(("log.py", "LogFile.sync_through")), "fsync")
-        self.assertEqual(found.get(("filestore.py", "FileStorage._sync_directory")), "fsync_dir")
+        self.assertEqual(found.get(("filestore/fs.py", "RealFileSystem.fsync")), "os")
+        self.assertEqual(found.get(("filestore/fs.py", "RealFileSystem.fsync_dir")), "os")
+        self.assertEqual(found.get(("filestore/log.py", "LogFile.sync_through")), "fsync")
+        self.assertEqual(found.get(("filestore/storage.py", "FileStorage._sync_directory")), "fsync_dir")
 
 
 if __name__ == "__main__":

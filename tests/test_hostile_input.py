@@ -38,7 +38,7 @@ from nobroker.jobs import (
     MAX_RECORD_BYTES,
     MAX_RESULT_BYTES,
 )
-from nobroker.maintenance import inspect_log, repair, verify
+from nobroker.filestore.admin import inspect_log, repair, verify
 
 MEMORY_BOUND = 2 * MAX_RECORD_BYTES
 
@@ -341,9 +341,9 @@ class HostileNames(Folder):
         self.assertEqual(os.listdir(self.dir), [])
 
     def test_file_names_with_a_trailing_newline_are_not_queue_files(self) -> None:
-        from nobroker.log import list_generations
-        from nobroker.fs import OS_FILESYSTEM
-        from nobroker.maintenance import list_queues
+        from nobroker.filestore.log import list_generations
+        from nobroker.filestore.fs import OS_FILESYSTEM
+        from nobroker.filestore.admin import list_queues
 
         self.put("default.000000.log", good_log(1))
         self.put("default.000001.log\n", header(1))
@@ -353,7 +353,7 @@ class HostileNames(Folder):
         self.assertEqual(list_queues(self.dir), ["default"])
 
     def test_postgresql_schema_and_role_names_are_matched_whole(self) -> None:
-        from nobroker.postgres import check_identifier
+        from nobroker.postgres.storage import check_identifier
 
         self.assertEqual(check_identifier("nobroker", "schema"), "nobroker")
         for name in ("nobroker\n", "x\n", "a b", "1x"):

@@ -16,9 +16,9 @@ import unittest
 from typing import Any
 
 from nobroker import Queue
-from nobroker.framing import RecordType
+from nobroker.filestore.framing import RecordType
 from nobroker.jobs import JobState
-from nobroker.replay import Entry, QueueState
+from nobroker.filestore.replay import Entry, QueueState
 from tests.support import FakeClock, TempDirTestCase
 
 T0 = 1_700_000_000.0

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nobroker import BackoffPolicy, CompactionError, CorruptLogError, NobrokerError, Queue, StorageError
-from nobroker.maintenance import repair, verify
+from nobroker.filestore.admin import repair, verify
 from tests.simdisk import FAULTABLE, Fault, SimDisk, fresh_queue_path
 from tests.support import LONG, FakeClock
 

@@ -39,7 +39,7 @@ import unittest
 from typing import Any
 
 from nobroker import NotLeasedError, Queue
-from nobroker.maintenance import verify
+from nobroker.filestore.admin import verify
 from tests.history import HistoryWriter, check, load_histories
 from tests.support import LONG, slow
 

@@ -595,7 +595,7 @@ class ModelCheck(unittest.TestCase):
 
     def test_the_model_check_has_teeth(self) -> None:
         """A queue that forgets a nack's error text must be caught, with a shrunk sequence."""
-        from nobroker import filestore
+        from nobroker.filestore import storage as filestore
 
         original = filestore.FileStorage.nack
 

@@ -24,9 +24,9 @@ import unittest
 from typing import Any
 
 from nobroker import Queue
-from nobroker.filestore import FileStorage
-from nobroker.fs import RealFileSystem
-from nobroker.maintenance import verify
+from nobroker.filestore.storage import FileStorage
+from nobroker.filestore.fs import RealFileSystem
+from nobroker.filestore.admin import verify
 from tests.support import TempDirTestCase, slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

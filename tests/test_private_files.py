@@ -18,9 +18,10 @@ import time
 import unittest
 from typing import Any
 
-from nobroker import Queue, UnsafeQueueError, wake
-from nobroker.fs import not_a_regular_file
-from nobroker.maintenance import verify
+from nobroker import Queue, UnsafeQueueError
+from nobroker.filestore import wake
+from nobroker.filestore.fs import not_a_regular_file
+from nobroker.filestore.admin import verify
 
 POSIX = sys.platform != "win32"
 
@@ -259,7 +260,7 @@ class SpecialFiles(unittest.TestCase):
     def test_verify_reports_a_named_pipe_as_a_problem(self) -> None:
         os.unlink(os.path.join(self.dir, "default.000001.log"))
         self.plant("default.000001.log", os.mkfifo)
-        code = "import sys\nfrom nobroker.maintenance import verify\nprint(verify(sys.argv[1]).problems)"
+        code = "import sys\nfrom nobroker.filestore.admin import verify\nprint(verify(sys.argv[1]).problems)"
         done = subprocess.run(
             [sys.executable, "-c", code, self.dir], env=ENV, capture_output=True, text=True, timeout=CHILD_TIMEOUT
         )

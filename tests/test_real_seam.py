@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-from nobroker import quickbench
+from nobroker.cli import bench as quickbench
 from tests.fsync_sites import ROOT, OsSyncCalls, Site, inode_of
 from tests.seamchild import AskingFileSystem, kernel_path, workload
 from tests.support import IN_CI
@@ -168,7 +168,7 @@ class RealSeam(unittest.TestCase):
     def test_every_request_reaches_an_os_call_on_that_inode(self) -> None:
         result = in_process()
         self.assert_synced(result)
-        self.assertEqual({file for file, _line in result.sites}, {"fs.py"}, "only the seam may call the OS")
+        self.assertEqual({file for file, _line in result.sites}, {"filestore/fs.py"}, "only the seam may call the OS")
 
     def test_the_kernel_sees_every_fsync(self) -> None:
         why = strace_unusable()

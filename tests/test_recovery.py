@@ -15,9 +15,9 @@ import tempfile
 import unittest
 
 from nobroker import CorruptLogError, Queue
-from nobroker.framing import HEADER_SIZE
+from nobroker.filestore.framing import HEADER_SIZE
 from nobroker.jobs import BackoffPolicy
-from nobroker.log import log_path
+from nobroker.filestore.log import log_path
 from tests.support import FakeClock, TempDirTestCase, slow
 
 
@@ -214,7 +214,7 @@ def build_damaged_queue(directory: str) -> int:
     the type byte of job-a's LEASE header (nothing of that record can be read).
     Returns the size of that LEASE record.
     """
-    from nobroker import maintenance
+    from nobroker.filestore import admin as maintenance
 
     with Queue(directory) as q:
         for name in "abcd":
@@ -244,7 +244,7 @@ class RepairNamesTheLosses(TempDirTestCase):
     """repair says which jobs lost records: ids where the bytes still read, counts otherwise."""
 
     def test_lost_changed_and_unknown(self) -> None:
-        from nobroker import maintenance
+        from nobroker.filestore import admin as maintenance
 
         lease_size = build_damaged_queue(self.dir)
         report = maintenance.repair(self.dir)

@@ -21,9 +21,10 @@ import unittest
 from typing import Any
 from unittest import mock
 
-from nobroker import CorruptLogError, Queue, snapshot
-from nobroker.filestore import FileStorage
-from nobroker.maintenance import repair, verify
+from nobroker import CorruptLogError, Queue
+from nobroker.filestore import snapshot
+from nobroker.filestore.storage import FileStorage
+from nobroker.filestore.admin import repair, verify
 from tests.support import FakeClock, TempDirTestCase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -343,8 +344,8 @@ class BadSnapshotsAreIgnored(TempDirTestCase):
 
     def record_at(self, offset: int) -> int:
         """The offset of the record holding byte ``offset`` of the log."""
-        from nobroker.log import LogFile
-        from nobroker.fs import OS_FILESYSTEM
+        from nobroker.filestore.log import LogFile
+        from nobroker.filestore.fs import OS_FILESYSTEM
 
         log = LogFile.open(OS_FILESYSTEM, self.log, writable=False)
         try:
@@ -384,8 +385,9 @@ class CrashWhileWriting(TempDirTestCase):
         script = textwrap.dedent(
             """
             import os, signal, sys
-            from nobroker import Queue, snapshot
-            from nobroker.fs import RealFileSystem
+            from nobroker import Queue
+            from nobroker.filestore import snapshot
+            from nobroker.filestore.fs import RealFileSystem
 
             class Dying(RealFileSystem):
                 def pwrite(self, fd, data, offset):

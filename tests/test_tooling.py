@@ -143,7 +143,7 @@ class MakePyTest(unittest.TestCase):
         self.assertEqual(proc.stdout.strip().splitlines()[-1], "0 passed, 1 failed, 0 skipped")
 
     def test_absent_optional_tasks_say_so(self) -> None:
-        for task, path in (("soak", "tests/soak.py"), ("screenshots", "tools/screenshots.py"), ("bench", "src/nobroker/bench.py")):
+        for task, path in (("soak", "tests/soak.py"), ("screenshots", "tools/screenshots.py"), ("bench", "tools/bench/file.py")):
             if (ROOT / path).exists():
                 continue
             proc = run(["make.py", task])
@@ -192,8 +192,8 @@ class DependencyProofTest(unittest.TestCase):
     def test_optional_package_only_where_allowed(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             lib = Path(tmp, "src", "nobroker")
-            lib.mkdir(parents=True)
-            (lib / "postgres.py").write_text("import psycopg\n")
+            Path(lib, "postgres").mkdir(parents=True)
+            (lib / "postgres" / "storage.py").write_text("import psycopg\n")
             Path(tmp, "tests").mkdir()
             Path(tmp, "tests", "test_pg.py").write_text("import psycopg.rows\n")
             ok = run(["tools/check_deps.py", "--root", tmp])
@@ -245,7 +245,7 @@ class PyzTest(TempDirTestCase):
             names = bundle.namelist()
             self.assertIn("__main__.py", names)
             self.assertIn("nobroker/__init__.py", names)
-            self.assertIn("nobroker/cli.py", names)
+            self.assertIn("nobroker/cli/__init__.py", names)
             self.assertFalse([n for n in names if "__pycache__" in n or n.endswith(".pyc")])
             self.assertFalse([n for n in names if n != "__main__.py" and not n.startswith("nobroker/")])
             files = [info for info in bundle.infolist() if not info.is_dir()]
@@ -293,7 +293,7 @@ class PyzTest(TempDirTestCase):
             self.fail("f did not raise")
 
     def test_slimming_sql_keeps_every_statement_on_its_line(self) -> None:
-        from nobroker.postgres import _statements
+        from nobroker.postgres.storage import _statements
         from tools.build_pyz import slim_sql
 
         for path in sorted((ROOT / "src" / "nobroker" / "sql").glob("*.sql")):
@@ -336,8 +336,8 @@ class PyzTest(TempDirTestCase):
         self.assertTrue(all(f["per_second"] > 0 and f["disk_per_second"] > 0 for f in figures))
         self.assertEqual(os.listdir(self.dir), [], "the scratch queue is removed")
         with zipfile.ZipFile(self.pyz) as bundle:
-            self.assertIn("nobroker/quickbench.py", bundle.namelist())
-            self.assertNotIn("nobroker/bench.py", bundle.namelist())
+            self.assertIn("nobroker/cli/bench.py", bundle.namelist())
+            self.assertFalse([n for n in bundle.namelist() if n.startswith("tools/")], "the benchmark suites stay out")
 
     def test_work_runs_the_example_handlers_from_the_clone(self) -> None:
         queue_dir = str(Path(self.dir, "q"))

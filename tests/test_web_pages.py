@@ -28,8 +28,9 @@ import unittest
 from typing import Any
 
 import nobroker
-from nobroker import Queue, maintenance
-from nobroker.framing import encode_record
+from nobroker import Queue
+from nobroker.filestore import admin as maintenance
+from nobroker.filestore.framing import encode_record
 from tests.browser import file_url, require_browser
 from tests.support import FakeClock, TempDirTestCase
 

@@ -40,9 +40,9 @@ MAX_BYTES = 128 * 1024
 INTERPRETER = "/usr/bin/env python3"
 
 
-#: Package files the single-file app leaves out: the full benchmark suites are a developer's
-#: tool (`python make.py bench` in a clone); `nobroker bench` (quickbench.py) ships.
-NOT_BUNDLED = ("bench.py", "bench_pg.py")
+#: Package files the single-file app leaves out. None today: the full benchmark suites live
+#: in tools/bench/, outside the package; `nobroker bench` (nobroker/cli/bench.py) ships.
+NOT_BUNDLED: tuple[str, ...] = ()
 
 
 def slim_source(source: str) -> str:
@@ -78,8 +78,8 @@ def slim_sql(text: str) -> str:
 
 def build(output: Path, *, full_source: bool = False) -> int:
     """Write the bundle to ``output``; returns its size in bytes."""
-    if not (PACKAGE / "cli.py").is_file():
-        raise SystemExit(f"build_pyz: {PACKAGE.relative_to(ROOT)}/cli.py is missing: nothing to bundle yet")
+    if not (PACKAGE / "cli" / "__init__.py").is_file():
+        raise SystemExit(f"build_pyz: {PACKAGE.relative_to(ROOT)}/cli/ is missing: nothing to bundle yet")
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nobroker-pyz-") as staging:
         # A staging copy keeps build debris out of the bundle (caches, egg-info)

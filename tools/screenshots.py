@@ -104,8 +104,8 @@ def fill_sample_queue(directory: str) -> None:
 
 
 def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
-    if not (ROOT / "src" / "nobroker" / "dashboard.py").exists():
-        say("skipping the dashboard: this copy of nobroker has no dashboard (src/nobroker/dashboard.py)")
+    if not (ROOT / "src" / "nobroker" / "dashboard").is_dir():
+        say("skipping the dashboard: this copy of nobroker has no dashboard (src/nobroker/dashboard/)")
         return []
     directory = tempfile.mkdtemp(prefix="nobroker-shots-")
     server: subprocess.Popen[bytes] | None = None

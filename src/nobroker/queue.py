@@ -447,7 +447,7 @@ def list_queues(
                 missing="schema", location=where, name="",
             )  # fmt: skip
         return names
-    from .maintenance import list_queues as list_folder
+    from .filestore.admin import list_queues as list_folder
 
     folder = os.fspath(path)
     if not os.path.isdir(folder):

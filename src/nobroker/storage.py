@@ -4,7 +4,9 @@ Owns: Storage (the protocol the Queue facade calls), EnqueueSpec (one job to
 add, already validated and encoded), and the choice of storage from a
 location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
-string) without the driver. Imports: errors, jobs.
+string) without the driver; and what both storages share beyond that: new job
+ids and fencing tokens, and what a refused ack/nack/extend says
+(``refusal``). Imports: errors, jobs.
 
 The Queue facade validates arguments and turns ``Job | id`` into
 ``(id, token)``; a storage only stores. Two siblings implement it:
@@ -20,7 +22,7 @@ import re
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from .errors import UnknownStorageError
+from .errors import NotLeasedError, UnknownStorageError
 from .jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
 
@@ -217,3 +219,42 @@ def dsn_parameters(dsn: str) -> dict[str, str]:
         except ValueError:
             return {}
     return parse_keyword_dsn(dsn) or {}
+
+
+# ---------------------------------------------------------------- shared by both storages
+def new_job_id() -> str:
+    """16 hex digits of randomness: unique without coordination between processes."""
+    return os.urandom(8).hex()
+
+
+def new_token() -> str:
+    """A fencing token: any later lease of the same job gets a different one."""
+    return os.urandom(8).hex()
+
+
+def refusal(action: str, job_id: str, state: str, token: Any, held_token: Any) -> NotLeasedError:
+    """Why ``action`` on a job that ``token`` does not hold is refused, saying what really happened.
+
+    ``state`` is the job's state now and ``held_token`` the token of its lease,
+    or, for a done job, the token of the lease that finished it. ``token`` None is an
+    operator acting by id. A caller whose own ack finished the job is told it
+    is done, not that a lease expired.
+    """
+    if state == JobState.LEASED.value:
+        return NotLeasedError(
+            f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "
+            "The work may run twice; handlers must be idempotent."
+        )
+    if token is None:
+        return NotLeasedError(f"cannot {action} job {job_id}: it is {state}, not leased")
+    if state == JobState.DONE.value and held_token in (token, None):
+        how = " (acked under this lease)" if held_token == token else ""
+        return NotLeasedError(f"cannot {action} job {job_id}: it is already done{how}; nothing changed")
+    if state == JobState.DONE.value:
+        return NotLeasedError(
+            f"cannot {action} job {job_id}: it is done, finished under a later lease after yours ended "
+            "(the work may have run twice; handlers must be idempotent)"
+        )
+    return NotLeasedError(
+        f"cannot {action} job {job_id}: it is {state}, not leased (your lease ended: it expired, or the job was nacked)"
+    )

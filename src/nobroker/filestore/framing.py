@@ -21,8 +21,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SerializationError
-from .jobs import MAX_RECORD_BYTES, compact_json, on_fresh_stack
+from ..errors import SerializationError
+from ..jobs import MAX_RECORD_BYTES, compact_json, on_fresh_stack
 
 MAGIC = b"NOBROKER"
 FORMAT_VERSION = 1

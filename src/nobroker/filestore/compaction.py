@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .errors import CompactionError, NobrokerError
+from ..errors import CompactionError, NobrokerError
 from .framing import HEADER_SIZE, MAX_GENERATION, RecordType, encode_header, encode_record
 from .fs import FileSystem
 from .log import READ_CHUNK, LogFile, install_pointer, log_path, prepare_pointer, storage_error, write_fully, write_pointer

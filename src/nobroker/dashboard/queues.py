@@ -16,10 +16,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .errors import NobrokerError
+from ..errors import NobrokerError
 
 if TYPE_CHECKING:  # for the annotations only
-    from .queue import Queue
+    from ..queue import Queue
 
 #: Most queues one dashboard holds open besides its first (each holds files or a
 #: database connection); asking for one more is refused until it restarts.

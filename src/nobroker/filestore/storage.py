@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from . import leases, snapshot
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
-from .errors import (
+from ..errors import (
     NobrokerError,
     CompactionError,
     CorruptLogError,
@@ -49,11 +49,11 @@ from .errors import (
 )
 from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, Frame, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
-from .jobs import BackoffPolicy, CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport, load_json
+from ..jobs import BackoffPolicy, CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport, load_json
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, READY, Entry, QueueState
-from .storage import EnqueueSpec
+from ..storage import EnqueueSpec, new_job_id, refusal
 from .wake import WakeChannel, pause
 
 logger = logging.getLogger("nobroker")
@@ -803,7 +803,7 @@ class FileStorage:
                 if job_id is None:
                     job_id = fresh_ids[16 * k : 16 * k + 16]
                     while job_id in state or job_id in created:
-                        job_id = leases.new_job_id()
+                        job_id = new_job_id()
                 available_at = now + spec.delay if spec.delay else now
                 entry = Entry.fresh(
                     job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
@@ -856,7 +856,7 @@ class FileStorage:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
         if not leases.holds_lease(entry, token):
             held = entry.finished_token if entry.state is DONE else entry.lease_token
-            raise leases.refusal(action, job_id, entry.state.value, token, held)
+            raise refusal(action, job_id, entry.state.value, token, held)
         return entry
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:

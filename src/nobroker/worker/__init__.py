@@ -56,8 +56,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
 
-from .errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
-from .jobs import (
+from ..errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
+from ..jobs import (
     MAX_ERROR_CHARS,
     MAX_RESULT_BYTES,
     MAX_SECONDS,

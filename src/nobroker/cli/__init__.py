@@ -35,14 +35,14 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, NoReturn, TextIO
 
-from . import __version__
-from .errors import CorruptLogError, NobrokerError, QueueNotFoundError, UnknownStorageError
-from .jobs import LISTINGS, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
-from .queue import require_queue
-from .quickbench import DEFAULT_SECONDS as BENCH_SECONDS
-from .quickbench import MAX_SECONDS as BENCH_MAX_SECONDS
-from .quickbench import MIN_SECONDS as BENCH_MIN_SECONDS
-from .storage import storage_kind
+from .. import __version__
+from ..errors import CorruptLogError, NobrokerError, QueueNotFoundError, UnknownStorageError
+from ..jobs import LISTINGS, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Job, JobState
+from ..queue import require_queue
+from .bench import DEFAULT_SECONDS as BENCH_SECONDS
+from .bench import MAX_SECONDS as BENCH_MAX_SECONDS
+from .bench import MIN_SECONDS as BENCH_MIN_SECONDS
+from ..storage import storage_kind
 
 log = logging.getLogger("nobroker.cli")
 
@@ -489,7 +489,7 @@ def _open_queue(args: argparse.Namespace, *, create: bool = False) -> Iterator[A
     assert not create or args.command in CREATING_COMMANDS, f"{args.command} must not create a queue"
     where, is_dsn = _storage(args)
     options = _pg_options(args, is_dsn)
-    from . import Queue
+    from .. import Queue
 
     try:
         queue = Queue(where, name=args.queue, create=create, **options)
@@ -509,7 +509,7 @@ def _note_unknown_pg_queue(args: argparse.Namespace, queue: Any, where: str, opt
     # holds nothing and others do.
     if len(queue):
         return
-    from . import list_queues
+    from .. import list_queues
 
     names = list_queues(where, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
     if names and args.queue not in names:
@@ -767,7 +767,7 @@ def _record_dict(view: Any) -> dict[str, Any]:
 
 
 def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
-    from . import maintenance
+    from ..filestore import admin as maintenance
 
     directory = _require_file_storage(args)
     _check_queue_exists(args, directory, False)
@@ -812,7 +812,7 @@ def cmd_inspect(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
-    from . import maintenance
+    from ..filestore import admin as maintenance
 
     directory = _require_file_storage(args)
     _check_queue_exists(args, directory, False)
@@ -864,7 +864,7 @@ def cmd_recover(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_repair(args: argparse.Namespace, out: Output) -> int:
-    from . import maintenance
+    from ..filestore import admin as maintenance
 
     directory = _require_file_storage(args)
     _check_queue_exists(args, directory, False)
@@ -1041,7 +1041,7 @@ class _NoteInterrupt:
 
 
 def cmd_work(args: argparse.Namespace, out: Output) -> int:
-    from . import Worker
+    from .. import Worker
 
     handler = load_handler(args.handler)
     with _open_queue(args, create=True) as queue:
@@ -1078,7 +1078,7 @@ def _missing_module(exc: ImportError, module: str) -> bool:
 
 def cmd_serve(args: argparse.Namespace, out: Output) -> int:
     try:
-        from .dashboard import serve
+        from ..dashboard import serve
     except ImportError as exc:
         if _missing_module(exc, "nobroker.dashboard"):
             raise CommandError("this copy of nobroker has no dashboard (nobroker/dashboard.py is missing)") from None
@@ -1097,7 +1097,7 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
 
     where, is_dsn = _storage(args)
     options = _pg_options(args, is_dsn)
-    from . import Queue, list_queues
+    from .. import Queue, list_queues
 
     def names() -> list[str]:
         return list_queues(where, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
@@ -1132,7 +1132,7 @@ def _first_queue_to_serve(args: argparse.Namespace, names: Callable[[], list[str
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
-    from . import quickbench
+    from . import bench as quickbench
 
     if args.dir or args.dsn:
         args._parser.error("bench measures a scratch queue in a folder of its own inside --in (default: here); "
@@ -1161,7 +1161,7 @@ def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
     if not dsn:
         args._parser.error(f"needs a PostgreSQL DSN: pass --dsn postgresql://... or set {ENV_DSN}")
     try:
-        from .postgres import migrate
+        from ..postgres import migrate
     except ImportError as exc:
         if _missing_module(exc, "nobroker.postgres"):
             raise CommandError("this copy of nobroker has no PostgreSQL storage (nobroker/postgres.py is missing)") from None

@@ -32,8 +32,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .postgres import DEFAULT_SCHEMA, check_identifier, migrate
-from .queue import Queue
+from nobroker.postgres import DEFAULT_SCHEMA, check_identifier, migrate
+from nobroker.queue import Queue
 
 DEFAULT_DSN = "postgresql:///test?host=/var/run/postgresql"
 #: Jobs per throughput figure, batch size, worker processes, latency samples.

@@ -44,9 +44,9 @@ import zlib
 from array import array
 from typing import Any
 
-from .errors import NobrokerError
+from ..errors import NobrokerError
 from .fs import FileSystem
-from .jobs import load_json, on_fresh_stack
+from ..jobs import load_json, on_fresh_stack
 from .log import LogFile
 from .replay import QueueState
 

@@ -80,12 +80,12 @@ import webbrowser
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .dashboard_queues import QueueSet, UnknownQueueError
-from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
-from .jobs import LISTINGS, Job, JobState
+from .queues import QueueSet, UnknownQueueError
+from ..errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
+from ..jobs import LISTINGS, Job, JobState
 
 if TYPE_CHECKING:  # for the annotations only: any object with the public Queue methods works
-    from .queue import Queue
+    from ..queue import Queue
 
 logger = logging.getLogger("nobroker.dashboard")
 

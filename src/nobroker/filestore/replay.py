@@ -42,7 +42,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .framing import RecordType
-from .jobs import DEFAULT_KIND, Job, JobState, QueueStats
+from ..jobs import DEFAULT_KIND, Job, JobState, QueueStats
 
 READY, LEASED, DONE, DEAD = JobState.READY, JobState.LEASED, JobState.DONE, JobState.DEAD
 

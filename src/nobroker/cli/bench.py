@@ -89,7 +89,7 @@ def _rate(operation: Any, seconds: float) -> float:
 
 def run_quick(where: str, seconds: float = DEFAULT_SECONDS) -> list[QuickFigure]:
     """Measure the quick figures in a scratch folder made inside ``where`` (removed afterwards)."""
-    from .queue import Queue
+    from ..queue import Queue
 
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise ValueError(f"seconds must be from {MIN_SECONDS} to {MAX_SECONDS:g}, got {seconds!r}")

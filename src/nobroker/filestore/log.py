@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 from zlib import crc32
 
-from .errors import CorruptLogError, StorageError
+from ..errors import CorruptLogError, StorageError
 from .framing import (
     FRAME,
     FRAME_SIZE,
@@ -40,7 +40,7 @@ from .framing import (
     plausible_frame_at,
 )
 from .fs import FileSystem
-from .jobs import MAX_RECORD_BYTES
+from ..jobs import MAX_RECORD_BYTES
 
 _unpack_frame = FRAME.unpack_from
 
@@ -99,7 +99,7 @@ def read_pointer(fs: FileSystem, directory: str, name: str) -> int | None:
         return None
     except OSError as exc:
         if exc.errno == errno_mod.ELOOP:
-            from .errors import UnsafeQueueError
+            from ..errors import UnsafeQueueError
 
             raise UnsafeQueueError(f"{path} is a symlink; nobroker refuses symlinked queue files") from None
         raise storage_error(exc, "reading", path) from None
@@ -225,7 +225,7 @@ class LogFile:
             raise
         except OSError as exc:
             if exc.errno == errno_mod.ELOOP:
-                from .errors import UnsafeQueueError
+                from ..errors import UnsafeQueueError
 
                 raise UnsafeQueueError(f"{path} is a symlink; nobroker refuses symlinked queue files") from None
             raise storage_error(exc, "opening", path) from None

@@ -26,7 +26,7 @@ import os
 import stat
 import sys
 
-from .errors import UnsafeQueueError
+from ..errors import UnsafeQueueError
 
 _IS_WINDOWS = sys.platform == "win32"
 

@@ -22,7 +22,7 @@ import errno
 import os
 import time
 
-from .errors import LockTimeoutError, UnsafeQueueError
+from ..errors import LockTimeoutError, UnsafeQueueError
 from .fs import FileSystem
 from .log import storage_error
 

@@ -1,7 +1,7 @@
 """The PostgreSQL storage: the same queue, kept in one table that many hosts share.
 
 Owns: PostgresStorage (the Storage protocol on PostgreSQL), ``migrate`` (the
-versioned schema in ``nobroker/sql/``), the connection handling (one
+versioned schema in ``nobroker/postgres/sql/``), the connection handling (one
 connection per storage behind a lock, reconnect and retry once when safe) and
 LISTEN/NOTIFY for idle workers. Imports: errors, jobs, leases, storage, and
 psycopg 3, the one third-party module nobroker ever imports, and only here.
@@ -98,10 +98,9 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from . import leases
-from .errors import JobNotFoundError, LockTimeoutError, NobrokerError, StorageError
-from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, load_json, shown
-from .storage import EnqueueSpec, dsn_parameters, parse_keyword_dsn
+from ..errors import JobNotFoundError, LockTimeoutError, NobrokerError, StorageError
+from ..jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, load_json, shown
+from ..storage import EnqueueSpec, dsn_parameters, new_job_id, parse_keyword_dsn, refusal
 
 try:
     import psycopg
@@ -254,9 +253,9 @@ def connect(dsn: str, *, timeout: float, location: str, **options: Any) -> Any:
 # ---------------------------------------------------------------- migrations
 @functools.lru_cache(maxsize=1)
 def _migration_files() -> list[tuple[int, str, str]]:
-    """(version, file name, text) of every numbered SQL file shipped in nobroker/sql/."""
+    """(version, file name, text) of every numbered SQL file shipped in nobroker/postgres/sql/."""
     out = []
-    for entry in resources.files("nobroker").joinpath("sql").iterdir():
+    for entry in resources.files("nobroker.postgres").joinpath("sql").iterdir():
         name = entry.name
         match = re.fullmatch(r"([0-9]{3})_[a-z0-9_]+\.sql", name)
         if match:
@@ -266,7 +265,7 @@ def _migration_files() -> list[tuple[int, str, str]]:
 
 
 def _sql_file(name: str) -> str:
-    return resources.files("nobroker").joinpath("sql", name).read_text(encoding="utf-8")
+    return resources.files("nobroker.postgres").joinpath("sql", name).read_text(encoding="utf-8")
 
 
 def _statements(text: str) -> list[str]:
@@ -899,7 +898,7 @@ class PostgresStorage:
 
     def _insert_one_fresh(self, conn: Any, spec: EnqueueSpec) -> Job | None:
         """The common case, kept short: one job, nothing it could conflict with (None: drawn id taken)."""
-        job_id = leases.new_job_id()
+        job_id = new_job_id()
         params = {
             "q": self.name, "off": self.clock_offset, "chan": self._channel, "id": job_id, "kind": spec.kind,
             "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
@@ -915,7 +914,7 @@ class PostgresStorage:
 
     def _enqueue_on(self, conn: Any, specs: list[EnqueueSpec], *, own: bool) -> list[Job]:
         out: list[Job | None] = [None] * len(specs)
-        ids = [spec.job_id or leases.new_job_id() for spec in specs]
+        ids = [spec.job_id or new_job_id() for spec in specs]
         pending = list(range(len(specs)))
         for _try in range(ENQUEUE_TRIES):
             created = self._insert(conn, [specs[i] for i in pending], [ids[i] for i in pending], own=own)
@@ -945,7 +944,7 @@ class PostgresStorage:
                     # The conflicting job changed between the insert and the look-up, or a
                     # generated id collided: try again (with a fresh id if we made it up).
                     if spec.job_id is None:
-                        ids[i] = leases.new_job_id()
+                        ids[i] = new_job_id()
                     pending.append(i)
             if not pending:
                 break
@@ -1057,7 +1056,7 @@ class PostgresStorage:
         if row is None:
             raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
         state, finished = row  # the token that finished a done job (the one refusal wants then)
-        raise leases.refusal(action, job_id, state, token, finished)
+        raise refusal(action, job_id, state, token, finished)
 
     def _already_done(self, conn: Any, job_id: str, token: str | None) -> bool:
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()

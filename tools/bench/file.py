@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .quickbench import disk_limit  # the same yardstick as `nobroker bench`
+from nobroker.cli.bench import disk_limit  # the same yardstick as `nobroker bench`
 
 #: Longest single enqueue a peer may see while another process compacts ("a few ms").
 STALL_TARGET_MS = 10.0
@@ -56,7 +56,7 @@ def _fresh(root: str) -> str:
 
 # ---------------------------------------------------------------- throughput figures
 def enqueue_single(root: str, n: int) -> float:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     with Queue(_fresh(root)) as q:
         start = time.perf_counter()
@@ -66,7 +66,7 @@ def enqueue_single(root: str, n: int) -> float:
 
 
 def enqueue_threads(root: str, n: int, threads: int = 8) -> float:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     with Queue(_fresh(root)) as q:
         per = n // threads
@@ -88,7 +88,7 @@ def enqueue_threads(root: str, n: int, threads: int = 8) -> float:
 
 
 def _producer(directory: str, n: int, ready: Any, go: Any) -> None:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     with Queue(directory) as q:
         ready.release()
@@ -115,7 +115,7 @@ def enqueue_processes(root: str, n: int, processes: int = 4) -> float:
 
 
 def lease_ack_single(root: str, n: int) -> float:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     with Queue(_fresh(root)) as q:
         q.enqueue_many([{"i": i} for i in range(n)])
@@ -126,8 +126,8 @@ def lease_ack_single(root: str, n: int) -> float:
 
 
 def worker_drain(root: str, n: int, concurrency: int = 8) -> float:
-    from .queue import Queue
-    from .worker import Worker
+    from nobroker.queue import Queue
+    from nobroker.worker import Worker
 
     with Queue(_fresh(root)) as q:
         for start_at in range(0, n, 10_000):
@@ -141,7 +141,7 @@ def worker_drain(root: str, n: int, concurrency: int = 8) -> float:
 
 
 def enqueue_many_rate(root: str, batch: int = 1000, rounds: int = 20) -> float:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     with Queue(_fresh(root)) as q:
         rates = []
@@ -165,7 +165,7 @@ def _rss() -> int:
 
 
 def _build(directory: str, n: int) -> None:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     with Queue(directory, fsync=False, auto_compact=None) as q:
         for start_at in range(0, n, 10_000):
@@ -178,7 +178,7 @@ def _size_figures(directory: str, n: int, out: Any) -> None:
     # A process that did not build the queue: memory the build freed but the
     # allocator kept would otherwise be reused by the open and hide its cost.
     # No snapshot exists yet (the build was not durable): this open replays the log.
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     before = _rss()
     start = time.perf_counter()
@@ -199,7 +199,7 @@ def _size_figures(directory: str, n: int, out: Any) -> None:
 
 def _open_once(directory: str, then: str, out: Any) -> None:
     """Time one open in a fresh process; ``then``: "close", "compact" (then close) or "drop-snapshot"."""
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     start = time.perf_counter()
     q = Queue(directory, auto_compact=None)
@@ -250,7 +250,7 @@ def size_figures(root: str, n: int, runs: int = 3) -> dict[str, float]:
 
 # ---------------------------------------------------------------- compaction beside an enqueuer
 def _stall_compactor(directory: str, ready: Any, go: Any, out: Any) -> None:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     with Queue(directory, auto_compact=None, lock_timeout=3600) as q:
         # One operation first: the first write after opening a queue with many
@@ -264,7 +264,7 @@ def _stall_compactor(directory: str, ready: Any, go: Any, out: Any) -> None:
 
 
 def _stall_enqueuer(directory: str, ready: Any, stop: Any, out: Any) -> None:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     with Queue(directory, auto_compact=None, lock_timeout=3600) as q:
         storage: Any = q.storage
@@ -289,7 +289,7 @@ def compaction_stall(root: str, n: int) -> dict[str, float]:
     enqueue during a second alone before it and its median, for scale, and
     the one enqueue that followed the flip (it re-reads the new generation).
     """
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     directory = _fresh(root)
     with Queue(directory, fsync=False, auto_compact=None) as q:
@@ -337,8 +337,8 @@ def compaction_stall(root: str, n: int) -> dict[str, float]:
 
 # ---------------------------------------------------------------- pickup latency
 def _idle_worker(directory: str, n: int, ready: Any, out: Any) -> None:
-    from .queue import Queue
-    from .worker import Worker
+    from nobroker.queue import Queue
+    from nobroker.worker import Worker
 
     latencies: list[float] = []
     with Queue(directory) as q:
@@ -352,8 +352,8 @@ def _idle_worker(directory: str, n: int, ready: Any, out: Any) -> None:
 
 
 def _idle_cpu(directory: str, seconds: float, out: Any) -> None:
-    from .queue import Queue
-    from .worker import Worker
+    from nobroker.queue import Queue
+    from nobroker.worker import Worker
 
     with Queue(directory) as q:
         cpu = time.process_time()
@@ -368,7 +368,7 @@ def _idle_cpu(directory: str, seconds: float, out: Any) -> None:
 
 
 def pickup(root: str, n: int) -> dict[str, float]:
-    from .queue import Queue
+    from nobroker.queue import Queue
 
     ctx = multiprocessing.get_context("spawn")
     directory = _fresh(root)
@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.pg:
         try:
-            from . import bench_pg
+            from tools.bench import pg as bench_pg
         except ImportError:
             print("nobroker bench: the PostgreSQL benchmark is not in this build (the single-file app leaves it out); "
                   "run `python make.py bench --pg` from a clone with psycopg installed", file=sys.stderr)
