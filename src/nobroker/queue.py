@@ -41,7 +41,7 @@ from .jobs import (
     stored_json,
     stored_json_many,
 )
-from .storage import EnqueueSpec, Storage, storage_kind
+from .storage import EnqueueSpec, Storage, StorageOptions, storage_kind
 
 JobRef = Job | str
 
@@ -92,22 +92,19 @@ class Queue:
         if not create:
             require_queue(path, name, schema=storage_options.get("schema"),
                           connect_timeout=storage_options.get("reconnect_timeout"))
+        options = StorageOptions(
+            name, fsync=bool(fsync), visibility_timeout=visibility_timeout, max_attempts=max_attempts,
+            backoff=backoff, lock_timeout=lock_timeout, clock=clock,
+        )  # fmt: skip
         self._storage: Storage
         if kind == "postgresql":
             from .postgres import PostgresStorage  # optional: needs psycopg
 
-            self._storage = PostgresStorage(
-                str(path), name, fsync=fsync, visibility_timeout=visibility_timeout, max_attempts=max_attempts,
-                backoff=backoff, lock_timeout=lock_timeout, clock=clock, **storage_options,
-            )  # fmt: skip
+            self._storage = PostgresStorage(str(path), options, **storage_options)
         else:
             from .filestore import FileStorage
 
-            self._storage = FileStorage(
-                path, name, fsync=fsync, visibility_timeout=visibility_timeout, max_attempts=max_attempts,
-                backoff=backoff, lock_timeout=lock_timeout, clock=clock, auto_compact=auto_compact,
-                **storage_options,
-            )  # fmt: skip
+            self._storage = FileStorage(path, options, auto_compact=auto_compact, **storage_options)
         self._name = name
         self.visibility_timeout = visibility_timeout
         self.max_attempts = max_attempts

@@ -19,11 +19,33 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from .errors import NotLeasedError, UnknownStorageError
-from .jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .errors import JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
+from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """What every storage is opened with, checked once by the Queue facade.
+
+    The storages take these as one value, so an option both honour is named,
+    defaulted and validated in one place (queue.Queue), never once per storage.
+    """
+
+    name: str
+    fsync: bool = True
+    visibility_timeout: float = 30.0
+    max_attempts: int = 5
+    backoff: BackoffPolicy = BackoffPolicy()
+    lock_timeout: float = 10.0
+    clock: Callable[[], float] | None = None
+
+    def __post_init__(self) -> None:
+        assert self.visibility_timeout > 0 and self.max_attempts >= 1 and self.lock_timeout >= 0, "checked by Queue"
 
 
 class EnqueueSpec(NamedTuple):
@@ -230,6 +252,16 @@ def new_job_id() -> str:
 def new_token() -> str:
     """A fencing token: any later lease of the same job gets a different one."""
     return os.urandom(8).hex()
+
+
+def job_not_found(job_id: str, queue: str) -> JobNotFoundError:
+    """The error for an id the queue does not hold (never enqueued, compacted away, or purged)."""
+    return JobNotFoundError(f"job {job_id!r} is not in queue {queue!r}")
+
+
+def queue_closed(queue: str, where: str) -> QueueClosedError:
+    """The error for a call on a closed queue object."""
+    return QueueClosedError(f"queue {queue!r} at {where} is closed; open a new Queue")
 
 
 def refusal(action: str, job_id: str, state: str, token: Any, held_token: Any) -> NotLeasedError:

@@ -43,17 +43,16 @@ from ..errors import (
     CorruptLogError,
     JobNotFoundError,
     NotLeasedError,
-    QueueClosedError,
     StorageError,
     UnsafeQueueError,
 )
 from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, Frame, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
-from ..jobs import BackoffPolicy, CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport, load_json
+from ..jobs import CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport, load_json
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, READY, Entry, QueueState
-from ..storage import EnqueueSpec, new_job_id, refusal
+from ..storage import EnqueueSpec, StorageOptions, job_not_found, new_job_id, queue_closed, refusal
 from .wake import WakeChannel, pause
 
 logger = logging.getLogger("nobroker")
@@ -181,25 +180,19 @@ class FileStorage:
     def __init__(
         self,
         directory: str | os.PathLike[str],
-        name: str = "default",
+        options: StorageOptions,
         *,
-        fsync: bool = True,
-        visibility_timeout: float = 30.0,
-        max_attempts: int = 5,
-        backoff: BackoffPolicy | None = None,
-        lock_timeout: float = 10.0,
-        clock: Callable[[], float] | None = None,
         auto_compact: float | None = 0.5,
         filesystem: FileSystem | None = None,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
-        self.name = check_name(name)
-        self.durable = bool(fsync)
-        self.visibility_timeout = visibility_timeout
-        self.max_attempts = max_attempts
-        self.backoff = backoff or BackoffPolicy()
-        self.lock_timeout = lock_timeout
-        self.clock = clock or time.time
+        self.name = check_name(options.name)
+        self.durable = options.fsync
+        self.visibility_timeout = options.visibility_timeout
+        self.max_attempts = options.max_attempts
+        self.backoff = options.backoff
+        self.lock_timeout = options.lock_timeout
+        self.clock = options.clock or time.time
         self.auto_compact = auto_compact
         self.fs = filesystem or OS_FILESYSTEM
         #: Why this object may only read the queue (the errno that refused writing: a read-only
@@ -507,7 +500,7 @@ class FileStorage:
 
     def _enter(self) -> None:
         if self._closed:
-            raise QueueClosedError(f"queue {self.name!r} in {self.directory} is closed; open a new Queue")
+            raise queue_closed(self.name, self.directory)
         if os.getpid() != self._pid:
             self._reopen_after_fork()
 
@@ -853,7 +846,7 @@ class FileStorage:
     def _leased_entry(self, job_id: str, token: str | None, action: str) -> Entry:
         entry = self._state.get(job_id)
         if entry is None:
-            raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+            raise job_not_found(job_id, self.name)
         if not leases.holds_lease(entry, token):
             held = entry.finished_token if entry.state is DONE else entry.lease_token
             raise refusal(action, job_id, entry.state.value, token, held)
@@ -933,7 +926,7 @@ class FileStorage:
             if job_id is not None:
                 entry = state.get(job_id)
                 if entry is None:
-                    raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+                    raise job_not_found(job_id, self.name)
                 if entry.state is not DEAD:
                     return 0
                 candidates = [entry]
@@ -980,7 +973,7 @@ class FileStorage:
         def query(now: float) -> Job:
             entry = self._state.get(job_id)
             if entry is None:
-                raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+                raise job_not_found(job_id, self.name)
             return self._shown(entry, now)
 
         return self._read(query)

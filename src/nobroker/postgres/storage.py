@@ -98,9 +98,9 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..errors import JobNotFoundError, LockTimeoutError, NobrokerError, StorageError
-from ..jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, load_json, shown
-from ..storage import EnqueueSpec, dsn_parameters, new_job_id, parse_keyword_dsn, refusal
+from ..errors import LockTimeoutError, NobrokerError, StorageError
+from ..jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, load_json, shown
+from ..storage import EnqueueSpec, StorageOptions, dsn_parameters, job_not_found, new_job_id, parse_keyword_dsn, refusal
 
 try:
     import psycopg
@@ -678,14 +678,8 @@ class PostgresStorage:
     def __init__(
         self,
         dsn: str,
-        name: str = "default",
+        options: StorageOptions,
         *,
-        fsync: bool = True,
-        visibility_timeout: float = 30.0,
-        max_attempts: int = 5,
-        backoff: BackoffPolicy | None = None,
-        lock_timeout: float = 10.0,
-        clock: Callable[[], float] | None = None,
         schema: str = DEFAULT_SCHEMA,
         migrate: bool = True,
         worker_role: str | None = None,
@@ -695,7 +689,8 @@ class PostgresStorage:
         prepare_threshold: int | None = 5,
     ) -> None:
         _require_psycopg()
-        if clock is not None:
+        name = options.name
+        if options.clock is not None:
             raise ValueError(
                 "clock= is for the file storage; the PostgreSQL storage uses the database clock, "
                 "so every host agrees on deadlines"
@@ -713,11 +708,11 @@ class PostgresStorage:
         self.dsn = dsn
         self.name = name
         self.schema = check_identifier(schema, "schema")
-        self.durable = bool(fsync)
-        self.visibility_timeout = visibility_timeout
-        self.max_attempts = max_attempts
-        self.backoff = backoff or BackoffPolicy()
-        self.lock_timeout = lock_timeout
+        self.durable = options.fsync
+        self.visibility_timeout = options.visibility_timeout
+        self.max_attempts = options.max_attempts
+        self.backoff = options.backoff
+        self.lock_timeout = options.lock_timeout
         self.retention = float(retention)
         #: Seconds added to the database clock in every statement (tests move time with it).
         self.clock_offset = float(clock_offset)
@@ -1054,7 +1049,7 @@ class PostgresStorage:
         self._reclaim(conn)
         row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
         if row is None:
-            raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+            raise job_not_found(job_id, self.name)
         state, finished = row  # the token that finished a done job (the one refusal wants then)
         raise refusal(action, job_id, state, token, finished)
 
@@ -1137,7 +1132,7 @@ class PostgresStorage:
                 return count
             row = conn.execute(self._sql["requeue_why"], params).fetchone()
             if row is None:
-                raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+                raise job_not_found(job_id, self.name)
             state, holder, key = row
             if state == "dead" and holder is not None:
                 raise ValueError(
@@ -1177,7 +1172,7 @@ class PostgresStorage:
         def shape(cur: Any) -> Job:
             row = cur.fetchone()
             if row is None:
-                raise JobNotFoundError(f"job {job_id!r} is not in queue {self.name!r}")
+                raise job_not_found(job_id, self.name)
             return _row_job(row)
 
         return self._read("get", "get", self._backoff_params(self._params(id=job_id)), shape)
