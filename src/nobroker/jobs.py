@@ -1,9 +1,8 @@
 """The data model both storages share: jobs, states, stats, policies, limits.
 
 Owns: Job, JobState, QueueStats, BackoffPolicy, RecoveryReport,
-CompactionResult, the named limits, and the JSON codec every stored value
-goes through (the encoder, its nesting limit, and a decoder that never
-depends on the caller's stack depth). Imports: errors.
+CompactionResult, and the named limits. Imports: errors. The JSON codec every
+stored value goes through lives beside it, in codec.py.
 
 Nothing here touches a file or a clock; values are plain data.
 """
@@ -12,19 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import math
 import random
-import _thread
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate
-from typing import Any, TypeVar
+from typing import Any
 
-from .errors import SerializationError
 
-T = TypeVar("T")
 
 # ---------------------------------------------------------------- limits
 #: Largest record body (compact JSON) the file storage writes or reads.
@@ -340,197 +332,6 @@ class CompactionResult:
         )
 
 
-# ---------------------------------------------------------------- JSON
-_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=True)
-# The C encoder built once, without the per-call setup of JSONEncoder.encode and without
-# the circular-reference table: a cycle ends in RecursionError, and the checking encoder
-# above then says which it was. Same output byte for byte; None where the C part is missing.
-_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
-_FAST_ENCODE = (
-    _make_c_encoder(None, _ENCODER.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
-    if _make_c_encoder is not None
-    else None
-)
-
-
-def on_fresh_stack(call: Callable[[], T]) -> T:
-    """``call()`` on a thread of its own: the whole recursion limit, whatever the caller's depth.
-
-    For the rare retry after a RecursionError. The C JSON codec spends one
-    frame of the caller's budget per level of nesting, so a value that is
-    fine at the top of a stack fails inside a deep one; a fresh thread's
-    stack holds any value within MAX_JSON_DEPTH.
-    """
-    # _thread, not threading: starting it takes no Python frames of the caller's budget,
-    # which may be nearly spent (that is why we are here).
-    outcome: list[Any] = []
-    finished = _thread.allocate_lock()
-    finished.acquire()
-
-    def run() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as exc:  # handed to the caller, re-raised there
-            outcome.append((False, exc))
-        finally:
-            finished.release()
-
-    _thread.start_new_thread(run, ())
-    finished.acquire()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
-
-
-def compact_json(value: Any) -> str:
-    """Compact, ASCII-only JSON text; raises what json.dumps raises (TypeError, ValueError, RecursionError).
-
-    Its output never depends on the caller's stack depth (see on_fresh_stack).
-    """
-    if _FAST_ENCODE is None:
-        try:
-            return _ENCODER.encode(value)
-        except RecursionError:
-            return on_fresh_stack(lambda: _ENCODER.encode(value))
-    try:
-        return "".join(_FAST_ENCODE(value, 0))
-    except RecursionError:
-        # A cycle, or deep, or only a deep caller: the checking encoder tells a cycle
-        # apart, and on a fresh stack the caller's depth no longer counts.
-        return on_fresh_stack(lambda: _ENCODER.encode(value))
-
-
-_decode = json.JSONDecoder().decode
-
-
-def load_json(text: str) -> Any:
-    """The value JSON ``text`` holds (ValueError if it is not JSON), whatever the caller's stack depth.
-
-    RecursionError only for nesting deeper than a fresh stack holds, which
-    nothing nobroker encodes ever is.
-    """
-    try:
-        return _decode(text)
-    except RecursionError:
-        return on_fresh_stack(lambda: _decode(text))
-
-
-# A nesting level takes two characters of JSON at least ("[" and "]").
-_SHALLOW_CHARS = 2 * (MAX_JSON_DEPTH + 1)
-# A string in compact ASCII JSON (what compact_json writes), in the unrolled form that is fast on long ones.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-
-
-def json_depth(text: str) -> int:
-    """How deeply the arrays and objects of compact JSON ``text`` nest (0 for a scalar)."""
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
-
-
-def _too_deep(text: str) -> bool:
-    """Is ``text`` nested deeper than MAX_JSON_DEPTH? Cheap answers first: most payloads are short."""
-    if len(text) < _SHALLOW_CHARS or text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
-        return False
-    return json_depth(text) > MAX_JSON_DEPTH
-
-
-def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
-    """Compact JSON text for ``value``, or SerializationError saying why not.
-
-    ASCII-only on purpose: lone surrogates survive as escapes, and the bytes
-    are the same whichever language writes them.
-    """
-    if isinstance(value, str) and len(value) > limit:
-        # Every character is at least one byte of JSON: refuse without a copy of it.
-        raise SerializationError(
-            f"{what} is a string of {len(value):,} characters; the limit is {limit:,} bytes of JSON. "
-            "Store large data elsewhere and enqueue a reference to it."
-        )
-    try:
-        text = compact_json(value)
-    except RecursionError:
-        text = None
-    except (TypeError, ValueError) as exc:
-        raise SerializationError(f"{what} is not JSON-serialisable: {exc}") from None
-    if text is None or _too_deep(text):
-        raise SerializationError(
-            f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (arrays and objects); flatten it"
-        )
-    if len(text) > limit:
-        raise SerializationError(
-            f"{what} is {len(text):,} bytes as JSON; the limit is {limit:,}. "
-            "Store large data elsewhere and enqueue a reference to it."
-        )
-    return text
-
-
-class _KeysCollide(ValueError):
-    """Two keys of one object that JSON text cannot tell apart (the key is their text)."""
-
-
-def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Our encoder writes each key of a dict once, so a repeated key in its text
-    # can only be two keys that became the same string (1 and "1", True and "true").
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _value in pairs:
-            if key in seen:
-                raise _KeysCollide(key)
-            seen.add(key)
-    return out
-
-
-_STORED = json.JSONDecoder(object_pairs_hook=_distinct_keys)
-#: Values that come back from their JSON text as themselves (exact types only: not subclasses).
-_SELF_DECODING = frozenset({str, int, float, bool, type(None)})
-
-
-def _decode_stored(text: str, what: str) -> Any:
-    """The value ``text`` (our own compact JSON) holds, whatever the caller's stack depth (as load_json)."""
-    try:
-        try:
-            return _STORED.decode(text)
-        except RecursionError:
-            return on_fresh_stack(lambda: _STORED.decode(text))
-    except _KeysCollide as exc:
-        raise SerializationError(
-            f"{what} has two keys that are both {json.dumps(str(exc))} as JSON text (keys become strings: "
-            "1 and \"1\", or True and \"true\", collide); make the keys distinct strings"
-        ) from None
-
-
-def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> tuple[str, Any]:
-    """(JSON text of ``value``, the value every reader gets back from it): what is stored, exactly.
-
-    The second is decoded from the text, not the caller's object: a tuple
-    comes back as a list, a key 1 as "1", and later changes to the caller's
-    object change nothing. Keys that collide as text: SerializationError.
-    """
-    text = dump_json(value, what=what, limit=limit)
-    if type(value) in _SELF_DECODING:
-        return text, value
-    return text, _decode_stored(text, what)
-
-
-def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[str], list[Any]]:
-    """``stored_json`` of every value, decoded in one go (enqueue_many's fast path)."""
-    texts = [dump_json(value, what=what) for value in values]
-    try:
-        return texts, _decode_stored("[" + ",".join(texts) + "]", what)
-    except SerializationError:  # one by one, so the error names the payload
-        return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
-
-
-def check_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> Any:
-    """Validate that ``value`` stores as JSON within ``limit``; return it unchanged."""
-    dump_json(value, what=what, limit=limit)
-    return value
-
-
 __all__ = [
     "Job",
     "JobState",
@@ -539,10 +340,6 @@ __all__ = [
     "RecoveryReport",
     "CompactionResult",
     "Damage",
-    "dump_json",
-    "stored_json",
-    "stored_json_many",
-    "check_json",
     "MAX_RECORD_BYTES",
     "MAX_PAYLOAD_BYTES",
     "MAX_RESULT_BYTES",

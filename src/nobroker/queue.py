@@ -38,9 +38,8 @@ from .jobs import (
     RecoveryReport,
     finite_float,
     shown,
-    stored_json,
-    stored_json_many,
 )
+from .codec import stored_json, stored_json_many
 from .storage import EnqueueSpec, Storage, StorageOptions, storage_kind
 
 JobRef = Job | str

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SerializationError
-from ..jobs import MAX_RECORD_BYTES, compact_json, on_fresh_stack
+from ..jobs import MAX_RECORD_BYTES
+from ..codec import compact_json, on_fresh_stack
 
 MAGIC = b"NOBROKER"
 FORMAT_VERSION = 1
@@ -62,7 +63,7 @@ def decode_body(data: bytes) -> Any:
     """The JSON value in a record body; ValueError if the body is not exactly one JSON value.
 
     Whatever the caller's stack depth: a body nested deeper than the stack
-    left here holds is decoded again on a fresh one (jobs.on_fresh_stack),
+    left here holds is decoded again on a fresh one (codec.on_fresh_stack),
     so a record nobroker wrote always reads back. Only nesting deeper than
     a fresh stack holds (never written by nobroker) is ValueError.
     """

@@ -46,7 +46,7 @@ from typing import Any
 
 from ..errors import NobrokerError
 from .fs import FileSystem
-from ..jobs import load_json, on_fresh_stack
+from ..codec import load_json, on_fresh_stack
 from .log import LogFile
 from .replay import QueueState
 

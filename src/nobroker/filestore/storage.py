@@ -48,7 +48,8 @@ from ..errors import (
 )
 from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, Frame, FrameStatus, RecordType, encode_record, frame
 from .fs import OS_FILESYSTEM, FileSystem
-from ..jobs import CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport, load_json
+from ..jobs import CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport
+from ..codec import load_json
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
 from .replay import DEAD, DONE, READY, Entry, QueueState

@@ -99,7 +99,8 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import LockTimeoutError, NobrokerError, StorageError
-from ..jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, load_json, shown
+from ..jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, shown
+from ..codec import load_json
 from ..storage import EnqueueSpec, StorageOptions, dsn_parameters, job_not_found, new_job_id, parse_keyword_dsn, refusal
 
 try:

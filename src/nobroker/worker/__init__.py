@@ -57,16 +57,8 @@ from types import FrameType
 from typing import Any, Protocol
 
 from ..errors import JobNotFoundError, NotLeasedError, PermanentError, SerializationError
-from ..jobs import (
-    MAX_ERROR_CHARS,
-    MAX_RESULT_BYTES,
-    MAX_SECONDS,
-    MAX_TRACEBACK_CHARS,
-    Job,
-    finite_float,
-    shown,
-    stored_json,
-)
+from ..jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SECONDS, MAX_TRACEBACK_CHARS, Job, finite_float, shown
+from ..codec import stored_json
 
 __all__ = ["Worker", "WorkerStats", "WorkQueue"]
 
