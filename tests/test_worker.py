@@ -329,7 +329,7 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
         queue.ack_many = counting_ack_many  # type: ignore[method-assign]
         barrier = threading.Barrier(4, timeout=PATIENCE)
         # A generous gather window, so a slow machine cannot split the batch.
-        with unittest.mock.patch("nobroker.worker.worker.ACK_GATHER_SECONDS", 5.0):
+        with unittest.mock.patch("nobroker.worker.acks.ACK_GATHER_SECONDS", 5.0):
             stats = Worker(queue, lambda job: barrier.wait(), concurrency=4, max_jobs=4, handle_signals=False).run()
         self.assertEqual(stats.succeeded, 4)
         self.assertEqual(queue.stats().done, 4)
@@ -364,7 +364,7 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
                 raise NotLeasedError("taken over")
 
         queue.ack_many = ack_many  # type: ignore[method-assign]
-        with unittest.mock.patch("nobroker.worker.worker.ACK_GATHER_SECONDS", 5.0):
+        with unittest.mock.patch("nobroker.worker.acks.ACK_GATHER_SECONDS", 5.0):
             stats = Worker(queue, handler, concurrency=4, max_jobs=4, handle_signals=False).run()
         self.assertEqual((stats.succeeded, stats.lost_leases), (3, 1))
         self.assertEqual(queue.stats().done, 3)
