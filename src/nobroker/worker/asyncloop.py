@@ -2,8 +2,8 @@
 
 Owns: EventLoopThread. Handler threads hand it coroutines and wait for
 their results, so at most ``concurrency`` coroutines run at a time and acks
-still come from many threads (they share one fsync). Imports: nothing of
-nobroker (the standard library only).
+still come from many threads (they share one fsync). Imports: nothing from
+nobroker.
 """
 
 from __future__ import annotations

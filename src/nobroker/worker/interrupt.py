@@ -4,7 +4,7 @@ Owns: InterruptPipe. ``Worker.stop()`` (from any thread, and so from a stop
 signal's watcher) writes one byte to it; the run() thread's
 ``wait_for_jobs(timeout, interrupt=fd)`` returns as soon as the read end is
 readable. The byte is never read, so every later wait ends at once too.
-Imports: nothing of nobroker (the standard library only).
+Imports: nothing from nobroker.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Owns: StopSignals, the one handling of SIGINT and SIGTERM for everything that
 runs until stopped: ``Worker.run()`` (``handle_signals``), ``nobroker work``,
 and with Ctrl-C alone ``nobroker enqueue --count`` and ``nobroker serve``.
-Imports: nothing of nobroker (the standard library only).
+Imports: nothing from nobroker.
 
 A signal handler runs in the main thread between two bytecodes, possibly
 while that thread holds one of the caller's locks. So the handler only
