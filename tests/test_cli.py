@@ -1368,6 +1368,17 @@ class OptionalPartsTests(CliTestCase):
         self.assertEqual(result.code, 2)
         self.assertIn("migrate", result.err)
 
+    def test_a_missing_optional_part_is_named_by_its_package_folder(self) -> None:
+        self.enqueue("a")
+        with stand_in_module("nobroker.dashboard", _missing=True):
+            serve = self.cli("serve")
+        self.assert_one_line_error(serve)
+        self.assertIn("no dashboard (nobroker/dashboard/ is missing)", serve.err)
+        with stand_in_module("nobroker.postgres", _missing=True):
+            migrate = run_main(["pg", "migrate", "--dsn", "postgresql://db/app"])
+        self.assert_one_line_error(migrate)
+        self.assertIn("no PostgreSQL storage (nobroker/postgres/ is missing)", migrate.err)
+
     def test_pg_migrate_missing_module_or_driver(self) -> None:
         with stand_in_module("nobroker.postgres", _missing=True):
             result = run_main(["pg", "migrate", "--dsn", "postgresql://db/app"])
