@@ -107,16 +107,29 @@ def _takes_keyword(method: Callable[..., Any], name: str) -> bool:
 class QueueAccess:
     """The Worker's one way to its queue: each call typed, each optional part used only where it exists.
 
-    Methods are looked up on the queue at every call, never kept, so a queue
-    whose methods are replaced after the Worker was made (tests do that) is
-    called as it is now.
+    Which parts the queue has is learned once, here: an isinstance check of a
+    runtime protocol costs several microseconds, too much for every job.
+    Methods are still looked up on the queue at every call, never kept, so a
+    queue whose methods are replaced after the Worker was made (tests do
+    that) is called as it is now.
     """
 
     def __init__(self, queue: WorkQueue) -> None:
         self.queue = queue
-        self.acks_many = isinstance(queue, AcksMany)
-        self.can_interrupt = isinstance(queue, WakesWaiters)
+        self._many: AcksMany | None = queue if isinstance(queue, AcksMany) else None
+        self._waits: WaitsForJobs | None = queue if isinstance(queue, WaitsForJobs) else None
+        self._wakes: WakesWaiters | None = queue if isinstance(queue, WakesWaiters) else None
+        self._timed: HasVisibilityTimeout | None = queue if isinstance(queue, HasVisibilityTimeout) else None
         self._keeps_tracebacks = _takes_keyword(queue.nack, "traceback")
+
+    @property
+    def acks_many(self) -> bool:
+        return self._many is not None
+
+    @property
+    def can_interrupt(self) -> bool:
+        """Does the queue's idle wait take an interrupt descriptor (and the worker's kinds)?"""
+        return self._wakes is not None
 
     def lease(self, count: int, kinds: list[str] | None) -> list[Job]:
         if kinds is None:
@@ -132,12 +145,11 @@ class QueueAccess:
             self.queue.ack(job, result=result)
 
     def ack_many(self, jobs: list[Job], results: list[Any]) -> None:
-        queue = self.queue
-        assert isinstance(queue, AcksMany), "only called when acks_many"
+        assert self._many is not None, "only called when acks_many"
         if any(result is not None for result in results):
-            queue.ack_many(jobs, results=results)
+            self._many.ack_many(jobs, results=results)
         else:
-            queue.ack_many(jobs)
+            self._many.ack_many(jobs)
 
     def nack(self, job: Job, error: str, permanent: bool, traceback: str | None) -> bool:
         """Give the job back; True when the queue says it went to the dead-letter queue."""
@@ -155,28 +167,25 @@ class QueueAccess:
 
     def wakes_waiters(self) -> bool:
         """Will the queue wake us when work arrives, so a long idle wait is safe?"""
-        queue = self.queue
-        if not isinstance(queue, WakesWaiters):
+        if self._wakes is None:
             return False
         try:
-            return bool(queue.wakes_waiters())
+            return bool(self._wakes.wakes_waiters())
         except Exception:  # a closed queue and the like: the lease will tell
             return False
 
     def wait(self, timeout: float, interrupt: int | None, kinds: list[str] | None) -> bool:
         """Block in the queue's idle wait; False when it has none (the caller waits on its own)."""
-        queue = self.queue
-        if interrupt is not None and isinstance(queue, WakesWaiters):
-            queue.wait_for_jobs(timeout, interrupt=interrupt, kinds=kinds)
-        elif isinstance(queue, WaitsForJobs):
-            queue.wait_for_jobs(timeout)
+        if interrupt is not None and self._wakes is not None:
+            self._wakes.wait_for_jobs(timeout, interrupt=interrupt, kinds=kinds)
+        elif self._waits is not None:
+            self._waits.wait_for_jobs(timeout)
         else:
             return False
         return True
 
     def lease_length(self) -> float | None:
         """The queue's visibility timeout, when it has a usable one."""
-        queue = self.queue
-        if isinstance(queue, HasVisibilityTimeout) and is_positive_number(queue.visibility_timeout):
-            return float(queue.visibility_timeout)
+        if self._timed is not None and is_positive_number(self._timed.visibility_timeout):
+            return float(self._timed.visibility_timeout)
         return None
