@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..jobs import MAX_BATCH_JOBS, Job, JobState
-from ..worker.signals import StopSignals
 from .location import open_queue
 from .output import EXIT_INTERRUPTED, EXIT_OK, PREVIEW_CHARS, Output, Progress, job_detail, job_table, preview, relative, safe, state_text, utc
 from .values import ALL, parse_json_value, read_stdin_payload
@@ -48,6 +47,8 @@ def cmd_enqueue(args: argparse.Namespace, out: Output) -> int:
 
 
 def _enqueue_count(args: argparse.Namespace, out: Output, queue: Any, payload: Any, options: dict[str, Any]) -> int:
+    from ..worker.signals import StopSignals  # here, so other commands never load the worker package
+
     jobs: list[Job] = []
     torn = False
     progress = Progress("enqueueing")

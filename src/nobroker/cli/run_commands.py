@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import QueueNotFoundError
-from ..worker.signals import StopSignals
 from . import bench as quickbench
 from .location import DEFAULT_QUEUE, ENV_DSN, list_queue_names, not_found, open_queue, pg_options, storage_of
 from .output import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, Output, Progress, one_line, safe
@@ -82,6 +81,7 @@ def _import_failed(module_name: str, exc: BaseException) -> CommandError:
 
 def cmd_work(args: argparse.Namespace, out: Output) -> int:
     from .. import Worker
+    from ..worker.signals import StopSignals
 
     handler = load_handler(args.handler)
     with open_queue(args, create=True) as queue:
@@ -125,6 +125,8 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         if _missing_module(exc, "nobroker.dashboard"):
             raise CommandError("this copy of nobroker has no dashboard (nobroker/dashboard/ is missing)") from None
         raise
+    from ..worker.signals import StopSignals  # here, so other commands never load the worker package
+
     token = args.token if args.token is not None else os.environ.get(ENV_TOKEN) or None
     where, is_dsn = storage_of(args)
     options = pg_options(args, is_dsn)

@@ -2,18 +2,21 @@
 
 Owns: EventLoopThread. Handler threads hand it coroutines and wait for
 their results, so at most ``concurrency`` coroutines run at a time and acks
-still come from many threads (they share one fsync). Imports: nothing from
-nobroker.
+still come from many threads (they share one fsync). asyncio itself is
+imported only when an async handler first runs: a worker with a plain
+handler never loads it. Imports: nothing from nobroker.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
 import threading
 from collections.abc import Awaitable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
+    import concurrent.futures
 
 #: Longest ``abort()`` waits for the lock guarding the running futures: an
 #: interrupt may have landed while a handler thread held it.
@@ -39,6 +42,8 @@ class EventLoopThread:
 
     def ensure(self) -> asyncio.AbstractEventLoop:
         """The loop, started now if it is not running yet."""
+        import asyncio
+
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
@@ -49,6 +54,8 @@ class EventLoopThread:
 
     @staticmethod
     def _main(loop: asyncio.AbstractEventLoop) -> None:
+        import asyncio
+
         asyncio.set_event_loop(loop)
         try:
             loop.run_forever()
@@ -65,6 +72,8 @@ class EventLoopThread:
 
     def run(self, awaitable: Awaitable[Any]) -> Any:
         """Run ``awaitable`` on the loop and return its result (or raise what it raised)."""
+        import asyncio
+
         loop = self.ensure()
         coroutine: Coroutine[Any, Any, Any]
         coroutine = awaitable if inspect.iscoroutine(awaitable) else _await_any(awaitable)
