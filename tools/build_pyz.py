@@ -12,7 +12,9 @@ not bundled: the PostgreSQL storage imports it only when a DSN is opened.
 The bundled source is the repository's, slimmed: comments are dropped (in
 the SQL files too) and each docstring keeps only its first line. Every line stays where it was, so a
 traceback from the bundle points at the right line of the source in the
-repository. ``--full-source`` bundles the files untouched.
+repository. ``--full-source`` bundles the files untouched. Data files go in as
+they are (the dashboard's page.html, page.css and page.js among them): the
+package reads them from the zip with importlib.resources.
 
     python tools/build_pyz.py [--output PATH] [--full-source]
 """
@@ -39,10 +41,6 @@ MAX_BYTES = 128 * 1024
 #: ``./nobroker.pyz`` runs directly on POSIX; ``python nobroker.pyz`` works everywhere.
 INTERPRETER = "/usr/bin/env python3"
 
-
-#: Package files the single-file app leaves out. None today: the full benchmark suites live
-#: in tools/bench/, outside the package; `nobroker bench` (nobroker/cli/bench.py) ships.
-NOT_BUNDLED: tuple[str, ...] = ()
 
 
 def slim_source(source: str) -> str:
@@ -83,12 +81,9 @@ def build(output: Path, *, full_source: bool = False) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nobroker-pyz-") as staging:
         # A staging copy keeps build debris out of the bundle (caches, egg-info)
-        # and leaves the archive root holding exactly one thing: the package.
-        # The benchmarks stay out (NOT_BUNDLED): `nobroker bench` then says to run
-        # it from a clone instead.
-        shutil.copytree(
-            PACKAGE, Path(staging) / "nobroker", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *NOT_BUNDLED)
-        )
+        # and leaves the archive root holding exactly one thing: the package,
+        # all of it (the benchmark suites live outside it, in tools/bench/).
+        shutil.copytree(PACKAGE, Path(staging) / "nobroker", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         if not full_source:
             for path in (Path(staging) / "nobroker").rglob("*.py"):
                 path.write_text(slim_source(path.read_text(encoding="utf-8")), encoding="utf-8")
@@ -106,7 +101,9 @@ def build(output: Path, *, full_source: bool = False) -> int:
         with open(tmp_output, "wb") as f:
             f.write(b"#!" + INTERPRETER.encode("utf-8") + b"\n")
             with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as bundle:
-                for child in sorted(Path(staging).rglob("*")):
+                # Files only: zipimport and importlib.resources need no entries for folders,
+                # and each would cost about a hundred bytes of headers.
+                for child in sorted(path for path in Path(staging).rglob("*") if path.is_file()):
                     bundle.write(child, child.relative_to(staging).as_posix())
         tmp_output.chmod(tmp_output.stat().st_mode | stat.S_IEXEC)
         tmp_output.replace(output)
