@@ -764,7 +764,7 @@ class MetricsTest(DashboardCase):
         for n in range(3):
             queue.enqueue(n, delay=3600)
         queue.enqueue("runnable")
-        with mock.patch.object(dashboard.server, "METRICS_SCAN_PAGE", 2):
+        with mock.patch.object(dashboard.metrics, "METRICS_SCAN_PAGE", 2):
             samples = parse_metrics(self.request("GET", "/metrics").text)
         self.assertGreaterEqual(samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))], 90.0)
         self.assertEqual(queue.list_calls, 2)
@@ -774,7 +774,7 @@ class MetricsTest(DashboardCase):
         self.server.queue = queue  # type: ignore[assignment]
         for n in range(7):
             queue.enqueue(n)
-        with mock.patch.object(dashboard.server, "METRICS_SCAN_PAGE", 2):
+        with mock.patch.object(dashboard.metrics, "METRICS_SCAN_PAGE", 2):
             samples = parse_metrics(self.request("GET", "/metrics").text)
         self.assertGreaterEqual(samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))], 90.0)
         self.assertEqual(queue.list_calls, 1)

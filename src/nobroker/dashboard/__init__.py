@@ -1,26 +1,35 @@
 """The live dashboard behind ``nobroker serve``: one HTML page, a JSON API, /metrics.
 
-Owns: nothing but the names the CLI and callers use (make_server, serve,
+Owns: nothing but the names callers use (make_server, serve,
 DashboardConfigError, ...), re-exported from the modules that own them.
-Imports: server.
+Imports: api, metrics, server, launch. The dashboard reaches a queue only through the
+public Queue, so it works the same on the file storage and on PostgreSQL.
+
+The package, bottom up (each module imports only those above it):
+
+    queues.py   the queues one dashboard offers: listed on demand, opened on first use, never created
+    metrics.py  /metrics: one queue's state in the Prometheus text format
+    page.py     the page: page.html, page.css and page.js, read once, rendered with each answer's nonce
+    api.py      the JSON routes: each one public Queue call under the dashboard's lock; queue errors as statuses
+    server.py   the HTTP server: request reading and every security rule (Host, token, CSRF, CSP, headers, limits)
+    launch.py   make_server (checked, then bound) and serve (until Ctrl-C)
 """
 
 from __future__ import annotations
 
+from .api import MAX_PAGE_JOBS
+from .launch import make_server, serve
+from .metrics import render_metrics
 from .server import (
     CSRF_HEADER,
     DEFAULT_HOST,
     DEFAULT_PORT,
     MAX_BODY_BYTES,
-    MAX_PAGE_JOBS,
     SESSION_COOKIE,
     DashboardBindError,
     DashboardConfigError,
     DashboardServer,
     is_loopback_host,
-    make_server,
-    render_metrics,
-    serve,
 )
 
 __all__ = [
