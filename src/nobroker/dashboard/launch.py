@@ -82,7 +82,7 @@ def serve(
     """
     server = make_server(queue, host=host, port=port, token=token, list_queues=list_queues, open_queue=open_queue)
     url = server.url
-    logger.info("dashboard for queue %s at %s", getattr(queue, "name", "default"), url)
+    logger.info("dashboard for queue %s at %s", queue.name, url)
     if on_ready is not None:
         on_ready(server)
     if open_browser:

@@ -43,12 +43,11 @@ def render_metrics(server: Served, queue: Queue | None = None) -> str:
 def metrics_text(queue: Queue, lock: threading.Lock) -> str:
     """The Prometheus text exposition (format 0.0.4) of ``queue``'s state right now, read under ``lock``.
 
-    Counters (``nobroker_enqueued_total``, ``nobroker_acked_total``) are
-    emitted only when the queue's stats carry ``enqueued_total`` and
-    ``acked_total``: deriving them from the counts by state would be wrong
-    after every compaction or purge, so the dashboard does not guess.
+    Gauges only: counters (jobs enqueued, acknowledged) derived from the
+    counts by state would be wrong after every compaction or purge, so they
+    wait for a storage that keeps them.
     """
-    name = _escape_label(str(getattr(queue, "name", "default")))
+    name = _escape_label(queue.name)
     now = time.time()
     with lock:
         stats = queue.stats()
@@ -78,12 +77,6 @@ def metrics_text(queue: Queue, lock: threading.Lock) -> str:
     )
     metric("nobroker_leases_active", "gauge", "Jobs leased right now.", [(f'queue="{name}"', counts["leased"])])
     metric("nobroker_dead_jobs", "gauge", "Jobs in the dead-letter queue.", [(f'queue="{name}"', counts["dead"])])
-    enqueued = getattr(stats, "enqueued_total", None)
-    acked = getattr(stats, "acked_total", None)
-    if isinstance(enqueued, int) and not isinstance(enqueued, bool):
-        metric("nobroker_enqueued_total", "counter", "Jobs enqueued since the queue was created.", [(f'queue="{name}"', enqueued)])
-    if isinstance(acked, int) and not isinstance(acked, bool):
-        metric("nobroker_acked_total", "counter", "Jobs acknowledged since the queue was created.", [(f'queue="{name}"', acked)])
     return "\n".join(lines) + "\n"
 
 

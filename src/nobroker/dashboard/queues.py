@@ -54,7 +54,7 @@ class QueueSet:
 
     @property
     def first_name(self) -> str:
-        return str(getattr(self.first, "name", "default"))
+        return self.first.name
 
     def names(self) -> list[str]:
         """Every queue offered, sorted (the first one always among them)."""
