@@ -26,6 +26,7 @@ import unittest
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import nobroker
 from nobroker import Job, PermanentError
@@ -306,6 +307,45 @@ class PyzTest(TempDirTestCase):
             self.assertEqual(traceback.extract_tb(exc.__traceback__)[-1].lineno, 12)
         else:
             self.fail("f did not raise")
+
+    def test_slimming_keeps_the_first_line_of_the_docstrings_help_shows_only(self) -> None:
+        from tools.build_pyz import slim_source
+
+        source = textwrap.dedent('''\
+            """Module."""
+            class Public:
+                """Public class.
+
+                More.
+                """
+                def method(self):
+                    """Public method."""
+                    def inner():
+                        """Nested."""
+                    return inner
+                def __repr__(self):
+                    """Dunder."""
+                    return "x"
+                def _private(self):
+                    """Private method."""
+            class _Hidden:
+                """Hidden class."""
+                def method(self):
+                    """Method of a hidden class."""
+            def _helper():
+                """Helper."""
+        ''')
+        space: dict[str, Any] = {}
+        exec(compile(slim_source(source), "m.py", "exec"), space)
+        public, hidden = space["Public"], space["_Hidden"]
+        self.assertEqual(
+            [space["__doc__"], public.__doc__, public.method.__doc__, public.__repr__.__doc__],
+            ["Module.", "Public class.\n\n\n", "Public method.", "Dunder."],
+        )
+        self.assertEqual(
+            [public.method(None).__doc__, public._private.__doc__, hidden.__doc__, hidden.method.__doc__, space["_helper"].__doc__],
+            [""] * 5,
+        )
 
     def test_slimming_sql_keeps_every_statement_on_its_line(self) -> None:
         from nobroker.postgres.storage import _statements
