@@ -351,7 +351,9 @@ class PyzTest(TempDirTestCase):
         from nobroker.postgres.storage import _statements
         from tools.build_pyz import slim_sql
 
-        for path in sorted((ROOT / "src" / "nobroker" / "sql").glob("*.sql")):
+        paths = sorted((ROOT / "src" / "nobroker" / "postgres" / "sql").glob("*.sql"))
+        self.assertTrue(paths, "no migration files found to slim")
+        for path in paths:
             with self.subTest(path.name):
                 text = path.read_text(encoding="utf-8")
                 slimmed = slim_sql(text)
