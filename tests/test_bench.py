@@ -1,0 +1,83 @@
+"""The benchmark suites of tools/bench/ run, at the sizes their flags choose.
+
+Imports: the standard library, tools.bench, tests.support, tests.pgsupport.
+The suites run once at toy sizes: that proves every measurement still works
+against the library (they reach into it in places: the snapshot flag, the
+generation a peer reads) and that the table keeps its rows in order. No
+figure is checked: benchmarks measure speed, tests never do.
+"""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.pgsupport import require_postgres
+from tests.support import TempDirTestCase, slow
+from tools.bench import file, pg
+from tools.bench.plan import Plan
+from tools.bench.report import render
+
+#: Pending jobs of the toy run: just over what makes a close write a snapshot
+#: (filestore.snapshot.SNAPSHOT_MIN_RECORDS), which the opening figures need.
+TOY_PENDING = 21_000
+
+FILE_FIGURES = [
+    "enqueue, 1 thread",
+    "enqueue, 8 threads",
+    "enqueue, 4 processes",
+    "lease_one + ack, 1 thread",
+    "Worker(concurrency=8) drains 80",
+    "enqueue_many, 1,000 per call",
+    "memory per job, 21,000 pending",
+    "stats(), 21,000 pending",
+    "first lease_one() after open, 21,000 pending",
+    "open a log of 21,000 records, after a clean close",
+    "open a log of 21,000 records, no snapshot (after a crash)",
+    "close writing the snapshot, 21,000 pending",
+    "open a compacted queue of 21,000 jobs, after a clean close",
+    "open a compacted queue of 21,000 jobs, no snapshot",
+    "longest file-lock hold while compacting 21,000 jobs",
+    "a peer's longest enqueue meanwhile",
+    "compaction of 21,000 jobs (half done), a peer enqueuing",
+    "the peer's first enqueue after the flip (re-reads the new generation)",
+    "pickup by an idle worker, median",
+    "pickup by an idle worker, p99",
+    "idle worker CPU",
+]
+
+
+class CommandTest(unittest.TestCase):
+    def test_the_plans_of_the_flags(self) -> None:
+        self.assertEqual(Plan.of(quick=False, full=False, runs=5), Plan(runs=5, jobs=2000, drain_jobs=8000, pending=200_000, pickups=80))
+        self.assertEqual(Plan.of(quick=True, full=False, runs=3), Plan(runs=3, jobs=800, drain_jobs=3200, pending=50_000, pickups=30))
+        self.assertEqual(Plan.of(quick=False, full=True, runs=1), Plan(runs=1, jobs=2000, drain_jobs=20_000, pending=1_000_000, pickups=80))
+
+
+class FileSuitesTest(TempDirTestCase):
+    @slow
+    def test_a_toy_run_reports_every_figure_in_order(self) -> None:
+        figures = file.run(self.dir, Plan(runs=1, jobs=40, drain_jobs=80, pending=TOY_PENDING, pickups=3))
+        self.assertEqual(len(figures), len(FILE_FIGURES), [f.name for f in figures])
+        for figure, name in zip(figures, FILE_FIGURES):
+            self.assertTrue(figure.name.startswith(name), (figure.name, name))
+        table = render(figures, markdown=True).splitlines()
+        self.assertEqual(table[0], "| figure | value | limit | ratio | target | verdict |")
+        self.assertEqual(len(table), 2 + len(FILE_FIGURES))
+
+
+class PostgresSuiteTest(unittest.TestCase):
+    @slow
+    def test_a_toy_run_reports_every_figure_beside_the_baseline(self) -> None:
+        dsn = require_postgres(self)
+        rows = pg.run(dsn, jobs=20, batch=5, workers=2, samples=3, rounds=1, progress=lambda text: None)
+        self.assertEqual(
+            [row["key"] for row in rows],
+            ["enqueue_single", "enqueue_batch", "drain_1_one", "drain_1_batch", "drain_2_one", "drain_2_batch",
+             "pickup_median", "pickup_p99"],
+        )  # fmt: skip
+        self.assertTrue(all(row["value"] > 0 and row["baseline"] > 0 for row in rows), rows)
+        self.assertEqual(len(pg.render(rows).splitlines()), 2 + len(rows))
+
+
+if __name__ == "__main__":
+    unittest.main()
