@@ -1,4 +1,4 @@
-"""The benchmark suites of tools/bench/ run, at the sizes their flags choose.
+"""The benchmark suites of tools/bench/ run, and their command hands each flag to the suite it belongs to.
 
 Imports: the standard library, tools.bench, tests.support, tests.pgsupport.
 The suites run once at toy sizes: that proves every measurement still works
@@ -9,7 +9,9 @@ figure is checked: benchmarks measure speed, tests never do.
 
 from __future__ import annotations
 
+import importlib.util
 import unittest
+from unittest import mock
 
 from tests.pgsupport import require_postgres
 from tests.support import TempDirTestCase, slow
@@ -51,6 +53,12 @@ class CommandTest(unittest.TestCase):
         self.assertEqual(Plan.of(quick=False, full=False, runs=5), Plan(runs=5, jobs=2000, drain_jobs=8000, pending=200_000, pickups=80))
         self.assertEqual(Plan.of(quick=True, full=False, runs=3), Plan(runs=3, jobs=800, drain_jobs=3200, pending=50_000, pickups=30))
         self.assertEqual(Plan.of(quick=False, full=True, runs=1), Plan(runs=1, jobs=2000, drain_jobs=20_000, pending=1_000_000, pickups=80))
+
+    @unittest.skipIf(importlib.util.find_spec("psycopg") is None, "psycopg is not installed")
+    def test_every_flag_but_pg_goes_to_the_postgresql_suite(self) -> None:
+        with mock.patch.object(pg, "main", return_value=0) as pg_main:
+            self.assertEqual(file.main(["--quick", "--pg", "--md", "--jobs", "10"]), 0)
+        pg_main.assert_called_once_with(["--quick", "--md", "--jobs", "10"])
 
 
 class FileSuitesTest(TempDirTestCase):

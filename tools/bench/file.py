@@ -2,7 +2,8 @@
 
 Owns: ``python -m tools.bench`` (what ``python make.py bench`` and
 ``bench-md`` run): the flags, the order of the suites (SUITES), the header
-line and the table; ``--pg`` hands the rest of the command line to pg.py.
+line and the table; with ``--pg``, every other flag is pg.py's (its --quick
+and --md too).
 Imports: plan, report, throughput, scale, pickup; pg for ``--pg``.
 ``nobroker bench`` is the quick figure of nobroker.cli.bench, which ships in
 the single-file app; these suites do not.
@@ -43,18 +44,19 @@ def run(root: str, plan: Plan) -> list[Figure]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--pg" in argv:
+        # Every other flag is the PostgreSQL suite's, --quick and --md included.
+        return _main_pg([arg for arg in argv if arg != "--pg"])
     parser = argparse.ArgumentParser(prog="nobroker bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller runs, under a minute")
     parser.add_argument("--full", action="store_true", help="the 1,000,000-job figures too (minutes)")
     parser.add_argument("--md", action="store_true", help="print a Markdown table for README.md")
     parser.add_argument("--runs", type=int, default=None, help="repetitions per figure (median reported)")
     parser.add_argument("--dir", default=None, help="where to put the scratch queues (default: a temp folder)")
+    # Listed for --help only: a command line with --pg went to the PostgreSQL suite above.
     parser.add_argument("--pg", action="store_true", help="benchmark the PostgreSQL storage instead")
-    args, rest = parser.parse_known_args(argv)
-    if args.pg:
-        return _main_pg(rest)
-    if rest:
-        parser.error(f"unknown arguments: {' '.join(rest)}")
+    args = parser.parse_args(argv)
     runs = args.runs or (3 if args.quick else 5)
     root = tempfile.mkdtemp(prefix="nobroker-bench-", dir=args.dir)
     try:
