@@ -1,9 +1,10 @@
 """The benchmark suites of tools/bench/ run, and their command hands each flag to the suite it belongs to.
 
-Imports: the standard library, tools.bench, tests.support, tests.pgsupport.
-The suites run once at toy sizes: that proves every measurement still works
-against the library (they reach into it in places: the snapshot flag, the
-generation a peer reads) and that the table keeps its rows in order. No
+Imports: the standard library, tools.bench, tests.support.
+The file storage's suites run once at toy sizes: that proves every
+measurement still works against the library (they reach into it in places:
+the snapshot flag, the generation a peer reads) and that the table keeps its
+rows in order (the PostgreSQL suite's toy run is in test_postgres.py). No
 figure is checked: benchmarks measure speed, tests never do.
 """
 
@@ -13,7 +14,6 @@ import importlib.util
 import unittest
 from unittest import mock
 
-from tests.pgsupport import require_postgres
 from tests.support import TempDirTestCase, slow
 from tools.bench import file, pg
 from tools.bench.plan import Plan
@@ -71,20 +71,6 @@ class FileSuitesTest(TempDirTestCase):
         table = render(figures, markdown=True).splitlines()
         self.assertEqual(table[0], "| figure | value | limit | ratio | target | verdict |")
         self.assertEqual(len(table), 2 + len(FILE_FIGURES))
-
-
-class PostgresSuiteTest(unittest.TestCase):
-    @slow
-    def test_a_toy_run_reports_every_figure_beside_the_baseline(self) -> None:
-        dsn = require_postgres(self)
-        rows = pg.run(dsn, jobs=20, batch=5, workers=2, samples=3, rounds=1, progress=lambda text: None)
-        self.assertEqual(
-            [row["key"] for row in rows],
-            ["enqueue_single", "enqueue_batch", "drain_1_one", "drain_1_batch", "drain_2_one", "drain_2_batch",
-             "pickup_median", "pickup_p99"],
-        )  # fmt: skip
-        self.assertTrue(all(row["value"] > 0 and row["baseline"] > 0 for row in rows), rows)
-        self.assertEqual(len(pg.render(rows).splitlines()), 2 + len(rows))
 
 
 if __name__ == "__main__":
