@@ -254,40 +254,31 @@
   }
 
   // ---------------------------------------------------------------- actions
-  async function requeueOne(id) {
+  // One POST; its outcome goes to the message line, then the counts and the list are read afresh.
+  async function act(path, body, done, failed) {
     try {
-      const data = await api("/api/jobs/" + encodeURIComponent(id) + "/requeue", { method: "POST" });
-      say("Requeued " + data.requeued + " job: " + id);
+      say(done(await api(path, { method: "POST", body: body })));
     } catch (err) {
-      say("Requeue failed: " + err.message, true);
+      say(failed + ": " + err.message, true);
     }
     view.lastStats = "";
     await refreshStats();
   }
 
-  async function requeueAll() {
+  function requeueOne(id) {
+    return act("/api/jobs/" + encodeURIComponent(id) + "/requeue", null,
+      (data) => "Requeued " + data.requeued + " job: " + id, "Requeue failed");
+  }
+
+  function requeueAll() {
     if (!window.confirm("Requeue every dead job? Their attempts start again from 0.")) return;
-    try {
-      const data = await api("/api/dlq/requeue", { method: "POST" });
-      say("Requeued " + data.requeued + " dead job(s).");
-    } catch (err) {
-      say("Requeue failed: " + err.message, true);
-    }
-    view.lastStats = "";
-    await refreshStats();
+    return act("/api/dlq/requeue", null, (data) => "Requeued " + data.requeued + " dead job(s).", "Requeue failed");
   }
 
-  async function compact() {
+  function compact() {
     if (!window.confirm("Compact the queue? Done jobs are dropped for good; everything else is kept.")) return;
-    try {
-      const data = await api("/api/compact", { method: "POST" });
-      const c = data.compaction;
-      say("Compacted: kept " + c.jobs_kept + ", dropped " + c.jobs_dropped + " done job(s).");
-    } catch (err) {
-      say("Compaction failed: " + err.message, true);
-    }
-    view.lastStats = "";
-    await refreshStats();
+    return act("/api/compact", null, (data) => "Compacted: kept " + data.compaction.jobs_kept + ", dropped "
+      + data.compaction.jobs_dropped + " done job(s).", "Compaction failed");
   }
 
   function openPurge() {
@@ -304,15 +295,8 @@
     const typed = $("purge-input").value;
     $("purge-dialog").close();
     if (typed !== view.queue) return;
-    try {
-      const data = await api("/api/purge", { method: "POST", body: { confirm: typed } });
-      say("Purged " + data.purged + " job(s).");
-    } catch (err) {
-      say("Purge failed: " + err.message, true);
-    }
-    clearDetail();
-    view.lastStats = "";
-    await refreshStats();
+    clearDetail();  // every job is about to go, the one on show with them
+    await act("/api/purge", { confirm: typed }, (data) => "Purged " + data.purged + " job(s).", "Purge failed");
   }
 
   // ---------------------------------------------------------------- wiring
