@@ -764,7 +764,7 @@ class MetricsTest(DashboardCase):
         for n in range(3):
             queue.enqueue(n, delay=3600)
         queue.enqueue("runnable")
-        with mock.patch.object(dashboard, "METRICS_SCAN_PAGE", 2):
+        with mock.patch.object(dashboard.metrics, "METRICS_SCAN_PAGE", 2):
             samples = parse_metrics(self.request("GET", "/metrics").text)
         self.assertGreaterEqual(samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))], 90.0)
         self.assertEqual(queue.list_calls, 2)
@@ -774,24 +774,10 @@ class MetricsTest(DashboardCase):
         self.server.queue = queue  # type: ignore[assignment]
         for n in range(7):
             queue.enqueue(n)
-        with mock.patch.object(dashboard, "METRICS_SCAN_PAGE", 2):
+        with mock.patch.object(dashboard.metrics, "METRICS_SCAN_PAGE", 2):
             samples = parse_metrics(self.request("GET", "/metrics").text)
         self.assertGreaterEqual(samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))], 90.0)
         self.assertEqual(queue.list_calls, 1)
-
-    def test_counters_appear_only_when_the_queue_keeps_them(self) -> None:
-        names = {name for name, _ in parse_metrics(self.request("GET", "/metrics").text)}
-        stats = self.queue.stats()
-        has_counters = hasattr(stats, "enqueued_total") and hasattr(stats, "acked_total")
-        self.assertEqual("nobroker_enqueued_total" in names, has_counters)
-        self.assertEqual("nobroker_acked_total" in names, has_counters)
-        self.server.queue = _CountingQueue(self.queue, enqueued=12, acked=7)  # type: ignore[assignment]
-        text = self.request("GET", "/metrics").text
-        samples = parse_metrics(text)
-        q = ("queue", self.queue.name)
-        self.assertEqual(samples[("nobroker_enqueued_total", (q,))], 12)
-        self.assertEqual(samples[("nobroker_acked_total", (q,))], 7)
-        self.assertIn("# TYPE nobroker_enqueued_total counter", text)
 
     def test_queue_names_are_escaped_as_label_values(self) -> None:
         self.server.queue = _RenamedQueue(self.queue, 'we"ird\\name')  # type: ignore[assignment]
@@ -884,27 +870,6 @@ class _Proxy:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._queue, name)
-
-
-class _CountingQueue(_Proxy):
-    def __init__(self, queue: Queue, enqueued: int, acked: int) -> None:
-        super().__init__(queue)
-        self._counts = (enqueued, acked)
-
-    def stats(self) -> Any:
-        stats = self._queue.stats()
-        return type(
-            "Stats",
-            (),
-            {
-                "to_dict": staticmethod(stats.to_dict),
-                "leased": stats.leased,
-                "dead": stats.dead,
-                "ready": stats.ready,
-                "enqueued_total": self._counts[0],
-                "acked_total": self._counts[1],
-            },
-        )()
 
 
 class _RenamedQueue(_Proxy):

@@ -10,9 +10,11 @@ These run the tools as a user would, in subprocesses, from temp folders.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,8 +23,10 @@ import time
 import tomllib
 import traceback
 import unittest
+import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import nobroker
 from nobroker import Job, PermanentError
@@ -221,6 +225,18 @@ class ManifestTest(unittest.TestCase):
         self.assertEqual(project["optional-dependencies"], {"postgres": ["psycopg>=3.1"]})
         self.assertTrue((ROOT / "src" / "nobroker" / "py.typed").is_file())
 
+    def test_every_data_file_of_the_package_is_listed_for_the_wheel(self) -> None:
+        # setuptools puts a file that is not Python into the wheel only when package-data names it.
+        globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["nobroker"]
+        package = ROOT / "src" / "nobroker"
+        data = [
+            path.relative_to(package).as_posix()
+            for path in package.rglob("*")
+            if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts
+        ]
+        self.assertIn("dashboard/page.js", data)
+        self.assertEqual([name for name in data if not any(fnmatch.fnmatchcase(name, g) for g in globs)], [])
+
 
 class PyzTest(TempDirTestCase):
     """The single-file build, run from a folder that is not the clone, with nothing on PYTHONPATH."""
@@ -292,11 +308,52 @@ class PyzTest(TempDirTestCase):
         else:
             self.fail("f did not raise")
 
+    def test_slimming_keeps_the_first_line_of_the_docstrings_help_shows_only(self) -> None:
+        from tools.build_pyz import slim_source
+
+        source = textwrap.dedent('''\
+            """Module."""
+            class Public:
+                """Public class.
+
+                More.
+                """
+                def method(self):
+                    """Public method."""
+                    def inner():
+                        """Nested."""
+                    return inner
+                def __repr__(self):
+                    """Dunder."""
+                    return "x"
+                def _private(self):
+                    """Private method."""
+            class _Hidden:
+                """Hidden class."""
+                def method(self):
+                    """Method of a hidden class."""
+            def _helper():
+                """Helper."""
+        ''')
+        space: dict[str, Any] = {}
+        exec(compile(slim_source(source), "m.py", "exec"), space)
+        public, hidden = space["Public"], space["_Hidden"]
+        self.assertEqual(
+            [space["__doc__"], public.__doc__, public.method.__doc__, public.__repr__.__doc__],
+            ["Module.", "Public class.\n\n\n", "Public method.", "Dunder."],
+        )
+        self.assertEqual(
+            [public.method(None).__doc__, public._private.__doc__, hidden.__doc__, hidden.method.__doc__, space["_helper"].__doc__],
+            [""] * 5,
+        )
+
     def test_slimming_sql_keeps_every_statement_on_its_line(self) -> None:
         from nobroker.postgres.storage import _statements
         from tools.build_pyz import slim_sql
 
-        for path in sorted((ROOT / "src" / "nobroker" / "sql").glob("*.sql")):
+        paths = sorted((ROOT / "src" / "nobroker" / "postgres" / "sql").glob("*.sql"))
+        self.assertTrue(paths, "no migration files found to slim")
+        for path in paths:
             with self.subTest(path.name):
                 text = path.read_text(encoding="utf-8")
                 slimmed = slim_sql(text)
@@ -338,6 +395,29 @@ class PyzTest(TempDirTestCase):
         with zipfile.ZipFile(self.pyz) as bundle:
             self.assertIn("nobroker/cli/bench.py", bundle.namelist())
             self.assertFalse([n for n in bundle.namelist() if n.startswith("tools/")], "the benchmark suites stay out")
+
+    def test_serve_serves_the_page_from_the_bundle(self) -> None:
+        # The page is three data files of the package: the bundle carries them, the server reads them from the zip.
+        with zipfile.ZipFile(self.pyz) as bundle:
+            self.assertLessEqual({f"nobroker/dashboard/page.{ext}" for ext in ("html", "css", "js")}, set(bundle.namelist()))
+        self.assertEqual(self.pyz_run("--dir", "q", "enqueue", '"shown"').returncode, 0)
+        proc = subprocess.Popen(
+            [sys.executable, str(self.pyz), "--dir", "q", "serve", "--port", "0"],
+            cwd=self.dir, env=bare_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        self.assertIn(" at http://127.0.0.1:", line, proc.stderr.read() if not line else "")  # type: ignore[union-attr]
+        with urllib.request.urlopen(line.split(" at ")[1].split()[0], timeout=SUBPROCESS_TIMEOUT) as response:
+            nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]+)'", response.headers["Content-Security-Policy"])
+            page = response.read().decode("utf-8")
+        self.assertIsNotNone(nonce)
+        assert nonce is not None
+        self.assertIn(f'<style nonce="{nonce.group(1)}">\n:root', page)
+        self.assertIn(f'<script nonce="{nonce.group(1)}">\n"use strict";', page)
+        self.assertNotIn("{{", page)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=SUBPROCESS_TIMEOUT)
 
     def test_work_runs_the_example_handlers_from_the_clone(self) -> None:
         queue_dir = str(Path(self.dir, "q"))

@@ -10,9 +10,13 @@ the zip, so nothing is unpacked to disk and nothing is installed. psycopg is
 not bundled: the PostgreSQL storage imports it only when a DSN is opened.
 
 The bundled source is the repository's, slimmed: comments are dropped (in
-the SQL files too) and each docstring keeps only its first line. Every line stays where it was, so a
+the SQL files too); a docstring help() shows (a module's, a public class's,
+function's or method's) keeps its first line, and the others (private
+names', nested functions') keep nothing. Every line stays where it was, so a
 traceback from the bundle points at the right line of the source in the
-repository. ``--full-source`` bundles the files untouched.
+repository. ``--full-source`` bundles the files untouched. Data files go in as
+they are (the dashboard's page.html, page.css and page.js among them): the
+package reads them from the zip with importlib.resources.
 
     python tools/build_pyz.py [--output PATH] [--full-source]
 """
@@ -40,27 +44,43 @@ MAX_BYTES = 128 * 1024
 INTERPRETER = "/usr/bin/env python3"
 
 
-#: Package files the single-file app leaves out. None today: the full benchmark suites live
-#: in tools/bench/, outside the package; `nobroker bench` (nobroker/cli/bench.py) ships.
-NOT_BUNDLED: tuple[str, ...] = ()
+def _docstrings(tree: ast.Module) -> dict[tuple[int, int], tuple[int, str]]:
+    """Each docstring's (line, column) -> (its last line, what the bundle keeps of it).
+
+    A docstring help() can show (the module's, and those of public classes,
+    functions and methods, dunders included) keeps its first line; one it
+    cannot (a private name's, anything inside a function) keeps nothing.
+    """
+    found: dict[tuple[int, int], tuple[int, str]] = {}
+
+    def visit(node: ast.AST, shown: bool) -> None:
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                doc = first.value
+                summary = (doc.value.strip().splitlines() or [""])[0] if shown else ""
+                found[(doc.lineno, doc.col_offset)] = (doc.end_lineno or doc.lineno, summary)
+        inside_function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            name = getattr(child, "name", None) or ""
+            private = name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+            visit(child, shown and not inside_function and not private)
+
+    visit(tree, True)
+    return found
 
 
 def slim_source(source: str) -> str:
-    """``source`` without comments and with one-line docstrings, every statement on its original line."""
-    docstrings: dict[tuple[int, int], tuple[int, str]] = {}
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                doc = first.value
-                docstrings[(doc.lineno, doc.col_offset)] = (doc.end_lineno or doc.lineno, doc.value)
+    """``source`` without comments and with docstrings cut to what help() shows, every statement on its line."""
+    docstrings = _docstrings(ast.parse(source))
     tokens = []
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             continue
         if tok.type == tokenize.STRING and tok.start in docstrings:
-            end_line, value = docstrings[tok.start]
-            summary = (value.strip().splitlines() or [""])[0].replace("\\", "\\\\").replace('"', '\\"')
+            end_line, summary = docstrings[tok.start]
+            summary = summary.replace("\\", "\\\\").replace('"', '\\"')
             newlines = end_line - tok.start[0]
             # Blank lines inside the quotes keep every later line at its number.
             tok = tok._replace(string=f'"""{summary}{chr(10) * newlines}"""' if newlines else f'"{summary}"')
@@ -83,12 +103,9 @@ def build(output: Path, *, full_source: bool = False) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nobroker-pyz-") as staging:
         # A staging copy keeps build debris out of the bundle (caches, egg-info)
-        # and leaves the archive root holding exactly one thing: the package.
-        # The benchmarks stay out (NOT_BUNDLED): `nobroker bench` then says to run
-        # it from a clone instead.
-        shutil.copytree(
-            PACKAGE, Path(staging) / "nobroker", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *NOT_BUNDLED)
-        )
+        # and leaves the archive root holding exactly one thing: the package,
+        # all of it (the benchmark suites live outside it, in tools/bench/).
+        shutil.copytree(PACKAGE, Path(staging) / "nobroker", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         if not full_source:
             for path in (Path(staging) / "nobroker").rglob("*.py"):
                 path.write_text(slim_source(path.read_text(encoding="utf-8")), encoding="utf-8")
@@ -106,7 +123,9 @@ def build(output: Path, *, full_source: bool = False) -> int:
         with open(tmp_output, "wb") as f:
             f.write(b"#!" + INTERPRETER.encode("utf-8") + b"\n")
             with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as bundle:
-                for child in sorted(Path(staging).rglob("*")):
+                # Files only: zipimport and importlib.resources need no entries for folders,
+                # and each would cost about a hundred bytes of headers.
+                for child in sorted(path for path in Path(staging).rglob("*") if path.is_file()):
                     bundle.write(child, child.relative_to(staging).as_posix())
         tmp_output.chmod(tmp_output.stat().st_mode | stat.S_IEXEC)
         tmp_output.replace(output)

@@ -53,7 +53,7 @@ class OptionalPackage:
 
 OPTIONAL_THIRD_PARTY: dict[str, OptionalPackage] = {
     "psycopg": OptionalPackage(
-        places=("src/nobroker/postgres/", "tools/bench/pg.py", "tests/"),
+        places=("src/nobroker/postgres/", "tools/bench/pg.py", "tools/bench/pg_baseline.py", "tests/"),
         why=(
             'the PostgreSQL storage (pip install "nobroker[postgres]") and its benchmark, imported '
             "only when a postgresql:// DSN is opened or the PostgreSQL benchmark runs; "

@@ -1,4 +1,4 @@
-"""``python -m tools.bench [--pg] ...``: the benchmark suites (what ``python make.py bench`` runs)."""
+"""``python -m tools.bench [--pg] ...``: the benchmark suites (what ``python make.py bench`` runs). Imports: file."""
 
 from __future__ import annotations
 

@@ -2,29 +2,23 @@
 
 Owns: ``main(argv)``, which measures single and batch enqueue, drains with 1
 and with 4 worker processes (one job per claim and batch claims) and the
-idle pickup latency, each for nobroker and for a minimal hand-written loop
-on a plain table in the same database, in the same run, and prints one table
-(figure, value, baseline, ratio, target, verdict). Imports: queue, postgres
-(so psycopg), and the standard library. Reached by ``python make.py bench
---pg`` through nobroker.bench, or ``python -m nobroker.bench_pg``.
-
-The baseline is what a careful developer writes by hand for a lease queue
-with the same durability (synchronous commit on): INSERT to enqueue,
-``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)
-RETURNING`` to claim, one UPDATE to mark done (one per job, or one per
-claimed batch), LISTEN/NOTIFY to wake. It has no fencing tokens, no reclaim,
-no backoff, no dedupe: the ratio is what those guarantees cost.
+idle pickup latency, each for nobroker and for the hand-written loop of
+pg_baseline.py on a plain table in the same database, in the same run, and
+prints one table (figure, value, baseline, ratio, target, verdict). Also the
+nobroker contender (Nobroker) and the measurements both contenders go
+through. Imports: nobroker (Queue), nobroker.postgres (DEFAULT_SCHEMA,
+migrate), pg_baseline, report (markdown_table), psycopg. Reached by
+``python make.py bench --pg`` (file.py hands it the rest of the command
+line).
 
 Everything lives in a throwaway schema that is dropped at the end. Printing
 to stdout is this module's job (it is a command, not library code).
 """
-
 from __future__ import annotations
 
 import argparse
 import multiprocessing
 import os
-import select
 import statistics
 import sys
 import time
@@ -32,8 +26,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from nobroker.postgres import DEFAULT_SCHEMA, check_identifier, migrate
-from nobroker.queue import Queue
+from nobroker import Queue
+from nobroker.postgres import DEFAULT_SCHEMA, migrate
+from tools.bench.pg_baseline import BASELINE_TABLE, Baseline, connect, quoted
+from tools.bench.report import markdown_table
 
 DEFAULT_DSN = "postgresql:///test?host=/var/run/postgresql"
 #: Jobs per throughput figure, batch size, worker processes, latency samples.
@@ -53,43 +49,10 @@ TARGETS: dict[str, tuple[str, float]] = {
     "pickup_median": ("max", 5.0),
 }
 
-_BASELINE_TABLE = """
-CREATE TABLE {schema}.baseline (
-    id bigserial PRIMARY KEY,
-    state text NOT NULL DEFAULT 'ready',
-    priority integer NOT NULL DEFAULT 0,
-    run_at timestamptz NOT NULL DEFAULT now(),
-    locked_until timestamptz,
-    attempts integer NOT NULL DEFAULT 0,
-    payload json NOT NULL
-);
-CREATE INDEX baseline_claim ON {schema}.baseline (priority DESC, id) WHERE state = 'ready';
-"""
-_B_INSERT = "INSERT INTO {schema}.baseline (payload) VALUES (%s::json)"
-_B_INSERT_NOTIFY = "WITH i AS (INSERT INTO {schema}.baseline (payload) VALUES (%s::json) RETURNING id) SELECT pg_notify('bench_baseline', '') FROM i"
-_B_INSERT_MANY = "INSERT INTO {schema}.baseline (payload) SELECT unnest(%s::text[])::json"
-_B_CLAIM = """
-UPDATE {schema}.baseline SET state = 'leased', attempts = attempts + 1, locked_until = now() + interval '30 seconds'
-WHERE id IN (SELECT id FROM {schema}.baseline WHERE state = 'ready' AND run_at <= now()
-             ORDER BY priority DESC, id LIMIT %s FOR UPDATE SKIP LOCKED)
-RETURNING id, payload"""
-_B_DONE = "UPDATE {schema}.baseline SET state = 'done' WHERE id = %s AND state = 'leased'"
-_B_DONE_MANY = "UPDATE {schema}.baseline SET state = 'done' WHERE id = ANY(%s) AND state = 'leased'"
+# ---------------------------------------------------------------- nobroker, the contender
+class Nobroker:
+    """nobroker's PostgreSQL storage, through the public Queue: each method one figure's work."""
 
-
-def _quoted(schema: str) -> str:
-    """The bench's own schema name (a checked plain identifier), quoted for SQL text."""
-    return '"' + check_identifier(schema, "schema") + '"'
-
-
-def _connect(dsn: str) -> Any:
-    import psycopg
-
-    return psycopg.connect(dsn, autocommit=True)
-
-
-# ---------------------------------------------------------------- the two contenders
-class _Nobroker:
     label = "nobroker"
 
     def __init__(self, dsn: str, schema: str, name: str) -> None:
@@ -120,18 +83,14 @@ class _Nobroker:
     def drain(self, batch: int, ready: Any, go: Any) -> int:
         done = 0
         with self.open() as q:
-            ack_many = getattr(q, "ack_many", None)
-            if ack_many is None:  # not on the public Queue (yet): the storage's own batch ack
-                storage_ack_many = q.storage.ack_many  # type: ignore[attr-defined]
-                ack_many = lambda jobs: storage_ack_many([(j.id, j.lease_token, None) for j in jobs])  # noqa: E731
             ready.set()
             go.wait()
             while True:
                 jobs = q.lease(batch)
                 if not jobs:
                     return done
-                if len(jobs) > 1 and ack_many is not None:
-                    ack_many(jobs)
+                if len(jobs) > 1:
+                    q.ack_many(jobs)
                 else:
                     for job in jobs:
                         q.ack(job)
@@ -157,85 +116,6 @@ class _Nobroker:
             q.enqueue(payload)
 
         return enqueue
-
-
-class _Baseline:
-    label = "hand-written"
-
-    def __init__(self, dsn: str, schema: str) -> None:
-        self.dsn, self.schema = dsn, schema
-        ident = _quoted(schema)
-        self.sql = {
-            key: text.replace("{schema}", ident)
-            for key, text in {
-                "insert": _B_INSERT, "insert_notify": _B_INSERT_NOTIFY, "insert_many": _B_INSERT_MANY,
-                "claim": _B_CLAIM, "done": _B_DONE, "done_many": _B_DONE_MANY,
-            }.items()
-        }  # fmt: skip
-        self.channel = "bench_baseline"
-
-    def fill(self, n: int, batch: int) -> None:
-        with _connect(self.dsn) as conn:
-            for start in range(0, n, batch):
-                payloads = [f'{{"i":{i}}}' for i in range(start, min(start + batch, n))]
-                conn.execute(self.sql["insert_many"], (payloads,))
-
-    def enqueue_single(self, n: int) -> float:
-        import json
-
-        with _connect(self.dsn) as conn:
-            started = time.perf_counter()
-            for i in range(n):
-                conn.execute(self.sql["insert"], (json.dumps({"i": i}),))
-            return time.perf_counter() - started
-
-    def enqueue_batch(self, n: int, batch: int) -> float:
-        import json
-
-        with _connect(self.dsn) as conn:
-            started = time.perf_counter()
-            for start in range(0, n, batch):
-                conn.execute(self.sql["insert_many"], ([json.dumps({"i": i}) for i in range(start, min(start + batch, n))],))
-            return time.perf_counter() - started
-
-    def drain(self, batch: int, ready: Any, go: Any) -> int:
-        done = 0
-        with _connect(self.dsn) as conn:
-            ready.set()
-            go.wait()
-            while True:
-                rows = conn.execute(self.sql["claim"], (batch,)).fetchall()
-                if not rows:
-                    return done
-                if len(rows) == 1:
-                    conn.execute(self.sql["done"], (rows[0][0],))
-                else:
-                    conn.execute(self.sql["done_many"], ([r[0] for r in rows],))
-                done += len(rows)
-
-    def listen(self, ready: Any, results: Any, count: int) -> None:
-        with _connect(self.dsn) as conn:
-            conn.execute(f'LISTEN "{self.channel}"')
-            ready.set()
-            got = 0
-            pg = conn.pgconn
-            while got < count:
-                rows = conn.execute(self.sql["claim"], (1,)).fetchall()
-                if not rows:
-                    select.select([conn.fileno()], [], [], 1.0)
-                    pg.consume_input()
-                    while pg.notifies() is not None:
-                        pass
-                    continue
-                results.put(time.monotonic() - rows[0][1]["t"])
-                conn.execute(self.sql["done"], (rows[0][0],))
-                got += 1
-
-    def produce(self) -> Callable[[dict[str, Any]], None]:
-        import json
-
-        conn = _connect(self.dsn)
-        return lambda payload: conn.execute(self.sql["insert_notify"], (json.dumps(payload),)) and None
 
 
 # ---------------------------------------------------------------- measurements
@@ -323,11 +203,11 @@ def run(
 
     schema = f"{DEFAULT_SCHEMA}_bench_{uuid.uuid4().hex[:8]}"
     migrate(dsn, schema=schema)
-    with _connect(dsn) as conn:
-        conn.execute(_BASELINE_TABLE.replace("{schema}", _quoted(schema)))
+    with connect(dsn) as conn:
+        conn.execute(BASELINE_TABLE.replace("{schema}", quoted(schema)))
     rows: list[dict[str, Any]] = []
     try:
-        contenders = (_Nobroker(dsn, schema, "bench"), _Baseline(dsn, schema))
+        contenders = (Nobroker(dsn, schema, "bench"), Baseline(dsn, schema))
 
         def best(label: str, measure: Callable[[Any], Any], pick: Callable[[list[Any]], Any]) -> list[Any]:
             progress(f"measuring {label} ...")
@@ -352,7 +232,7 @@ def run(
         rows.append(_row("pickup_median", "idle pickup latency, median", "ms", ours[0], theirs[0], lower_is_better=True))
         rows.append(_row("pickup_p99", "idle pickup latency, p99", "ms", ours[1], theirs[1], lower_is_better=True))
     finally:
-        with _connect(dsn) as conn:
+        with connect(dsn) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     return rows
 
@@ -360,7 +240,7 @@ def run(
 def _clean(dsn: str, schema: str) -> None:
     from psycopg import sql
 
-    with _connect(dsn) as conn:
+    with connect(dsn) as conn:
         ident = sql.Identifier(schema)
         conn.execute(sql.SQL("TRUNCATE {}.jobs, {}.baseline").format(ident, ident))
         conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(ident))
@@ -396,9 +276,7 @@ def render(rows: list[dict[str, Any]], *, markdown: bool = False) -> str:
         for r in rows
     ]
     if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in table]
-        return "\n".join(lines)
+        return markdown_table(header, table)
     widths = [max(len(row[i]) for row in [header, *table]) for i in range(len(header))]
     out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)), "  ".join("-" * w for w in widths)]
     out += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)) for cells in table]

@@ -1,10 +1,11 @@
 """The queues one dashboard shows: the one it started on, and the others of the same folder or database.
 
 Owns: QueueSet (names listed on demand, queues opened on first use and kept
-open until the dashboard stops) and UnknownQueueError. Imports: errors; the
-queues are any objects with the public Queue methods, listed and opened by
-callables the caller passes, so this module never chooses a storage, never
-creates a queue and works the same on both storages.
+open until the dashboard stops) and UnknownQueueError. Imports: errors, queue
+(for annotations only). The queues are any objects with the public Queue
+methods, listed and opened by callables the caller passes, so this module
+never chooses a storage, never creates a queue and works the same on both
+storages.
 
 ``nobroker serve`` passes ``nobroker.list_queues`` and ``Queue(...,
 create=False)``: a queue that is not there is never made by looking at it.
@@ -53,7 +54,7 @@ class QueueSet:
 
     @property
     def first_name(self) -> str:
-        return str(getattr(self.first, "name", "default"))
+        return self.first.name
 
     def names(self) -> list[str]:
         """Every queue offered, sorted (the first one always among them)."""

@@ -1,0 +1,330 @@
+"use strict";
+(function () {
+  const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+  const REFRESH_MS = 1000;
+  const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
+  const QUEUES_EVERY = 10;  // rounds between looks for queues added to the folder or database
+  const $ = (id) => document.getElementById(id);
+  const view = { state: "runnable", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
+
+  // Build elements only through textContent: nothing from the queue is ever parsed as HTML.
+  function el(tag, props, children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (key === "text") node.textContent = value == null ? "" : String(value);
+      else if (key === "class") node.className = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, String(value));
+    }
+    for (const child of children || []) node.append(child);
+    return node;
+  }
+
+  function say(text, isError) {
+    const box = $("message");
+    box.textContent = text || "";
+    box.className = isError ? "error" : "";
+  }
+
+  // Every API call names the queue on show; the server opens only queues it lists.
+  function withQueue(path) {
+    if (!view.queue) return path;
+    return path + (path.includes("?") ? "&" : "?") + "queue=" + encodeURIComponent(view.queue);
+  }
+
+  async function api(path, options) {
+    if (path !== "/api/queues") path = withQueue(path);
+    const opts = Object.assign({ credentials: "same-origin", headers: {} }, options || {});
+    if (opts.method === "POST") {
+      opts.headers = Object.assign({ "Content-Type": "application/json", "X-CSRF-Token": CSRF }, opts.headers);
+      opts.body = JSON.stringify(opts.body || {});
+    }
+    const response = await fetch(path, opts);
+    let data = null;
+    try { data = await response.json(); } catch (e) { data = null; }
+    if (!response.ok) {
+      const reason = data && typeof data.error === "string" ? data.error : "HTTP " + response.status;
+      throw new Error(reason);
+    }
+    return data;
+  }
+
+  function duration(seconds) {
+    const abs = Math.abs(seconds);
+    if (abs < 120) return Math.round(abs) + " s";
+    if (abs < 7200) return Math.round(abs / 60) + " min";
+    if (abs < 172800) return Math.round(abs / 3600) + " h";
+    return Math.round(abs / 86400) + " d";
+  }
+
+  function relTime(t) {
+    const delta = t - view.now;
+    if (Math.abs(delta) < 1) return "now";
+    return delta > 0 ? "in " + duration(delta) : duration(delta) + " ago";
+  }
+
+  function isoTime(t) {
+    return new Date(t * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  }
+
+  function fmtTime(t) {
+    return t == null ? "–" : isoTime(t) + " (" + relTime(t) + ")";
+  }
+
+  // One short line for the list: what the job is waiting for, or why it died.
+  function infoOf(job) {
+    if (job.state === "dead") return ["error: " + (job.last_error == null ? "–" : job.last_error), job.last_error || ""];
+    if (job.state === "leased") {
+      const stage = job.stage == null ? "" : " · " + job.stage;
+      return ["lease ends " + relTime(job.lease_deadline) + stage, isoTime(job.lease_deadline)];
+    }
+    if (job.state === "ready" && job.available_at > view.now) return ["runs " + relTime(job.available_at), isoTime(job.available_at)];
+    if (job.state === "ready") {
+      const waited = view.now - job.available_at;
+      return [waited < 1 ? "ready now" : "waiting " + duration(waited), isoTime(job.available_at)];
+    }
+    return ["enqueued " + relTime(job.enqueued_at), isoTime(job.enqueued_at)];
+  }
+
+  // ---------------------------------------------------------------- counts
+  async function refreshStats() {
+    try {
+      const data = await api("/api/stats");
+      if (view.queue && data.queue !== view.queue) return;  // an answer for the queue shown before a switch
+      view.now = data.now;
+      view.queue = data.queue;
+      $("queue-name").textContent = data.queue;
+      $("durable").textContent = data.durable ? "durable (fsync on)" : "NOT durable (fsync off)";
+      for (const key of ["ready", "delayed", "leased", "done", "dead", "total"]) {
+        $("count-" + key).textContent = String(data.stats[key]);
+      }
+      $("updated").textContent = new Date().toLocaleTimeString();
+      $("status").textContent = "live";
+      $("status").className = "";
+      // The list is small (one page of previews): redraw it every round, so
+      // waiting times, lease deadlines and stages stay current. The detail may
+      // hold a large payload: reload it when the counts move, else now and then.
+      await refreshJobs();
+      const signature = JSON.stringify(data.stats);
+      view.ticks += 1;
+      if (view.ticks % QUEUES_EVERY === 0) await loadQueues();
+      if (view.selected && (signature !== view.lastStats || view.ticks % DETAIL_EVERY === 0)) {
+        await showJob(view.selected, true);
+      }
+      view.lastStats = signature;
+    } catch (err) {
+      $("status").textContent = "disconnected: " + err.message;
+      $("status").className = "bad";
+    }
+  }
+
+  // ---------------------------------------------------------------- queues
+  async function loadQueues() {
+    let data;
+    try {
+      data = await api("/api/queues");
+    } catch (err) {
+      return;  // the picker is a convenience; the counts say when the server is gone
+    }
+    if (!view.queue) view.queue = data["default"];
+    const picker = $("queue-picker");
+    picker.replaceChildren(...data.queues.map((name) => el("option", { value: name, text: name })));
+    picker.value = view.queue;
+    $("queue-picker-label").hidden = data.queues.length < 2;
+  }
+
+  function switchQueue(name) {
+    if (name === view.queue) return;
+    view.queue = name;
+    view.offset = 0;
+    view.lastStats = "";
+    view.listSeq += 1;  // answers still coming for the previous queue must not draw
+    view.detailSeq += 1;
+    clearDetail();
+    say("");
+    $("queue-name").textContent = name;
+    refreshStats();
+  }
+
+  // ---------------------------------------------------------------- lists
+  async function refreshJobs() {
+    const params = new URLSearchParams({ state: view.state, limit: String(view.limit), offset: String(view.offset) });
+    // Only the latest request may draw: a slow answer for the previous tab must not win.
+    const mine = ++view.listSeq;
+    let data;
+    try {
+      data = await api("/api/jobs?" + params.toString());
+    } catch (err) {
+      if (mine === view.listSeq) say("Could not list jobs: " + err.message, true);
+      return;
+    }
+    if (mine !== view.listSeq) return;
+    if (data.jobs.length === 0 && view.offset > 0) {
+      view.offset = Math.max(0, view.offset - view.limit);
+      return refreshJobs();
+    }
+    const focused = document.activeElement && document.activeElement.closest
+      ? document.activeElement.closest("tr.job") : null;
+    const focusId = focused ? focused.getAttribute("data-job-id") : null;
+    const rows = data.jobs.map(jobRow);
+    $("jobs").replaceChildren(...rows);
+    // Redrawing must not steal the keyboard user's place in the list.
+    const again = focusId === null ? null : rows.find((row) => row.getAttribute("data-job-id") === focusId);
+    if (again) again.focus();
+    $("jobs-empty").hidden = rows.length !== 0;
+    $("prev").disabled = view.offset === 0;
+    $("next").disabled = !data.has_more;
+    $("page-info").textContent = rows.length
+      ? (view.offset + 1) + "–" + (view.offset + rows.length)
+      : "";
+    $("dlq-actions").hidden = view.state !== "dead";
+  }
+
+  function jobRow(job) {
+    const info = infoOf(job);
+    const cells = [
+      el("td", { class: "mono", text: job.id }),
+      el("td", { text: job.kind }),
+      el("td", { text: job.state === "ready" && job.available_at > view.now ? "delayed" : job.state }),
+      el("td", { text: job.priority }),
+      el("td", { text: job.attempts + "/" + job.max_attempts }),
+      el("td", { class: "clip", text: info[0], title: info[1] }),
+      el("td", { class: "mono clip payload", text: job.payload_preview, title: job.payload_preview }),
+    ];
+    const actions = el("td");
+    if (job.state === "dead") {
+      actions.append(el("button", {
+        text: "Requeue", "data-action": "requeue", "data-job-id": job.id,
+        onclick: (ev) => { ev.stopPropagation(); requeueOne(job.id); },
+      }));
+    }
+    cells.push(actions);
+    const row = el("tr", {
+      class: "job" + (job.id === view.selected ? " selected" : ""), "data-job-id": job.id, tabindex: 0,
+      onclick: () => showJob(job.id, false),
+      onkeydown: (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); showJob(job.id, false); } },
+    }, cells);
+    return row;
+  }
+
+  // ---------------------------------------------------------------- detail
+  async function showJob(id, quiet) {
+    const mine = ++view.detailSeq;
+    let data;
+    try {
+      data = await api("/api/jobs/" + encodeURIComponent(id));
+      if (mine !== view.detailSeq) return;
+    } catch (err) {
+      if (mine !== view.detailSeq) return;
+      if (!quiet) say("Could not load job " + id + ": " + err.message, true);
+      if (quiet) clearDetail();
+      return;
+    }
+    const job = data.job;
+    view.selected = job.id;
+    for (const row of document.querySelectorAll("tr.job")) {
+      row.classList.toggle("selected", row.getAttribute("data-job-id") === job.id);
+    }
+    $("detail-title").textContent = job.id;
+    $("detail-hint").hidden = true;
+    const fields = [
+      ["state", job.state === "ready" && job.available_at > view.now ? "ready (delayed)" : job.state],
+      ["kind", job.kind], ["priority", job.priority],
+      ["attempts", job.attempts + " of " + job.max_attempts],
+      ["stage", job.stage == null ? "–" : job.stage],
+      ["dedupe key", job.dedupe_key == null ? "–" : job.dedupe_key],
+      ["enqueued", fmtTime(job.enqueued_at)], ["available", fmtTime(job.available_at)],
+      ["lease deadline", fmtTime(job.lease_deadline)], ["seq", job.seq],
+    ];
+    $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
+    $("detail-payload").textContent = JSON.stringify(job.payload, null, 2);
+    $("detail-error").textContent = job.last_error == null ? "–" : job.last_error;
+    $("detail-traceback").textContent = job.traceback == null ? "" : job.traceback;  // text, never markup
+    $("detail-traceback").hidden = $("detail-traceback-label").hidden = job.traceback == null;
+    $("detail-result").textContent = job.result == null ? "–" : JSON.stringify(job.result, null, 2);
+    $("detail-requeue").hidden = job.state !== "dead";
+    $("detail").hidden = false;
+  }
+
+  function clearDetail() {
+    view.selected = null;
+    $("detail").hidden = true;
+    $("detail-hint").hidden = false;
+    $("detail-title").textContent = "Select a job";
+  }
+
+  // ---------------------------------------------------------------- actions
+  // One POST; its outcome goes to the message line, then the counts and the list are read afresh.
+  async function act(path, body, done, failed) {
+    try {
+      say(done(await api(path, { method: "POST", body: body })));
+    } catch (err) {
+      say(failed + ": " + err.message, true);
+    }
+    view.lastStats = "";
+    await refreshStats();
+  }
+
+  function requeueOne(id) {
+    return act("/api/jobs/" + encodeURIComponent(id) + "/requeue", null,
+      (data) => "Requeued " + data.requeued + " job: " + id, "Requeue failed");
+  }
+
+  function requeueAll() {
+    if (!window.confirm("Requeue every dead job? Their attempts start again from 0.")) return;
+    return act("/api/dlq/requeue", null, (data) => "Requeued " + data.requeued + " dead job(s).", "Requeue failed");
+  }
+
+  function compact() {
+    if (!window.confirm("Compact the queue? Done jobs are dropped for good; everything else is kept.")) return;
+    return act("/api/compact", null, (data) => "Compacted: kept " + data.compaction.jobs_kept + ", dropped "
+      + data.compaction.jobs_dropped + " done job(s).", "Compaction failed");
+  }
+
+  function openPurge() {
+    if (!window.confirm("Purge deletes EVERY job in queue " + view.queue + ". Continue?")) return;
+    $("purge-name").textContent = view.queue;
+    $("purge-input").value = "";
+    $("purge-confirm").disabled = true;
+    $("purge-dialog").showModal();
+    $("purge-input").focus();
+  }
+
+  async function purge(ev) {
+    ev.preventDefault();
+    const typed = $("purge-input").value;
+    $("purge-dialog").close();
+    if (typed !== view.queue) return;
+    clearDetail();  // every job is about to go, the one on show with them
+    await act("/api/purge", { confirm: typed }, (data) => "Purged " + data.purged + " job(s).", "Purge failed");
+  }
+
+  // ---------------------------------------------------------------- wiring
+  for (const button of document.querySelectorAll("#tabs button")) {
+    button.addEventListener("click", () => {
+      view.state = button.getAttribute("data-state");
+      view.offset = 0;
+      for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-pressed", String(b === button));
+      refreshJobs();
+    });
+  }
+  $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); refreshJobs(); });
+  $("next").addEventListener("click", () => { view.offset += view.limit; refreshJobs(); });
+  $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; refreshJobs(); });
+  $("requeue-all").addEventListener("click", requeueAll);
+  $("detail-requeue").addEventListener("click", () => { if (view.selected) requeueOne(view.selected); });
+  $("detail-refresh").addEventListener("click", () => { if (view.selected) showJob(view.selected, false); });
+  $("compact").addEventListener("click", compact);
+  $("purge").addEventListener("click", openPurge);
+  $("purge-input").addEventListener("input", () => { $("purge-confirm").disabled = $("purge-input").value !== view.queue; });
+  $("purge-cancel").addEventListener("click", () => $("purge-dialog").close());
+  $("purge-form").addEventListener("submit", purge);
+  $("queue-picker").addEventListener("change", () => switchQueue($("queue-picker").value));
+
+  // A timer that waits for each round to finish, so a slow queue never piles up requests.
+  async function loop() {
+    await refreshStats();
+    setTimeout(loop, REFRESH_MS);
+  }
+  loadQueues().then(loop);
+})();
