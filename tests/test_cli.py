@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ from unittest import mock
 
 import nobroker
 from nobroker import JobState, Queue, cli
+from nobroker.cli import job_commands, output, values
 from nobroker.filestore import admin as maintenance
 from tests.pgsupport import connect as pg_connect
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
@@ -436,42 +438,42 @@ class PostgresCliTests(CliTestCase):
 # ---------------------------------------------------------------- payloads
 class PayloadParsingTests(unittest.TestCase):
     def test_json_values(self) -> None:
-        self.assertEqual(cli.parse_json_value('{"a": [1, 2]}'), {"a": [1, 2]})
-        self.assertEqual(cli.parse_json_value("42"), 42)
-        self.assertEqual(cli.parse_json_value("null"), None)
-        self.assertEqual(cli.parse_json_value('"two words"'), "two words")
+        self.assertEqual(values.parse_json_value('{"a": [1, 2]}'), {"a": [1, 2]})
+        self.assertEqual(values.parse_json_value("42"), 42)
+        self.assertEqual(values.parse_json_value("null"), None)
+        self.assertEqual(values.parse_json_value('"two words"'), "two words")
 
     def test_a_plain_word_is_a_string(self) -> None:
         for word in ("hello", "photo.jpg", "ada@example.com", "s3://bucket/key", "0123", "café"):
             with self.subTest(word=word):
-                self.assertEqual(cli.parse_json_value(word), word)
+                self.assertEqual(values.parse_json_value(word), word)
 
     def test_text_that_is_neither_is_refused_with_advice(self) -> None:
         for text in ("two words", "{broken", "[1,", "a;b"):
             with self.subTest(text=text):
-                with self.assertRaises(cli.InputError) as ctx:
-                    cli.parse_json_value(text)
+                with self.assertRaises(values.InputError) as ctx:
+                    values.parse_json_value(text)
                 self.assertIn("not valid JSON", str(ctx.exception))
                 self.assertIn("quote it", str(ctx.exception))
 
     def test_duplicate_keys_are_refused_at_any_depth(self) -> None:
         for text in ('{"a": 1, "a": 2}', '{"x": {"b": 1, "b": 1}}', '[{"k": 0, "k": 0}]'):
             with self.subTest(text=text):
-                with self.assertRaises(cli.InputError) as ctx:
-                    cli.parse_json_value(text)
+                with self.assertRaises(values.InputError) as ctx:
+                    values.parse_json_value(text)
                 self.assertIn("twice", str(ctx.exception))
 
     def test_nan_and_infinity_are_refused(self) -> None:
         for text in ("NaN", "[Infinity]", '{"x": -Infinity}'):
             with self.subTest(text=text):
-                with self.assertRaises(cli.InputError):
-                    cli.parse_json_value(text)
+                with self.assertRaises(values.InputError):
+                    values.parse_json_value(text)
 
     def test_hostile_numbers_and_nesting_are_refused_not_taken_as_words(self) -> None:
-        with self.assertRaises(cli.InputError):
-            cli.parse_json_value("9" * 5000)  # longer than Python converts by default
-        with self.assertRaises(cli.InputError) as ctx:
-            cli.parse_json_value("[" * 100_000 + "]" * 100_000)
+        with self.assertRaises(values.InputError):
+            values.parse_json_value("9" * 5000)  # longer than Python converts by default
+        with self.assertRaises(values.InputError) as ctx:
+            values.parse_json_value("[" * 100_000 + "]" * 100_000)
         self.assertIn("nested too deeply", str(ctx.exception))
 
 
@@ -551,7 +553,7 @@ class EnqueueTests(CliTestCase):
                     os.kill(os.getpid(), signal.SIGINT)
             return real(queue, *args, **kwargs)  # type: ignore[arg-type]
 
-        with mock.patch.object(cli, "ENQUEUE_COUNT_BATCH", 3), mock.patch.object(Queue, "enqueue_many", enqueue_many):
+        with mock.patch.object(job_commands, "ENQUEUE_COUNT_BATCH", 3), mock.patch.object(Queue, "enqueue_many", enqueue_many):
             result = self.cli(*(["--json"] if json_output else []), "enqueue", "x", "--count", "10")
         return result, self.queue()
 
@@ -1165,7 +1167,7 @@ class ProcessTests(CliTestCase):
 
     def test_ctrl_c_on_enqueue_count_prints_the_ids_enqueued_and_exits_130(self) -> None:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nobroker", "--dir", self.qdir, "enqueue", "x", "--count", str(cli.MAX_ENQUEUE_COUNT)],
+            [sys.executable, "-m", "nobroker", "--dir", self.qdir, "enqueue", "x", "--count", str(job_commands.MAX_ENQUEUE_COUNT)],
             cwd=self.dir, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
@@ -1177,9 +1179,9 @@ class ProcessTests(CliTestCase):
         self.assertEqual(proc.returncode, 130, err)
         ids = out.split()
         self.assertGreater(len(ids), 0)
-        self.assertLess(len(ids), cli.MAX_ENQUEUE_COUNT)
+        self.assertLess(len(ids), job_commands.MAX_ENQUEUE_COUNT)
         self.assertEqual(len(ids), len(self.queue()), "every job in the queue is reported, and only those")
-        self.assertIn(f"interrupted: enqueued {len(ids):,} of {cli.MAX_ENQUEUE_COUNT:,} jobs", err)
+        self.assertIn(f"interrupted: enqueued {len(ids):,} of {job_commands.MAX_ENQUEUE_COUNT:,} jobs", err)
         self.assertNotIn("Traceback", err)
 
     def test_serve_on_a_folder_without_a_default_queue_creates_nothing(self) -> None:
@@ -1366,6 +1368,17 @@ class OptionalPartsTests(CliTestCase):
         self.assertEqual(result.code, 2)
         self.assertIn("migrate", result.err)
 
+    def test_a_missing_optional_part_is_named_by_its_package_folder(self) -> None:
+        self.enqueue("a")
+        with stand_in_module("nobroker.dashboard", _missing=True):
+            serve = self.cli("serve")
+        self.assert_one_line_error(serve)
+        self.assertIn("no dashboard (nobroker/dashboard/ is missing)", serve.err)
+        with stand_in_module("nobroker.postgres", _missing=True):
+            migrate = run_main(["pg", "migrate", "--dsn", "postgresql://db/app"])
+        self.assert_one_line_error(migrate)
+        self.assertIn("no PostgreSQL storage (nobroker/postgres/ is missing)", migrate.err)
+
     def test_pg_migrate_missing_module_or_driver(self) -> None:
         with stand_in_module("nobroker.postgres", _missing=True):
             result = run_main(["pg", "migrate", "--dsn", "postgresql://db/app"])
@@ -1382,7 +1395,7 @@ class OutputTests(CliTestCase):
 
         plain, terminal = io.StringIO(), Terminal()
         for stream in (plain, terminal):
-            progress = cli.Progress("reading", stream)
+            progress = output.Progress("reading", stream)
             progress.start()
             progress.update(10)
             progress.done()
@@ -1399,9 +1412,9 @@ class OutputTests(CliTestCase):
         self.assertIn("DEBUG", loud.err)
 
     def test_logging_handler_is_removed_after_main(self) -> None:
-        before = list(cli.logging.getLogger("nobroker").handlers)
+        before = list(logging.getLogger("nobroker").handlers)
         self.cli("-v", "--json", "stats")
-        self.assertEqual(cli.logging.getLogger("nobroker").handlers, before)
+        self.assertEqual(logging.getLogger("nobroker").handlers, before)
 
     def test_json_output_is_one_ascii_document(self) -> None:
         self.enqueue('{"s": "caf\\u00e9 \\ud800"}')

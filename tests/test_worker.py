@@ -35,6 +35,7 @@ from nobroker import (
     Worker,
     WorkerStats,
 )
+from nobroker.worker.signals import StopSignals
 from tests.pgsupport import PostgresTestCase, fresh_name
 from tests.support import TempDirTestCase, wait_until
 
@@ -329,7 +330,7 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
         queue.ack_many = counting_ack_many  # type: ignore[method-assign]
         barrier = threading.Barrier(4, timeout=PATIENCE)
         # A generous gather window, so a slow machine cannot split the batch.
-        with unittest.mock.patch("nobroker.worker.ACK_GATHER_SECONDS", 5.0):
+        with unittest.mock.patch("nobroker.worker.acks.ACK_GATHER_SECONDS", 5.0):
             stats = Worker(queue, lambda job: barrier.wait(), concurrency=4, max_jobs=4, handle_signals=False).run()
         self.assertEqual(stats.succeeded, 4)
         self.assertEqual(queue.stats().done, 4)
@@ -364,7 +365,7 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
                 raise NotLeasedError("taken over")
 
         queue.ack_many = ack_many  # type: ignore[method-assign]
-        with unittest.mock.patch("nobroker.worker.ACK_GATHER_SECONDS", 5.0):
+        with unittest.mock.patch("nobroker.worker.acks.ACK_GATHER_SECONDS", 5.0):
             stats = Worker(queue, handler, concurrency=4, max_jobs=4, handle_signals=False).run()
         self.assertEqual((stats.succeeded, stats.lost_leases), (3, 1))
         self.assertEqual(queue.stats().done, 3)
@@ -821,6 +822,40 @@ class SignalHandlerTests(QueueTestCase):
         Worker(queue, lambda job: during.append(signal.getsignal(signal.SIGINT)), max_jobs=1,
                handle_signals=False).run()
         self.assertEqual(during, [before])
+
+
+class StopSignalsTests(unittest.TestCase):
+    """The two-stage stop the Worker and the CLI share (signal.raise_signal runs the handler before it returns)."""
+
+    def setUp(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.skipTest("signal handlers can only be installed from the main thread")
+
+    def test_the_first_signal_asks_once_a_second_sigterm_changes_nothing_a_second_ctrl_c_insists(self) -> None:
+        before = signal.getsignal(signal.SIGTERM)
+        asked: list[int] = []
+        called = threading.Event()
+
+        def on_stop(signum: int) -> None:
+            asked.append(signum)
+            called.set()
+
+        with StopSignals(on_stop) as signals:
+            signal.raise_signal(signal.SIGTERM)
+            self.assertTrue(called.wait(PATIENCE), "on_stop was never called")
+            signal.raise_signal(signal.SIGTERM)
+            with self.assertRaises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+        self.assertEqual((signals.first, signals.first_name, asked), (signal.SIGTERM, "SIGTERM", [signal.SIGTERM]))
+        self.assertIs(signal.getsignal(signal.SIGTERM), before)
+
+    def test_not_graceful_raises_at_the_first_ctrl_c_and_remembers_it(self) -> None:
+        sigterm = signal.getsignal(signal.SIGTERM)
+        with StopSignals(signals=(signal.SIGINT,), graceful=False) as signals:
+            self.assertIs(signal.getsignal(signal.SIGTERM), sigterm, "only the signals named are handled")
+            with self.assertRaises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+        self.assertEqual(signals.first, signal.SIGINT)
 
 
 # ---------------------------------------------------------------- the same Worker on PostgreSQL

@@ -1,8 +1,10 @@
 """The public Queue: one facade, two storages.
 
 Owns: Queue (argument checking, ``Job | id`` → ``(id, token)``, encoding
-payloads and results once, choosing the storage), and ``list_queues`` (the
-queues a folder or database holds, found without creating anything).
+payloads and results once, choosing the storage), ``list_queues`` (the
+queues a folder or database holds, found without creating anything),
+``require_queue`` and ``migrate_postgres`` (the PostgreSQL schema, for
+``nobroker pg migrate``).
 Imports: errors, jobs, storage, filestore, maintenance; postgres only when a
 DSN is given (it needs psycopg).
 
@@ -476,6 +478,27 @@ def require_queue(
             f"no queue named {name!r} in {folder!r} (queues found: {listed})",
             missing="queue", location=folder, name=name, found=found,
         )  # fmt: skip
+
+
+def migrate_postgres(
+    dsn: str, *, schema: str | None = None, worker_role: str | None = None, connect_timeout: float | None = None
+) -> list[str]:
+    """Create or upgrade the nobroker schema in the PostgreSQL database at ``dsn``; returns the files applied.
+
+    What ``nobroker pg migrate`` runs, so the command line reaches PostgreSQL
+    through this facade too. Options left None take the storage's defaults
+    (see nobroker.postgres.migrate). Needs the optional psycopg driver.
+    """
+    from .postgres import migrate  # optional: needs psycopg
+
+    options: dict[str, Any] = {}
+    if schema is not None:
+        options["schema"] = schema
+    if worker_role is not None:
+        options["worker_role"] = worker_role
+    if connect_timeout is not None:
+        options["connect_timeout"] = connect_timeout
+    return migrate(dsn, **options)
 
 
 # ---------------------------------------------------------------- argument checks

@@ -1,0 +1,153 @@
+"""Keeping the leases of running jobs alive: one thread renews them all.
+
+Owns: Running (one leased job between lease and ack/nack, with when to
+renew it) and Heartbeat (the thread that renews every running job's lease
+once RENEW_FRACTION of its visibility timeout has passed since the last
+renewal, and marks a lease lost when the queue refuses the renewal).
+Imports: errors, jobs, protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from ..errors import JobNotFoundError, NotLeasedError
+from ..jobs import Job
+from .protocol import QueueAccess
+
+logger = logging.getLogger("nobroker.worker")
+
+#: A lease is renewed once this fraction of its visibility timeout has passed,
+#: which leaves two renewals' worth of slack before it would expire.
+RENEW_FRACTION = 1.0 / 3.0
+#: Shortest gap between two renewals of one lease, so a tiny visibility
+#: timeout cannot turn the heartbeat into a busy loop.
+MIN_RENEW_INTERVAL = 0.05
+#: Longest ``abort()`` waits for the heartbeat's lock: an interrupt may have
+#: landed while another thread held it.
+ABORT_LOCK_SECONDS = 1.0
+
+#: Errors that mean "this job is no longer ours": another worker (or an
+#: operator) took it over, finished it or removed it. Never fatal.
+LOST_ERRORS: tuple[type[BaseException], ...] = (NotLeasedError, JobNotFoundError)
+
+
+class Running:
+    """One leased job between lease and ack/nack: what the heartbeat renews."""
+
+    __slots__ = ("job", "timeout", "interval", "renew_at", "lost")
+
+    def __init__(self, job: Job, timeout: float, leased_at: float) -> None:
+        assert timeout > 0, "a lease length is positive"
+        self.job = job
+        self.timeout = timeout
+        self.interval = max(timeout * RENEW_FRACTION, MIN_RENEW_INTERVAL)
+        self.renew_at = leased_at + self.interval  # monotonic clock
+        #: Set (under the heartbeat's lock) when a renewal found the lease gone.
+        self.lost = False
+
+
+class Heartbeat:
+    """The renewing thread. ``add`` jobs when leased, ``discard`` them when settled.
+
+    ``on_error(exc, what)``: a renewal failed for another reason than a lost
+    lease (a storage error); the worker stops on it.
+    """
+
+    def __init__(self, access: QueueAccess, on_error: Callable[[BaseException, str], None], name: str) -> None:
+        self._access = access
+        self._on_error = on_error
+        self._name = name
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        # Guarded by _lock.
+        self._running: set[Running] = set()
+        self._stop = False
+        # Monotonic time the thread sleeps until (None: until woken).
+        self._sleeps_until: float | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name=self._name, daemon=True)
+        self._thread.start()
+
+    def add(self, entries: Iterable[Running]) -> None:
+        """Renew these from now on (before any handler starts them: a settled job must never come back)."""
+        entries = list(entries)
+        if not entries:
+            return
+        with self._lock:
+            self._running.update(entries)
+            # Wake the thread only when it sleeps past the new leases' first
+            # renewal: a wake-up per lease call would cost a thread switch
+            # per batch for nothing.
+            first_renewal = min(entry.renew_at for entry in entries)
+            if self._sleeps_until is None or first_renewal < self._sleeps_until:
+                self._wake.notify()
+
+    def discard(self, entry: Running) -> None:
+        """Renew this one no more. After this returns, ``entry.lost`` no longer changes."""
+        with self._lock:
+            self._running.discard(entry)
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it."""
+        with self._lock:
+            self._stop = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def abort(self) -> None:
+        """Stop renewing at once, waiting for nothing: the leases then expire normally."""
+        self._stop = True
+        if self._lock.acquire(timeout=ABORT_LOCK_SECONDS):
+            try:
+                self._wake.notify_all()
+            finally:
+                self._lock.release()
+
+    def _main(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._stop:
+                        return
+                    now = time.monotonic()
+                    live = [entry for entry in self._running if not entry.lost]
+                    due = [entry for entry in live if entry.renew_at <= now]
+                    if due:
+                        break
+                    next_at = min((entry.renew_at for entry in live), default=None)
+                    self._sleeps_until = next_at
+                    self._wake.wait(None if next_at is None else next_at - now)
+                    self._sleeps_until = now  # awake: the next add need not wake it
+            for entry in due:
+                if self._stop:
+                    return
+                self._renew(entry)
+
+    def _renew(self, entry: Running) -> None:
+        started = time.monotonic()
+        try:
+            self._access.extend(entry.job, entry.timeout)
+        except LOST_ERRORS as exc:
+            with self._lock:
+                still_running = entry in self._running
+                if still_running:
+                    entry.lost = True
+            if still_running:
+                logger.warning(
+                    "job %s: lease lost while its handler runs (%s); another worker may run it too", entry.job.id, exc
+                )
+            return
+        except Exception as exc:
+            with self._lock:
+                entry.renew_at = started + entry.interval
+            self._on_error(exc, f"lease renewal of job {entry.job.id}")
+            return
+        with self._lock:
+            entry.renew_at = started + entry.interval

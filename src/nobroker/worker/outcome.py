@@ -1,0 +1,112 @@
+"""What became of a job: the handler's outcome, and the counts of one run.
+
+Owns: WorkerStats (what one ``Worker.run()`` did, one bucket per leased
+job), Outcome (a result to ack, or an error text and traceback to nack
+with) and ``call_handler``, which turns whatever the handler did (returned,
+raised, returned a result that cannot be stored) into one Outcome.
+Imports: errors, jobs, codec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import traceback as traceback_module
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..codec import stored_json
+from ..errors import PermanentError, SerializationError
+from ..jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_TRACEBACK_CHARS, Job
+
+Handler = Callable[[Any], Any]
+
+
+@dataclass
+class WorkerStats:
+    """What one ``Worker.run()`` did. Every leased job ends in exactly one bucket.
+
+    ``succeeded``: handler returned and the ack was recorded. ``failed``: the
+    handler raised and the job went back for a retry. ``dead``: the job went
+    to the dead-letter queue: the handler raised (retries exhausted, or
+    PermanentError), or it returned a result that cannot be stored (not JSON,
+    over the limit), which is never retried: the work is done. ``lost_leases``: the lease was no longer ours when the
+    worker came to ack or nack (it expired and was delivered elsewhere, or an
+    operator finished the job), so the outcome was not recorded by us.
+    """
+
+    leased: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    lost_leases: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """The counts as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Outcome:
+    """What the handler produced: a result to ack, or an error text to nack with."""
+
+    result: Any = None
+    error: str | None = None
+    permanent: bool = False
+    #: What the handler raised, if it did (its traceback is kept with the job and logged).
+    exc: BaseException | None = None
+
+    def failed(self, exc: BaseException, *, permanent: bool = False) -> None:
+        self.error, self.permanent, self.exc = error_text(exc), permanent, exc
+
+    def traceback(self) -> str | None:
+        if self.exc is None:
+            return None
+        return "".join(traceback_module.format_exception(self.exc))[-MAX_TRACEBACK_CHARS:]
+
+
+def error_text(exc: BaseException) -> str:
+    """``"<ExcType>: <message>"``, cut to the length the queue keeps."""
+    message = str(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 3] + "..."
+    return text
+
+
+def unstorable(exc: SerializationError) -> Outcome:
+    """The handler did its work but its result cannot be stored: dead, for running it again would repeat the work."""
+    text = f"the handler's result cannot be stored, so the job is not run again: {exc}"
+    return Outcome(error=text[:MAX_ERROR_CHARS], permanent=True)
+
+
+def call_handler(
+    handler: Handler, job: Job, run_awaitable: Callable[[Awaitable[Any]], Any]
+) -> tuple[Outcome, BaseException | None]:
+    """Run the handler for one job: its Outcome, and what must stop the worker once the job is settled.
+
+    SystemExit and the like are retried like any failure, then handed back
+    to be raised (the second value); ``run_awaitable`` runs what an async
+    handler returned.
+    """
+    outcome = Outcome()
+    escaping: BaseException | None = None
+    try:
+        result = handler(job)
+        if inspect.isawaitable(result):
+            result = run_awaitable(result)
+        outcome.result = result
+    except PermanentError as exc:
+        outcome.failed(exc, permanent=True)
+    except Exception as exc:
+        outcome.failed(exc)
+    except BaseException as exc:  # SystemExit and the like: retry the job, then stop the worker
+        outcome.failed(exc)
+        escaping = exc
+    if outcome.error is None and outcome.result is not None:
+        try:
+            stored_json(outcome.result, what="result", limit=MAX_RESULT_BYTES)
+        except SerializationError as exc:
+            outcome = unstorable(exc)
+    return outcome, escaping

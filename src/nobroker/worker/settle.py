@@ -1,0 +1,125 @@
+"""Settling a finished job: ack or nack it, and count it in exactly one bucket.
+
+Owns: Settler, which holds the run's WorkerStats. A job whose handler
+returned is acked (through the AckGatherer, so acks from many threads share
+one write); one whose handler raised, or whose result the queue refused, is
+nacked (with its traceback where the queue keeps one). A lease found lost,
+on the way or by the heartbeat meanwhile, is counted as lost, never as
+done. Imports: errors, protocol, outcome, heartbeat, acks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+
+from ..errors import SerializationError
+from .acks import AckGatherer
+from .heartbeat import LOST_ERRORS, Heartbeat, Running
+from .outcome import Outcome, WorkerStats, unstorable
+from .protocol import QueueAccess
+
+logger = logging.getLogger("nobroker.worker")
+
+
+class Settler:
+    """``settle(entry, outcome)`` from any handler thread; never raises.
+
+    ``on_error(exc, what)``: an ack or nack failed for another reason than a
+    lost lease (a storage error); the worker stops on it. After ``abort()``
+    nothing more is sent: the caller may have closed the queue.
+    """
+
+    def __init__(
+        self, access: QueueAccess, acks: AckGatherer, heartbeat: Heartbeat,
+        on_error: Callable[[BaseException, str], None],
+    ) -> None:  # fmt: skip
+        self._access = access
+        self._acks = acks
+        self._heartbeat = heartbeat
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._stats = WorkerStats()  # guarded by _lock
+        self.aborted = False
+
+    def stats(self) -> WorkerStats:
+        """A snapshot of the counts so far."""
+        with self._lock:
+            return dataclasses.replace(self._stats)
+
+    def add_leased(self, count: int) -> None:
+        with self._lock:
+            self._stats.leased += count
+
+    def leased_so_far(self) -> int:
+        with self._lock:
+            return self._stats.leased
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def settle(self, entry: Running, outcome: Outcome) -> None:
+        # Unregistered first, so a renewal racing with this ack cannot
+        # report a lost lease for a job that simply finished.
+        self._heartbeat.discard(entry)
+        if self.aborted:
+            return
+        if outcome.error is None:
+            try:
+                self._acks.ack(entry.job, outcome.result)
+            except LOST_ERRORS as exc:
+                self._count_lost(entry, exc)
+                return
+            except SerializationError as exc:  # the queue refused what the check let through
+                outcome = unstorable(exc)
+            except Exception as exc:
+                self._on_error(exc, f"ack of job {entry.job.id}")
+                return
+            else:
+                if self._recorded(entry):
+                    with self._lock:
+                        self._stats.succeeded += 1
+                return
+        self._nack(entry, outcome)
+
+    def _nack(self, entry: Running, outcome: Outcome) -> None:
+        job = entry.job
+        assert outcome.error is not None, "an outcome that is not acked carries its error"
+        try:
+            went_dead = self._access.nack(job, outcome.error, outcome.permanent, outcome.traceback())
+        except LOST_ERRORS as exc:
+            self._count_lost(entry, exc)
+            return
+        except Exception as exc:
+            self._on_error(exc, f"nack of job {job.id}")
+            return
+        if not self._recorded(entry):
+            return
+        went_dead = went_dead or outcome.permanent
+        with self._lock:
+            if went_dead:
+                self._stats.dead += 1
+            else:
+                self._stats.failed += 1
+        # The handler's traceback goes with the line (exc_info), as it is kept with the job.
+        if went_dead:
+            logger.warning("job %s moved to the dead-letter queue: %s", job.id, outcome.error, exc_info=outcome.exc)
+        else:
+            logger.warning("job %s failed, will retry: %s", job.id, outcome.error, exc_info=outcome.exc)
+
+    def _recorded(self, entry: Running) -> bool:
+        """Was the outcome ours to record? Not when the heartbeat found the lease lost meanwhile (counted as lost)."""
+        if entry.lost:
+            self._count_lost(entry, None)
+            return False
+        return True
+
+    def _count_lost(self, entry: Running, exc: BaseException | None) -> None:
+        with self._lock:
+            self._stats.lost_leases += 1
+        reason = f"{exc}" if exc is not None else "its lease had already been lost"
+        logger.warning(
+            "job %s: lease lost before the outcome was recorded (%s); it may run again elsewhere", entry.job.id, reason
+        )

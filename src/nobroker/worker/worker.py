@@ -1,0 +1,436 @@
+"""The Worker: runs a handler over leased jobs, concurrently and safely.
+
+Owns: Worker: checking its options, the run() thread's loop (leasing as many
+jobs as there are free handler slots, idling when there is none), the
+handler threads, and stopping: on stop(), a stop signal, max_jobs,
+idle_timeout, a storage error, or a second Ctrl-C. It wires the helpers
+that come before it in the package and owns none of their state.
+Imports: jobs, protocol, signals, interrupt, outcome, asyncloop, heartbeat,
+acks, settle.
+
+Idling: with nothing to lease, the run() thread blocks in the queue's
+``wait_for_jobs``. When the queue says writers wake its waiters
+(``wakes_waiters()``: the file storage with its named pipe) one wait lasts up
+to IDLE_RECHECK, a safety net for a lost wake-up; otherwise (PostgreSQL, no
+named pipes, a worker limited to some kinds, jobs still running) it lasts
+``poll_interval``. Such a queue also takes ``wait_for_jobs(timeout,
+interrupt=fd, kinds=...)``: the worker passes the read end of a private pipe
+that stop() writes to, so a long wait ends at once when asked, and its kinds,
+so a worker limited to some kinds does not swallow the wake-up meant for one
+that takes them all.
+
+Nothing here may die silently. A storage error (disk full, I/O error, a closed
+queue) in lease/ack/nack/extend is logged, stops the leasing, lets the running
+handlers finish, and is raised again from ``run()``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import queue as queue_module
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..jobs import MAX_SECONDS, Job, shown
+from .acks import AckGatherer
+from .asyncloop import EventLoopThread
+from .heartbeat import Heartbeat, Running
+from .interrupt import InterruptPipe
+from .outcome import Handler, WorkerStats, call_handler
+from .protocol import QueueAccess, WorkQueue, is_positive_number
+from .settle import Settler
+from .signals import StopSignals
+
+logger = logging.getLogger("nobroker.worker")
+
+#: Longest the run() thread blocks in one wait on a lock condition. A stop
+#: signal is recorded at once but acted on from another thread; the loop
+#: checks the record too, so it leases nothing more within this slice even
+#: before that thread has run.
+WAIT_SLICE = 0.1
+#: Longest idle wait when the queue wakes its waiters itself (``wakes_waiters``):
+#: writers of runnable work wake the worker at once and the queue shortens the
+#: wait for delayed jobs and leases coming due, so this only bounds how long a
+#: lost wake-up, or a lease another process took during the wait and let
+#: expire, could leave work unnoticed.
+IDLE_RECHECK = 2.0
+#: Visibility timeout assumed when neither the queue nor the job tells it.
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+#: While jobs are still running, the leasing thread waits up to this long
+#: for the rest of the slots to free before it leases. Short handlers finish
+#: in bursts (their acks share one fsync and return together), so the wait
+#: turns several small lease calls, each a write and an fsync of its own,
+#: into one; long handlers lose at most this much per lease call.
+LEASE_GATHER_SECONDS = 0.002
+#: Most handler threads one Worker starts.
+MAX_CONCURRENCY = 1024
+
+
+def _check_options(
+    handler: Handler, concurrency: int, poll_interval: float, max_jobs: int | None, idle_timeout: float | None
+) -> None:
+    if not callable(handler):
+        raise TypeError(f"handler must be callable, got {handler!r}")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}")
+    if not is_positive_number(poll_interval) or poll_interval > MAX_SECONDS:
+        raise ValueError(f"poll_interval must be a finite number of seconds > 0 and at most {MAX_SECONDS:g}, got {shown(poll_interval)}")
+    if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
+        raise ValueError(f"max_jobs must be None or an integer >= 1, got {max_jobs!r}")
+    if idle_timeout is not None and not (idle_timeout == 0 or is_positive_number(idle_timeout)):
+        raise ValueError(f"idle_timeout must be None or a number of seconds >= 0, got {shown(idle_timeout)}")
+
+
+class Worker:
+    """Runs ``handler(job)`` for every job it leases from ``queue``.
+
+    The handler's return value is stored as the job's result (when it is not
+    None); a result that cannot be stored sends the job to the dead-letter
+    queue (the handler is not run again for it). An exception sends the job
+    back for a retry with backoff (or to the dead-letter queue once its
+    attempts are used up), and ``nobroker.PermanentError`` sends it to the
+    dead-letter queue at once.
+    ``async def`` handlers (and handlers that return an awaitable) run on one
+    event loop. Delivery is at-least-once: handlers must be idempotent.
+
+    ``concurrency``: jobs run at once. ``poll_interval``: longest idle wait
+    before looking for work again where the queue cannot wake the worker
+    itself (PostgreSQL, no named pipes) or with ``kinds``; on the file
+    storage an idle worker is woken when work arrives and otherwise looks
+    again only every IDLE_RECHECK seconds (or ``poll_interval``, if longer).
+    ``max_jobs``: return after that many jobs finished.
+    ``idle_timeout``: return once nothing has run and nothing could be leased
+    for that many seconds. ``handle_signals``: in the main thread, the first
+    SIGINT/SIGTERM stops leasing and lets running jobs finish; a second SIGINT
+    raises KeyboardInterrupt at once (those leases then expire normally).
+    ``kinds``: lease only jobs of these kinds. ``name``: used in logs and
+    thread names.
+    """
+
+    def __init__(
+        self,
+        queue: WorkQueue,
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        poll_interval: float = 0.1,
+        max_jobs: int | None = None,
+        idle_timeout: float | None = None,
+        handle_signals: bool = True,
+        kinds: Iterable[str] | str | None = None,
+        name: str | None = None,
+        _heartbeat: bool = True,
+    ) -> None:
+        _check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout)
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        self._queue = queue
+        self._access = QueueAccess(queue)
+        self._handler = handler
+        self._concurrency = concurrency
+        self._poll_interval = float(poll_interval)
+        self._max_jobs = max_jobs
+        self._idle_timeout = None if idle_timeout is None else float(idle_timeout)
+        self._handle_signals = handle_signals
+        self._kinds: list[str] | None = None if kinds is None else list(kinds)
+        self.name: str = name if name is not None else f"worker-{os.getpid()}"
+        self._use_heartbeat = _heartbeat
+
+        # One lock guards the worker's own shared state below; each helper
+        # (heartbeat, acks, event loop, pipe) guards its own with another.
+        self._lock = threading.Lock()
+        self._slot_freed = threading.Condition(self._lock)
+        self._inflight = 0
+        self._idle_since = time.monotonic()
+        self._fatal: BaseException | None = None
+        self._started = False
+        self._stopping = threading.Event()
+
+        self._heartbeat = Heartbeat(self._access, self._fail, f"{self.name}-heartbeat")
+        acks = AckGatherer(self._access, concurrency, lambda: self._inflight)
+        self._settler = Settler(self._access, acks, self._heartbeat, self._fail)
+        self._loop = EventLoopThread(f"{self.name}-asyncio")
+        self._pipe = InterruptPipe()
+        self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
+        #: The signal handler run() installs (with handle_signals, in the main thread).
+        self._on_signal = self._signals.handle
+        self._work: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------ public
+    def __repr__(self) -> str:
+        return f"<Worker {self.name!r} concurrency={self._concurrency}>"
+
+    @property
+    def stats(self) -> WorkerStats:
+        """A snapshot of the counts so far (safe to read from any thread)."""
+        return self._settler.stats()
+
+    @property
+    def concurrency(self) -> int:
+        """How many jobs this worker runs at once."""
+        return self._concurrency
+
+    # What it was made with, read-only (nobroker 0.1.2's Worker had them as attributes).
+    @property
+    def queue(self) -> WorkQueue:
+        return self._queue
+
+    @property
+    def handler(self) -> Handler:
+        return self._handler
+
+    @property
+    def poll_interval(self) -> float:
+        return self._poll_interval
+
+    @property
+    def max_jobs(self) -> int | None:
+        return self._max_jobs
+
+    @property
+    def idle_timeout(self) -> float | None:
+        return self._idle_timeout
+
+    @property
+    def handle_signals(self) -> bool:
+        return self._handle_signals
+
+    def stop(self) -> None:
+        """Stop leasing; ``run()`` returns once the running jobs finished. Any thread.
+
+        Safe to call more than once, and before ``run()`` (which then returns at once).
+        """
+        self._stopping.set()
+        with self._lock:
+            self._slot_freed.notify_all()
+        self._pipe.interrupt()
+
+    def run(self) -> WorkerStats:
+        """Lease and run jobs until stopped; return what was done.
+
+        Returns after ``stop()``, a first SIGINT/SIGTERM, ``max_jobs`` or
+        ``idle_timeout``, always after the running jobs finished and were
+        acked or nacked. Raises the storage error that stopped it, if any,
+        also only after the running jobs finished. Signals are handled only
+        when ``run()`` is called from the main thread; the previous signal
+        handlers are back in place when it returns.
+        """
+        with self._lock:
+            if self._started:
+                raise RuntimeError("a Worker runs once; create a new Worker to run again")
+            self._started = True
+        if self._access.can_interrupt:
+            self._pipe.open()
+            if self._stopping.is_set():  # stop() came before the pipe was there to write to
+                self._pipe.interrupt()
+        if self._handle_signals:
+            self._signals.install()
+        finished = False
+        try:
+            kinds = "all" if self._kinds is None else ",".join(self._kinds)
+            logger.info("%s started: concurrency %d, kinds %s", self.name, self._concurrency, kinds)
+            self._start_threads()
+            self._lease_loop()
+            self._drain()
+            finished = True
+        finally:
+            if not finished:
+                self._abort()
+            self._signals.restore()
+            self._pipe.close()
+        stats = self.stats
+        if self._fatal is not None:
+            logger.error("%s stopped after an error: %s", self.name, stats.to_dict())
+            raise self._fatal
+        logger.info("%s stopped: %s", self.name, stats.to_dict())
+        return stats
+
+    # ------------------------------------------------------------ leasing (the run() thread)
+    def _asked_to_stop(self) -> bool:
+        return self._stopping.is_set() or self._signals.first is not None
+
+    def _lease_loop(self) -> None:
+        while not self._stopping.is_set():
+            with self._lock:
+                while self._inflight >= self._concurrency and not self._asked_to_stop():
+                    self._slot_freed.wait(WAIT_SLICE)
+                if 0 < self._inflight < self._concurrency:
+                    gather_until = time.monotonic() + LEASE_GATHER_SECONDS
+                    while self._inflight > 0 and not self._stopping.is_set():
+                        left = gather_until - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._slot_freed.wait(left)
+                free = self._concurrency - self._inflight
+            if self._asked_to_stop() or free <= 0:
+                self._wait_for_stop()  # a signal came: its watcher calls stop() in a moment
+                continue
+            if self._max_jobs is not None:
+                remaining = self._max_jobs - self._settler.leased_so_far()
+                if remaining <= 0:
+                    logger.info("%s leased its max_jobs (%d); finishing", self.name, self._max_jobs)
+                    self.stop()
+                    return
+                free = min(free, remaining)
+            leased_at_wall = time.time()
+            leased_at = time.monotonic()
+            try:
+                jobs = self._access.lease(free, self._kinds)
+            except Exception as exc:
+                self._fail(exc, "lease")
+                return
+            if jobs:
+                self._dispatch(jobs, leased_at_wall, leased_at)
+                continue
+            self._idle(self._idle_wait_time())
+
+    def _wait_for_stop(self) -> None:
+        with self._lock:
+            if not self._stopping.is_set():
+                self._slot_freed.wait(WAIT_SLICE)
+
+    def _idle_wait_time(self) -> float:
+        """How long to idle now; 0 (and stop()) once idle_timeout has run out.
+
+        Long only when no job runs: a job that finishes does not end the wait,
+        and idle_timeout counts from then.
+        """
+        with self._lock:
+            busy = self._inflight > 0
+            idle_for = time.monotonic() - self._idle_since
+        wait = self._poll_interval
+        if busy:
+            return wait
+        if self._kinds is None and self._access.wakes_waiters():
+            wait = max(wait, IDLE_RECHECK)
+        if self._idle_timeout is None:
+            return wait
+        if idle_for >= self._idle_timeout:
+            logger.info("%s idle for %.1f s; finishing", self.name, idle_for)
+            self.stop()
+            return 0.0
+        return min(wait, self._idle_timeout - idle_for)
+
+    def _idle(self, timeout: float) -> None:
+        if timeout <= 0 or self._stopping.is_set():
+            return
+        try:
+            # stop() after the check above writes to the pipe, so the wait cannot miss it.
+            if not self._access.wait(timeout, self._pipe.fd, self._kinds):
+                self._stopping.wait(timeout)
+        except Exception as exc:
+            self._fail(exc, "wait_for_jobs")
+
+    def _dispatch(self, jobs: list[Job], leased_at_wall: float, leased_at: float) -> None:
+        entries = [Running(job, self._visibility_timeout(job, leased_at_wall), leased_at) for job in jobs]
+        with self._lock:
+            self._inflight += len(entries)
+            self._idle_since = time.monotonic()
+        self._settler.add_leased(len(entries))
+        self._heartbeat.add(entries)  # before any handler can settle one of them
+        for entry in entries:
+            self._work.put(entry)
+
+    def _visibility_timeout(self, job: Job, leased_at_wall: float) -> float:
+        """The lease length to renew with: the queue's setting, else what the job shows."""
+        configured = self._access.lease_length()
+        if configured is not None:
+            return configured
+        # A job of a queue other than nobroker's may not carry a deadline at all.
+        deadline = getattr(job, "lease_deadline", None)
+        if is_positive_number(deadline):
+            derived = float(deadline) - leased_at_wall  # type: ignore[arg-type]
+            if 0 < derived <= MAX_SECONDS:
+                return derived
+        return DEFAULT_VISIBILITY_TIMEOUT
+
+    def _drain(self) -> None:
+        """Stop leasing, wait for running jobs to finish, then stop every thread."""
+        self.stop()
+        with self._lock:
+            while self._inflight > 0:
+                self._slot_freed.wait(WAIT_SLICE)
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._heartbeat.stop()
+        self._loop.stop()
+
+    def _abort(self) -> None:
+        """run() is leaving on an exception (a second Ctrl-C): let go at once.
+
+        Running handlers cannot be interrupted; they finish in the background
+        but their outcome is not sent (the caller may have closed the queue),
+        and the heartbeat stops, so their leases expire normally.
+        """
+        self._settler.abort()
+        self._stopping.set()
+        self._heartbeat.abort()
+        for _ in self._threads:
+            self._work.put(None)
+        self._loop.abort()
+        logger.warning("%s interrupted; running jobs' leases will expire and they will be delivered again", self.name)
+
+    # ------------------------------------------------------------ handler threads
+    def _start_threads(self) -> None:
+        if inspect.iscoroutinefunction(self._handler):
+            self._loop.ensure()
+        for index in range(self._concurrency):
+            thread = threading.Thread(target=self._handler_thread, name=f"{self.name}-handler-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        if self._use_heartbeat:
+            self._heartbeat.start()
+
+    def _handler_thread(self) -> None:
+        while True:
+            entry = self._work.get()
+            if entry is None:
+                return
+            try:
+                if not self._settler.aborted:  # after a second Ctrl-C nothing new starts
+                    outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
+                    self._settler.settle(entry, outcome)
+                    if escaping is not None:
+                        self._fail(escaping, f"handler of job {entry.job.id}")
+            except BaseException as exc:  # a bug here must stop the worker, not vanish with the thread
+                self._fail(exc, f"handling job {entry.job.id}")
+            finally:
+                self._heartbeat.discard(entry)
+                with self._lock:
+                    self._inflight -= 1
+                    assert self._inflight >= 0, "every job finishes once"
+                    if self._inflight == 0:
+                        self._idle_since = time.monotonic()
+                    self._slot_freed.notify_all()
+
+    # ------------------------------------------------------------ errors and signals
+    def _fail(self, exc: BaseException, what: str) -> None:
+        """A storage error (or a bug): remember the first, log it, stop leasing."""
+        with self._lock:
+            first = self._fatal is None
+            if first:
+                self._fatal = exc
+        if first:
+            logger.error("%s: %s failed, stopping: %s", self.name, what, exc, exc_info=exc)
+        else:
+            logger.error("%s: %s failed too: %s", self.name, what, exc)
+        self.stop()
+
+    def _stop_on_signal(self, signum: int) -> None:
+        """The first SIGINT/SIGTERM (on the signals' watcher thread): finish what runs, then stop."""
+        with self._lock:
+            running = self._inflight
+        logger.warning(
+            "%s: stop signal received (%s); finishing %d running job(s), then stopping (Ctrl-C again to quit at once)",
+            self.name,
+            self._signals.first_name,
+            running,
+        )
+        self.stop()
