@@ -255,18 +255,43 @@ class PyzTest(TempDirTestCase):
         return run([str(self.pyz), *args], cwd=self.dir, env=bare_env())
 
     def test_builds_under_budget_with_only_the_package_inside(self) -> None:
+        from tools.build_pyz import IMPORTER_FILE, MAIN_FILE, bundled_files
+        from tools.pyz_bundle import BLOB
+
         self.assertEqual(self.build.returncode, 0, self.build.stdout + self.build.stderr)
         self.assertLess(self.pyz.stat().st_size, PYZ_BUDGET_BYTES)
         with zipfile.ZipFile(self.pyz) as bundle:
-            names = bundle.namelist()
-            self.assertIn("__main__.py", names)
-            self.assertIn("nobroker/__init__.py", names)
-            self.assertIn("nobroker/cli/__init__.py", names)
-            self.assertFalse([n for n in names if "__pycache__" in n or n.endswith(".pyc")])
-            self.assertFalse([n for n in names if n != "__main__.py" and not n.startswith("nobroker/")])
-            files = [info for info in bundle.infolist() if not info.is_dir()]
-            self.assertTrue(all(info.compress_type == zipfile.ZIP_DEFLATED for info in files))
-            self.assertIn("nobroker.cli", bundle.read("__main__.py").decode())
+            self.assertEqual(sorted(bundle.namelist()), sorted([MAIN_FILE, IMPORTER_FILE, BLOB]))
+            self.assertIn("nobroker.cli", bundle.read(MAIN_FILE).decode())
+        names = list(bundled_files(self.pyz))
+        self.assertIn("nobroker/__init__.py", names)
+        self.assertIn("nobroker/cli/__init__.py", names)
+        self.assertFalse([n for n in names if "__pycache__" in n or n.endswith(".pyc")])
+        self.assertFalse([n for n in names if not n.startswith("nobroker/")])
+        source = {p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src" / "nobroker").rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts}  # fmt: skip
+        self.assertEqual(set(names), source, "the bundle holds exactly the package's files")
+
+    def test_a_traceback_from_the_bundle_shows_the_source_line(self) -> None:
+        # linecache asks the bundle's loader for the source: a user's traceback reads as one from a clone.
+        probe = run(
+            ["-c",
+             "import sys, traceback, zipimport\n"
+             "bundle = zipimport.zipimporter(sys.argv[1])\n"
+             "importer = bundle.load_module('_nobroker_bundle')\n"
+             "importer.install(bundle.archive, bundle.get_data('nobroker.bundle'))\n"
+             "from nobroker import Queue\n"
+             "try:\n    Queue(sys.argv[2], 'not a name')\n"
+             "except ValueError:\n    traceback.print_exc()\n",
+             str(self.pyz), str(Path(self.dir, "q"))],
+            cwd=self.dir, env=bare_env(),
+        )  # fmt: skip
+        self.assertIn("nobroker.pyz/nobroker/queue.py", probe.stderr)
+        frames = [line for line in probe.stderr.splitlines() if "nobroker.pyz/nobroker/" in line]
+        self.assertTrue(frames)
+        after = probe.stderr.splitlines()
+        shown = [after[after.index(f) + 1] for f in frames]
+        self.assertTrue(all(line.startswith("    ") and line.strip() for line in shown), probe.stderr)
 
     def test_help_runs_from_another_folder_and_matches_the_source(self) -> None:
         proc = self.pyz_run("--help")
@@ -392,14 +417,17 @@ class PyzTest(TempDirTestCase):
         self.assertEqual([f["name"] for f in figures], ["enqueue, 1 thread", "lease_one + ack, 1 thread"])
         self.assertTrue(all(f["per_second"] > 0 and f["disk_per_second"] > 0 for f in figures))
         self.assertEqual(os.listdir(self.dir), [], "the scratch queue is removed")
-        with zipfile.ZipFile(self.pyz) as bundle:
-            self.assertIn("nobroker/cli/bench.py", bundle.namelist())
-            self.assertFalse([n for n in bundle.namelist() if n.startswith("tools/")], "the benchmark suites stay out")
+        from tools.build_pyz import bundled_files
+
+        names = bundled_files(self.pyz)
+        self.assertIn("nobroker/cli/bench.py", names)
+        self.assertFalse([n for n in names if not n.startswith("nobroker/")], "the benchmark suites stay out")
 
     def test_serve_serves_the_page_from_the_bundle(self) -> None:
-        # The page is three data files of the package: the bundle carries them, the server reads them from the zip.
-        with zipfile.ZipFile(self.pyz) as bundle:
-            self.assertLessEqual({f"nobroker/dashboard/page.{ext}" for ext in ("html", "css", "js")}, set(bundle.namelist()))
+        # The page is three data files of the package: the bundle carries them, the server reads them from the blob.
+        from tools.build_pyz import bundled_files
+
+        self.assertLessEqual({f"nobroker/dashboard/page.{ext}" for ext in ("html", "css", "js")}, set(bundled_files(self.pyz)))
         self.assertEqual(self.pyz_run("--dir", "q", "enqueue", '"shown"').returncode, 0)
         proc = subprocess.Popen(
             [sys.executable, str(self.pyz), "--dir", "q", "serve", "--port", "0"],

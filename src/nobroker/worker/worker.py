@@ -33,7 +33,6 @@ import queue as queue_module
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from ..jobs import MAX_SECONDS, Job, shown
 from .acks import AckGatherer
