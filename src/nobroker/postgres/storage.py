@@ -614,7 +614,6 @@ _TEMPLATES: dict[str, str] = {
               FROM {{schema}}.jobs AS j
               WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
     "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
-    "now": f"SELECT date_part('epoch', {_NOW})",
     "version": "SELECT max(version) FROM {schema}.schema_migrations",
 }
 
@@ -1195,10 +1194,6 @@ class PostgresStorage:
         )
         statement = "list" if listing is None else f"list_{listing}"
         return self._read("list_jobs", statement, params, lambda cur: [_row_job(row) for row in cur.fetchall()])
-
-    def now(self) -> float:
-        """The database clock plus ``clock_offset``, as epoch seconds."""
-        return self._read("now", "now", self._params(), lambda cur: cur.fetchone()[0])
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
