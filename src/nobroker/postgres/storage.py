@@ -3,8 +3,8 @@
 Owns: PostgresStorage (the Storage protocol on PostgreSQL), ``migrate`` (the
 versioned schema in ``nobroker/postgres/sql/``), the connection handling (one
 connection per storage behind a lock, reconnect and retry once when safe) and
-LISTEN/NOTIFY for idle workers. Imports: errors, jobs, leases, storage, and
-psycopg 3, the one third-party module nobroker ever imports, and only here.
+LISTEN/NOTIFY for idle workers. Imports: errors, jobs, storage, driver,
+statements.
 
 Semantics are the file storage's, statement by statement:
 
@@ -100,16 +100,9 @@ from urllib.parse import urlsplit
 
 from ..errors import LockTimeoutError, NobrokerError, StorageError
 from ..jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, shown
-from ..codec import load_json
 from ..storage import EnqueueSpec, StorageOptions, dsn_parameters, job_not_found, new_job_id, parse_keyword_dsn, refusal
-
-try:
-    import psycopg
-    from psycopg import errors as pg_errors
-    from psycopg import sql
-    from psycopg.rows import tuple_row
-except ImportError:  # pragma: no cover - exercised only where psycopg is missing
-    psycopg = None  # type: ignore[assignment]
+from .driver import pg_errors, psycopg, require_psycopg, sql, tuple_row
+from .statements import MAX_LISTED_QUEUES, Statements, check_identifier, row_job
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -117,43 +110,16 @@ T = TypeVar("T")
 
 #: Schema used when none is given.
 DEFAULT_SCHEMA = "nobroker"
-#: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
-#: Most expired leases one operation reclaims; the next operation takes the rest.
-RECLAIM_BATCH = 1000
 #: How long to keep trying to reach a server that went away, by default.
 DEFAULT_RECONNECT_TIMEOUT = 30.0
 #: Seconds one connection attempt may take.
 CONNECT_TIMEOUT = 5
 #: Tries for an enqueue whose conflicting job vanished before it could be read.
 ENQUEUE_TRIES = 5
-#: Claim statements (one per batch size) kept ready to run; others are built per call.
-MAX_CLAIM_STATEMENTS = 64
 #: Pause between connection attempts grows from the first to the last value.
 RECONNECT_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0)
 
-_INSTALL_HINT = (
-    'the PostgreSQL storage needs the psycopg 3 driver: pip install "nobroker[postgres]" '
-    '(or pip install "psycopg[binary]")'
-)
-
-
-def _require_psycopg() -> None:
-    if psycopg is None:
-        raise NobrokerError(_INSTALL_HINT)
-
-
 # ---------------------------------------------------------------- names and DSNs
-def check_identifier(name: Any, what: str) -> str:
-    """A schema or role name: letters, digits and _, not starting with a digit, at most 63."""
-    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-        raise ValueError(
-            f"{what} must be a plain SQL name (letters, digits and _, not starting with a digit, "
-            f"at most 63 characters), got {name!r}"
-        )
-    return name
-
-
 def _check_text(value: str | None, what: str) -> str | None:
     if value is not None and "\x00" in value:
         raise ValueError(f"{what} cannot contain NUL characters in PostgreSQL, got {value!r}")
@@ -225,7 +191,7 @@ def connect(dsn: str, *, timeout: float, location: str, **options: Any) -> Any:
     CONNECT_TIMEOUT seconds (or the DSN's connect_timeout, if smaller), and
     never past ``timeout``.
     """
-    _require_psycopg()
+    require_psycopg()
     deadline = time.monotonic() + timeout
     per_attempt = min(CONNECT_TIMEOUT, connect_timeout_of(dsn) or CONNECT_TIMEOUT)
     attempt = 0
@@ -308,7 +274,7 @@ def migrate(
     ``connect_timeout``: seconds to keep trying to reach the server (default:
     the DSN's connect_timeout, else one attempt).
     """
-    _require_psycopg()
+    require_psycopg()
     check_identifier(schema, "schema")
     if worker_role is not None:
         check_identifier(worker_role, "worker_role")
@@ -321,20 +287,6 @@ def migrate(
         raise StorageError(f"migrating schema {schema!r} at {redact_dsn(dsn)} failed: {_one_line(exc)}") from None
 
 
-#: Most queue names one listing returns (for a picker or an error message).
-MAX_LISTED_QUEUES = 1000
-#: The distinct queue names in key order, one index probe each (a loose index scan
-#: over the primary key), rather than a scan of every row.
-_QUEUE_NAMES = """
-    WITH RECURSIVE q(name) AS (
-        (SELECT queue FROM {schema}.jobs ORDER BY queue LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.queue FROM {schema}.jobs AS j WHERE j.queue > q.name ORDER BY j.queue LIMIT 1)
-        FROM q WHERE q.name IS NOT NULL
-    )
-    SELECT name FROM q WHERE name IS NOT NULL LIMIT %s"""
-
-
 def queue_names(dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout: float | None = None) -> list[str] | None:
     """Names of the queues holding jobs in ``schema`` at ``dsn`` (sorted, at most MAX_LISTED_QUEUES).
 
@@ -343,7 +295,7 @@ def queue_names(dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout: floa
     migrates nothing. A queue on PostgreSQL is the rows that carry its name,
     so one whose jobs were all purged or compacted away is not listed.
     """
-    _require_psycopg()
+    require_psycopg()
     check_identifier(schema, "schema")
     timeout = connect_timeout if connect_timeout is not None else connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
     location = redact_dsn(dsn)
@@ -353,8 +305,8 @@ def queue_names(dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout: floa
             table = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".jobs',)).fetchone()[0]
             if table is None:
                 return None
-            statement = sql.SQL(_QUEUE_NAMES).format(schema=sql.Identifier(schema))  # type: ignore[arg-type]
-            return [row[0] for row in conn.execute(statement, (MAX_LISTED_QUEUES,))]
+            statement = Statements(schema)["queue_names"]
+            return [row[0] for row in conn.execute(statement, {"limit": MAX_LISTED_QUEUES})]
     except psycopg.Error as exc:
         raise StorageError(f"listing the queues at {location} failed: {_one_line(exc)}") from None
 
@@ -412,244 +364,6 @@ def _apply_rls(conn: Any, schema: str, role: str) -> None:
         conn.execute(sql.SQL(statement).format(**names))  # type: ignore[arg-type]
 
 
-# ---------------------------------------------------------------- SQL
-# Every statement is built once per storage with the schema quoted as an
-# identifier; values travel as parameters (the one number written into the
-# text is a claim's batch size, a checked int: see _claim_statement). NOW is
-# the database clock plus the test-only offset.
-_NOW = "(now() + %(off)s::float8 * interval '1 second')"
-_RET = (
-    "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
-    "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
-    "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
-    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback"
-)
-_NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
-_BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
-_EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts"
-# Reads never write, yet show the queue as of now (as the file storage does):
-# a lease whose deadline passed shows as the reclaim a writer will record,
-# dead at max_attempts, else ready at the deadline plus the backoff's delay
-# before jitter (the reclaim counts the backoff from the deadline too).
-_EXPIRED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
-#: When an expired lease's job is ready again, as reads show it (without the jitter).
-_RETURNS = f"(j.lease_deadline + {_NOMINAL} * interval '1 second')"
-_DIES = "j.attempts >= j.max_attempts"
-_SHOWN = (
-    f"j.id, j.payload::text, j.priority, "
-    f"CASE WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END ELSE j.state END, "
-    "j.attempts, j.max_attempts, "
-    f"date_part('epoch', CASE WHEN {_EXPIRED} AND NOT {_DIES} "
-    f"THEN {_RETURNS} ELSE j.available_at END), "
-    "date_part('epoch', j.enqueued_at), "
-    f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
-    f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
-    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN {_EXPIRY_ERROR} ELSE j.last_error END, "
-    "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
-    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
-)
-#: Per listing (jobs.LISTINGS): the rows in it, and the expired leases a read shows in it.
-_LISTED = {
-    "ready": ("j.state = 'ready'", f"{_EXPIRED} AND NOT {_DIES}"),
-    "runnable": (f"j.state = 'ready' AND j.available_at <= {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} <= {_NOW}"),
-    "delayed": (f"j.state = 'ready' AND j.available_at > {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} > {_NOW}"),
-    "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}", None),
-    "done": ("j.state = 'done'", None),
-    "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
-}
-
-_RECLAIM = f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-            available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-                           ELSE j.lease_deadline + ({_BACKOFF}) * interval '1 second' END,
-            last_error = CASE WHEN j.attempts >= j.max_attempts THEN {_EXPIRY_ERROR} ELSE j.last_error END,
-            traceback = CASE WHEN j.attempts >= j.max_attempts THEN NULL ELSE j.traceback END,
-            lease_deadline = NULL, lease_token = NULL
-        FROM (SELECT queue, id FROM {{schema}}.jobs
-              WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
-              ORDER BY lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED) AS x
-        WHERE j.queue = x.queue AND j.id = x.id"""
-_CLAIM = f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = 'leased', attempts = j.attempts + 1, stage = NULL,
-            lease_token = replace(gen_random_uuid()::text, '-', ''),
-            lease_deadline = {_NOW} + %(vt)s::float8 * interval '1 second'
-        FROM (SELECT queue, id FROM {{schema}}.jobs
-              WHERE queue = %(q)s AND state = 'ready' AND available_at <= {_NOW} {{kinds}}
-              ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS x
-        WHERE j.queue = x.queue AND j.id = x.id
-        RETURNING {_RET}"""
-#: What an insert returns: the rest of the Job is known to the caller already.
-_INSERTED = "j.id, j.seq, date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at)"
-_INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)"
-
-# The statements that act on one leased job (ack, nack, extend, set_stage)
-# test "lease_deadline > now" and not "state = 'leased'": the schema makes
-# the two equivalent, and leaving the state out keeps the partial index of
-# leases from looking usable, so even a generic plan finds the row by its
-# primary key instead of walking every lease.
-_TEMPLATES: dict[str, str] = {
-    "reclaim": _RECLAIM,
-    # A reclaimed job may be runnable at once (its backoff counts from its
-    # deadline, which may be long past), and a claim sees the rows a reclaim
-    # changed only as a statement after it: lease sends the two together.
-    "claim": _CLAIM,
-    # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
-    # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
-    # connection) skip the speculative insertion, and a random id that
-    # collides just fails and is drawn again.
-    "insert_one": f"""
-        INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
-        VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {_NOW} + %(delay)s::float8 * interval '1 second',
-                {_NOW}, %(key)s, %(payload)s::json)
-        {{conflict}}
-        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
-    "insert_many": f"""
-        INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
-        SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
-               u.payload::json
-        FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
-                    %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
-             WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
-        ORDER BY u.ord
-        {{conflict}}
-        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
-    # Two index lookups (primary key; dedupe index) rather than one OR, which
-    # no index can answer and would scan the whole queue.
-    "existing": f"""
-        SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND j.id = ANY(%(ids)b::text[])
-        UNION ALL
-        SELECT {_RET} FROM {{schema}}.jobs AS j
-        JOIN unnest(%(kinds)b::text[], %(keys)b::text[]) AS u(kind, key)
-          ON j.queue = %(q)s AND j.kind = u.kind AND j.dedupe_key = u.key AND j.state IN ('ready', 'leased')""",
-    # A done job shows no lease: its token moves to finished_token (see _already_done).
-    "ack": f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
-            finished_at = {_NOW},
-            result = coalesce(%(result)s::json, j.result)
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
-          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING 1""",
-    "ack_many": f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
-            finished_at = {_NOW},
-            result = coalesce(u.result::json, j.result)
-        FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
-        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
-          AND (u.token IS NULL OR j.lease_token = u.token)
-        RETURNING j.id, u.token""",
-    "nack": f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-            available_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN j.available_at
-                           ELSE {_NOW} + coalesce(%(delay)s::float8, {_BACKOFF}) * interval '1 second' END,
-            last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
-          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
-    "extend": f"""
-        UPDATE {{schema}}.jobs AS j SET lease_deadline = {_NOW} + %(secs)s::float8 * interval '1 second'
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
-          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING {_RET}""",
-    "stage": f"""
-        UPDATE {{schema}}.jobs AS j SET stage = %(stage)s
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
-          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING {_RET}""",
-    "why": "SELECT state, finished_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
-    "requeue": f"""
-        UPDATE {{schema}}.jobs AS j SET state = 'ready', attempts = 0, available_at = {_NOW}
-        FROM (SELECT DISTINCT ON (d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id)) d.queue, d.id
-              FROM {{schema}}.jobs AS d
-              WHERE d.queue = %(q)s AND d.state = 'dead' AND (%(id)s::text IS NULL OR d.id = %(id)s::text)
-                AND (d.dedupe_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM {{schema}}.jobs AS a
-                    WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
-                      AND a.state IN ('ready', 'leased')))
-              ORDER BY d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id), d.seq) AS x
-        WHERE j.queue = x.queue AND j.id = x.id AND j.state = 'dead'
-        RETURNING (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
-    "requeue_why": """
-        SELECT d.state, (SELECT a.id FROM {schema}.jobs AS a
-                         WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
-                           AND a.state IN ('ready', 'leased') LIMIT 1), d.dedupe_key
-        FROM {schema}.jobs AS d WHERE d.queue = %(q)s AND d.id = %(id)s""",
-    "purge": "DELETE FROM {schema}.jobs WHERE queue = %(q)s",
-    "compact": f"""
-        DELETE FROM {{schema}}.jobs
-        WHERE queue = %(q)s AND state = 'done' AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'""",
-    "get": f"SELECT {_SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
-    "list": f"""
-        SELECT {_SHOWN} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # One listed state (see _build): the rows in it, by the partial index of
-    # that state (the DLQ listing), and the expired leases a read shows there.
-    # Each part is cut to the page's end first, so neither is sorted whole.
-    "list_state": f"""
-        SELECT {_SHOWN} FROM (
-            (SELECT * FROM {{schema}}.jobs AS j
-             WHERE j.queue = %(q)s AND {{own}} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-             ORDER BY j.seq LIMIT %(reach)s)
-            {{joining}}) AS j
-        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # The leases whose deadline passed count where a read shows them (see _SHOWN).
-    "stats": f"""
-        SELECT r.ready + x.ready, r.delayed + x.delayed,
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'
-                AND lease_deadline > {_NOW}),
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'done'),
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead') + x.dead
-        FROM (SELECT count(*) FILTER (WHERE available_at <= {_NOW}) AS ready,
-                     count(*) FILTER (WHERE available_at > {_NOW}) AS delayed
-              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r,
-             (SELECT count(*) FILTER (WHERE {_DIES}) AS dead,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} > {_NOW}) AS delayed,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} <= {_NOW}) AS ready
-              FROM {{schema}}.jobs AS j
-              WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
-    "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
-    "version": "SELECT max(version) FROM {schema}.schema_migrations",
-}
-
-_STATES = {s.value: s for s in JobState}
-
-
-def _build(schema: str) -> dict[str, str]:
-    """Every statement as text, the schema quoted once as an identifier.
-
-    Plain strings rather than sql.Composed objects: psycopg caches the
-    conversion of a string query, so the hot path pays for it only once.
-    """
-    quoted = sql.Identifier(schema).as_string(None)
-    out: dict[str, str] = {}
-    for name, template in _TEMPLATES.items():
-        if name.startswith("insert"):
-            variants = [(name, "{conflict}", "ON CONFLICT DO NOTHING"), (name + "_fresh", "{conflict}", "")]
-        elif name.startswith("claim"):
-            variants = [(name, "{kinds}", ""), (name + "_kinds", "{kinds}", "AND kind = ANY(%(kinds)b::text[])")]
-        elif name == "list_state":
-            for state, (own, joining) in _LISTED.items():
-                union = "" if joining is None else f"""UNION ALL
-            (SELECT * FROM {{schema}}.jobs AS j
-             WHERE j.queue = %(q)s AND {joining} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-             ORDER BY j.seq LIMIT %(reach)s)"""
-                body = template.replace("{own}", own).replace("{joining}", union)
-                out[f"list_{state}"] = body.replace("{schema}", quoted)
-            continue
-        else:
-            variants = [(name, "", "")]
-        for variant, marker, text in variants:
-            body = template.replace(marker, text) if marker else template
-            out[variant] = body.replace("{schema}", quoted)
-    return out
-
-
 def _readable(fds: list[int], timeout: float) -> set[int]:
     """Which of ``fds`` have bytes (or EOF) to read within ``timeout`` seconds? poll() takes any fd number."""
     if hasattr(select, "poll"):
@@ -659,17 +373,6 @@ def _readable(fds: list[int], timeout: float) -> set[int]:
         return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
     readable, _, _ = select.select(fds, [], [], max(timeout, 0.0))
     return set(readable)
-
-
-def _row_job(row: Any) -> Job:
-    (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result, traceback) = row[:17]  # fmt: skip
-    return Job(
-        id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
-        max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
-        lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
-        result=None if result is None else load_json(result), traceback=traceback,
-    )  # fmt: skip
 
 
 class PostgresStorage:
@@ -688,7 +391,7 @@ class PostgresStorage:
         reconnect_timeout: float | None = None,
         prepare_threshold: int | None = 5,
     ) -> None:
-        _require_psycopg()
+        require_psycopg()
         name = options.name
         if options.clock is not None:
             raise ValueError(
@@ -723,8 +426,7 @@ class PostgresStorage:
         self._backoff_values = {
             "b_base": float(b.base), "b_factor": float(b.factor), "b_max": float(b.max_delay), "b_jitter": float(b.jitter),
         }  # fmt: skip
-        self._sql = _build(self.schema)
-        self._claims: dict[tuple[str, int], str] = {}
+        self._sql = Statements(self.schema)
         self._mutex = threading.Lock()
         self._listen_mutex = threading.Lock()
         self._conn: Any = None
@@ -795,7 +497,8 @@ class PostgresStorage:
 
     def _ensure_schema(self, conn: Any, worker_role: str | None) -> None:
         try:
-            version = conn.execute(self._sql["version"]).fetchone()[0]
+            statement = sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(sql.Identifier(self.schema))
+            version = conn.execute(statement).fetchone()[0]
         except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
             version = None
         if version is None or version < latest_version() or worker_role is not None:
@@ -1000,44 +703,24 @@ class PostgresStorage:
         cur.execute(self._sql["existing"], params)
         found: dict[tuple[str, ...], Job] = {}
         for row in cur.fetchall():
-            job = _row_job(row)
+            job = row_job(row)
             found[("id", job.id)] = job
             if job.dedupe_key is not None and job.state in (JobState.READY, JobState.LEASED):
                 found[("key", job.kind, job.dedupe_key)] = job
         return found
 
-    def _claim_statement(self, name: str, count: int) -> str:
-        """The claim with its LIMIT written in as a number.
-
-        A parameter there would leave the server's generic plan guessing how
-        many rows are wanted (a tenth of the table), and with a backlog that
-        guess picks a scan of every ready job; a literal keeps the index plan.
-        ``count`` is an int the facade checked, so writing it in is safe; each
-        batch size is prepared once (a Worker uses a handful).
-        """
-        key = (name, count)
-        text = self._claims.get(key)
-        if text is None:
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ValueError(f"count must be a positive int, got {count!r}")
-            text = self._sql[name].replace("{count}", str(int(count)))
-            if len(self._claims) < MAX_CLAIM_STATEMENTS:
-                self._claims[key] = text
-        return text
-
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
-        suffix = "" if kinds is None else "_kinds"
         params = self._backoff_params(
             self._params(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
         )
-        claim = self._claim_statement("claim" + suffix, count)
+        claim = self._sql.claim(count, kinds=kinds is not None)
 
         def run(conn: Any) -> list[Job]:
             with self._pipeline(conn):  # one round trip, one transaction
                 conn.execute(self._sql["reclaim"], params)
                 cur = conn.execute(claim, params)
             rows = cur.fetchall()
-            jobs = [_row_job(row) for row in rows]
+            jobs = [row_job(row) for row in rows]
             jobs.sort(key=lambda job: (-job.priority, job.seq))
             return jobs
 
@@ -1101,7 +784,7 @@ class PostgresStorage:
             row = conn.execute(self._sql[statement], params).fetchone()
             if row is None:
                 self._refuse(conn, job_id, token, what)
-            return _row_job(row)
+            return row_job(row)
 
         return self._run(what, run, retry=retry)
 
@@ -1173,7 +856,7 @@ class PostgresStorage:
             row = cur.fetchone()
             if row is None:
                 raise job_not_found(job_id, self.name)
-            return _row_job(row)
+            return row_job(row)
 
         return self._read("get", "get", self._backoff_params(self._params(id=job_id)), shape)
 
@@ -1193,7 +876,7 @@ class PostgresStorage:
             self._params(kind=_check_text(kind, "kind"), limit=limit, offset=offset, reach=reach)
         )
         statement = "list" if listing is None else f"list_{listing}"
-        return self._read("list_jobs", statement, params, lambda cur: [_row_job(row) for row in cur.fetchall()])
+        return self._read("list_jobs", statement, params, lambda cur: [row_job(row) for row in cur.fetchall()])
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
