@@ -214,7 +214,7 @@ class PostgresStorageTests(PostgresTestCase):
         job = worker.enqueue("work")
         held = worker.lease_one()
         assert held is not None
-        pid = worker.storage._conn.info.backend_pid  # type: ignore[attr-defined]
+        pid = worker.storage._link._conn.info.backend_pid  # type: ignore[attr-defined]
         with connect() as admin:
             self.assertTrue(admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
         self.assertTrue(wait_until(lambda: not _backend_alive(pid), PATIENCE))
@@ -227,7 +227,7 @@ class PostgresStorageTests(PostgresTestCase):
         # The old holder's next call reconnects by itself and is refused.
         with self.assertRaises(NotLeasedError):
             worker.ack(held)
-        self.assertNotEqual(worker.storage._conn.info.backend_pid, pid)  # type: ignore[attr-defined]
+        self.assertNotEqual(worker.storage._link._conn.info.backend_pid, pid)  # type: ignore[attr-defined]
         self.assertIs(worker.get(job.id).state, JobState.LEASED)
         other.ack(again)
         self.assertIs(worker.get(job.id).state, JobState.DONE)
@@ -237,7 +237,7 @@ class PostgresStorageTests(PostgresTestCase):
         job = q.enqueue("x")
         for action in ("get", "lease", "ack", "stats"):
             with self.subTest(action=action):
-                pid = q.storage._conn.info.backend_pid  # type: ignore[attr-defined]
+                pid = q.storage._link._conn.info.backend_pid  # type: ignore[attr-defined]
                 with connect() as admin:
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 wait_until(lambda: not _backend_alive(pid), PATIENCE)
@@ -332,7 +332,7 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertTrue(q.path.startswith("postgres"))
         fast = self.open_queue(fsync=False)
         self.assertIs(fast.durable, False)
-        setting = fast.storage._conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[attr-defined]
+        setting = fast.storage._link._conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[attr-defined]
         self.assertEqual(setting, "off")
         self.assertIn("NOT durable", repr(fast))
 
@@ -401,7 +401,7 @@ class PostgresStorageTests(PostgresTestCase):
         # leases (or of the queue) instead of the primary key would make every
         # ack cost as much as the queue is long.
         q = self.open_queue()
-        conn = q.storage._conn  # type: ignore[attr-defined]
+        conn = q.storage._link._conn  # type: ignore[attr-defined]
         try:
             conn.execute("LOAD 'auto_explain'")
         except Exception as exc:  # not a superuser, or no contrib modules: nothing to look through
@@ -431,7 +431,7 @@ class PostgresStorageTests(PostgresTestCase):
     @slow
     def fill_and_watch_plans(self, q: Queue, state: str) -> list[str]:
         """100,000 rows in ``state``, then every plan ``q`` runs from here on (generic plans, via auto_explain)."""
-        conn = q.storage._conn  # type: ignore[attr-defined]
+        conn = q.storage._link._conn  # type: ignore[attr-defined]
         try:
             conn.execute("LOAD 'auto_explain'")
         except Exception as exc:

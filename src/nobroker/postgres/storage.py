@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), ``migrate`` (the
 versioned schema in ``nobroker/postgres/sql/``), the connection handling (one
 connection per storage behind a lock, reconnect and retry once when safe) and
 LISTEN/NOTIFY for idle workers. Imports: errors, jobs, storage, driver,
-statements.
+statements, connection.
 
 Semantics are the file storage's, statement by statement:
 
@@ -61,15 +61,10 @@ the session's ``lock_timeout``; ``fsync=False`` becomes
 the last acknowledged writes). Each Queue holds one connection for its work
 and, once a Worker idles on it, one more that LISTENs.
 
-Connections are not shared between threads: each storage owns one connection
-guarded by a lock (the Worker's threads share one Queue, so they take turns;
-a statement takes well under a millisecond). A dropped connection (server
-restart, ``pg_terminate_backend``) is noticed before the next statement is
-sent and replaced, waiting up to ``reconnect_timeout`` seconds for the server
-to come back; an unreachable server is logged once (WARNING), not once per
-attempt. A statement that fails because the connection died is retried
-once when that is safe: reads, and writes that do the same thing twice
-(ack, extend, set_stage, lease, compact, enqueue with job ids). Otherwise the
+Connections (connection.py): one per storage, behind a lock, replaced when
+it dies. A statement that fails because the connection died is retried once
+when that is safe: reads, and writes that do the same thing twice (ack,
+extend, set_stage, lease, compact, enqueue with job ids). Otherwise the
 caller gets StorageError saying the outcome is unknown.
 
 PostgreSQL text cannot hold the NUL character: a job id, kind, dedupe key,
@@ -84,23 +79,18 @@ storage option so no server-side prepared statements are used.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
-import math
-import os
 import re
-import select
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-from ..errors import LockTimeoutError, NobrokerError, StorageError
+from ..errors import LockTimeoutError, StorageError
 from ..jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, shown
-from ..storage import EnqueueSpec, StorageOptions, dsn_parameters, job_not_found, new_job_id, parse_keyword_dsn, refusal
+from ..storage import EnqueueSpec, StorageOptions, job_not_found, new_job_id, refusal
+from .connection import DEFAULT_RECONNECT_TIMEOUT, Link, Listener, channel_name, connect, connect_timeout_of, one_line, redact_dsn
 from .driver import pg_errors, psycopg, require_psycopg, sql, tuple_row
 from .statements import MAX_LISTED_QUEUES, Statements, check_identifier, row_job
 
@@ -110,15 +100,8 @@ T = TypeVar("T")
 
 #: Schema used when none is given.
 DEFAULT_SCHEMA = "nobroker"
-#: How long to keep trying to reach a server that went away, by default.
-DEFAULT_RECONNECT_TIMEOUT = 30.0
-#: Seconds one connection attempt may take.
-CONNECT_TIMEOUT = 5
 #: Tries for an enqueue whose conflicting job vanished before it could be read.
 ENQUEUE_TRIES = 5
-#: Pause between connection attempts grows from the first to the last value.
-RECONNECT_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0)
-
 # ---------------------------------------------------------------- names and DSNs
 def _check_text(value: str | None, what: str) -> str | None:
     if value is not None and "\x00" in value:
@@ -131,90 +114,6 @@ def _clean_error(error: str | None) -> str | None:
     if error is None:
         return None
     return error.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN without its password (in the authority part, as a query parameter, or as a key word)."""
-    pairs = None if "://" in dsn else parse_keyword_dsn(dsn)
-    if pairs is not None:
-        return " ".join(f"{key}={_keyword_quote(value)}" for key, value in pairs.items() if key != "password")
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "postgresql://<unparseable dsn>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        netloc = userinfo.split(":", 1)[0] + "@" + hostinfo
-    query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
-    out = f"{parts.scheme}://{netloc}{parts.path}"
-    if query:
-        out += "?" + query
-    if parts.fragment:
-        out += "#" + parts.fragment
-    return out
-
-
-def _keyword_quote(value: str) -> str:
-    if value and not any(ch.isspace() or ch in "'\\" for ch in value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def channel_name(schema: str, queue: str) -> str:
-    """The LISTEN/NOTIFY channel of one queue (an identifier, whatever the queue's name)."""
-    digest = hashlib.sha1(f"{schema}\x00{queue}".encode()).hexdigest()[:20]
-    return f"nobroker_{digest}"
-
-
-# ---------------------------------------------------------------- connecting
-def _one_line(exc: BaseException) -> str:
-    """A driver message on one line (libpq's run over several, with tab-indented hints)."""
-    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
-
-
-def connect_timeout_of(dsn: str) -> float | None:
-    """The DSN's own ``connect_timeout`` in seconds, if it gives a positive one (0 means "no limit" to libpq)."""
-    try:
-        value = float(dsn_parameters(dsn).get("connect_timeout", ""))
-    except ValueError:
-        return None
-    return value if 0 < value < float("inf") else None
-
-
-def connect(dsn: str, *, timeout: float, location: str, **options: Any) -> Any:
-    """A new autocommit connection, trying again for up to ``timeout`` seconds while the server is unreachable.
-
-    The first failure is logged once (a WARNING); the attempts after it only
-    at DEBUG, so an unreachable server costs one line and then the final
-    StorageError, however long it is tried. Each attempt waits at most
-    CONNECT_TIMEOUT seconds (or the DSN's connect_timeout, if smaller), and
-    never past ``timeout``.
-    """
-    require_psycopg()
-    deadline = time.monotonic() + timeout
-    per_attempt = min(CONNECT_TIMEOUT, connect_timeout_of(dsn) or CONNECT_TIMEOUT)
-    attempt = 0
-    while True:
-        left = deadline - time.monotonic()
-        # libpq takes whole seconds, and treats less than 2 as 2.
-        attempt_timeout = max(2, math.ceil(min(per_attempt, max(left, 0.0))))
-        try:
-            return psycopg.connect(dsn, autocommit=True, connect_timeout=attempt_timeout, **options)
-        except psycopg.OperationalError as exc:
-            reason = _one_line(exc)
-            if time.monotonic() >= deadline:
-                tried = f"tried for {timeout:g} s" if attempt else "tried once"
-                raise StorageError(f"cannot connect to PostgreSQL at {location}: {reason} ({tried})") from None
-            if attempt == 0:
-                logger.warning(
-                    "cannot reach PostgreSQL at %s (%s); trying again for up to %g s", location, reason, timeout
-                )
-            else:
-                logger.debug("cannot reach PostgreSQL at %s (%s); attempt %d", location, reason, attempt + 1)
-            pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
-            attempt += 1
-            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
 
 
 # ---------------------------------------------------------------- migrations
@@ -284,7 +183,7 @@ def migrate(
         with conn:
             return _migrate_on(conn, schema, worker_role)
     except psycopg.Error as exc:
-        raise StorageError(f"migrating schema {schema!r} at {redact_dsn(dsn)} failed: {_one_line(exc)}") from None
+        raise StorageError(f"migrating schema {schema!r} at {redact_dsn(dsn)} failed: {one_line(exc)}") from None
 
 
 def queue_names(dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout: float | None = None) -> list[str] | None:
@@ -308,7 +207,7 @@ def queue_names(dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout: floa
             statement = Statements(schema)["queue_names"]
             return [row[0] for row in conn.execute(statement, {"limit": MAX_LISTED_QUEUES})]
     except psycopg.Error as exc:
-        raise StorageError(f"listing the queues at {location} failed: {_one_line(exc)}") from None
+        raise StorageError(f"listing the queues at {location} failed: {one_line(exc)}") from None
 
 
 def _migrate_on(conn: Any, schema: str, worker_role: str | None) -> list[str]:
@@ -364,17 +263,6 @@ def _apply_rls(conn: Any, schema: str, role: str) -> None:
         conn.execute(sql.SQL(statement).format(**names))  # type: ignore[arg-type]
 
 
-def _readable(fds: list[int], timeout: float) -> set[int]:
-    """Which of ``fds`` have bytes (or EOF) to read within ``timeout`` seconds? poll() takes any fd number."""
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-        return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
-    readable, _, _ = select.select(fds, [], [], max(timeout, 0.0))
-    return set(readable)
-
-
 class PostgresStorage:
     """One named queue in a PostgreSQL schema (``nobroker`` by default)."""
 
@@ -420,80 +308,24 @@ class PostgresStorage:
         #: Seconds added to the database clock in every statement (tests move time with it).
         self.clock_offset = float(clock_offset)
         self.reconnect_timeout = float(reconnect_timeout)
-        self._prepare_threshold = prepare_threshold
         self._channel = channel_name(self.schema, name)
         b = self.backoff
         self._backoff_values = {
             "b_base": float(b.base), "b_factor": float(b.factor), "b_max": float(b.max_delay), "b_jitter": float(b.jitter),
         }  # fmt: skip
         self._sql = Statements(self.schema)
-        self._mutex = threading.Lock()
-        self._listen_mutex = threading.Lock()
-        self._conn: Any = None
-        self._listener: Any = None
-        self._listen_failed = False
-        self._pid = os.getpid()
-        self._orphans: list[Any] = []  # connections inherited over fork: never touched, never closed
-        self._closed = False
+        self._link = Link(
+            dsn, queue=name, schema=self.schema, reconnect_timeout=self.reconnect_timeout,
+            lock_timeout=self.lock_timeout, durable=self.durable, prepare_threshold=prepare_threshold,
+        )  # fmt: skip
+        self._listener = Listener(dsn, self._channel)
         started = time.perf_counter()
-        with self._mutex:
-            conn = self._connection()
+        with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
             if migrate:
                 self._ensure_schema(conn, worker_role)
         self._recovery = RecoveryReport(elapsed=time.perf_counter() - started)
         if not self.durable:
             logger.warning("queue %r at %s: synchronous_commit=off, NOT durable", name, self.location)
-
-    # ================================================================ connections
-    def _connect(self) -> Any:
-        """A new connection, trying again while the server is unreachable (a restart)."""
-        conn = connect(
-            self.dsn, timeout=self.reconnect_timeout, location=self.location,
-            prepare_threshold=self._prepare_threshold, application_name="nobroker",
-        )  # fmt: skip
-        try:
-            lock_ms = max(1, int(self.lock_timeout * 1000))
-            conn.execute(
-                "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
-                (f"{lock_ms}ms", "on" if self.durable else "off"),
-            )
-        except psycopg.Error as exc:
-            self._discard(conn)
-            raise StorageError(f"cannot set up the connection to PostgreSQL at {self.location}: {_one_line(exc)}") from None
-        return conn
-
-    def _usable(self, conn: Any) -> bool:
-        """Is this idle connection still alive? A dead one has unread bytes (the FATAL) or EOF."""
-        if conn is None or conn.closed or conn.broken:
-            return False
-        try:
-            return not _readable([conn.fileno()], 0.0)
-        except (OSError, ValueError):
-            return False
-
-    def _connection(self) -> Any:
-        """The storage's connection, replaced first if it died while idle (call under the mutex)."""
-        if self._closed:
-            raise StorageError(f"queue {self.name!r} is closed")
-        if os.getpid() != self._pid:
-            # A forked child must not speak on the parent's socket: leave it alone, open our own.
-            self._pid = os.getpid()
-            self._orphans.extend(c for c in (self._conn, self._listener) if c is not None)
-            self._conn = self._listener = None
-        conn = self._conn
-        if not self._usable(conn):
-            if conn is not None:
-                logger.warning("connection to PostgreSQL at %s was lost; reconnecting", self.location)
-                self._discard(conn)
-            self._conn = conn = self._connect()
-        return conn
-
-    @staticmethod
-    def _discard(conn: Any) -> None:
-        try:
-            conn.close()
-        except Exception:  # closing a dead connection may fail; it is gone either way
-            pass
 
     def _ensure_schema(self, conn: Any, worker_role: str | None) -> None:
         try:
@@ -506,42 +338,6 @@ class PostgresStorage:
                 _migrate_on(conn, self.schema, worker_role)
             except psycopg.Error as exc:
                 raise StorageError(f"migrating schema {self.schema!r} at {self.location} failed: {exc}") from None
-
-    def _run(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
-        """Run ``fn(connection)`` under the mutex, mapping driver errors to nobroker's.
-
-        ``retry``: the operation may safely run twice, so a connection lost
-        under it is replaced and the operation tried once more.
-        """
-        with self._mutex:
-            for attempt in (1, 2):
-                conn = self._connection()
-                try:
-                    return fn(conn)
-                except (NobrokerError, ValueError):
-                    raise
-                except pg_errors.LockNotAvailable as exc:
-                    raise LockTimeoutError(
-                        f"{what} waited more than lock_timeout={self.lock_timeout:g} s for a row lock: {exc}"
-                    ) from None
-                except psycopg.OperationalError as exc:
-                    if not conn.broken and not conn.closed:
-                        raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}") from None
-                    self._discard(conn)
-                    self._conn = None
-                    if retry and attempt == 1:
-                        logger.warning("connection lost during %s (%s); reconnecting and trying again", what, exc)
-                        continue
-                    raise StorageError(
-                        f"the connection to PostgreSQL at {self.location} was lost during {what} ({exc}); "
-                        "it may or may not have been applied"
-                    ) from None
-                except psycopg.Error as exc:
-                    hint = ""
-                    if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName)):
-                        hint = f" (run `nobroker pg migrate --dsn ... --schema {self.schema}`)"
-                    raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}{hint}") from None
-            raise AssertionError("unreachable")
 
     def _params(self, **values: Any) -> dict[str, Any]:
         values["q"] = self.name
@@ -587,12 +383,12 @@ class PostgresStorage:
             except psycopg.Error as exc:
                 raise StorageError(f"enqueue on the caller's connection failed: {exc}") from None
         if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
-            job = self._run("enqueue", lambda c: self._insert_one_fresh(c, specs[0]), retry=False)
+            job = self._link.run("enqueue", lambda c: self._insert_one_fresh(c, specs[0]), retry=False)
             if job is not None:
                 return [job]
         # Enqueue twice is harmless only when every job names its id.
         safe = all(spec.job_id is not None for spec in specs)
-        return self._run("enqueue", lambda c: self._enqueue_on(c, specs, own=True), retry=safe)
+        return self._link.run("enqueue", lambda c: self._enqueue_on(c, specs, own=True), retry=safe)
 
     def _insert_one_fresh(self, conn: Any, spec: EnqueueSpec) -> Job | None:
         """The common case, kept short: one job, nothing it could conflict with (None: drawn id taken)."""
@@ -725,7 +521,7 @@ class PostgresStorage:
             return jobs
 
         # A retried claim is safe: a lease we never heard of just expires and comes back.
-        return self._run("lease", run, retry=True)
+        return self._link.run("lease", run, retry=True)
 
     def _refuse(self, conn: Any, job_id: str, token: str | None, action: str) -> None:
         """The UPDATE changed nothing: reclaim what expired (as the file storage would have), then say why."""
@@ -751,7 +547,7 @@ class PostgresStorage:
             self._refuse(conn, job_id, token, "ack")
 
         # Twice is harmless: the second ack finds the job done under the same token.
-        self._run("ack", run, retry=True)
+        self._link.run("ack", run, retry=True)
 
     def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
         """Ack many leased jobs in one statement: (job id, token or None, result JSON or None) each.
@@ -775,7 +571,7 @@ class PostgresStorage:
                 if (job_id, token) not in acked and not self._already_done(conn, job_id, token):
                     self._refuse(conn, job_id, token, "ack")
 
-        self._run("ack_many", run, retry=True)
+        self._link.run("ack_many", run, retry=True)
 
     def _change(self, what: str, statement: str, job_id: str, token: str | None, retry: bool, **values: Any) -> Job:
         params = self._backoff_params(self._params(id=job_id, token=token, chan=self._channel, **values))
@@ -786,7 +582,7 @@ class PostgresStorage:
                 self._refuse(conn, job_id, token, what)
             return row_job(row)
 
-        return self._run(what, run, retry=retry)
+        return self._link.run(what, run, retry=retry)
 
     def nack(
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
@@ -824,14 +620,14 @@ class PostgresStorage:
             return 0
 
         for _try in range(ENQUEUE_TRIES):
-            count = self._run("requeue_dead", run, retry=False)
+            count = self._link.run("requeue_dead", run, retry=False)
             if count is not None:
                 return count
         raise StorageError(f"requeue_dead kept conflicting with concurrent enqueues after {ENQUEUE_TRIES} tries")
 
     def purge(self) -> int:
         params = self._params()
-        return self._run("purge", lambda conn: conn.execute(self._sql["purge"], params).rowcount, retry=False)
+        return self._link.run("purge", lambda conn: conn.execute(self._sql["purge"], params).rowcount, retry=False)
 
     def compact(self) -> CompactionResult:
         started = time.perf_counter()
@@ -842,12 +638,12 @@ class PostgresStorage:
             kept = conn.execute(self._sql["count"], params).fetchone()[0]
             return dropped, kept
 
-        dropped, kept = self._run("compact", run, retry=True)
+        dropped, kept = self._link.run("compact", run, retry=True)
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
     # ================================================================ reads
     def _read(self, what: str, statement: str, params: dict[str, Any], shape: Callable[[Any], T]) -> T:
-        return self._run(what, lambda conn: shape(conn.execute(self._sql[statement], params)), retry=True)
+        return self._link.run(what, lambda conn: shape(conn.execute(self._sql[statement], params)), retry=True)
 
     def get(self, job_id: str) -> Job:
         _check_text(job_id, "job_id")
@@ -895,90 +691,11 @@ class PostgresStorage:
         soon as it is readable; it is never read. ``kinds`` changes nothing:
         every listener hears every NOTIFY, so none can take another's.
         """
-        deadline = time.monotonic() + max(timeout, 0.0)
-        extra = [] if interrupt is None else [interrupt]
-        with self._listen_mutex:
-            if self._closed:
-                return False
-            try:
-                listener = self._listening()
-            except (StorageError, psycopg.Error) as exc:
-                if not self._listen_failed:
-                    logger.warning("cannot LISTEN for new jobs (%s); polling until it works again", exc)
-                self._listen_failed = True
-                self._drop_listener()
-                left = max(deadline - time.monotonic(), 0.0)
-                if interrupt is None:
-                    time.sleep(left)
-                else:
-                    try:
-                        _readable(extra, left)
-                    except (OSError, ValueError):
-                        time.sleep(left)
-                return False
-            pgconn = listener.pgconn
-            try:
-                if self._drain(pgconn):
-                    return True
-                fd = listener.fileno()
-                while True:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    ready = _readable([fd, *extra], remaining)
-                    if interrupt is not None and interrupt in ready:
-                        return False
-                    if fd in ready and self._drain(pgconn):
-                        return True
-            except (psycopg.Error, OSError, ValueError):
-                # The server went away: wake the caller, whose next operation reconnects.
-                self._drop_listener()
-                return True
-
-    @staticmethod
-    def _drain(pgconn: Any) -> bool:
-        """Consume every notification already received; True if there was one."""
-        pgconn.consume_input()
-        if pgconn.status != psycopg.pq.ConnStatus.OK:
-            raise psycopg.OperationalError("listening connection lost")
-        got = False
-        while pgconn.notifies() is not None:
-            got = True
-        return got
-
-    def _listening(self) -> Any:
-        if os.getpid() != self._pid and self._listener is not None:
-            self._orphans.append(self._listener)
-            self._listener = None
-        listener = self._listener
-        if listener is None or listener.closed or listener.broken:
-            if listener is not None:
-                self._discard(listener)
-            listener = psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="nobroker-listen"
-            )
-            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-            self._listener = listener
-            self._listen_failed = False
-        return listener
-
-    def _drop_listener(self) -> None:
-        if self._listener is not None:
-            self._discard(self._listener)
-            self._listener = None
+        return self._listener.wait(timeout, interrupt)
 
     def close(self) -> None:
-        with self._mutex:
-            if self._closed:
-                return
-            self._closed = True
-            if self._conn is not None and os.getpid() == self._pid:
-                self._discard(self._conn)
-            self._conn = None
-        with self._listen_mutex:
-            if self._listener is not None and os.getpid() == self._pid:
-                self._discard(self._listener)
-            self._listener = None
+        self._link.close()
+        self._listener.close()
 
     @property
     def location(self) -> str:
