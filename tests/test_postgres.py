@@ -59,7 +59,7 @@ def _claim_all(dsn: str, schema: str, name: str, start: Any, out: Any, batch: in
 
 
 def _migrate_child(dsn: str, schema: str, start: Any, out: Any) -> None:
-    from nobroker.postgres.storage import migrate
+    from nobroker.postgres import migrate
 
     start.wait(PATIENCE)
     try:
@@ -303,7 +303,7 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertEqual(self.open_queue().stats().total, 0, "another queue saw the rows")
 
     def test_bad_schema_and_role_names_are_refused_before_any_sql(self) -> None:
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         for bad in ("x; DROP TABLE jobs", "1abc", "", "a" * 64, 'quo"te', "sp ace"):
             with self.subTest(name=bad):
@@ -343,7 +343,7 @@ class PostgresStorageTests(PostgresTestCase):
             self.assertNotIsInstance(caught.exception, OverflowError)
 
     def test_location_hides_the_password(self) -> None:
-        from nobroker.postgres.storage import redact_dsn
+        from nobroker.postgres import redact_dsn
 
         self.assertEqual(redact_dsn("postgresql://app:s3cret@db:5432/jobs"), "postgresql://app@db:5432/jobs")
         self.assertEqual(
@@ -519,7 +519,7 @@ class PostgresSchemaTests(unittest.TestCase):
         self.addCleanup(drop_schema, self.schema)
 
     def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
-        from nobroker.postgres.storage import latest_version, migrate
+        from nobroker.postgres import latest_version, migrate
 
         self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_retries_and_finished_jobs.sql"])
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
@@ -535,7 +535,7 @@ class PostgresSchemaTests(unittest.TestCase):
     def test_upgrading_from_version_1_takes_the_lease_token_off_done_jobs(self) -> None:
         from unittest import mock
 
-        from nobroker.postgres import storage as postgres
+        from nobroker.postgres import schema as postgres
 
         files = postgres._migration_files()
         with mock.patch.object(postgres, "_migration_files", lambda: files[:1]):
@@ -557,7 +557,7 @@ class PostgresSchemaTests(unittest.TestCase):
                 q.ack(Job("d", 1, lease_token="someone-else"))
 
     def test_the_sql_backoff_is_delay_for_without_jitter(self) -> None:
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         migrate(self.dsn, schema=self.schema)
         policies = [BackoffPolicy(), BackoffPolicy(base=10, factor=3, max_delay=1000), BackoffPolicy(base=0), BackoffPolicy(factor=1)]
@@ -589,13 +589,13 @@ class PostgresSchemaTests(unittest.TestCase):
         for p in procs:
             p.join(PATIENCE)
         self.assertEqual([r[0] for r in results], ["ok"] * 4, results)
-        from nobroker.postgres.storage import latest_version
+        from nobroker.postgres import latest_version
 
         applied = sorted(len(r[1]) for r in results)
         self.assertEqual(applied, [0, 0, 0, latest_version()], "exactly one process applied the schema")
 
     def test_row_level_security_hides_rows_from_roles_outside_the_policy(self) -> None:
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         worker_role, login, outsider = fresh_name("nbwork"), fresh_name("nbapp"), fresh_name("nbout")
         self.addCleanup(_drop_roles, [login, outsider, worker_role])
@@ -669,7 +669,7 @@ class PostgresRestartTests(unittest.TestCase):
             self.addCleanup(cluster.close)
             self.dsn, self.restart = cluster.dsn, cluster.restart
         self.schema = fresh_name("nbrestart")
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         migrate(self.dsn, schema=self.schema)
         self.addCleanup(_drop_schema_at, self.dsn, self.schema)

@@ -1,10 +1,9 @@
 """The PostgreSQL storage: the same queue, kept in one table that many hosts share.
 
-Owns: PostgresStorage (the Storage protocol on PostgreSQL), ``migrate`` (the
-versioned schema in ``nobroker/postgres/sql/``), the connection handling (one
-connection per storage behind a lock, reconnect and retry once when safe) and
-LISTEN/NOTIFY for idle workers. Imports: errors, jobs, storage, driver,
-statements, connection.
+Owns: PostgresStorage (the Storage protocol on PostgreSQL): its options, the
+schema brought up to date on open (schema.py), and every operation, each run
+on its connection (connection.py). Imports: errors, jobs, storage, driver,
+statements, connection, schema.
 
 Semantics are the file storage's, statement by statement:
 
@@ -33,20 +32,6 @@ Semantics are the file storage's, statement by statement:
 Transactional enqueue: ``Queue.enqueue(..., conn=connection)`` runs the INSERT
 on the caller's psycopg connection, inside the caller's open transaction, and
 never commits: roll back and there is no job.
-
-Row level security: ``migrate(dsn, worker_role="queue_worker")`` creates the
-role if it is missing (NOLOGIN; grant it to the login roles your workers use:
-``GRANT queue_worker TO app``), turns on FORCE ROW LEVEL SECURITY and adds
-policies so only that role and the table's owner see or change the rows; any
-other role, even one granted SELECT on the table, sees none. Roles with
-BYPASSRLS (superusers) are never limited by policies. On Supabase, run the
-migration as ``postgres`` with ``worker_role="service_role"``: the service
-role (the secret key your backend holds; it has BYPASSRLS there anyway) gets
-the grants, while ``anon`` and ``authenticated`` (what a browser holds) get
-no grant on the schema and match no policy, so the queue never shows through
-Supabase's auto-generated APIs. Connect workers with the service role's (or
-``postgres``'s) connection string, from server code only; never expose the
-``nobroker`` schema in the API settings.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: bring the
@@ -78,28 +63,24 @@ storage option so no server-side prepared statements are used.
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from importlib import resources
 from typing import Any, TypeVar
 
 from ..errors import LockTimeoutError, StorageError
 from ..jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, shown
 from ..storage import EnqueueSpec, StorageOptions, job_not_found, new_job_id, refusal
-from .connection import DEFAULT_RECONNECT_TIMEOUT, Link, Listener, channel_name, connect, connect_timeout_of, one_line, redact_dsn
-from .driver import pg_errors, psycopg, require_psycopg, sql, tuple_row
-from .statements import MAX_LISTED_QUEUES, Statements, check_identifier, row_job
+from .connection import DEFAULT_RECONNECT_TIMEOUT, Link, Listener, channel_name, connect_timeout_of, redact_dsn
+from .driver import pg_errors, psycopg, require_psycopg, tuple_row
+from .schema import DEFAULT_SCHEMA, ensure_schema
+from .statements import Statements, check_identifier, row_job
 
 logger = logging.getLogger("nobroker.postgres")
 
 T = TypeVar("T")
 
-#: Schema used when none is given.
-DEFAULT_SCHEMA = "nobroker"
 #: Tries for an enqueue whose conflicting job vanished before it could be read.
 ENQUEUE_TRIES = 5
 # ---------------------------------------------------------------- names and DSNs
@@ -114,153 +95,6 @@ def _clean_error(error: str | None) -> str | None:
     if error is None:
         return None
     return error.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
-
-
-# ---------------------------------------------------------------- migrations
-@functools.lru_cache(maxsize=1)
-def _migration_files() -> list[tuple[int, str, str]]:
-    """(version, file name, text) of every numbered SQL file shipped in nobroker/postgres/sql/."""
-    out = []
-    for entry in resources.files("nobroker.postgres").joinpath("sql").iterdir():
-        name = entry.name
-        match = re.fullmatch(r"([0-9]{3})_[a-z0-9_]+\.sql", name)
-        if match:
-            out.append((int(match.group(1)), name, entry.read_text(encoding="utf-8")))
-    out.sort()
-    return out
-
-
-def _sql_file(name: str) -> str:
-    return resources.files("nobroker.postgres").joinpath("sql", name).read_text(encoding="utf-8")
-
-
-def _statements(text: str) -> list[str]:
-    """Split a migration file into statements (``;`` at a line end, outside $$ bodies)."""
-    out: list[str] = []
-    current: list[str] = []
-    in_body = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not current and (not stripped or stripped.startswith("--")):
-            continue
-        current.append(line)
-        if line.count("$$") % 2:
-            in_body = not in_body
-        if not in_body and stripped.endswith(";"):
-            out.append("\n".join(current))
-            current = []
-    if "".join(current).strip():
-        out.append("\n".join(current))
-    return out
-
-
-def latest_version() -> int:
-    """The schema version this nobroker expects."""
-    files = _migration_files()
-    return files[-1][0] if files else 0
-
-
-def migrate(
-    dsn: str, *, schema: str = DEFAULT_SCHEMA, worker_role: str | None = None, connect_timeout: float | None = None
-) -> list[str]:
-    """Create or upgrade the nobroker schema in the database at ``dsn``. Returns the files applied.
-
-    Idempotent and safe to run from many processes at once: the work happens
-    in one transaction under an advisory lock keyed by the schema name, and
-    ``<schema>.schema_migrations`` records which versions are in. With
-    ``worker_role``, also create that role if missing and restrict the rows to
-    it (and the owner) with FORCE ROW LEVEL SECURITY; see the module docstring.
-    ``connect_timeout``: seconds to keep trying to reach the server (default:
-    the DSN's connect_timeout, else one attempt).
-    """
-    require_psycopg()
-    check_identifier(schema, "schema")
-    if worker_role is not None:
-        check_identifier(worker_role, "worker_role")
-    timeout = connect_timeout if connect_timeout is not None else connect_timeout_of(dsn) or 0.0
-    conn = connect(dsn, timeout=timeout, location=redact_dsn(dsn))
-    try:
-        with conn:
-            return _migrate_on(conn, schema, worker_role)
-    except psycopg.Error as exc:
-        raise StorageError(f"migrating schema {schema!r} at {redact_dsn(dsn)} failed: {one_line(exc)}") from None
-
-
-def queue_names(dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout: float | None = None) -> list[str] | None:
-    """Names of the queues holding jobs in ``schema`` at ``dsn`` (sorted, at most MAX_LISTED_QUEUES).
-
-    None when the database has no nobroker table in that schema (nothing was
-    ever enqueued there, or another ``--schema``). Reads only: it creates and
-    migrates nothing. A queue on PostgreSQL is the rows that carry its name,
-    so one whose jobs were all purged or compacted away is not listed.
-    """
-    require_psycopg()
-    check_identifier(schema, "schema")
-    timeout = connect_timeout if connect_timeout is not None else connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
-    location = redact_dsn(dsn)
-    conn = connect(dsn, timeout=timeout, location=location, application_name="nobroker")
-    try:
-        with conn:
-            table = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".jobs',)).fetchone()[0]
-            if table is None:
-                return None
-            statement = Statements(schema)["queue_names"]
-            return [row[0] for row in conn.execute(statement, {"limit": MAX_LISTED_QUEUES})]
-    except psycopg.Error as exc:
-        raise StorageError(f"listing the queues at {location} failed: {one_line(exc)}") from None
-
-
-def _migrate_on(conn: Any, schema: str, worker_role: str | None) -> list[str]:
-    ident = sql.Identifier(schema)
-    applied: list[str] = []
-    with conn.transaction():
-        # Two processes migrating at once: the second waits here, then finds the work done.
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"nobroker.migrate:{schema}",))
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
-                " version integer PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            ).format(ident)
-        )
-        done = {row[0] for row in conn.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(ident))}
-        for version, name, text in _migration_files():
-            if version in done:
-                continue
-            for statement in _statements(text):
-                conn.execute(sql.SQL(statement).format(schema=ident))  # type: ignore[arg-type]
-            conn.execute(
-                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(ident),
-                (version, name),
-            )
-            applied.append(name)
-            logger.info("applied %s to schema %s", name, schema)
-        if worker_role is not None:
-            _apply_rls(conn, schema, worker_role)
-    return applied
-
-
-def _apply_rls(conn: Any, schema: str, role: str) -> None:
-    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
-    if not exists:
-        try:
-            with conn.transaction():  # a savepoint: another database may create it at the same moment
-                conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
-        except pg_errors.DuplicateObject:
-            pass
-    owner = conn.execute(
-        "SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = 'jobs'", (schema,)
-    ).fetchone()[0]
-    names = {
-        "schema": sql.Identifier(schema),
-        "role": sql.Identifier(role),
-        "owner": sql.Identifier(owner),
-        "role_policy": sql.Identifier(f"nobroker_role_{role}"[:63]),
-        "owner_policy": sql.Identifier("nobroker_owner"),
-    }
-    for statement in _statements(_sql_file("rls.sql")):
-        conn.execute(sql.SQL(statement).format(**names))  # type: ignore[arg-type]
 
 
 class PostgresStorage:
@@ -322,22 +156,10 @@ class PostgresStorage:
         started = time.perf_counter()
         with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
             if migrate:
-                self._ensure_schema(conn, worker_role)
+                ensure_schema(conn, self.schema, worker_role, self.location)
         self._recovery = RecoveryReport(elapsed=time.perf_counter() - started)
         if not self.durable:
             logger.warning("queue %r at %s: synchronous_commit=off, NOT durable", name, self.location)
-
-    def _ensure_schema(self, conn: Any, worker_role: str | None) -> None:
-        try:
-            statement = sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(sql.Identifier(self.schema))
-            version = conn.execute(statement).fetchone()[0]
-        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
-            version = None
-        if version is None or version < latest_version() or worker_role is not None:
-            try:
-                _migrate_on(conn, self.schema, worker_role)
-            except psycopg.Error as exc:
-                raise StorageError(f"migrating schema {self.schema!r} at {self.location} failed: {exc}") from None
 
     def _params(self, **values: Any) -> dict[str, Any]:
         values["q"] = self.name
@@ -707,6 +529,4 @@ class PostgresStorage:
         return self._recovery
 
 
-__all__ = [
-    "PostgresStorage", "migrate", "queue_names", "latest_version", "redact_dsn", "check_identifier", "DEFAULT_SCHEMA",
-]  # fmt: skip
+__all__ = ["PostgresStorage"]
