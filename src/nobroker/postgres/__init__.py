@@ -9,7 +9,8 @@ Its modules, in the order they may import each other (each only earlier ones):
 - statements: the SQL text of every operation and its parameters; a row as a Job
 - connection: connecting, the storage's one connection (reconnect, retry once), LISTEN/NOTIFY
 - schema: the numbered migrations in sql/, row level security, the version check
-- storage: PostgresStorage
+- operations: each operation on one connection (the statements it sends, what the rows mean)
+- storage: PostgresStorage, wiring only
 
 Imports: connection, schema, statements, storage.
 """

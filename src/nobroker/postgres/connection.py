@@ -228,7 +228,9 @@ class Link(_Owned):
             )
         except psycopg.Error as exc:
             _discard(conn)
-            raise StorageError(f"cannot set up the connection to PostgreSQL at {self.location}: {one_line(exc)}") from None
+            raise StorageError(
+                f"cannot set up the connection to PostgreSQL at {self.location}: {one_line(exc)}"
+            ) from None
         return conn
 
     @staticmethod
