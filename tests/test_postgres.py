@@ -74,6 +74,18 @@ def _enqueue_same_key(dsn: str, schema: str, name: str, start: Any, out: Any) ->
         out.put(sorted({q.enqueue({"pid": os.getpid()}, dedupe_key="one").id for _ in range(20)}))
 
 
+def _use_inherited_queue(q: Queue, job_id: str, out: Any) -> None:
+    """A forked child: read through the queue object it inherited, wait on it, close it; report its backend."""
+    try:
+        payload = q.get(job_id).payload
+        pid = q.storage._link._conn.info.backend_pid  # type: ignore[attr-defined]
+        q.wait_for_jobs(0.01)
+        q.close()
+        out.put((payload, pid))
+    except BaseException as exc:
+        out.put((repr(exc), None))
+
+
 class PostgresStorageTests(PostgresTestCase):
     """Behaviour of the PostgreSQL storage beyond the shared semantic suite."""
 
@@ -250,6 +262,24 @@ class PostgresStorageTests(PostgresTestCase):
                     self.assertIs(q.get(job.id).state, JobState.DONE)
                 else:
                     self.assertEqual(q.stats().done, 1)
+
+    def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(self) -> None:
+        q = self.open_queue()
+        job = q.enqueue("x")
+        self.assertFalse(q.wait_for_jobs(0.01))  # listening as well
+        conn, listener = q.storage._link._conn, q.storage._listener._conn  # type: ignore[attr-defined]
+        out = _fork.Queue()
+        child = _fork.Process(target=_use_inherited_queue, args=(q, job.id, out))
+        child.start()
+        self.addCleanup(child.join, PATIENCE)
+        got = out.get(timeout=PATIENCE)
+        self.assertEqual(got[0], "x", got)
+        self.assertNotEqual(got[1], conn.info.backend_pid, "the child spoke on the parent's connection")
+        # Neither the child's work nor its close() touched the parent's sockets.
+        self.assertEqual(q.get(job.id).payload, "x")
+        self.assertIs(q.storage._link._conn, conn)  # type: ignore[attr-defined]
+        self.assertFalse(q.wait_for_jobs(0.01))
+        self.assertIs(q.storage._listener._conn, listener)  # type: ignore[attr-defined]
 
     def test_wait_for_jobs_wakes_when_another_connection_enqueues(self) -> None:
         idle = self.open_queue()
