@@ -296,7 +296,9 @@ class PyzTest(TempDirTestCase):
         from nobroker.postgres.schema import split_statements as _statements
         from tools.build_pyz import slim_sql
 
-        for path in sorted((ROOT / "src" / "nobroker" / "sql").glob("*.sql")):
+        paths = sorted((ROOT / "src" / "nobroker" / "postgres" / "sql").glob("*.sql"))
+        self.assertTrue(paths, "no SQL files where the PostgreSQL storage keeps them")
+        for path in paths:
             with self.subTest(path.name):
                 text = path.read_text(encoding="utf-8")
                 slimmed = slim_sql(text)
