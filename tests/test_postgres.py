@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -538,6 +539,33 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertEqual([q.get(j.id).result for j in jobs], [n * n for n in range(20)])
         self.assertEqual([j.id for j in q.dlq()], [bad.id, flaky.id])
         self.assertEqual(q.get(jobs[0].id).stage, "squaring")
+
+
+class StatementTextTests(unittest.TestCase):
+    """The statements as text, built for one schema (no server needed)."""
+
+    def test_every_statement_names_its_schema_and_leaves_only_a_claims_batch_size_open(self) -> None:
+        from nobroker.postgres.statements import Statements, build
+
+        for name, text in build("nb_text").items():
+            with self.subTest(name):
+                self.assertIn('"nb_text".jobs', text)
+                self.assertEqual(re.findall(r"\{[a-z_]+\}", text), ["{count}"] if name.startswith("claim") else [])
+        statements = Statements("nb_text")
+        self.assertIn("LIMIT 7 FOR UPDATE SKIP LOCKED", statements.claim(7, kinds=False))
+        self.assertNotIn("kind = ANY(", statements.claim(7, kinds=False))
+        self.assertIn("kind = ANY(", statements.claim(7, kinds=True))
+        statements.claim(1, kinds=False)
+        for bad in (0, -1, True, 2.0, "3"):
+            with self.subTest(count=bad), self.assertRaises(ValueError):
+                statements.claim(bad, kinds=False)  # type: ignore[arg-type]
+
+    def test_a_schema_name_that_could_leave_its_quotes_is_refused(self) -> None:
+        from nobroker.postgres.statements import Statements
+
+        for bad in ('x"; DROP TABLE jobs; --', "1abc", "", "a" * 64, "nb\n", NASTY):
+            with self.subTest(schema=bad), self.assertRaises(ValueError):
+                Statements(bad)
 
 
 class PostgresSchemaTests(unittest.TestCase):

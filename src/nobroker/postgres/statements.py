@@ -316,7 +316,6 @@ class Statements:
     """Every statement of one schema, ready to run: ``statements["ack"]``, ``statements.claim(10, kinds=False)``."""
 
     def __init__(self, schema: str) -> None:
-        self.schema = schema
         self._text = build(schema)
         self._claims: dict[tuple[bool, int], str] = {}
 
@@ -332,11 +331,12 @@ class Statements:
         ``count`` is an int the facade checked, so writing it in is safe; each
         batch size is prepared once (a Worker uses a handful).
         """
+        # Checked before the cache too: True would find the text of 1 there.
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count must be a positive int, got {count!r}")
         key = (kinds, count)
         text = self._claims.get(key)
         if text is None:
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ValueError(f"count must be a positive int, got {count!r}")
             text = self._text["claim_kinds" if kinds else "claim"].replace("{count}", str(int(count)))
             if len(self._claims) < MAX_CLAIM_STATEMENTS:
                 self._claims[key] = text
