@@ -4,8 +4,9 @@ Owns: ``Target`` (one queue as the statements address it), a function per
 operation of the Storage protocol taking a live psycopg connection (enqueue,
 lease, ack, nack, extend, set_stage, requeue_dead, purge, compact and the
 reads), the refusals that say why a job was not changed, and what PostgreSQL
-text can hold. Nothing here connects, locks or retries: storage.py runs these
-through connection.Link. Imports: errors, jobs, storage, driver, statements.
+text can hold. Nothing here connects, takes the storage's lock or retries a
+lost connection: storage.py runs these through connection.Link.
+Imports: errors, jobs, storage, driver, statements.
 
 Semantics are the file storage's, statement by statement:
 
