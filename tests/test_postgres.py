@@ -31,7 +31,7 @@ from nobroker import (
     Queue,
     Worker,
 )
-from tests.pgsupport import PostgresTestCase, PrivateCluster, connect, drop_schema, fresh_name, require_postgres
+from tests.pgsupport import PostgresTestCase, PrivateCluster, connect, drop_schema, fresh_name, pg_dsn, require_postgres
 from tests.support import slow, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -263,6 +263,33 @@ class PostgresStorageTests(PostgresTestCase):
                     self.assertIs(q.get(job.id).state, JobState.DONE)
                 else:
                     self.assertEqual(q.stats().done, 1)
+
+    def test_a_connection_lost_while_it_is_set_up_is_replaced_within_reconnect_timeout(self) -> None:
+        # A server restarting between the connect and the session settings: the
+        # queue keeps trying, as it does while the server cannot be reached at all.
+        from unittest import mock
+
+        import psycopg
+
+        real_connect = psycopg.connect
+        lost: list[int] = []
+
+        def connect_then_lose_it(*args: Any, **kwargs: Any) -> Any:
+            conn = real_connect(*args, **kwargs)
+            if not lost:
+                lost.append(conn.info.backend_pid)
+                with real_connect(pg_dsn(), autocommit=True) as admin:  # waits until that backend is gone
+                    admin.execute("SELECT pg_terminate_backend(%s, %s)", (lost[0], int(PATIENCE * 1000)))
+            return conn
+
+        with mock.patch.object(psycopg, "connect", connect_then_lose_it):
+            with self.assertLogs("nobroker.postgres", "WARNING") as logs:
+                q = self.open_queue()
+        self.assertEqual(len(lost), 1)
+        self.assertIn("trying again", "\n".join(logs.output))
+        self.assertNotEqual(q.storage._link._conn.info.backend_pid, lost[0])  # type: ignore[attr-defined]
+        q.enqueue("x")
+        self.assertEqual(len(q), 1)
 
     def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(self) -> None:
         q = self.open_queue()

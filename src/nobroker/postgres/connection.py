@@ -106,8 +106,15 @@ def one_line(exc: BaseException) -> str:
 
 
 # ---------------------------------------------------------------- connecting
-def connect(dsn: str, *, timeout: float, location: str, **options: Any) -> Any:
+def connect(
+    dsn: str, *, timeout: float, location: str, setup: Callable[[Any], None] | None = None, **options: Any
+) -> Any:
     """A new autocommit connection, trying again for up to ``timeout`` seconds while the server is unreachable.
+
+    ``setup(conn)`` runs on each new connection before it is returned (the
+    session settings); a connection that dies under it, as when the server
+    restarts right then, counts as one more failed attempt, so the caller
+    still gets a working connection within ``timeout``.
 
     The first failure is logged once (a WARNING); the attempts after it only
     at DEBUG, so an unreachable server costs one line and then the final
@@ -123,21 +130,32 @@ def connect(dsn: str, *, timeout: float, location: str, **options: Any) -> Any:
         left = deadline - time.monotonic()
         attempt_timeout = max(LIBPQ_MIN_CONNECT_TIMEOUT, math.ceil(min(per_attempt, max(left, 0.0))))
         try:
-            return psycopg.connect(dsn, autocommit=True, connect_timeout=attempt_timeout, **options)
+            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=attempt_timeout, **options)
+            return conn if setup is None else _set_up(conn, setup, location)
         except psycopg.OperationalError as exc:
             reason = one_line(exc)
-            if time.monotonic() >= deadline:
-                tried = f"tried for {timeout:g} s" if attempt else "tried once"
-                raise StorageError(f"cannot connect to PostgreSQL at {location}: {reason} ({tried})") from None
-            if attempt == 0:
-                logger.warning(
-                    "cannot reach PostgreSQL at %s (%s); trying again for up to %g s", location, reason, timeout
-                )
-            else:
-                logger.debug("cannot reach PostgreSQL at %s (%s); attempt %d", location, reason, attempt + 1)
-            pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
-            attempt += 1
-            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+        if time.monotonic() >= deadline:
+            tried = f"tried for {timeout:g} s" if attempt else "tried once"
+            raise StorageError(f"cannot connect to PostgreSQL at {location}: {reason} ({tried})") from None
+        if attempt == 0:
+            logger.warning("cannot reach PostgreSQL at %s (%s); trying again for up to %g s", location, reason, timeout)
+        else:
+            logger.debug("cannot reach PostgreSQL at %s (%s); attempt %d", location, reason, attempt + 1)
+        pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
+        attempt += 1
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+
+
+def _set_up(conn: Any, setup: Callable[[Any], None], location: str) -> Any:
+    """``conn`` after ``setup(conn)``; OperationalError if the connection died under it (try again)."""
+    try:
+        setup(conn)
+    except psycopg.Error as exc:
+        _discard(conn)
+        if isinstance(exc, psycopg.OperationalError) and (conn.broken or conn.closed):
+            raise
+        raise StorageError(f"cannot set up the connection to PostgreSQL at {location}: {one_line(exc)}") from None
+    return conn
 
 
 def readable(fds: list[int], timeout: float) -> set[int]:
@@ -216,22 +234,17 @@ class Link(_Owned):
 
     def _connect(self) -> Any:
         """A new connection with the queue's session settings, trying again while the server is unreachable."""
-        conn = connect(
-            self.dsn, timeout=self._reconnect_timeout, location=self.location,
+        return connect(
+            self.dsn, timeout=self._reconnect_timeout, location=self.location, setup=self._set_session,
             prepare_threshold=self._prepare_threshold, application_name="nobroker",
         )  # fmt: skip
-        try:
-            lock_ms = max(1, int(self._lock_timeout * 1000))
-            conn.execute(
-                "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
-                (f"{lock_ms}ms", "on" if self._durable else "off"),
-            )
-        except psycopg.Error as exc:
-            _discard(conn)
-            raise StorageError(
-                f"cannot set up the connection to PostgreSQL at {self.location}: {one_line(exc)}"
-            ) from None
-        return conn
+
+    def _set_session(self, conn: Any) -> None:
+        lock_ms = max(1, int(self._lock_timeout * 1000))
+        conn.execute(
+            "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
+            (f"{lock_ms}ms", "on" if self._durable else "off"),
+        )
 
     @staticmethod
     def _usable(conn: Any) -> bool:
