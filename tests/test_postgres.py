@@ -788,6 +788,9 @@ class PostgresRestartTests(unittest.TestCase):
         self.addCleanup(q.close)
         first = q.enqueue_many(list(range(20)), job_ids=[f"before-{i}" for i in range(20)])
         self.assertTrue(wait_until(lambda: q.stats().done == 20, PATIENCE), q.stats())
+        # Both workers are running (each LISTENs once it idles) before the restart, so the
+        # SIGTERM below meets a Worker's handler, not a process still starting up.
+        self.assertTrue(wait_until(lambda: _listening_on(self.dsn, self.schema, "restart") == 2, PATIENCE))
         self.restart()
         second = q.enqueue_many(list(range(20)), job_ids=[f"after-{i}" for i in range(20)])
         self.assertTrue(wait_until(lambda: q.stats().done == 40, PATIENCE * 2), q.stats())
@@ -825,6 +828,15 @@ def _drop_schema_at(dsn: str, schema: str) -> None:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     except Exception:  # the private server may already be gone, and the schema with it
         pass
+
+
+def _listening_on(dsn: str, schema: str, name: str) -> int:
+    """How many connections LISTEN on the channel of queue ``name``."""
+    from nobroker.postgres.connection import channel_name
+
+    with connect(dsn) as conn:
+        statement = "SELECT count(*) FROM pg_stat_activity WHERE query = %s"
+        return int(conn.execute(statement, (f'LISTEN "{channel_name(schema, name)}"',)).fetchone()[0])
 
 
 def _backend_alive(pid: int) -> bool:
