@@ -81,7 +81,7 @@ class PostgresTestCase(unittest.TestCase):
     def setUpClass(cls) -> None:
         super().setUpClass()
         cls.dsn = require_postgres(cls)
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         cls.schema = fresh_name("nbtest")
         migrate(cls.dsn, schema=cls.schema)

@@ -287,7 +287,7 @@ class StorageChoiceTests(CliTestCase):
         self.assertEqual(dsn_parameters("postgresql://h/db?connect_timeout=3"), {"connect_timeout": "3"})
 
     def test_a_keyword_dsn_never_shows_its_password(self) -> None:
-        from nobroker.postgres.storage import redact_dsn
+        from nobroker.postgres import redact_dsn
 
         self.assertEqual(redact_dsn("host=db password=s3cret dbname=app"), "host=db dbname=app")
         self.assertEqual(redact_dsn("host='/var/run/x y' password='a b'"), "host='/var/run/x y'")

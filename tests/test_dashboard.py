@@ -912,7 +912,7 @@ class OnPostgres:
     def setUpClass(cls) -> None:
         super().setUpClass()  # type: ignore[misc]
         cls.dsn = require_postgres(cls)  # type: ignore[arg-type]
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         cls.schema = fresh_name("nbdash")
         migrate(cls.dsn, schema=cls.schema)

@@ -353,7 +353,7 @@ class HostileNames(Folder):
         self.assertEqual(list_queues(self.dir), ["default"])
 
     def test_postgresql_schema_and_role_names_are_matched_whole(self) -> None:
-        from nobroker.postgres.storage import check_identifier
+        from nobroker.postgres import check_identifier
 
         self.assertEqual(check_identifier("nobroker", "schema"), "nobroker")
         for name in ("nobroker\n", "x\n", "a b", "1x"):

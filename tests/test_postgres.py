@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from nobroker import (
     Queue,
     Worker,
 )
-from tests.pgsupport import PostgresTestCase, PrivateCluster, connect, drop_schema, fresh_name, require_postgres
+from tests.pgsupport import PostgresTestCase, PrivateCluster, connect, drop_schema, fresh_name, pg_dsn, require_postgres
 from tests.support import slow, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -59,7 +60,7 @@ def _claim_all(dsn: str, schema: str, name: str, start: Any, out: Any, batch: in
 
 
 def _migrate_child(dsn: str, schema: str, start: Any, out: Any) -> None:
-    from nobroker.postgres.storage import migrate
+    from nobroker.postgres import migrate
 
     start.wait(PATIENCE)
     try:
@@ -72,6 +73,18 @@ def _enqueue_same_key(dsn: str, schema: str, name: str, start: Any, out: Any) ->
     with Queue(dsn, name, schema=schema, migrate=False) as q:
         start.wait(PATIENCE)
         out.put(sorted({q.enqueue({"pid": os.getpid()}, dedupe_key="one").id for _ in range(20)}))
+
+
+def _use_inherited_queue(q: Queue, job_id: str, out: Any) -> None:
+    """A forked child: read through the queue object it inherited, wait on it, close it; report its backend."""
+    try:
+        payload = q.get(job_id).payload
+        pid = q.storage._link._conn.info.backend_pid  # type: ignore[attr-defined]
+        q.wait_for_jobs(0.01)
+        q.close()
+        out.put((payload, pid))
+    except BaseException as exc:
+        out.put((repr(exc), None))
 
 
 class PostgresStorageTests(PostgresTestCase):
@@ -214,7 +227,7 @@ class PostgresStorageTests(PostgresTestCase):
         job = worker.enqueue("work")
         held = worker.lease_one()
         assert held is not None
-        pid = worker.storage._conn.info.backend_pid  # type: ignore[attr-defined]
+        pid = worker.storage._link._conn.info.backend_pid  # type: ignore[attr-defined]
         with connect() as admin:
             self.assertTrue(admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
         self.assertTrue(wait_until(lambda: not _backend_alive(pid), PATIENCE))
@@ -227,7 +240,7 @@ class PostgresStorageTests(PostgresTestCase):
         # The old holder's next call reconnects by itself and is refused.
         with self.assertRaises(NotLeasedError):
             worker.ack(held)
-        self.assertNotEqual(worker.storage._conn.info.backend_pid, pid)  # type: ignore[attr-defined]
+        self.assertNotEqual(worker.storage._link._conn.info.backend_pid, pid)  # type: ignore[attr-defined]
         self.assertIs(worker.get(job.id).state, JobState.LEASED)
         other.ack(again)
         self.assertIs(worker.get(job.id).state, JobState.DONE)
@@ -237,7 +250,7 @@ class PostgresStorageTests(PostgresTestCase):
         job = q.enqueue("x")
         for action in ("get", "lease", "ack", "stats"):
             with self.subTest(action=action):
-                pid = q.storage._conn.info.backend_pid  # type: ignore[attr-defined]
+                pid = q.storage._link._conn.info.backend_pid  # type: ignore[attr-defined]
                 with connect() as admin:
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 wait_until(lambda: not _backend_alive(pid), PATIENCE)
@@ -250,6 +263,51 @@ class PostgresStorageTests(PostgresTestCase):
                     self.assertIs(q.get(job.id).state, JobState.DONE)
                 else:
                     self.assertEqual(q.stats().done, 1)
+
+    def test_a_connection_lost_while_it_is_set_up_is_replaced_within_reconnect_timeout(self) -> None:
+        # A server restarting between the connect and the session settings: the
+        # queue keeps trying, as it does while the server cannot be reached at all.
+        from unittest import mock
+
+        import psycopg
+
+        real_connect = psycopg.connect
+        lost: list[int] = []
+
+        def connect_then_lose_it(*args: Any, **kwargs: Any) -> Any:
+            conn = real_connect(*args, **kwargs)
+            if not lost:
+                lost.append(conn.info.backend_pid)
+                with real_connect(pg_dsn(), autocommit=True) as admin:  # waits until that backend is gone
+                    admin.execute("SELECT pg_terminate_backend(%s, %s)", (lost[0], int(PATIENCE * 1000)))
+            return conn
+
+        with mock.patch.object(psycopg, "connect", connect_then_lose_it):
+            with self.assertLogs("nobroker.postgres", "WARNING") as logs:
+                q = self.open_queue()
+        self.assertEqual(len(lost), 1)
+        self.assertIn("trying again", "\n".join(logs.output))
+        self.assertNotEqual(q.storage._link._conn.info.backend_pid, lost[0])  # type: ignore[attr-defined]
+        q.enqueue("x")
+        self.assertEqual(len(q), 1)
+
+    def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(self) -> None:
+        q = self.open_queue()
+        job = q.enqueue("x")
+        self.assertFalse(q.wait_for_jobs(0.01))  # listening as well
+        conn, listener = q.storage._link._conn, q.storage._listener._conn  # type: ignore[attr-defined]
+        out = _fork.Queue()
+        child = _fork.Process(target=_use_inherited_queue, args=(q, job.id, out))
+        child.start()
+        self.addCleanup(child.join, PATIENCE)
+        got = out.get(timeout=PATIENCE)
+        self.assertEqual(got[0], "x", got)
+        self.assertNotEqual(got[1], conn.info.backend_pid, "the child spoke on the parent's connection")
+        # Neither the child's work nor its close() touched the parent's sockets.
+        self.assertEqual(q.get(job.id).payload, "x")
+        self.assertIs(q.storage._link._conn, conn)  # type: ignore[attr-defined]
+        self.assertFalse(q.wait_for_jobs(0.01))
+        self.assertIs(q.storage._listener._conn, listener)  # type: ignore[attr-defined]
 
     def test_wait_for_jobs_wakes_when_another_connection_enqueues(self) -> None:
         idle = self.open_queue()
@@ -303,7 +361,7 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertEqual(self.open_queue().stats().total, 0, "another queue saw the rows")
 
     def test_bad_schema_and_role_names_are_refused_before_any_sql(self) -> None:
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         for bad in ("x; DROP TABLE jobs", "1abc", "", "a" * 64, 'quo"te', "sp ace"):
             with self.subTest(name=bad):
@@ -332,7 +390,7 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertTrue(q.path.startswith("postgres"))
         fast = self.open_queue(fsync=False)
         self.assertIs(fast.durable, False)
-        setting = fast.storage._conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[attr-defined]
+        setting = fast.storage._link._conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[attr-defined]
         self.assertEqual(setting, "off")
         self.assertIn("NOT durable", repr(fast))
 
@@ -343,7 +401,7 @@ class PostgresStorageTests(PostgresTestCase):
             self.assertNotIsInstance(caught.exception, OverflowError)
 
     def test_location_hides_the_password(self) -> None:
-        from nobroker.postgres.storage import redact_dsn
+        from nobroker.postgres import redact_dsn
 
         self.assertEqual(redact_dsn("postgresql://app:s3cret@db:5432/jobs"), "postgresql://app@db:5432/jobs")
         self.assertEqual(
@@ -401,7 +459,7 @@ class PostgresStorageTests(PostgresTestCase):
         # leases (or of the queue) instead of the primary key would make every
         # ack cost as much as the queue is long.
         q = self.open_queue()
-        conn = q.storage._conn  # type: ignore[attr-defined]
+        conn = q.storage._link._conn  # type: ignore[attr-defined]
         try:
             conn.execute("LOAD 'auto_explain'")
         except Exception as exc:  # not a superuser, or no contrib modules: nothing to look through
@@ -431,7 +489,7 @@ class PostgresStorageTests(PostgresTestCase):
     @slow
     def fill_and_watch_plans(self, q: Queue, state: str) -> list[str]:
         """100,000 rows in ``state``, then every plan ``q`` runs from here on (generic plans, via auto_explain)."""
-        conn = q.storage._conn  # type: ignore[attr-defined]
+        conn = q.storage._link._conn  # type: ignore[attr-defined]
         try:
             conn.execute("LOAD 'auto_explain'")
         except Exception as exc:
@@ -510,6 +568,33 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertEqual(q.get(jobs[0].id).stage, "squaring")
 
 
+class StatementTextTests(unittest.TestCase):
+    """The statements as text, built for one schema (no server needed)."""
+
+    def test_every_statement_names_its_schema_and_leaves_only_a_claims_batch_size_open(self) -> None:
+        from nobroker.postgres.statements import Statements, build
+
+        for name, text in build("nb_text").items():
+            with self.subTest(name):
+                self.assertIn('"nb_text".jobs', text)
+                self.assertEqual(re.findall(r"\{[a-z_]+\}", text), ["{count}"] if name.startswith("claim") else [])
+        statements = Statements("nb_text")
+        self.assertIn("LIMIT 7 FOR UPDATE SKIP LOCKED", statements.claim(7, kinds=False))
+        self.assertNotIn("kind = ANY(", statements.claim(7, kinds=False))
+        self.assertIn("kind = ANY(", statements.claim(7, kinds=True))
+        statements.claim(1, kinds=False)
+        for bad in (0, -1, True, 2.0, "3"):
+            with self.subTest(count=bad), self.assertRaises(ValueError):
+                statements.claim(bad, kinds=False)  # type: ignore[arg-type]
+
+    def test_a_schema_name_that_could_leave_its_quotes_is_refused(self) -> None:
+        from nobroker.postgres.statements import Statements
+
+        for bad in ('x"; DROP TABLE jobs; --', "1abc", "", "a" * 64, "nb\n", NASTY):
+            with self.subTest(schema=bad), self.assertRaises(ValueError):
+                Statements(bad)
+
+
 class PostgresSchemaTests(unittest.TestCase):
     """Migrations and row level security, each in a schema of its own."""
 
@@ -519,7 +604,7 @@ class PostgresSchemaTests(unittest.TestCase):
         self.addCleanup(drop_schema, self.schema)
 
     def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
-        from nobroker.postgres.storage import latest_version, migrate
+        from nobroker.postgres import latest_version, migrate
 
         self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_retries_and_finished_jobs.sql"])
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
@@ -535,7 +620,7 @@ class PostgresSchemaTests(unittest.TestCase):
     def test_upgrading_from_version_1_takes_the_lease_token_off_done_jobs(self) -> None:
         from unittest import mock
 
-        from nobroker.postgres import storage as postgres
+        from nobroker.postgres import schema as postgres
 
         files = postgres._migration_files()
         with mock.patch.object(postgres, "_migration_files", lambda: files[:1]):
@@ -557,7 +642,7 @@ class PostgresSchemaTests(unittest.TestCase):
                 q.ack(Job("d", 1, lease_token="someone-else"))
 
     def test_the_sql_backoff_is_delay_for_without_jitter(self) -> None:
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         migrate(self.dsn, schema=self.schema)
         policies = [BackoffPolicy(), BackoffPolicy(base=10, factor=3, max_delay=1000), BackoffPolicy(base=0), BackoffPolicy(factor=1)]
@@ -589,13 +674,13 @@ class PostgresSchemaTests(unittest.TestCase):
         for p in procs:
             p.join(PATIENCE)
         self.assertEqual([r[0] for r in results], ["ok"] * 4, results)
-        from nobroker.postgres.storage import latest_version
+        from nobroker.postgres import latest_version
 
         applied = sorted(len(r[1]) for r in results)
         self.assertEqual(applied, [0, 0, 0, latest_version()], "exactly one process applied the schema")
 
     def test_row_level_security_hides_rows_from_roles_outside_the_policy(self) -> None:
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         worker_role, login, outsider = fresh_name("nbwork"), fresh_name("nbapp"), fresh_name("nbout")
         self.addCleanup(_drop_roles, [login, outsider, worker_role])
@@ -669,7 +754,7 @@ class PostgresRestartTests(unittest.TestCase):
             self.addCleanup(cluster.close)
             self.dsn, self.restart = cluster.dsn, cluster.restart
         self.schema = fresh_name("nbrestart")
-        from nobroker.postgres.storage import migrate
+        from nobroker.postgres import migrate
 
         migrate(self.dsn, schema=self.schema)
         self.addCleanup(_drop_schema_at, self.dsn, self.schema)
@@ -703,6 +788,9 @@ class PostgresRestartTests(unittest.TestCase):
         self.addCleanup(q.close)
         first = q.enqueue_many(list(range(20)), job_ids=[f"before-{i}" for i in range(20)])
         self.assertTrue(wait_until(lambda: q.stats().done == 20, PATIENCE), q.stats())
+        # Both workers are running (each LISTENs once it idles) before the restart, so the
+        # SIGTERM below meets a Worker's handler, not a process still starting up.
+        self.assertTrue(wait_until(lambda: _listening_on(self.dsn, self.schema, "restart") == 2, PATIENCE))
         self.restart()
         second = q.enqueue_many(list(range(20)), job_ids=[f"after-{i}" for i in range(20)])
         self.assertTrue(wait_until(lambda: q.stats().done == 40, PATIENCE * 2), q.stats())
@@ -740,6 +828,15 @@ def _drop_schema_at(dsn: str, schema: str) -> None:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     except Exception:  # the private server may already be gone, and the schema with it
         pass
+
+
+def _listening_on(dsn: str, schema: str, name: str) -> int:
+    """How many connections LISTEN on the channel of queue ``name``."""
+    from nobroker.postgres.connection import channel_name
+
+    with connect(dsn) as conn:
+        statement = "SELECT count(*) FROM pg_stat_activity WHERE query = %s"
+        return int(conn.execute(statement, (f'LISTEN "{channel_name(schema, name)}"',)).fetchone()[0])
 
 
 def _backend_alive(pid: int) -> bool:

@@ -373,7 +373,7 @@ class PyzTest(TempDirTestCase):
         )
 
     def test_slimming_sql_keeps_every_statement_on_its_line(self) -> None:
-        from nobroker.postgres.storage import _statements
+        from nobroker.postgres.schema import split_statements as _statements
         from tools.build_pyz import slim_sql
 
         paths = sorted((ROOT / "src" / "nobroker" / "postgres" / "sql").glob("*.sql"))

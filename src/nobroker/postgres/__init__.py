@@ -1,12 +1,25 @@
 """The PostgreSQL storage: the same queue, kept in one table that many hosts share.
 
 Owns nothing itself: it names the package's face. psycopg 3 is imported by
-its modules only, and only when a PostgreSQL queue is opened, so importing
-nobroker never needs it. Imports: storage.
+driver.py only, and nothing calls it before a PostgreSQL queue is opened (or
+``migrate`` / ``queue_names`` runs), so importing nobroker never needs it.
+Its modules, in the order they may import each other (each only earlier ones):
+
+- driver: the one import of psycopg, and what to install without it
+- statements: the SQL text of every operation and its parameters; a row as a Job
+- connection: connecting, the storage's one connection (reconnect, retry once), LISTEN/NOTIFY
+- schema: the numbered migrations in sql/, row level security, the version check
+- operations: each operation on one connection (the statements it sends, what the rows mean)
+- storage: PostgresStorage, wiring only
+
+Imports: connection, schema, statements, storage.
 """
 
 from __future__ import annotations
 
-from .storage import DEFAULT_SCHEMA, PostgresStorage, check_identifier, latest_version, migrate, queue_names, redact_dsn
+from .connection import redact_dsn
+from .schema import DEFAULT_SCHEMA, latest_version, migrate, queue_names
+from .statements import check_identifier
+from .storage import PostgresStorage
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStorage", "check_identifier", "latest_version", "migrate", "queue_names", "redact_dsn"]

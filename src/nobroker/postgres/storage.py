@@ -1,81 +1,33 @@
 """The PostgreSQL storage: the same queue, kept in one table that many hosts share.
 
-Owns: PostgresStorage (the Storage protocol on PostgreSQL), ``migrate`` (the
-versioned schema in ``nobroker/postgres/sql/``), the connection handling (one
-connection per storage behind a lock, reconnect and retry once when safe) and
-LISTEN/NOTIFY for idle workers. Imports: errors, jobs, leases, storage, and
-psycopg 3, the one third-party module nobroker ever imports, and only here.
+Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
+checks its options, brings the schema up to date on open, and runs each
+operation (operations.py) on its connection (connection.Link), saying which
+ones may run twice. Imports: jobs, storage, driver, statements,
+connection, schema, operations.
 
-Semantics are the file storage's, statement by statement:
+Storage options (keyword arguments to ``Queue`` that the facade passes on):
+``schema`` (default ``nobroker``), ``migrate`` (default True: bring the
+schema up to date on open), ``worker_role`` (apply the RLS policies on open;
+see schema.py), ``retention`` (seconds a done job is kept from compaction,
+default 0: ``compact()`` deletes every done job), ``reconnect_timeout``
+(seconds to keep trying to reach the server, when the queue opens and after
+it went away; default: the DSN's ``connect_timeout``, else 30),
+``prepare_threshold`` (psycopg's; None turns server-side prepared statements
+off) and ``clock_offset`` (tests only). ``lock_timeout`` becomes the
+session's ``lock_timeout``; ``fsync=False`` becomes ``synchronous_commit=off``
+(faster, and NOT durable: a server crash can lose the last acknowledged
+writes). Each Queue holds one connection for its work and, once a Worker
+idles on it, one more that LISTENs.
 
-- every time is the database clock (``now()``), so hosts with skewed clocks
-  agree on deadlines; a test-only ``clock_offset`` (seconds) is added to it
-  in every statement;
-- expired leases are reclaimed (like a nack at the deadline: backoff from
-  there, or dead at max_attempts) by the operations that can see them, with
-  no reaper process: every lease reclaims just before its claim (one round
-  trip, one transaction), requeue_dead and
-  compact reclaim first, and an ack, nack, extend or set_stage that finds its
-  lease gone reclaims before it says why (so the refused caller sees the job
-  exactly as the file storage would show it). An enqueue that meets a
-  conflicting job reclaims before it looks that job up. Reads never write,
-  as on the file storage, yet show an expired lease as that reclaim will
-  leave it (see _SHOWN);
-- a claim is one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``;
-  ack, nack, extend and set_stage check the fencing token in the WHERE of the
-  one UPDATE that changes the row; zero rows means "find out why";
-- ``dedupe_key`` is a partial unique index over ready/leased rows, and
-  ``job_id`` is the primary key (queue, id): enqueue is
-  ``INSERT ... ON CONFLICT DO NOTHING``, then the existing job is looked up;
-- ``compact()`` deletes done jobs finished at least ``retention`` seconds ago
-  (storage option, default 0: every done job).
+A statement that fails because the connection died is retried once when
+that is safe: reads, and writes that do the same thing twice (ack, extend,
+set_stage, lease, compact, enqueue with job ids). Otherwise the caller gets
+StorageError saying the outcome is unknown.
 
 Transactional enqueue: ``Queue.enqueue(..., conn=connection)`` runs the INSERT
 on the caller's psycopg connection, inside the caller's open transaction, and
 never commits: roll back and there is no job.
-
-Row level security: ``migrate(dsn, worker_role="queue_worker")`` creates the
-role if it is missing (NOLOGIN; grant it to the login roles your workers use:
-``GRANT queue_worker TO app``), turns on FORCE ROW LEVEL SECURITY and adds
-policies so only that role and the table's owner see or change the rows; any
-other role, even one granted SELECT on the table, sees none. Roles with
-BYPASSRLS (superusers) are never limited by policies. On Supabase, run the
-migration as ``postgres`` with ``worker_role="service_role"``: the service
-role (the secret key your backend holds; it has BYPASSRLS there anyway) gets
-the grants, while ``anon`` and ``authenticated`` (what a browser holds) get
-no grant on the schema and match no policy, so the queue never shows through
-Supabase's auto-generated APIs. Connect workers with the service role's (or
-``postgres``'s) connection string, from server code only; never expose the
-``nobroker`` schema in the API settings.
-
-Storage options (keyword arguments to ``Queue`` that the facade passes on):
-``schema`` (default ``nobroker``), ``migrate`` (default True: bring the
-schema up to date on open), ``worker_role`` (apply the RLS policies on open),
-``retention`` (seconds a done job is kept from compaction, default 0),
-``reconnect_timeout`` (seconds to keep trying to reach the server, when the
-queue opens and after it went away; default: the DSN's ``connect_timeout``,
-else 30), ``prepare_threshold`` (psycopg's; None turns server-side prepared
-statements off) and ``clock_offset`` (tests only). ``lock_timeout`` becomes
-the session's ``lock_timeout``; ``fsync=False`` becomes
-``synchronous_commit=off`` (faster, and NOT durable: a server crash can lose
-the last acknowledged writes). Each Queue holds one connection for its work
-and, once a Worker idles on it, one more that LISTENs.
-
-Connections are not shared between threads: each storage owns one connection
-guarded by a lock (the Worker's threads share one Queue, so they take turns;
-a statement takes well under a millisecond). A dropped connection (server
-restart, ``pg_terminate_backend``) is noticed before the next statement is
-sent and replaced, waiting up to ``reconnect_timeout`` seconds for the server
-to come back; an unreachable server is logged once (WARNING), not once per
-attempt. A statement that fails because the connection died is retried
-once when that is safe: reads, and writes that do the same thing twice
-(ack, extend, set_stage, lease, compact, enqueue with job ids). Otherwise the
-caller gets StorageError saying the outcome is unknown.
-
-PostgreSQL text cannot hold the NUL character: a job id, kind, dedupe key,
-stage or queue name containing one is refused with ValueError (error texts
-get U+FFFD instead). Payloads and results are unaffected: they are stored as
-JSON text, where NUL is the escape ``\u0000``.
 
 Pools like PgBouncer in transaction mode: pass ``prepare_threshold=None`` as a
 storage option so no server-side prepared statements are used.
@@ -83,594 +35,40 @@ storage option so no server-side prepared statements are used.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
-import math
-import os
-import re
-import select
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from importlib import resources
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any
 
-from ..errors import LockTimeoutError, NobrokerError, StorageError
-from ..jobs import CompactionResult, Job, JobState, QueueStats, RecoveryReport, finite_float, shown
-from ..codec import load_json
-from ..storage import EnqueueSpec, StorageOptions, dsn_parameters, job_not_found, new_job_id, parse_keyword_dsn, refusal
-
-try:
-    import psycopg
-    from psycopg import errors as pg_errors
-    from psycopg import sql
-    from psycopg.rows import tuple_row
-except ImportError:  # pragma: no cover - exercised only where psycopg is missing
-    psycopg = None  # type: ignore[assignment]
+from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..storage import EnqueueSpec, StorageOptions
+from . import operations as ops
+from .connection import DEFAULT_RECONNECT_TIMEOUT, Link, Listener, channel_name, connect_timeout_of, redact_dsn
+from .driver import require_psycopg
+from .schema import DEFAULT_SCHEMA, ensure_schema
+from .statements import Statements, backoff_parameters, check_identifier
 
 logger = logging.getLogger("nobroker.postgres")
 
-T = TypeVar("T")
-
-#: Schema used when none is given.
-DEFAULT_SCHEMA = "nobroker"
-#: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
-#: Most expired leases one operation reclaims; the next operation takes the rest.
-RECLAIM_BATCH = 1000
-#: How long to keep trying to reach a server that went away, by default.
-DEFAULT_RECONNECT_TIMEOUT = 30.0
-#: Seconds one connection attempt may take.
-CONNECT_TIMEOUT = 5
-#: Tries for an enqueue whose conflicting job vanished before it could be read.
-ENQUEUE_TRIES = 5
-#: Claim statements (one per batch size) kept ready to run; others are built per call.
-MAX_CLAIM_STATEMENTS = 64
-#: Pause between connection attempts grows from the first to the last value.
-RECONNECT_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0)
-
-_INSTALL_HINT = (
-    'the PostgreSQL storage needs the psycopg 3 driver: pip install "nobroker[postgres]" '
-    '(or pip install "psycopg[binary]")'
-)
+#: Longest queue name, in characters.
+MAX_QUEUE_NAME = 256
 
 
-def _require_psycopg() -> None:
-    if psycopg is None:
-        raise NobrokerError(_INSTALL_HINT)
-
-
-# ---------------------------------------------------------------- names and DSNs
-def check_identifier(name: Any, what: str) -> str:
-    """A schema or role name: letters, digits and _, not starting with a digit, at most 63."""
-    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+def _check_options(options: StorageOptions, retention: Any, reconnect_timeout: Any, clock_offset: Any) -> None:
+    """Refuse what the facade does not check: the options of this storage alone, and its limits."""
+    name = options.name
+    if options.clock is not None:
         raise ValueError(
-            f"{what} must be a plain SQL name (letters, digits and _, not starting with a digit, "
-            f"at most 63 characters), got {name!r}"
+            "clock= is for the file storage; the PostgreSQL storage uses the database clock, "
+            "so every host agrees on deadlines"
         )
-    return name
-
-
-def _check_text(value: str | None, what: str) -> str | None:
-    if value is not None and "\x00" in value:
-        raise ValueError(f"{what} cannot contain NUL characters in PostgreSQL, got {value!r}")
-    return value
-
-
-def _clean_error(error: str | None) -> str | None:
-    """Error text as PostgreSQL can store it: no NUL, valid UTF-8 (it is only informational)."""
-    if error is None:
-        return None
-    return error.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN without its password (in the authority part, as a query parameter, or as a key word)."""
-    pairs = None if "://" in dsn else parse_keyword_dsn(dsn)
-    if pairs is not None:
-        return " ".join(f"{key}={_keyword_quote(value)}" for key, value in pairs.items() if key != "password")
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "postgresql://<unparseable dsn>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        netloc = userinfo.split(":", 1)[0] + "@" + hostinfo
-    query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
-    out = f"{parts.scheme}://{netloc}{parts.path}"
-    if query:
-        out += "?" + query
-    if parts.fragment:
-        out += "#" + parts.fragment
-    return out
-
-
-def _keyword_quote(value: str) -> str:
-    if value and not any(ch.isspace() or ch in "'\\" for ch in value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def channel_name(schema: str, queue: str) -> str:
-    """The LISTEN/NOTIFY channel of one queue (an identifier, whatever the queue's name)."""
-    digest = hashlib.sha1(f"{schema}\x00{queue}".encode()).hexdigest()[:20]
-    return f"nobroker_{digest}"
-
-
-# ---------------------------------------------------------------- connecting
-def _one_line(exc: BaseException) -> str:
-    """A driver message on one line (libpq's run over several, with tab-indented hints)."""
-    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
-
-
-def connect_timeout_of(dsn: str) -> float | None:
-    """The DSN's own ``connect_timeout`` in seconds, if it gives a positive one (0 means "no limit" to libpq)."""
-    try:
-        value = float(dsn_parameters(dsn).get("connect_timeout", ""))
-    except ValueError:
-        return None
-    return value if 0 < value < float("inf") else None
-
-
-def connect(dsn: str, *, timeout: float, location: str, **options: Any) -> Any:
-    """A new autocommit connection, trying again for up to ``timeout`` seconds while the server is unreachable.
-
-    The first failure is logged once (a WARNING); the attempts after it only
-    at DEBUG, so an unreachable server costs one line and then the final
-    StorageError, however long it is tried. Each attempt waits at most
-    CONNECT_TIMEOUT seconds (or the DSN's connect_timeout, if smaller), and
-    never past ``timeout``.
-    """
-    _require_psycopg()
-    deadline = time.monotonic() + timeout
-    per_attempt = min(CONNECT_TIMEOUT, connect_timeout_of(dsn) or CONNECT_TIMEOUT)
-    attempt = 0
-    while True:
-        left = deadline - time.monotonic()
-        # libpq takes whole seconds, and treats less than 2 as 2.
-        attempt_timeout = max(2, math.ceil(min(per_attempt, max(left, 0.0))))
-        try:
-            return psycopg.connect(dsn, autocommit=True, connect_timeout=attempt_timeout, **options)
-        except psycopg.OperationalError as exc:
-            reason = _one_line(exc)
-            if time.monotonic() >= deadline:
-                tried = f"tried for {timeout:g} s" if attempt else "tried once"
-                raise StorageError(f"cannot connect to PostgreSQL at {location}: {reason} ({tried})") from None
-            if attempt == 0:
-                logger.warning(
-                    "cannot reach PostgreSQL at %s (%s); trying again for up to %g s", location, reason, timeout
-                )
-            else:
-                logger.debug("cannot reach PostgreSQL at %s (%s); attempt %d", location, reason, attempt + 1)
-            pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
-            attempt += 1
-            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
-
-
-# ---------------------------------------------------------------- migrations
-@functools.lru_cache(maxsize=1)
-def _migration_files() -> list[tuple[int, str, str]]:
-    """(version, file name, text) of every numbered SQL file shipped in nobroker/postgres/sql/."""
-    out = []
-    for entry in resources.files("nobroker.postgres").joinpath("sql").iterdir():
-        name = entry.name
-        match = re.fullmatch(r"([0-9]{3})_[a-z0-9_]+\.sql", name)
-        if match:
-            out.append((int(match.group(1)), name, entry.read_text(encoding="utf-8")))
-    out.sort()
-    return out
-
-
-def _sql_file(name: str) -> str:
-    return resources.files("nobroker.postgres").joinpath("sql", name).read_text(encoding="utf-8")
-
-
-def _statements(text: str) -> list[str]:
-    """Split a migration file into statements (``;`` at a line end, outside $$ bodies)."""
-    out: list[str] = []
-    current: list[str] = []
-    in_body = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not current and (not stripped or stripped.startswith("--")):
-            continue
-        current.append(line)
-        if line.count("$$") % 2:
-            in_body = not in_body
-        if not in_body and stripped.endswith(";"):
-            out.append("\n".join(current))
-            current = []
-    if "".join(current).strip():
-        out.append("\n".join(current))
-    return out
-
-
-def latest_version() -> int:
-    """The schema version this nobroker expects."""
-    files = _migration_files()
-    return files[-1][0] if files else 0
-
-
-def migrate(
-    dsn: str, *, schema: str = DEFAULT_SCHEMA, worker_role: str | None = None, connect_timeout: float | None = None
-) -> list[str]:
-    """Create or upgrade the nobroker schema in the database at ``dsn``. Returns the files applied.
-
-    Idempotent and safe to run from many processes at once: the work happens
-    in one transaction under an advisory lock keyed by the schema name, and
-    ``<schema>.schema_migrations`` records which versions are in. With
-    ``worker_role``, also create that role if missing and restrict the rows to
-    it (and the owner) with FORCE ROW LEVEL SECURITY; see the module docstring.
-    ``connect_timeout``: seconds to keep trying to reach the server (default:
-    the DSN's connect_timeout, else one attempt).
-    """
-    _require_psycopg()
-    check_identifier(schema, "schema")
-    if worker_role is not None:
-        check_identifier(worker_role, "worker_role")
-    timeout = connect_timeout if connect_timeout is not None else connect_timeout_of(dsn) or 0.0
-    conn = connect(dsn, timeout=timeout, location=redact_dsn(dsn))
-    try:
-        with conn:
-            return _migrate_on(conn, schema, worker_role)
-    except psycopg.Error as exc:
-        raise StorageError(f"migrating schema {schema!r} at {redact_dsn(dsn)} failed: {_one_line(exc)}") from None
-
-
-#: Most queue names one listing returns (for a picker or an error message).
-MAX_LISTED_QUEUES = 1000
-#: The distinct queue names in key order, one index probe each (a loose index scan
-#: over the primary key), rather than a scan of every row.
-_QUEUE_NAMES = """
-    WITH RECURSIVE q(name) AS (
-        (SELECT queue FROM {schema}.jobs ORDER BY queue LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.queue FROM {schema}.jobs AS j WHERE j.queue > q.name ORDER BY j.queue LIMIT 1)
-        FROM q WHERE q.name IS NOT NULL
-    )
-    SELECT name FROM q WHERE name IS NOT NULL LIMIT %s"""
-
-
-def queue_names(dsn: str, *, schema: str = DEFAULT_SCHEMA, connect_timeout: float | None = None) -> list[str] | None:
-    """Names of the queues holding jobs in ``schema`` at ``dsn`` (sorted, at most MAX_LISTED_QUEUES).
-
-    None when the database has no nobroker table in that schema (nothing was
-    ever enqueued there, or another ``--schema``). Reads only: it creates and
-    migrates nothing. A queue on PostgreSQL is the rows that carry its name,
-    so one whose jobs were all purged or compacted away is not listed.
-    """
-    _require_psycopg()
-    check_identifier(schema, "schema")
-    timeout = connect_timeout if connect_timeout is not None else connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
-    location = redact_dsn(dsn)
-    conn = connect(dsn, timeout=timeout, location=location, application_name="nobroker")
-    try:
-        with conn:
-            table = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".jobs',)).fetchone()[0]
-            if table is None:
-                return None
-            statement = sql.SQL(_QUEUE_NAMES).format(schema=sql.Identifier(schema))  # type: ignore[arg-type]
-            return [row[0] for row in conn.execute(statement, (MAX_LISTED_QUEUES,))]
-    except psycopg.Error as exc:
-        raise StorageError(f"listing the queues at {location} failed: {_one_line(exc)}") from None
-
-
-def _migrate_on(conn: Any, schema: str, worker_role: str | None) -> list[str]:
-    ident = sql.Identifier(schema)
-    applied: list[str] = []
-    with conn.transaction():
-        # Two processes migrating at once: the second waits here, then finds the work done.
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"nobroker.migrate:{schema}",))
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
-                " version integer PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            ).format(ident)
-        )
-        done = {row[0] for row in conn.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(ident))}
-        for version, name, text in _migration_files():
-            if version in done:
-                continue
-            for statement in _statements(text):
-                conn.execute(sql.SQL(statement).format(schema=ident))  # type: ignore[arg-type]
-            conn.execute(
-                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(ident),
-                (version, name),
-            )
-            applied.append(name)
-            logger.info("applied %s to schema %s", name, schema)
-        if worker_role is not None:
-            _apply_rls(conn, schema, worker_role)
-    return applied
-
-
-def _apply_rls(conn: Any, schema: str, role: str) -> None:
-    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
-    if not exists:
-        try:
-            with conn.transaction():  # a savepoint: another database may create it at the same moment
-                conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
-        except pg_errors.DuplicateObject:
-            pass
-    owner = conn.execute(
-        "SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = 'jobs'", (schema,)
-    ).fetchone()[0]
-    names = {
-        "schema": sql.Identifier(schema),
-        "role": sql.Identifier(role),
-        "owner": sql.Identifier(owner),
-        "role_policy": sql.Identifier(f"nobroker_role_{role}"[:63]),
-        "owner_policy": sql.Identifier("nobroker_owner"),
-    }
-    for statement in _statements(_sql_file("rls.sql")):
-        conn.execute(sql.SQL(statement).format(**names))  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------- SQL
-# Every statement is built once per storage with the schema quoted as an
-# identifier; values travel as parameters (the one number written into the
-# text is a claim's batch size, a checked int: see _claim_statement). NOW is
-# the database clock plus the test-only offset.
-_NOW = "(now() + %(off)s::float8 * interval '1 second')"
-_RET = (
-    "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
-    "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
-    "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
-    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback"
-)
-_NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
-_BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
-_EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts"
-# Reads never write, yet show the queue as of now (as the file storage does):
-# a lease whose deadline passed shows as the reclaim a writer will record,
-# dead at max_attempts, else ready at the deadline plus the backoff's delay
-# before jitter (the reclaim counts the backoff from the deadline too).
-_EXPIRED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
-#: When an expired lease's job is ready again, as reads show it (without the jitter).
-_RETURNS = f"(j.lease_deadline + {_NOMINAL} * interval '1 second')"
-_DIES = "j.attempts >= j.max_attempts"
-_SHOWN = (
-    f"j.id, j.payload::text, j.priority, "
-    f"CASE WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END ELSE j.state END, "
-    "j.attempts, j.max_attempts, "
-    f"date_part('epoch', CASE WHEN {_EXPIRED} AND NOT {_DIES} "
-    f"THEN {_RETURNS} ELSE j.available_at END), "
-    "date_part('epoch', j.enqueued_at), "
-    f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
-    f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
-    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN {_EXPIRY_ERROR} ELSE j.last_error END, "
-    "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
-    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
-)
-#: Per listing (jobs.LISTINGS): the rows in it, and the expired leases a read shows in it.
-_LISTED = {
-    "ready": ("j.state = 'ready'", f"{_EXPIRED} AND NOT {_DIES}"),
-    "runnable": (f"j.state = 'ready' AND j.available_at <= {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} <= {_NOW}"),
-    "delayed": (f"j.state = 'ready' AND j.available_at > {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} > {_NOW}"),
-    "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}", None),
-    "done": ("j.state = 'done'", None),
-    "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
-}
-
-_RECLAIM = f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-            available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-                           ELSE j.lease_deadline + ({_BACKOFF}) * interval '1 second' END,
-            last_error = CASE WHEN j.attempts >= j.max_attempts THEN {_EXPIRY_ERROR} ELSE j.last_error END,
-            traceback = CASE WHEN j.attempts >= j.max_attempts THEN NULL ELSE j.traceback END,
-            lease_deadline = NULL, lease_token = NULL
-        FROM (SELECT queue, id FROM {{schema}}.jobs
-              WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
-              ORDER BY lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED) AS x
-        WHERE j.queue = x.queue AND j.id = x.id"""
-_CLAIM = f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = 'leased', attempts = j.attempts + 1, stage = NULL,
-            lease_token = replace(gen_random_uuid()::text, '-', ''),
-            lease_deadline = {_NOW} + %(vt)s::float8 * interval '1 second'
-        FROM (SELECT queue, id FROM {{schema}}.jobs
-              WHERE queue = %(q)s AND state = 'ready' AND available_at <= {_NOW} {{kinds}}
-              ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS x
-        WHERE j.queue = x.queue AND j.id = x.id
-        RETURNING {_RET}"""
-#: What an insert returns: the rest of the Job is known to the caller already.
-_INSERTED = "j.id, j.seq, date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at)"
-_INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)"
-
-# The statements that act on one leased job (ack, nack, extend, set_stage)
-# test "lease_deadline > now" and not "state = 'leased'": the schema makes
-# the two equivalent, and leaving the state out keeps the partial index of
-# leases from looking usable, so even a generic plan finds the row by its
-# primary key instead of walking every lease.
-_TEMPLATES: dict[str, str] = {
-    "reclaim": _RECLAIM,
-    # A reclaimed job may be runnable at once (its backoff counts from its
-    # deadline, which may be long past), and a claim sees the rows a reclaim
-    # changed only as a statement after it: lease sends the two together.
-    "claim": _CLAIM,
-    # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
-    # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
-    # connection) skip the speculative insertion, and a random id that
-    # collides just fails and is drawn again.
-    "insert_one": f"""
-        INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
-        VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {_NOW} + %(delay)s::float8 * interval '1 second',
-                {_NOW}, %(key)s, %(payload)s::json)
-        {{conflict}}
-        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
-    "insert_many": f"""
-        INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
-        SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
-               u.payload::json
-        FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
-                    %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
-             WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
-        ORDER BY u.ord
-        {{conflict}}
-        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
-    # Two index lookups (primary key; dedupe index) rather than one OR, which
-    # no index can answer and would scan the whole queue.
-    "existing": f"""
-        SELECT {_RET} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND j.id = ANY(%(ids)b::text[])
-        UNION ALL
-        SELECT {_RET} FROM {{schema}}.jobs AS j
-        JOIN unnest(%(kinds)b::text[], %(keys)b::text[]) AS u(kind, key)
-          ON j.queue = %(q)s AND j.kind = u.kind AND j.dedupe_key = u.key AND j.state IN ('ready', 'leased')""",
-    # A done job shows no lease: its token moves to finished_token (see _already_done).
-    "ack": f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
-            finished_at = {_NOW},
-            result = coalesce(%(result)s::json, j.result)
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
-          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING 1""",
-    "ack_many": f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
-            finished_at = {_NOW},
-            result = coalesce(u.result::json, j.result)
-        FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
-        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
-          AND (u.token IS NULL OR j.lease_token = u.token)
-        RETURNING j.id, u.token""",
-    "nack": f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-            available_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN j.available_at
-                           ELSE {_NOW} + coalesce(%(delay)s::float8, {_BACKOFF}) * interval '1 second' END,
-            last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
-          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING {_RET}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
-    "extend": f"""
-        UPDATE {{schema}}.jobs AS j SET lease_deadline = {_NOW} + %(secs)s::float8 * interval '1 second'
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
-          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING {_RET}""",
-    "stage": f"""
-        UPDATE {{schema}}.jobs AS j SET stage = %(stage)s
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
-          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING {_RET}""",
-    "why": "SELECT state, finished_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
-    "requeue": f"""
-        UPDATE {{schema}}.jobs AS j SET state = 'ready', attempts = 0, available_at = {_NOW}
-        FROM (SELECT DISTINCT ON (d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id)) d.queue, d.id
-              FROM {{schema}}.jobs AS d
-              WHERE d.queue = %(q)s AND d.state = 'dead' AND (%(id)s::text IS NULL OR d.id = %(id)s::text)
-                AND (d.dedupe_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM {{schema}}.jobs AS a
-                    WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
-                      AND a.state IN ('ready', 'leased')))
-              ORDER BY d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id), d.seq) AS x
-        WHERE j.queue = x.queue AND j.id = x.id AND j.state = 'dead'
-        RETURNING (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
-    "requeue_why": """
-        SELECT d.state, (SELECT a.id FROM {schema}.jobs AS a
-                         WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
-                           AND a.state IN ('ready', 'leased') LIMIT 1), d.dedupe_key
-        FROM {schema}.jobs AS d WHERE d.queue = %(q)s AND d.id = %(id)s""",
-    "purge": "DELETE FROM {schema}.jobs WHERE queue = %(q)s",
-    "compact": f"""
-        DELETE FROM {{schema}}.jobs
-        WHERE queue = %(q)s AND state = 'done' AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'""",
-    "get": f"SELECT {_SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
-    "list": f"""
-        SELECT {_SHOWN} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # One listed state (see _build): the rows in it, by the partial index of
-    # that state (the DLQ listing), and the expired leases a read shows there.
-    # Each part is cut to the page's end first, so neither is sorted whole.
-    "list_state": f"""
-        SELECT {_SHOWN} FROM (
-            (SELECT * FROM {{schema}}.jobs AS j
-             WHERE j.queue = %(q)s AND {{own}} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-             ORDER BY j.seq LIMIT %(reach)s)
-            {{joining}}) AS j
-        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # The leases whose deadline passed count where a read shows them (see _SHOWN).
-    "stats": f"""
-        SELECT r.ready + x.ready, r.delayed + x.delayed,
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'
-                AND lease_deadline > {_NOW}),
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'done'),
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead') + x.dead
-        FROM (SELECT count(*) FILTER (WHERE available_at <= {_NOW}) AS ready,
-                     count(*) FILTER (WHERE available_at > {_NOW}) AS delayed
-              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r,
-             (SELECT count(*) FILTER (WHERE {_DIES}) AS dead,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} > {_NOW}) AS delayed,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} <= {_NOW}) AS ready
-              FROM {{schema}}.jobs AS j
-              WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
-    "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
-    "now": f"SELECT date_part('epoch', {_NOW})",
-    "version": "SELECT max(version) FROM {schema}.schema_migrations",
-}
-
-_STATES = {s.value: s for s in JobState}
-
-
-def _build(schema: str) -> dict[str, str]:
-    """Every statement as text, the schema quoted once as an identifier.
-
-    Plain strings rather than sql.Composed objects: psycopg caches the
-    conversion of a string query, so the hot path pays for it only once.
-    """
-    quoted = sql.Identifier(schema).as_string(None)
-    out: dict[str, str] = {}
-    for name, template in _TEMPLATES.items():
-        if name.startswith("insert"):
-            variants = [(name, "{conflict}", "ON CONFLICT DO NOTHING"), (name + "_fresh", "{conflict}", "")]
-        elif name.startswith("claim"):
-            variants = [(name, "{kinds}", ""), (name + "_kinds", "{kinds}", "AND kind = ANY(%(kinds)b::text[])")]
-        elif name == "list_state":
-            for state, (own, joining) in _LISTED.items():
-                union = "" if joining is None else f"""UNION ALL
-            (SELECT * FROM {{schema}}.jobs AS j
-             WHERE j.queue = %(q)s AND {joining} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-             ORDER BY j.seq LIMIT %(reach)s)"""
-                body = template.replace("{own}", own).replace("{joining}", union)
-                out[f"list_{state}"] = body.replace("{schema}", quoted)
-            continue
-        else:
-            variants = [(name, "", "")]
-        for variant, marker, text in variants:
-            body = template.replace(marker, text) if marker else template
-            out[variant] = body.replace("{schema}", quoted)
-    return out
-
-
-def _readable(fds: list[int], timeout: float) -> set[int]:
-    """Which of ``fds`` have bytes (or EOF) to read within ``timeout`` seconds? poll() takes any fd number."""
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-        return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
-    readable, _, _ = select.select(fds, [], [], max(timeout, 0.0))
-    return set(readable)
-
-
-def _row_job(row: Any) -> Job:
-    (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result, traceback) = row[:17]  # fmt: skip
-    return Job(
-        id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
-        max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
-        lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
-        result=None if result is None else load_json(result), traceback=traceback,
-    )  # fmt: skip
+    if not isinstance(name, str) or not name or len(name) > MAX_QUEUE_NAME or "\x00" in name:
+        raise ValueError(f"queue name must be 1 to {MAX_QUEUE_NAME} characters without NUL, got {name!r}")
+    for what, value in (("retention", retention), ("reconnect_timeout", reconnect_timeout)):
+        number = finite_float(value)  # never raises, not even for 10**400
+        if number is None or number < 0:
+            raise ValueError(f"{what} must be a finite number of seconds >= 0, got {shown(value)}")
+    if finite_float(clock_offset) is None:
+        raise ValueError(f"clock_offset must be a finite number of seconds, got {shown(clock_offset)}")
 
 
 class PostgresStorage:
@@ -689,25 +87,12 @@ class PostgresStorage:
         reconnect_timeout: float | None = None,
         prepare_threshold: int | None = 5,
     ) -> None:
-        _require_psycopg()
-        name = options.name
-        if options.clock is not None:
-            raise ValueError(
-                "clock= is for the file storage; the PostgreSQL storage uses the database clock, "
-                "so every host agrees on deadlines"
-            )
-        if not isinstance(name, str) or not name or len(name) > 256 or "\x00" in name:
-            raise ValueError(f"queue name must be 1 to 256 characters without NUL, got {name!r}")
+        require_psycopg()
         if reconnect_timeout is None:
             reconnect_timeout = connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
-        for what, value in (("retention", retention), ("reconnect_timeout", reconnect_timeout)):
-            number = finite_float(value)  # never raises, not even for 10**400
-            if number is None or number < 0:
-                raise ValueError(f"{what} must be a finite number of seconds >= 0, got {shown(value)}")
-        if finite_float(clock_offset) is None:
-            raise ValueError(f"clock_offset must be a finite number of seconds, got {shown(clock_offset)}")
+        _check_options(options, retention, reconnect_timeout, clock_offset)
         self.dsn = dsn
-        self.name = name
+        self.name = options.name
         self.schema = check_identifier(schema, "schema")
         self.durable = options.fsync
         self.visibility_timeout = options.visibility_timeout
@@ -715,490 +100,106 @@ class PostgresStorage:
         self.backoff = options.backoff
         self.lock_timeout = options.lock_timeout
         self.retention = float(retention)
-        #: Seconds added to the database clock in every statement (tests move time with it).
-        self.clock_offset = float(clock_offset)
         self.reconnect_timeout = float(reconnect_timeout)
-        self._prepare_threshold = prepare_threshold
-        self._channel = channel_name(self.schema, name)
-        b = self.backoff
-        self._backoff_values = {
-            "b_base": float(b.base), "b_factor": float(b.factor), "b_max": float(b.max_delay), "b_jitter": float(b.jitter),
-        }  # fmt: skip
-        self._sql = _build(self.schema)
-        self._claims: dict[tuple[str, int], str] = {}
-        self._mutex = threading.Lock()
-        self._listen_mutex = threading.Lock()
-        self._conn: Any = None
-        self._listener: Any = None
-        self._listen_failed = False
-        self._pid = os.getpid()
-        self._orphans: list[Any] = []  # connections inherited over fork: never touched, never closed
-        self._closed = False
+        channel = channel_name(self.schema, self.name)
+        self._target = ops.Target(
+            Statements(self.schema), self.name, channel, backoff_parameters(self.backoff), float(clock_offset)
+        )
+        self._link = Link(
+            dsn, queue=self.name, schema=self.schema, reconnect_timeout=self.reconnect_timeout,
+            lock_timeout=self.lock_timeout, durable=self.durable, prepare_threshold=prepare_threshold,
+        )  # fmt: skip
+        self._listener = Listener(dsn, channel)
         started = time.perf_counter()
-        with self._mutex:
-            conn = self._connection()
+        with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
             if migrate:
-                self._ensure_schema(conn, worker_role)
+                ensure_schema(conn, self.schema, worker_role, self.location)
         self._recovery = RecoveryReport(elapsed=time.perf_counter() - started)
         if not self.durable:
-            logger.warning("queue %r at %s: synchronous_commit=off, NOT durable", name, self.location)
+            logger.warning("queue %r at %s: synchronous_commit=off, NOT durable", self.name, self.location)
 
-    # ================================================================ connections
-    def _connect(self) -> Any:
-        """A new connection, trying again while the server is unreachable (a restart)."""
-        conn = connect(
-            self.dsn, timeout=self.reconnect_timeout, location=self.location,
-            prepare_threshold=self._prepare_threshold, application_name="nobroker",
-        )  # fmt: skip
-        try:
-            lock_ms = max(1, int(self.lock_timeout * 1000))
-            conn.execute(
-                "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
-                (f"{lock_ms}ms", "on" if self.durable else "off"),
-            )
-        except psycopg.Error as exc:
-            self._discard(conn)
-            raise StorageError(f"cannot set up the connection to PostgreSQL at {self.location}: {_one_line(exc)}") from None
-        return conn
+    @property
+    def clock_offset(self) -> float:
+        """Seconds added to the database clock in every statement (tests move time with it)."""
+        return self._target.clock_offset
 
-    def _usable(self, conn: Any) -> bool:
-        """Is this idle connection still alive? A dead one has unread bytes (the FATAL) or EOF."""
-        if conn is None or conn.closed or conn.broken:
-            return False
-        try:
-            return not _readable([conn.fileno()], 0.0)
-        except (OSError, ValueError):
-            return False
+    @clock_offset.setter
+    def clock_offset(self, seconds: float) -> None:
+        self._target.clock_offset = float(seconds)
 
-    def _connection(self) -> Any:
-        """The storage's connection, replaced first if it died while idle (call under the mutex)."""
-        if self._closed:
-            raise StorageError(f"queue {self.name!r} is closed")
-        if os.getpid() != self._pid:
-            # A forked child must not speak on the parent's socket: leave it alone, open our own.
-            self._pid = os.getpid()
-            self._orphans.extend(c for c in (self._conn, self._listener) if c is not None)
-            self._conn = self._listener = None
-        conn = self._conn
-        if not self._usable(conn):
-            if conn is not None:
-                logger.warning("connection to PostgreSQL at %s was lost; reconnecting", self.location)
-                self._discard(conn)
-            self._conn = conn = self._connect()
-        return conn
-
-    @staticmethod
-    def _discard(conn: Any) -> None:
-        try:
-            conn.close()
-        except Exception:  # closing a dead connection may fail; it is gone either way
-            pass
-
-    def _ensure_schema(self, conn: Any, worker_role: str | None) -> None:
-        try:
-            version = conn.execute(self._sql["version"]).fetchone()[0]
-        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
-            version = None
-        if version is None or version < latest_version() or worker_role is not None:
-            try:
-                _migrate_on(conn, self.schema, worker_role)
-            except psycopg.Error as exc:
-                raise StorageError(f"migrating schema {self.schema!r} at {self.location} failed: {exc}") from None
-
-    def _run(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
-        """Run ``fn(connection)`` under the mutex, mapping driver errors to nobroker's.
-
-        ``retry``: the operation may safely run twice, so a connection lost
-        under it is replaced and the operation tried once more.
-        """
-        with self._mutex:
-            for attempt in (1, 2):
-                conn = self._connection()
-                try:
-                    return fn(conn)
-                except (NobrokerError, ValueError):
-                    raise
-                except pg_errors.LockNotAvailable as exc:
-                    raise LockTimeoutError(
-                        f"{what} waited more than lock_timeout={self.lock_timeout:g} s for a row lock: {exc}"
-                    ) from None
-                except psycopg.OperationalError as exc:
-                    if not conn.broken and not conn.closed:
-                        raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}") from None
-                    self._discard(conn)
-                    self._conn = None
-                    if retry and attempt == 1:
-                        logger.warning("connection lost during %s (%s); reconnecting and trying again", what, exc)
-                        continue
-                    raise StorageError(
-                        f"the connection to PostgreSQL at {self.location} was lost during {what} ({exc}); "
-                        "it may or may not have been applied"
-                    ) from None
-                except psycopg.Error as exc:
-                    hint = ""
-                    if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName)):
-                        hint = f" (run `nobroker pg migrate --dsn ... --schema {self.schema}`)"
-                    raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}{hint}") from None
-            raise AssertionError("unreachable")
-
-    def _params(self, **values: Any) -> dict[str, Any]:
-        values["q"] = self.name
-        values["off"] = self.clock_offset
-        return values
-
-    def _backoff_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        params.update(self._backoff_values)
-        return params
-
-    @contextmanager
-    def _pipeline(self, conn: Any) -> Iterator[None]:
-        """Statements sent together: one round trip, one implicit transaction (autocommit)."""
-        with conn.pipeline():
-            yield
-
-    def _write(self, conn: Any, statement: str, params: dict[str, Any]) -> Any:
-        """Reclaim expired leases, then run ``statement``, in one round trip and one transaction."""
-        self._backoff_params(params)
-        with self._pipeline(conn):
-            conn.execute(self._sql["reclaim"], params)
-            cur = conn.execute(self._sql[statement], params)
-        return cur
-
-    def _reclaim(self, conn: Any) -> None:
-        conn.execute(self._sql["reclaim"], self._backoff_params(self._params()))
-
-    # ================================================================ operations
+    # ================================================================ writes
     def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
-        for spec in specs:
-            _check_text(spec.job_id, "job_id")
-            _check_text(spec.kind, "kind")
-            _check_text(spec.dedupe_key, "dedupe_key")
+        ops.check_specs(specs)
+        t = self._target
         if conn is not None:
-            if not isinstance(conn, psycopg.Connection):
-                raise ValueError(
-                    f"conn must be a psycopg 3 Connection (synchronous) with an open transaction, got {type(conn).__name__}"
-                )
-            try:
-                return self._enqueue_on(conn, specs, own=False)
-            except pg_errors.LockNotAvailable as exc:
-                raise LockTimeoutError(f"enqueue waited too long for a row lock: {exc}") from None
-            except psycopg.Error as exc:
-                raise StorageError(f"enqueue on the caller's connection failed: {exc}") from None
+            return ops.enqueue_in_transaction(conn, t, specs)
         if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
-            job = self._run("enqueue", lambda c: self._insert_one_fresh(c, specs[0]), retry=False)
+            job = self._link.run("enqueue", lambda c: ops.insert_one_fresh(c, t, specs[0]), retry=False)
             if job is not None:
                 return [job]
         # Enqueue twice is harmless only when every job names its id.
         safe = all(spec.job_id is not None for spec in specs)
-        return self._run("enqueue", lambda c: self._enqueue_on(c, specs, own=True), retry=safe)
-
-    def _insert_one_fresh(self, conn: Any, spec: EnqueueSpec) -> Job | None:
-        """The common case, kept short: one job, nothing it could conflict with (None: drawn id taken)."""
-        job_id = new_job_id()
-        params = {
-            "q": self.name, "off": self.clock_offset, "chan": self._channel, "id": job_id, "kind": spec.kind,
-            "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
-        }  # fmt: skip
-        try:
-            row = conn.execute(self._sql["insert_one_fresh"], params).fetchone()
-        except pg_errors.UniqueViolation:
-            return None
-        return Job(
-            id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
-            available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind,
-        )  # fmt: skip
-
-    def _enqueue_on(self, conn: Any, specs: list[EnqueueSpec], *, own: bool) -> list[Job]:
-        out: list[Job | None] = [None] * len(specs)
-        ids = [spec.job_id or new_job_id() for spec in specs]
-        pending = list(range(len(specs)))
-        for _try in range(ENQUEUE_TRIES):
-            created = self._insert(conn, [specs[i] for i in pending], [ids[i] for i in pending], own=own)
-            unresolved = []
-            for i in pending:
-                got = created.get(ids[i])
-                if got is not None:
-                    out[i] = got
-                else:
-                    unresolved.append(i)
-            if not unresolved:
-                break
-            if own:
-                # The conflicting job may hold an expired lease on its last attempt: once
-                # reclaimed it is dead and its dedupe key free, as the file storage sees it.
-                self._reclaim(conn)
-            found = self._find_existing(conn, [specs[i] for i in unresolved])
-            pending = []
-            for i in unresolved:
-                spec = specs[i]
-                job = found.get(("id", spec.job_id)) if spec.job_id is not None else None
-                if job is None and spec.dedupe_key is not None:
-                    job = found.get(("key", spec.kind, spec.dedupe_key))
-                if job is not None:
-                    out[i] = job
-                else:
-                    # The conflicting job changed between the insert and the look-up, or a
-                    # generated id collided: try again (with a fresh id if we made it up).
-                    if spec.job_id is None:
-                        ids[i] = new_job_id()
-                    pending.append(i)
-            if not pending:
-                break
-        else:
-            raise StorageError(f"enqueue kept conflicting with concurrent changes after {ENQUEUE_TRIES} tries")
-        return out  # type: ignore[return-value]
-
-    def _insert(self, conn: Any, specs: list[EnqueueSpec], ids: list[str], *, own: bool) -> dict[str, Job]:
-        """INSERT what does not conflict; the new jobs by id (the first spec of an id wins)."""
-        # Without ids or keys nothing can conflict but a random id, which is
-        # astronomically rare: skip ON CONFLICT, and on our own connection
-        # (an error there aborts no caller's transaction) just draw again.
-        fresh = own and all(s.job_id is None and s.dedupe_key is None for s in specs)
-        if fresh:
-            try:
-                return self._insert_as(conn, specs, ids, "_fresh")
-            except pg_errors.UniqueViolation:
-                return {}  # nothing was inserted; the caller draws new ids
-        return self._insert_as(conn, specs, ids, "")
-
-    def _insert_as(self, conn: Any, specs: list[EnqueueSpec], ids: list[str], variant: str) -> dict[str, Job]:
-        params = self._params(chan=self._channel)
-        if len(specs) == 1:
-            spec = specs[0]
-            params.update(
-                id=ids[0], kind=spec.kind, prio=spec.priority, max=spec.max_attempts, delay=spec.delay,
-                key=spec.dedupe_key, payload=spec.payload_json,
-            )  # fmt: skip
-            statement = "insert_one"
-        else:
-            params.update(
-                ids=ids, kinds=[s.kind for s in specs], prios=[s.priority for s in specs],
-                maxs=[s.max_attempts for s in specs], delays=[s.delay for s in specs],
-                keys=[s.dedupe_key for s in specs], payloads=[s.payload_json for s in specs],
-            )  # fmt: skip
-            statement = "insert_many"
-        cur = conn.cursor(row_factory=tuple_row)
-        cur.execute(self._sql[statement + variant], params)
-        first: dict[str, Any] = {}
-        for spec, job_id in zip(specs, ids):
-            first.setdefault(job_id, spec)
-        jobs = {}
-        for job_id, seq, available_at, enqueued_at, _notified in cur.fetchall():
-            spec = first[job_id]
-            jobs[job_id] = Job(
-                id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
-                available_at=available_at, enqueued_at=enqueued_at, seq=seq, kind=spec.kind, dedupe_key=spec.dedupe_key,
-            )  # fmt: skip
-        return jobs
-
-    def _find_existing(self, conn: Any, specs: list[EnqueueSpec]) -> dict[tuple[str, ...], Job]:
-        params = self._params(
-            ids=[s.job_id for s in specs if s.job_id is not None],
-            kinds=[s.kind for s in specs if s.dedupe_key is not None],
-            keys=[s.dedupe_key for s in specs if s.dedupe_key is not None],
-        )
-        cur = conn.cursor(row_factory=tuple_row)
-        cur.execute(self._sql["existing"], params)
-        found: dict[tuple[str, ...], Job] = {}
-        for row in cur.fetchall():
-            job = _row_job(row)
-            found[("id", job.id)] = job
-            if job.dedupe_key is not None and job.state in (JobState.READY, JobState.LEASED):
-                found[("key", job.kind, job.dedupe_key)] = job
-        return found
-
-    def _claim_statement(self, name: str, count: int) -> str:
-        """The claim with its LIMIT written in as a number.
-
-        A parameter there would leave the server's generic plan guessing how
-        many rows are wanted (a tenth of the table), and with a backlog that
-        guess picks a scan of every ready job; a literal keeps the index plan.
-        ``count`` is an int the facade checked, so writing it in is safe; each
-        batch size is prepared once (a Worker uses a handful).
-        """
-        key = (name, count)
-        text = self._claims.get(key)
-        if text is None:
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ValueError(f"count must be a positive int, got {count!r}")
-            text = self._sql[name].replace("{count}", str(int(count)))
-            if len(self._claims) < MAX_CLAIM_STATEMENTS:
-                self._claims[key] = text
-        return text
+        return self._link.run("enqueue", lambda c: ops.enqueue(c, t, specs, own=True), retry=safe)
 
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
-        suffix = "" if kinds is None else "_kinds"
-        params = self._backoff_params(
-            self._params(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
-        )
-        claim = self._claim_statement("claim" + suffix, count)
-
-        def run(conn: Any) -> list[Job]:
-            with self._pipeline(conn):  # one round trip, one transaction
-                conn.execute(self._sql["reclaim"], params)
-                cur = conn.execute(claim, params)
-            rows = cur.fetchall()
-            jobs = [_row_job(row) for row in rows]
-            jobs.sort(key=lambda job: (-job.priority, job.seq))
-            return jobs
-
         # A retried claim is safe: a lease we never heard of just expires and comes back.
-        return self._run("lease", run, retry=True)
-
-    def _refuse(self, conn: Any, job_id: str, token: str | None, action: str) -> None:
-        """The UPDATE changed nothing: reclaim what expired (as the file storage would have), then say why."""
-        self._reclaim(conn)
-        row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
-        if row is None:
-            raise job_not_found(job_id, self.name)
-        state, finished = row  # the token that finished a done job (the one refusal wants then)
-        raise refusal(action, job_id, state, token, finished)
-
-    def _already_done(self, conn: Any, job_id: str, token: str | None) -> bool:
-        row = conn.execute(self._sql["why"], self._params(id=job_id)).fetchone()
-        return row is not None and row[0] == "done" and (token is None or row[1] == token)
+        t = self._target
+        return self._link.run("lease", lambda c: ops.lease(c, t, count, visibility_timeout, kinds), retry=True)
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
-        params = self._params(id=job_id, token=token, result=result_json)
-
-        def run(conn: Any) -> None:
-            if conn.execute(self._sql["ack"], params).fetchone() is not None:
-                return
-            if self._already_done(conn, job_id, token):
-                return  # acking a finished job again is harmless
-            self._refuse(conn, job_id, token, "ack")
-
         # Twice is harmless: the second ack finds the job done under the same token.
-        self._run("ack", run, retry=True)
+        self._link.run("ack", lambda c: ops.ack(c, self._target, job_id, token, result_json), retry=True)
 
     def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
-        """Ack many leased jobs in one statement: (job id, token or None, result JSON or None) each.
-
-        Every job whose lease still holds is done when this returns; if any
-        could not be acked, NotLeasedError (or JobNotFoundError) names the
-        first of them after the others were acked.
-        """
-        if not items:
-            return
-        params = self._params(
-            ids=[i[0] for i in items], tokens=[i[1] for i in items], results=[i[2] for i in items]
-        )
-
-        def run(conn: Any) -> None:
-            cur = conn.execute(self._sql["ack_many"], params)
-            # By (id, token), not by id: a stale copy of a job acked in the same call
-            # shares its id, and must be refused as the file storage refuses it.
-            acked = {(row[0], row[1]) for row in cur.fetchall()}
-            for job_id, token, _result in items:
-                if (job_id, token) not in acked and not self._already_done(conn, job_id, token):
-                    self._refuse(conn, job_id, token, "ack")
-
-        self._run("ack_many", run, retry=True)
-
-    def _change(self, what: str, statement: str, job_id: str, token: str | None, retry: bool, **values: Any) -> Job:
-        params = self._backoff_params(self._params(id=job_id, token=token, chan=self._channel, **values))
-
-        def run(conn: Any) -> Job:
-            row = conn.execute(self._sql[statement], params).fetchone()
-            if row is None:
-                self._refuse(conn, job_id, token, what)
-            return _row_job(row)
-
-        return self._run(what, run, retry=retry)
+        """Ack many leased jobs in one statement (see operations.ack_many)."""
+        if items:
+            self._link.run("ack_many", lambda c: ops.ack_many(c, self._target, items), retry=True)
 
     def nack(
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
         traceback: str | None = None,
     ) -> Job:  # fmt: skip
-        return self._change(
-            "nack", "nack", job_id, token, False, error=_clean_error(error), traceback=_clean_error(traceback),
-            delay=delay, perm=permanent,
-        )  # fmt: skip
+        def run(conn: Any) -> Job:
+            return ops.nack(
+                conn, self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent
+            )
+
+        return self._link.run("nack", run, retry=False)
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
-        return self._change("extend", "extend", job_id, token, True, secs=seconds)
+        return self._link.run("extend", lambda c: ops.extend(c, self._target, job_id, token, seconds), retry=True)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
-        return self._change("set the stage of", "stage", job_id, token, True, stage=_check_text(stage, "stage"))
+        ops.check_text(stage, "stage")
+        return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
 
     def requeue_dead(self, job_id: str | None) -> int:
-        params = self._params(id=job_id, chan=self._channel)
-
-        def run(conn: Any) -> int | None:
-            try:
-                count = len(self._write(conn, "requeue", params).fetchall())
-            except pg_errors.UniqueViolation:
-                return None  # a job with the same dedupe key became active meanwhile: look again
-            if count or job_id is None:
-                return count
-            row = conn.execute(self._sql["requeue_why"], params).fetchone()
-            if row is None:
-                raise job_not_found(job_id, self.name)
-            state, holder, key = row
-            if state == "dead" and holder is not None:
-                raise ValueError(
-                    f"job {job_id} cannot be requeued: job {holder} is active with the same dedupe key {key!r}"
-                )
-            return 0
-
-        for _try in range(ENQUEUE_TRIES):
-            count = self._run("requeue_dead", run, retry=False)
-            if count is not None:
-                return count
-        raise StorageError(f"requeue_dead kept conflicting with concurrent enqueues after {ENQUEUE_TRIES} tries")
+        return self._link.run("requeue_dead", lambda c: ops.requeue_dead(c, self._target, job_id), retry=False)
 
     def purge(self) -> int:
-        params = self._params()
-        return self._run("purge", lambda conn: conn.execute(self._sql["purge"], params).rowcount, retry=False)
+        return self._link.run("purge", lambda c: ops.purge(c, self._target), retry=False)
 
     def compact(self) -> CompactionResult:
         started = time.perf_counter()
-        params = self._params(keep=self.retention)
-
-        def run(conn: Any) -> tuple[int, int]:
-            dropped = self._write(conn, "compact", params).rowcount
-            kept = conn.execute(self._sql["count"], params).fetchone()[0]
-            return dropped, kept
-
-        dropped, kept = self._run("compact", run, retry=True)
+        dropped, kept = self._link.run("compact", lambda c: ops.compact(c, self._target, self.retention), retry=True)
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
-    # ================================================================ reads
-    def _read(self, what: str, statement: str, params: dict[str, Any], shape: Callable[[Any], T]) -> T:
-        return self._run(what, lambda conn: shape(conn.execute(self._sql[statement], params)), retry=True)
-
+    # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
-        _check_text(job_id, "job_id")
-
-        def shape(cur: Any) -> Job:
-            row = cur.fetchone()
-            if row is None:
-                raise job_not_found(job_id, self.name)
-            return _row_job(row)
-
-        return self._read("get", "get", self._backoff_params(self._params(id=job_id)), shape)
+        ops.check_text(job_id, "job_id")
+        return self._link.run("get", lambda c: ops.get(c, self._target, job_id), retry=True)
 
     def stats(self) -> QueueStats:
-        def shape(cur: Any) -> QueueStats:
-            ready, delayed, leased, done, dead = cur.fetchone()
-            return QueueStats(ready=ready, delayed=delayed, leased=leased, done=done, dead=dead)
-
-        return self._read("stats", "stats", self._backoff_params(self._params()), shape)
+        return self._link.run("stats", lambda c: ops.stats(c, self._target), retry=True)
 
     def count(self) -> int:
-        return self._read("count", "count", self._params(), lambda cur: cur.fetchone()[0])
+        return self._link.run("count", lambda c: ops.count(c, self._target), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
-        reach = None if limit is None else limit + offset  # where the page ends
-        params = self._backoff_params(
-            self._params(kind=_check_text(kind, "kind"), limit=limit, offset=offset, reach=reach)
+        ops.check_text(kind, "kind")
+        return self._link.run(
+            "list_jobs", lambda c: ops.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
         )
-        statement = "list" if listing is None else f"list_{listing}"
-        return self._read("list_jobs", statement, params, lambda cur: [_row_job(row) for row in cur.fetchall()])
-
-    def now(self) -> float:
-        """The database clock plus ``clock_offset``, as epoch seconds."""
-        return self._read("now", "now", self._params(), lambda cur: cur.fetchone()[0])
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
@@ -1217,90 +218,11 @@ class PostgresStorage:
         soon as it is readable; it is never read. ``kinds`` changes nothing:
         every listener hears every NOTIFY, so none can take another's.
         """
-        deadline = time.monotonic() + max(timeout, 0.0)
-        extra = [] if interrupt is None else [interrupt]
-        with self._listen_mutex:
-            if self._closed:
-                return False
-            try:
-                listener = self._listening()
-            except (StorageError, psycopg.Error) as exc:
-                if not self._listen_failed:
-                    logger.warning("cannot LISTEN for new jobs (%s); polling until it works again", exc)
-                self._listen_failed = True
-                self._drop_listener()
-                left = max(deadline - time.monotonic(), 0.0)
-                if interrupt is None:
-                    time.sleep(left)
-                else:
-                    try:
-                        _readable(extra, left)
-                    except (OSError, ValueError):
-                        time.sleep(left)
-                return False
-            pgconn = listener.pgconn
-            try:
-                if self._drain(pgconn):
-                    return True
-                fd = listener.fileno()
-                while True:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    ready = _readable([fd, *extra], remaining)
-                    if interrupt is not None and interrupt in ready:
-                        return False
-                    if fd in ready and self._drain(pgconn):
-                        return True
-            except (psycopg.Error, OSError, ValueError):
-                # The server went away: wake the caller, whose next operation reconnects.
-                self._drop_listener()
-                return True
-
-    @staticmethod
-    def _drain(pgconn: Any) -> bool:
-        """Consume every notification already received; True if there was one."""
-        pgconn.consume_input()
-        if pgconn.status != psycopg.pq.ConnStatus.OK:
-            raise psycopg.OperationalError("listening connection lost")
-        got = False
-        while pgconn.notifies() is not None:
-            got = True
-        return got
-
-    def _listening(self) -> Any:
-        if os.getpid() != self._pid and self._listener is not None:
-            self._orphans.append(self._listener)
-            self._listener = None
-        listener = self._listener
-        if listener is None or listener.closed or listener.broken:
-            if listener is not None:
-                self._discard(listener)
-            listener = psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="nobroker-listen"
-            )
-            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-            self._listener = listener
-            self._listen_failed = False
-        return listener
-
-    def _drop_listener(self) -> None:
-        if self._listener is not None:
-            self._discard(self._listener)
-            self._listener = None
+        return self._listener.wait(timeout, interrupt)
 
     def close(self) -> None:
-        with self._mutex:
-            if self._closed:
-                return
-            self._closed = True
-            if self._conn is not None and os.getpid() == self._pid:
-                self._discard(self._conn)
-            self._conn = None
-        with self._listen_mutex:
-            if self._listener is not None and os.getpid() == self._pid:
-                self._discard(self._listener)
-            self._listener = None
+        self._link.close()
+        self._listener.close()
 
     @property
     def location(self) -> str:
@@ -1312,6 +234,4 @@ class PostgresStorage:
         return self._recovery
 
 
-__all__ = [
-    "PostgresStorage", "migrate", "queue_names", "latest_version", "redact_dsn", "check_identifier", "DEFAULT_SCHEMA",
-]  # fmt: skip
+__all__ = ["PostgresStorage"]

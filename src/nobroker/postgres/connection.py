@@ -1,0 +1,414 @@
+"""The connections to PostgreSQL: opening one, keeping one alive, and listening on another.
+
+Owns: ``connect`` (a new autocommit connection, tried again while the server
+is unreachable), ``Link`` (the one connection a storage works on, behind a
+lock: set up with the queue's session settings, replaced when it died idle,
+an operation retried once when that is safe, driver errors turned into
+nobroker's), ``Listener`` (LISTEN/NOTIFY for idle workers), and what names a
+server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
+Imports: errors, storage, driver.
+
+Connections are not shared between threads: each storage owns one connection
+guarded by a lock (the Worker's threads share one Queue, so they take turns;
+a statement takes well under a millisecond). A dropped connection (server
+restart, ``pg_terminate_backend``) is noticed before the next statement is
+sent and replaced, waiting up to ``reconnect_timeout`` seconds for the server
+to come back; an unreachable server is logged once (WARNING), not once per
+attempt. A statement that fails because the connection died is retried
+once when the caller says that is safe (reads, and writes that do the same
+thing twice); otherwise the caller gets StorageError saying the outcome is
+unknown. A process forked from one holding connections never speaks on the
+parent's sockets: the child opens its own and leaves the inherited ones alone.
+
+Where a pool, or an async twin of Link for an AsyncQueue, would go: here,
+beside Link; the statements and their parameters (statements.py) serve both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import select
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from ..errors import LockTimeoutError, NobrokerError, StorageError
+from ..storage import dsn_parameters, parse_keyword_dsn
+from .driver import pg_errors, psycopg, require_psycopg, sql
+
+logger = logging.getLogger("nobroker.postgres")
+
+T = TypeVar("T")
+
+#: How long to keep trying to reach a server that went away, by default.
+DEFAULT_RECONNECT_TIMEOUT = 30.0
+#: Seconds one connection attempt may take.
+CONNECT_TIMEOUT = 5
+#: Pause between connection attempts grows from the first to the last value.
+RECONNECT_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0)
+#: libpq counts connect_timeout in whole seconds, and treats less than this as this.
+LIBPQ_MIN_CONNECT_TIMEOUT = 2
+
+
+# ---------------------------------------------------------------- naming a server
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password (in the authority part, as a query parameter, or as a key word)."""
+    pairs = None if "://" in dsn else parse_keyword_dsn(dsn)
+    if pairs is not None:
+        return " ".join(f"{key}={_keyword_quote(value)}" for key, value in pairs.items() if key != "password")
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "postgresql://<unparseable dsn>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostinfo = netloc.rpartition("@")
+        netloc = userinfo.split(":", 1)[0] + "@" + hostinfo
+    query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
+    out = f"{parts.scheme}://{netloc}{parts.path}"
+    if query:
+        out += "?" + query
+    if parts.fragment:
+        out += "#" + parts.fragment
+    return out
+
+
+def _keyword_quote(value: str) -> str:
+    if value and not any(ch.isspace() or ch in "'\\" for ch in value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def connect_timeout_of(dsn: str) -> float | None:
+    """The DSN's own ``connect_timeout`` in seconds, if it gives a positive one (0 means "no limit" to libpq)."""
+    try:
+        value = float(dsn_parameters(dsn).get("connect_timeout", ""))
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None
+
+
+def channel_name(schema: str, queue: str) -> str:
+    """The LISTEN/NOTIFY channel of one queue (an identifier, whatever the queue's name)."""
+    digest = hashlib.sha1(f"{schema}\x00{queue}".encode()).hexdigest()[:20]
+    return f"nobroker_{digest}"
+
+
+def one_line(exc: BaseException) -> str:
+    """A driver message on one line (libpq's run over several, with tab-indented hints)."""
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+
+
+# ---------------------------------------------------------------- connecting
+def connect(
+    dsn: str, *, timeout: float, location: str, setup: Callable[[Any], None] | None = None, **options: Any
+) -> Any:
+    """A new autocommit connection, trying again for up to ``timeout`` seconds while the server is unreachable.
+
+    ``setup(conn)`` runs on each new connection before it is returned (the
+    session settings); a connection that dies under it, as when the server
+    restarts right then, counts as one more failed attempt, so the caller
+    still gets a working connection within ``timeout``.
+
+    The first failure is logged once (a WARNING); the attempts after it only
+    at DEBUG, so an unreachable server costs one line and then the final
+    StorageError, however long it is tried. Each attempt waits at most
+    CONNECT_TIMEOUT seconds (or the DSN's connect_timeout, if smaller), and
+    never past ``timeout``.
+    """
+    require_psycopg()
+    deadline = time.monotonic() + timeout
+    per_attempt = min(CONNECT_TIMEOUT, connect_timeout_of(dsn) or CONNECT_TIMEOUT)
+    attempt = 0
+    while True:
+        left = deadline - time.monotonic()
+        attempt_timeout = max(LIBPQ_MIN_CONNECT_TIMEOUT, math.ceil(min(per_attempt, max(left, 0.0))))
+        try:
+            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=attempt_timeout, **options)
+            return conn if setup is None else _set_up(conn, setup, location)
+        except psycopg.OperationalError as exc:
+            reason = one_line(exc)
+        if time.monotonic() >= deadline:
+            tried = f"tried for {timeout:g} s" if attempt else "tried once"
+            raise StorageError(f"cannot connect to PostgreSQL at {location}: {reason} ({tried})") from None
+        if attempt == 0:
+            logger.warning("cannot reach PostgreSQL at %s (%s); trying again for up to %g s", location, reason, timeout)
+        else:
+            logger.debug("cannot reach PostgreSQL at %s (%s); attempt %d", location, reason, attempt + 1)
+        pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
+        attempt += 1
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+
+
+def _set_up(conn: Any, setup: Callable[[Any], None], location: str) -> Any:
+    """``conn`` after ``setup(conn)``; OperationalError if the connection died under it (try again)."""
+    try:
+        setup(conn)
+    except psycopg.Error as exc:
+        _discard(conn)
+        if isinstance(exc, psycopg.OperationalError) and (conn.broken or conn.closed):
+            raise
+        raise StorageError(f"cannot set up the connection to PostgreSQL at {location}: {one_line(exc)}") from None
+    return conn
+
+
+def readable(fds: list[int], timeout: float) -> set[int]:
+    """Which of ``fds`` have bytes (or EOF) to read within ``timeout`` seconds? poll() takes any fd number."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
+    ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+    return set(ready)
+
+
+def _discard(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:  # closing a dead connection may fail; it is gone either way
+        pass
+
+
+class _Owned:
+    """A place for one connection that belongs to the process that opened it.
+
+    A forked child must not speak on the parent's socket, nor close it: the
+    child sets the inherited connection aside (never touched, never closed)
+    and opens its own.
+    """
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+        self._pid = os.getpid()
+        self._orphans: list[Any] = []
+
+    def _current(self) -> Any:
+        """The connection this process opened, or None."""
+        if os.getpid() != self._pid:
+            self._pid = os.getpid()
+            if self._conn is not None:
+                self._orphans.append(self._conn)
+            self._conn = None
+        return self._conn
+
+    def _drop(self) -> None:
+        """Close the connection (unless another process opened it) and forget it."""
+        if self._conn is not None and os.getpid() == self._pid:
+            _discard(self._conn)
+        self._conn = None
+
+
+# ---------------------------------------------------------------- the working connection
+class Link(_Owned):
+    """The one connection a storage works on, behind a lock, replaced when it dies.
+
+    ``run(what, fn, retry=...)`` is how an operation uses it: ``fn`` gets the
+    live connection and may run any statements on it; the driver's errors
+    come out as nobroker's (LockTimeoutError for a row lock waited on past
+    ``lock_timeout``, StorageError for the rest, saying whether the outcome
+    is known). ``held()`` lends it for the few statements of opening.
+    """
+
+    def __init__(
+        self, dsn: str, *, queue: str, schema: str, reconnect_timeout: float, lock_timeout: float, durable: bool,
+        prepare_threshold: int | None,
+    ) -> None:  # fmt: skip
+        self.dsn = dsn
+        self.location = redact_dsn(dsn)
+        self._queue = queue
+        self._schema = schema  # for the hint when the table is missing
+        self._reconnect_timeout = reconnect_timeout
+        self._lock_timeout = lock_timeout
+        self._durable = durable
+        self._prepare_threshold = prepare_threshold
+        self._mutex = threading.Lock()
+        self._closed = False
+        super().__init__()
+
+    def _connect(self) -> Any:
+        """A new connection with the queue's session settings, trying again while the server is unreachable."""
+        return connect(
+            self.dsn, timeout=self._reconnect_timeout, location=self.location, setup=self._set_session,
+            prepare_threshold=self._prepare_threshold, application_name="nobroker",
+        )  # fmt: skip
+
+    def _set_session(self, conn: Any) -> None:
+        lock_ms = max(1, int(self._lock_timeout * 1000))
+        conn.execute(
+            "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
+            (f"{lock_ms}ms", "on" if self._durable else "off"),
+        )
+
+    @staticmethod
+    def _usable(conn: Any) -> bool:
+        """Is this idle connection still alive? A dead one has unread bytes (the FATAL) or EOF."""
+        if conn is None or conn.closed or conn.broken:
+            return False
+        try:
+            return not readable([conn.fileno()], 0.0)
+        except (OSError, ValueError):
+            return False
+
+    def _connection(self) -> Any:
+        """The live connection, replaced first if it died while idle (call under the mutex)."""
+        if self._closed:
+            raise StorageError(f"queue {self._queue!r} is closed")
+        conn = self._current()
+        if not self._usable(conn):
+            if conn is not None:
+                logger.warning("connection to PostgreSQL at %s was lost; reconnecting", self.location)
+                self._drop()
+            self._conn = conn = self._connect()
+        return conn
+
+    @contextmanager
+    def held(self) -> Iterator[Any]:
+        """The live connection, held for a few statements whose errors the caller handles (opening)."""
+        with self._mutex:
+            yield self._connection()
+
+    def run(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
+        """Run ``fn(connection)`` under the mutex, mapping driver errors to nobroker's.
+
+        ``retry``: the operation may safely run twice, so a connection lost
+        under it is replaced and the operation tried once more.
+        """
+        with self._mutex:
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    return fn(conn)
+                except (NobrokerError, ValueError):
+                    raise
+                except pg_errors.LockNotAvailable as exc:
+                    raise LockTimeoutError(
+                        f"{what} waited more than lock_timeout={self._lock_timeout:g} s for a row lock: {exc}"
+                    ) from None
+                except psycopg.OperationalError as exc:
+                    if not conn.broken and not conn.closed:
+                        raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}") from None
+                    self._drop()
+                    if retry and attempt == 1:
+                        logger.warning("connection lost during %s (%s); reconnecting and trying again", what, exc)
+                        continue
+                    raise StorageError(
+                        f"the connection to PostgreSQL at {self.location} was lost during {what} ({exc}); "
+                        "it may or may not have been applied"
+                    ) from None
+                except psycopg.Error as exc:
+                    hint = ""
+                    if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName)):
+                        hint = f" (run `nobroker pg migrate --dsn ... --schema {self._schema}`)"
+                    raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}{hint}") from None
+            raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            self._drop()
+
+
+# ---------------------------------------------------------------- waiting for work
+class Listener(_Owned):
+    """A second connection that LISTENs on one queue's channel, opened the first time a worker idles."""
+
+    def __init__(self, dsn: str, channel: str) -> None:
+        self.dsn = dsn
+        self.channel = channel
+        self._mutex = threading.Lock()
+        self._failed = False  # the failure is logged once, until listening works again
+        self._closed = False
+        super().__init__()
+
+    def wait(self, timeout: float, interrupt: int | None) -> bool:
+        """Sleep until a NOTIFY arrives on the channel (True), ``timeout`` passes or ``interrupt`` is readable.
+
+        If the listening connection cannot be had, this sleeps (polling
+        fallback) and says False. When the server goes away under it, it
+        says True, so the caller's next operation reconnects.
+        """
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with self._mutex:
+            if self._closed:
+                return False
+            try:
+                conn = self._listening()
+            except (StorageError, psycopg.Error) as exc:
+                if not self._failed:
+                    logger.warning("cannot LISTEN for new jobs (%s); polling until it works again", exc)
+                self._failed = True
+                self._drop()
+                _sleep_until(deadline, interrupt)
+                return False
+            try:
+                return self._wait_on(conn, deadline, interrupt)
+            except (psycopg.Error, OSError, ValueError):
+                # The server went away: wake the caller, whose next operation reconnects.
+                self._drop()
+                return True
+
+    @staticmethod
+    def _wait_on(conn: Any, deadline: float, interrupt: int | None) -> bool:
+        pgconn = conn.pgconn
+        if _drain(pgconn):
+            return True
+        fd = conn.fileno()
+        extra = [] if interrupt is None else [interrupt]
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            ready = readable([fd, *extra], remaining)
+            if interrupt is not None and interrupt in ready:
+                return False
+            if fd in ready and _drain(pgconn):
+                return True
+
+    def _listening(self) -> Any:
+        conn = self._current()
+        if conn is None or conn.closed or conn.broken:
+            self._drop()
+            conn = psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="nobroker-listen"
+            )
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            self._conn = conn
+            self._failed = False
+        return conn
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            self._drop()
+
+
+def _drain(pgconn: Any) -> bool:
+    """Consume every notification already received; True if there was one."""
+    pgconn.consume_input()
+    if pgconn.status != psycopg.pq.ConnStatus.OK:
+        raise psycopg.OperationalError("listening connection lost")
+    got = False
+    while pgconn.notifies() is not None:
+        got = True
+    return got
+
+
+def _sleep_until(deadline: float, interrupt: int | None) -> None:
+    """The polling fallback: sleep to ``deadline``, or until ``interrupt`` is readable."""
+    left = max(deadline - time.monotonic(), 0.0)
+    if interrupt is None:
+        time.sleep(left)
+        return
+    try:
+        readable([interrupt], left)
+    except (OSError, ValueError):
+        time.sleep(left)

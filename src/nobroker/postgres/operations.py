@@ -1,0 +1,387 @@
+"""Each queue operation on one connection: the statements it sends, in order, and what their rows mean.
+
+Owns: ``Target`` (one queue as the statements address it), a function per
+operation of the Storage protocol taking a live psycopg connection (enqueue,
+lease, ack, nack, extend, set_stage, requeue_dead, purge, compact and the
+reads), the refusals that say why a job was not changed, and what PostgreSQL
+text can hold. Nothing here connects, takes the storage's lock or retries a
+lost connection: storage.py runs these through connection.Link.
+Imports: errors, jobs, storage, driver, statements.
+
+Semantics are the file storage's, statement by statement:
+
+- every time is the database clock (``now()``), so hosts with skewed clocks
+  agree on deadlines; a test-only ``clock_offset`` (seconds) is added to it
+  in every statement;
+- expired leases are reclaimed (like a nack at the deadline: backoff from
+  there, or dead at max_attempts) by the operations that can see them, with
+  no reaper process: every lease reclaims just before its claim (one round
+  trip, one transaction), requeue_dead and compact reclaim first, and an ack,
+  nack, extend or set_stage that finds its lease gone reclaims before it says
+  why (so the refused caller sees the job exactly as the file storage would
+  show it). An enqueue that meets a conflicting job reclaims before it looks
+  that job up. Reads never write, as on the file storage, yet show an expired
+  lease as that reclaim will leave it (statements._SHOWN);
+- a claim is one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``;
+  ack, nack, extend and set_stage check the fencing token in the WHERE of the
+  one UPDATE that changes the row; zero rows means "find out why";
+- ``dedupe_key`` is a partial unique index over ready/leased rows, and
+  ``job_id`` is the primary key (queue, id): enqueue is
+  ``INSERT ... ON CONFLICT DO NOTHING``, then the existing job is looked up;
+- ``compact()`` deletes done jobs finished at least ``retention`` seconds ago.
+
+PostgreSQL text cannot hold the NUL character: a job id, kind, dedupe key,
+stage or queue name containing one is refused with ValueError (error texts
+get U+FFFD instead). Payloads and results are unaffected: they are stored as
+JSON text, where NUL is the escape ``\\u0000``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import LockTimeoutError, StorageError
+from ..jobs import Job, JobState, QueueStats
+from ..storage import EnqueueSpec, job_not_found, new_job_id, refusal
+from .driver import pg_errors, psycopg, tuple_row
+from .statements import Statements, row_job
+
+#: Tries for an enqueue (or requeue) whose conflicting job changed before it could be read.
+ENQUEUE_TRIES = 5
+#: set_stage, as messages name it ("cannot set the stage of job ...").
+SET_STAGE = "set the stage of"
+
+
+@dataclass
+class Target:
+    """One queue as the statements address it: its statements, name, NOTIFY channel, backoff and clock."""
+
+    sql: Statements
+    queue: str
+    channel: str
+    #: The queue's BackoffPolicy as statement parameters (statements.backoff_parameters).
+    backoff: dict[str, float]
+    #: Seconds added to the database clock in every statement (tests move time with it).
+    clock_offset: float = 0.0
+
+    def params(self, **values: Any) -> dict[str, Any]:
+        """The parameters of a statement: ``values``, the queue and the clock offset."""
+        values["q"] = self.queue
+        values["off"] = self.clock_offset
+        return values
+
+    def with_backoff(self, **values: Any) -> dict[str, Any]:
+        """The parameters of a statement that computes a retry delay (or shows one)."""
+        params = self.params(**values)
+        params.update(self.backoff)
+        return params
+
+
+# ---------------------------------------------------------------- what text can hold
+def check_text(value: str | None, what: str) -> str | None:
+    if value is not None and "\x00" in value:
+        raise ValueError(f"{what} cannot contain NUL characters in PostgreSQL, got {value!r}")
+    return value
+
+
+def clean_error(error: str | None) -> str | None:
+    """Error text as PostgreSQL can store it: no NUL, valid UTF-8 (it is only informational)."""
+    if error is None:
+        return None
+    return error.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def check_specs(specs: list[EnqueueSpec]) -> None:
+    for spec in specs:
+        check_text(spec.job_id, "job_id")
+        check_text(spec.kind, "kind")
+        check_text(spec.dedupe_key, "dedupe_key")
+
+
+# ---------------------------------------------------------------- enqueue
+def enqueue_in_transaction(conn: Any, t: Target, specs: list[EnqueueSpec]) -> list[Job]:
+    """Enqueue on the caller's connection, inside the caller's open transaction, never committing."""
+    if not isinstance(conn, psycopg.Connection):
+        raise ValueError(
+            f"conn must be a psycopg 3 Connection (synchronous) with an open transaction, got {type(conn).__name__}"
+        )
+    try:
+        return enqueue(conn, t, specs, own=False)
+    except pg_errors.LockNotAvailable as exc:
+        raise LockTimeoutError(f"enqueue waited too long for a row lock: {exc}") from None
+    except psycopg.Error as exc:
+        raise StorageError(f"enqueue on the caller's connection failed: {exc}") from None
+
+
+def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec) -> Job | None:
+    """The common case, kept short: one job, nothing it could conflict with (None: drawn id taken)."""
+    job_id = new_job_id()
+    params = {
+        "q": t.queue, "off": t.clock_offset, "chan": t.channel, "id": job_id, "kind": spec.kind,
+        "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
+    }  # fmt: skip
+    try:
+        row = conn.execute(t.sql["insert_one_fresh"], params).fetchone()
+    except pg_errors.UniqueViolation:
+        return None
+    return Job(
+        id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
+        available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind,
+    )  # fmt: skip
+
+
+def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool) -> list[Job]:
+    """Insert what does not conflict, look up what does, until every spec has its job (``own``: our connection)."""
+    out: list[Job | None] = [None] * len(specs)
+    ids = [spec.job_id or new_job_id() for spec in specs]
+    pending = list(range(len(specs)))
+    for _try in range(ENQUEUE_TRIES):
+        created = _insert(conn, t, [specs[i] for i in pending], [ids[i] for i in pending], own=own)
+        unresolved = []
+        for i in pending:
+            got = created.get(ids[i])
+            if got is not None:
+                out[i] = got
+            else:
+                unresolved.append(i)
+        if not unresolved:
+            break
+        if own:
+            # The conflicting job may hold an expired lease on its last attempt: once
+            # reclaimed it is dead and its dedupe key free, as the file storage sees it.
+            reclaim(conn, t)
+        found = _find_existing(conn, t, [specs[i] for i in unresolved])
+        pending = []
+        for i in unresolved:
+            spec = specs[i]
+            job = found.get(("id", spec.job_id)) if spec.job_id is not None else None
+            if job is None and spec.dedupe_key is not None:
+                job = found.get(("key", spec.kind, spec.dedupe_key))
+            if job is not None:
+                out[i] = job
+            else:
+                # The conflicting job changed between the insert and the look-up, or a
+                # generated id collided: try again (with a fresh id if we made it up).
+                if spec.job_id is None:
+                    ids[i] = new_job_id()
+                pending.append(i)
+        if not pending:
+            break
+    else:
+        raise StorageError(f"enqueue kept conflicting with concurrent changes after {ENQUEUE_TRIES} tries")
+    assert all(job is not None for job in out), "every spec has its job, new or existing"
+    return out  # type: ignore[return-value]
+
+
+def _insert(conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], *, own: bool) -> dict[str, Job]:
+    """INSERT what does not conflict; the new jobs by id (the first spec of an id wins)."""
+    # Without ids or keys nothing can conflict but a random id, which is
+    # astronomically rare: skip ON CONFLICT, and on our own connection
+    # (an error there aborts no caller's transaction) just draw again.
+    fresh = own and all(s.job_id is None and s.dedupe_key is None for s in specs)
+    if fresh:
+        try:
+            return _insert_as(conn, t, specs, ids, "_fresh")
+        except pg_errors.UniqueViolation:
+            return {}  # nothing was inserted; the caller draws new ids
+    return _insert_as(conn, t, specs, ids, "")
+
+
+def _insert_as(conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], variant: str) -> dict[str, Job]:
+    params = t.params(chan=t.channel)
+    if len(specs) == 1:
+        spec = specs[0]
+        params.update(
+            id=ids[0], kind=spec.kind, prio=spec.priority, max=spec.max_attempts, delay=spec.delay,
+            key=spec.dedupe_key, payload=spec.payload_json,
+        )  # fmt: skip
+        statement = "insert_one"
+    else:
+        params.update(
+            ids=ids, kinds=[s.kind for s in specs], prios=[s.priority for s in specs],
+            maxs=[s.max_attempts for s in specs], delays=[s.delay for s in specs],
+            keys=[s.dedupe_key for s in specs], payloads=[s.payload_json for s in specs],
+        )  # fmt: skip
+        statement = "insert_many"
+    cur = conn.cursor(row_factory=tuple_row)  # the caller's connection may make dicts by default
+    cur.execute(t.sql[statement + variant], params)
+    first: dict[str, Any] = {}
+    for spec, job_id in zip(specs, ids):
+        first.setdefault(job_id, spec)
+    jobs = {}
+    for job_id, seq, available_at, enqueued_at, _notified in cur.fetchall():
+        spec = first[job_id]
+        jobs[job_id] = Job(
+            id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
+            available_at=available_at, enqueued_at=enqueued_at, seq=seq, kind=spec.kind, dedupe_key=spec.dedupe_key,
+        )  # fmt: skip
+    return jobs
+
+
+def _find_existing(conn: Any, t: Target, specs: list[EnqueueSpec]) -> dict[tuple[str, ...], Job]:
+    params = t.params(
+        ids=[s.job_id for s in specs if s.job_id is not None],
+        kinds=[s.kind for s in specs if s.dedupe_key is not None],
+        keys=[s.dedupe_key for s in specs if s.dedupe_key is not None],
+    )
+    cur = conn.cursor(row_factory=tuple_row)
+    cur.execute(t.sql["existing"], params)
+    found: dict[tuple[str, ...], Job] = {}
+    for row in cur.fetchall():
+        job = row_job(row)
+        found[("id", job.id)] = job
+        if job.dedupe_key is not None and job.state in (JobState.READY, JobState.LEASED):
+            found[("key", job.kind, job.dedupe_key)] = job
+    return found
+
+
+# ---------------------------------------------------------------- leases
+def reclaim(conn: Any, t: Target) -> None:
+    conn.execute(t.sql["reclaim"], t.with_backoff())
+
+
+def _reclaim_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -> Any:
+    """Reclaim expired leases, then run ``statement``, in one round trip and one transaction (autocommit)."""
+    with conn.pipeline():
+        conn.execute(t.sql["reclaim"], params)
+        cur = conn.execute(statement, params)
+    return cur
+
+
+def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
+    # A reclaimed job may be runnable at once (its backoff counts from its
+    # deadline, which may be long past), and a claim sees the rows a reclaim
+    # changed only as a statement after it: the two go together.
+    claim = t.sql.claim(count, kinds=kinds is not None)
+    params = t.with_backoff(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
+    jobs = [row_job(row) for row in _reclaim_then(conn, t, claim, params).fetchall()]
+    jobs.sort(key=lambda job: (-job.priority, job.seq))
+    return jobs
+
+
+def _refuse(conn: Any, t: Target, job_id: str, token: str | None, action: str) -> None:
+    """The UPDATE changed nothing: reclaim what expired (as the file storage would have), then say why."""
+    reclaim(conn, t)
+    row = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
+    if row is None:
+        raise job_not_found(job_id, t.queue)
+    state, finished = row  # the token that finished a done job (the one refusal wants then)
+    raise refusal(action, job_id, state, token, finished)
+
+
+def _already_done(conn: Any, t: Target, job_id: str, token: str | None) -> bool:
+    row = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
+    return row is not None and row[0] == "done" and (token is None or row[1] == token)
+
+
+def ack(conn: Any, t: Target, job_id: str, token: str | None, result_json: str | None) -> None:
+    if conn.execute(t.sql["ack"], t.params(id=job_id, token=token, result=result_json)).fetchone() is not None:
+        return
+    if _already_done(conn, t, job_id, token):
+        return  # acking a finished job again is harmless
+    _refuse(conn, t, job_id, token, "ack")
+
+
+def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None]]) -> None:
+    """Ack many leased jobs in one statement: (job id, token or None, result JSON or None) each.
+
+    Every job whose lease still holds is done when this returns; if any
+    could not be acked, NotLeasedError (or JobNotFoundError) names the
+    first of them after the others were acked.
+    """
+    params = t.params(ids=[i[0] for i in items], tokens=[i[1] for i in items], results=[i[2] for i in items])
+    cur = conn.execute(t.sql["ack_many"], params)
+    # By (id, token), not by id: a stale copy of a job acked in the same call
+    # shares its id, and must be refused as the file storage refuses it.
+    acked = {(row[0], row[1]) for row in cur.fetchall()}
+    for job_id, token, _result in items:
+        if (job_id, token) not in acked and not _already_done(conn, t, job_id, token):
+            _refuse(conn, t, job_id, token, "ack")
+
+
+def nack(
+    conn: Any, t: Target, job_id: str, token: str | None, *, error: str | None, traceback: str | None,
+    delay: float | None, permanent: bool,
+) -> Job:  # fmt: skip
+    return _change(
+        conn, t, "nack", "nack", job_id, token, error=clean_error(error), traceback=clean_error(traceback),
+        delay=delay, perm=permanent,
+    )  # fmt: skip
+
+
+def extend(conn: Any, t: Target, job_id: str, token: str | None, seconds: float) -> Job:
+    return _change(conn, t, "extend", "extend", job_id, token, secs=seconds)
+
+
+def set_stage(conn: Any, t: Target, job_id: str, token: str | None, stage: str | None) -> Job:
+    return _change(conn, t, SET_STAGE, "stage", job_id, token, stage=stage)
+
+
+def _change(conn: Any, t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Job:
+    """Run one of the statements that change a leased job (nack, extend, stage); refuse if it changed nothing."""
+    params = t.with_backoff(id=job_id, token=token, chan=t.channel, **values)
+    row = conn.execute(t.sql[statement], params).fetchone()
+    if row is None:
+        _refuse(conn, t, job_id, token, action)
+    return row_job(row)
+
+
+# ---------------------------------------------------------------- the whole queue
+def requeue_dead(conn: Any, t: Target, job_id: str | None) -> int:
+    params = t.with_backoff(id=job_id, chan=t.channel)
+    for _try in range(ENQUEUE_TRIES):
+        try:
+            count = len(_reclaim_then(conn, t, t.sql["requeue"], params).fetchall())
+        except pg_errors.UniqueViolation:
+            continue  # a job with the same dedupe key became active meanwhile: look again
+        if count or job_id is None:
+            return count
+        row = conn.execute(t.sql["requeue_why"], params).fetchone()
+        if row is None:
+            raise job_not_found(job_id, t.queue)
+        state, holder, key = row
+        if state == "dead" and holder is not None:
+            raise ValueError(
+                f"job {job_id} cannot be requeued: job {holder} is active with the same dedupe key {key!r}"
+            )
+        return 0
+    raise StorageError(f"requeue_dead kept conflicting with concurrent enqueues after {ENQUEUE_TRIES} tries")
+
+
+def purge(conn: Any, t: Target) -> int:
+    count: int = conn.execute(t.sql["purge"], t.params()).rowcount
+    return count
+
+
+def compact(conn: Any, t: Target, retention: float) -> tuple[int, int]:
+    """Delete done jobs finished ``retention`` seconds ago or more: (dropped, kept)."""
+    params = t.with_backoff(keep=retention)
+    dropped = _reclaim_then(conn, t, t.sql["compact"], params).rowcount
+    kept = conn.execute(t.sql["count"], params).fetchone()[0]
+    return dropped, kept
+
+
+# ---------------------------------------------------------------- reads
+def get(conn: Any, t: Target, job_id: str) -> Job:
+    row = conn.execute(t.sql["get"], t.with_backoff(id=job_id)).fetchone()
+    if row is None:
+        raise job_not_found(job_id, t.queue)
+    return row_job(row)
+
+
+def stats(conn: Any, t: Target) -> QueueStats:
+    ready, delayed, leased, done, dead = conn.execute(t.sql["stats"], t.with_backoff()).fetchone()
+    return QueueStats(ready=ready, delayed=delayed, leased=leased, done=done, dead=dead)
+
+
+def count(conn: Any, t: Target) -> int:
+    total: int = conn.execute(t.sql["count"], t.params()).fetchone()[0]
+    return total
+
+
+def list_jobs(conn: Any, t: Target, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+    reach = None if limit is None else limit + offset  # where the page ends
+    params = t.with_backoff(kind=kind, limit=limit, offset=offset, reach=reach)
+    statement = "list" if listing is None else f"list_{listing}"
+    return [row_job(row) for row in conn.execute(t.sql[statement], params).fetchall()]

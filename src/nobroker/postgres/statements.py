@@ -1,0 +1,366 @@
+"""The SQL text of every operation on the jobs table, and the parameters each one takes.
+
+Owns: the statements (templates with the schema left open, built once per
+schema by ``Statements``), the columns a job is read back in and the Job a
+row of them makes (``row_job``), and ``check_identifier``, the rule that
+makes writing a schema name into SQL text safe. Plain text only: nothing here
+talks to a server or needs the driver. The schema itself (tables, indexes,
+the backoff function) is the numbered files in sql/; schema.py applies them.
+Imports: jobs, codec.
+
+Every value travels as a named parameter; the one number written into the
+text is a claim's batch size, a checked int (see ``Statements.claim``). The
+parameters, by name:
+
+- ``q`` the queue's name (every statement); ``off`` seconds added to the
+  database clock (a test-only offset: every statement that reads the clock
+  reads ``now()`` plus it); ``chan`` the queue's NOTIFY channel;
+- ``b_base``, ``b_factor``, ``b_max``, ``b_jitter`` the queue's BackoffPolicy
+  (the reclaim, nack, and every read that shows an expired lease);
+- ``id`` / ``ids`` job ids; ``token`` / ``tokens`` fencing tokens (NULL: an
+  operator acting by id, no check);
+- enqueue: ``kind(s)``, ``prio(s)``, ``max(s)`` (max_attempts),
+  ``delay(s)`` (seconds), ``key(s)`` (dedupe keys), ``payload(s)`` (JSON text);
+- lease: ``vt`` (visibility timeout, seconds) and ``kinds`` (or none);
+- ack: ``result(s)`` (JSON text or NULL); nack: ``error``, ``traceback``,
+  ``delay`` (NULL: the backoff's), ``perm`` (PermanentError: straight to
+  dead); extend: ``secs``; set_stage: ``stage``; compact: ``keep`` (retention
+  seconds); listings: ``kind`` (or NULL), ``limit``, ``offset`` and
+  ``reach`` (where the page ends: limit + offset, or NULL).
+
+A later change to how claims, reclaims or pruning work starts here (one
+template each); a change to the table or its indexes is a new numbered file
+in sql/.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..codec import load_json
+from ..jobs import BackoffPolicy, Job, JobState
+
+#: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
+#: Most expired leases one operation reclaims; the next operation takes the rest.
+RECLAIM_BATCH = 1000
+#: Claim statements (one per batch size) kept ready to run; others are built per call.
+MAX_CLAIM_STATEMENTS = 64
+#: Most queue names one listing returns (for a picker or an error message).
+MAX_LISTED_QUEUES = 1000
+
+
+def check_identifier(name: Any, what: str) -> str:
+    """A schema or role name: letters, digits and _, not starting with a digit, at most 63."""
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        raise ValueError(
+            f"{what} must be a plain SQL name (letters, digits and _, not starting with a digit, "
+            f"at most 63 characters), got {name!r}"
+        )
+    return name
+
+
+# Every template names the table as {schema}.jobs; Statements writes the
+# quoted schema in once. NOW is the database clock plus the test-only offset.
+_NOW = "(now() + %(off)s::float8 * interval '1 second')"
+#: What a statement that returns a whole job returns, in the order row_job reads.
+_COLUMNS = (
+    "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
+    "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
+    "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
+    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback"
+)
+_NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
+_BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
+_EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts"
+# Reads never write, yet show the queue as of now (as the file storage does):
+# a lease whose deadline passed shows as the reclaim a writer will record,
+# dead at max_attempts, else ready at the deadline plus the backoff's delay
+# before jitter (the reclaim counts the backoff from the deadline too).
+_EXPIRED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
+#: When an expired lease's job is ready again, as reads show it (without the jitter).
+_RETURNS = f"(j.lease_deadline + {_NOMINAL} * interval '1 second')"
+_DIES = "j.attempts >= j.max_attempts"
+_SHOWN = (
+    f"j.id, j.payload::text, j.priority, "
+    f"CASE WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END ELSE j.state END, "
+    "j.attempts, j.max_attempts, "
+    f"date_part('epoch', CASE WHEN {_EXPIRED} AND NOT {_DIES} "
+    f"THEN {_RETURNS} ELSE j.available_at END), "
+    "date_part('epoch', j.enqueued_at), "
+    f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
+    f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
+    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN {_EXPIRY_ERROR} ELSE j.last_error END, "
+    "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
+    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
+)
+#: Per listing (jobs.LISTINGS): the rows in it, and the expired leases a read shows in it.
+_LISTED = {
+    "ready": ("j.state = 'ready'", f"{_EXPIRED} AND NOT {_DIES}"),
+    "runnable": (f"j.state = 'ready' AND j.available_at <= {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} <= {_NOW}"),
+    "delayed": (f"j.state = 'ready' AND j.available_at > {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} > {_NOW}"),
+    "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}", None),
+    "done": ("j.state = 'done'", None),
+    "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
+}
+
+_RECLAIM = f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+            available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
+                           ELSE j.lease_deadline + ({_BACKOFF}) * interval '1 second' END,
+            last_error = CASE WHEN j.attempts >= j.max_attempts THEN {_EXPIRY_ERROR} ELSE j.last_error END,
+            traceback = CASE WHEN j.attempts >= j.max_attempts THEN NULL ELSE j.traceback END,
+            lease_deadline = NULL, lease_token = NULL
+        FROM (SELECT queue, id FROM {{schema}}.jobs
+              WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
+              ORDER BY lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED) AS x
+        WHERE j.queue = x.queue AND j.id = x.id"""
+_CLAIM = f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = 'leased', attempts = j.attempts + 1, stage = NULL,
+            lease_token = replace(gen_random_uuid()::text, '-', ''),
+            lease_deadline = {_NOW} + %(vt)s::float8 * interval '1 second'
+        FROM (SELECT queue, id FROM {{schema}}.jobs
+              WHERE queue = %(q)s AND state = 'ready' AND available_at <= {_NOW} {{kinds}}
+              ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS x
+        WHERE j.queue = x.queue AND j.id = x.id
+        RETURNING {_COLUMNS}"""
+#: What an insert returns: the rest of the Job is known to the caller already.
+_INSERTED = "j.id, j.seq, date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at)"
+_INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)"
+
+# The statements that act on one leased job (ack, nack, extend, set_stage)
+# test "lease_deadline > now" and not "state = 'leased'": the schema makes
+# the two equivalent, and leaving the state out keeps the partial index of
+# leases from looking usable, so even a generic plan finds the row by its
+# primary key instead of walking every lease.
+_TEMPLATES: dict[str, str] = {
+    "reclaim": _RECLAIM,
+    # A reclaimed job may be runnable at once (its backoff counts from its
+    # deadline, which may be long past), and a claim sees the rows a reclaim
+    # changed only as a statement after it: lease sends the two together.
+    "claim": _CLAIM,
+    # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
+    # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
+    # connection) skip the speculative insertion, and a random id that
+    # collides just fails and is drawn again.
+    "insert_one": f"""
+        INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
+        VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {_NOW} + %(delay)s::float8 * interval '1 second',
+                {_NOW}, %(key)s, %(payload)s::json)
+        {{conflict}}
+        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+    "insert_many": f"""
+        INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
+        SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
+               u.payload::json
+        FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
+                    %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
+             WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
+        ORDER BY u.ord
+        {{conflict}}
+        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+    # Two index lookups (primary key; dedupe index) rather than one OR, which
+    # no index can answer and would scan the whole queue.
+    "existing": f"""
+        SELECT {_COLUMNS} FROM {{schema}}.jobs AS j
+        WHERE j.queue = %(q)s AND j.id = ANY(%(ids)b::text[])
+        UNION ALL
+        SELECT {_COLUMNS} FROM {{schema}}.jobs AS j
+        JOIN unnest(%(kinds)b::text[], %(keys)b::text[]) AS u(kind, key)
+          ON j.queue = %(q)s AND j.kind = u.kind AND j.dedupe_key = u.key AND j.state IN ('ready', 'leased')""",
+    # A done job shows no lease: its token moves to finished_token (see _already_done).
+    "ack": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
+            finished_at = {_NOW},
+            result = coalesce(%(result)s::json, j.result)
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
+          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING 1""",
+    "ack_many": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
+            finished_at = {_NOW},
+            result = coalesce(u.result::json, j.result)
+        FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
+        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
+          AND (u.token IS NULL OR j.lease_token = u.token)
+        RETURNING j.id, u.token""",
+    "nack": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+            available_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN j.available_at
+                           ELSE {_NOW} + coalesce(%(delay)s::float8, {_BACKOFF}) * interval '1 second' END,
+            last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
+          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING {_COLUMNS}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+    "extend": f"""
+        UPDATE {{schema}}.jobs AS j SET lease_deadline = {_NOW} + %(secs)s::float8 * interval '1 second'
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
+          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING {_COLUMNS}""",
+    "stage": f"""
+        UPDATE {{schema}}.jobs AS j SET stage = %(stage)s
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
+          AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING {_COLUMNS}""",
+    "why": "SELECT state, finished_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
+    "requeue": f"""
+        UPDATE {{schema}}.jobs AS j SET state = 'ready', attempts = 0, available_at = {_NOW}
+        FROM (SELECT DISTINCT ON (d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id)) d.queue, d.id
+              FROM {{schema}}.jobs AS d
+              WHERE d.queue = %(q)s AND d.state = 'dead' AND (%(id)s::text IS NULL OR d.id = %(id)s::text)
+                AND (d.dedupe_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM {{schema}}.jobs AS a
+                    WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
+                      AND a.state IN ('ready', 'leased')))
+              ORDER BY d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id), d.seq) AS x
+        WHERE j.queue = x.queue AND j.id = x.id AND j.state = 'dead'
+        RETURNING (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+    "requeue_why": """
+        SELECT d.state, (SELECT a.id FROM {schema}.jobs AS a
+                         WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
+                           AND a.state IN ('ready', 'leased') LIMIT 1), d.dedupe_key
+        FROM {schema}.jobs AS d WHERE d.queue = %(q)s AND d.id = %(id)s""",
+    "purge": "DELETE FROM {schema}.jobs WHERE queue = %(q)s",
+    "compact": f"""
+        DELETE FROM {{schema}}.jobs
+        WHERE queue = %(q)s AND state = 'done' AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'""",
+    "get": f"SELECT {_SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
+    "list": f"""
+        SELECT {_SHOWN} FROM {{schema}}.jobs AS j
+        WHERE j.queue = %(q)s AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
+    # One listed state (see _build): the rows in it, by the partial index of
+    # that state (the DLQ listing), and the expired leases a read shows there.
+    # Each part is cut to the page's end first, so neither is sorted whole.
+    "list_state": f"""
+        SELECT {_SHOWN} FROM (
+            (SELECT * FROM {{schema}}.jobs AS j
+             WHERE j.queue = %(q)s AND {{own}} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+             ORDER BY j.seq LIMIT %(reach)s)
+            {{joining}}) AS j
+        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
+    # The leases whose deadline passed count where a read shows them (see _SHOWN).
+    "stats": f"""
+        SELECT r.ready + x.ready, r.delayed + x.delayed,
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'
+                AND lease_deadline > {_NOW}),
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'done'),
+               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead') + x.dead
+        FROM (SELECT count(*) FILTER (WHERE available_at <= {_NOW}) AS ready,
+                     count(*) FILTER (WHERE available_at > {_NOW}) AS delayed
+              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r,
+             (SELECT count(*) FILTER (WHERE {_DIES}) AS dead,
+                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} > {_NOW}) AS delayed,
+                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} <= {_NOW}) AS ready
+              FROM {{schema}}.jobs AS j
+              WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
+    "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
+    # The distinct queue names in key order, one index probe each (a loose
+    # index scan over the primary key), rather than a scan of every row.
+    "queue_names": """
+    WITH RECURSIVE q(name) AS (
+        (SELECT queue FROM {schema}.jobs ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM {schema}.jobs AS j WHERE j.queue > q.name ORDER BY j.queue LIMIT 1)
+        FROM q WHERE q.name IS NOT NULL
+    )
+    SELECT name FROM q WHERE name IS NOT NULL LIMIT %(limit)s""",
+}
+
+
+# One listed state (see "list_state"): the expired leases a read shows there, when any.
+_JOINING = """UNION ALL
+            (SELECT * FROM {schema}.jobs AS j
+             WHERE j.queue = %(q)s AND {joining} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+             ORDER BY j.seq LIMIT %(reach)s)"""
+#: The markers a template leaves open for its variants, and what each variant writes there.
+_VARIANTS: dict[str, list[tuple[str, str, str]]] = {
+    "insert_one": [("", "{conflict}", "ON CONFLICT DO NOTHING"), ("_fresh", "{conflict}", "")],
+    "insert_many": [("", "{conflict}", "ON CONFLICT DO NOTHING"), ("_fresh", "{conflict}", "")],
+    "claim": [("", "{kinds}", ""), ("_kinds", "{kinds}", "AND kind = ANY(%(kinds)b::text[])")],
+}
+
+
+def quote_schema(schema: str) -> str:
+    """The schema as a quoted identifier. Safe to write into SQL: check_identifier allows no quote."""
+    return '"' + check_identifier(schema, "schema") + '"'
+
+
+def build(schema: str) -> dict[str, str]:
+    """Every statement as text, by name, the schema quoted once as an identifier.
+
+    Plain strings rather than psycopg's composed objects: psycopg caches the
+    conversion of a string query, so the hot path pays for it only once.
+    The claims keep their ``{count}`` open (see Statements.claim).
+    """
+    quoted = quote_schema(schema)
+    out: dict[str, str] = {}
+    for name, template in _TEMPLATES.items():
+        if name == "list_state":
+            for state, (own, joining) in _LISTED.items():
+                union = "" if joining is None else _JOINING.replace("{joining}", joining)
+                out[f"list_{state}"] = template.replace("{own}", own).replace("{joining}", union)
+            continue
+        for suffix, marker, text in _VARIANTS.get(name, [("", "", "")]):
+            out[name + suffix] = template.replace(marker, text) if marker else template
+    return {name: text.replace("{schema}", quoted) for name, text in out.items()}
+
+
+class Statements:
+    """Every statement of one schema, ready to run: ``statements["ack"]``, ``statements.claim(10, kinds=False)``."""
+
+    def __init__(self, schema: str) -> None:
+        self._text = build(schema)
+        self._claims: dict[tuple[bool, int], str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        return self._text[name]
+
+    def claim(self, count: int, *, kinds: bool) -> str:
+        """The claim of ``count`` jobs (of some kinds only, with ``kinds``), its LIMIT written in as a number.
+
+        A parameter there would leave the server's generic plan guessing how
+        many rows are wanted (a tenth of the table), and with a backlog that
+        guess picks a scan of every ready job; a literal keeps the index plan.
+        ``count`` is an int the facade checked, so writing it in is safe; each
+        batch size is prepared once (a Worker uses a handful).
+        """
+        # Checked before the cache too: True would find the text of 1 there.
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count must be a positive int, got {count!r}")
+        key = (kinds, count)
+        text = self._claims.get(key)
+        if text is None:
+            text = self._text["claim_kinds" if kinds else "claim"].replace("{count}", str(int(count)))
+            if len(self._claims) < MAX_CLAIM_STATEMENTS:
+                self._claims[key] = text
+        return text
+
+
+def backoff_parameters(policy: BackoffPolicy) -> dict[str, float]:
+    """A BackoffPolicy as the parameters b_base, b_factor, b_max and b_jitter."""
+    return {
+        "b_base": float(policy.base), "b_factor": float(policy.factor), "b_max": float(policy.max_delay),
+        "b_jitter": float(policy.jitter),
+    }  # fmt: skip
+
+
+_STATES = {s.value: s for s in JobState}
+
+
+def row_job(row: Any) -> Job:
+    """The Job a row of _COLUMNS (or of _SHOWN, their read-only twin) makes; columns past them are ignored."""
+    (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
+     deadline, token, error, seq, kind, key, stage, result, traceback) = row[:17]  # fmt: skip
+    return Job(
+        id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
+        max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
+        lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
+        result=None if result is None else load_json(result), traceback=traceback,
+    )  # fmt: skip
