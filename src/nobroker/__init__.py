@@ -8,6 +8,10 @@
 
 The default storage is a folder on local disk (standard library only); give
 a ``postgresql://`` DSN instead to run the same API on PostgreSQL.
+
+Owns: the public names, which the modules below define (README's
+"Development" section draws the tree). Imports: errors, jobs, locations,
+queue, worker (on first use of Worker: a producer never needs it).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from .errors import (
     UnsafeQueueError,
 )
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
-from .queue import Queue, list_queues
+from .locations import list_queues
+from .queue import Queue
 
 if TYPE_CHECKING:
     from .worker import Worker, WorkerStats, WorkQueue

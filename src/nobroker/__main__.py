@@ -1,7 +1,7 @@
 """``python -m nobroker``: the command line (see nobroker.cli).
 
-Owns: nothing but the hand-off. Imports: nobroker.cli, absolutely, so the
-same file works as ``python -m nobroker`` and inside the zipapp bundle.
+Owns: nothing but the hand-off. Imports: cli (as ``nobroker.cli``: an
+absolute import works as ``python -m nobroker`` and inside the zipapp).
 """
 
 import sys

@@ -1,8 +1,8 @@
 """The data model both storages share: jobs, states, stats, policies, limits.
 
 Owns: Job, JobState, QueueStats, BackoffPolicy, RecoveryReport,
-CompactionResult, and the named limits. Imports: errors. The JSON codec every
-stored value goes through lives beside it, in codec.py.
+CompactionResult, and the named limits. Imports: nothing from nobroker. The
+JSON codec every stored value goes through lives beside it, in codec.py.
 
 Nothing here touches a file or a clock; values are plain data.
 """

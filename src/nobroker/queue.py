@@ -1,12 +1,9 @@
 """The public Queue: one facade, two storages.
 
-Owns: Queue (argument checking, ``Job | id`` → ``(id, token)``, encoding
-payloads and results once, choosing the storage), ``list_queues`` (the
-queues a folder or database holds, found without creating anything),
-``require_queue`` and ``migrate_postgres`` (the PostgreSQL schema, for
-``nobroker pg migrate``).
-Imports: errors, jobs, storage, filestore, maintenance; postgres only when a
-DSN is given (it needs psycopg).
+Owns: Queue (every argument checked through checks.py, ``Job | id`` →
+``(id, token)``, payloads and results encoded once, the storage chosen).
+Imports: checks, errors, jobs, codec, storage, locations, filestore, postgres
+(only when a DSN is given: it needs psycopg).
 
 Everything a caller can get wrong is caught here, before any storage sees it,
 so both storages refuse bad input identically and nothing is written.
@@ -18,18 +15,17 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .errors import QueueClosedError, QueueNotFoundError
+from . import checks
+from .errors import QueueClosedError
 from .jobs import (
     DEFAULT_KIND,
     LISTINGS,
-    MAX_ATTEMPTS_LIMIT,
     MAX_BATCH_JOBS,
     MAX_ERROR_CHARS,
     MAX_ID_CHARS,
     MAX_NAME_CHARS,
     MAX_PRIORITY,
     MAX_RESULT_BYTES,
-    MAX_SECONDS,
     MAX_TRACEBACK_CHARS,
     MIN_PRIORITY,
     BackoffPolicy,
@@ -38,13 +34,12 @@ from .jobs import (
     JobState,
     QueueStats,
     RecoveryReport,
-    finite_float,
-    shown,
 )
 from .codec import stored_json, stored_json_many
 from .storage import EnqueueSpec, Storage, StorageOptions, storage_kind
+from .checks import JobRef
+from .locations import require_queue
 
-JobRef = Job | str
 
 
 class Queue:
@@ -80,9 +75,9 @@ class Queue:
         create: bool = True,
         **storage_options: Any,
     ) -> None:
-        visibility_timeout = _seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
-        max_attempts = _attempts(max_attempts)
-        lock_timeout = _seconds(lock_timeout, "lock_timeout")
+        visibility_timeout = checks.seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+        max_attempts = checks.attempts(max_attempts)
+        lock_timeout = checks.seconds(lock_timeout, "lock_timeout")
         if backoff is None:
             backoff = BackoffPolicy()
         elif not isinstance(backoff, BackoffPolicy):
@@ -151,8 +146,8 @@ class Queue:
         payloads = list(payloads)
         if len(payloads) > MAX_BATCH_JOBS:
             raise ValueError(f"enqueue_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(payloads):,}")
-        job_ids = _per_job(job_ids, len(payloads), "job_ids")
-        dedupe_keys = _per_job(dedupe_keys, len(payloads), "dedupe_keys")
+        job_ids = checks.per_job(job_ids, len(payloads), "job_ids")
+        dedupe_keys = checks.per_job(dedupe_keys, len(payloads), "dedupe_keys")
         if not payloads:
             return []
         texts, stored = stored_json_many(payloads)
@@ -163,8 +158,8 @@ class Queue:
             specs.append(
                 EnqueueSpec(
                     payload, text, first.priority, first.delay, first.max_attempts,
-                    None if job_id is None else _name(job_id, "job_id", MAX_ID_CHARS), first.kind,
-                    None if key is None else _name(key, "dedupe_key", MAX_NAME_CHARS),
+                    None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS), first.kind,
+                    None if key is None else checks.text(key, "dedupe_key", MAX_NAME_CHARS),
                 )  # fmt: skip
             )
         return self._open_storage().enqueue(specs, conn)
@@ -182,11 +177,11 @@ class Queue:
             payload=stored[1],
             payload_json=stored[0],
             priority=priority,
-            delay=_seconds(delay, "delay"),
-            max_attempts=self.max_attempts if max_attempts is None else _attempts(max_attempts),
-            job_id=None if job_id is None else _name(job_id, "job_id", MAX_ID_CHARS),
-            kind=_name(kind, "kind", MAX_NAME_CHARS),
-            dedupe_key=None if dedupe_key is None else _name(dedupe_key, "dedupe_key", MAX_NAME_CHARS),
+            delay=checks.seconds(delay, "delay"),
+            max_attempts=self.max_attempts if max_attempts is None else checks.attempts(max_attempts),
+            job_id=None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS),
+            kind=checks.text(kind, "kind", MAX_NAME_CHARS),
+            dedupe_key=None if dedupe_key is None else checks.text(dedupe_key, "dedupe_key", MAX_NAME_CHARS),
         )
 
     # ------------------------------------------------------------ consuming
@@ -204,10 +199,10 @@ class Queue:
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ValueError(f"count must be a non-negative int, got {count!r}")
         count = min(count, MAX_BATCH_JOBS)
-        timeout = self.visibility_timeout if visibility_timeout is None else _seconds(
+        timeout = self.visibility_timeout if visibility_timeout is None else checks.seconds(
             visibility_timeout, "visibility_timeout", allow_zero=False
         )
-        kind_set = _kind_set(kinds)
+        kind_set = checks.kind_set(kinds)
         if count == 0:
             return []
         return self._open_storage().lease(count, timeout, kind_set)
@@ -223,7 +218,7 @@ class Queue:
         Raises NotLeasedError if your lease is stale. Acking a job that is
         already done under the same lease (or by id) does nothing.
         """
-        job_id, token = _ref(job)
+        job_id, token = checks.job_ref(job)
         result_json = None
         if result is not None:
             result_json, result = stored_json(result, what="result", limit=MAX_RESULT_BYTES)
@@ -236,10 +231,10 @@ class Queue:
         could not be acked, NotLeasedError (or JobNotFoundError) names the
         first of them, after the others were acked.
         """
-        refs = [_ref(job) for job in jobs]
+        refs = [checks.job_ref(job) for job in jobs]
         if len(refs) > MAX_BATCH_JOBS:
             raise ValueError(f"ack_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(refs):,}")
-        results = _per_job(results, len(refs), "results")
+        results = checks.per_job(results, len(refs), "results")
         items = [
             (job_id, token, None if result is None else stored_json(result, what="result", limit=MAX_RESULT_BYTES)[0])
             for (job_id, token), result in zip(refs, results)
@@ -257,31 +252,31 @@ class Queue:
         ``error`` (one line, say) becomes ``last_error``; ``traceback``, kept
         beside it, only its last MAX_TRACEBACK_CHARS characters.
         """
-        job_id, token = _ref(job)
+        job_id, token = checks.job_ref(job)
         if error is not None:
             error = str(error)[:MAX_ERROR_CHARS]
         if traceback is not None:
             traceback = str(traceback)[-MAX_TRACEBACK_CHARS:]
         if delay is not None:
-            delay = _seconds(delay, "delay")
+            delay = checks.seconds(delay, "delay")
         return self._open_storage().nack(job_id, token, error, delay, bool(permanent), traceback)
 
     def extend(self, job: JobRef, seconds: float) -> Job:
         """Set a leased job's deadline to now + ``seconds`` (a heartbeat; never accumulates)."""
-        job_id, token = _ref(job)
-        return self._open_storage().extend(job_id, token, _seconds(seconds, "seconds", allow_zero=False))
+        job_id, token = checks.job_ref(job)
+        return self._open_storage().extend(job_id, token, checks.seconds(seconds, "seconds", allow_zero=False))
 
     def set_stage(self, job: JobRef, stage: str | None) -> Job:
         """Record what a running handler is doing now (visible in get/list/CLI/dashboard)."""
-        job_id, token = _ref(job)
+        job_id, token = checks.job_ref(job)
         if stage is not None:
-            stage = _name(stage, "stage", MAX_NAME_CHARS)
+            stage = checks.text(stage, "stage", MAX_NAME_CHARS)
         return self._open_storage().set_stage(job_id, token, stage)
 
     # ------------------------------------------------------------ looking
     def get(self, job_id: str) -> Job:
         """The job with this id, in its current state (JobNotFoundError if unknown)."""
-        return self._open_storage().get(_name(job_id, "job_id", MAX_ID_CHARS))
+        return self._open_storage().get(checks.text(job_id, "job_id", MAX_ID_CHARS))
 
     def stats(self) -> QueueStats:
         """Counts by state: ready (runnable now), delayed, leased, done, dead, total."""
@@ -316,7 +311,7 @@ class Queue:
     def requeue_dead(self, job_id: str | None = None) -> int:
         """Make dead jobs ready again with attempts reset; None revives the whole DLQ."""
         if job_id is not None:
-            job_id = _name(job_id, "job_id", MAX_ID_CHARS)
+            job_id = checks.text(job_id, "job_id", MAX_ID_CHARS)
         return self._open_storage().requeue_dead(job_id)
 
     def purge(self) -> int:
@@ -346,7 +341,7 @@ class Queue:
         another thread or a signal handler can end it by writing a byte. It
         is never read.
         """
-        kind_set = _kind_set(kinds)
+        kind_set = checks.kind_set(kinds)
         if interrupt is not None:
             if isinstance(interrupt, bool) or not isinstance(interrupt, int):
                 raise TypeError(f"interrupt must be None or a file descriptor, got {type(interrupt).__name__}")
@@ -354,7 +349,7 @@ class Queue:
                 raise ValueError(f"interrupt must be a file descriptor (an int >= 0), got {interrupt!r}")
         if self._closed:
             return False
-        return self._storage.wait_for_jobs(_seconds(timeout, "timeout"), interrupt, kind_set)
+        return self._storage.wait_for_jobs(checks.seconds(timeout, "timeout"), interrupt, kind_set)
 
     def wakes_waiters(self) -> bool:
         """Is ``wait_for_jobs`` woken by every change that can make a job leasable?
@@ -420,136 +415,3 @@ class Queue:
         if self._closed:
             raise QueueClosedError(f"queue {self._name!r} is closed; open a new Queue")
         return self._storage
-
-
-# ---------------------------------------------------------------- finding queues
-def list_queues(
-    path: str | os.PathLike[str], *, schema: str | None = None, connect_timeout: float | None = None
-) -> list[str]:
-    """Names of the queues kept at ``path`` (a folder, or a PostgreSQL DSN), sorted. Creates nothing.
-
-    QueueNotFoundError when there is no queue storage there at all: no such
-    folder (or a file in its place), or no nobroker schema in the database.
-    ``schema`` and ``connect_timeout`` (seconds to keep trying to reach the
-    server) apply to PostgreSQL only.
-    """
-    if storage_kind(path) == "postgresql":
-        from .postgres import DEFAULT_SCHEMA, queue_names, redact_dsn
-
-        schema = DEFAULT_SCHEMA if schema is None else schema
-        names = queue_names(str(path), schema=schema, connect_timeout=connect_timeout)
-        if names is None:
-            where = redact_dsn(str(path))
-            raise QueueNotFoundError(
-                f"no nobroker schema {schema!r} at {where}: nothing has been enqueued there yet",
-                missing="schema", location=where, name="",
-            )  # fmt: skip
-        return names
-    from .filestore.admin import list_queues as list_folder
-
-    folder = os.fspath(path)
-    if not os.path.isdir(folder):
-        if os.path.exists(folder):
-            message = f"{folder!r} is a file, not a queue folder"
-        else:
-            message = f"no queue folder at {folder!r} (nothing has been enqueued there yet)"
-        raise QueueNotFoundError(message, missing="folder", location=folder, name="")
-    return list_folder(folder)
-
-
-def require_queue(
-    path: str | os.PathLike[str], name: str, *, schema: str | None = None, connect_timeout: float | None = None
-) -> None:
-    """Raise QueueNotFoundError unless queue ``name`` is already kept at ``path``; creates nothing.
-
-    A folder must hold the queue's files. On PostgreSQL the schema must
-    exist; the name is not checked there, since a queue is only the rows that
-    carry it and an empty one is still a queue.
-    """
-    try:
-        found = list_queues(path, schema=schema, connect_timeout=connect_timeout)
-    except QueueNotFoundError as exc:
-        exc.name = name
-        raise
-    if storage_kind(path) == "folder" and name not in found:
-        folder = os.fspath(path)
-        listed = ", ".join(repr(n) for n in found) or "none"
-        raise QueueNotFoundError(
-            f"no queue named {name!r} in {folder!r} (queues found: {listed})",
-            missing="queue", location=folder, name=name, found=found,
-        )  # fmt: skip
-
-
-def migrate_postgres(
-    dsn: str, *, schema: str | None = None, worker_role: str | None = None, connect_timeout: float | None = None
-) -> list[str]:
-    """Create or upgrade the nobroker schema in the PostgreSQL database at ``dsn``; returns the files applied.
-
-    What ``nobroker pg migrate`` runs, so the command line reaches PostgreSQL
-    through this facade too. Options left None take the storage's defaults
-    (see nobroker.postgres.migrate). Needs the optional psycopg driver.
-    """
-    from .postgres import migrate  # optional: needs psycopg
-
-    options: dict[str, Any] = {}
-    if schema is not None:
-        options["schema"] = schema
-    if worker_role is not None:
-        options["worker_role"] = worker_role
-    if connect_timeout is not None:
-        options["connect_timeout"] = connect_timeout
-    return migrate(dsn, **options)
-
-
-# ---------------------------------------------------------------- argument checks
-def _ref(job: JobRef) -> tuple[str, str | None]:
-    if isinstance(job, Job):
-        return job.id, job.lease_token
-    if isinstance(job, str):
-        return _name(job, "job id", MAX_ID_CHARS), None
-    raise TypeError(f"expected a Job or a job id string, got {type(job).__name__}")
-
-
-def _kind_set(kinds: Iterable[str] | str | None) -> frozenset[str] | None:
-    if kinds is None:
-        return None
-    if isinstance(kinds, str):
-        kinds = [kinds]
-    return frozenset(_name(k, "kind", MAX_NAME_CHARS) for k in kinds)
-
-
-def _seconds(value: Any, what: str, *, allow_zero: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
-    number = finite_float(value)  # checked before any conversion that could overflow (10**400)
-    if number is None or number < 0 or (number == 0 and not allow_zero) or number > MAX_SECONDS:
-        bound = "> 0" if not allow_zero else ">= 0"
-        raise ValueError(f"{what} must be finite, {bound} and at most {MAX_SECONDS:g} seconds, got {shown(value)}")
-    return number
-
-
-def _attempts(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS_LIMIT:
-        raise ValueError(f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT:,}, got {value!r}")
-    return value
-
-
-def _name(value: Any, what: str, limit: int) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
-    if not value or len(value) > limit:
-        raise ValueError(f"{what} must be 1 to {limit} characters, got {len(value)}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} must be valid Unicode text (it contains a lone surrogate)") from None
-    return value
-
-
-def _per_job(values: Sequence[Any] | None, n: int, what: str) -> list[Any]:
-    if values is None:
-        return [None] * n
-    values = list(values)
-    if len(values) != n:
-        raise ValueError(f"{what} has {len(values)} entries for {n} payloads")
-    return values

@@ -5,7 +5,7 @@ what it must be before anything is opened or created), the PostgreSQL-only
 options, ``open_queue`` (only CREATING_COMMANDS may create), and the one-line
 refusal of a queue that is not there, with what to check. Whether a queue
 exists is the library's answer (queue.require_queue, nobroker.list_queues);
-no folder or file name is looked at here. Imports: nobroker, errors, queue,
+no folder or file name is looked at here. Imports: nobroker, errors, locations,
 storage, values, output.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import QueueNotFoundError, UnknownStorageError
-from ..queue import require_queue
+from ..locations import require_queue
 from ..storage import storage_kind
 from .output import Output, safe
 from .values import CommandError, UsageError

@@ -10,8 +10,8 @@ Later homes: ``work --processes N`` (pre-forked worker children, each
 running a Worker; the parent keeps worker.signals and passes the stop on)
 and the per-job output lines of ``work`` belong here, in modules of their
 own once they grow.
-Imports: nobroker, errors, queue, worker.signals, dashboard, values, output,
-location, bench.
+Imports: nobroker, errors, locations, worker.signals, dashboard, values,
+output, location, bench.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_pg_migrate(args: argparse.Namespace, out: Output) -> int:
-    from ..queue import migrate_postgres
+    from ..locations import migrate_postgres
 
     if args.dir:
         args._parser.error("pg migrate works on PostgreSQL; pass --dsn (not --dir)")

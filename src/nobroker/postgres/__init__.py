@@ -3,14 +3,14 @@
 Owns nothing itself: it names the package's face. psycopg 3 is imported by
 driver.py only, and nothing calls it before a PostgreSQL queue is opened (or
 ``migrate`` / ``queue_names`` runs), so importing nobroker never needs it.
-Its modules, in the order they may import each other (each only earlier ones):
+The package, in its order (a module imports only modules above it):
 
-- driver: the one import of psycopg, and what to install without it
-- statements: the SQL text of every operation and its parameters; a row as a Job
-- connection: connecting, the storage's one connection (reconnect, retry once), LISTEN/NOTIFY
-- schema: the numbered migrations in sql/, row level security, the version check
-- operations: each operation on one connection (the statements it sends, what the rows mean)
-- storage: PostgresStorage, wiring only
+    driver.py      the one import of psycopg, and what to install without it
+    statements.py  the SQL text of every operation and its parameters; a row as a Job
+    connection.py  connecting, the storage's one connection (reconnect, retry once), LISTEN/NOTIFY
+    schema.py      the numbered migrations in sql/, row level security, the version check
+    operations.py  each operation on one connection (the statements it sends, what the rows mean)
+    storage.py     PostgresStorage, wiring only
 
 Imports: connection, schema, statements, storage.
 """
