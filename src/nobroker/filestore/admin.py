@@ -32,7 +32,8 @@ from .framing import FRAME, FRAME_SIZE, HEADER_SIZE, KNOWN_TYPES, FrameStatus, R
 from .fs import OS_FILESYSTEM, FileSystem
 from ..jobs import JobState
 from .lock import QueueLock
-from .log import LogFile, compactor_path, list_generations, lock_path, log_path, pointer_path, read_pointer
+from .layout import compactor_path, damaged_path, lock_path, log_path, pointer_path, queue_names
+from .log import LogFile, list_generations, read_pointer
 from .replay import QueueState
 from .snapshot import remove as remove_snapshots
 
@@ -54,13 +55,7 @@ class RecordView:
 
 def list_queues(directory: str, *, fs: FileSystem = OS_FILESYSTEM) -> list[str]:
     """Names of the queues that have files in ``directory``."""
-    names = set()
-    pattern = re.compile(r"(.+)\.(?:[0-9]{6}\.log|current|lock)")
-    for entry in fs.listdir(directory):
-        m = pattern.fullmatch(entry)
-        if m:
-            names.add(m.group(1))
-    return sorted(names)
+    return queue_names(fs.listdir(directory))
 
 
 def current_generation(directory: str, name: str, fs: FileSystem = OS_FILESYSTEM) -> int:
@@ -401,7 +396,7 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
         new.close()
     finally:
         log.close()
-    aside = f"{path}.damaged-{int(time.time())}"
+    aside = damaged_path(path, int(time.time()))
     fs.replace(path, aside)
     flip(fs, directory, name, new_gen, sync=True)
     report.repaired = True

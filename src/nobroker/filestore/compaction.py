@@ -26,9 +26,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CompactionError, NobrokerError
-from .framing import HEADER_SIZE, MAX_GENERATION, RecordType, encode_header, encode_record
-from .fs import FileSystem
-from .log import READ_CHUNK, LogFile, install_pointer, log_path, prepare_pointer, storage_error, write_fully, write_pointer
+from .framing import HEADER_SIZE, RecordType, encode_header, encode_record
+from .fs import FileSystem, storage_error, write_fully
+from .layout import MAX_GENERATION, log_path, temp_path
+from .log import READ_CHUNK, LogFile, install_pointer, prepare_pointer, write_pointer
 from .replay import Entry
 
 #: Bytes buffered before each write while streaming the new generation.
@@ -49,7 +50,7 @@ class NextGeneration:
         self.directory = directory
         self.generation = generation
         self.final = log_path(directory, name, generation)
-        self.tmp = f"{self.final}.{os.getpid()}.tmp"
+        self.tmp = temp_path(self.final)
         self.path = self.tmp
         self.fd: int | None = None
         self.pos = 0

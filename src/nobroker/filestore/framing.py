@@ -31,8 +31,6 @@ HEADER = struct.Struct("<8sHIH")
 HEADER_SIZE = HEADER.size  # 16
 FRAME = struct.Struct("<IBI")
 FRAME_SIZE = FRAME.size  # 9
-#: Generations are six decimal digits in file names.
-MAX_GENERATION = 999_999
 
 
 class RecordType(enum.IntEnum):

@@ -46,12 +46,13 @@ from ..errors import (
     StorageError,
     UnsafeQueueError,
 )
-from .framing import FRAME_SIZE, HEADER_SIZE, MAX_GENERATION, Frame, FrameStatus, RecordType, encode_record, frame
-from .fs import OS_FILESYSTEM, FileSystem
+from .framing import FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType, encode_record, frame
+from .fs import OS_FILESYSTEM, FileSystem, storage_error
 from ..jobs import CompactionResult, Damage, Job, JobState, QueueStats, RecoveryReport
 from ..codec import load_json
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
-from .log import LogFile, check_name, compactor_path, list_generations, lock_path, log_path, read_pointer, storage_error
+from .layout import MAX_GENERATION, check_name, compactor_path, leftover, lock_path, log_path, pointer_path, wake_path
+from .log import LogFile, list_generations, read_pointer
 from .replay import DEAD, DONE, READY, Entry, QueueState
 from ..storage import EnqueueSpec, StorageOptions, job_not_found, new_job_id, queue_closed, refusal
 from .wake import WakeChannel, pause
@@ -219,11 +220,11 @@ class FileStorage:
         self._pointer_sig: tuple[int, int, int] | None = None
         self._lease_mark: int | None = None
         self._failed: StorageError | None = None  # set when a failure leaves the disk state unknown
-        self._wake = WakeChannel(os.path.join(self.directory, f"{self.name}.wake"))
+        self._wake = WakeChannel(wake_path(self.directory, self.name))
         # Waiters limited to some kinds listen on a pipe of their own: a wake-up
         # one of them swallowed for a job it cannot take would leave a worker
         # that takes every kind asleep.
-        self._wake_kinds = WakeChannel(os.path.join(self.directory, f"{self.name}.wake-kinds"))
+        self._wake_kinds = WakeChannel(wake_path(self.directory, self.name, some_kinds=True))
         self._recovery = RecoveryReport()
         self._cut_damage = Damage.NONE  # what was wrong with the last torn tail cut off
         # What a snapshot at close may build on (see _replay_all and _save_snapshot).
@@ -464,27 +465,23 @@ class FileStorage:
         While a peer holds the compactor lock, the next generation it is
         writing already has its final name: other generations stay then.
         """
-        prefix = self.name + "."
         compacting = None
         for entry in self.fs.listdir(self.directory):
-            if not entry.startswith(prefix):
+            found = leftover(entry, self.name)
+            if found is None:
                 continue
-            path = os.path.join(self.directory, entry)
-            rest = entry[len(prefix) :]
-            if entry.endswith(".tmp"):
-                pid = entry.rsplit(".", 2)[-2]
-                if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            kind, number = found
+            if kind == "tmp":
+                if number is not None and number != os.getpid() and _pid_alive(number):
                     continue  # a live peer is still writing it
-            elif len(rest) == 11 and rest.endswith(".snap") and rest[:6].isdigit():
-                if int(rest[:6]) == current:
-                    continue  # a snapshot of another generation is stale: it can never be used
-            elif not (len(rest) == 10 and rest.endswith(".log") and rest[:6].isdigit() and int(rest[:6]) != current):
-                continue
-            else:
+            elif number == current:
+                continue  # the current generation's log, and its snapshot (any other is stale: never used)
+            elif kind == "log":
                 if compacting is None:
                     compacting = self._compaction_running()
                 if compacting:
                     continue
+            path = os.path.join(self.directory, entry)
             try:
                 self.fs.unlink(path)
                 logger.info("removed %s, left over from an interrupted compaction", path)
@@ -494,7 +491,7 @@ class FileStorage:
     # ================================================================ the four beats
     def _pointer_signature(self) -> tuple[int, int, int] | None:
         try:
-            st = self.fs.lstat(os.path.join(self.directory, self.name + ".current"))
+            st = self.fs.lstat(pointer_path(self.directory, self.name))
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
