@@ -18,7 +18,7 @@ from typing import Any
 
 from ..jobs import BackoffPolicy, Job, JobState
 from ..storage import new_token
-from .replay import Entry
+from .entry import Entry
 
 _rng = random.SystemRandom()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import json
 import logging
 import os
 import stat
@@ -53,7 +52,9 @@ from ..codec import load_json
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .layout import MAX_GENERATION, check_name, compactor_path, leftover, lock_path, log_path, pointer_path, wake_path
 from .log import LogFile, list_generations, read_pointer
-from .replay import DEAD, DONE, READY, Entry, QueueState
+from .entry import DEAD, DONE, READY, Entry
+from .records import enqueue_body
+from .replay import QueueState
 from ..storage import EnqueueSpec, StorageOptions, job_not_found, new_job_id, queue_closed, refusal
 from .wake import WakeChannel, pause
 
@@ -800,7 +801,7 @@ class FileStorage:
                     job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
                     spec.kind, spec.dedupe_key, 0,
                 )  # fmt: skip
-                batch.add_job(entry, frame(RecordType.ENQUEUE, _encode_enqueue(entry, spec.payload_json, times)))
+                batch.add_job(entry, frame(RecordType.ENQUEUE, enqueue_body(entry, spec.payload_json, times)))
                 created[job_id] = spec.payload
                 out.append(entry.to_job(spec.payload))
             return out
@@ -1383,42 +1384,6 @@ class FileStorage:
     def generation(self) -> int:
         assert self._log is not None
         return self._log.generation
-
-
-_ENQUEUE_TEXT = (
-    '{"id":%s,"payload":%s,"priority":%d,"state":"ready","attempts":0,"max_attempts":%d,'
-    '"available_at":%s,"enqueued_at":%s,"lease_deadline":null,"lease_token":null,"last_error":null,"seq":%d'
-)
-_HEX_ID = frozenset("0123456789abcdef")
-
-
-def _encode_enqueue(entry: Entry, payload_json: str, times: dict[int, str] | None = None) -> bytes:
-    """The body of a new job's ENQUEUE record: the same bytes ``json.dumps(body)`` gives.
-
-    Built from a template, with the payload spliced in as the JSON the facade
-    already made while validating it: encoding it twice, or going through a
-    dict, would double the cost of every enqueue.
-    """
-    job_id = entry.id
-    quoted = '"' + job_id + '"' if len(job_id) == 16 and _HEX_ID.issuperset(job_id) else json.dumps(job_id)
-    # A batch shares its time objects: their repr (what json.dumps writes for a
-    # number) is worked out once per object, not twice per job. Keyed by id(),
-    # not value, because 5 and 5.0 are equal keys with different text; the
-    # entries keep the objects alive for the whole batch.
-    if times is None:
-        times = {}
-    available = times.get(id(entry.available_at))
-    if available is None:
-        available = times[id(entry.available_at)] = repr(entry.available_at)
-    enqueued = times.get(id(entry.enqueued_at))
-    if enqueued is None:
-        enqueued = times[id(entry.enqueued_at)] = repr(entry.enqueued_at)
-    text = _ENQUEUE_TEXT % (quoted, payload_json, entry.priority, entry.max_attempts, available, enqueued, entry.seq)
-    if entry.kind != "default":
-        text += ',"kind":' + json.dumps(entry.kind)
-    if entry.dedupe_key is not None:
-        text += ',"dedupe_key":' + json.dumps(entry.dedupe_key)
-    return (text + "}").encode("ascii")
 
 
 def _damage_of(fr: Frame, torn: int) -> Damage:
