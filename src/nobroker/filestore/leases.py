@@ -5,8 +5,9 @@ nack, extend, set_stage, requeue_dead, purge, and the reclaim of expired
 leases that precedes them all), each a function of the state, the time and
 the operation's arguments that adds records to a batch; and the rules behind
 them: ids, fencing tokens, deadlines, jittered retry and reclaim times, when
-a job is dead. Imports: jobs, codec, storage (ids, tokens, the refusals both
-storages share), entry, records, replay.
+a job is dead. Imports: errors, jobs, codec, storage, framing, entry,
+records, replay. Ids, tokens and the refusals both storages share come from
+nobroker.storage.
 
 A decision runs under the file lock, after the read forward, with the state
 as of that moment (``batch.state``). It refuses (raises) before it adds any

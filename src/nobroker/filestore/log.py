@@ -358,6 +358,7 @@ class LogFile:
         """Return once the file is durable through ``end``, sharing fsyncs with other threads."""
         cond = self._sync
         with cond:
+            assert self.durable_end <= self.written_end, "durable past what was written"
             while self.durable_end < end:
                 if self._failed is not None:
                     raise self._failed

@@ -6,8 +6,8 @@ from them and where reading stopped; opening (prepare the folder, refuse a
 network filesystem, open or create the generation, fsync the folder, replay
 with a snapshot, cut a torn tail, remove leftovers), reading forward,
 re-opening after a fork, saving a snapshot at close, reading a job's
-payload back. Imports: errors, jobs, storage, layout, fs, framing, log,
-lock, replay, snapshot.
+payload back. Imports: errors, jobs, storage, layout, fs, framing, entry,
+log, lock, replay, snapshot.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
 after the damage, is an interrupted write and is cut; damage followed by

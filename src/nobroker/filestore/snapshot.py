@@ -2,10 +2,9 @@
 
 Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
 private temp file then renaming it into place, reading and checking it,
-removing it) and the crc32 of a log prefix. Imports: errors, fs, jobs, log,
-replay.
-Layer order: after replay, before filestore, which calls it when it opens
-and closes a queue.
+removing it) and the crc32 of a log prefix. Imports: errors, codec, layout,
+fs, log, replay. recovery.py loads one when it opens a queue and saves one
+when it closes it.
 
 A snapshot is never the truth: the log is. A snapshot says "replaying the
 log's bytes [0, L) gives this state" and carries the crc32 of those bytes;

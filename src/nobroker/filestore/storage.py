@@ -5,7 +5,7 @@ constructor, one short method per operation of the Storage protocol (the
 decision from leases.py or the query from reads.py, run through the four
 beats of commit.py), the folder fsync, waiting for work, closing, and giving
 every storage fresh locks in a forked child. Imports: errors, jobs, storage,
-layout, fs, wake, leases, reads, compactor.
+fs, wake, leases, reads, compactor.
 """
 
 from __future__ import annotations
