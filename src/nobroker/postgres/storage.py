@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, schema, operations.
+connection, schema, operations, wakeups.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: bring the
@@ -17,8 +17,10 @@ it went away; default: the DSN's ``connect_timeout``, else 30),
 off) and ``clock_offset`` (tests only). ``lock_timeout`` becomes the
 session's ``lock_timeout``; ``fsync=False`` becomes ``synchronous_commit=off``
 (faster, and NOT durable: a server crash can lose the last acknowledged
-writes). Each Queue holds one connection for its work and, once a Worker
-idles on it, one more that LISTENs.
+writes). Each Queue holds one connection for its work (enqueue, lease,
+ack, nack, extend), a second for operator reads, compaction and the owed
+NOTIFYs (opened on first use, so a heartbeat never waits behind them), and,
+once a Worker idles on it, one more that LISTENs.
 
 A statement that fails because the connection died is retried once when
 that is safe: reads, and writes that do the same thing twice (ack, extend,
@@ -46,6 +48,7 @@ from .connection import DEFAULT_RECONNECT_TIMEOUT, Link, Listener, channel_name,
 from .driver import require_psycopg
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
+from .wakeups import NotifyGate
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -105,11 +108,19 @@ class PostgresStorage:
         self._target = ops.Target(
             Statements(self.schema), self.name, channel, backoff_parameters(self.backoff), float(clock_offset)
         )
-        self._link = Link(
-            dsn, queue=self.name, schema=self.schema, reconnect_timeout=self.reconnect_timeout,
-            lock_timeout=self.lock_timeout, durable=self.durable, prepare_threshold=prepare_threshold,
-        )  # fmt: skip
+        def link() -> Link:
+            return Link(
+                dsn, queue=self.name, schema=self.schema, reconnect_timeout=self.reconnect_timeout,
+                lock_timeout=self.lock_timeout, durable=self.durable, prepare_threshold=prepare_threshold,
+            )  # fmt: skip
+
+        # The work (enqueue, lease, ack, nack, extend) has a connection of its
+        # own; operator reads, compaction and the owed NOTIFYs share a second
+        # one (opened on first use), so a heartbeat never waits behind them.
+        self._link = link()
+        self._side = link()
         self._listener = Listener(dsn, channel)
+        self._gate = NotifyGate(self._send_owed_notify)
         started = time.perf_counter()
         with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
             if migrate:
@@ -133,13 +144,20 @@ class PostgresStorage:
         t = self._target
         if conn is not None:
             return ops.enqueue_in_transaction(conn, t, specs)
+        runnable = any(spec.delay <= 0 for spec in specs)
+        notify = runnable and self._gate.take()
+        jobs: list[Job] | None = None
         if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
-            job = self._link.run("enqueue", lambda c: ops.insert_one_fresh(c, t, specs[0]), retry=False)
+            job = self._link.run("enqueue", lambda c: ops.insert_one_fresh(c, t, specs[0], notify), retry=False)
             if job is not None:
-                return [job]
-        # Enqueue twice is harmless only when every job names its id.
-        safe = all(spec.job_id is not None for spec in specs)
-        return self._link.run("enqueue", lambda c: ops.enqueue(c, t, specs, own=True), retry=safe)
+                jobs = [job]
+        if jobs is None:
+            # Enqueue twice is harmless only when every job names its id.
+            safe = all(spec.job_id is not None for spec in specs)
+            jobs = self._link.run("enqueue", lambda c: ops.enqueue(c, t, specs, own=True, notify=notify), retry=safe)
+        if runnable and not notify:
+            self._gate.owe()
+        return jobs
 
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
@@ -159,12 +177,18 @@ class PostgresStorage:
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
         traceback: str | None = None,
     ) -> Job:  # fmt: skip
-        def run(conn: Any) -> Job:
-            return ops.nack(
-                conn, self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent
-            )
+        notify = (delay is None or delay <= 0) and not permanent and self._gate.take()
 
-        return self._link.run("nack", run, retry=False)
+        def run(conn: Any) -> tuple[Job, bool]:
+            return ops.nack(
+                conn, self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
+                notify=notify,
+            )  # fmt: skip
+
+        job, owed = self._link.run("nack", run, retry=False)
+        if owed:
+            self._gate.owe()
+        return job
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
         return self._link.run("extend", lambda c: ops.extend(c, self._target, job_id, token, seconds), retry=True)
@@ -174,54 +198,68 @@ class PostgresStorage:
         return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
 
     def requeue_dead(self, job_id: str | None) -> int:
-        return self._link.run("requeue_dead", lambda c: ops.requeue_dead(c, self._target, job_id), retry=False)
+        notify = self._gate.take()
+        count = self._side.run("requeue_dead", lambda c: ops.requeue_dead(c, self._target, job_id, notify), retry=False)
+        if count and not notify:
+            self._gate.owe()
+        return count
 
     def purge(self) -> int:
-        return self._link.run("purge", lambda c: ops.purge(c, self._target), retry=False)
+        return self._side.run("purge", lambda c: ops.purge(c, self._target), retry=False)
 
     def compact(self) -> CompactionResult:
         started = time.perf_counter()
-        dropped, kept = self._link.run("compact", lambda c: ops.compact(c, self._target, self.retention), retry=True)
+        dropped, kept = self._side.run("compact", lambda c: ops.compact(c, self._target, self.retention), retry=True)
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
         ops.check_text(job_id, "job_id")
-        return self._link.run("get", lambda c: ops.get(c, self._target, job_id), retry=True)
+        return self._side.run("get", lambda c: ops.get(c, self._target, job_id), retry=True)
 
     def stats(self) -> QueueStats:
-        return self._link.run("stats", lambda c: ops.stats(c, self._target), retry=True)
+        return self._side.run("stats", lambda c: ops.stats(c, self._target), retry=True)
 
     def count(self) -> int:
-        return self._link.run("count", lambda c: ops.count(c, self._target), retry=True)
+        return self._side.run("count", lambda c: ops.count(c, self._target), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         ops.check_text(kind, "kind")
-        return self._link.run(
+        return self._side.run(
             "list_jobs", lambda c: ops.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
         )
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
-        """False: NOTIFY announces new and retried jobs, not delayed jobs or leases coming due."""
-        return False
+        """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
+        return True
 
     def wait_for_jobs(
         self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None
     ) -> bool:
-        """Sleep until a NOTIFY says work arrived on this queue, or ``timeout`` passes.
+        """Sleep until a NOTIFY says work arrived, the next delayed job or lease comes due, or ``timeout`` passes.
 
         A hint, not a promise. Enqueue, nack and requeue notify in their own
-        transaction, so the wake-up comes when the job is visible. If the
-        listening connection cannot be had, this sleeps (polling fallback).
-        ``interrupt``: a descriptor that ends the wait (returning False) as
-        soon as it is readable; it is never read. ``kinds`` changes nothing:
-        every listener hears every NOTIFY, so none can take another's.
+        transaction (at most once per NOTIFY_WINDOW, see wakeups.py), so the
+        wake-up comes when the job is visible. Delayed jobs send no NOTIFY:
+        the wait asks the queue when its next scheduled job or lease comes
+        due and ends then, asking again every DUE_RECHECK seconds for those
+        others add meanwhile. If the listening connection cannot be had,
+        this sleeps (polling fallback). ``interrupt``: a descriptor that ends
+        the wait (returning False) as soon as it is readable; it is never
+        read. ``kinds`` changes nothing: every listener hears every NOTIFY.
         """
-        return self._listener.wait(timeout, interrupt)
+        t = self._target
+        return self._listener.wait(timeout, interrupt, lambda conn: ops.next_due(conn, t))
+
+    def _send_owed_notify(self) -> None:
+        t = self._target
+        self._side.run("notify", lambda c: ops.notify(c, t), retry=True)
 
     def close(self) -> None:
+        self._gate.close()
         self._link.close()
+        self._side.close()
         self._listener.close()
 
     @property
