@@ -38,6 +38,9 @@ JSON text, where NUL is the escape ``\\u0000``.
 
 from __future__ import annotations
 
+import logging
+import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +50,14 @@ from ..storage import EnqueueSpec, job_not_found, new_job_id, refusal
 from .driver import pg_errors, psycopg, tuple_row
 from .statements import PRUNE_BATCH, Statements, row_job
 
+logger = logging.getLogger("nobroker.postgres")
+
 #: Tries for an enqueue (or requeue) whose conflicting job changed before it could be read.
 ENQUEUE_TRIES = 5
+#: Tries for an enqueue on our own connection that met a deadlock or a serialization failure.
+CONFLICT_TRIES = 5
+#: Longest pause before the next of those tries, times the attempt number (seconds, drawn at random).
+CONFLICT_PAUSE = 0.02
 #: set_stage, as messages name it ("cannot set the stage of job ...").
 SET_STAGE = "set the stage of"
 
@@ -178,6 +187,25 @@ def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool, notify
     return out  # type: ignore[return-value]
 
 
+def enqueue_retrying(conn: Any, t: Target, specs: list[EnqueueSpec], *, notify: bool) -> list[Job]:
+    """``enqueue`` on our own connection, tried again after a deadlock or a serialization failure.
+
+    Safe: each statement is its own transaction (autocommit), so the one that
+    failed left nothing, and what an earlier statement inserted is found again
+    by its id or dedupe key. Batches insert in key order, so they should not
+    deadlock with each other; an application's own transactions still can.
+    """
+    for attempt in range(1, CONFLICT_TRIES + 1):
+        try:
+            return enqueue(conn, t, specs, own=True, notify=notify)
+        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
+            if attempt == CONFLICT_TRIES:
+                raise
+            logger.info("enqueue: %s; trying again (%d of %d)", type(exc).__name__, attempt + 1, CONFLICT_TRIES)
+            time.sleep(random.uniform(0.0, CONFLICT_PAUSE * attempt))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def _insert(
     conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], *, own: bool, notify: bool
 ) -> dict[str, Job]:
@@ -191,7 +219,12 @@ def _insert(
             return _insert_as(conn, t, specs, ids, "_fresh", notify)
         except pg_errors.UniqueViolation:
             return {}  # nothing was inserted; the caller draws new ids
-    return _insert_as(conn, t, specs, ids, "", notify)
+    # One row per id: a later spec of an id already in the batch gets the
+    # first one's job (it is the job the queue holds with that id).
+    first: dict[str, EnqueueSpec] = {}
+    for spec, job_id in zip(specs, ids):
+        first.setdefault(job_id, spec)
+    return _insert_as(conn, t, list(first.values()), list(first), "", notify)
 
 
 def _insert_as(
@@ -212,6 +245,9 @@ def _insert_as(
             keys=[s.dedupe_key for s in specs], payloads=[s.payload_json for s in specs],
         )  # fmt: skip
         statement = "insert_many"
+        if not variant:
+            statement, variant = "insert_sorted", ""
+            params["seqname"] = t.sql.sequence
     cur = conn.cursor(row_factory=tuple_row)  # the caller's connection may make dicts by default
     cur.execute(t.sql[statement + variant], params)
     first: dict[str, Any] = {}

@@ -219,6 +219,23 @@ _TEMPLATES: dict[str, str] = {
         ORDER BY u.ord
         {{conflict}}
         RETURNING {_INSERTED}, {_NOTIFY}""",
+    # A batch that may conflict (job ids, dedupe keys) inserts its rows in
+    # key order, so two batches with the same keys in different orders wait
+    # for each other instead of deadlocking; each row still gets its seq in
+    # the caller's order (drawn first), so the batch stays FIFO.
+    "insert_sorted": f"""
+        INSERT INTO {{schema}}.jobs AS j (seq, {_INSERT_COLUMNS[1:]}
+        OVERRIDING SYSTEM VALUE
+        SELECT u.seq, %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
+               u.payload::json, u.delay > 0
+        FROM (SELECT v.*, nextval(%(seqname)s::regclass) AS seq FROM (
+                  SELECT * FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
+                                       %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
+                       WITH ORDINALITY AS w(id, kind, prio, max, delay, key, payload, ord)
+                  ORDER BY w.ord) AS v) AS u
+        ORDER BY u.kind, u.key, u.id, u.ord
+        ON CONFLICT DO NOTHING
+        RETURNING {_INSERTED}, {_NOTIFY}""",
     # Two index lookups (primary key; dedupe index) rather than one OR, which
     # no index can answer and would scan the whole queue.
     "existing": f"""
@@ -398,6 +415,8 @@ class Statements:
     def __init__(self, schema: str) -> None:
         self._text = build(schema)
         self._claims: dict[tuple[bool, int], str] = {}
+        #: The identity sequence of the jobs table's seq (a regclass literal).
+        self.sequence = f"{quote_schema(schema)}.jobs_seq_seq"
 
     def __getitem__(self, name: str) -> str:
         return self._text[name]

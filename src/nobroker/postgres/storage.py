@@ -154,7 +154,7 @@ class PostgresStorage:
         if jobs is None:
             # Enqueue twice is harmless only when every job names its id.
             safe = all(spec.job_id is not None for spec in specs)
-            jobs = self._link.run("enqueue", lambda c: ops.enqueue(c, t, specs, own=True, notify=notify), retry=safe)
+            jobs = self._link.run("enqueue", lambda c: ops.enqueue_retrying(c, t, specs, notify=notify), retry=safe)
         if runnable and not notify:
             self._gate.owe()
         return jobs

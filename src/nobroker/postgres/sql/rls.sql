@@ -16,6 +16,8 @@ CREATE POLICY {role_policy} ON {schema}.jobs TO {role} USING (true) WITH CHECK (
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
+-- A batch that may conflict draws its seq values first (statements.py, "insert_sorted").
+GRANT USAGE ON SEQUENCE {schema}.jobs_seq_seq TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.backoff_delay(integer, double precision, double precision, double precision) TO {role};
 
 -- The counts the triggers keep name queues and how many jobs each holds:
