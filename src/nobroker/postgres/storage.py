@@ -7,9 +7,12 @@ ones may run twice. Imports: jobs, storage, driver, statements,
 connection, schema, operations, wakeups.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
-``schema`` (default ``nobroker``), ``migrate`` (default True: bring the
-schema up to date on open), ``worker_role`` (apply the RLS policies on open;
-see schema.py), ``retention`` (seconds a done job is kept from compaction,
+``schema`` (default ``nobroker``), ``migrate`` (default True: create the
+schema on open where it is absent; a schema that is behind is refused with
+what to run, ``nobroker pg migrate``, since a migration locks the table;
+False: no check at all), ``worker_role`` (check on open that the RLS
+policies for that role are in place, creating them with a new schema; see
+schema.py), ``retention`` (seconds a done job is kept from compaction,
 default 0: ``compact()`` deletes every done job), ``reconnect_timeout``
 (seconds to keep trying to reach the server, when the queue opens and after
 it went away; default: the DSN's ``connect_timeout``, else 30),
