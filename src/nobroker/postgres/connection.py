@@ -54,6 +54,15 @@ CONNECT_TIMEOUT = 5
 RECONNECT_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0)
 #: libpq counts connect_timeout in whole seconds, and treats less than this as this.
 LIBPQ_MIN_CONNECT_TIMEOUT = 2
+#: TCP keepalives (seconds idle before the first probe, between probes, probes lost before the connection
+#: counts as dead) and how long sent data may stay unacknowledged (libpq's tcp_user_timeout, seconds): a
+#: half-open connection fails within about a minute instead of stalling every thread of a Worker. Unix
+#: sockets ignore them. A DSN that sets one of these keeps its own.
+KEEPALIVES_IDLE, KEEPALIVES_INTERVAL, KEEPALIVES_COUNT = 10, 5, 3
+DEFAULT_TCP_USER_TIMEOUT = 30.0
+#: Longest one statement may run (the session's statement_timeout), by default: every statement of the
+#: storage is bounded (claims, batches of pruning), so only a stuck one reaches it.
+DEFAULT_STATEMENT_TIMEOUT = 300.0
 #: How often an idle wait asks again when the queue's next job comes due (for jobs others delay meanwhile).
 DUE_RECHECK = 0.5
 
@@ -100,6 +109,16 @@ def channel_name(schema: str, queue: str) -> str:
     """The LISTEN/NOTIFY channel of one queue (an identifier, whatever the queue's name)."""
     digest = hashlib.sha1(f"{schema}\x00{queue}".encode()).hexdigest()[:20]
     return f"nobroker_{digest}"
+
+
+def connection_options(dsn: str, tcp_user_timeout: float) -> dict[str, Any]:
+    """The keepalive and TCP timeout parameters to connect with, where the DSN does not set its own."""
+    given = dsn_parameters(dsn)
+    wanted: dict[str, Any] = {
+        "keepalives": 1, "keepalives_idle": KEEPALIVES_IDLE, "keepalives_interval": KEEPALIVES_INTERVAL,
+        "keepalives_count": KEEPALIVES_COUNT, "tcp_user_timeout": int(tcp_user_timeout * 1000),
+    }  # fmt: skip
+    return {key: value for key, value in wanted.items() if key not in given}
 
 
 def one_line(exc: BaseException) -> str:
@@ -220,7 +239,8 @@ class Link(_Owned):
 
     def __init__(
         self, dsn: str, *, queue: str, schema: str, reconnect_timeout: float, lock_timeout: float, durable: bool,
-        prepare_threshold: int | None,
+        prepare_threshold: int | None, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        options: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         self.dsn = dsn
         self.location = redact_dsn(dsn)
@@ -230,6 +250,8 @@ class Link(_Owned):
         self._lock_timeout = lock_timeout
         self._durable = durable
         self._prepare_threshold = prepare_threshold
+        self._statement_timeout = statement_timeout
+        self._options = dict(options or {})
         self._mutex = threading.Lock()
         self._closed = False
         super().__init__()
@@ -238,14 +260,16 @@ class Link(_Owned):
         """A new connection with the queue's session settings, trying again while the server is unreachable."""
         return connect(
             self.dsn, timeout=self._reconnect_timeout, location=self.location, setup=self._set_session,
-            prepare_threshold=self._prepare_threshold, application_name="nobroker",
+            prepare_threshold=self._prepare_threshold, application_name="nobroker", **self._options,
         )  # fmt: skip
 
     def _set_session(self, conn: Any) -> None:
         lock_ms = max(1, int(self._lock_timeout * 1000))
+        statement_ms = int(self._statement_timeout * 1000)  # 0: no limit
         conn.execute(
-            "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
-            (f"{lock_ms}ms", "on" if self._durable else "off"),
+            "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false),"
+            " set_config('statement_timeout', %s, false)",
+            (f"{lock_ms}ms", "on" if self._durable else "off", f"{statement_ms}ms"),
         )
 
     @staticmethod

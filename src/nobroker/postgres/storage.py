@@ -20,7 +20,11 @@ it went away; default: the DSN's ``connect_timeout``, else 30),
 off) and ``clock_offset`` (tests only). ``lock_timeout`` becomes the
 session's ``lock_timeout``; ``fsync=False`` becomes ``synchronous_commit=off``
 (faster, and NOT durable: a server crash can lose the last acknowledged
-writes). Each Queue holds one connection for its work (enqueue, lease,
+writes). ``statement_timeout`` (seconds, default 300; 0: no limit) becomes
+the session's statement_timeout; ``tcp_user_timeout`` (seconds, default 30)
+and TCP keepalives (10 s idle, then every 5 s, 3 lost) are set on every
+connection where the DSN does not set its own, so a half-open connection
+fails in about a minute instead of stalling a Worker. Each Queue holds one connection for its work (enqueue, lease,
 ack, nack, extend), a second for operator reads, compaction and the owed
 NOTIFYs (opened on first use, so a heartbeat never waits behind them), and,
 once a Worker idles on it, one more that LISTENs.
@@ -47,7 +51,17 @@ from typing import Any
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
-from .connection import DEFAULT_RECONNECT_TIMEOUT, Link, Listener, channel_name, connect_timeout_of, redact_dsn
+from .connection import (
+    DEFAULT_RECONNECT_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    DEFAULT_TCP_USER_TIMEOUT,
+    Link,
+    Listener,
+    channel_name,
+    connect_timeout_of,
+    connection_options,
+    redact_dsn,
+)
 from .driver import require_psycopg
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
@@ -57,6 +71,8 @@ logger = logging.getLogger("nobroker.postgres")
 
 #: Longest queue name, in characters.
 MAX_QUEUE_NAME = 256
+#: Longest statement_timeout or tcp_user_timeout (seconds; both go to the server as int milliseconds).
+MAX_TIMEOUT = 86_400.0
 
 
 def _check_options(options: StorageOptions, retention: Any, reconnect_timeout: Any, clock_offset: Any) -> None:
@@ -77,6 +93,13 @@ def _check_options(options: StorageOptions, retention: Any, reconnect_timeout: A
         raise ValueError(f"clock_offset must be a finite number of seconds, got {shown(clock_offset)}")
 
 
+def _check_seconds(**values: Any) -> None:
+    for what, value in values.items():
+        number = finite_float(value)
+        if number is None or number < 0 or number > MAX_TIMEOUT:
+            raise ValueError(f"{what} must be a finite number of seconds from 0 to {MAX_TIMEOUT:g}, got {shown(value)}")
+
+
 class PostgresStorage:
     """One named queue in a PostgreSQL schema (``nobroker`` by default)."""
 
@@ -92,11 +115,14 @@ class PostgresStorage:
         clock_offset: float = 0.0,
         reconnect_timeout: float | None = None,
         prepare_threshold: int | None = 5,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
     ) -> None:
         require_psycopg()
         if reconnect_timeout is None:
             reconnect_timeout = connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
         _check_options(options, retention, reconnect_timeout, clock_offset)
+        _check_seconds(statement_timeout=statement_timeout, tcp_user_timeout=tcp_user_timeout)
         self.dsn = dsn
         self.name = options.name
         self.schema = check_identifier(schema, "schema")
@@ -111,10 +137,13 @@ class PostgresStorage:
         self._target = ops.Target(
             Statements(self.schema), self.name, channel, backoff_parameters(self.backoff), float(clock_offset)
         )
+        connect_options = connection_options(dsn, float(tcp_user_timeout))
+
         def link() -> Link:
             return Link(
                 dsn, queue=self.name, schema=self.schema, reconnect_timeout=self.reconnect_timeout,
                 lock_timeout=self.lock_timeout, durable=self.durable, prepare_threshold=prepare_threshold,
+                statement_timeout=float(statement_timeout), options=connect_options,
             )  # fmt: skip
 
         # The work (enqueue, lease, ack, nack, extend) has a connection of its
@@ -122,7 +151,7 @@ class PostgresStorage:
         # one (opened on first use), so a heartbeat never waits behind them.
         self._link = link()
         self._side = link()
-        self._listener = Listener(dsn, channel)
+        self._listener = Listener(dsn, channel, connect_options)
         self._gate = NotifyGate(self._send_owed_notify)
         started = time.perf_counter()
         with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
