@@ -24,7 +24,12 @@ writes). ``statement_timeout`` (seconds, default 300; 0: no limit) becomes
 the session's statement_timeout; ``tcp_user_timeout`` (seconds, default 30)
 and TCP keepalives (10 s idle, then every 5 s, 3 lost) are set on every
 connection where the DSN does not set its own, so a half-open connection
-fails in about a minute instead of stalling a Worker. Each Queue holds one connection for its work (enqueue, lease,
+fails in about a minute instead of stalling a Worker. ``done_retention``
+(seconds, default 7 days; None: never) and ``dead_retention`` (default None:
+the DLQ is kept): finished jobs older than that are pruned automatically,
+PRUNE_BATCHES batches of PRUNE_BATCH every PRUNE_INTERVAL seconds, started by
+a lease and run in a thread on the second connection, so the table stays the
+size of its live work. Each Queue holds one connection for its work (enqueue, lease,
 ack, nack, extend), a second for operator reads, compaction and the owed
 NOTIFYs (opened on first use, so a heartbeat never waits behind them), and,
 once a Worker idles on it, one more that LISTENs.
@@ -45,6 +50,7 @@ storage option so no server-side prepared statements are used.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -71,6 +77,12 @@ logger = logging.getLogger("nobroker.postgres")
 
 #: Longest queue name, in characters.
 MAX_QUEUE_NAME = 256
+#: Seconds a done job is kept before it is pruned automatically, by default (the ``done_retention`` option).
+DEFAULT_DONE_RETENTION = 7 * 86_400.0
+#: Seconds between two rounds of automatic pruning (started by a lease, run in a thread of its own).
+PRUNE_INTERVAL = 30.0
+#: Batches (statements.PRUNE_BATCH jobs each) one round of pruning deletes at most, per state.
+PRUNE_BATCHES = 10
 #: Longest statement_timeout or tcp_user_timeout (seconds; both go to the server as int milliseconds).
 MAX_TIMEOUT = 86_400.0
 
@@ -93,11 +105,11 @@ def _check_options(options: StorageOptions, retention: Any, reconnect_timeout: A
         raise ValueError(f"clock_offset must be a finite number of seconds, got {shown(clock_offset)}")
 
 
-def _check_seconds(**values: Any) -> None:
+def _check_seconds(limit: float = MAX_TIMEOUT, **values: Any) -> None:
     for what, value in values.items():
         number = finite_float(value)
-        if number is None or number < 0 or number > MAX_TIMEOUT:
-            raise ValueError(f"{what} must be a finite number of seconds from 0 to {MAX_TIMEOUT:g}, got {shown(value)}")
+        if number is None or number < 0 or number > limit:
+            raise ValueError(f"{what} must be a finite number of seconds from 0 to {limit:g}, got {shown(value)}")
 
 
 class PostgresStorage:
@@ -117,12 +129,17 @@ class PostgresStorage:
         prepare_threshold: int | None = 5,
         statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
         tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
+        done_retention: float | None = DEFAULT_DONE_RETENTION,
+        dead_retention: float | None = None,
     ) -> None:
         require_psycopg()
         if reconnect_timeout is None:
             reconnect_timeout = connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
         _check_options(options, retention, reconnect_timeout, clock_offset)
         _check_seconds(statement_timeout=statement_timeout, tcp_user_timeout=tcp_user_timeout)
+        for what, value in (("done_retention", done_retention), ("dead_retention", dead_retention)):
+            if value is not None:
+                _check_seconds(**{what: value}, limit=float("inf"))
         self.dsn = dsn
         self.name = options.name
         self.schema = check_identifier(schema, "schema")
@@ -132,6 +149,11 @@ class PostgresStorage:
         self.backoff = options.backoff
         self.lock_timeout = options.lock_timeout
         self.retention = float(retention)
+        #: Seconds a done (dead) job is kept before the automatic pruning deletes it; None: never.
+        self.done_retention = None if done_retention is None else float(done_retention)
+        self.dead_retention = None if dead_retention is None else float(dead_retention)
+        self._prune_at = time.monotonic() + PRUNE_INTERVAL
+        self._pruning: threading.Thread | None = None
         self.reconnect_timeout = float(reconnect_timeout)
         channel = channel_name(self.schema, self.name)
         self._target = ops.Target(
@@ -194,6 +216,8 @@ class PostgresStorage:
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
         t = self._target
+        if time.monotonic() >= self._prune_at:
+            self._start_pruning()
         return self._link.run("lease", lambda c: ops.lease(c, t, count, visibility_timeout, kinds), retry=True)
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
@@ -283,6 +307,34 @@ class PostgresStorage:
         """
         t = self._target
         return self._listener.wait(timeout, interrupt, lambda conn: ops.next_due(conn, t))
+
+    def _start_pruning(self) -> None:
+        """Prune in the background, on the second connection: leases never wait for it."""
+        self._prune_at = time.monotonic() + PRUNE_INTERVAL
+        if self._pruning is not None and self._pruning.is_alive():
+            return
+        self._pruning = threading.Thread(target=self._prune, name="nobroker-prune", daemon=True)
+        self._pruning.start()
+
+    def _prune(self) -> None:
+        """A few bounded batches of done and dead jobs past their retention; the counts folded."""
+        t = self._target
+
+        def run(conn: Any) -> int:
+            dropped = 0
+            for state, keep in (("done", self.done_retention), ("dead", self.dead_retention)):
+                if keep is not None:
+                    dropped += ops.prune(conn, t, state, keep, batches=PRUNE_BATCHES)
+            ops.fold_counts(conn, t)
+            return dropped
+
+        try:
+            dropped = self._side.run("prune", run, retry=True)
+        except Exception as exc:  # upkeep only: the next round tries again
+            logger.warning("queue %r: pruning finished jobs failed (%s); trying again later", self.name, exc)
+            return
+        if dropped:
+            logger.debug("queue %r: pruned %d finished jobs", self.name, dropped)
 
     def _send_owed_notify(self) -> None:
         t = self._target
