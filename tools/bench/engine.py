@@ -341,6 +341,14 @@ def contests(root: str, plan: Plan) -> list[Contest]:
     return [contest(root, row, plan.runs) for row in rows(plan)]
 
 
+#: What the table's columns count, printed under it.
+NOTE = (
+    "CPU: the process's CPU time over the operations (the sum over the processes of the 4-process row). "
+    "bytes/job: the queue's folder after a clean close, over the jobs in it (for lease + ack, how much it grew); "
+    "nobroker's close leaves a snapshot once 20,000 records went by, counted too (the enqueue_many row's 20,000 jobs)."
+)
+
+
 def render(results: list[Contest], *, markdown: bool) -> str:
     """The comparison table: the three contenders, the two ratios, CPU and bytes per job, the target."""
     header = ["figure", "limit", "sqlite3", "nobroker", "nobroker/limit", "nobroker/sqlite3",
@@ -363,4 +371,4 @@ def render(results: list[Contest], *, markdown: bool) -> str:
     return table(header, cells, markdown=markdown)
 
 
-__all__ = ["contests", "render", "Contest", "Sample", "PAYLOAD"]
+__all__ = ["contests", "render", "Contest", "Sample", "PAYLOAD", "PAYLOAD_TEXT", "PAYLOAD_BYTES", "NOTE"]

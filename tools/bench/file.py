@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(engine.render(contests, markdown=args.md))
     print()
+    print(engine.NOTE)
+    print()
     print(render(figures, markdown=args.md))
     return 0
 
