@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         # Every other flag is the PostgreSQL suite's, --quick and --md included.
         return _main_pg([arg for arg in argv if arg != "--pg"])
     parser = argparse.ArgumentParser(prog="nobroker bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller runs, under a minute")
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a few minutes on a loaded 2-core machine)")
     parser.add_argument("--full", action="store_true", help="the 1,000,000-job figures too (minutes)")
     parser.add_argument("--md", action="store_true", help="print a Markdown table for README.md")
     parser.add_argument("--runs", type=int, default=None, help="repetitions per figure (median reported)")
