@@ -16,7 +16,7 @@ import os
 import unittest
 
 from nobroker import Queue
-from nobroker.filestore.storage import AUTO_COMPACT_MIN_BYTES
+from nobroker.filestore.commit import AUTO_COMPACT_MIN_BYTES
 from tests.support import TempDirTestCase
 
 #: The job sizes of the case that once grew a log to 60.9 MB, 99 % superseded, never compacted.

@@ -18,7 +18,8 @@ from typing import Any
 from nobroker import Queue
 from nobroker.filestore.framing import RecordType
 from nobroker.jobs import JobState
-from nobroker.filestore.replay import Entry, QueueState
+from nobroker.filestore.entry import Entry
+from nobroker.filestore.replay import QueueState
 from tests.support import FakeClock, TempDirTestCase
 
 T0 = 1_700_000_000.0

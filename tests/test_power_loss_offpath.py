@@ -33,7 +33,7 @@ from unittest import mock
 
 from nobroker import CorruptLogError, Queue
 from nobroker.filestore import snapshot
-from nobroker.filestore.log import log_path, pointer_path
+from nobroker.filestore.layout import log_path, pointer_path
 from nobroker.filestore.admin import RepairReport, repair
 from tests.simdisk import POWER_CUT_MODES, SimDisk, fresh_queue_path
 from tests.support import FakeClock

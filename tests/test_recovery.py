@@ -17,7 +17,7 @@ import unittest
 from nobroker import CorruptLogError, Queue
 from nobroker.filestore.framing import HEADER_SIZE
 from nobroker.jobs import BackoffPolicy
-from nobroker.filestore.log import log_path
+from nobroker.filestore.layout import log_path
 from tests.support import FakeClock, TempDirTestCase, slow
 
 

@@ -1,10 +1,35 @@
 """The embedded file storage: one folder on local disk, one append-only log per queue.
 
-Owns nothing itself: it names the package's face, FileStorage. Its modules, in
-the order they may import each other (each only earlier ones): fs (the I/O
-seam), framing (the bytes of the format), log (one generation file), lock,
-wake, replay (records in, state out), leases (the writer's decisions),
-snapshot, compaction, storage (FileStorage), admin (inspect, verify, repair).
+Owns nothing itself: it names the package's face, FileStorage.
+The package, in its order (a module imports only modules above it):
+
+    layout.py      every file name of a queue, formatted and parsed; the queue name rule
+    fs.py          the I/O seam every byte passes through; storage_error, write_fully
+    framing.py     the bytes of format version 1: header, frames, CRC, JSON bodies
+    entry.py       Entry (one job in memory) and the checks of a record's fields
+    records.py     one encoder and one decoder per record type
+    log.py         one generation file: scan, append, group fsync; the .current pointer
+    lock.py        the writers' lock and the compactor's, across processes
+    wake.py        the named pipes that wake idle workers; waiting for a change
+    index.py       JobRows: where each job lives (a hot Entry or a packed cold row)
+    replay.py      QueueState and apply: records in, state out (pure)
+    leases.py      the writer's decisions, one per operation: records out
+    snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)
+    compaction.py  the next generation's file, written and flipped to (repair uses it too)
+    recovery.py    QueueFiles: opening, replay with a snapshot, torn tails, leftovers, fork
+    commit.py      Committer: the four beats, the group commit, roll-back, the read beat
+    compactor.py   Compactor: the online compaction, mostly without the file lock
+    reads.py       the read-only queries (get, stats, listings) as of now
+    storage.py     FileStorage, wiring only: one short method per operation
+    admin.py       inspect, verify and repair, from outside a queue
+
+FileStorage is one object built in layers, one class per module, each
+adding a concern to the ones below it: QueueFiles (the open files and the
+state replayed from them) < Committer (operations through the four beats)
+< Compactor (rewriting the log) < FileStorage (the Storage protocol). The
+decisions (leases.py) and the queries (reads.py) are plain functions of the
+state that the layers run under the right lock.
+
 Imports: storage.
 """
 

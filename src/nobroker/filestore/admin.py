@@ -5,7 +5,8 @@ read-only check that reports exactly what it found), repair (keeps a damaged
 file aside, rebuilds the queue from its valid records, and names the jobs
 that lost records: ids where they can be read, counts otherwise),
 list_queues.
-Imports: errors, jobs, fs, framing, log, lock, replay, snapshot, compaction.
+Imports: errors, jobs, layout, fs, framing, log, lock, replay, snapshot,
+compaction.
 
 inspect and verify read the log only; a state snapshot (snapshot.py) is a
 cache they neither need nor trust. repair deletes the queue's snapshots,
@@ -32,7 +33,8 @@ from .framing import FRAME, FRAME_SIZE, HEADER_SIZE, KNOWN_TYPES, FrameStatus, R
 from .fs import OS_FILESYSTEM, FileSystem
 from ..jobs import JobState
 from .lock import QueueLock
-from .log import LogFile, compactor_path, list_generations, lock_path, log_path, pointer_path, read_pointer
+from .layout import compactor_path, damaged_path, lock_path, log_path, pointer_path, queue_names
+from .log import LogFile, list_generations, read_pointer
 from .replay import QueueState
 from .snapshot import remove as remove_snapshots
 
@@ -54,13 +56,7 @@ class RecordView:
 
 def list_queues(directory: str, *, fs: FileSystem = OS_FILESYSTEM) -> list[str]:
     """Names of the queues that have files in ``directory``."""
-    names = set()
-    pattern = re.compile(r"(.+)\.(?:[0-9]{6}\.log|current|lock)")
-    for entry in fs.listdir(directory):
-        m = pattern.fullmatch(entry)
-        if m:
-            names.add(m.group(1))
-    return sorted(names)
+    return queue_names(fs.listdir(directory))
 
 
 def current_generation(directory: str, name: str, fs: FileSystem = OS_FILESYSTEM) -> int:
@@ -350,43 +346,7 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
     path = log_path(directory, name, generation)
     log = LogFile.open(fs, path, writable=False)
     try:
-        state = QueueState()
-        size = log.size()
-        pos = HEADER_SIZE
-        dropped = 0
-        # Every job a dropped record names, in the order met (a dict keeps it, once each).
-        named: dict[str, None] = {}
-        while pos < size:
-            stopped = None
-            for fr in log.scan(pos):
-                if fr.status is FrameStatus.OK:
-                    body = fr.body or {}
-                    anomalies = state.anomalies
-                    try:
-                        state.apply(fr.rtype, body, fr.offset, FRAME_SIZE + fr.length)
-                    except (KeyError, TypeError, ValueError):
-                        dropped += FRAME_SIZE + fr.length
-                        report.records_dropped += 1
-                        _name_job(named, body)
-                    else:
-                        if state.anomalies != anomalies:  # a record of a job whose enqueue is gone
-                            _name_job(named, body)
-                    pos = fr.end
-                    continue
-                stopped = fr
-                break
-            if stopped is None:
-                break
-            after = log.valid_record_after(stopped.offset, size)
-            end = size if after is None else after
-            stretch = _read_damage(log, fs, stopped.offset, end)
-            report.damage.append(stretch)
-            report.records_dropped += stretch.records
-            for job_id in stretch.ids:
-                named.setdefault(job_id, None)
-            dropped += end - stopped.offset
-            pos = end
-        report.name_the_losses(named, state)
+        state, dropped = _salvage(log, fs, report)
         if dropped == 0 and read_pointer_ok(fs, directory, name, generation):
             report.message = "the queue is sound; nothing was changed"
             report.jobs = len(state)
@@ -401,7 +361,7 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
         new.close()
     finally:
         log.close()
-    aside = f"{path}.damaged-{int(time.time())}"
+    aside = damaged_path(path, int(time.time()))
     fs.replace(path, aside)
     flip(fs, directory, name, new_gen, sync=True)
     report.repaired = True
@@ -415,6 +375,51 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
         f"the damaged file is kept as {aside}"
     )
     return report
+
+
+def _salvage(log: LogFile, fs: FileSystem, report: RepairReport) -> tuple[QueueState, int]:
+    """Replay every valid record of ``log``, skipping damaged stretches; returns the state and the bytes dropped.
+
+    Each stretch, and the jobs the dropped records name, go into ``report``.
+    """
+    state = QueueState()
+    size = log.size()
+    pos = HEADER_SIZE
+    dropped = 0
+    # Every job a dropped record names, in the order met (a dict keeps it, once each).
+    named: dict[str, None] = {}
+    while pos < size:
+        stopped = None
+        for fr in log.scan(pos):
+            if fr.status is FrameStatus.OK:
+                body = fr.body or {}
+                anomalies = state.anomalies
+                try:
+                    state.apply(fr.rtype, body, fr.offset, FRAME_SIZE + fr.length)
+                except (KeyError, TypeError, ValueError):
+                    dropped += FRAME_SIZE + fr.length
+                    report.records_dropped += 1
+                    _name_job(named, body)
+                else:
+                    if state.anomalies != anomalies:  # a record of a job whose enqueue is gone
+                        _name_job(named, body)
+                pos = fr.end
+                continue
+            stopped = fr
+            break
+        if stopped is None:
+            break
+        after = log.valid_record_after(stopped.offset, size)
+        end = size if after is None else after
+        stretch = _read_damage(log, fs, stopped.offset, end)
+        report.damage.append(stretch)
+        report.records_dropped += stretch.records
+        for job_id in stretch.ids:
+            named.setdefault(job_id, None)
+        dropped += end - stopped.offset
+        pos = end
+    report.name_the_losses(named, state)
+    return state, dropped
 
 
 def _name_job(named: dict[str, None], body: dict[str, Any]) -> None:

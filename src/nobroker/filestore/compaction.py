@@ -4,7 +4,7 @@ Owns: NextGeneration (a new generation file while it is written: the live
 jobs streamed in, records copied from the old generation after them, fsync,
 its final name, folder fsync), ``write_generation`` (all of that in one go,
 for repair) and ``flip`` (replace the pointer, fsync the folder). Imports:
-errors, fs, framing, log, replay.
+errors, layout, fs, framing, entry, records, log.
 
 Before the flip the old generation is the truth and the new file is garbage
 that the next opener deletes (unless a compactor still holds the queue's
@@ -26,10 +26,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CompactionError, NobrokerError
-from .framing import HEADER_SIZE, MAX_GENERATION, RecordType, encode_header, encode_record
-from .fs import FileSystem
-from .log import READ_CHUNK, LogFile, install_pointer, log_path, prepare_pointer, storage_error, write_fully, write_pointer
-from .replay import Entry
+from .framing import HEADER_SIZE, encode_header, encode_record
+from .fs import FileSystem, storage_error, write_fully
+from .layout import MAX_GENERATION, log_path, temp_path
+from .log import READ_CHUNK, LogFile, install_pointer, prepare_pointer, write_pointer
+from .entry import Entry
+from . import records
 
 #: Bytes buffered before each write while streaming the new generation.
 WRITE_BUFFER = 1 << 20
@@ -49,7 +51,7 @@ class NextGeneration:
         self.directory = directory
         self.generation = generation
         self.final = log_path(directory, name, generation)
-        self.tmp = f"{self.final}.{os.getpid()}.tmp"
+        self.tmp = temp_path(self.final)
         self.path = self.tmp
         self.fd: int | None = None
         self.pos = 0
@@ -111,14 +113,8 @@ class NextGeneration:
             buf = bytearray()
             written = 0
             for entry in entries:
-                body = read_body(entry)
-                # Fields written only when set must not survive from an older body
-                # (a stage the next lease cleared, a result from a past ack).
-                for key in ("stage", "result"):
-                    body.pop(key, None)
-                body.update(entry.state_fields())
                 offsets[entry.id] = self.pos + len(buf)
-                buf += encode_record(RecordType.ENQUEUE, body)
+                buf += encode_record(*records.rewritten_job(entry, read_body(entry)))
                 written += 1
                 if len(buf) >= WRITE_BUFFER:
                     self._write(bytes(buf))

@@ -1,7 +1,7 @@
 """Bytes of the on-disk format, version 1: the file header and record frames.
 
 Owns: encoding and decoding of headers and records, the record type numbers.
-Imports: errors, jobs (limits, the fresh-stack retry). Pure: no I/O, no clock.
+Imports: errors, jobs, codec. Pure: no I/O, no clock.
 
     file header : <8s magic "NOBROKER"><H version=1><I generation><H reserved=0>   16 bytes
     record      : <I body length><B type><I crc32(type byte + body)><body>       9 + n bytes
@@ -31,8 +31,6 @@ HEADER = struct.Struct("<8sHIH")
 HEADER_SIZE = HEADER.size  # 16
 FRAME = struct.Struct("<IBI")
 FRAME_SIZE = FRAME.size  # 9
-#: Generations are six decimal digits in file names.
-MAX_GENERATION = 999_999
 
 
 class RecordType(enum.IntEnum):

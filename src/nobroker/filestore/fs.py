@@ -1,8 +1,8 @@
 """The one narrow seam every byte of file I/O passes through.
 
-Owns: FileSystem (the interface) and RealFileSystem (the operating system).
-Imports: errors (UnsafeQueueError: what ``open`` says of anything but a
-regular file).
+Owns: FileSystem (the interface), RealFileSystem (the operating system),
+``write_fully`` (pwrite until every byte is written) and ``storage_error``
+(an OSError as the StorageError a user reads). Imports: errors.
 
 Why a seam: durability claims are claims about which bytes survive a power
 cut, and they can only be tested if a test can stand in for the disk. The
@@ -26,7 +26,7 @@ import os
 import stat
 import sys
 
-from ..errors import UnsafeQueueError
+from ..errors import StorageError, UnsafeQueueError
 
 _IS_WINDOWS = sys.platform == "win32"
 
@@ -61,6 +61,30 @@ def not_a_regular_file(path: str, mode: int) -> UnsafeQueueError:
         f"{path} is {kind}, not a regular file; nobroker opens only regular files in a queue folder. "
         "Remove it if nobroker did not make it (someone else can write to this folder?), then retry."
     )
+
+
+def storage_error(exc: OSError, doing: str, path: str | None) -> StorageError:
+    """Wrap an OSError in a StorageError whose message says what failed and what to do."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    hint = ""
+    if exc.errno == errno.ENOSPC:
+        hint = " The disk is full: free space, then retry (nothing was reported done)."
+    elif exc.errno == errno.EROFS:
+        hint = " The filesystem is read-only."
+    elif exc.errno == errno.EIO:
+        hint = " The disk reported an I/O error: check it, then reopen the queue."
+    return StorageError(f"{doing} {path or ''} failed: {reason}.{hint}".replace("  ", " "), errno=exc.errno, path=path)
+
+
+def write_fully(fs: FileSystem, fd: int, data: bytes | memoryview, offset: int) -> None:
+    """pwrite until every byte is written; a write that makes no progress is an error."""
+    view = memoryview(data)
+    while view:
+        n = fs.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        view = view[n:]
+        offset += n
 
 
 class FileSystem:

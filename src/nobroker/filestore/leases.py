@@ -1,28 +1,233 @@
-"""The writer's decisions: ids, fencing tokens, deadlines, retries and reclaims.
+"""The writer's decisions: what each operation appends, and the values replay must never invent.
 
-Owns: every value that replay must never invent (lease bodies with their
-tokens, jittered retry times) and the rules that turn "lease expired" or
-"handler failed" into the next state. Imports: jobs, storage (ids, tokens),
-replay. What a refused ack/nack/extend/set_stage says is shared by both
-storages: storage.refusal.
+Owns: one decision per writing operation (enqueue, lease, ack, ack_many,
+nack, extend, set_stage, requeue_dead, purge, and the reclaim of expired
+leases that precedes them all), each a function of the state, the time and
+the operation's arguments that adds records to a batch; and the rules behind
+them: ids, fencing tokens, deadlines, jittered retry and reclaim times, when
+a job is dead. Imports: errors, jobs, codec, storage, framing, entry,
+records, replay. Ids, tokens and the refusals both storages share come from
+nobroker.storage.
 
-These functions read the clock value they are given and the random source;
-their output is written into records as absolute values, so replay (which
-only reads records) stays a pure function of the bytes.
+A decision runs under the file lock, after the read forward, with the state
+as of that moment (``batch.state``). It refuses (raises) before it adds any
+record of its own; records it added before a refusal (ack_many) are still
+true and are written. It reads the clock value it is given and the random
+source; what it chooses is written into records as absolute values, so
+replay (which only reads records) stays a pure function of the bytes.
 """
 
 from __future__ import annotations
 
+import os
 import random
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from ..codec import load_json
+from ..errors import JobNotFoundError, NotLeasedError
 from ..jobs import BackoffPolicy, Job, JobState
-from ..storage import new_token
-from .replay import Entry
+from ..storage import EnqueueSpec, job_not_found, new_job_id, new_token, refusal
+from . import records
+from .entry import DEAD, DONE, READY, Entry
+from .framing import RecordType, frame
+from .replay import QueueState
 
 _rng = random.SystemRandom()
 
+#: A job's payload read back from its record (the storage's, under the file lock).
+JobOf = Callable[[Entry], Job]
 
+
+class Batch(Protocol):
+    """What a decision writes into (commit.Batch): each record is applied to ``state`` as it is added."""
+
+    state: QueueState
+    pos: int  # where the next record will start
+    wakes: bool  # does the batch make work runnable (worth waking a worker)?
+
+    def add(self, record: records.Record) -> int: ...
+
+    def add_job(self, entry: Entry, data: bytes) -> None: ...
+
+
+# ---------------------------------------------------------------- the decisions
+def reclaim(batch: Batch, now: float, backoff: BackoffPolicy) -> None:
+    """Beat three: every lease whose deadline passed counts as a failed attempt."""
+    for entry in batch.state.expired(now):
+        if exhausted(entry):
+            batch.add(records.dead(entry.id, now, expiry_error(entry)))
+        else:
+            batch.add(records.reclaim(entry.id, now, reclaim_time(entry, backoff)))
+
+
+def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -> list[Job]:
+    """New jobs, READY at once or after their delay; an id or dedupe key the queue holds returns that job."""
+    state = batch.state
+    out: list[Job] = []
+    created: dict[str, Any] = {}  # id -> payload, for jobs this very call adds
+    # One random read for the whole batch; each new job takes 16 hex digits of it.
+    fresh_ids = os.urandom(8 * len(specs)).hex()
+    times: dict[int, str] = {}
+    for k, spec in enumerate(specs):
+        existing = None if spec.job_id is None and spec.dedupe_key is None else _existing(state, spec)
+        if existing is not None:
+            if existing.id in created:  # its record is not on disk yet
+                out.append(existing.to_job(created[existing.id]))
+            else:
+                out.append(job_of(existing))
+            continue
+        job_id = spec.job_id
+        if job_id is None:
+            job_id = fresh_ids[16 * k : 16 * k + 16]
+            while job_id in state or job_id in created:
+                job_id = new_job_id()
+        available_at = now + spec.delay if spec.delay else now
+        entry = Entry.fresh(
+            job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
+            spec.kind, spec.dedupe_key, 0,
+        )  # fmt: skip
+        batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times)))
+        created[job_id] = spec.payload
+        out.append(entry.to_job(spec.payload))
+    return out
+
+
+def _existing(state: QueueState, spec: EnqueueSpec) -> Entry | None:
+    if spec.job_id is not None:
+        entry = state.get(spec.job_id)
+        if entry is not None:
+            return entry
+    if spec.dedupe_key is not None:
+        holder = state.active_keys.get((spec.kind, spec.dedupe_key))
+        if holder is not None:
+            return state.get(holder)
+    return None
+
+
+def lease(
+    batch: Batch, now: float, count: int, visibility_timeout: float, kinds: frozenset[str] | None, job_of: JobOf
+) -> list[Job]:
+    """Up to ``count`` runnable jobs (of these ``kinds``), best first: attempts + 1, a new token, a deadline."""
+    state = batch.state
+    state.promote(now)
+    taken: list[Job] = []
+    while len(taken) < count:
+        entry = state.pop_ready(now, kinds)
+        if entry is None:
+            break
+        batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token()))
+        # Read the payload now, while the file lock pins the generation
+        # that entry.offset points into.
+        taken.append(job_of(entry))
+    if taken and len(taken) == count and state.counts[READY] > state.n_delayed:
+        # One wake-up may stand for many jobs: a full lease that leaves
+        # runnable ones behind passes it on to the next idle worker.
+        batch.wakes = True
+    return taken
+
+
+def leased_entry(state: QueueState, queue: str, job_id: str, token: str | None, action: str) -> Entry:
+    """The job ``token`` holds the lease of (None: an operator's call by id), or the refusal of ``action``."""
+    entry = state.get(job_id)
+    if entry is None:
+        raise job_not_found(job_id, queue)
+    if not holds_lease(entry, token):
+        held = entry.finished_token if entry.state is DONE else entry.lease_token
+        raise refusal(action, job_id, entry.state.value, token, held)
+    return entry
+
+
+def ack(batch: Batch, now: float, queue: str, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
+    """DONE, with ``result`` (decoded from ``result_json`` by the facade: what replay holds)."""
+    if finished_under(batch.state.get(job_id), token):
+        return  # acking a finished job again is harmless
+    leased_entry(batch.state, queue, job_id, token, "ack")
+    batch.add(records.ack(job_id, now, with_result=result_json is not None, result=result))
+
+
+def ack_many(batch: Batch, now: float, queue: str, items: list[tuple[str, str | None, str | None]]) -> None:
+    """Every ack that holds its lease; then the first refusal, if any (the acks before it are still written)."""
+    first_refusal: Exception | None = None
+    for job_id, token, result_json in items:
+        if finished_under(batch.state.get(job_id), token):
+            continue  # acking a finished job again is harmless
+        try:
+            leased_entry(batch.state, queue, job_id, token, "ack")
+        except (NotLeasedError, JobNotFoundError) as exc:
+            first_refusal = first_refusal or exc
+            continue
+        if result_json is None:
+            batch.add(records.ack(job_id, now))
+        else:
+            batch.add(records.ack(job_id, now, with_result=True, result=load_json(result_json)))
+    if first_refusal is not None:
+        raise first_refusal
+
+
+def nack(
+    batch: Batch, now: float, queue: str, backoff: BackoffPolicy, job_id: str, token: str | None,
+    error: str | None, delay: float | None, permanent: bool, traceback: str | None, job_of: JobOf,
+) -> Job:  # fmt: skip
+    """READY again after ``delay`` or the backoff; DEAD if ``permanent`` or its attempts are used up."""
+    entry = leased_entry(batch.state, queue, job_id, token, "nack")
+    if permanent or exhausted(entry):
+        batch.add(records.dead(job_id, now, error, traceback))
+    else:
+        available_at = retry_time(entry, now, backoff, delay)
+        batch.add(records.nack(job_id, now, entry.attempts, available_at, error, traceback))
+    return job_of(entry)
+
+
+def extend(batch: Batch, now: float, queue: str, job_id: str, token: str | None, seconds: float, job_of: JobOf) -> Job:
+    """The lease's deadline becomes ``now + seconds`` (never further and further out)."""
+    entry = leased_entry(batch.state, queue, job_id, token, "extend")
+    batch.add(records.extend(job_id, now, now + seconds))
+    return job_of(entry)
+
+
+def set_stage(batch: Batch, now: float, queue: str, job_id: str, token: str | None, stage: str | None, job_of: JobOf) -> Job:
+    entry = leased_entry(batch.state, queue, job_id, token, "set the stage of")
+    batch.add(records.stage(job_id, now, stage))
+    return job_of(entry)
+
+
+def requeue_dead(batch: Batch, now: float, queue: str, job_id: str | None) -> int:
+    """Dead jobs (one, or all) READY again with attempts reset; one whose dedupe key is taken stays dead."""
+    state = batch.state
+    if job_id is not None:
+        entry = state.get(job_id)
+        if entry is None:
+            raise job_not_found(job_id, queue)
+        if entry.state is not DEAD:
+            return 0
+        candidates = [entry]
+    else:
+        candidates = list(state.entries(DEAD))
+    count = 0
+    for entry in candidates:
+        if entry.dedupe_key is not None:
+            holder = state.active_keys.get((entry.kind, entry.dedupe_key))
+            if holder is not None and holder != entry.id:
+                if job_id is not None:
+                    raise ValueError(
+                        f"job {job_id} cannot be requeued: job {holder} is active with the same "
+                        f"dedupe key {entry.dedupe_key!r}"
+                    )
+                continue
+        batch.add(records.requeue(entry.id, now, now))
+        count += 1
+    return count
+
+
+def purge(batch: Batch, now: float) -> int:
+    """Every job gone; returns how many there were."""
+    count = len(batch.state)
+    batch.add(records.purge(now))
+    return count
+
+
+# ---------------------------------------------------------------- the rules
 def retry_time(entry: Entry, now: float, backoff: BackoffPolicy, delay: float | None) -> float:
     """Absolute time a failed attempt may run again: explicit delay, else backoff with jitter."""
     if delay is None:
@@ -43,16 +248,6 @@ def reclaim_time(entry: Entry, backoff: BackoffPolicy) -> float:
 
 def exhausted(entry: Entry) -> bool:
     return entry.attempts >= entry.max_attempts
-
-
-def lease_body(entry: Entry, now: float, visibility_timeout: float) -> dict[str, Any]:
-    return {
-        "id": entry.id,
-        "at": now,
-        "deadline": now + visibility_timeout,
-        "attempts": entry.attempts + 1,
-        "token": new_token(),
-    }
 
 
 def expiry_error(entry: Entry | Job) -> str:

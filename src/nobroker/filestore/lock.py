@@ -3,7 +3,7 @@
 Owns: QueueLock (an exclusive lock for writers, a shared one for readers, a
 timeout, a try without waiting; opened read-only where the folder or the
 filesystem allows no more) and ``held_elsewhere`` (is a lock file held
-by anyone else right now). Imports: errors, fs, log (for error wrapping).
+by anyone else right now). Imports: errors, fs.
 
 Two lock files: ``<name>.lock`` serialises every operation (held for
 microseconds); ``<name>.compactor`` is held by the one process compacting the
@@ -23,8 +23,7 @@ import os
 import time
 
 from ..errors import LockTimeoutError, UnsafeQueueError
-from .fs import FileSystem
-from .log import storage_error
+from .fs import FileSystem, storage_error
 
 #: Longest sleep between two attempts at a busy lock. Short, because holders
 #: keep it for tens of microseconds (fsync happens after the lock is released):

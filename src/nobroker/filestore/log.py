@@ -1,10 +1,11 @@
 """One generation file of the append-only log, and the pointer to the current one.
 
-Owns: file names, creating a generation (header, fsync, rename; the caller
-fsyncs the folder), reading records forward from an offset, telling a torn
-tail from damage in the middle, appending with short-write handling, group
-fsync, and the ``<name>.current`` pointer (replaced in two steps a compactor can split:
-a durable temp file, then one rename). Imports: errors, jobs, fs, framing.
+Owns: creating a generation (header, fsync, rename; the caller fsyncs the
+folder), reading records forward from an offset, telling a torn tail from
+damage in the middle, appending with short-write handling, group fsync, and
+the ``<name>.current`` pointer (replaced in two steps a compactor can split:
+a durable temp file, then one rename). Imports: errors, jobs, layout, fs,
+framing.
 
 Group commit: appends happen under the queue's lock, fsync does not. A thread
 that appended waits until the file is durable through its own last byte; the
@@ -16,13 +17,12 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
-import re
 import threading
 from collections.abc import Iterator
 from typing import Any
 from zlib import crc32
 
-from ..errors import CorruptLogError, StorageError
+from ..errors import CorruptLogError, StorageError, UnsafeQueueError
 from .framing import (
     FRAME,
     FRAME_SIZE,
@@ -30,7 +30,6 @@ from .framing import (
     TYPE_CRC,
     decode_body,
     HEADER_SIZE,
-    MAX_GENERATION,
     Frame,
     FrameStatus,
     HeaderError,
@@ -39,54 +38,14 @@ from .framing import (
     encode_header,
     plausible_frame_at,
 )
-from .fs import FileSystem
+from .fs import FileSystem, storage_error, write_fully
 from ..jobs import MAX_RECORD_BYTES
+from .layout import MAX_GENERATION, generations, log_path, pointer_path, temp_path
 
 _unpack_frame = FRAME.unpack_from
 
 #: Bytes read per call while scanning. Big enough to amortise syscalls.
 READ_CHUNK = 1 << 20
-#: Queue names: safe as file names on every platform, no path separators. Matched
-#: whole (fullmatch): ``$`` would also match before a final newline.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-
-
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name.endswith((".log", ".tmp")):
-        raise ValueError(
-            f"queue name {name!r} is not allowed: use 1-128 letters, digits, '_', '-' or '.', starting with a letter or digit"
-        )
-    return name
-
-
-def log_path(directory: str, name: str, generation: int) -> str:
-    return os.path.join(directory, f"{name}.{generation:06d}.log")
-
-
-def pointer_path(directory: str, name: str) -> str:
-    return os.path.join(directory, f"{name}.current")
-
-
-def lock_path(directory: str, name: str) -> str:
-    return os.path.join(directory, f"{name}.lock")
-
-
-def compactor_path(directory: str, name: str) -> str:
-    """The lock file held by whoever compacts (or repairs) the queue, for the whole rewrite."""
-    return os.path.join(directory, f"{name}.compactor")
-
-
-def storage_error(exc: OSError, doing: str, path: str | None) -> StorageError:
-    """Wrap an OSError in a StorageError whose message says what failed and what to do."""
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    hint = ""
-    if exc.errno == errno_mod.ENOSPC:
-        hint = " The disk is full: free space, then retry (nothing was reported done)."
-    elif exc.errno == errno_mod.EROFS:
-        hint = " The filesystem is read-only."
-    elif exc.errno == errno_mod.EIO:
-        hint = " The disk reported an I/O error: check it, then reopen the queue."
-    return StorageError(f"{doing} {path or ''} failed: {reason}.{hint}".replace("  ", " "), errno=exc.errno, path=path)
 
 
 # ---------------------------------------------------------------- pointer file
@@ -99,8 +58,6 @@ def read_pointer(fs: FileSystem, directory: str, name: str) -> int | None:
         return None
     except OSError as exc:
         if exc.errno == errno_mod.ELOOP:
-            from ..errors import UnsafeQueueError
-
             raise UnsafeQueueError(f"{path} is a symlink; nobroker refuses symlinked queue files") from None
         raise storage_error(exc, "reading", path) from None
     try:
@@ -136,7 +93,7 @@ def prepare_pointer(fs: FileSystem, directory: str, name: str, generation: int, 
     Nothing reads the temp file; ``install_pointer`` renames it over the pointer.
     """
     path = pointer_path(directory, name)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = temp_path(path)
     try:
         if fs.exists(tmp):
             fs.unlink(tmp)
@@ -160,17 +117,6 @@ def install_pointer(fs: FileSystem, directory: str, name: str, tmp: str) -> None
         fs.replace(tmp, path)
     except OSError as exc:
         raise storage_error(exc, "writing the generation pointer", path) from None
-
-
-def write_fully(fs: FileSystem, fd: int, data: bytes, offset: int) -> None:
-    """pwrite until every byte is written; a write that makes no progress is an error."""
-    view = memoryview(data)
-    while view:
-        n = fs.pwrite(fd, view, offset)
-        if n <= 0:
-            raise OSError(errno_mod.EIO, "write made no progress")
-        view = view[n:]
-        offset += n
 
 
 # ---------------------------------------------------------------- one generation
@@ -200,7 +146,7 @@ class LogFile:
         one in a row, which no power cut can tell from the first.
         """
         path = log_path(directory, name, generation)
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = temp_path(path)
         try:
             if fs.exists(tmp):
                 fs.unlink(tmp)
@@ -225,9 +171,7 @@ class LogFile:
             raise
         except OSError as exc:
             if exc.errno == errno_mod.ELOOP:
-                from ..errors import UnsafeQueueError
-
-                raise UnsafeQueueError(f"{path} is a symlink; nobroker refuses symlinked queue files") from None
+                    raise UnsafeQueueError(f"{path} is a symlink; nobroker refuses symlinked queue files") from None
             raise storage_error(exc, "opening", path) from None
         try:
             try:
@@ -414,6 +358,7 @@ class LogFile:
         """Return once the file is durable through ``end``, sharing fsyncs with other threads."""
         cond = self._sync
         with cond:
+            assert self.durable_end <= self.written_end, "durable past what was written"
             while self.durable_end < end:
                 if self._failed is not None:
                     raise self._failed
@@ -465,10 +410,4 @@ class LogFile:
 
 def list_generations(fs: FileSystem, directory: str, name: str) -> list[int]:
     """Generation numbers that have a log file for ``name`` in ``directory``."""
-    pattern = re.compile(re.escape(name) + r"\.([0-9]{6})\.log")
-    found = []
-    for entry in fs.listdir(directory):
-        m = pattern.fullmatch(entry)
-        if m:
-            found.append(int(m.group(1)))
-    return sorted(found)
+    return generations(fs.listdir(directory), name)

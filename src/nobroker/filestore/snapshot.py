@@ -2,10 +2,9 @@
 
 Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
 private temp file then renaming it into place, reading and checking it,
-removing it) and the crc32 of a log prefix. Imports: errors, fs, jobs, log,
-replay.
-Layer order: after replay, before filestore, which calls it when it opens
-and closes a queue.
+removing it) and the crc32 of a log prefix. Imports: errors, codec, layout,
+fs, log, replay. recovery.py loads one when it opens a queue and saves one
+when it closes it.
 
 A snapshot is never the truth: the log is. A snapshot says "replaying the
 log's bytes [0, L) gives this state" and carries the crc32 of those bytes;
@@ -47,6 +46,7 @@ from typing import Any
 from ..errors import NobrokerError
 from .fs import FileSystem
 from ..codec import load_json, on_fresh_stack
+from .layout import snapshot_generation, snapshot_path, temp_path
 from .log import LogFile
 from .replay import QueueState
 
@@ -75,10 +75,6 @@ _MACHINE = (
 
 class SnapshotError(ValueError):
     """A snapshot file that cannot be used (the caller ignores it and replays the log)."""
-
-
-def snapshot_path(directory: str, name: str, generation: int) -> str:
-    return os.path.join(directory, f"{name}.{generation:06d}.snap")
 
 
 def log_crc(fs: FileSystem, fd: int, start: int, end: int, crc: int = 0) -> int:
@@ -179,7 +175,7 @@ def save(
     for block in blocks:
         total = zlib.crc32(block, total)
     final = snapshot_path(directory, name, generation)
-    tmp = f"{final}.{os.getpid()}.tmp"  # a dead writer's temp file is a leftover the next opener removes
+    tmp = temp_path(final)  # a dead writer's temp file is a leftover the next opener removes
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         fd = fs.open(tmp, flags, 0o600)
@@ -218,8 +214,7 @@ def save(
 def remove(fs: FileSystem, directory: str, name: str) -> None:
     """Delete every snapshot of queue ``name`` (repair does, as it rewrites the log)."""
     for entry in fs.listdir(directory):
-        rest = entry[len(name) + 1 :]
-        if entry.startswith(name + ".") and len(rest) == 11 and rest.endswith(".snap") and rest[:6].isdigit():
+        if snapshot_generation(entry, name) is not None:
             try:
                 fs.unlink(os.path.join(directory, entry))
             except FileNotFoundError:

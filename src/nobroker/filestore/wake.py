@@ -2,7 +2,9 @@
 
 Owns: WakeChannel, one FIFO in the queue folder (the file storage keeps two:
 ``<name>.wake``, and ``<name>.wake-kinds`` for workers limited to some kinds),
-and ``pause``, an interruptible sleep. Imports: nothing from nobroker.
+``wait_for_change`` (an idle worker's wait: on the pipe where there is one,
+by polling where not, until a change or a deadline), and ``pause``, an
+interruptible sleep. Imports: nothing from nobroker.
 
 A worker with nothing to do blocks in select() on the pipe; a writer that
 added runnable work writes one byte, and one waiting worker wakes at once.
@@ -33,12 +35,15 @@ import os
 import select
 import stat
 import time
+from collections.abc import Callable
 
 logger = logging.getLogger("nobroker")
 
 #: How long a writer that found no reader waits before it looks again; bounds
 #: the cost of an enqueue when nobody is waiting to one failed open per period.
 RETRY_OPEN = 0.05
+#: Longest single sleep while an idle worker waits for work without a pipe (the fallback poll).
+WAIT_POLL = 0.005
 _FLAGS = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
 
 
@@ -220,3 +225,36 @@ def pause(timeout: float, interrupt: int | None = None) -> bool:
             pass
     time.sleep(timeout)
     return False
+
+
+def wait_for_change(
+    channel: WakeChannel, changed: Callable[[], bool], deadline: float, interrupt: int | None, *, due: bool
+) -> bool:
+    """Wait until ``changed()`` says so or a wake-up comes (True), or the monotonic ``deadline`` passes.
+
+    At the deadline: ``due`` (it is when a delayed job or a lease comes due,
+    worth leasing again). False at once when ``interrupt`` is readable.
+    ``changed`` is asked first and after every wake-up or poll: a change in
+    the log shows work that this process's own threads added too, even
+    without the pipe.
+    """
+    piped = channel.open_reader()
+    channel.drain()  # after this, any new work either changes what ``changed`` sees or sends a byte
+    while True:
+        if changed():
+            return True
+        now = time.monotonic()
+        remaining = deadline - now
+        if remaining <= 0:
+            return due
+        if piped:
+            if now < channel.heard_from:
+                # Writers that missed our pipe just now may skip their wake-up:
+                # look again once they all write to it.
+                remaining = min(remaining, channel.heard_from - now)
+            if channel.wait(remaining, interrupt):
+                return True
+            if interrupt is not None and pause(0, interrupt):
+                return False
+        elif pause(min(WAIT_POLL, remaining), interrupt):
+            return False

@@ -1,0 +1,390 @@
+"""The four beats of every operation, and the group commit that shares them between threads.
+
+Owns: Committer, the layer of FileStorage above QueueFiles: lock → read
+forward (following a peer's compaction, reloading after a failed write) →
+reclaim → append, fsync, apply (design invariant 3); Batch (the records one
+batch appends, applied as they are added), Op (one operation waiting for its
+batch), the group commit (``_commit``, ``_run_pending``), making an answer
+durable and rolling an operation's records back when its fsync failed, the
+read-only beat (``_read``), waking idle workers after a write, and whether a
+write leaves enough superseded bytes to compact. Imports: errors, storage,
+layout, fs, framing, entry, records, log, wake, replay, leases, recovery.
+
+Locking, from the outside in: a threading.Lock (``_mutex``) serialises this
+process's threads around the in-memory state, and whichever thread holds it
+runs every writing operation the others have queued (one batch: one lock,
+one append); the QueueLock serialises processes (an exclusive lock for
+writers, a shared one for readers). fsync happens after both are released,
+through LogFile.sync_through, so concurrent writers share it (group commit).
+A caller is told "done" only after its own bytes are durable.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..errors import NobrokerError, StorageError
+from ..storage import StorageOptions
+from . import leases
+from .entry import Entry
+from .framing import HEADER_SIZE, RecordType, encode_record
+from .fs import FileSystem, storage_error
+from .layout import wake_path
+from .log import LogFile, read_pointer
+from .records import Record
+from .recovery import QueueFiles
+from .replay import QueueState
+from .wake import WakeChannel
+
+T = TypeVar("T")
+
+#: Auto-compaction never runs on a log smaller than this: not worth a rewrite.
+AUTO_COMPACT_MIN_BYTES = 8 * 1024 * 1024
+#: Records after which a waiting worker may find something to lease.
+_WAKING = frozenset({RecordType.NACK, RecordType.RECLAIM, RecordType.REQUEUE})
+
+
+class Batch:
+    """Records one batch appends: encoded, and applied in memory as they are added (leases.Batch)."""
+
+    __slots__ = ("state", "parts", "pos", "start", "wakes")
+
+    def __init__(self, state: QueueState, start: int) -> None:
+        self.state = state
+        self.parts: list[bytes] = []
+        self.start = start
+        self.pos = start
+        self.wakes = False  # does this batch make work runnable (worth waking a worker)?
+
+    def add(self, record: Record) -> int:
+        rtype, body = record
+        data = encode_record(rtype, body)
+        offset = self.pos
+        self.state.apply(rtype, body, offset, len(data))
+        if rtype in _WAKING:
+            self.wakes = True
+        self.parts.append(data)
+        self.pos += len(data)
+        return offset
+
+    def add_job(self, entry: Entry, data: bytes) -> None:
+        """An ENQUEUE record already encoded, for a job built from values (the fast path)."""
+        entry.offset, entry.size = self.pos, len(data)
+        self.wakes = True
+        self.state.records += 1
+        self.state.add(entry)
+        self.parts.append(data)
+        self.pos += len(data)
+
+
+class Op:
+    """One writing operation waiting for (or done by) the thread that runs the batch."""
+
+    __slots__ = ("decide", "lazy", "done", "result", "error", "log", "start", "read_end", "end", "wakes", "compact")
+
+    def __init__(self, decide: Callable[[Batch, float], Any], lazy: bool) -> None:
+        self.decide = decide
+        self.lazy = lazy
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.log: LogFile | None = None
+        self.start = self.read_end = self.end = 0  # the batch's first byte, what the answer rests on, its end
+        self.wakes = False
+        self.compact = False  # should the caller compact now (auto_compact's threshold was passed)?
+
+
+class Committer(QueueFiles):
+    """QueueFiles that run the four beats for operations, batched across this process's threads."""
+
+    def __init__(
+        self, directory: str | os.PathLike[str], options: StorageOptions, filesystem: FileSystem, auto_compact: float | None
+    ) -> None:
+        super().__init__(directory, options, filesystem)
+        self.auto_compact = auto_compact
+        self._pending_lock = threading.Lock()  # guards _pending only; never held while waiting
+        self._pending: list[Op] = []
+        # Where our own lazily durable records (leases) start, while nothing foreign follows
+        # them: a failed fsync may have dropped those pages too, so a rollback cuts from there.
+        self._lazy_from: int | None = None
+        self._lazy_log: LogFile | None = None
+        self._own_end = -1
+        self._wake = WakeChannel(wake_path(self.directory, self.name))
+        # Waiters limited to some kinds listen on a pipe of their own: a wake-up
+        # one of them swallowed for a job it cannot take would leave a worker
+        # that takes every kind asleep.
+        self._wake_kinds = WakeChannel(wake_path(self.directory, self.name, some_kinds=True))
+
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self._pending_lock = threading.Lock()
+        self._pending = []
+
+    def _reopen_after_fork(self) -> None:
+        self._wake.forget_after_fork()
+        self._wake_kinds.forget_after_fork()
+        super()._reopen_after_fork()
+
+    # ================================================================ beat two: read forward
+    def _catch_up(self, *, exclusive: bool) -> None:
+        """Beat two: switch generation if a peer compacted, then read what peers appended."""
+        log = self._log
+        assert log is not None
+        sig = self._pointer_signature()
+        if sig != self._pointer_sig or self._stale:
+            generation = read_pointer(self.fs, self.directory, self.name) or 0
+            if generation != log.generation or self._stale:
+                self._switch_to(generation, exclusive=exclusive)
+                # Only now: had the switch failed, the next operation must try again
+                # rather than append to a generation that is no longer the truth.
+                self._pointer_sig = sig
+                return
+            self._pointer_sig = sig
+        try:
+            size = log.size()
+        except OSError as exc:
+            raise storage_error(exc, "reading", log.path) from None
+        if size < self._offset:
+            # The file shrank under us: a writer rolled back records after a failed
+            # fsync. What we applied from them is gone from disk: rebuild from it.
+            self._switch_to(log.generation, exclusive=exclusive)
+        elif size != self._offset:
+            self._offset, _torn = self._read_forward(log, self._state, self._offset, truncate=exclusive)
+
+    def _switch_to(self, generation: int, *, exclusive: bool) -> None:
+        old = self._log
+        assert old is not None
+        if old.generation != generation:
+            # Records we appended there may not be fsynced yet; the peer's new
+            # generation holds them, but only once its flip is durable. Be sure.
+            try:
+                old.sync_through(old.written_end)
+            except StorageError as exc:
+                # The new generation holds those records, but a failed fsync means
+                # this object must acknowledge nothing more (see _check_usable).
+                self._failed = exc
+                raise
+            new = self._open_generation(generation)
+            try:
+                if self.durable:
+                    self._sync_directory()  # see _open: the flip we follow must be durable
+                state, end, _torn = self._replay_all(new, truncate=exclusive)
+            except BaseException:
+                new.close()
+                raise
+        else:
+            new = old  # reloading after a failed write: same file, same failure memory
+            state, end, _torn = self._replay_all(new, truncate=exclusive)
+        if old is not new:
+            old.close()
+        self._log, self._state, self._offset, self._stale = new, state, end, False
+
+    def _check_usable(self) -> None:
+        if self.read_only is not None:
+            raise StorageError(
+                f"queue {self.name!r} in {self.directory} is open read-only ({os.strerror(self.read_only)}): "
+                "it can be read, not changed. Make the folder writable, then open the queue again.",
+                errno=self.read_only,
+                path=self.directory,
+            )
+        if self._failed is not None:
+            raise StorageError(
+                f"{self._failed} This queue object refuses further writes; open the queue again.",
+                errno=self._failed.errno,
+                path=self._failed.filename,
+            )
+        assert self._log is not None
+        self._log.check_usable()
+
+    # ================================================================ the group commit
+    def _commit(self, decide: Callable[[Batch, float], T], lazy: bool) -> tuple[T, bool]:
+        """Run one writing operation through the four beats, then wait until it is durable.
+
+        Returns its result, and whether the caller should compact now.
+        Operations from this process's threads are combined: the thread that
+        gets the mutex runs every operation queued by then in one batch (one
+        lock, one catch-up, one append, one fsync for all), while the others
+        wait on the mutex and find their work done. Under contention that turns
+        eight threads' enqueues into one write, not eight.
+
+        ``lazy`` (leases only): the operation's own records become durable with
+        the next fsync of the file (the job's ack at the latest, or close), not
+        before it returns. What it read is still made durable first, so a
+        lease never hands out a job that a power cut could take back. A power
+        cut can take back such a lease: the job is then ready again, which is
+        what at-least-once delivery allows (its holder died with the machine).
+        """
+        self._enter()
+        op = Op(decide, lazy)
+        with self._pending_lock:
+            self._pending.append(op)
+        with self._mutex:
+            if not op.done:
+                self._run_pending()
+        log = op.log
+        if log is not None:
+            if op.wakes:
+                self._wake.notify()
+                self._wake_kinds.notify()
+            if self.durable and not (op.lazy and not op.result):  # "nothing to lease" needs no fsync
+                self._make_durable(op, log)
+        if op.error is not None:
+            raise op.error
+        return op.result, op.compact
+
+    def _make_durable(self, op: Op, log: LogFile) -> None:
+        """Return once what ``op`` answered from (and, unless lazy, what it wrote) is durable; roll back if that failed."""
+        # Even an operation that wrote nothing answers from what it read, and
+        # what a peer (or a writer that died before its fsync) appended may not
+        # be durable yet: "already done" must not be said of bytes a power cut
+        # can take back. Free when our last fsync already covers it.
+        try:
+            log.sync_through(op.read_end if op.lazy else op.end)
+        except StorageError as exc:
+            # Remembered here, not only in the LogFile: the refusal must outlive
+            # a switch to another generation.
+            self._failed = self._failed or exc
+            start = op.start
+            if self._lazy_from is not None and self._lazy_log is log:
+                # Our leases before this operation were never fsynced: the failed
+                # fsync may have dropped them as well. Cut them too, or a later
+                # writer's records would sit on top of a hole.
+                start = min(start, max(self._lazy_from, log.durable_end))
+            if op.end != start:
+                self._roll_back(log, start, op.end)
+            raise
+
+    def _run_pending(self) -> None:
+        """Under the mutex: the four beats for every queued operation, as one batch."""
+        with self._pending_lock:
+            ops, self._pending = self._pending, []
+        try:
+            self._enter()
+            lock = self._lock
+            assert lock is not None and self._log is not None
+            self._check_usable()
+            lock.acquire(exclusive=True)
+            try:
+                self._catch_up(exclusive=True)
+                log = self._log
+                assert log is not None
+                if self._offset != self._own_end or log is not self._lazy_log:
+                    self._lazy_from = None  # a peer's records follow ours: see _make_durable
+                batch = self._decide(ops)
+                end = self._append(log, batch, ops)
+                compact_now = self._should_auto_compact()
+            finally:
+                lock.release()
+            self._state.tidy()  # outside the file lock: peers never wait for it
+            for op in ops:
+                op.log, op.start, op.end, op.wakes = log, batch.start, end, batch.wakes
+            ops[0].compact = compact_now
+        except BaseException as exc:
+            for op in ops:  # nothing of this batch was written: every operation failed
+                op.error = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            for op in ops:
+                op.done = True
+
+    def _decide(self, ops: list[Op]) -> Batch:
+        """Beat three, then every operation's decision, into one batch (applied in memory as it grows)."""
+        now = self.clock()
+        batch = Batch(self._state, self._offset)
+        leases.reclaim(batch, now, self.backoff)
+        for op in ops:
+            op.read_end = batch.pos  # what this operation's answer rests on
+            try:
+                op.result = op.decide(batch, now)
+            except Exception as exc:
+                # decide() refuses before adding records of its own; the
+                # records before it are still true and are written below.
+                op.error = exc
+        return batch
+
+    def _append(self, log: LogFile, batch: Batch, ops: list[Op]) -> int:
+        """Beat four's write (its fsync comes after the lock): the batch's records at the end; returns the new end."""
+        if not batch.parts:
+            return self._offset
+        assert batch.start == self._offset, "a batch starts where reading stopped"
+        data = batch.parts[0] if len(batch.parts) == 1 else b"".join(batch.parts)
+        try:
+            end = log.append(data, self._offset)
+        except BaseException:
+            self._stale = True  # memory holds records the disk does not: reload next time
+            raise
+        assert end == batch.pos, "the batch's records are as long as it counted"
+        self._offset = self._own_end = end
+        mark = self._snap_crc
+        if mark is not None and mark[0] == log.generation and mark[1] == batch.start:
+            self._snap_crc = (mark[0], end, zlib.crc32(data, mark[2]))  # what we wrote
+        else:
+            self._snap_crc = None
+        if self._lazy_from is None and all(op.lazy for op in ops):
+            self._lazy_from, self._lazy_log = batch.start, log
+        return end
+
+    def _roll_back(self, log: LogFile, start: int, end: int) -> None:
+        """After a failed fsync, take this operation's records out of the file if they are last.
+
+        The kernel may have dropped them while keeping them readable: left in
+        place, a later successful fsync of records after them would make them
+        damage in the middle of durable records. The caller is told the
+        operation failed, so removing them is the honest outcome. Best effort:
+        this object refuses writes from now on either way.
+        """
+        try:
+            with self._mutex:
+                lock = self._lock
+                if lock is None or log is not self._log or self._closed:
+                    return
+                lock.acquire(exclusive=True)
+                try:
+                    # Not while a compaction runs: it may already have copied these records,
+                    # and cutting bytes it read would shift everything after them.
+                    if log.size() == end and not self._compaction_running():  # nobody appended after us
+                        log.truncate(start)
+                        self._stale = True  # memory holds the records we just removed
+                        # Make the shorter size durable, or a power cut could bring the
+                        # records back. This fsync is not a retry: nothing written
+                        # before it is assumed durable because of it.
+                        self.fs.fsync(log.fd)
+                finally:
+                    lock.release()
+        except (NobrokerError, OSError):
+            pass
+
+    def _should_auto_compact(self) -> bool:
+        """Is the share of superseded bytes in the log at least ``auto_compact``? O(1).
+
+        Decided on bytes, not records: a few big done jobs among many small
+        waiting ones are most of the disk. What a compaction keeps is about
+        the ENQUEUE records of the jobs that are not done (``live_bytes``, kept
+        by the state as records arrive); every other byte is superseded.
+        """
+        threshold = self.auto_compact
+        if not threshold or self._offset < AUTO_COMPACT_MIN_BYTES:
+            return False
+        superseded = 1.0 - (HEADER_SIZE + self._state.live_bytes) / self._offset
+        return superseded >= threshold
+
+    # ================================================================ reads
+    def _read(self, query: Callable[[float], T]) -> T:
+        """A read-only operation: shared lock, read forward, answer. Never writes."""
+        self._enter()
+        with self._mutex:
+            self._enter()
+            lock = self._lock
+            assert lock is not None
+            lock.acquire(exclusive=False)
+            try:
+                self._catch_up(exclusive=False)
+                return query(self.clock())
+            finally:
+                lock.release()
+                self._state.tidy()  # outside the file lock: peers never wait for it

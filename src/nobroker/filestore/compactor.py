@@ -1,0 +1,323 @@
+"""Compacting a queue while other processes keep using it.
+
+Owns: Compactor, the layer of FileStorage above Committer: the whole online
+compaction (one per queue at a time, through the compactor lock file), cut
+into its steps, and automatic compaction after a write. Imports: errors,
+jobs, storage, layout, fs, entry, log, lock, leases, compaction, commit.
+compaction.py writes the next generation's file and flips the pointer; this
+module decides when each of that happens, and with which lock.
+
+Almost all of it runs without the file lock, so other processes keep
+working: under the lock only (1) a catch-up that notes where the old
+generation ends, (3) slices of at most COMPACT_SLICE seconds reading what
+peers appended meanwhile, (4) the last few records, one fsync of the new
+file and the rename of the pointer. In between, (2) the live jobs are
+streamed into the new generation from the old file's prefix (bytes before
+the noted end never change), the peers' records are copied after them byte
+for byte, and (5) the folder is fsynced; (6) this object then moves to the
+new generation. A compaction also holds this object's mutex throughout (its
+state must stay put while the jobs are streamed), so this process's other
+threads wait for it; other processes do not.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from ..errors import CompactionError, StorageError
+from ..jobs import CompactionResult
+from ..storage import StorageOptions
+from . import leases
+from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
+from .commit import Batch, Committer
+from .entry import DONE
+from .fs import FileSystem
+from .layout import MAX_GENERATION, compactor_path
+from .lock import QueueLock
+from .log import LogFile
+
+logger = logging.getLogger("nobroker")
+
+#: Longest stretch a compaction reads peers' records while holding the file lock.
+COMPACT_SLICE = 0.002
+#: Slices after which a compaction that still has not caught up reads the rest in one go.
+COMPACT_MAX_SLICES = 500
+#: Bytes of the new generation between two fsyncs while it is written (outside the lock).
+COMPACT_SYNC_EVERY = 4 << 20
+#: Pause between two slices, longer than a lock waiter's longest backoff (lock.MAX_BACKOFF),
+#: so a waiting peer gets the lock instead of the compactor taking it straight back.
+COMPACT_YIELD = 0.001
+#: Sleep between two looks at a busy compactor lock.
+COMPACTOR_POLL = 0.01
+
+
+class Holds:
+    """Takes and releases the file lock for a compaction, remembering the longest hold."""
+
+    __slots__ = ("lock", "since", "longest")
+
+    def __init__(self, lock: QueueLock) -> None:
+        self.lock = lock
+        self.since = 0.0
+        self.longest = 0.0
+
+    def acquire(self) -> None:
+        self.lock.acquire(exclusive=True)
+        self.since = time.perf_counter()
+
+    def release(self) -> None:
+        self.longest = max(self.longest, time.perf_counter() - self.since)
+        self.lock.release()
+
+
+class Superseded(Exception):
+    """A compaction found the pointer changed under it: someone else flipped."""
+
+
+class Compactor(Committer):
+    """Committer that can also rewrite its queue's log without the done jobs."""
+
+    def __init__(
+        self, directory: str | os.PathLike[str], options: StorageOptions, filesystem: FileSystem, auto_compact: float | None
+    ) -> None:
+        super().__init__(directory, options, filesystem, auto_compact)
+        self._compacting = threading.Lock()  # one compaction per object; the compactor lock file does processes
+        self._compactor: QueueLock | None = None
+
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self._compacting = threading.Lock()
+        if self._compactor is not None:  # the parent's compaction, not ours: let go without unlocking
+            self._compactor.forget()
+            self._compactor = None
+
+    def _auto_compact(self) -> None:
+        """After a write that passed auto_compact's threshold; a compaction already running serves the same end."""
+        try:
+            self._compaction(None, wait=False)
+        except CompactionError as exc:
+            logger.warning("automatic compaction failed (the queue is unharmed): %s", exc)
+
+    def _compaction(self, progress: Callable[[int], None] | None, *, wait: bool) -> CompactionResult | None:
+        """Rewrite the log as one record per live job (done jobs dropped), then flip.
+
+        One compaction at a time per queue: whoever holds the compactor lock
+        file compacts. With ``wait`` (an explicit compact()) a second caller
+        waits for the running one to finish and then compacts itself, so on
+        return every job done before the call is gone; without it
+        (automatic compaction) it returns None at once.
+        """
+        started = time.perf_counter()
+        self._enter()
+        assert self._log is not None
+        if self.read_only is not None:
+            self._check_usable()  # says why, before the compactor's lock file is opened (or made)
+        if self._log.generation >= MAX_GENERATION:  # refused before any file is touched
+            NextGeneration.check_generation(self._log.generation + 1)
+        if not self._compacting.acquire(blocking=wait):
+            return None
+        try:
+            compactor = QueueLock(self.fs, compactor_path(self.directory, self.name), self.lock_timeout)
+            while not compactor.try_acquire(exclusive=True):
+                if not wait or self._closed:
+                    compactor.close()
+                    return None
+                time.sleep(COMPACTOR_POLL)
+            self._compactor = compactor
+            try:
+                with self._mutex:
+                    self._enter()
+                    return self._compact(progress, started)
+            finally:
+                self._compactor = None
+                compactor.close()
+        finally:
+            self._compacting.release()
+
+    def _compact(self, progress: Callable[[int], None] | None, started: float) -> CompactionResult:
+        assert self._lock is not None and self._log is not None
+        lock = Holds(self._lock)
+        self._check_usable()
+        old = self._note_base(lock)
+        base = self._offset
+        if self.durable:
+            old.sync_through(base)  # every record we copy is durable where it is now
+        state = self._state
+        records_at_base, jobs_at_base = state.records, len(state)
+        new = NextGeneration(self.fs, self.directory, self.name, old.generation + 1)
+        offsets, tail, copied = self._rewrite(new, old, lock, progress)
+        before = self._offset
+        self._adopt(new, old, offsets, base, tail, copied, records_at_base)
+        return CompactionResult(
+            old_generation=old.generation,
+            new_generation=new.generation,
+            jobs_kept=len(state),
+            jobs_dropped=jobs_at_base - len(offsets),
+            bytes_before=before,
+            bytes_after=self._offset,
+            elapsed=time.perf_counter() - started,
+            lock_held=lock.longest,
+        )
+
+    def _note_base(self, lock: Holds) -> LogFile:
+        """(1) Under the lock: catch up (in slices, if peers wrote much since our last look), reclaim.
+
+        Returns the generation being compacted; ``_offset`` is then where
+        its records stop being the live jobs' and start being copied.
+        """
+        lock.acquire()
+        try:
+            slices = 0
+            while True:
+                slices += 1
+                old = self._log
+                assert old is not None
+                if self._stale or self._pointer_signature() != self._pointer_sig or old.size() < self._offset:
+                    self._catch_up(exclusive=True)  # a switch or a reload: the usual way, in one go
+                    continue
+                if self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None, locked=True):
+                    break
+                lock.release()
+                time.sleep(COMPACT_YIELD)
+                lock.acquire()
+            batch = Batch(self._state, self._offset)
+            leases.reclaim(batch, self.clock(), self.backoff)
+            if batch.parts:
+                try:
+                    self._offset = old.append(b"".join(batch.parts), self._offset)
+                except BaseException:
+                    self._stale = True  # memory holds records the disk does not: reload next time
+                    raise
+        finally:
+            lock.release()
+        return old
+
+    def _rewrite(
+        self, new: NextGeneration, old: LogFile, lock: Holds, progress: Callable[[int], None] | None
+    ) -> tuple[dict[str, int], int, int]:
+        """(2) to (5): the new generation written, made the truth, durable.
+
+        Returns the live jobs' new offsets, where the records copied after
+        them begin in ``new``, and the end of what was copied from ``old``.
+        """
+        prepared: str | None = None
+        flipped = False
+        try:
+            # (2) Without the lock: stream the live jobs as of the base. This process's
+            # threads wait on the mutex, so the state stays exactly that.
+            live = [e for e in self._state.entries() if e.state is not DONE]
+            offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
+            del live
+            tail = new.pos
+            copied = self._copy_appended(new, old, lock)
+            if self.durable:
+                new.sync()  # the bulk, outside the lock: the fsync under it has little left to do
+            new.install(sync=self.durable)
+            prepared = prepare_flip(self.fs, self.directory, self.name, new.generation, sync=self.durable)
+            # (4) Under the lock: the last records, fsync, flip.
+            lock.acquire()
+            try:
+                self._compaction_slice(lock, old, None, locked=True)
+                new.copy_from(old, copied, self._offset)
+                copied = self._offset
+                if self.durable:
+                    new.sync()
+                flipped = True  # from here on a failure leaves the flip unknown
+                finish_flip(self.fs, self.directory, self.name, prepared)
+                prepared = None
+            finally:
+                lock.release()
+            # (5) Without the lock: make the flip durable before anything is answered
+            # from the new generation (a peer that follows it fsyncs the folder too).
+            if self.durable:
+                self._sync_directory()
+        except BaseException as exc:
+            self._undo(exc, new, prepared, flipped)
+            raise
+        return offsets, tail, copied
+
+    def _copy_appended(self, new: NextGeneration, old: LogFile, lock: Holds) -> int:
+        """(3) Copy what peers appended meanwhile: read under the lock in short slices
+        (which checks every record), copy without it. Returns the end of what was copied."""
+        copied = self._offset
+        slices = 0
+        while True:
+            slices += 1
+            caught_up = self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None)
+            new.copy_from(old, copied, self._offset)
+            copied = self._offset
+            if caught_up:
+                return copied
+            time.sleep(COMPACT_YIELD)
+
+    def _undo(self, exc: BaseException, new: NextGeneration, prepared: str | None, flipped: bool) -> None:
+        """A compaction failed with ``exc``: remove what it made; the caller raises (a Superseded as CompactionError)."""
+        if prepared is not None:
+            drop_prepared(self.fs, prepared)
+        if not flipped:
+            # A pointer that no longer names ``old`` means someone else flipped
+            # (a repair by an older nobroker?): the file of that name may be theirs.
+            new.discard(unlink=not isinstance(exc, Superseded))
+            if isinstance(exc, Superseded):
+                raise CompactionError(
+                    "compaction stopped: another process replaced the queue's generation meanwhile; "
+                    "nothing was changed by this compaction"
+                ) from None
+            return
+        new.discard(unlink=False)
+        # The rename may have happened without becoming durable: which
+        # generation is the truth after a power cut is unknown, so this
+        # object must not acknowledge anything more. A reopen decides.
+        self._failed = StorageError(
+            f"compaction could not make its pointer flip durable ({exc}); this queue object refuses "
+            "further writes: open the queue again."
+        )
+
+    def _adopt(
+        self, new: NextGeneration, old: LogFile, offsets: dict[str, int], base: int, tail: int, copied: int,
+        records_at_base: int,
+    ) -> None:  # fmt: skip
+        """(6) The flip is durable: the new generation is the truth from here on.
+
+        Jobs live at ``base`` moved to ``offsets``; records after it moved by a constant.
+        """
+        state = self._state
+        shift = tail - base
+        if state.relocate(offsets, base, shift):  # cannot happen (done is final); if it did, reload from disk
+            self._stale = True
+        state.records = len(offsets) + state.records - records_at_base
+        self._log, self._offset = new.log(), copied + shift
+        self._pointer_sig = self._pointer_signature()
+        old.close()
+        try:
+            self.fs.unlink(old.path)
+        except OSError:
+            pass  # the next opener removes it
+
+    def _compaction_slice(self, lock: Holds, old: LogFile, budget: float | None, *, locked: bool = False) -> bool:
+        """Read forward in ``old`` what peers appended, for about ``budget`` seconds under the lock.
+
+        Returns True once at the end of the file. Raises Superseded if the
+        pointer changed, CompactionError if the file shrank below what was read.
+        """
+        if not locked:
+            lock.acquire()
+        try:
+            if self._pointer_signature() != self._pointer_sig:
+                raise Superseded()
+            if old.size() < self._offset:
+                self._stale = True  # records we applied are gone: rebuild before any use
+                raise CompactionError(
+                    f"compaction stopped: {old.path} shrank under it (a writer rolled back); nothing was changed"
+                )
+            deadline = None if budget is None else time.perf_counter() + budget
+            self._offset, _torn = self._read_forward(old, self._state, self._offset, truncate=True, deadline=deadline)
+            return deadline is None or old.size() == self._offset
+        finally:
+            if not locked:
+                lock.release()
+                self._state.tidy()  # outside the file lock: peers never wait for it

@@ -1,0 +1,145 @@
+"""One job as the file storage keeps it in memory, and the checks of a record's fields.
+
+Owns: Entry (a job's fields minus its payload: ``offset`` says which record
+holds that), the job states under their short names, where an Entry sits
+among the state's heaps (NOWHERE, IN_READY, IN_DELAYED), and the checks that
+turn a field of the wrong type into a TypeError naming it (``check_int``,
+``check_time``, ``check_text``, ``check_traceback``). Imports: jobs.
+
+A record with a valid checksum may still hold nonsense (a hand-edited log,
+a bug elsewhere): replay refuses it with the field's name rather than keep a
+job whose attempts are a string.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..jobs import DEFAULT_KIND, Job, JobState
+
+READY, LEASED, DONE, DEAD = JobState.READY, JobState.LEASED, JobState.DONE, JobState.DEAD
+#: Where an Entry sits among the state's heaps (the heap item itself may be stale).
+NOWHERE, IN_READY, IN_DELAYED = 0, 1, 2
+#: The job states by their text in a record.
+STATES = {s.value: s for s in JobState}
+_NUMBERS = frozenset({int, float})
+
+
+class Entry:
+    """One job's fields, minus its payload (``offset`` says where that lives)."""
+
+    __slots__ = (
+        "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
+        "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
+        "result", "offset", "size", "heap", "row", "finished_token", "traceback",
+    )  # fmt: skip
+
+    def __init__(self, body: dict[str, Any], offset: int, size: int = 0) -> None:
+        """The job an ENQUEUE record's decoded ``body`` describes (the record's decoder)."""
+        # The hot loop of opening a queue: one call per ENQUEUE record, so the
+        # type checks are inlined and the slow, explaining path runs only on a miss.
+        get = body.get
+        self.id: str = body["id"]
+        self.priority: int = get("priority", 0)
+        self.attempts: int = get("attempts", 0)
+        self.max_attempts: int = get("max_attempts", 5)
+        self.seq: int = get("seq", 0)
+        self.enqueued_at: float = get("enqueued_at", 0.0)
+        available_at = get("available_at", 0.0)
+        # Equal times share one float object: no delay is the common case.
+        self.available_at: float = self.enqueued_at if available_at == self.enqueued_at else available_at
+        self.kind: str = get("kind", DEFAULT_KIND)
+        self.state: JobState = STATES.get(get("state", "ready"))  # type: ignore[assignment]
+        self.lease_deadline: float | None = get("lease_deadline")
+        self.lease_token: Any = get("lease_token")
+        self.last_error: str | None = get("last_error")
+        self.dedupe_key: str | None = get("dedupe_key")
+        self.stage: str | None = get("stage")
+        self.result: Any = get("result")
+        # The token of the lease that finished a done job (see QueueState._set_state); a done
+        # job's own lease_token is None, except in a hand-made body that says otherwise.
+        self.finished_token: Any = self.lease_token if self.state is DONE else None
+        self.traceback: str | None = get("traceback")
+        self.offset = offset
+        self.size = size  # bytes of the framed ENQUEUE record at ``offset``
+        self.heap = NOWHERE
+        self.row = -1
+        if not (
+            type(self.id) is str and type(self.priority) is int and type(self.attempts) is int
+            and type(self.max_attempts) is int and type(self.seq) is int and type(self.kind) is str
+            and type(self.enqueued_at) in _NUMBERS and type(self.available_at) in _NUMBERS
+            and self.state is not None
+            and (self.lease_deadline is None or type(self.lease_deadline) in _NUMBERS)
+            and (self.dedupe_key is None or type(self.dedupe_key) is str)
+            and (self.traceback is None or type(self.traceback) is str)
+        ):  # fmt: skip
+            self._explain(body)
+
+    @staticmethod
+    def _explain(body: dict[str, Any]) -> None:
+        """Raise a TypeError naming the first field of an ENQUEUE body with the wrong type."""
+        check_text(body["id"], "id")
+        for name in ("priority", "attempts", "max_attempts", "seq"):
+            if name in body:
+                check_int(body[name], name)
+        for name in ("enqueued_at", "available_at"):
+            if name in body:
+                check_time(body[name], name)
+        if body.get("lease_deadline") is not None:
+            check_time(body["lease_deadline"], "lease_deadline")
+        check_text(body.get("kind", DEFAULT_KIND), "kind")
+        for name in ("dedupe_key", "traceback"):
+            if body.get(name) is not None:
+                check_text(body[name], name)
+        raise ValueError(f"field state is {body.get('state')!r}, expected one of ready, leased, done, dead")
+
+    @classmethod
+    def fresh(
+        cls, job_id: str, priority: int, max_attempts: int, available_at: float, enqueued_at: float,
+        seq: int, kind: str, dedupe_key: str | None, offset: int,
+    ) -> Entry:  # fmt: skip
+        """A just-enqueued job, built from values instead of a decoded body (the writer's fast path)."""
+        self = cls.__new__(cls)
+        self.id, self.priority, self.state, self.attempts = job_id, priority, READY, 0
+        self.max_attempts, self.available_at, self.enqueued_at = max_attempts, available_at, enqueued_at
+        self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
+        self.finished_token = self.traceback = None
+        self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, NOWHERE
+        self.size, self.row = 0, -1  # the writer sets the size once the record is framed
+        return self
+
+    def to_job(self, payload: Any) -> Job:
+        # Positional, in Job's field order: measurably cheaper than keywords, and
+        # enqueue_many builds one Job per job.
+        return Job(
+            self.id, payload, self.priority, self.state, self.attempts, self.max_attempts,
+            self.available_at, self.enqueued_at, self.lease_deadline, self.lease_token,
+            self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result, self.traceback,
+        )  # fmt: skip
+
+
+#: An Entry with no field set, for code that fills every slot itself (the cold rows, snapshots).
+new_entry = Entry.__new__
+
+
+def check_int(value: Any, name: str) -> int:
+    if type(value) is not int:
+        raise TypeError(f"field {name} is {value!r}, expected an integer")
+    return value
+
+
+def check_time(value: Any, name: str) -> float:
+    if type(value) is not float and type(value) is not int:
+        raise TypeError(f"field {name} is {value!r}, expected a number of seconds")
+    return value
+
+
+def check_text(value: Any, name: str) -> str:
+    if type(value) is not str:
+        raise TypeError(f"field {name} is {value!r}, expected a string")
+    return value
+
+
+def check_traceback(body: dict[str, Any]) -> str | None:
+    value = body.get("traceback")
+    return None if value is None else check_text(value, "traceback")

@@ -1,0 +1,444 @@
+"""Where each job of the state lives: a hot Entry, or a packed "cold" row.
+
+Owns: JobRows, the storage under QueueState (replay.py builds on it): every
+job's row in the order its ENQUEUE record arrived, the ``hot`` Entries by id,
+the cold store (packed columns, an open-addressing id table, FIFOs per kind
+and priority with a small heap of their heads per kind), finding a job by
+id, walking them in order, moving them after a compaction, and the rows'
+part of a snapshot. Imports: jobs, entry.
+
+Most jobs of a big queue are plain READY jobs nobody has touched since they
+were enqueued. Those are cold: about 100 bytes each and no Python object;
+an Entry costs several hundred. A cold job is READY with a library-format id
+and no dedupe key, stage, result or error, and not delayed. Anything that
+changes one first makes it hot (QueueState._warm); read-only walks may see a
+transient Entry built from its row (``get``, ``entries``).
+
+Rows keep insertion order for every job, hot or cold: ``_rows[r]`` is None
+for a cold job, its Entry for a hot one, GONE for a removed one, so
+``entries`` walks jobs in the order their ENQUEUE records arrived, as a
+plain dict would. Cold ids live in ``_table`` (row numbers, hashed on the
+id's 64-bit number), not in a dict.
+
+Ready order for cold rows: the rows of one (kind, priority) arrive in
+increasing seq, so each such group is a FIFO with a head pointer, and the
+kind's heap orders the FIFO heads. A row that would break that order goes
+hot instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator
+from itertools import compress, repeat
+from operator import is_
+from typing import Any
+
+from ..jobs import JobState
+from .entry import DONE, IN_DELAYED, IN_READY, READY, Entry, new_entry
+
+#: A just-enqueued job's columns in the cold store, packed per row: seq, offset,
+#: enqueued_at, available_at, priority, attempts, max_attempts, the size of its
+#: ENQUEUE record, kind number.
+_COLUMNS = struct.Struct("<qqddiiiIH")
+_ROW_BYTES = _COLUMNS.size
+_SIZE_COLUMN = struct.calcsize("<qqddiii")  # where a row's record size sits in it
+_NO_COLUMNS = bytes(_ROW_BYTES)  # what a hot row holds there: nothing is read from it
+_INT64 = struct.Struct("<q")
+_UINT32 = struct.Struct("<I")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Distinct kinds the cold store numbers (its kind column is two bytes); jobs of more go hot.
+MAX_COLD_KINDS = 0xFFFF
+#: Rows (jobs since the last compaction) one state holds: fifos number them in 32 bits.
+MAX_ROWS = 2**31 - 1
+#: A library-made job id: 16 lowercase hex digits, the text of one 64-bit number.
+ID_TEXT = "%016x"
+_HASH_MULTIPLIER = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads patterned user ids too
+_U64 = (1 << 64) - 1
+_EMPTY = -1
+#: Marks a row whose job is gone (removed or replaced); it stays until the rows are rebuilt.
+GONE = new_entry(Entry)
+
+
+def id_number(job_id: str) -> int:
+    """The 64-bit number a library-format id spells, or -1 for any other id."""
+    if len(job_id) != 16:
+        return -1
+    try:
+        number = int(job_id, 16)
+    except ValueError:
+        return -1
+    return number if ID_TEXT % number == job_id else -1
+
+
+class Fifo:
+    """Cold rows of one (kind, priority), oldest first: they arrive in increasing seq."""
+
+    __slots__ = ("rows", "head", "last_seq", "queued", "kind", "kind_number", "priority", "serial")
+
+    def __init__(self, kind: str, kind_number: int, priority: int, serial: int) -> None:
+        self.kind, self.kind_number = kind, kind_number
+        self.rows = array("i")
+        self.head = 0  # rows before it were taken (or went hot); trimmed now and then
+        self.last_seq = INT64_MIN
+        self.queued = False  # does the kind's head heap hold an item for this fifo?
+        self.priority = priority
+        self.serial = serial  # breaks ties in the heap so fifos are never compared
+
+
+class JobRows:
+    """Every job's row, hot or cold, and the lookups over them (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.hot: dict[str, Entry] = {}
+        self.n_cold = 0
+        #: Bytes of the ENQUEUE records of every job that is not done: about what a compaction
+        #: keeps. The rest of the log (every other record, and done jobs) it reclaims.
+        self.live_bytes = 0
+        self._rows: list[Entry | None] = []
+        self._ids = array("Q")  # per row: the id's number (0 for a hot row)
+        self._columns = bytearray()  # per row: _COLUMNS
+        self._table = array("q", [_EMPTY]) * 16  # id number -> latest row; load kept under a half
+        self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
+        self._kind_names: list[str] = []
+        self._kind_numbers: dict[str, int] = {}
+        self._fifos: dict[tuple[str, int], Fifo] = {}  # (kind, priority) -> fifo
+        self._heads: dict[str, list[tuple[int, int, int, Fifo]]] = {}  # kind -> heap of (-priority, seq, serial, fifo)
+
+    # ------------------------------------------------------------ the jobs, as a mapping
+    def __len__(self) -> int:
+        return len(self.hot) + self.n_cold
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.hot or self._cold_row(job_id) >= 0
+
+    def get(self, job_id: str) -> Entry | None:
+        """The job's fields, for reading only: a cold job's Entry is built for the call, not kept."""
+        entry = self.hot.get(job_id)
+        if entry is not None:
+            return entry
+        row = self._cold_row(job_id)
+        return None if row < 0 else self._entry_of(row)
+
+    def entries(self, state: JobState | None = None) -> Iterator[Entry]:
+        """Every job (or every job in JobState ``state``) in the order their ENQUEUE records arrived.
+
+        Cold jobs appear as Entries built for the walk: read them, do not change them.
+        """
+        if state is not None and state is not READY:  # cold jobs are all READY: skip them cheaply
+            for entry in self._rows:
+                if entry is not None and entry is not GONE and entry.state is state:
+                    yield entry
+            return
+        entry_of = self._entry_of
+        for row, entry in enumerate(self._rows):
+            if entry is None:
+                yield entry_of(row)
+            elif entry is not GONE and (state is None or entry.state is state):
+                yield entry
+
+    def delayed_entries(self) -> Iterator[Entry]:
+        """The jobs stats() counts as delayed (after ``promote(now)``), in enqueue order."""
+        for entry in self._rows:  # cold rows (None) are never delayed: skipped cheaply
+            if entry is not None and entry is not GONE and entry.heap == IN_DELAYED:
+                yield entry
+
+    # ------------------------------------------------------------ adding rows
+    def _append_hot_row(self, entry: Entry) -> None:
+        entry.row = len(self._rows)
+        self._rows.append(entry)
+        self._ids.append(0)
+        self._columns += _NO_COLUMNS
+
+    def _fifo_for(self, kind: str, priority: int) -> Fifo | None:
+        """The fifo of (kind, priority), made if new; None if the columns cannot hold it."""
+        fifo = self._fifos.get((kind, priority))
+        if fifo is not None:
+            return fifo
+        if not INT32_MIN <= priority <= INT32_MAX:
+            return None
+        kind_number = self._kind_numbers.get(kind)
+        if kind_number is None:
+            if len(self._kind_names) >= MAX_COLD_KINDS:
+                return None
+            kind_number = self._kind_numbers[kind] = len(self._kind_names)
+            self._kind_names.append(kind)
+        fifo = self._fifos[(kind, priority)] = Fifo(kind, kind_number, priority, len(self._fifos))
+        return fifo
+
+    def _insert_cold(
+        self, number: int, fifo: Fifo, seq: int, offset: int, size: int, enqueued_at: float, available_at: float,
+        attempts: int, max_attempts: int,
+    ) -> bool:  # fmt: skip
+        """Store a READY job as a cold row (``seq`` after the fifo's last). True if it replaced a cold job of its id."""
+        rows, ids, table = self._rows, self._ids, self._table
+        row = len(rows)
+        if row >= MAX_ROWS:
+            raise OverflowError(f"more than {MAX_ROWS} jobs in one queue")
+        assert seq > fifo.last_seq, "a fifo's rows arrive in seq order"
+        replaced = False
+        # The id's slot: its own (a repeated or returning id) or the first empty one.
+        slot = ((number * _HASH_MULTIPLIER) & _U64) >> self._shift
+        held = table[slot]
+        while held != _EMPTY:
+            if ids[held] == number:
+                if rows[held] is None:  # a sound writer never repeats an id; last one wins
+                    replaced = True
+                    rows[held] = GONE
+                    self.n_cold -= 1
+                    self.live_bytes -= _UINT32.unpack_from(self._columns, held * _ROW_BYTES + _SIZE_COLUMN)[0]
+                break
+            slot = (slot + 1) & self._mask
+            held = table[slot]
+        else:
+            self._table_used += 1
+        table[slot] = row
+        rows.append(None)
+        ids.append(number)
+        self._columns += _COLUMNS.pack(
+            seq, offset, enqueued_at, available_at, fifo.priority, attempts, max_attempts, size, fifo.kind_number
+        )
+        self.live_bytes += size
+        fifo.rows.append(row)
+        fifo.last_seq = seq
+        if not fifo.queued:
+            fifo.queued = True
+            heapq.heappush(self._heads.setdefault(fifo.kind, []), (-fifo.priority, seq, fifo.serial, fifo))
+        self.n_cold += 1
+        if self._table_used > (self._mask + 1) * 3 // 4:
+            self._rehash()  # past three quarters: now (the storage calls tidy() before this, see there)
+        return replaced
+
+    def tidy(self) -> None:
+        """Grow the id table once it is over half full.
+
+        Growing re-inserts every cold row: about half a second for a million
+        jobs in Python. The storage calls this after it lets go of the queue's
+        file lock, so other processes never wait for it; inserts do it
+        themselves only past three quarters (a huge read under one lock).
+        """
+        if self._table_used > self._table_limit:
+            self._rehash()
+
+    def _rehash(self) -> None:
+        """A bigger table holding the live cold rows only (slots of gone and hot rows are dropped)."""
+        size = 16
+        while size <= 3 * self.n_cold:
+            size *= 2
+        table = array("q", [_EMPTY]) * size
+        mask, shift = size - 1, 65 - size.bit_length()
+        rows, ids = self._rows, self._ids
+        for row in compress(range(len(rows)), map(is_, rows, repeat(None))):  # the cold rows
+            slot = ((ids[row] * _HASH_MULTIPLIER) & _U64) >> shift
+            while table[slot] != _EMPTY:
+                slot = (slot + 1) & mask
+            table[slot] = row
+        self._table, self._mask, self._shift, self._table_used, self._table_limit = (
+            table, mask, shift, self.n_cold, size // 2
+        )  # fmt: skip
+
+    # ------------------------------------------------------------ reading rows
+    def _cold_row(self, job_id: str) -> int:
+        """The row of a cold job with this id, or -1."""
+        number = id_number(job_id)
+        if number < 0:
+            return -1
+        table, ids = self._table, self._ids
+        mask = self._mask
+        slot = ((number * _HASH_MULTIPLIER) & _U64) >> self._shift
+        while True:
+            row = table[slot]
+            if row == _EMPTY:
+                return -1
+            if ids[row] == number:
+                return row if self._rows[row] is None else -1
+            slot = (slot + 1) & mask
+
+    def _entry_of(self, row: int) -> Entry:
+        """An Entry with a cold row's fields, not stored anywhere."""
+        seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, size, kind_number = (
+            _COLUMNS.unpack_from(self._columns, row * _ROW_BYTES)
+        )  # fmt: skip
+        entry = new_entry(Entry)
+        entry.id, entry.priority, entry.state, entry.attempts = ID_TEXT % self._ids[row], priority, READY, attempts
+        entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
+        entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
+        entry.finished_token = entry.traceback = None
+        entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
+        entry.size, entry.heap, entry.row = size, IN_READY, row
+        return entry
+
+    def _cold_head(self, heads: list[tuple[int, int, int, Fifo]]) -> Fifo | None:
+        """The fifo holding a kind's best cold row, its heap item up to date; None if none is left."""
+        rows = self._rows
+        columns = self._columns
+        while heads:
+            item = heads[0]
+            fifo = item[3]
+            queue, head = fifo.rows, fifo.head
+            end = len(queue)
+            while head < end and rows[queue[head]] is not None:
+                head += 1  # went hot since it arrived
+            if head == end:
+                heapq.heappop(heads)
+                fifo.queued, fifo.rows, fifo.head = False, array("i"), 0
+                continue
+            if head > 4096 and head * 2 > end:
+                del queue[:head]  # taken rows: give their memory back
+                head = 0
+            fifo.head = head
+            seq = _INT64.unpack_from(columns, queue[head] * _ROW_BYTES)[0]
+            if seq != item[1]:
+                heapq.heapreplace(heads, (item[0], seq, item[2], fifo))
+                continue
+            return fifo
+        return None
+
+    def _best_cold(self, kinds: frozenset[str] | None) -> tuple[tuple[int, int, str], Fifo] | None:
+        """The best cold row of these kinds as (its ready-heap key, its fifo); None if there is none."""
+        best: tuple[tuple[int, int, str], Fifo] | None = None
+        for kind, heads in self._heads.items():
+            if kinds is not None and kind not in kinds:
+                continue
+            fifo = self._cold_head(heads)
+            if fifo is None:
+                continue
+            item = heads[0]
+            key = (item[0], item[1], ID_TEXT % self._ids[fifo.rows[fifo.head]])
+            if best is None or key < best[0]:
+                best = key, fifo
+        return best
+
+    # ------------------------------------------------------------ after a compaction
+    def _move_rows(self, offsets: dict[str, int], base: int | None, shift: int, end: int | None) -> list[Entry]:
+        """Point every job at its record in the new generation (see QueueState.relocate).
+
+        Returns the hot jobs that were live before ``base`` and are missing
+        from ``offsets``: the caller drops them (a sound compaction drops only done ones).
+        """
+        columns, ids, rows = self._columns, self._ids, self._rows
+        pack_offset, unpack_offset = _INT64.pack_into, _INT64.unpack_from
+        starts = list(offsets.values())  # increasing: written in this order
+        assert all(a < b for a, b in zip(starts, starts[1:])), "a compaction writes its records in order"
+        if end is None and base is not None:
+            end = base + shift
+
+        def new_size(start: int, old: int) -> int:
+            following = bisect_right(starts, start)
+            if following < len(starts):
+                return starts[following] - start
+            return old if end is None else end - start
+
+        dropped = []
+        for row, entry in enumerate(rows):
+            if entry is None:
+                at = row * _ROW_BYTES
+                old = unpack_offset(columns, at + 8)[0]  # the offset column
+                if base is not None and old >= base:
+                    pack_offset(columns, at + 8, old + shift)
+                else:  # a cold job is ready, so it was live at ``base``
+                    moved = offsets[ID_TEXT % ids[row]]
+                    pack_offset(columns, at + 8, moved)
+                    size = new_size(moved, _UINT32.unpack_from(columns, at + _SIZE_COLUMN)[0])
+                    _UINT32.pack_into(columns, at + _SIZE_COLUMN, size)
+            elif entry is GONE:
+                continue
+            elif base is not None and entry.offset >= base:
+                entry.offset += shift
+            else:
+                new_offset = offsets.get(entry.id)
+                if new_offset is None:
+                    dropped.append(entry)
+                else:
+                    entry.offset, entry.size = new_offset, new_size(new_offset, entry.size)
+        return dropped
+
+    def _count_live_bytes(self) -> None:
+        """``live_bytes`` summed afresh over every job (after a compaction rewrote their records)."""
+        columns = self._columns
+        total = sum(
+            _UINT32.unpack_from(columns, row * _ROW_BYTES + _SIZE_COLUMN)[0]
+            for row in compress(range(len(self._rows)), map(is_, self._rows, repeat(None)))
+        )
+        self.live_bytes = total + sum(entry.size for entry in self.hot.values() if entry.state is not DONE)
+
+    def _drop_gone_rows(self) -> None:
+        """Renumber the rows without the gone ones, once they are a quarter (gone rows cost memory)."""
+        if self._rows.count(GONE) * 4 <= len(self._rows):
+            return
+        old_rows, old_ids, old_columns, live_bytes = self._rows, self._ids, self._columns, self.live_bytes
+        self._rows, self._ids, self._columns = [], array("Q"), bytearray()
+        self._table = array("q", [_EMPTY]) * 16
+        self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
+        self._fifos, self._heads, self.n_cold = {}, {}, 0
+        kind_names = self._kind_names
+        for row, entry in enumerate(old_rows):
+            if entry is None:
+                seq, offset, enqueued_at, available_at, priority, attempts, max_attempts, size, kind_number = (
+                    _COLUMNS.unpack_from(old_columns, row * _ROW_BYTES)
+                )  # fmt: skip
+                fifo = self._fifo_for(kind_names[kind_number], priority)
+                assert fifo is not None and seq > fifo.last_seq, "cold rows of a group stay in seq order"
+                self._insert_cold(old_ids[row], fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts)
+            elif entry is not GONE:
+                self._append_hot_row(entry)
+        self.live_bytes = live_bytes  # the same jobs: re-inserting them counted them again
+
+    # ------------------------------------------------------------ snapshots
+    def _rows_to_snapshot(self) -> tuple[dict[str, Any], list[Any]]:
+        """The rows' part of QueueState.to_snapshot: fields, and the raw blocks (ids, columns, table, fifo rows, gone rows)."""
+        rows = self._rows
+        gone = array("i", compress(range(len(rows)), map(is_, rows, repeat(GONE))))
+        fifo_numbers = {}
+        fifos = []
+        fifo_rows = array("i")
+        for number, fifo in enumerate(self._fifos.values()):
+            fifo_numbers[id(fifo)] = number
+            fifos.append([
+                fifo.kind, fifo.priority, fifo.kind_number, fifo.serial, fifo.head, fifo.last_seq,
+                fifo.queued, len(fifo.rows),
+            ])  # fmt: skip
+            fifo_rows.extend(fifo.rows)
+        heads = [
+            [kind, [[item[0], item[1], item[2], fifo_numbers[id(item[3])]] for item in heap]]
+            for kind, heap in self._heads.items()
+        ]  # fmt: skip
+        fields = {"rows": len(rows), "kind_names": self._kind_names, "fifos": fifos, "heads": heads}
+        return fields, [self._ids, self._columns, self._table, fifo_rows, gone]
+
+    def _rows_from_snapshot(self, fields: dict[str, Any], blocks: list[Any]) -> int:
+        """Undo ``_rows_to_snapshot`` (the counters are set already); returns how many rows are gone.
+
+        ValueError (or another plain error) if the blocks do not fit the fields.
+        """
+        n = fields["rows"]
+        ids, columns, table, fifo_rows, gone = array("Q"), bytearray(blocks[1]), array("q"), array("i"), array("i")
+        ids.frombytes(blocks[0])
+        table.frombytes(blocks[2])
+        fifo_rows.frombytes(blocks[3])
+        gone.frombytes(blocks[4])
+        if len(ids) != n or len(columns) != n * _ROW_BYTES or len(table) != self._mask + 1:
+            raise ValueError("snapshot blocks do not match its row count")
+        rows: list[Entry | None] = [None] * n
+        for row in gone:
+            rows[row] = GONE
+        self._rows, self._ids, self._columns, self._table = rows, ids, columns, table
+        self._kind_names = list(fields["kind_names"])
+        self._kind_numbers = {kind: number for number, kind in enumerate(self._kind_names)}
+        fifo_list = []
+        start = 0
+        for kind, priority, kind_number, serial, head, last_seq, queued, length in fields["fifos"]:
+            fifo = Fifo(kind, kind_number, priority, serial)
+            fifo.rows = fifo_rows[start : start + length]
+            fifo.head, fifo.last_seq, fifo.queued = head, last_seq, queued
+            start += length
+            self._fifos[(kind, priority)] = fifo
+            fifo_list.append(fifo)
+        if start != len(fifo_rows):
+            raise ValueError("snapshot fifo rows do not add up")
+        self._heads = {kind: [(a, b, c, fifo_list[d]) for a, b, c, d in heap] for kind, heap in fields["heads"]}
+        return len(gone)

@@ -1,0 +1,194 @@
+"""What each record type says: one encoder and one decoder per type.
+
+Owns: the bodies of the records of format version 1 (DESIGN.md section 4),
+their keys in the order they are written, and reading their fields back
+with the checks of entry.py. An encoder returns ``(type, body)`` for
+framing.encode_record; a decoder takes a decoded body and returns its fields
+checked, or raises KeyError, TypeError or ValueError (replay turns those
+into CorruptLogError). Imports: jobs, framing, entry.
+
+ENQUEUE is the one type with more than one writer's shape: a new job's body
+is built from a template with its payload spliced in (``enqueue_body``), and
+a compaction rewrites a live job's body with its current fields
+(``rewritten_job``). Its decoder is Entry itself (entry.py), or the cold
+store's inlined fast path (replay.QueueState._enqueue).
+
+Keys appear in the order nobroker has always written them, and fields added
+after 0.1.2 only when set, so a log written without the newer features stays
+byte for byte what 0.1.2 wrote and reads.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..jobs import DEFAULT_KIND
+from .entry import Entry, check_int, check_time, check_traceback
+from .framing import RecordType
+
+Record = tuple[RecordType, dict[str, Any]]
+
+_ENQUEUE_TEXT = (
+    '{"id":%s,"payload":%s,"priority":%d,"state":"ready","attempts":0,"max_attempts":%d,'
+    '"available_at":%s,"enqueued_at":%s,"lease_deadline":null,"lease_token":null,"last_error":null,"seq":%d'
+)
+_HEX_ID = frozenset("0123456789abcdef")
+#: Keys a rewritten job body never keeps from its older body: each is written only when set.
+_ONLY_WHEN_SET = ("stage", "result")
+
+
+# ---------------------------------------------------------------- ENQUEUE
+def enqueue_body(entry: Entry, payload_json: str, times: dict[int, str] | None = None) -> bytes:
+    """The body of a new job's ENQUEUE record: the same bytes ``json.dumps(body)`` gives.
+
+    Built from a template, with the payload spliced in as the JSON the facade
+    already made while validating it: encoding it twice, or going through a
+    dict, would double the cost of every enqueue.
+    """
+    job_id = entry.id
+    quoted = '"' + job_id + '"' if len(job_id) == 16 and _HEX_ID.issuperset(job_id) else json.dumps(job_id)
+    # A batch shares its time objects: their repr (what json.dumps writes for a
+    # number) is worked out once per object, not twice per job. Keyed by id(),
+    # not value, because 5 and 5.0 are equal keys with different text; the
+    # entries keep the objects alive for the whole batch.
+    if times is None:
+        times = {}
+    available = times.get(id(entry.available_at))
+    if available is None:
+        available = times[id(entry.available_at)] = repr(entry.available_at)
+    enqueued = times.get(id(entry.enqueued_at))
+    if enqueued is None:
+        enqueued = times[id(entry.enqueued_at)] = repr(entry.enqueued_at)
+    text = _ENQUEUE_TEXT % (quoted, payload_json, entry.priority, entry.max_attempts, available, enqueued, entry.seq)
+    if entry.kind != DEFAULT_KIND:
+        text += ',"kind":' + json.dumps(entry.kind)
+    if entry.dedupe_key is not None:
+        text += ',"dedupe_key":' + json.dumps(entry.dedupe_key)
+    return (text + "}").encode("ascii")
+
+
+def job_fields(entry: Entry) -> dict[str, Any]:
+    """The mutable fields as an ENQUEUE body carries them (a compaction rewrites them)."""
+    out: dict[str, Any] = {
+        "priority": entry.priority, "state": entry.state.value, "attempts": entry.attempts,
+        "max_attempts": entry.max_attempts, "available_at": entry.available_at,
+        "enqueued_at": entry.enqueued_at, "lease_deadline": entry.lease_deadline,
+        "lease_token": entry.lease_token, "last_error": entry.last_error, "seq": entry.seq,
+    }  # fmt: skip
+    # Newer fields only when used, so a log without them stays readable by 0.1.2.
+    if entry.kind != DEFAULT_KIND:
+        out["kind"] = entry.kind
+    if entry.dedupe_key is not None:
+        out["dedupe_key"] = entry.dedupe_key
+    if entry.stage is not None:
+        out["stage"] = entry.stage
+    if entry.result is not None:
+        out["result"] = entry.result
+    if entry.traceback is not None:
+        out["traceback"] = entry.traceback
+    return out
+
+
+def rewritten_job(entry: Entry, body: dict[str, Any]) -> Record:
+    """The ENQUEUE record a compaction writes for a live job: its old ``body`` (changed in place) as it is now.
+
+    The old body brings the id, the payload and any key a newer nobroker
+    added; its fields written only when set must not survive (a stage the
+    next lease cleared, a result from a past ack).
+    """
+    for key in _ONLY_WHEN_SET:
+        body.pop(key, None)
+    body.update(job_fields(entry))
+    return RecordType.ENQUEUE, body
+
+
+# ---------------------------------------------------------------- encoders of the other types
+def lease(job_id: str, at: float, deadline: float, attempts: int, token: str) -> Record:
+    return RecordType.LEASE, {"id": job_id, "at": at, "deadline": deadline, "attempts": attempts, "token": token}
+
+
+def ack(job_id: str, at: float, *, with_result: bool = False, result: Any = None) -> Record:
+    body: dict[str, Any] = {"id": job_id, "at": at}
+    if with_result:
+        body["result"] = result
+    return RecordType.ACK, body
+
+
+def nack(job_id: str, at: float, attempts: int, available_at: float, error: str | None, traceback: str | None) -> Record:
+    body: dict[str, Any] = {"id": job_id, "at": at, "attempts": attempts, "available_at": available_at, "error": error}
+    if traceback is not None:  # a key 0.1.2 ignores; left out when unused
+        body["traceback"] = traceback
+    return RecordType.NACK, body
+
+
+def reclaim(job_id: str, at: float, available_at: float) -> Record:
+    return RecordType.RECLAIM, {"id": job_id, "at": at, "available_at": available_at}
+
+
+def dead(job_id: str, at: float, error: str | None, traceback: str | None = None) -> Record:
+    body: dict[str, Any] = {"id": job_id, "at": at, "error": error}
+    if traceback is not None:
+        body["traceback"] = traceback
+    return RecordType.DEAD, body
+
+
+def requeue(job_id: str, at: float, available_at: float) -> Record:
+    return RecordType.REQUEUE, {"id": job_id, "at": at, "available_at": available_at}
+
+
+def purge(at: float) -> Record:
+    return RecordType.PURGE, {"at": at}
+
+
+def extend(job_id: str, at: float, deadline: float) -> Record:
+    return RecordType.EXTEND, {"id": job_id, "at": at, "deadline": deadline}
+
+
+def stage(job_id: str, at: float, stage: str | None) -> Record:
+    return RecordType.STAGE, {"id": job_id, "at": at, "stage": stage}
+
+
+# ---------------------------------------------------------------- decoders
+# Each reads every field it returns before replay changes anything, so a
+# refused record leaves the state as it was.
+def decode_lease(body: dict[str, Any]) -> tuple[int, float, Any]:
+    """(attempts, deadline, token)."""
+    return check_int(body["attempts"], "attempts"), check_time(body["deadline"], "deadline"), body["token"]
+
+
+def decode_ack(body: dict[str, Any]) -> tuple[bool, Any]:
+    """(whether it carries a result, the result)."""
+    return ("result" in body), body.get("result")
+
+
+def decode_nack(body: dict[str, Any], attempts: int) -> tuple[float, float, int, Any, str | None]:
+    """(available_at, at, attempts (default: the job's ``attempts``), error, traceback)."""
+    available_at, at = check_time(body["available_at"], "available_at"), check_time(body["at"], "at")
+    attempts = check_int(body.get("attempts", attempts), "attempts")
+    return available_at, at, attempts, body.get("error"), check_traceback(body)
+
+
+def decode_reclaim(body: dict[str, Any]) -> tuple[float, float]:
+    """(available_at, at)."""
+    return check_time(body["available_at"], "available_at"), check_time(body["at"], "at")
+
+
+def decode_dead(body: dict[str, Any]) -> tuple[Any, str | None] | None:
+    """(error, traceback), or None for a body without an error (the job keeps its last one)."""
+    if "error" not in body:
+        return None
+    return body["error"], check_traceback(body)
+
+
+#: A REQUEUE reads as a RECLAIM does: (available_at, at).
+decode_requeue = decode_reclaim
+
+
+def decode_extend(body: dict[str, Any]) -> float:
+    """The new deadline."""
+    return check_time(body["deadline"], "deadline")
+
+
+def decode_stage(body: dict[str, Any]) -> Any:
+    return body.get("stage")

@@ -1,0 +1,439 @@
+"""Opening a queue: its folder, its current generation, and the state replayed from it.
+
+Owns: QueueFiles, the bottom layer of FileStorage (see the package's
+docstring): the settings, the open generation and lock, the state replayed
+from them and where reading stopped; opening (prepare the folder, refuse a
+network filesystem, open or create the generation, fsync the folder, replay
+with a snapshot, cut a torn tail, remove leftovers), reading forward,
+re-opening after a fork, saving a snapshot at close, reading a job's
+payload back. Imports: errors, jobs, storage, layout, fs, framing, entry,
+log, lock, replay, snapshot.
+
+Recovery is exact (design invariant 4): a torn tail, with no valid record
+after the damage, is an interrupted write and is cut; damage followed by
+valid records is never cut, the queue refuses to open with CorruptLogError
+naming the offset, and `nobroker repair` keeps the file aside.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CorruptLogError, NobrokerError, StorageError, UnsafeQueueError
+from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
+from ..storage import StorageOptions, queue_closed
+from . import snapshot
+from .entry import Entry
+from .framing import FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
+from .fs import FileSystem, storage_error
+from .layout import check_name, compactor_path, leftover, lock_path, log_path, pointer_path
+from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
+from .log import LogFile, list_generations, read_pointer
+from .replay import QueueState
+
+logger = logging.getLogger("nobroker")
+
+#: Filesystem types whose locking or rename semantics a queue cannot trust.
+NETWORK_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb", "smb3", "smbfs", "9p", "fuse.sshfs", "afs", "ceph", "glusterfs", "lustre", "davfs", "fuse.davfs2"}
+)
+
+
+class QueueFiles:
+    """One queue's files as this object holds them, and the state replayed from them."""
+
+    #: The fsync of the queue folder; FileStorage makes it (the folder is the storage's).
+    _sync_directory: Callable[[], None]
+
+    def __init__(self, directory: str | os.PathLike[str], options: StorageOptions, filesystem: FileSystem) -> None:
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.name = check_name(options.name)
+        self.durable = options.fsync
+        self.backoff: BackoffPolicy = options.backoff
+        self.lock_timeout = options.lock_timeout
+        self.clock: Callable[[], float] = options.clock or time.time
+        self.fs = filesystem
+        #: Why this object may only read the queue (the errno that refused writing: a read-only
+        #: filesystem or folder), or None. Reads work as usual; every write refuses with StorageError.
+        self.read_only: int | None = None
+        self._mutex = threading.Lock()  # this process's threads, around everything below
+        self._closed = False
+        self._pid = os.getpid()
+        self._log: LogFile | None = None
+        self._lock: QueueLock | None = None
+        self._state = QueueState()
+        self._offset = HEADER_SIZE  # the end of what ``_state`` was built from
+        self._stale = False  # memory may differ from disk (a failed write): reload before use
+        self._pointer_path = pointer_path(self.directory, self.name)
+        self._pointer_sig: tuple[int, int, int] | None = None
+        self._failed: StorageError | None = None  # set when a failure leaves the disk state unknown
+        self._recovery = RecoveryReport()
+        self._cut_damage = Damage.NONE  # what was wrong with the last torn tail cut off
+        # What a snapshot at close may build on (see _replay_all and _save_snapshot).
+        self._snap_records = 0  # state.records when it was loaded or replayed
+        # (generation, offset, crc32 of the log's bytes before offset) for exactly the bytes
+        # the state was built from: read under the lock, or written by us. None: unknown.
+        self._snap_crc: tuple[int, int, int] | None = None
+        self._snap_loaded = False  # did the last replay start from a snapshot?
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's threads do not exist here, so neither do their locks."""
+        self._mutex = threading.Lock()
+
+    # ================================================================ opening
+    def _open(self) -> None:
+        prepare_directory(self.fs, self.directory)
+        self._lock = QueueLock(self.fs, lock_path(self.directory, self.name), self.lock_timeout, allow_read_only=True)
+        self.read_only = self._lock.read_only
+        if self._lock.fd is None:
+            logger.warning(
+                "%s: no lock file, and none can be made (%s): reading without the lock, so what this queue "
+                "object shows may be stale or cut short if a writer elsewhere changes the queue",
+                self.directory, os.strerror(self.read_only or 0),
+            )  # fmt: skip
+        started = time.perf_counter()
+        self._lock.acquire(exclusive=self.read_only is None)
+        try:
+            generation = read_pointer(self.fs, self.directory, self.name)
+            self._pointer_sig = self._pointer_signature()
+            self._log = self._open_generation(generation)
+            if self.durable and self.read_only is None:
+                # A crash between a peer's pointer rename and its folder fsync could
+                # leave a flip that a power cut undoes, and a failed fsync of the
+                # parent could leave the folder itself undurable: make both durable
+                # before we acknowledge anything written in them. This is also what
+                # makes a generation 0 just created durable (LogFile.create leaves
+                # its name to this fsync).
+                self._sync_directory()
+                try:
+                    self.fs.fsync_dir(os.path.dirname(self.directory))
+                except OSError as exc:
+                    raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+            # Read-only: a torn tail stays for a writer to cut, leftovers for a writer to remove.
+            state, end, torn = self._replay_all(self._log, truncate=self.read_only is None)
+            self._state, self._offset = state, end
+            if self.read_only is None:
+                self._remove_leftovers(self._log.generation)
+        finally:
+            self._lock.release()
+        self._recovery = RecoveryReport(
+            generation=self._log.generation, records=state.records, bytes_read=end, torn_bytes=torn,
+            jobs=len(state), elapsed=time.perf_counter() - started,
+            damage=self._cut_damage if torn else Damage.NONE, orphan_records=state.orphans,
+        )  # fmt: skip
+        if torn:
+            logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)
+
+    def _open_generation(self, generation: int | None) -> LogFile:
+        if generation is None:  # no compaction yet: generation 0, created on first use
+            path = log_path(self.directory, self.name, 0)
+            if not self.fs.exists(path):
+                others = list_generations(self.fs, self.directory, self.name)
+                if others:
+                    raise CorruptLogError(
+                        f"{self.directory}: {self.name}.current is missing but generation files {others} exist. "
+                        "Run `nobroker verify` and `nobroker repair`.",
+                        path=path,
+                    )
+                if self.read_only is not None:
+                    raise StorageError(
+                        f"{self.directory} holds no queue named {self.name!r}, and one cannot be made there "
+                        f"({os.strerror(self.read_only)}). Check --dir/--queue, or use a folder you can write to.",
+                        errno=self.read_only,
+                        path=path,
+                    )
+                return LogFile.create(self.fs, self.directory, self.name, 0, sync=self.durable)
+            return self._open_log(path, 0)
+        path = log_path(self.directory, self.name, generation)
+        try:
+            return self._open_log(path, generation)
+        except FileNotFoundError:
+            raise CorruptLogError(
+                f"{self.name}.current names generation {generation}, but {path} is missing. "
+                "Restore it from a backup, or run `nobroker repair` to rebuild from what exists.",
+                path=path,
+            ) from None
+
+    def _open_log(self, path: str, generation: int) -> LogFile:
+        """A generation file, for writing unless this process may only read it (then ``read_only`` says why)."""
+        if self.read_only is None:
+            try:
+                return LogFile.open(self.fs, path, expect_generation=generation)
+            except StorageError as exc:
+                if exc.errno not in READ_ONLY_ERRORS:
+                    raise
+                self.read_only = exc.errno
+        return LogFile.open(self.fs, path, writable=False, expect_generation=generation)
+
+    def _replay_all(self, log: LogFile, *, truncate: bool, use_snapshot: bool = True) -> tuple[QueueState, int, int]:
+        """Replay a whole generation. Returns (state, end of last whole record, torn bytes cut).
+
+        A snapshot of the generation whose log prefix still matches stands in
+        for replaying that prefix (snapshot.py); anything wrong with it: ignored.
+        """
+        loaded = snapshot.load(self.fs, self.directory, self.name, log) if use_snapshot else None
+        state, start, crc = loaded or (QueueState(), 0, 0)
+        self._snap_crc = (log.generation, start, crc) if self.durable else None  # see _read_forward
+        self._snap_loaded, self._snap_records = loaded is not None, state.records
+        stale = self._stale
+        try:
+            end, torn = self._read_forward(log, state, max(start, HEADER_SIZE), truncate=truncate)
+        except CorruptLogError as exc:
+            if loaded is None:
+                raise
+            # Only the whole log may refuse to open: a snapshot must never be the reason.
+            logger.info("%s: reading on from the snapshot failed (%s); replaying the whole log", log.path, exc)
+            self._stale = stale
+            return self._replay_all(log, truncate=truncate, use_snapshot=False)
+        return state, end, torn
+
+    def _read_forward(
+        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None
+    ) -> tuple[int, int]:
+        """_apply_forward, and the crc of the bytes it applied, for a snapshot at close.
+
+        Read again while we still hold the lock: the very bytes just applied.
+        """
+        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline)
+        mark = self._snap_crc
+        if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
+            try:
+                self._snap_crc = (log.generation, end, snapshot.log_crc(self.fs, log.fd, mark[1], end, mark[2]))
+            except (OSError, ValueError):
+                self._snap_crc = None
+        else:
+            self._snap_crc = None
+        return end, torn
+
+    def _apply_forward(
+        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None
+    ) -> tuple[int, int]:
+        """Apply every whole record after ``start``; deal with what stops the reading.
+
+        A torn tail (nothing valid after it) is cut off when ``truncate`` (we
+        hold the exclusive lock) and otherwise left for a writer to cut.
+        Damage followed by valid records is never cut: CorruptLogError.
+        With a ``deadline`` (time.perf_counter), stop at the first record seen
+        after it (having read at least one): the caller reads on later.
+        """
+        end = start
+        apply = state.apply
+        for fr in log.scan(start):
+            if deadline is not None and fr.status is FrameStatus.OK and end > start and time.perf_counter() >= deadline:
+                break
+            if fr.status is not FrameStatus.OK:
+                return end, self._stopped_at(log, fr, truncate)
+            assert fr.offset == end, "records follow each other without gaps"
+            try:
+                apply(fr.rtype, fr.body, fr.offset, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                self._stale = True  # the state may be half-changed: rebuild before any use
+                raise CorruptLogError(
+                    f"{log.path}: the {RecordType(fr.rtype).name} record at offset {fr.offset} has a valid "
+                    f"checksum but fields that make no sense ({type(exc).__name__}: {exc}). Nothing was changed. "
+                    "`nobroker repair` keeps the file aside and rebuilds the queue without that record.",
+                    path=log.path,
+                    offset=fr.offset,
+                ) from None
+            end = fr.offset + FRAME_SIZE + fr.length
+        log.note_end(end)
+        return end, 0
+
+    def _stopped_at(self, log: LogFile, fr: Frame, truncate: bool) -> int:
+        """Reading stopped at ``fr``: a torn tail (cut with ``truncate``; returns the bytes cut) or damage (raises)."""
+        size = log.size()
+        after = log.valid_record_after(fr.offset, size)
+        if after is not None or fr.status is FrameStatus.BAD_TYPE:
+            what = fr.status.value
+            if fr.status is FrameStatus.BAD_TYPE:
+                what = f"record type {fr.rtype}, which this nobroker does not know (a newer version wrote it?)"
+            raise CorruptLogError(
+                f"{log.path} is damaged at offset {fr.offset} ({what})"
+                + (f", and valid records follow at offset {after}" if after is not None else "")
+                + ". Nothing was changed. `nobroker inspect` shows the records; `nobroker repair` keeps the "
+                "damaged file aside and rebuilds the queue from the valid records.",
+                path=log.path,
+                offset=fr.offset,
+            )
+        if not truncate:
+            return 0
+        torn = size - fr.offset
+        self._cut_damage = damage_of(fr, torn)
+        log.truncate(fr.offset)
+        log.note_end(fr.offset)
+        return torn
+
+    def _remove_leftovers(self, current: int) -> None:
+        """Delete what crashed compactions left: other generations and dead writers' temp files.
+
+        While a peer holds the compactor lock, the next generation it is
+        writing already has its final name: other generations stay then.
+        """
+        compacting = None
+        for entry in self.fs.listdir(self.directory):
+            found = leftover(entry, self.name)
+            if found is None:
+                continue
+            kind, number = found
+            if kind == "tmp":
+                if number is not None and number != os.getpid() and pid_alive(number):
+                    continue  # a live peer is still writing it
+            elif number == current:
+                continue  # the current generation's log, and its snapshot (any other is stale: never used)
+            elif kind == "log":
+                if compacting is None:
+                    compacting = self._compaction_running()
+                if compacting:
+                    continue
+            path = os.path.join(self.directory, entry)
+            try:
+                self.fs.unlink(path)
+                logger.info("removed %s, left over from an interrupted compaction", path)
+            except OSError:
+                pass
+
+    def _pointer_signature(self) -> tuple[int, int, int] | None:
+        """What tells a peer's flip of the pointer: its inode, mtime and size (None: no pointer yet)."""
+        try:
+            st = self.fs.lstat(self._pointer_path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _compaction_running(self) -> bool:
+        """Does anyone (a peer, or another object here) hold the compactor lock right now?"""
+        return held_elsewhere(self.fs, compactor_path(self.directory, self.name))
+
+    # ================================================================ using an open queue
+    def _enter(self) -> None:
+        if self._closed:
+            raise queue_closed(self.name, self.directory)
+        if os.getpid() != self._pid:
+            self._reopen_after_fork()
+
+    def _reopen_after_fork(self) -> None:
+        # The inherited lock descriptor shares its lock with the parent, so
+        # keeping it would let parent and child "hold" the lock at once.
+        self._pid = os.getpid()
+        assert self._lock is not None and self._log is not None
+        self._lock.reopen()
+        old = self._log
+        self._log = self._open_log(old.path, old.generation)
+        self._log.note_end(self._offset)
+        self._log.durable_end = self._offset
+
+    def _read_body(self, entry: Entry) -> dict[str, Any]:
+        """The ENQUEUE record that holds ``entry``'s payload, decoded (under the lock: it pins the generation)."""
+        assert self._log is not None
+        return self._log.read_job_body(entry.offset, entry.id)
+
+    def _job(self, entry: Entry) -> Job:
+        return entry.to_job(self._read_body(entry).get("payload"))
+
+    def _save_snapshot(self) -> None:
+        """At close: leave the state as a snapshot for the next opener (a cache, see snapshot.py).
+
+        Only when the state is exactly the replay of this generation's log up to
+        our offset (no failed write, no compaction of our own since the replay,
+        the log durable through it) and enough records went by to be worth it.
+        """
+        log, state, end, mark = self._log, self._state, self._offset, self._snap_crc
+        if (
+            log is None or self._stale or self._failed is not None
+            or mark is None or mark[0] != log.generation or mark[1] != end  # (an own compaction, too)
+            or state.records - self._snap_records < snapshot.SNAPSHOT_MIN_RECORDS
+        ):  # fmt: skip
+            return
+        try:
+            path = snapshot.save(self.fs, self.directory, self.name, log.generation, state, end, mark[2])
+            logger.debug("%s: saved the state at offset %d", path, end)
+        except (OSError, NobrokerError, ValueError, TypeError) as exc:
+            logger.info("%s: no snapshot written (%s); the next open replays the log", log.path, exc)
+
+
+def prepare_directory(fs: FileSystem, path: str) -> None:
+    """Make the queue folder (0700) if it is missing; refuse one that is unsafe to keep jobs in."""
+    try:
+        st = fs.lstat(path)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            fs.mkdir(path, 0o700)
+            fs.chmod(path, 0o700)  # exactly 0700, whatever the umask
+            # The new folder's name becomes durable when QueueFiles._open fsyncs
+            # the parent, before anything is acknowledged in it.
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise storage_error(exc, "creating the queue folder", path) from None
+        st = fs.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        st = os.stat(path)  # a symlinked folder is the user's choice; its files may not be links
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeQueueError(f"{path} is not a folder; a queue needs a folder of its own")
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise UnsafeQueueError(
+            f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
+            "another user could change your jobs. Use a folder you own."
+        )
+    network = network_filesystem(path)
+    if network:
+        raise UnsafeQueueError(
+            f"{path} is on a network filesystem ({network}). nobroker's file lock and atomic renames are "
+            "not reliable there: keep the queue on a local disk, or use the PostgreSQL storage for many hosts."
+        )
+    if sys.platform != "win32" and st.st_mode & stat.S_IWOTH:
+        raise UnsafeQueueError(
+            f"{path} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): anyone could plant or "
+            f"remove queue files. Run `chmod 700 {path}` or use a private folder."
+        )
+
+
+def network_filesystem(path: str) -> str | None:
+    """The filesystem type of ``path`` if it is a network one (Linux only: /proc/self/mountinfo)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, best_type = "", ""
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        mount_point = fields[4].replace("\\040", " ")
+        if (real == mount_point or real.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) >= len(best):
+            best, best_type = mount_point, right.split()[0]
+    return best_type if best_type in NETWORK_FILESYSTEMS else None
+
+
+def damage_of(fr: Frame, torn: int) -> Damage:
+    """What was wrong with a torn tail, in the words of nobroker 0.1.2's RecoveryReport."""
+    if fr.status is FrameStatus.INCOMPLETE:
+        return Damage.TRUNCATED_HEADER if torn < FRAME_SIZE else Damage.TRUNCATED_BODY
+    if fr.status is FrameStatus.BAD_LENGTH:
+        return Damage.OVERSIZE
+    if fr.status is FrameStatus.BAD_TYPE:
+        return Damage.UNKNOWN_TYPE
+    return Damage.BAD_CHECKSUM  # a bad crc, or a good one over bad JSON (0.1.2 called both that)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
