@@ -141,7 +141,7 @@ class LogFile:
         """Create generation ``generation`` with just a header: temp, fsync, rename.
 
         The new name is not durable yet: the caller fsyncs the folder before it
-        acknowledges anything written in the file (FileStorage._open does, for
+        acknowledges anything written in the file (QueueFiles._open does, for
         every queue it opens). A folder fsync here as well would be a second
         one in a row, which no power cut can tell from the first.
         """
