@@ -336,6 +336,10 @@ class LogFile:
             raise error from None
         end = offset + len(data)
         with self._sync:
+            # Bytes at ``offset`` and after are new: whatever an earlier fsync made
+            # durable there is gone (a peer rolled its records back and we write over
+            # the place they were), so nothing from here on counts as durable.
+            self.durable_end = min(self.durable_end, offset)
             self.written_end = end
         return end
 
