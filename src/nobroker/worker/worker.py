@@ -5,8 +5,10 @@ jobs as there are free handler slots, idling when there is none), the
 handler threads, and stopping: on stop(), a stop signal, max_jobs,
 idle_timeout, a storage error, or a second Ctrl-C. It wires the helpers
 that come before it in the package and owns none of their state.
-Imports: jobs, protocol, signals, interrupt, outcome, asyncloop, heartbeat,
-acks, settle.
+With ``processes=N`` it runs none of that itself: run() hands over to a
+ProcessPool (pool.py), whose forked children each run a Worker made here
+with the same options. Imports: jobs, protocol, signals, interrupt,
+outcome, asyncloop, heartbeat, acks, settle, budget, pool.
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -37,9 +39,11 @@ from collections.abc import Iterable
 from ..jobs import MAX_SECONDS, Job, shown
 from .acks import AckGatherer
 from .asyncloop import EventLoopThread
+from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
 from .interrupt import InterruptPipe
 from .outcome import Handler, WorkerStats, call_handler
+from .pool import MAX_PROCESSES, ProcessPool, can_fork
 from .protocol import QueueAccess, WorkQueue, is_positive_number
 from .settle import Settler
 from .signals import StopSignals
@@ -70,8 +74,9 @@ MAX_CONCURRENCY = 1024
 
 
 def _check_options(
-    handler: Handler, concurrency: int, poll_interval: float, max_jobs: int | None, idle_timeout: float | None
-) -> None:
+    handler: Handler, concurrency: int, poll_interval: float, max_jobs: int | None, idle_timeout: float | None,
+    processes: int | None,
+) -> None:  # fmt: skip
     if not callable(handler):
         raise TypeError(f"handler must be callable, got {handler!r}")
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
@@ -82,6 +87,14 @@ def _check_options(
         raise ValueError(f"max_jobs must be None or an integer >= 1, got {max_jobs!r}")
     if idle_timeout is not None and not (idle_timeout == 0 or is_positive_number(idle_timeout)):
         raise ValueError(f"idle_timeout must be None or a number of seconds >= 0, got {shown(idle_timeout)}")
+    if processes is not None:
+        if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_PROCESSES:
+            raise ValueError(f"processes must be None or an integer from 1 to {MAX_PROCESSES}, got {processes!r}")
+        if not can_fork():
+            raise NotImplementedError(
+                "processes= forks worker processes, which needs os.fork (Linux, macOS); here, start several "
+                "`nobroker work` processes instead, or use concurrency="
+            )
 
 
 class Worker:
@@ -108,6 +121,19 @@ class Worker:
     raises KeyboardInterrupt at once (those leases then expire normally).
     ``kinds``: lease only jobs of these kinds. ``name``: used in logs and
     thread names.
+
+    ``processes``: run in that many pre-forked worker processes instead, each
+    with ``concurrency`` jobs at once (for CPU-bound handlers; POSIX only: it
+    needs ``os.fork``). Each child inherits the queue object and the handler
+    (nothing is pickled; the queue opens its own files or connection in the
+    child) and runs the normal leasing loop. The parent runs no job: it
+    replaces a child that dies (``processes_replaced`` counts them), passes
+    a stop on (the first stop signal or ``stop()``: every child finishes its
+    running jobs; a second Ctrl-C kills them, and their leases expire), and
+    returns the children's counts added up. ``max_jobs`` then counts the
+    leases of every child together; ``idle_timeout`` applies to each child,
+    and run() returns once all have stopped. The process that calls run()
+    must not use the queue from other threads meanwhile.
     """
 
     def __init__(
@@ -122,9 +148,11 @@ class Worker:
         handle_signals: bool = True,
         kinds: Iterable[str] | str | None = None,
         name: str | None = None,
+        processes: int | None = None,
         _heartbeat: bool = True,
+        _budget: LeaseBudget | None = None,
     ) -> None:
-        _check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout)
+        _check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout, processes)
         if isinstance(kinds, str):
             kinds = [kinds]
         self._queue = queue
@@ -137,7 +165,11 @@ class Worker:
         self._handle_signals = handle_signals
         self._kinds: list[str] | None = None if kinds is None else list(kinds)
         self.name: str = name if name is not None else f"worker-{os.getpid()}"
+        self._named = name is not None
+        self._processes = processes
         self._use_heartbeat = _heartbeat
+        self._budget = _budget
+        self._pool: ProcessPool | None = None
 
         # One lock guards the worker's own shared state below; each helper
         # (heartbeat, acks, event loop, pipe) guards its own with another.
@@ -162,12 +194,29 @@ class Worker:
 
     # ------------------------------------------------------------ public
     def __repr__(self) -> str:
-        return f"<Worker {self.name!r} concurrency={self._concurrency}>"
+        processes = "" if self._processes is None else f" processes={self._processes}"
+        return f"<Worker {self.name!r} concurrency={self._concurrency}{processes}>"
 
     @property
     def stats(self) -> WorkerStats:
-        """A snapshot of the counts so far (safe to read from any thread)."""
-        return self._settler.stats()
+        """A snapshot of the counts so far (safe to read from any thread).
+
+        With ``processes``: every child's, as each last reported them (a
+        running child reports every half second or so).
+        """
+        pool = self._pool
+        return self._settler.stats() if pool is None else pool.stats()
+
+    @property
+    def processes(self) -> int | None:
+        """How many worker processes run() forks (None: it runs the jobs itself)."""
+        return self._processes
+
+    @property
+    def processes_replaced(self) -> int:
+        """With ``processes``: how many children died (killed, crashed) and were replaced."""
+        pool = self._pool
+        return 0 if pool is None else pool.replaced
 
     @property
     def concurrency(self) -> int:
@@ -207,7 +256,10 @@ class Worker:
         self._stopping.set()
         with self._lock:
             self._slot_freed.notify_all()
+            pool = self._pool
         self._pipe.interrupt()
+        if pool is not None:
+            pool.stop()
 
     def run(self) -> WorkerStats:
         """Lease and run jobs until stopped; return what was done.
@@ -223,6 +275,8 @@ class Worker:
             if self._started:
                 raise RuntimeError("a Worker runs once; create a new Worker to run again")
             self._started = True
+        if self._processes is not None:
+            return self._run_pool(self._processes)
         if self._access.can_interrupt:
             self._pipe.open()
             if self._stopping.is_set():  # stop() came before the pipe was there to write to
@@ -248,6 +302,28 @@ class Worker:
             raise self._fatal
         logger.info("%s stopped: %s", self.name, stats.to_dict())
         return stats
+
+    def _run_pool(self, processes: int) -> WorkerStats:
+        """run() with ``processes``: fork the children and supervise them until they all stopped."""
+        pool = ProcessPool(self._child_worker, processes, self._max_jobs, self.name)
+        with self._lock:
+            self._pool = pool
+        if self._stopping.is_set():  # stop() came before the pool was there to tell
+            pool.stop()
+        if self._handle_signals:
+            self._signals.install()
+        try:
+            return pool.run()
+        finally:
+            self._signals.restore()
+
+    def _child_worker(self, budget: LeaseBudget | None, slot: int) -> Worker:
+        """In a forked child: the Worker it runs, made with this one's options (and the pool's budget)."""
+        return Worker(
+            self._queue, self._handler, concurrency=self._concurrency, poll_interval=self._poll_interval,
+            idle_timeout=self._idle_timeout, handle_signals=True, kinds=self._kinds,
+            name=f"{self.name}-{slot}" if self._named else None, _heartbeat=self._use_heartbeat, _budget=budget,
+        )  # fmt: skip
 
     # ------------------------------------------------------------ leasing (the run() thread)
     def _asked_to_stop(self) -> bool:
@@ -276,6 +352,15 @@ class Worker:
                     self.stop()
                     return
                 free = min(free, remaining)
+            if self._budget is not None:
+                granted = self._budget.take(free)
+                if granted is None:
+                    logger.info("%s: the pool's max_jobs are all leased; finishing", self.name)
+                    self.stop()
+                    return
+                if granted == 0:  # none for now: the pool's parent is refilling the budget
+                    continue
+                free = granted
             leased_at_wall = time.time()
             leased_at = time.monotonic()
             try:
@@ -283,6 +368,8 @@ class Worker:
             except Exception as exc:
                 self._fail(exc, "lease")
                 return
+            if self._budget is not None:
+                self._budget.keep(free - len(jobs))
             if jobs:
                 self._dispatch(jobs, leased_at_wall, leased_at)
                 continue
@@ -425,11 +512,9 @@ class Worker:
     def _stop_on_signal(self, signum: int) -> None:
         """The first SIGINT/SIGTERM (on the signals' watcher thread): finish what runs, then stop."""
         with self._lock:
-            running = self._inflight
+            running = f"{self._inflight} running job(s)" if self._pool is None else "the worker processes' running jobs"
         logger.warning(
-            "%s: stop signal received (%s); finishing %d running job(s), then stopping (Ctrl-C again to quit at once)",
-            self.name,
-            self._signals.first_name,
-            running,
-        )
+            "%s: stop signal received (%s); finishing %s, then stopping (Ctrl-C again to quit at once)",
+            self.name, self._signals.first_name, running,
+        )  # fmt: skip
         self.stop()
