@@ -23,6 +23,7 @@ from typing import Any
 from nobroker import JobState, Queue, StorageError, Worker, WorkerStats
 from nobroker.worker import budget as budget_module
 from nobroker.worker.budget import BudgetFeed, LeaseBudget
+from tests.pgsupport import PostgresTestCase, fresh_name
 from tests.support import TempDirTestCase, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -225,6 +226,28 @@ class PoolTests(TempDirTestCase):
         self.assertEqual(queue.stats().ready, 1)
 
 
+@unittest.skipUnless(CAN_FORK, "processes= needs os.fork")
+class PostgresPoolTests(PostgresTestCase):
+    """The pool on the PostgreSQL storage: each child opens its own connection (skipped without a server)."""
+
+    def test_three_processes_do_every_job_exactly_once(self) -> None:
+        queue = Queue(self.dsn, fresh_name("pool"), schema=self.schema)
+        self.addCleanup(queue.close)
+        jobs = queue.enqueue_many(list(range(30)))
+        queue.stats()  # the parent has used its connection: the children must not speak on it
+
+        def handler(job: Any) -> int:
+            return os.getpid()
+
+        worker = Worker(queue, handler, processes=3, concurrency=2, max_jobs=30, handle_signals=False)
+        stats = worker.run()
+        self.assertEqual((stats.leased, stats.succeeded, stats.failed, stats.lost_leases), (30, 30, 0, 0))
+        stored = [queue.get(job.id) for job in jobs]
+        self.assertEqual({(job.state, job.attempts) for job in stored}, {(JobState.DONE, 1)})
+        self.assertNotIn(os.getpid(), {job.result for job in stored}, "the parent runs no job")
+        self.assertEqual(queue.stats().done, 30, "the parent's own connection still works")
+
+
 class OptionTests(TempDirTestCase):
     def test_bad_process_counts_are_refused(self) -> None:
         with Queue(os.path.join(self.dir, "q"), fsync=False) as queue:
@@ -235,7 +258,7 @@ class OptionTests(TempDirTestCase):
 
     def test_without_fork_processes_is_refused_clearly(self) -> None:
         with Queue(os.path.join(self.dir, "q"), fsync=False) as queue, \
-                unittest.mock.patch("nobroker.worker.worker.can_fork", return_value=False):  # fmt: skip
+                unittest.mock.patch("nobroker.worker.options.can_fork", return_value=False):  # fmt: skip
             with self.assertRaises(NotImplementedError) as refused:
                 Worker(queue, lambda job: None, processes=2)
             self.assertIn("os.fork", str(refused.exception))

@@ -3,7 +3,9 @@
 Owns: AckGatherer. The first handler thread to finish becomes the flusher:
 it waits up to ACK_GATHER_SECONDS for the jobs still running to finish too,
 then acks them all in one call; the others wait for their own item, and each
-gets exactly its own outcome. Imports: jobs, protocol.
+gets exactly its own outcome. ``ack_batch`` is that one call, for a caller
+that has its batch already (the one thread that settles async handlers'
+jobs). Imports: jobs, protocol.
 """
 
 from __future__ import annotations
@@ -85,18 +87,31 @@ class AckGatherer:
         if item.error is not None:
             raise item.error
 
+    def ack_batch(self, jobs: list[Job], results: list[Any]) -> list[Exception | None]:
+        """Ack these jobs in one call where the queue can; what acking each one raised (None: acked)."""
+        assert len(jobs) == len(results), "one result per job"
+        errors: list[Exception | None] = [None] * len(jobs)
+        if self._access.acks_many:
+            try:
+                self._access.ack_many(jobs, results)
+                return errors
+            except Exception:
+                # Someone in the batch was refused (or the call failed): ack each on
+                # its own, so every job gets exactly its own outcome. Those already
+                # acked are acked again harmlessly under the same lease.
+                pass
+        for index, (job, result) in enumerate(zip(jobs, results)):
+            try:
+                self._access.ack(job, result)
+            except Exception as exc:
+                errors[index] = exc
+        return errors
+
     def _flush(self, batch: list[_PendingAck]) -> None:
         try:
-            self._access.ack_many([i.job for i in batch], [i.result for i in batch])
-        except Exception:
-            # Someone in the batch was refused (or the call failed): ack each on
-            # its own, so every job gets exactly its own outcome. Those already
-            # acked are acked again harmlessly under the same lease.
-            for i in batch:
-                try:
-                    self._access.ack(i.job, i.result)
-                except Exception as exc:
-                    i.error = exc
+            errors = self.ack_batch([i.job for i in batch], [i.result for i in batch])
+            for i, error in zip(batch, errors):
+                i.error = error
         except BaseException as exc:  # Ctrl-C and the like: nobody may think this batch was acked
             for i in batch:
                 i.error = i.error or exc

@@ -7,7 +7,7 @@ replaced and counted; one whose Worker raised stops the pool, which raises
 that error), passing a stop on (SIGTERM to each child: it finishes its
 running jobs; a hard stop: SIGKILL, and their leases expire), the shared
 ``max_jobs`` budget, and the counts of every child added up.
-Imports: outcome, budget, child.
+Imports: outcome, options, budget, child.
 
 The parent never touches the queue while it forks: it runs no handler and
 leases nothing, so no lock or connection of the queue is in use at a fork.
@@ -41,12 +41,11 @@ from .child import (
     run_child,
     stats_of,
 )
+from .options import MAX_PROCESSES
 from .outcome import WorkerStats
 
 logger = logging.getLogger("nobroker.worker")
 
-#: Most worker processes one pool forks.
-MAX_PROCESSES = 256
 #: Longest the parent's loop waits before it looks for exited children again.
 SUPERVISE_SLICE = 0.5
 #: A child that lived less than this is replaced only this long after it started, so a
@@ -54,10 +53,6 @@ SUPERVISE_SLICE = 0.5
 RESPAWN_PAUSE = 1.0
 #: Bytes read from a report pipe at a time.
 READ_CHUNK = 65536
-
-
-def can_fork() -> bool:
-    return hasattr(os, "fork")
 
 
 @dataclass

@@ -1,14 +1,15 @@
 """The Worker: runs a handler over leased jobs, concurrently and safely.
 
-Owns: Worker: checking its options, the run() thread's loop (leasing as many
-jobs as there are free handler slots, idling when there is none), the
-handler threads, and stopping: on stop(), a stop signal, max_jobs,
+Owns: Worker: the run() thread's loop (leasing as many jobs as there are
+free slots, idling when there is none, handing them to its runner: handler
+threads, or tasks on the event loop for an async handler), and stopping: on stop(), a stop signal, max_jobs,
 idle_timeout, a storage error, or a second Ctrl-C. It wires the helpers
 that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
-with the same options. Imports: jobs, protocol, signals, interrupt,
-outcome, asyncloop, heartbeat, acks, settle, budget, pool.
+with the same options. Imports: jobs, protocol, options, signals,
+interrupt, outcome, asyncloop, heartbeat, settle, acks, runners, budget,
+pool.
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -28,23 +29,23 @@ handlers finish, and is raised again from ``run()``.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
-import queue as queue_module
 import threading
 import time
 from collections.abc import Iterable
 
-from ..jobs import MAX_SECONDS, Job, shown
+from ..jobs import Job
 from .acks import AckGatherer
 from .asyncloop import EventLoopThread
 from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
 from .interrupt import InterruptPipe
-from .outcome import Handler, WorkerStats, call_handler
-from .pool import MAX_PROCESSES, ProcessPool, can_fork
-from .protocol import QueueAccess, WorkQueue, is_positive_number
+from .outcome import Handler, WorkerStats, is_async_handler
+from .options import check_options
+from .pool import ProcessPool
+from .protocol import QueueAccess, WorkQueue
+from .runners import runner_for
 from .settle import Settler
 from .signals import StopSignals
 
@@ -61,40 +62,12 @@ WAIT_SLICE = 0.1
 #: lost wake-up, or a lease another process took during the wait and let
 #: expire, could leave work unnoticed.
 IDLE_RECHECK = 2.0
-#: Visibility timeout assumed when neither the queue nor the job tells it.
-DEFAULT_VISIBILITY_TIMEOUT = 30.0
 #: While jobs are still running, the leasing thread waits up to this long
 #: for the rest of the slots to free before it leases. Short handlers finish
 #: in bursts (their acks share one fsync and return together), so the wait
 #: turns several small lease calls, each a write and an fsync of its own,
 #: into one; long handlers lose at most this much per lease call.
 LEASE_GATHER_SECONDS = 0.002
-#: Most handler threads one Worker starts.
-MAX_CONCURRENCY = 1024
-
-
-def _check_options(
-    handler: Handler, concurrency: int, poll_interval: float, max_jobs: int | None, idle_timeout: float | None,
-    processes: int | None,
-) -> None:  # fmt: skip
-    if not callable(handler):
-        raise TypeError(f"handler must be callable, got {handler!r}")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise ValueError(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}")
-    if not is_positive_number(poll_interval) or poll_interval > MAX_SECONDS:
-        raise ValueError(f"poll_interval must be a finite number of seconds > 0 and at most {MAX_SECONDS:g}, got {shown(poll_interval)}")
-    if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
-        raise ValueError(f"max_jobs must be None or an integer >= 1, got {max_jobs!r}")
-    if idle_timeout is not None and not (idle_timeout == 0 or is_positive_number(idle_timeout)):
-        raise ValueError(f"idle_timeout must be None or a number of seconds >= 0, got {shown(idle_timeout)}")
-    if processes is not None:
-        if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_PROCESSES:
-            raise ValueError(f"processes must be None or an integer from 1 to {MAX_PROCESSES}, got {processes!r}")
-        if not can_fork():
-            raise NotImplementedError(
-                "processes= forks worker processes, which needs os.fork (Linux, macOS); here, start several "
-                "`nobroker work` processes instead, or use concurrency="
-            )
 
 
 class Worker:
@@ -106,8 +79,10 @@ class Worker:
     back for a retry with backoff (or to the dead-letter queue once its
     attempts are used up), and ``nobroker.PermanentError`` sends it to the
     dead-letter queue at once.
-    ``async def`` handlers (and handlers that return an awaitable) run on one
-    event loop. Delivery is at-least-once: handlers must be idempotent.
+    ``async def`` handlers run as tasks on one event loop, with no thread
+    per job (their storage calls run on other threads, never on the loop);
+    a plain handler that returns an awaitable has it run on that loop.
+    Delivery is at-least-once: handlers must be idempotent.
 
     ``concurrency``: jobs run at once. ``poll_interval``: longest idle wait
     before looking for work again where the queue cannot wake the worker
@@ -152,7 +127,7 @@ class Worker:
         _heartbeat: bool = True,
         _budget: LeaseBudget | None = None,
     ) -> None:
-        _check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout, processes)
+        check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout, processes)
         if isinstance(kinds, str):
             kinds = [kinds]
         self._queue = queue
@@ -189,8 +164,10 @@ class Worker:
         self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
         #: The signal handler run() installs (with handle_signals, in the main thread).
         self._on_signal = self._signals.handle
-        self._work: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._runner = runner_for(
+            handler, is_async_handler(handler), self._settler, self._loop, concurrency, self.name,
+            self._job_finished, self._fail,
+        )  # fmt: skip
 
     # ------------------------------------------------------------ public
     def __repr__(self) -> str:
@@ -413,27 +390,13 @@ class Worker:
             self._fail(exc, "wait_for_jobs")
 
     def _dispatch(self, jobs: list[Job], leased_at_wall: float, leased_at: float) -> None:
-        entries = [Running(job, self._visibility_timeout(job, leased_at_wall), leased_at) for job in jobs]
+        entries = [Running(job, self._access.lease_length_of(job, leased_at_wall), leased_at) for job in jobs]
         with self._lock:
             self._inflight += len(entries)
             self._idle_since = time.monotonic()
         self._settler.add_leased(len(entries))
         self._heartbeat.add(entries)  # before any handler can settle one of them
-        for entry in entries:
-            self._work.put(entry)
-
-    def _visibility_timeout(self, job: Job, leased_at_wall: float) -> float:
-        """The lease length to renew with: the queue's setting, else what the job shows."""
-        configured = self._access.lease_length()
-        if configured is not None:
-            return configured
-        # A job of a queue other than nobroker's may not carry a deadline at all.
-        deadline = getattr(job, "lease_deadline", None)
-        if is_positive_number(deadline):
-            derived = float(deadline) - leased_at_wall  # type: ignore[arg-type]
-            if 0 < derived <= MAX_SECONDS:
-                return derived
-        return DEFAULT_VISIBILITY_TIMEOUT
+        self._runner.run(entries)
 
     def _drain(self) -> None:
         """Stop leasing, wait for running jobs to finish, then stop every thread."""
@@ -441,60 +404,38 @@ class Worker:
         with self._lock:
             while self._inflight > 0:
                 self._slot_freed.wait(WAIT_SLICE)
-        for _ in self._threads:
-            self._work.put(None)
-        for thread in self._threads:
-            thread.join()
+        self._runner.stop()
         self._heartbeat.stop()
-        self._loop.stop()
 
     def _abort(self) -> None:
         """run() is leaving on an exception (a second Ctrl-C): let go at once.
 
-        Running handlers cannot be interrupted; they finish in the background
-        but their outcome is not sent (the caller may have closed the queue),
-        and the heartbeat stops, so their leases expire normally.
+        Running handlers are not waited for: a thread finishes its handler in
+        the background, an async handler is cancelled; no outcome is sent
+        (the caller may have closed the queue), and the heartbeat stops, so
+        their leases expire normally.
         """
         self._settler.abort()
         self._stopping.set()
         self._heartbeat.abort()
-        for _ in self._threads:
-            self._work.put(None)
-        self._loop.abort()
+        self._runner.abort()
         logger.warning("%s interrupted; running jobs' leases will expire and they will be delivered again", self.name)
 
-    # ------------------------------------------------------------ handler threads
+    # ------------------------------------------------------------ running jobs
     def _start_threads(self) -> None:
-        if inspect.iscoroutinefunction(self._handler):
-            self._loop.ensure()
-        for index in range(self._concurrency):
-            thread = threading.Thread(target=self._handler_thread, name=f"{self.name}-handler-{index}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._runner.start()
         if self._use_heartbeat:
             self._heartbeat.start()
 
-    def _handler_thread(self) -> None:
-        while True:
-            entry = self._work.get()
-            if entry is None:
-                return
-            try:
-                if not self._settler.aborted:  # after a second Ctrl-C nothing new starts
-                    outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
-                    self._settler.settle(entry, outcome)
-                    if escaping is not None:
-                        self._fail(escaping, f"handler of job {entry.job.id}")
-            except BaseException as exc:  # a bug here must stop the worker, not vanish with the thread
-                self._fail(exc, f"handling job {entry.job.id}")
-            finally:
-                self._heartbeat.discard(entry)
-                with self._lock:
-                    self._inflight -= 1
-                    assert self._inflight >= 0, "every job finishes once"
-                    if self._inflight == 0:
-                        self._idle_since = time.monotonic()
-                    self._slot_freed.notify_all()
+    def _job_finished(self, entry: Running) -> None:
+        """A job was settled (on a handler thread, or the async handlers' settling thread): its slot is free."""
+        self._heartbeat.discard(entry)
+        with self._lock:
+            self._inflight -= 1
+            assert self._inflight >= 0, "every job finishes once"
+            if self._inflight == 0:
+                self._idle_since = time.monotonic()
+            self._slot_freed.notify_all()
 
     # ------------------------------------------------------------ errors and signals
     def _fail(self, exc: BaseException, what: str) -> None:
