@@ -29,6 +29,8 @@ FILE_FIGURES = [
     "enqueue, 4 processes",
     "lease_one + ack, 1 thread",
     "Worker(concurrency=8) drains 80",
+    "Worker(processes=4) drains 80",
+    "Worker(processes=4, concurrency=8) drains 80",
     "enqueue_many, 1,000 per call",
     "memory per job, 21,000 pending",
     "stats(), 21,000 pending",

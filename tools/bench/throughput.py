@@ -1,4 +1,4 @@
-"""The file storage's throughput: enqueue (1 thread, 8 threads, 4 processes), lease + ack, a Worker's drain, enqueue_many.
+"""The file storage's throughput: enqueue (1 thread, 8 threads, 4 processes), lease + ack, a Worker's drains, enqueue_many.
 
 Owns: those measurements and their figures, each beside ``limit``, the rate
 of 120-byte append+fdatasync on the same disk, measured before each
@@ -9,6 +9,7 @@ something). Imports: nobroker (Queue, Worker), nobroker.cli.bench
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import statistics
 import threading
@@ -24,6 +25,13 @@ from tools.bench.plan import Figure, Plan, fresh, progress
 TARGET_RATIOS = {"single": 0.8, "shared": 2.0, "lease_ack": 0.5}
 #: The floor for enqueue_many, 1,000 jobs per call.
 ENQUEUE_MANY_TARGET = 200_000
+#: The Worker's drains of no-op jobs: (label, processes, concurrency per process). Threads of one
+#: process share one fsync per batch of acks; processes each write their own.
+DRAINS = (
+    ("Worker(concurrency=8)", None, 8),
+    ("Worker(processes=4)", 4, 1),
+    ("Worker(processes=4, concurrency=8)", 4, 8),
+)
 
 
 def figures(root: str, plan: Plan) -> list[Figure]:
@@ -51,7 +59,9 @@ def figures(root: str, plan: Plan) -> list[Figure]:
     against_limit("enqueue, 4 processes", lambda: enqueue_processes(root, 2 * n), shared)
     against_limit("lease_one + ack, 1 thread", lambda: lease_ack_single(root, n), TARGET_RATIOS["lease_ack"])
     drain = plan.drain_jobs
-    against_limit(f"Worker(concurrency=8) drains {drain:,}", lambda: worker_drain(root, drain), shared)
+    for label, processes, concurrency in DRAINS:
+        run = functools.partial(worker_drain, root, drain, concurrency, processes)
+        against_limit(f"{label} drains {drain:,}", run, shared)
 
     progress("enqueue_many")
     many = statistics.median(enqueue_many_rate(root) for _ in range(plan.runs))
@@ -121,11 +131,16 @@ def lease_ack_single(root: str, n: int) -> float:
         return n / (time.perf_counter() - start)
 
 
-def worker_drain(root: str, n: int, concurrency: int = 8) -> float:
+def _no_op(job: Any) -> None:
+    return None
+
+
+def worker_drain(root: str, n: int, concurrency: int = 8, processes: int | None = None) -> float:
+    """Jobs per second a Worker drains ``n`` no-op jobs at; with ``processes``, from fork to the last child's exit."""
     with Queue(fresh(root)) as q:
         for start_at in range(0, n, 10_000):
             q.enqueue_many([{"i": i} for i in range(start_at, min(n, start_at + 10_000))])
-        worker = Worker(q, lambda job: None, concurrency=concurrency, max_jobs=n, handle_signals=False)
+        worker = Worker(q, _no_op, concurrency=concurrency, max_jobs=n, handle_signals=False, processes=processes)
         start = time.perf_counter()
         stats = worker.run()
         elapsed = time.perf_counter() - start
