@@ -53,6 +53,9 @@ SUPERVISE_SLICE = 0.5
 RESPAWN_PAUSE = 1.0
 #: Bytes read from a report pipe at a time.
 READ_CHUNK = 65536
+#: Once a child's pipe has ended, how long the parent waits for it to exit before it looks again
+#: in the next slice, and how often it looks meanwhile.
+EXIT_GRACE, REAP_POLL = 0.2, 0.001
 
 
 @dataclass
@@ -67,6 +70,8 @@ class _Child:
     reader: ReportReader = field(default_factory=ReportReader)
     latest: WorkerStats = field(default_factory=WorkerStats)
     error: BaseException | None = None
+    final: bool = False  # its last counts came: it finished its run
+    eof: bool = False  # its pipe has ended: it has exited, or is exiting
 
     def descriptors(self) -> list[int]:
         return [self.report_fd, self.lifeline_fd]
@@ -173,7 +178,7 @@ class ProcessPool:
         while self._children or self._respawn:
             if self._stop_asked.is_set() and not self._stop_sent:
                 self._send_stop()
-            readers = [self._wake_r, *(child.report_fd for child in self._children.values())]
+            readers = [self._wake_r, *(child.report_fd for child in self._children.values() if not child.eof)]
             writers = [] if self._budget is None or self._budget.write_fd is None else [self._budget.write_fd]
             timeout = SUPERVISE_SLICE
             if self._respawn:
@@ -184,8 +189,11 @@ class ProcessPool:
             if writable and self._budget is not None:
                 self._budget.feed()
             for child in list(self._children.values()):
-                ended = child.report_fd in readable and not self._read_reports(child)
-                self._reap(child, block=ended)
+                if child.report_fd in readable and not self._read_reports(child):
+                    child.eof = True  # it has exited, or is exiting: a moment to reap it
+                    self._reap(child, wait=EXIT_GRACE)
+                else:
+                    self._reap(child)
             self._respawn_due()
 
     def _drain_wake_ups(self) -> None:
@@ -208,34 +216,52 @@ class ProcessPool:
             if stats is not None:
                 with self._lock:
                     child.latest = stats
+                child.final = child.final or message.get("final") is True
             error = error_of(message, child.pid)
             if error is not None and child.error is None:
                 child.error = error
         return True
 
-    def _reap(self, child: _Child, *, block: bool) -> None:
-        """If the child has exited: count it, and replace it when it died (unless the pool is stopping)."""
-        pid, status = os.waitpid(child.pid, 0 if block else os.WNOHANG)
-        if pid == 0:
-            return
+    def _reap(self, child: _Child, *, wait: float = 0.0) -> None:
+        """If the child has exited (waiting up to ``wait`` for it): count it, and replace it if it died."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                pid, status = os.waitpid(child.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else (an application that ignores SIGCHLD)
+                if not child.eof:
+                    return
+                pid, status = child.pid, None  # gone: its pipe says how it ended
+            if pid != 0:
+                break
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(REAP_POLL)
         while self._read_reports(child):  # what it wrote before it went
             if not select.select([child.report_fd], [], [], 0)[0]:
                 break
-        code = os.waitstatus_to_exitcode(status)
         with self._lock:
             del self._children[child.pid]
             _add(self._finished, child.latest)
         for fd in child.descriptors():
             os.close(fd)
+        if status is None:
+            code, how = (EXIT_OK if child.final else None), "status unknown"
+        else:
+            code, how = os.waitstatus_to_exitcode(status), _how_it_ended(status)
+        self._ended(child, code, how)
+
+    def _ended(self, child: _Child, code: int | None, how: str) -> None:
+        """A child exited with ``code`` (None: not known): stop on its error, or replace it if it died."""
         if child.error is not None or code == EXIT_FAILED:
             if self._fatal is None:
-                self._fatal = child.error or RuntimeError(f"worker process {child.pid} failed ({_how_it_ended(status)})")
+                self._fatal = child.error or RuntimeError(f"worker process {child.pid} failed ({how})")
             logger.error("%s: worker process %d stopped on an error; stopping the others", self._name, child.pid)
             self._stop_asked.set()
         elif code == EXIT_OK:
             logger.info("%s: worker process %d finished", self._name, child.pid)
         elif self._stop_asked.is_set():
-            logger.info("%s: worker process %d ended while stopping (%s)", self._name, child.pid, _how_it_ended(status))
+            logger.info("%s: worker process %d ended while stopping (%s)", self._name, child.pid, how)
         else:
             with self._lock:
                 self._replaced += 1
@@ -243,7 +269,7 @@ class ProcessPool:
             when = max(now, child.started + RESPAWN_PAUSE)
             logger.warning(
                 "%s: worker process %d died (%s); starting another%s; the jobs it ran come back once their leases expire",
-                self._name, child.pid, _how_it_ended(status), "" if when <= now else f" in {when - now:.1f} s",
+                self._name, child.pid, how, "" if when <= now else f" in {when - now:.1f} s",
             )  # fmt: skip
             self._respawn.append((when, child.slot))
 

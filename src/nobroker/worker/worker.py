@@ -322,22 +322,13 @@ class Worker:
             if self._asked_to_stop() or free <= 0:
                 self._wait_for_stop()  # a signal came: its watcher calls stop() in a moment
                 continue
-            if self._max_jobs is not None:
-                remaining = self._max_jobs - self._settler.leased_so_far()
-                if remaining <= 0:
-                    logger.info("%s leased its max_jobs (%d); finishing", self.name, self._max_jobs)
-                    self.stop()
-                    return
-                free = min(free, remaining)
-            if self._budget is not None:
-                granted = self._budget.take(free)
-                if granted is None:
-                    logger.info("%s: the pool's max_jobs are all leased; finishing", self.name)
-                    self.stop()
-                    return
-                if granted == 0:  # none for now: the pool's parent is refilling the budget
-                    continue
-                free = granted
+            allowed = self._allowed(free)
+            if allowed is None:
+                self.stop()
+                return
+            if allowed == 0:  # none for now: the pool's parent is refilling the shared budget
+                continue
+            free = allowed
             leased_at_wall = time.time()
             leased_at = time.monotonic()
             try:
@@ -351,6 +342,21 @@ class Worker:
                 self._dispatch(jobs, leased_at_wall, leased_at)
                 continue
             self._idle(self._idle_wait_time())
+
+    def _allowed(self, free: int) -> int | None:
+        """How many of ``free`` slots the next lease may fill under max_jobs (or a pool's shared one); None: no more."""
+        if self._max_jobs is not None:
+            remaining = self._max_jobs - self._settler.leased_so_far()
+            if remaining <= 0:
+                logger.info("%s leased its max_jobs (%d); finishing", self.name, self._max_jobs)
+                return None
+            free = min(free, remaining)
+        if self._budget is not None:
+            granted = self._budget.take(free)
+            if granted is None:
+                logger.info("%s: the pool's max_jobs are all leased; finishing", self.name)
+            return granted
+        return free
 
     def _wait_for_stop(self) -> None:
         with self._lock:
