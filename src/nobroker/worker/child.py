@@ -198,7 +198,10 @@ def _child_main(spec: ChildSpec) -> int:
     except OSError:  # a session leader cannot; the parent still passes every stop on
         pass
     for fd in spec.close:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError:  # already closed: nothing of the parent's is left open here either way
+            pass
     budget = None if spec.budget_fd is None else LeaseBudget(spec.budget_fd)
     worker = spec.make_worker(budget, spec.slot)
     reporter = Reporter(worker, spec.report_fd, spec.lifeline_fd)
