@@ -126,6 +126,29 @@ def check_unstorable_results(test: unittest.TestCase, queue: Queue, concurrency:
     test.assertEqual(queue.get(ok.id).result, "fine")
 
 
+class GatedAckMany:
+    """``queue.ack_many``, recorded; its first call (the "gate" job's, alone) waits until ``waiting``
+    more finished jobs wait to be settled, so that they all go in the next call together."""
+
+    def __init__(self, queue: Queue, waiting: int) -> None:
+        self.inner = queue.ack_many
+        self.waiting = waiting
+        self.calls: list[list[Any]] = []
+        self.gate_acking = threading.Event()
+        self.worker: Worker | None = None
+        queue.ack_many = self  # type: ignore[method-assign]
+
+    def __call__(self, jobs: Any, **kwargs: Any) -> None:
+        jobs = list(jobs)
+        self.calls.append([job.payload for job in jobs])
+        if len(self.calls) == 1:
+            self.gate_acking.set()
+            assert self.worker is not None
+            pending = self.worker._runner._settling._done  # type: ignore[attr-defined]
+            wait_until(lambda: pending.qsize() >= self.waiting, PATIENCE)
+        self.inner(jobs, **kwargs)
+
+
 # ---------------------------------------------------------------- outcomes
 class OutcomeTests(QueueTestCase):
     def test_success_acks_and_stores_the_result(self) -> None:
@@ -387,34 +410,26 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
 
     def test_jobs_that_finish_together_are_acked_in_one_call(self) -> None:
         queue = self.open_queue()
+        queue.enqueue("gate")
         queue.enqueue_many(list(range(4)))
-        calls: list[int] = []
-        real_ack_many = queue.ack_many
+        acks = GatedAckMany(queue, waiting=4)
 
-        def counting_ack_many(jobs: Any, **kwargs: Any) -> None:
-            jobs = list(jobs)
-            calls.append(len(jobs))
-            real_ack_many(jobs, **kwargs)
+        def handler(job: Any) -> None:
+            if job.payload != "gate":
+                acks.gate_acking.wait(PATIENCE)  # finish while the gate's ack is being written
 
-        queue.ack_many = counting_ack_many  # type: ignore[method-assign]
-        barrier = threading.Barrier(4, timeout=PATIENCE)
-        # A generous gather window, so a slow machine cannot split the batch.
-        with unittest.mock.patch("nobroker.worker.acks.ACK_GATHER_SECONDS", 5.0):
-            stats = Worker(queue, lambda job: barrier.wait(), concurrency=4, max_jobs=4, handle_signals=False).run()
-        self.assertEqual(stats.succeeded, 4)
-        self.assertEqual(queue.stats().done, 4)
-        self.assertEqual(sum(calls), 4)
-        self.assertLess(len(calls), 4, f"four jobs that finished together took {len(calls)} ack calls")
+        worker = Worker(queue, handler, concurrency=5, max_jobs=5, handle_signals=False)
+        acks.worker = worker
+        stats = worker.run()
+        self.assertEqual(stats.succeeded, 5)
+        self.assertEqual(queue.stats().done, 5)
+        self.assertEqual([sorted(map(str, call)) for call in acks.calls], [["gate"], ["0", "1", "2", "3"]],
+                         "the four that finished during one write went in the next, together")
 
     def test_a_refused_ack_in_a_shared_batch_is_counted_for_that_job_only(self) -> None:
         queue = self.open_queue()
+        queue.enqueue("gate")
         queue.enqueue_many(["keep", "lose", "keep", "keep"])
-        barrier = threading.Barrier(4, timeout=PATIENCE)
-
-        def handler(job: Any) -> str:
-            barrier.wait()
-            return job.payload
-
         real_ack = queue.ack
 
         def ack(job: Any, **kwargs: Any) -> None:
@@ -424,21 +439,28 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
 
         queue.ack = ack  # type: ignore[method-assign]
         real_ack_many = queue.ack_many
-        batches: list[int] = []
 
         def ack_many(jobs: Any, **kwargs: Any) -> None:
             jobs = list(jobs)
-            batches.append(len(jobs))
             real_ack_many([j for j in jobs if j.payload != "lose"])
             if any(j.payload == "lose" for j in jobs):
                 raise NotLeasedError("taken over")
 
         queue.ack_many = ack_many  # type: ignore[method-assign]
-        with unittest.mock.patch("nobroker.worker.acks.ACK_GATHER_SECONDS", 5.0):
-            stats = Worker(queue, handler, concurrency=4, max_jobs=4, handle_signals=False).run()
-        self.assertEqual((stats.succeeded, stats.lost_leases), (3, 1))
-        self.assertEqual(queue.stats().done, 3)
-        self.assertEqual(batches, [4], "the four acks were meant to share one call, then fall back one by one")
+        acks = GatedAckMany(queue, waiting=4)
+
+        def handler(job: Any) -> str:
+            if job.payload != "gate":
+                acks.gate_acking.wait(PATIENCE)
+            return job.payload
+
+        worker = Worker(queue, handler, concurrency=5, max_jobs=5, handle_signals=False)
+        acks.worker = worker
+        stats = worker.run()
+        self.assertEqual((stats.succeeded, stats.lost_leases), (4, 1))
+        self.assertEqual(queue.stats().done, 4)
+        self.assertEqual([len(call) for call in acks.calls], [1, 4],
+                         "the four acks were meant to share one call, then fall back one by one")
 
     def test_max_jobs_stops_after_that_many(self) -> None:
         queue = self.open_queue()

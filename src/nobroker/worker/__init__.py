@@ -15,9 +15,9 @@ The package, in its order (a module imports only modules above it):
     options.py    the checks of a Worker's options and their limits
     asyncloop.py  EventLoopThread: the one event loop of async handlers
     heartbeat.py  Running jobs and the thread that renews their leases
-    acks.py       AckGatherer: acks from many threads share one ack_many
+    acks.py       ack_batch: the acks of many finished jobs in one ack_many
     settle.py     Settler: ack or nack each job, count it in exactly one bucket
-    runners.py    HandlerThreads, or LoopTasks (async handlers as tasks on the loop)
+    runners.py    HandlerThreads, or LoopTasks (async handlers as tasks); the SettlingThread
     budget.py     max_jobs shared by the processes of a pool: a pipe of tokens
     child.py      one forked worker process, from fork to exit; its reports
     pool.py       ProcessPool: forks, supervises and stops the worker processes
@@ -29,14 +29,15 @@ Threads inside one running Worker:
   free slots, and idles in ``queue.wait_for_jobs`` when there is no work. It
   is the only thread that leases, so a busy worker makes few lease calls;
 * with a plain handler, ``concurrency`` handler threads each run one job at
-  a time and ack or nack it themselves, so acks from many threads reach the
-  queue together and the file storage shares one fsync between them (group
-  commit); a plain handler that returns an awaitable has it run on the
-  event loop below while its thread waits;
-* with an ``async def`` handler, no handler threads: each job is a task on
-  one event-loop thread, at most ``concurrency`` at once, and one settling
-  thread acks (in one ack_many) or nacks every job that finished since its
-  last write, so no storage call runs on the loop;
+  a time (a plain handler that returns an awaitable has it run on the event
+  loop below while its thread waits); with an ``async def`` handler, no
+  handler threads: each job is a task on one event-loop thread, at most
+  ``concurrency`` at once;
+* one settling thread acks every job that finished since its last write in
+  one ack_many (one write, one fsync) and nacks the ones that failed, so a
+  handler thread goes on to its next job at once and no storage call runs
+  on the loop (with ``concurrency=1`` the handler thread settles its job
+  itself: there is nobody to share a write with);
 * one heartbeat thread renews the lease of every running job once a third of
   its visibility timeout has passed since the last renewal;
 * with ``handle_signals`` in the main thread, one thread that turns the

@@ -8,8 +8,7 @@ that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
-interrupt, outcome, asyncloop, heartbeat, settle, acks, runners, budget,
-pool.
+interrupt, outcome, asyncloop, heartbeat, settle, runners, budget, pool.
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -36,7 +35,6 @@ import time
 from collections.abc import Iterable
 
 from ..jobs import Job
-from .acks import AckGatherer
 from .asyncloop import EventLoopThread
 from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
@@ -157,16 +155,15 @@ class Worker:
         self._stopping = threading.Event()
 
         self._heartbeat = Heartbeat(self._access, self._fail, f"{self.name}-heartbeat")
-        acks = AckGatherer(self._access, concurrency, lambda: self._inflight)
-        self._settler = Settler(self._access, acks, self._heartbeat, self._fail)
+        self._settler = Settler(self._access, self._heartbeat, self._fail)
         self._loop = EventLoopThread(f"{self.name}-asyncio")
         self._pipe = InterruptPipe()
         self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
         #: The signal handler run() installs (with handle_signals, in the main thread).
         self._on_signal = self._signals.handle
         self._runner = runner_for(
-            handler, is_async_handler(handler), self._settler, self._loop, concurrency, self.name,
-            self._job_finished, self._fail,
+            handler, is_async_handler(handler), self._settler, self._loop, concurrency, self._access.acks_many,
+            self.name, self._job_finished, self._fail,
         )  # fmt: skip
 
     # ------------------------------------------------------------ public
