@@ -8,6 +8,8 @@ each process did and waits for progress, never for a time.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
@@ -263,6 +265,17 @@ class OptionTests(TempDirTestCase):
                 Worker(queue, lambda job: None, processes=2)
             self.assertIn("os.fork", str(refused.exception))
             Worker(queue, lambda job: None)  # the threads need no fork
+
+    def test_the_command_line_refuses_processes_without_fork_in_one_line(self) -> None:
+        from nobroker import cli
+
+        err = io.StringIO()
+        with unittest.mock.patch("nobroker.worker.options.can_fork", return_value=False), \
+                contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):  # fmt: skip
+            code = cli.main(["--dir", os.path.join(self.dir, "q"), "work", "tests.test_worker_pool:touch", "--processes", "2"])
+        self.assertEqual(code, 2)
+        self.assertIn("needs os.fork", err.getvalue())
+        self.assertNotIn("Traceback", err.getvalue())
 
 
 class BudgetTests(unittest.TestCase):
