@@ -101,13 +101,15 @@ class DashboardCase(TempDirTestCase):
     def close_queue(self, queue: Queue) -> None:
         queue.close()
 
+    def queue_options(self) -> dict[str, Any]:
+        """How the dashboard lists and opens the other queues (as `nobroker serve` does, unless a test says otherwise)."""
+        return picker_options(*self.location())
+
     def setUp(self) -> None:
         super().setUp()
         self.queue = self.open_queue()
         self.addCleanup(self.close_queue, self.queue)
-        self.server = make_server(
-            self.queue, host="127.0.0.1", port=0, token=self.token, **picker_options(*self.location())
-        )
+        self.server = make_server(self.queue, host="127.0.0.1", port=0, token=self.token, **self.queue_options())
         thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), name="dashboard", daemon=True)
         thread.start()
         self.addCleanup(self.server.server_close)
@@ -663,6 +665,9 @@ class TokenTest(DashboardCase):
         resp = self.request("GET", "/?" + urllib.parse.urlencode({"token": self.token}), auth=False)
         self.assertEqual(resp.status, 303)
         self.assertEqual(resp.headers["Location"], "/")
+        # The rest of the address (the queue and view it names) survives the trade.
+        kept = self.request("GET", "/?" + urllib.parse.urlencode({"queue": "a b&c", "token": self.token, "state": "dead"}), auth=False)
+        self.assertEqual(kept.headers["Location"], "/?queue=a+b%26c&state=dead")
         cookie = resp.headers["Set-Cookie"]
         self.assertIn("HttpOnly", cookie)
         self.assertIn("SameSite=Strict", cookie)
@@ -797,11 +802,42 @@ class QueuePickerTest(DashboardCase):
     def test_the_queues_are_listed_with_the_default(self) -> None:
         other = self.other_queue(fresh_name("emails"))
         other.enqueue("x")
+        self.queue.enqueue("here")  # on PostgreSQL a queue without rows is not there
         listed = self.get_json("/api/queues")
+        self.assertEqual(set(listed), {"queues", "default"}, "counts only when asked for")
         self.assertEqual(listed["default"], self.queue.name)
         self.assertIn(self.queue.name, listed["queues"])
         self.assertIn(other.name, listed["queues"])
         self.assertEqual(listed["queues"], sorted(listed["queues"]))
+
+    def test_each_queue_is_listed_with_its_counts(self) -> None:
+        other = self.other_queue(fresh_name("emails"))
+        for n in range(3):
+            other.enqueue(n)
+        other.enqueue("later", delay=3600)
+        self.queue.enqueue("here")
+        listed = self.get_json("/api/queues?counts=1")
+        self.assertEqual(listed["stats"][other.name], other.stats().to_dict())
+        self.assertEqual(listed["stats"][other.name], {"ready": 3, "delayed": 1, "leased": 0, "done": 0, "dead": 0, "total": 4})
+        self.assertEqual(listed["stats"][self.queue.name]["total"], 1)
+        self.assertEqual(listed["errors"], {})
+        self.assertLessEqual(set(listed["stats"]), set(listed["queues"]))
+
+    def test_counts_are_read_for_a_bounded_number_of_queues_the_default_first(self) -> None:
+        others = [self.other_queue(fresh_name(f"many{n}")) for n in range(3)]
+        for queue in others:
+            queue.enqueue("x")
+        self.queue.enqueue("here")
+        with mock.patch.object(dashboard.api, "MAX_COUNTED_QUEUES", 2):
+            listed = self.get_json("/api/queues?counts=1")
+        self.assertEqual(len(listed["stats"]), 2)
+        self.assertIn(self.queue.name, listed["stats"])
+        self.assertLessEqual({q.name for q in others} | {self.queue.name}, set(listed["queues"]))
+
+    def test_the_first_queue_answers_to_its_name(self) -> None:
+        self.queue.enqueue("here", job_id="first-job")
+        named = self.get_json("/api/jobs?state=all&queue=" + urllib.parse.quote(self.queue.name))
+        self.assertEqual([j["id"] for j in named["jobs"]], ["first-job"])
 
     def test_every_route_acts_on_the_queue_named(self) -> None:
         other = self.other_queue(fresh_name("emails"))
@@ -852,6 +888,51 @@ class QueuePickerTest(DashboardCase):
         with self.assertRaises(nobroker.QueueClosedError):
             opened.stats()
         self.assertEqual(self.queue.stats().total, 0, "the first queue belongs to the caller and stays open")
+
+
+class EmptyFirstQueueTest(DashboardCase):
+    """A dashboard started on a queue that is not there (an empty `default` on PostgreSQL) while others are."""
+
+    def queue_options(self) -> dict[str, Any]:
+        self.listed = [fresh_name("app")]
+        return {"list_queues": lambda: list(self.listed), "open_queue": lambda name: self.other(name)}
+
+    def other(self, name: str) -> Queue:
+        where, options = self.location()
+        queue = Queue(where, name, **options)
+        self.addCleanup(queue.close)
+        return queue
+
+    def test_it_opens_on_a_queue_that_is_there_and_lists_only_those(self) -> None:
+        listed = self.get_json("/api/queues?counts=1")
+        self.assertEqual(listed["queues"], self.listed)
+        self.assertEqual(listed["default"], self.listed[0])
+        self.assertEqual(set(listed["stats"]), set(self.listed))
+        # The first queue still answers to its own name.
+        self.assertEqual(self.get_json("/api/stats?queue=" + urllib.parse.quote(self.queue.name))["queue"], self.queue.name)
+
+    def test_with_nothing_else_listed_the_first_queue_is_shown(self) -> None:
+        self.listed = []
+        listed = self.get_json("/api/queues")
+        self.assertEqual((listed["queues"], listed["default"]), ([self.queue.name], self.queue.name))
+
+
+class UncountableQueueTest(DashboardCase):
+    """A queue listed but impossible to open (damaged, gone): listed with its error; the others keep their counts."""
+
+    def queue_options(self) -> dict[str, Any]:
+        def open_queue(name: str) -> Queue:
+            raise nobroker.CorruptLogError(f"queue {name} is damaged at offset 42")
+
+        return {"list_queues": lambda: [self.queue.name, "broken"], "open_queue": open_queue}
+
+    def test_the_broken_queue_is_listed_with_its_error(self) -> None:
+        self.queue.enqueue("x")
+        listed = self.get_json("/api/queues?counts=1")
+        self.assertEqual(listed["queues"], sorted([self.queue.name, "broken"]))
+        self.assertEqual(listed["stats"], {self.queue.name: self.queue.stats().to_dict()})
+        self.assertIn("damaged at offset 42", listed["errors"]["broken"])
+        self.assertError(self.request("GET", "/api/stats?queue=broken"), 500, "damaged")
 
 
 class QueuePickerTokenTest(QueuePickerTest):
@@ -933,6 +1014,10 @@ class PostgresApiTest(OnPostgres, ApiTest):
 
 
 class PostgresQueuePickerTest(OnPostgres, QueuePickerTest):
+    pass
+
+
+class PostgresEmptyFirstQueueTest(OnPostgres, EmptyFirstQueueTest):
     pass
 
 

@@ -9,8 +9,12 @@ sleeps for a fixed time.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import unittest
+import urllib.parse
 from typing import Any
 
 import nobroker
@@ -18,7 +22,7 @@ from nobroker import Queue
 from nobroker.dashboard import make_server
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.browser import Browser, require_browser
-from tests.pgsupport import fresh_name
+from tests.pgsupport import drop_schema, fresh_name, require_postgres
 from tests.test_dashboard import OnPostgres, picker_options
 from tests.support import TempDirTestCase, wait_until
 
@@ -26,6 +30,7 @@ SCRIPT_PAYLOAD = "<script>alert(1)</script>"
 #: Seconds to wait for the page to show something (it refreshes every second).
 PAGE_TIMEOUT = 60.0
 POLL_SECONDS = 0.05
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
 # Installed before any page script runs: dialogs are recorded instead of shown
 # (a real one would block the page), and every element added after the first
@@ -51,7 +56,7 @@ document.addEventListener("DOMContentLoaded", function () {
 });
 """
 #: The only elements the page itself creates after loading (table rows, detail fields).
-PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "DT", "DD", "OPTION"}
+PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "OPTION"}
 
 
 class WebDashboardTest(TempDirTestCase):
@@ -90,9 +95,15 @@ class WebDashboardTest(TempDirTestCase):
         self.browser.clear()
 
     # ------------------------------------------------------------ helpers
-    def open_dashboard(self) -> None:
-        self.browser.open(self.server.url)
-        self.wait_js("document.getElementById('status').textContent === 'live'", "the page went live")
+    def open_dashboard(self, query: str | None = None, *, live: bool = True) -> None:
+        """Open the page on ``query`` (default: the address of the queue under test)."""
+        self.browser.open(self.server.url + self.address(query))
+        if live:
+            self.wait_js("document.getElementById('status').textContent === 'live'", "the page went live")
+
+    def address(self, query: str | None) -> str:
+        # By name: on PostgreSQL an empty queue is not there, and the page would open on another one.
+        return "?queue=" + urllib.parse.quote(self.queue.name) if query is None else query
 
     def js(self, expression: str) -> Any:
         return self.browser.evaluate(expression)
@@ -236,28 +247,74 @@ class WebDashboardTest(TempDirTestCase):
         self.wait_js("document.getElementById('count-done').textContent === '0'", "the done count dropped")
         self.assertCleanPage(dialogs=2)
 
-    def test_the_picker_switches_to_another_queue_of_the_folder(self) -> None:
+    def other_queue(self, prefix: str) -> Queue:
         where, options = self.location()
-        other = Queue(where, fresh_name("emails"), **options)
-        self.addCleanup(other.close)
+        queue = Queue(where, fresh_name(prefix), **options)
+        self.addCleanup(queue.close)
+        return queue
+
+    def queue_button(self, name: str) -> str:
+        return f"document.querySelector('#queues button.queue[data-queue=' + CSS.escape({json.dumps(name)}) + ']')"
+
+    def test_every_queue_is_listed_with_its_counts_and_a_click_switches(self) -> None:
+        where, options = self.location()
+        other = self.other_queue("emails")
         other.enqueue({"to": "ada"}, job_id="in-other")
+        other.enqueue({"to": "later"}, job_id="later-other", delay=3600)
         self.queue.enqueue("here", job_id="in-first")
         listed = nobroker.list_queues(where, schema=options.get("schema"))
-        self.open_dashboard()
-        self.wait_js("!document.getElementById('queue-picker-label').hidden", "the picker appeared")
+        self.open_dashboard("")  # no queue named: the page opens on the first
+        self.wait_js(self.queue_button(other.name) + " !== null", "the other queue was listed")
         self.wait_js(self.row("in-first") + " !== null", "the first queue's job was listed")
-        names = self.js("Array.from(document.querySelectorAll('#queue-picker option'), (o) => o.value)")
+        names = self.js("Array.from(document.querySelectorAll('#queues button.queue'), (b) => b.dataset.queue)")
         self.assertEqual(names, listed)
-        self.js("(() => { const p = document.getElementById('queue-picker'); p.value = "
-                + json.dumps(other.name) + "; p.dispatchEvent(new Event('change')); })()")
+        counts = self.js(self.queue_button(other.name) + ".querySelector('.qcounts').textContent")
+        self.assertEqual(counts, "1 ready · 1 delayed · 0 leased · 0 dead · 2 in all")
+        self.assertEqual(self.js(self.queue_button(self.queue.name) + ".getAttribute('aria-current')"), "true")
+        self.assertEqual(self.js("new URLSearchParams(location.search).get('queue')"), self.queue.name)
+
+        self.js(self.queue_button(other.name) + ".click()")
         self.wait_js(f"document.getElementById('queue-name').textContent === {json.dumps(other.name)}", "the name switched")
         self.wait_js(self.row("in-other") + " !== null", "the other queue's job was listed")
         self.wait_js(self.row("in-first") + " === null", "the first queue's job left the list")
-        self.wait_js("document.getElementById('count-total').textContent === '1'", "the counts are the other queue's")
+        self.wait_js("document.getElementById('count-total').textContent === '2'", "the counts are the other queue's")
+        self.assertEqual(self.js("new URLSearchParams(location.search).get('queue')"), other.name, "the address names the queue")
+        self.assertEqual(self.js(self.queue_button(other.name) + ".getAttribute('aria-current')"), "true")
         self.js(self.row("in-other") + ".click()")
         self.wait_js("document.getElementById('detail-title').textContent === 'in-other'", "its detail opened")
+        self.assertEqual(self.js("new URLSearchParams(location.search).get('job')"), "in-other")
+
+        # Back: the job closes; back again: the first queue, as the address said.
+        self.js("history.back()")
+        self.wait_js("document.getElementById('detail').hidden", "going back closed the detail")
+        self.js("history.back()")
+        self.wait_js(f"document.getElementById('queue-name').textContent === {json.dumps(self.queue.name)}", "back went to the first queue")
+        self.wait_js(self.row("in-first") + " !== null", "the first queue's job is listed again")
         self.assertEqual(nobroker.list_queues(where, schema=options.get("schema")), listed, "no queue was created")
         self.assertCleanPage()
+
+    def test_the_address_names_the_queue_and_the_job(self) -> None:
+        other = self.other_queue("reports")
+        other.enqueue({"report": "q3"}, job_id="q3-report")
+        self.queue.enqueue("here", job_id="in-first")
+        query = "?queue=" + urllib.parse.quote(other.name) + "&job=q3-report"
+        self.open_dashboard(query)
+        self.wait_js(f"document.getElementById('queue-name').textContent === {json.dumps(other.name)}", "it opened on the named queue")
+        self.wait_js("document.getElementById('detail-title').textContent === 'q3-report'", "the named job is shown")
+        self.wait_js(self.row("q3-report") + " !== null", "the named queue's jobs are listed")
+        self.assertEqual(json.loads(self.js("document.getElementById('detail-payload').textContent")), {"report": "q3"})
+        self.assertEqual(self.js(self.row("in-first")), None)
+        self.assertCleanPage()
+
+    def test_an_address_naming_no_queue_here_says_so_and_shows_the_default(self) -> None:
+        self.queue.enqueue("here", job_id="in-first")
+        self.open_dashboard("?queue=ghost", live=False)
+        self.wait_js("document.getElementById('message').textContent.includes(\"no queue named 'ghost'\")", "the page said so")
+        self.wait_js(f"document.getElementById('queue-name').textContent === {json.dumps(self.queue.name)}", "it showed the default")
+        self.wait_js(self.row("in-first") + " !== null", "the default queue's jobs are listed")
+        self.assertEqual(self.js("new URLSearchParams(location.search).get('queue')"), self.queue.name)
+        where, options = self.location()
+        self.assertNotIn("ghost", nobroker.list_queues(where, schema=options.get("schema")))
 
     def test_purge_needs_a_confirmation_and_the_typed_queue_name(self) -> None:
         for n in range(3):
@@ -287,11 +344,15 @@ class WebDashboardTokenTest(WebDashboardTest):
 
     TOKEN = "browser-test-token"
 
-    def open_dashboard(self) -> None:
-        self.browser.open(self.server.url + "?token=" + self.TOKEN)
-        self.wait_js("document.getElementById('status').textContent === 'live'", "the page went live")
-        # The redirect dropped the token from the address bar, and script cannot read the cookie.
-        self.assertEqual(self.js("location.href"), self.server.url)
+    def open_dashboard(self, query: str | None = None, *, live: bool = True) -> None:
+        query = self.address(query)
+        extra = "&" + query.lstrip("?") if query else ""
+        self.browser.open(self.server.url + "?token=" + self.TOKEN + extra)
+        if live:
+            self.wait_js("document.getElementById('status').textContent === 'live'", "the page went live")
+        # The redirect dropped the token from the address bar (and kept the rest), and script cannot read the cookie.
+        self.assertNotIn(self.TOKEN, self.js("location.href"))
+        self.assertTrue(self.js("location.href").startswith(self.server.url))
         self.assertEqual(self.js("document.cookie"), "")
 
     def test_without_the_token_the_page_is_refused(self) -> None:
@@ -301,6 +362,71 @@ class WebDashboardTokenTest(WebDashboardTest):
 
 class PostgresWebDashboardTest(OnPostgres, WebDashboardTest):
     """The same page over the PostgreSQL storage (skipped without a DSN or psycopg)."""
+
+
+class ServedByTheCommandTest(TempDirTestCase):
+    """`nobroker serve` as a real process, the page in Chromium: where holding only queue `app` opens on `app`."""
+
+    browser: Browser
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.browser = require_browser(cls)
+
+    def serve(self, *where: str) -> str:
+        """Start `nobroker <where> serve --port 0`; the page's address."""
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [SRC, os.environ.get("PYTHONPATH", "")] if p))
+        env.pop("NOBROKER_TOKEN", None)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nobroker", *where, "serve", "--port", "0"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.addCleanup(self.stop, proc)
+        line = proc.stdout.readline() if proc.stdout else ""
+        self.assertIn(" at http://127.0.0.1:", line, proc.stderr.read() if not line and proc.stderr else line)
+        self.addCleanup(self.browser.open, "about:blank")
+        return line.split(" at ")[1].split()[0]
+
+    @staticmethod
+    def stop(proc: subprocess.Popen[str]) -> None:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.communicate(timeout=PAGE_TIMEOUT)
+
+    def js(self, expression: str) -> Any:
+        return self.browser.evaluate(expression)
+
+    def shows_only_app(self, url: str) -> None:
+        self.browser.clear()
+        self.browser.open(url)
+        buttons = "Array.from(document.querySelectorAll('#queues button.queue'), (b) => b.dataset.queue)"
+        shown = wait_until(lambda: self.js(buttons) == ["app"], timeout=PAGE_TIMEOUT, interval=0.1)
+        self.assertTrue(shown, f"the queue list shows {self.js(buttons)}, not just app")
+        self.assertTrue(wait_until(lambda: self.js("document.getElementById('queue-name').textContent") == "app",
+                                   timeout=PAGE_TIMEOUT, interval=0.1))
+        self.assertTrue(wait_until(lambda: self.js("document.getElementById('count-total').textContent") == "2",
+                                   timeout=PAGE_TIMEOUT, interval=0.1), "the counts are app's")
+        self.assertEqual(self.js("new URLSearchParams(location.search).get('queue')"), "app")
+        self.assertEqual(self.browser.errors, [])
+
+    def test_a_folder_holding_only_app_shows_app_and_no_empty_default(self) -> None:
+        with Queue(self.dir, "app") as app:
+            app.enqueue_many(["a", "b"])
+        self.shows_only_app(self.serve("--dir", self.dir))
+        self.assertEqual(nobroker.list_queues(self.dir), ["app"], "nothing was created")
+
+    def test_a_schema_holding_only_app_shows_app_and_no_empty_default(self) -> None:
+        dsn = require_postgres(self)
+        from nobroker.postgres import migrate
+
+        schema = fresh_name("nbdashcli")
+        migrate(dsn, schema=schema)
+        self.addCleanup(drop_schema, schema)
+        with Queue(dsn, "app", schema=schema) as app:
+            app.enqueue_many(["a", "b"])
+        self.shows_only_app(self.serve("--dsn", dsn, "--schema", schema))
+        self.assertEqual(nobroker.list_queues(dsn, schema=schema), ["app"], "nothing was created")
 
 
 if __name__ == "__main__":

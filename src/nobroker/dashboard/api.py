@@ -8,7 +8,8 @@ methods of the public Queue only, so every route works the same on the file
 storage and on PostgreSQL.
 
 Routes (the server serves the page at ``/`` itself): ``GET /api/queues`` (the
-queues offered, and the default); ``GET /api/stats``;
+queues offered and the one a page opens on; with ``?counts=1`` also the counts
+of each, and the errors of those that could not be counted); ``GET /api/stats``;
 ``GET /api/jobs?state=&limit=&offset=``; ``GET /api/jobs/<id>``;
 ``GET /api/dlq?limit=``; ``POST /api/jobs/<id>/requeue``;
 ``POST /api/dlq/requeue``; ``POST /api/purge`` (body ``{"confirm": "<queue name>"}``);
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
 from ..jobs import LISTINGS, Job, JobState
 from .metrics import metrics_text
-from .queues import QueueSet, UnknownQueueError
+from .queues import MAX_COUNTED_QUEUES, QueueSet, UnknownQueueError
 
 if TYPE_CHECKING:  # for the annotations only: any object with the public Queue methods works
     from ..queue import Queue
@@ -169,7 +170,7 @@ class Api:
         try:
             if parts == ["api", "queues"]:
                 allow(method, "GET")
-                return json_answer({"queues": self.queues.names(), "default": self.queues.first_name})
+                return self.queue_list(counted=query.get("counts", "") not in ("", "0"))
             # Only a queue the set lists is opened (never created): anything else is a 404.
             queue = self.queues.get(query.get("queue"))
             for pattern, allowed, route in _ROUTES:
@@ -187,6 +188,27 @@ class Api:
         except NobrokerError as exc:
             logger.warning("dashboard: %s failed: %s", path, exc)
             raise HTTPError(500, str(exc)) from None
+
+    def queue_list(self, *, counted: bool) -> Answer:
+        """The queues offered and the one a page opens on; ``counted``: the counts of each too (of MAX_COUNTED_QUEUES at most).
+
+        A queue that cannot be opened or counted (damaged, locked, gone since
+        it was listed) is listed with its error instead of counts, so one bad
+        queue never hides the others.
+        """
+        names, default = self.queues.offered()
+        if not counted:
+            return json_answer({"queues": names, "default": default})
+        counts: dict[str, dict[str, int]] = {}
+        errors: dict[str, str] = {}
+        for name in [default, *(n for n in names if n != default)][:MAX_COUNTED_QUEUES]:
+            try:
+                queue = self.queues.get(name)
+                with self.lock:
+                    counts[name] = queue.stats().to_dict()
+            except (NobrokerError, OSError) as exc:
+                errors[name] = str(exc)
+        return json_answer({"queues": names, "default": default, "stats": counts, "errors": errors})
 
     def stats(self, call: Call) -> Answer:
         with self.lock:

@@ -3,9 +3,15 @@
   const CSRF = document.querySelector('meta[name="csrf-token"]').content;
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
-  const QUEUES_EVERY = 10;  // rounds between looks for queues added to the folder or database
+  const QUEUES_EVERY = 3;  // rounds between reads of every queue's counts (and of queues added meanwhile)
+  const STATES = ["runnable", "delayed", "leased", "done", "dead", "all"];
+  const PAGE_SIZES = [20, 50, 100, 500];
+  const DEFAULTS = { state: "runnable", limit: 50 };
   const $ = (id) => document.getElementById(id);
-  const view = { state: "runnable", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
+  const view = {
+    state: DEFAULTS.state, offset: 0, limit: DEFAULTS.limit, selected: null, queue: "", defaultQueue: "",
+    lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000,
+  };
 
   // Build elements only through textContent: nothing from the queue is ever parsed as HTML.
   function el(tag, props, children) {
@@ -33,7 +39,7 @@
   }
 
   async function api(path, options) {
-    if (path !== "/api/queues") path = withQueue(path);
+    if (!path.startsWith("/api/queues")) path = withQueue(path);
     const opts = Object.assign({ credentials: "same-origin", headers: {} }, options || {});
     if (opts.method === "POST") {
       opts.headers = Object.assign({ "Content-Type": "application/json", "X-CSRF-Token": CSRF }, opts.headers);
@@ -44,7 +50,9 @@
     try { data = await response.json(); } catch (e) { data = null; }
     if (!response.ok) {
       const reason = data && typeof data.error === "string" ? data.error : "HTTP " + response.status;
-      throw new Error(reason);
+      const error = new Error(reason);
+      error.status = response.status;
+      throw error;
     }
     return data;
   }
@@ -113,37 +121,106 @@
       }
       view.lastStats = signature;
     } catch (err) {
+      if (err.status === 404 && view.defaultQueue && view.queue !== view.defaultQueue) {
+        // The address named a queue that is not here (or no longer): say so, show the default one.
+        say(err.message, true);
+        switchQueue(view.defaultQueue, false, true);
+        return;
+      }
       $("status").textContent = "disconnected: " + err.message;
       $("status").className = "bad";
     }
   }
 
   // ---------------------------------------------------------------- queues
+  // Every queue of the folder or database, each with its counts; a click shows it.
   async function loadQueues() {
     let data;
     try {
-      data = await api("/api/queues");
+      data = await api("/api/queues?counts=1");
     } catch (err) {
-      return;  // the picker is a convenience; the counts say when the server is gone
+      return;  // the list is a convenience; the counts say when the server is gone
     }
-    if (!view.queue) view.queue = data["default"];
-    const picker = $("queue-picker");
-    picker.replaceChildren(...data.queues.map((name) => el("option", { value: name, text: name })));
-    picker.value = view.queue;
-    $("queue-picker-label").hidden = data.queues.length < 2;
+    view.defaultQueue = data["default"];
+    if (!view.queue) {
+      view.queue = data["default"];
+      syncUrl(false);
+    }
+    $("queues").replaceChildren(...data.queues.map((name) => queueButton(name, data.stats[name], data.errors[name])));
   }
 
-  function switchQueue(name) {
+  function queueButton(name, stats, error) {
+    let summary = "not counted (too many queues)";
+    if (stats) {
+      summary = stats.ready + " ready · " + stats.delayed + " delayed · " + stats.leased + " leased · "
+        + stats.dead + " dead · " + stats.total + " in all";
+    } else if (error) {
+      summary = "cannot be read";
+    }
+    return el("button", {
+      class: "queue", "data-queue": name, "aria-current": String(name === view.queue), title: error || summary,
+      onclick: () => switchQueue(name, true),
+    }, [el("span", { class: "qname", text: name }), el("span", { class: "qcounts", text: summary })]);
+  }
+
+  // Show queue ``name``; ``push`` makes it a step of the history, ``keepMessage`` leaves the message line.
+  function switchQueue(name, push, keepMessage) {
     if (name === view.queue) return;
     view.queue = name;
     view.offset = 0;
     view.lastStats = "";
     view.listSeq += 1;  // answers still coming for the previous queue must not draw
     view.detailSeq += 1;
-    clearDetail();
-    say("");
-    $("queue-name").textContent = name;
+    clearDetail(true);  // the address changes just below
+    if (!keepMessage) say("");
+    showQueueName();
+    syncUrl(push);
     refreshStats();
+  }
+
+  function showQueueName() {
+    $("queue-name").textContent = view.queue || "…";
+    for (const button of document.querySelectorAll("#queues button.queue")) {
+      button.setAttribute("aria-current", String(button.getAttribute("data-queue") === view.queue));
+    }
+  }
+
+  // ---------------------------------------------------------------- the address
+  // The address names what is on show (the queue, the tab, the page, the job), so it can be shared or reloaded.
+  function syncUrl(push) {
+    const params = new URLSearchParams();
+    if (view.queue) params.set("queue", view.queue);
+    if (view.state !== DEFAULTS.state) params.set("state", view.state);
+    if (view.limit !== DEFAULTS.limit) params.set("limit", String(view.limit));
+    if (view.offset > 0) params.set("offset", String(view.offset));
+    if (view.selected) params.set("job", view.selected);
+    const target = location.pathname + (params.toString() ? "?" + params.toString() : "");
+    if (target === location.pathname + location.search) return;
+    if (push) history.pushState(null, "", target);
+    else history.replaceState(null, "", target);
+  }
+
+  // The view an address names; anything it does not say (or says wrongly) takes the default.
+  function readUrl() {
+    const params = new URLSearchParams(location.search);
+    view.queue = params.get("queue") || "";
+    const state = params.get("state");
+    view.state = STATES.includes(state) ? state : DEFAULTS.state;
+    const limit = Number(params.get("limit"));
+    view.limit = PAGE_SIZES.includes(limit) ? limit : DEFAULTS.limit;
+    const offset = Number(params.get("offset"));
+    view.offset = Number.isInteger(offset) && offset > 0 ? offset : 0;
+    view.selected = params.get("job") || null;
+    showQueueName();
+    showControls();
+  }
+
+  // The tabs and the page size as the view says.
+  function showControls() {
+    for (const b of document.querySelectorAll("#tabs button")) {
+      b.setAttribute("aria-pressed", String(b.getAttribute("data-state") === view.state));
+    }
+    $("page-size").value = String(view.limit);
   }
 
   // ---------------------------------------------------------------- lists
@@ -208,7 +285,9 @@
   }
 
   // ---------------------------------------------------------------- detail
-  async function showJob(id, quiet) {
+  // Show job ``id`` in full. ``quiet``: a refresh of the job on show (no message if it is gone);
+  // ``fromUrl``: the address named it already, so the history gains no step.
+  async function showJob(id, quiet, fromUrl) {
     const mine = ++view.detailSeq;
     let data;
     try {
@@ -217,11 +296,13 @@
     } catch (err) {
       if (mine !== view.detailSeq) return;
       if (!quiet) say("Could not load job " + id + ": " + err.message, true);
-      if (quiet) clearDetail();
+      if (quiet || fromUrl) clearDetail();
       return;
     }
     const job = data.job;
+    const opened = view.selected !== job.id;
     view.selected = job.id;
+    if (!quiet) syncUrl(opened && !fromUrl);
     for (const row of document.querySelectorAll("tr.job")) {
       row.classList.toggle("selected", row.getAttribute("data-job-id") === job.id);
     }
@@ -246,11 +327,14 @@
     $("detail").hidden = false;
   }
 
-  function clearDetail() {
+  // Close the detail; the address stops naming the job unless ``keepUrl`` (it was read from the address).
+  function clearDetail(keepUrl) {
+    const had = view.selected !== null;
     view.selected = null;
     $("detail").hidden = true;
     $("detail-hint").hidden = false;
     $("detail-title").textContent = "Select a job";
+    if (had && !keepUrl) syncUrl(false);
   }
 
   // ---------------------------------------------------------------- actions
@@ -300,17 +384,22 @@
   }
 
   // ---------------------------------------------------------------- wiring
+  // A change of what the list shows: the address follows, then the list.
+  function relist() {
+    syncUrl(false);
+    refreshJobs();
+  }
   for (const button of document.querySelectorAll("#tabs button")) {
     button.addEventListener("click", () => {
       view.state = button.getAttribute("data-state");
       view.offset = 0;
-      for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-pressed", String(b === button));
-      refreshJobs();
+      showControls();
+      relist();
     });
   }
-  $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); refreshJobs(); });
-  $("next").addEventListener("click", () => { view.offset += view.limit; refreshJobs(); });
-  $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; refreshJobs(); });
+  $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); relist(); });
+  $("next").addEventListener("click", () => { view.offset += view.limit; relist(); });
+  $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; relist(); });
   $("requeue-all").addEventListener("click", requeueAll);
   $("detail-requeue").addEventListener("click", () => { if (view.selected) requeueOne(view.selected); });
   $("detail-refresh").addEventListener("click", () => { if (view.selected) showJob(view.selected, false); });
@@ -319,12 +408,27 @@
   $("purge-input").addEventListener("input", () => { $("purge-confirm").disabled = $("purge-input").value !== view.queue; });
   $("purge-cancel").addEventListener("click", () => $("purge-dialog").close());
   $("purge-form").addEventListener("submit", purge);
-  $("queue-picker").addEventListener("change", () => switchQueue($("queue-picker").value));
+  // Back and forward: show what the address names now.
+  window.addEventListener("popstate", () => {
+    const before = view.queue;
+    readUrl();
+    view.lastStats = "";
+    view.listSeq += 1;
+    view.detailSeq += 1;
+    if (view.selected) showJob(view.selected, false, true);
+    else clearDetail(true);
+    if (view.queue !== before || !view.queue) refreshStats();
+    else refreshJobs();
+  });
 
   // A timer that waits for each round to finish, so a slow queue never piles up requests.
   async function loop() {
     await refreshStats();
     setTimeout(loop, REFRESH_MS);
   }
-  loadQueues().then(loop);
+  readUrl();
+  loadQueues().then(() => {
+    if (view.selected) showJob(view.selected, false, true);
+    loop();
+  });
 })();

@@ -8,9 +8,9 @@ behind /api/ and /metrics are api.py's; this module decides whether a
 request reaches them.
 
 One dashboard shows every queue of its folder or database when it is given
-``list_queues`` and ``open_queue`` (``nobroker serve`` does): the page has a
-picker, and every API route takes ``?queue=NAME`` (default: the queue it was
-started on). Only listed queues are opened, and never created.
+``list_queues`` and ``open_queue`` (``nobroker serve`` does): the page lists
+them with their counts, and every API route takes ``?queue=NAME`` (default:
+the queue it was started on). Only listed queues are opened, and never created.
 
 Security, in one place (each rule has its reason next to the code):
 
@@ -388,8 +388,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if not hmac.compare_digest(given.encode("utf-8"), server.token.encode("utf-8")):
                 raise HTTPError(403, "wrong token")
             cookie = f"{SESSION_COOKIE}={server.session_secret}; Path=/; HttpOnly; SameSite=Strict"
-            # A redirect drops the token from the address bar and the history.
-            self._send(Answer(303, b"", "text/plain; charset=utf-8", {"Location": "/", "Set-Cookie": cookie}))
+            # A redirect drops the token from the address bar and the history; the
+            # rest of the address (the queue and the view it names) is kept.
+            rest = urllib.parse.urlencode({k: v for k, v in query.items() if k != "token"})
+            location = "/?" + rest if rest else "/"
+            self._send(Answer(303, b"", "text/plain; charset=utf-8", {"Location": location, "Set-Cookie": cookie}))
             return
         self._check_auth()
         nonce = secrets.token_urlsafe(NONCE_BYTES)
