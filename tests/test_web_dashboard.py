@@ -16,10 +16,11 @@ import threading
 import unittest
 import urllib.parse
 from typing import Any
+from unittest import mock
 
 import nobroker
 from nobroker import Queue
-from nobroker.dashboard import make_server
+from nobroker.dashboard import listing, make_server
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.browser import Browser, require_browser
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
@@ -229,6 +230,113 @@ class WebDashboardTest(TempDirTestCase):
         markup = self.js("document.body.innerHTML")
         self.assertNotIn(SCRIPT_PAYLOAD, markup)
         self.assertIn("&lt;script&gt;alert(1)&lt;/script&gt;", markup)
+        self.assertCleanPage()
+
+    def type_into(self, element_id: str, value: str) -> None:
+        self.js(f"(() => {{ const i = document.getElementById({json.dumps(element_id)}); i.value = {json.dumps(value)}; "
+                "i.dispatchEvent(new Event('input')); })()")
+
+    def choose(self, element_id: str, value: str) -> None:
+        self.js(f"(() => {{ const s = document.getElementById({json.dumps(element_id)}); s.value = {json.dumps(value)}; "
+                "s.dispatchEvent(new Event('change')); })()")
+
+    def listed_ids(self) -> list[str]:
+        return list(self.js("Array.from(document.querySelectorAll('#jobs tr.job'), (r) => r.dataset.jobId)"))
+
+    def wait_listed(self, ids: list[str], what: str) -> None:
+        if not wait_until(lambda: self.listed_ids() == ids, timeout=PAGE_TIMEOUT, interval=0.1):
+            raise AssertionError(f"timed out waiting until {what}: listed {self.listed_ids()}, not {ids}")
+
+    def url_param(self, name: str) -> Any:
+        return self.js(f"new URLSearchParams(location.search).get({json.dumps(name)})")
+
+    def test_filter_by_kind_search_and_sort_and_the_address_keeps_them(self) -> None:
+        for who in ("ada", "grace", "alan"):
+            self.queue.enqueue({"to": f"{who}@example.com"}, job_id=f"mail-{who}", kind="email")
+        self.queue.enqueue({"to": "+33 6 12"}, job_id="text-1", kind="sms")
+        self.queue.enqueue({"to": "Grace", "via": "sms"}, job_id="text-2", kind="sms")
+        self.open_dashboard()
+        self.wait_listed(["mail-ada", "mail-grace", "mail-alan", "text-1", "text-2"], "every job was listed")
+        self.type_into("filter-kind", "sms")
+        self.wait_listed(["text-1", "text-2"], "the kind filter left the sms jobs")
+        self.assertEqual(self.url_param("kind"), "sms")
+        self.type_into("filter-kind", "")
+        self.type_into("filter-q", "GRACE")
+        self.wait_listed(["mail-grace", "text-2"], "the search found the payload text")
+        self.type_into("filter-q", "mail-a")
+        self.wait_listed(["mail-ada", "mail-alan"], "the search found the ids")
+        self.choose("sort", "newest")
+        self.wait_listed(["mail-alan", "mail-ada"], "newest first")
+        self.assertEqual((self.url_param("q"), self.url_param("sort")), ("mail-a", "newest"))
+        self.type_into("filter-kind", "sms")
+        self.wait_js("!document.getElementById('jobs-empty').hidden", "the empty list says so")
+        self.assertEqual(self.js("document.getElementById('jobs-empty').textContent"), "No job here matches.")
+
+        # A reload (or a shared link) shows the same list with the same controls.
+        self.type_into("filter-kind", "email")
+        self.wait_listed(["mail-alan", "mail-ada"], "the kind and the search together")
+        self.open_dashboard(self.js("location.search"))
+        self.wait_listed(["mail-alan", "mail-ada"], "the reloaded page lists the same")
+        controls = "['filter-kind', 'filter-q', 'sort'].map((id) => document.getElementById(id).value)"
+        self.assertEqual(self.js(controls), ["email", "mail-a", "newest"])
+        self.assertCleanPage()
+
+    def test_the_delayed_tab_and_paging_with_counts(self) -> None:
+        ids = [j.id for j in self.queue.enqueue_many([{"n": n} for n in range(25)])]
+        later = self.queue.enqueue("later", job_id="later-1", delay=3600).id
+        self.open_dashboard()
+        self.choose("page-size", "20")
+        self.wait_listed(ids[:20], "the first page")
+        self.assertEqual(self.js("document.getElementById('page-info').textContent"), "1–20 of 25")
+        self.assertTrue(self.js("document.getElementById('prev').disabled"))
+        self.js("document.getElementById('next').click()")
+        self.wait_listed(ids[20:], "the second page")
+        self.assertEqual(self.js("document.getElementById('page-info').textContent"), "21–25 of 25")
+        self.assertTrue(self.js("document.getElementById('next').disabled"))
+        self.assertEqual((self.url_param("offset"), self.url_param("limit")), ("20", "20"))
+        self.choose("sort", "newest")
+        self.wait_listed(ids[::-1][:20], "newest first starts again at the first page")
+        self.js("document.querySelector('#tabs button[data-state=delayed]').click()")
+        self.wait_listed([later], "the delayed tab lists the delayed job apart from the ready ones")
+        self.assertEqual(self.js(self.row(later) + ".children[2].textContent"), "delayed")
+        self.assertCleanPage()
+
+    def test_a_failed_jobs_page_shows_its_fields_stage_error_and_traceback(self) -> None:
+        self.queue.enqueue({"resize": "cat.jpg"}, job_id="thumb-1", kind="thumbnail", max_attempts=3)
+        leased = self.queue.lease_one()
+        assert leased is not None
+        self.queue.set_stage(leased, "decoding")
+        self.queue.nack(leased, error="OSError: truncated file", traceback="Traceback (most recent call last):\n  File \"h.py\", line 3\nOSError: truncated file", delay=3600)
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=thumb-1")
+        self.wait_js("document.getElementById('detail-title').textContent === 'thumb-1'", "the job's page opened")
+        fields = self.js("Object.fromEntries(Array.from(document.querySelectorAll('#detail-fields dt'), (dt) => [dt.textContent, dt.nextElementSibling.textContent]))")
+        self.assertEqual(fields["kind"], "thumbnail")
+        self.assertEqual(fields["attempts"], "1 of 3")
+        self.assertEqual(fields["state"], "ready (delayed)")
+        self.assertEqual(fields["stage"], "decoding")
+        for name in ("priority", "dedupe key", "enqueued", "available", "lease deadline", "seq"):
+            self.assertIn(name, fields)
+        self.assertEqual(self.js("document.getElementById('detail-error').textContent"), "OSError: truncated file")
+        self.assertTrue(self.js("document.getElementById('detail-traceback').textContent").endswith("OSError: truncated file"))
+        self.assertEqual(json.loads(self.js("document.getElementById('detail-payload').textContent")), {"resize": "cat.jpg"})
+        self.assertCleanPage()
+
+    def test_a_search_past_its_bound_says_how_far_it_read(self) -> None:
+        ids = [j.id for j in self.queue.enqueue_many([{"n": n} for n in range(30)])]
+        with mock.patch.object(listing, "MAX_SEARCH_SCAN", 10), mock.patch.object(listing, "SEARCH_PAGE", 4):
+            self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&q=" + urllib.parse.quote('"n"'))
+            self.wait_listed(ids[:10], "the bounded search listed what it read")
+            self.wait_js("!document.getElementById('list-note').hidden", "the note appeared")
+            self.assertIn("Searched the oldest 10 jobs", self.js("document.getElementById('list-note').textContent"))
+            self.type_into("filter-q", ids[25])
+            self.wait_listed([ids[25]], "a whole id is found past the bound")
+            self.type_into("filter-q", "no such text")
+            self.choose("page-size", "20")
+            self.wait_js("document.getElementById('jobs-empty').textContent === 'No job here matches.'", "nothing matched")
+            self.assertFalse(self.js("document.getElementById('list-note').hidden"), "a bounded search says so")
+        self.type_into("filter-q", "")
+        self.wait_listed(ids[:20], "without a search the list is whole again")
+        self.wait_js("document.getElementById('list-note').hidden", "the note went")
         self.assertCleanPage()
 
     def test_compact_asks_first(self) -> None:

@@ -4,12 +4,17 @@
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
   const QUEUES_EVERY = 3;  // rounds between reads of every queue's counts (and of queues added meanwhile)
+  const SEARCH_EVERY = 5;  // rounds between reruns of a search (each reads up to thousands of jobs)
+  const TYPING_MS = 300;  // quiet time after typing in a filter before the list follows
+  const MAX_KINDS = 200;  // kinds remembered for the kind filter's suggestions
   const STATES = ["runnable", "delayed", "leased", "done", "dead", "all"];
+  const SORTS = ["oldest", "newest"];
   const PAGE_SIZES = [20, 50, 100, 500];
-  const DEFAULTS = { state: "runnable", limit: 50 };
+  const DEFAULTS = { state: "runnable", limit: 50, sort: "oldest" };
   const $ = (id) => document.getElementById(id);
   const view = {
-    state: DEFAULTS.state, offset: 0, limit: DEFAULTS.limit, selected: null, queue: "", defaultQueue: "",
+    state: DEFAULTS.state, kind: "", q: "", sort: DEFAULTS.sort, offset: 0, limit: DEFAULTS.limit,
+    selected: null, queue: "", defaultQueue: "", kinds: new Set(),
     lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000,
   };
 
@@ -112,7 +117,7 @@
       // The list is small (one page of previews): redraw it every round, so
       // waiting times, lease deadlines and stages stay current. The detail may
       // hold a large payload: reload it when the counts move, else now and then.
-      await refreshJobs();
+      if (!view.q || view.ticks % SEARCH_EVERY === 0) await refreshJobs();
       const signature = JSON.stringify(data.stats);
       view.ticks += 1;
       if (view.ticks % QUEUES_EVERY === 0) await loadQueues();
@@ -191,6 +196,9 @@
     const params = new URLSearchParams();
     if (view.queue) params.set("queue", view.queue);
     if (view.state !== DEFAULTS.state) params.set("state", view.state);
+    if (view.kind) params.set("kind", view.kind);
+    if (view.q) params.set("q", view.q);
+    if (view.sort !== DEFAULTS.sort) params.set("sort", view.sort);
     if (view.limit !== DEFAULTS.limit) params.set("limit", String(view.limit));
     if (view.offset > 0) params.set("offset", String(view.offset));
     if (view.selected) params.set("job", view.selected);
@@ -206,6 +214,10 @@
     view.queue = params.get("queue") || "";
     const state = params.get("state");
     view.state = STATES.includes(state) ? state : DEFAULTS.state;
+    view.kind = params.get("kind") || "";
+    view.q = (params.get("q") || "").trim();
+    const sort = params.get("sort");
+    view.sort = SORTS.includes(sort) ? sort : DEFAULTS.sort;
     const limit = Number(params.get("limit"));
     view.limit = PAGE_SIZES.includes(limit) ? limit : DEFAULTS.limit;
     const offset = Number(params.get("offset"));
@@ -215,17 +227,22 @@
     showControls();
   }
 
-  // The tabs and the page size as the view says.
+  // The tabs, the filters and the page size as the view says.
   function showControls() {
     for (const b of document.querySelectorAll("#tabs button")) {
       b.setAttribute("aria-pressed", String(b.getAttribute("data-state") === view.state));
     }
+    $("filter-kind").value = view.kind;
+    $("filter-q").value = view.q;
+    $("sort").value = view.sort;
     $("page-size").value = String(view.limit);
   }
 
   // ---------------------------------------------------------------- lists
   async function refreshJobs() {
-    const params = new URLSearchParams({ state: view.state, limit: String(view.limit), offset: String(view.offset) });
+    const params = new URLSearchParams({ state: view.state, sort: view.sort, limit: String(view.limit), offset: String(view.offset) });
+    if (view.kind) params.set("kind", view.kind);
+    if (view.q) params.set("q", view.q);
     // Only the latest request may draw: a slow answer for the previous tab must not win.
     const mine = ++view.listSeq;
     let data;
@@ -249,11 +266,23 @@
     const again = focusId === null ? null : rows.find((row) => row.getAttribute("data-job-id") === focusId);
     if (again) again.focus();
     $("jobs-empty").hidden = rows.length !== 0;
+    $("jobs-empty").textContent = view.q || view.kind ? "No job here matches." : "No jobs here.";
     $("prev").disabled = view.offset === 0;
     $("next").disabled = !data.has_more;
-    $("page-info").textContent = rows.length
-      ? (view.offset + 1) + "–" + (view.offset + rows.length)
-      : "";
+    const shown = rows.length ? (view.offset + 1).toLocaleString() + "–" + (view.offset + rows.length).toLocaleString() : "";
+    $("page-info").textContent = shown && data.total != null && !view.q ? shown + " of " + data.total.toLocaleString() : shown;
+    $("list-note").hidden = !(view.q && data.complete === false);
+    if (view.q && data.complete === false) {
+      // A search reads a bounded number of jobs: say how far it got and how to reach the rest.
+      $("list-note").textContent = "Searched the " + view.sort + " " + data.scanned.toLocaleString()
+        + " jobs of this list only: choose a state or a kind to search the rest. A whole job id is always found.";
+    }
+    for (const job of data.jobs) {
+      if (view.kinds.size < MAX_KINDS && !view.kinds.has(job.kind)) {
+        view.kinds.add(job.kind);
+        $("kinds").append(el("option", { value: job.kind }));
+      }
+    }
     $("dlq-actions").hidden = view.state !== "dead";
   }
 
@@ -397,6 +426,23 @@
       relist();
     });
   }
+  // Typing waits for a pause; the list (and the address) then follow the filters.
+  let typing = null;
+  function filtersChanged(now) {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      const kind = $("filter-kind").value.trim();
+      const q = $("filter-q").value.trim();
+      const sort = $("sort").value;
+      if (kind === view.kind && q === view.q && sort === view.sort) return;
+      Object.assign(view, { kind: kind, q: q, sort: sort, offset: 0 });
+      relist();
+    }, now ? 0 : TYPING_MS);
+  }
+  $("filter-kind").addEventListener("input", () => filtersChanged(false));
+  $("filter-q").addEventListener("input", () => filtersChanged(false));
+  $("sort").addEventListener("change", () => filtersChanged(true));
+  $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); filtersChanged(true); });
   $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); relist(); });
   $("next").addEventListener("click", () => { view.offset += view.limit; relist(); });
   $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; relist(); });

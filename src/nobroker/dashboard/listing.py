@@ -1,0 +1,237 @@
+"""The job lists the dashboard shows: by state and kind, searched, oldest or newest first, a page at a time.
+
+Owns: JobQuery (what a list asks for), JobPage (what it gets), list_page and
+count_listed (how many jobs a listing holds, found by one-job probes).
+Imports: errors, jobs. Everything is read through the public list_jobs,
+stats and get of a queue (any object with those methods: the API passes one
+that takes the dashboard's lock for each call), so a list means the same on
+both storages and a long search never holds the lock for more than one page.
+
+The storages list oldest first. Newest first is the same listing read from
+its end: the count of the listing says where the end is (stats() counts it
+for a state alone; with a kind, count_listed finds it in O(log n) one-job
+reads, and a hint from the last answer usually confirms it in one).
+
+A search reads jobs page by page and keeps those whose id or payload (as
+compact JSON) holds the text, ignoring case. It stops after
+MAX_SEARCH_SCAN jobs or MAX_SEARCH_TEXT characters of payload, and says how
+far it got, so a search on a large queue costs a bounded time and the page
+says to narrow it by state or kind. A search for a whole id finds that job at
+once, wherever it is.
+
+Each call reads the queue as it is at that moment: while workers change it, a
+job can move between pages (as with any offset paging); nothing is missed for
+good, since the page is read afresh every round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Protocol
+
+from ..errors import JobNotFoundError
+from ..jobs import LISTINGS, Job, JobState, QueueStats
+
+#: The two orders a list can have.
+SORTS = ("oldest", "newest")
+#: Jobs one read of a search takes (each comes with its payload).
+SEARCH_PAGE = 250
+#: Most jobs, and most characters of payload JSON, one search reads before it stops and says so.
+MAX_SEARCH_SCAN = 10_000
+MAX_SEARCH_TEXT = 32 * 1024 * 1024
+#: Longest search text, and longest kind asked for (a kind is at most this long anyway).
+MAX_SEARCH_CHARS = 256
+#: Most one-job reads count_listed makes: twice the bits of the largest offset, and then some.
+MAX_COUNT_PROBES = 100
+
+
+class Listed(Protocol):
+    """What a list is read from: the public Queue's list_jobs, stats and get."""
+
+    def list_jobs(self, state: str | None = None, *, limit: int | None = None, offset: int = 0, kind: str | None = None) -> list[Job]: ...
+
+    def stats(self) -> QueueStats: ...
+
+    def get(self, job_id: str) -> Job: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class JobQuery:
+    """One list: ``listing`` one of LISTINGS or None (every job), ``kind`` or None, search ``text`` ("" for none)."""
+
+    listing: str | None = None
+    kind: str | None = None
+    text: str = ""
+    newest: bool = False
+    offset: int = 0
+    limit: int = 50
+
+    def __post_init__(self) -> None:
+        assert self.listing is None or self.listing in LISTINGS, f"unknown listing {self.listing!r}"
+        assert self.offset >= 0 and self.limit >= 1, "a page starts at 0 or later and holds a job or more"
+        assert len(self.text) <= MAX_SEARCH_CHARS, "the API refuses longer search texts"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPage:
+    """One page of a list.
+
+    ``total``: how many jobs the state and kind hold (None when not counted:
+    oldest first with a kind asks for no count). For a search, ``scanned`` is
+    how many of them were read and ``complete`` whether that was all of them.
+    """
+
+    jobs: list[Job]
+    has_more: bool
+    total: int | None = None
+    scanned: int | None = None
+    complete: bool = True
+
+
+def listing_count(stats: QueueStats, listing: str | None) -> int:
+    """How many jobs ``listing`` holds, as ``stats`` counts them (ready is runnable and delayed together)."""
+    counts = stats.to_dict()
+    if listing is None:
+        return counts["total"]
+    if listing == "ready":
+        return counts["ready"] + counts["delayed"]
+    if listing == "runnable":
+        return counts["ready"]
+    return counts[listing]
+
+
+def count_listed(queue: Listed, listing: str | None, kind: str | None, hint: int | None = None) -> int:
+    """How many jobs ``list_jobs(listing, kind=kind)`` lists, by one-job reads at chosen offsets.
+
+    ``hint`` (the count last found) is checked first with one read of two
+    jobs: exactly one job at ``hint - 1`` means the count is still ``hint``.
+    Otherwise the count is bracketed by doubling offsets and then halved
+    down, each step one read of at most one job.
+    """
+
+    def exists(index: int) -> bool:
+        return bool(queue.list_jobs(listing, limit=1, offset=index, kind=kind))
+
+    if hint is not None and hint > 0 and len(queue.list_jobs(listing, limit=2, offset=hint - 1, kind=kind)) == 1:
+        return hint
+    probes = 0
+    low, high = 0, 1  # exists(low - 1) holds (or low == 0); a job at high - 1 is what the doubling asks about
+    while exists(high - 1):
+        low, high = high, high * 2
+        probes += 1
+        assert probes <= MAX_COUNT_PROBES, "a listing past 2**100 jobs: the offsets cannot be right"
+    # The count is in [low, high - 1]: the first index with no job.
+    first, last = low, high - 1
+    while first < last:
+        middle = (first + last) // 2
+        if exists(middle):
+            first = middle + 1
+        else:
+            last = middle
+        probes += 1
+        assert probes <= 2 * MAX_COUNT_PROBES, "the halving ends in as many steps as the doubling took"
+    return first
+
+
+def in_listing(job: Job, listing: str | None, now: float) -> bool:
+    """Would ``listing`` list ``job`` at ``now`` (its kind aside)?"""
+    if listing is None:
+        return True
+    if listing in ("runnable", "delayed"):
+        if job.state is not JobState.READY:
+            return False
+        return (job.available_at > now) == (listing == "delayed")
+    return job.state.value == listing
+
+
+def payload_text(job: Job) -> str:
+    """The payload as compact JSON, the text a search looks in."""
+    try:
+        return json.dumps(job.payload, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        return repr(job.payload)
+
+
+def list_page(queue: Listed, query: JobQuery, *, now: float, count_hint: int | None = None) -> JobPage:
+    """The page ``query`` asks for, read from ``queue`` (at ``now``, the time a whole-id match is judged at)."""
+    if query.text:
+        return _search(queue, query, now)
+    total = _count(queue, query, count_hint) if query.newest or query.kind is None else None
+    if not query.newest:
+        # One more than asked tells whether a next page exists without a count.
+        jobs = queue.list_jobs(query.listing, limit=query.limit + 1, offset=query.offset, kind=query.kind)
+        return JobPage(jobs[: query.limit], len(jobs) > query.limit, total)
+    assert total is not None, "newest first is counted from the end"
+    end = total - query.offset  # the page ends here in oldest-first order (exclusive)
+    if end <= 0:
+        return JobPage([], False, total)
+    start = max(0, end - query.limit)
+    jobs = queue.list_jobs(query.listing, limit=end - start, offset=start, kind=query.kind)
+    return JobPage(jobs[::-1], start > 0, total)
+
+
+def _count(queue: Listed, query: JobQuery, hint: int | None) -> int:
+    if query.kind is None:
+        return listing_count(queue.stats(), query.listing)
+    return count_listed(queue, query.listing, query.kind, hint)
+
+
+def _search(queue: Listed, query: JobQuery, now: float) -> JobPage:
+    """The matches of a search, ``query.offset`` of them skipped, at most ``query.limit`` (and whether more were found)."""
+    needle = query.text.casefold()
+    exact = _whole_id(queue, query, now)
+    wanted = query.offset + query.limit + 1  # one more than the page says whether there is a next one
+    matches: list[Job] = [exact] if exact is not None else []
+    total = _count(queue, query, None) if query.newest else None
+    scanned = read_chars = 0
+    complete = False
+    while len(matches) < wanted and not complete and scanned < MAX_SEARCH_SCAN and read_chars < MAX_SEARCH_TEXT:
+        batch, complete = _search_batch(queue, query, scanned, total)
+        scanned += len(batch)
+        for job in batch:
+            text = payload_text(job)
+            read_chars += len(text)
+            if (exact is None or job.id != exact.id) and (needle in job.id.casefold() or needle in text.casefold()):
+                matches.append(job)
+    page = matches[query.offset : query.offset + query.limit]
+    return JobPage(page, len(matches) > query.offset + query.limit, total, scanned, complete)
+
+
+def _search_batch(queue: Listed, query: JobQuery, scanned: int, total: int | None) -> tuple[list[Job], bool]:
+    """The next jobs of the listing after ``scanned`` of them, in the query's order, and whether they are its last."""
+    size = min(SEARCH_PAGE, MAX_SEARCH_SCAN - scanned)
+    if not query.newest:
+        jobs = queue.list_jobs(query.listing, limit=size, offset=scanned, kind=query.kind)
+        return jobs, len(jobs) < size
+    assert total is not None, "newest first is counted from the end"
+    end = total - scanned
+    if end <= 0:
+        return [], True
+    start = max(0, end - size)
+    return queue.list_jobs(query.listing, limit=end - start, offset=start, kind=query.kind)[::-1], start == 0
+
+
+def _whole_id(queue: Listed, query: JobQuery, now: float) -> Job | None:
+    """The job whose id is the search text, if there is one and the state and kind take it."""
+    try:
+        job = queue.get(query.text)
+    except (JobNotFoundError, ValueError):
+        return None
+    if query.kind is not None and job.kind != query.kind:
+        return None
+    return job if in_listing(job, query.listing, now) else None
+
+
+def page_fields(page: JobPage) -> dict[str, Any]:
+    """The parts of a page the API sends beside its jobs."""
+    out: dict[str, Any] = {"has_more": page.has_more, "total": page.total}
+    if page.scanned is not None:
+        out.update(scanned=page.scanned, complete=page.complete)
+    return out
+
+
+__all__ = [
+    "JobQuery", "JobPage", "list_page", "count_listed", "listing_count", "in_listing", "payload_text", "page_fields",
+    "SORTS", "SEARCH_PAGE", "MAX_SEARCH_SCAN", "MAX_SEARCH_TEXT", "MAX_SEARCH_CHARS",
+]  # fmt: skip
