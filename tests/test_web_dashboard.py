@@ -8,6 +8,7 @@ sleeps for a fixed time.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -22,7 +23,7 @@ import nobroker
 from nobroker import Queue
 from nobroker.dashboard import listing, make_server
 from nobroker.jobs import MAX_PRIORITY, JobState
-from tests.browser import Browser, require_browser
+from tests.browser import WINDOW_SIZE, Browser, require_browser
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
 from tests.test_dashboard import OnPostgres, picker_options
 from tests.support import TempDirTestCase, wait_until
@@ -31,6 +32,8 @@ SCRIPT_PAYLOAD = "<script>alert(1)</script>"
 #: Seconds to wait for the page to show something (it refreshes every second).
 PAGE_TIMEOUT = 60.0
 POLL_SECONDS = 0.05
+#: A phone's width in CSS pixels (an iPhone's 375; the issue's complaint was a table cut off at 420).
+PHONE_WIDTH = 375
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
 # Installed before any page script runs: dialogs are recorded instead of shown
@@ -338,6 +341,87 @@ class WebDashboardTest(TempDirTestCase):
         self.wait_listed(ids[:20], "without a search the list is whole again")
         self.wait_js("document.getElementById('list-note').hidden", "the note went")
         self.assertCleanPage()
+
+    def test_one_time_zone_local_shown_and_utc_in_the_titles_header_included(self) -> None:
+        self.browser.send("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})  # UTC+05:30, no DST
+        self.addCleanup(self.browser.send, "Emulation.setTimezoneOverride", {"timezoneId": ""})
+        job = self.queue.enqueue({"n": 1}, job_id="timed", delay=7200)
+        kolkata = datetime.timezone(datetime.timedelta(hours=5, minutes=30))
+
+        def local(t: float) -> str:
+            return datetime.datetime.fromtimestamp(int(t), kolkata).strftime("%Y-%m-%d %H:%M:%S")
+
+        def utc(t: float) -> str:
+            return datetime.datetime.fromtimestamp(int(t), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=timed&state=delayed")
+        self.wait_js("document.getElementById('detail-title').textContent === 'timed'", "the job's page opened")
+        # ICU may name the zone by its older name.
+        self.assertIn(self.js("document.getElementById('zone').textContent"), {"Asia/Kolkata (UTC+05:30)", "Asia/Calcutta (UTC+05:30)"})
+        updated = self.js("document.getElementById('updated').textContent")
+        self.assertRegex(updated, r"^\d\d:\d\d:\d\d$")
+        title = self.js("document.getElementById('updated').title")
+        self.assertRegex(title, r" UTC$")
+        moment = datetime.datetime.strptime(title, "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=datetime.timezone.utc)
+        self.assertEqual(moment.astimezone(kolkata).strftime("%H:%M:%S"), updated, "the header shows local time, UTC on hover")
+
+        fields = "Object.fromEntries(Array.from(document.querySelectorAll('#detail-fields dt'), (dt) => [dt.textContent, [dt.nextElementSibling.textContent, dt.nextElementSibling.title]]))"
+        shown = self.js(fields)
+        for name, t in (("enqueued", job.enqueued_at), ("available", job.available_at)):
+            text, hover = shown[name]
+            self.assertTrue(text.startswith(local(t) + " ("), f"{name}: {text!r} is not local time {local(t)}")
+            self.assertEqual(hover, utc(t), name)
+        self.wait_js(self.row("timed") + " !== null", "the delayed job was listed")
+        info = self.js(self.row("timed") + ".children[5].title")
+        self.assertEqual(info, local(job.available_at) + " · " + utc(job.available_at))
+        self.assertNotRegex(self.js("document.body.innerText"), r"\d\d:\d\d:\d\dZ", "no UTC time shown as text")
+        self.assertCleanPage()
+
+    def test_nothing_overflows_a_phones_width_nor_a_desktops(self) -> None:
+        self.addCleanup(self.browser.send, "Emulation.setDeviceMetricsOverride",
+                        {"width": WINDOW_SIZE[0], "height": WINDOW_SIZE[1], "deviceScaleFactor": 1, "mobile": False})
+        long_word = "x" * 200
+        self.queue.enqueue({"to": "ada@example.com", "body": long_word}, job_id="j-" + "i" * 250, kind="k" * 256, priority=-2147483648)
+        leased = self.queue.enqueue({"n": 2}, job_id="leased-one", kind="email")
+        lease = self.queue.lease_one(visibility_timeout=3600)  # held for the whole test, however slow
+        assert lease is not None and lease.id == leased.id
+        self.queue.set_stage(lease, "s" * 256)
+        self.make_dead({"why": long_word}, "dead-" + "d" * 200)
+        self.queue.enqueue("later", delay=3600)
+        self.other_queue("q" * 100).enqueue("x")
+        # Every element within the viewport's width, except inside a box that scrolls its own content (a <pre>).
+        overflow = """(() => {
+          const width = document.documentElement.clientWidth;
+          const out = [];
+          if (document.documentElement.scrollWidth > width) out.push('page scrolls sideways: ' + document.documentElement.scrollWidth);
+          for (const node of document.querySelectorAll('body *')) {
+            if (node.closest('pre') || node.getClientRects().length === 0) continue;
+            const box = node.getBoundingClientRect();
+            if (box.right > width + 0.5 || box.left < -0.5) out.push(node.tagName + '#' + node.id + '.' + node.className + ' ' + Math.round(box.left) + '..' + Math.round(box.right));
+          }
+          return out;
+        })()"""
+        for width, mobile in ((WINDOW_SIZE[0], False), (PHONE_WIDTH, True)):
+            self.browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": mobile})
+            self.open_dashboard()
+            for state in ("all", "leased", "dead", "delayed"):
+                with self.subTest(width=width, state=state):
+                    self.js(f"document.querySelector('#tabs button[data-state={state}]').click()")
+                    # Until the rows are this tab's (the address changes at once, the rows a moment later).
+                    states = "Array.from(document.querySelectorAll('#jobs tr.job'), (r) => r.children[2].textContent)"
+                    self.wait_js(f"(s => s.length > 0 && ('{state}' === 'all' ? s.length === 4 : s.every(x => x === '{state}')))({states})",
+                                 f"the {state} tab listed its jobs")
+                    self.js("document.querySelector('#jobs tr.job').click()")
+                    self.wait_js("!document.getElementById('detail').hidden", "the detail opened")
+                    self.wait_js("document.getElementById('detail-title').textContent === document.querySelector('#jobs tr.job').dataset.jobId", "its detail is shown")
+                    self.assertEqual(self.js("window.innerWidth"), width)
+                    self.assertEqual(self.js(overflow), [])
+        self.js("window.__confirmAnswer = true")
+        self.js("document.getElementById('purge').click()")
+        self.assertTrue(self.js("document.getElementById('purge-dialog').open"))
+        self.assertEqual(self.js(overflow), [], "the purge dialog fits too")
+        self.js("document.getElementById('purge-cancel').click()")
+        self.assertCleanPage(dialogs=1)
 
     def test_compact_asks_first(self) -> None:
         done = self.make_done("finished")

@@ -10,7 +10,7 @@ The package, bottom up (each module imports only those above it):
     queues.py   the queues one dashboard offers: listed on demand, opened on first use, never created
     metrics.py  /metrics: one queue's state in the Prometheus text format
     listing.py  the job lists: by state and kind, searched, oldest or newest first, paged
-    page.py     the page: page.html, page.css and page.js, read once, rendered with each answer's nonce
+    page.py     the page: page.html, page.css and its scripts, read once, rendered with each answer's nonce
     api.py      the JSON routes: each one public Queue call under the dashboard's lock; queue errors as statuses
     server.py   the HTTP server: request reading and every security rule (Host, token, CSRF, CSP, headers, limits)
     launch.py   make_server (checked, then bound) and serve (until Ctrl-C)

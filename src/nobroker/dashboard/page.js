@@ -1,5 +1,7 @@
-"use strict";
+// The page's behaviour: the live counts, the lists, a job in full, the actions. page-format.js comes first.
 (function () {
+  "use strict";
+  const { el, clockTime, utcTime, zoneLabel, duration, stamp, moment } = pageFormat;
   const CSRF = document.querySelector('meta[name="csrf-token"]').content;
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
@@ -17,19 +19,6 @@
     selected: null, queue: "", defaultQueue: "", kinds: new Set(),
     lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000,
   };
-
-  // Build elements only through textContent: nothing from the queue is ever parsed as HTML.
-  function el(tag, props, children) {
-    const node = document.createElement(tag);
-    for (const [key, value] of Object.entries(props || {})) {
-      if (key === "text") node.textContent = value == null ? "" : String(value);
-      else if (key === "class") node.className = value;
-      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-      else node.setAttribute(key, String(value));
-    }
-    for (const child of children || []) node.append(child);
-    return node;
-  }
 
   function say(text, isError) {
     const box = $("message");
@@ -62,41 +51,21 @@
     return data;
   }
 
-  function duration(seconds) {
-    const abs = Math.abs(seconds);
-    if (abs < 120) return Math.round(abs) + " s";
-    if (abs < 7200) return Math.round(abs / 60) + " min";
-    if (abs < 172800) return Math.round(abs / 3600) + " h";
-    return Math.round(abs / 86400) + " d";
-  }
+  const relTime = (t) => pageFormat.relTime(t, view.now);
 
-  function relTime(t) {
-    const delta = t - view.now;
-    if (Math.abs(delta) < 1) return "now";
-    return delta > 0 ? "in " + duration(delta) : duration(delta) + " ago";
-  }
-
-  function isoTime(t) {
-    return new Date(t * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
-  }
-
-  function fmtTime(t) {
-    return t == null ? "–" : isoTime(t) + " (" + relTime(t) + ")";
-  }
-
-  // One short line for the list: what the job is waiting for, or why it died.
+  // One short line for the list: what the job is waiting for, or why it died (its title: the moment, local and UTC).
   function infoOf(job) {
     if (job.state === "dead") return ["error: " + (job.last_error == null ? "–" : job.last_error), job.last_error || ""];
     if (job.state === "leased") {
       const stage = job.stage == null ? "" : " · " + job.stage;
-      return ["lease ends " + relTime(job.lease_deadline) + stage, isoTime(job.lease_deadline)];
+      return ["lease ends " + relTime(job.lease_deadline) + stage, moment(job.lease_deadline)];
     }
-    if (job.state === "ready" && job.available_at > view.now) return ["runs " + relTime(job.available_at), isoTime(job.available_at)];
+    if (job.state === "ready" && job.available_at > view.now) return ["runs " + relTime(job.available_at), moment(job.available_at)];
     if (job.state === "ready") {
       const waited = view.now - job.available_at;
-      return [waited < 1 ? "ready now" : "waiting " + duration(waited), isoTime(job.available_at)];
+      return [waited < 1 ? "ready now" : "waiting " + duration(waited), moment(job.available_at)];
     }
-    return ["enqueued " + relTime(job.enqueued_at), isoTime(job.enqueued_at)];
+    return ["enqueued " + relTime(job.enqueued_at), moment(job.enqueued_at)];
   }
 
   // ---------------------------------------------------------------- counts
@@ -111,7 +80,10 @@
       for (const key of ["ready", "delayed", "leased", "done", "dead", "total"]) {
         $("count-" + key).textContent = String(data.stats[key]);
       }
-      $("updated").textContent = new Date().toLocaleTimeString();
+      const shownAt = Date.now() / 1000;
+      $("updated").textContent = clockTime(shownAt);
+      $("updated").title = utcTime(shownAt);
+      $("zone").textContent = zoneLabel(shownAt);
       $("status").textContent = "live";
       $("status").className = "";
       // The list is small (one page of previews): redraw it every round, so
@@ -288,12 +260,13 @@
 
   function jobRow(job) {
     const info = infoOf(job);
+    // Each cell is labelled for the phone layout, where the row becomes a card.
     const cells = [
-      el("td", { class: "mono", text: job.id }),
-      el("td", { text: job.kind }),
-      el("td", { text: job.state === "ready" && job.available_at > view.now ? "delayed" : job.state }),
-      el("td", { text: job.priority }),
-      el("td", { text: job.attempts + "/" + job.max_attempts }),
+      el("td", { class: "mono id", "data-label": "id" }, [el("span", { class: "cut", text: job.id, title: job.id })]),
+      el("td", { class: "kind", "data-label": "kind" }, [el("span", { class: "cut", text: job.kind, title: job.kind })]),
+      el("td", { "data-label": "state", text: job.state === "ready" && job.available_at > view.now ? "delayed" : job.state }),
+      el("td", { "data-label": "prio", text: job.priority }),
+      el("td", { "data-label": "tries", text: job.attempts + "/" + job.max_attempts }),
       el("td", { class: "clip", text: info[0], title: info[1] }),
       el("td", { class: "mono clip payload", text: job.payload_preview, title: job.payload_preview }),
     ];
@@ -317,6 +290,11 @@
   // Show job ``id`` in full. ``quiet``: a refresh of the job on show (no message if it is gone);
   // ``fromUrl``: the address named it already, so the history gains no step.
   async function showJob(id, quiet, fromUrl) {
+    if (quiet && id !== view.selected) return;  // a refresh of a job no longer on show
+    const opened = view.selected !== id;
+    // Chosen at once, so a refresh that starts while this loads reloads this job, not the one before.
+    view.selected = id;
+    if (!quiet) syncUrl(opened && !fromUrl);
     const mine = ++view.detailSeq;
     let data;
     try {
@@ -325,13 +303,10 @@
     } catch (err) {
       if (mine !== view.detailSeq) return;
       if (!quiet) say("Could not load job " + id + ": " + err.message, true);
-      if (quiet || fromUrl) clearDetail();
+      clearDetail();
       return;
     }
     const job = data.job;
-    const opened = view.selected !== job.id;
-    view.selected = job.id;
-    if (!quiet) syncUrl(opened && !fromUrl);
     for (const row of document.querySelectorAll("tr.job")) {
       row.classList.toggle("selected", row.getAttribute("data-job-id") === job.id);
     }
@@ -343,10 +318,12 @@
       ["attempts", job.attempts + " of " + job.max_attempts],
       ["stage", job.stage == null ? "–" : job.stage],
       ["dedupe key", job.dedupe_key == null ? "–" : job.dedupe_key],
-      ["enqueued", fmtTime(job.enqueued_at)], ["available", fmtTime(job.available_at)],
-      ["lease deadline", fmtTime(job.lease_deadline)], ["seq", job.seq],
+      ["enqueued", stamp(job.enqueued_at, view.now)], ["available", stamp(job.available_at, view.now)],
+      ["lease deadline", stamp(job.lease_deadline, view.now)], ["seq", job.seq],
     ];
-    $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
+    // A time is shown local, with UTC as its title; every other value is plain text.
+    const dd = (v) => (v !== null && typeof v === "object" ? el("dd", { text: v.text, title: v.title }) : el("dd", { text: v }));
+    $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), dd(v)]));
     $("detail-payload").textContent = JSON.stringify(job.payload, null, 2);
     $("detail-error").textContent = job.last_error == null ? "–" : job.last_error;
     $("detail-traceback").textContent = job.traceback == null ? "" : job.traceback;  // text, never markup
