@@ -8,12 +8,14 @@ and talks to it with http.client.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import logging
 import math
 import os
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -517,8 +519,11 @@ class JobListTest(DashboardCase):
         self.assertEqual(self.ids("q=" + urllib.parse.quote('"to":"alan')), ["invoice-7"], "compact JSON text")
         self.assertEqual(self.ids("q=ada&sort=newest"), [grace, ada])
         self.assertEqual(self.ids("q=nobody"), [])
+        quoted = self.queue.enqueue({"text": 'she said "Hi" \\o/', "deep": [[{"Key-Ünïcode": 1}]]}).id
+        self.assertEqual(self.ids("q=" + urllib.parse.quote('said "hi" \\o/')), [quoted], "a string as itself, quotes and all")
+        self.assertEqual(self.ids("q=" + urllib.parse.quote("key-ünï")), [quoted], "keys too, at any depth")
         answer = self.get_json("/api/jobs?q=ada")
-        self.assertEqual((answer["q"], answer["scanned"], answer["complete"]), ("ada", 3, True))
+        self.assertEqual((answer["q"], answer["scanned"], answer["complete"]), ("ada", 4, True))
 
     def test_search_within_a_state_and_a_kind_with_paging(self) -> None:
         matching = [self.queue.enqueue({"order": n, "city": "Paris"}, kind="order").id for n in range(7)]
@@ -691,6 +696,29 @@ class RawHttpTest(DashboardCase):
     @staticmethod
     def statuses(answer: bytes) -> list[int]:
         return [int(code) for code in re.findall(rb"^HTTP/1\.[01] (\d{3}) ", answer, re.M)]
+
+    def test_a_client_that_hangs_up_mid_answer_is_routine(self) -> None:
+        job = self.queue.enqueue("x" * (12 * 1024 * 1024))  # an answer larger than the socket buffers
+        finished = threading.Semaphore(0)
+        real = DashboardServer.shutdown_request
+
+        def shutdown_request(server: DashboardServer, request: Any) -> None:
+            real(server, request)
+            finished.release()
+
+        stderr = io.StringIO()
+        with mock.patch.object(DashboardServer, "shutdown_request", shutdown_request), \
+                mock.patch("sys.stderr", stderr), self.assertNoLogs("nobroker.dashboard", logging.INFO):
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            sock.sendall(f"GET /api/jobs/{job.id} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+                         + (f"Authorization: Bearer {self.token}\r\n".encode() if self.token else b"") + b"\r\n")
+            self.assertTrue(sock.recv(1024).startswith(b"HTTP/1.1 200"))
+            # Hang up hard (a reset) while the server is still writing the body.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+            self.assertTrue(finished.acquire(timeout=WAIT_SECONDS), "the server never finished the request")
+        self.assertEqual(stderr.getvalue(), "", "a hang-up printed a traceback")
+        self.assertEqual(self.request("GET", "/api/stats").status, 200, "the server serves on")
 
     def test_a_chunked_body_is_refused_not_read_as_a_second_request(self) -> None:
         self.make_done()

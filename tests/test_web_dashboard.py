@@ -21,7 +21,7 @@ from unittest import mock
 
 import nobroker
 from nobroker import Queue
-from nobroker.dashboard import listing, make_server
+from nobroker.dashboard import DashboardServer, listing, make_server
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.browser import WINDOW_SIZE, Browser, require_browser
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
@@ -86,17 +86,20 @@ class WebDashboardTest(TempDirTestCase):
         super().setUp()
         self.queue = self.open_queue()
         self.addCleanup(self.close_queue, self.queue)
-        self.server = make_server(
-            self.queue, host="127.0.0.1", port=0, token=self.TOKEN, **picker_options(*self.location())
-        )
-        thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), daemon=True)
+        self.server = self.start_server(self.queue, **picker_options(*self.location()))
+        self.browser.clear()
+
+    def start_server(self, queue: Any, **queues: Any) -> DashboardServer:
+        """A dashboard for ``queue`` on a free port, serving until the test ends."""
+        server = make_server(queue, host="127.0.0.1", port=0, token=self.TOKEN, **queues)
+        thread = threading.Thread(target=server.serve_forever, args=(POLL_SECONDS,), daemon=True)
         thread.start()
-        self.addCleanup(self.server.server_close)
+        self.addCleanup(server.server_close)
         self.addCleanup(thread.join, 10)
-        self.addCleanup(self.server.shutdown)
+        self.addCleanup(server.shutdown)
         # Leave the page before the server goes, so its refresh loop does not log errors into the next test.
         self.addCleanup(self.browser.open, "about:blank")
-        self.browser.clear()
+        return server
 
     # ------------------------------------------------------------ helpers
     def open_dashboard(self, query: str | None = None, *, live: bool = True) -> None:
@@ -423,6 +426,153 @@ class WebDashboardTest(TempDirTestCase):
         self.js("document.getElementById('purge-cancel').click()")
         self.assertCleanPage(dialogs=1)
 
+    def assertNothingRan(self) -> None:
+        """No hostile value became markup or ran: no marker set, no dialog, no element the page does not make itself."""
+        self.assertIsNone(self.js("window.__pwned"), "a hostile value ran as script")
+        self.assertEqual(self.js("window.__dialogs"), [])
+        self.assertEqual(self.js("document.scripts.length"), 1)
+        self.assertEqual(self.js("document.images.length + document.querySelectorAll('svg, iframe, object, embed, a').length"), 0)
+        added = set(self.js("window.__added"))
+        self.assertTrue(added, "the observer saw no rows being built")
+        self.assertLessEqual(added, PAGE_MADE_ELEMENTS)
+
+    def test_every_user_controlled_string_is_shown_as_text(self) -> None:
+        values = {name: hostile(name) for name in ("payload", "id", "kind", "stage", "dedupe", "error", "traceback", "result", "leased-id", "dead-id")}
+        self.queue.enqueue({"html": values["payload"]}, job_id=values["id"], kind=values["kind"], dedupe_key=values["dedupe"], delay=3600)
+        self.queue.enqueue("leased", job_id=values["leased-id"], kind=values["kind"], priority=MAX_PRIORITY)
+        leased = self.queue.lease_one(visibility_timeout=3600)
+        assert leased is not None and leased.id == values["leased-id"]
+        self.queue.set_stage(leased, values["stage"])
+        self.queue.enqueue("dies", job_id=values["dead-id"], priority=MAX_PRIORITY)
+        dying = self.queue.lease_one()
+        assert dying is not None and dying.id == values["dead-id"]
+        self.queue.nack(dying, error=values["error"], traceback=values["traceback"], permanent=True)
+        done = self.make_done("finished")
+        self.queue.get(done)
+        with_result = self.queue.enqueue("with result", priority=MAX_PRIORITY)
+        got = self.queue.lease_one()
+        assert got is not None and got.id == with_result.id
+        self.queue.ack(got, result={"html": values["result"]})
+
+        # The list: every tab, every cell and title.
+        self.open_dashboard()
+        self.js("document.querySelector('#tabs button[data-state=all]').click()")
+        self.wait_js(self.row(values["id"]) + " !== null", "the hostile job was listed")
+        row = self.row(values["id"])
+        self.assertEqual(self.js(row + ".children[0].textContent"), values["id"])
+        self.assertEqual(self.js(row + ".children[0].firstChild.title"), values["id"])
+        self.assertEqual(self.js(row + ".children[1].textContent"), values["kind"])
+        as_json = json.dumps({"html": values["payload"]}, ensure_ascii=False, separators=(",", ":"))
+        self.assertEqual(self.js(row + ".querySelector('td.payload').textContent"), as_json)
+        self.assertEqual(self.js(row + ".querySelector('td.payload').title"), as_json)
+        self.assertIn(values["stage"], self.js(self.row(values["leased-id"]) + ".textContent"))
+        self.assertIn(values["error"], self.js(self.row(values["dead-id"]) + ".textContent"))
+        self.assertEqual(self.js(self.row(values["dead-id"]) + ".children[5].title"), values["error"])
+        # The filters and the search take them back as text, and the address carries them.
+        self.type_into("filter-kind", values["kind"])
+        self.type_into("filter-q", values["payload"])
+        self.wait_listed([values["id"]], "the hostile kind and search text found the job")
+        self.assertEqual((self.url_param("kind"), self.url_param("q")), (values["kind"], values["payload"]))
+        self.assertIn(values["kind"], self.js("Array.from(document.querySelectorAll('#kinds option'), (o) => o.value)"))
+
+        # Each job's page, opened by its address.
+        for job_id in (values["id"], values["leased-id"], values["dead-id"], with_result.id):
+            with self.subTest(job=job_id[:20]):
+                self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(job_id))
+                self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(job_id)}", "the job's page opened")
+                self.assertNothingRan()
+        detail = "Object.fromEntries(Array.from(document.querySelectorAll('#detail-fields dt'), (dt) => [dt.textContent, dt.nextElementSibling.textContent]))"
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(values["id"]))
+        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(values['id'])}", "the job's page opened")
+        fields = self.js(detail)
+        self.assertEqual((fields["kind"], fields["dedupe key"]), (values["kind"], values["dedupe"]))
+        self.assertEqual(json.loads(self.js("document.getElementById('detail-payload').textContent")), {"html": values["payload"]})
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(values["leased-id"]))
+        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(values['leased-id'])}", "the leased job's page opened")
+        self.assertEqual(self.js(detail)["stage"], values["stage"])
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(values["dead-id"]))
+        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(values['dead-id'])}", "the dead job's page opened")
+        self.assertEqual(self.js("document.getElementById('detail-error').textContent"), values["error"])
+        self.assertEqual(self.js("document.getElementById('detail-traceback').textContent"), values["traceback"])
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(with_result.id))
+        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(with_result.id)}", "the done job's page opened")
+        self.assertEqual(json.loads(self.js("document.getElementById('detail-result').textContent")), {"html": values["result"]})
+        # An id that is not there comes back in an error message, as text.
+        missing = hostile("missing")
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(missing))
+        self.wait_js("document.getElementById('message').textContent.includes('Could not load job')", "the page said so")
+        self.assertIn(missing, self.js("document.getElementById('message').textContent"))
+        self.assertNothingRan()
+        markup = self.js("document.body.innerHTML")
+        for value in values.values():
+            self.assertNotIn(value, markup, "a hostile value appears unescaped in the document")
+        # The browser logs the 404 of the missing job; that is the only error.
+        self.assertTrue(self.browser.errors)
+        self.assertTrue(all("404" in e and "/api/jobs/" in e for e in self.browser.errors), self.browser.errors)
+        self.browser.errors.clear()
+        self.assertCleanPage()
+
+    def test_a_hostile_queue_name_is_shown_as_text(self) -> None:
+        name = hostile("queue")
+        where, options = self.location()
+        if where == self.dir:
+            # A folder refuses such a name for its files; a queue that reports one stands in for it.
+            shown: Any = _Named(self.queue, name)
+            server = self.start_server(shown, list_queues=lambda: [name], open_queue=lambda n: shown)
+        else:
+            shown = Queue(where, name, **options)
+            self.addCleanup(shown.close)
+            server = self.start_server(self.queue, **picker_options(where, options))
+        shown.enqueue("in the hostile queue", job_id="in-hostile")
+        self.browser.open(server.url + ("?token=" + self.TOKEN + "&" if self.TOKEN else "?") + "queue=" + urllib.parse.quote(name))
+        self.wait_js(self.row("in-hostile") + " !== null", "the hostile queue's job was listed")
+        self.wait_js(self.queue_button(name) + " !== null", "the hostile queue was listed")
+        self.assertEqual(self.js("document.getElementById('queue-name').textContent"), name)
+        self.assertEqual(self.js(self.queue_button(name) + ".querySelector('.qname').textContent"), name)
+        self.assertEqual(self.url_param("queue"), name)
+        self.js("window.__confirmAnswer = true")
+        self.js("document.getElementById('purge').click()")
+        self.assertEqual(self.js("document.getElementById('purge-name').textContent"), name)
+        self.assertIn(name, self.js("window.__dialogs[0][1]"), "the confirmation names the queue, as text")
+        self.js("document.getElementById('purge-cancel').click()")
+        self.js("window.__dialogs = []")
+        self.assertNothingRan()
+        self.assertNotIn(name, self.js("document.body.innerHTML"))
+        self.assertEqual(self.browser.errors, [])
+        self.assertEqual(len(shown), 1)
+
+    def test_a_cross_site_page_cannot_requeue(self) -> None:
+        self.make_dead({"order": 1}, "dead-1")
+        self.open_dashboard()  # with a token, this also gives the browser its session cookie
+        target = self.server.url + "api/jobs/dead-1/requeue"
+        # A page of another origin: a simple POST goes out but carries no CSRF token (nor, cross-site, the
+        # SameSite=Strict cookie); one with the header needs a preflight, which the server never grants.
+        self.browser.open("data:text/html,<title>elsewhere</title>")
+        attempts = f"""(async () => {{
+          const out = [];
+          try {{ await fetch({json.dumps(target)}, {{ method: "POST", mode: "no-cors", credentials: "include", body: "{{}}" }}); out.push("sent"); }}
+          catch (e) {{ out.push("refused: " + e.message); }}
+          try {{ const r = await fetch({json.dumps(target)}, {{ method: "POST", credentials: "include", headers: {{ "X-CSRF-Token": "guess", "Content-Type": "application/json" }}, body: "{{}}" }}); out.push("answered " + r.status); }}
+          catch (e) {{ out.push("blocked"); }}
+          return out;
+        }})()"""
+        outcome = self.js(attempts)
+        self.assertEqual(outcome[1], "blocked", outcome)
+        self.assertEqual(self.queue.get("dead-1").state, JobState.DEAD, "a cross-site request requeued the job")
+        # The page itself: a POST without the CSRF token is refused; the page's own button works.
+        self.open_dashboard()
+        refused = self.js(f"fetch({json.dumps(target)}, {{ method: 'POST', body: '{{}}' }}).then((r) => r.status)")
+        self.assertEqual(refused, 403)
+        wrong = self.js(f"fetch({json.dumps(target)}, {{ method: 'POST', headers: {{ 'X-CSRF-Token': 'wrong' }}, body: '{{}}' }}).then((r) => r.status)")
+        self.assertEqual(wrong, 403)
+        self.assertEqual(self.queue.get("dead-1").state, JobState.DEAD)
+        self.js("document.querySelector('#tabs button[data-state=dead]').click()")
+        button = "document.querySelector('button[data-action=requeue][data-job-id=\"dead-1\"]')"
+        self.wait_js(button + " !== null", "the DLQ listed the dead job")
+        self.js(button + ".click()")
+        self.assertTrue(wait_until(lambda: self.queue.get("dead-1").state == JobState.READY, timeout=PAGE_TIMEOUT))
+        self.browser.errors.clear()  # the refused fetches are logged by the browser as failed requests
+
     def test_compact_asks_first(self) -> None:
         done = self.make_done("finished")
         kept = self.queue.enqueue("waiting").id
@@ -529,6 +679,25 @@ class WebDashboardTest(TempDirTestCase):
         self.assertTrue(wait_until(lambda: self.queue.stats().total == 0, timeout=PAGE_TIMEOUT), "purge did not happen")
         self.wait_js("document.getElementById('count-total').textContent === '0'", "the page showed the empty queue")
         self.assertCleanPage(dialogs=2)
+
+
+def hostile(where: str) -> str:
+    """A value that would run script wherever it became markup, in an attribute or out of one; marked by ``where``."""
+    return f"\"'><img src=x onerror=\"window.__pwned='{where}'\"><script>window.__pwned='{where}'</script>&amp;{where}"
+
+
+class _Named:
+    """A queue that reports another name (a folder refuses hostile names for its files)."""
+
+    def __init__(self, queue: Queue, name: str) -> None:
+        self._queue = queue
+        self.name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._queue, attribute)
+
+    def __len__(self) -> int:
+        return len(self._queue)
 
 
 class WebDashboardTokenTest(WebDashboardTest):

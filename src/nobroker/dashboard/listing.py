@@ -12,8 +12,10 @@ its end: the count of the listing says where the end is (stats() counts it
 for a state alone; with a kind, count_listed finds it in O(log n) one-job
 reads, and a hint from the last answer usually confirms it in one).
 
-A search reads jobs page by page and keeps those whose id or payload (as
-compact JSON) holds the text, ignoring case. It stops after
+A search reads jobs page by page and keeps those whose id or payload holds
+the text, ignoring case: the payload as compact JSON (``"to":"ada`` finds
+``{"to": "ada@example.com"}``), or any one string in it, key or value, as
+itself (``say "hi"`` finds ``{"text": "say \"hi\""}``). It stops after
 MAX_SEARCH_SCAN jobs or MAX_SEARCH_TEXT characters of payload, and says how
 far it got, so a search on a large queue costs a bounded time and the page
 says to narrow it by state or kind. A search for a whole id finds that job at
@@ -153,6 +155,29 @@ def payload_text(job: Job) -> str:
         return repr(job.payload)
 
 
+def _holds(value: Any, needle: str) -> bool:
+    """Does any string in ``value`` (a JSON value: keys and values, at any depth) hold ``needle``, ignoring case?"""
+    stack = [value]
+    while stack:  # a stack, not recursion: a payload may nest as deep as the storage allows
+        item = stack.pop()
+        if isinstance(item, str):
+            if needle in item.casefold():
+                return True
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if needle in str(key).casefold():
+                    return True
+                stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def matches(job: Job, needle: str, text: str) -> bool:
+    """Does ``job`` match the search ``needle`` (casefolded), given ``text``, its payload as compact JSON?"""
+    return needle in job.id.casefold() or needle in text.casefold() or _holds(job.payload, needle)
+
+
 def list_page(queue: Listed, query: JobQuery, *, now: float, count_hint: int | None = None) -> JobPage:
     """The page ``query`` asks for, read from ``queue`` (at ``now``, the time a whole-id match is judged at)."""
     if query.text:
@@ -182,20 +207,20 @@ def _search(queue: Listed, query: JobQuery, now: float) -> JobPage:
     needle = query.text.casefold()
     exact = _whole_id(queue, query, now)
     wanted = query.offset + query.limit + 1  # one more than the page says whether there is a next one
-    matches: list[Job] = [exact] if exact is not None else []
+    found: list[Job] = [exact] if exact is not None else []
     total = _count(queue, query, None) if query.newest else None
     scanned = read_chars = 0
     complete = False
-    while len(matches) < wanted and not complete and scanned < MAX_SEARCH_SCAN and read_chars < MAX_SEARCH_TEXT:
+    while len(found) < wanted and not complete and scanned < MAX_SEARCH_SCAN and read_chars < MAX_SEARCH_TEXT:
         batch, complete = _search_batch(queue, query, scanned, total)
         scanned += len(batch)
         for job in batch:
             text = payload_text(job)
             read_chars += len(text)
-            if (exact is None or job.id != exact.id) and (needle in job.id.casefold() or needle in text.casefold()):
-                matches.append(job)
-    page = matches[query.offset : query.offset + query.limit]
-    return JobPage(page, len(matches) > query.offset + query.limit, total, scanned, complete)
+            if (exact is None or job.id != exact.id) and matches(job, needle, text):
+                found.append(job)
+    page = found[query.offset : query.offset + query.limit]
+    return JobPage(page, len(found) > query.offset + query.limit, total, scanned, complete)
 
 
 def _search_batch(queue: Listed, query: JobQuery, scanned: int, total: int | None) -> tuple[list[Job], bool]:
@@ -232,6 +257,6 @@ def page_fields(page: JobPage) -> dict[str, Any]:
 
 
 __all__ = [
-    "JobQuery", "JobPage", "list_page", "count_listed", "listing_count", "in_listing", "payload_text", "page_fields",
+    "JobQuery", "JobPage", "list_page", "count_listed", "listing_count", "in_listing", "payload_text", "matches", "page_fields",
     "SORTS", "SEARCH_PAGE", "MAX_SEARCH_SCAN", "MAX_SEARCH_TEXT", "MAX_SEARCH_CHARS",
 ]  # fmt: skip
