@@ -569,31 +569,34 @@ class JobListTest(DashboardCase):
 
 
 class CountListedTest(unittest.TestCase):
-    """count_listed against the length of the list itself, for every size up to 70 and hints right and wrong."""
+    """count_listed against the length of the list itself, for many sizes, bounds and hints right and wrong."""
 
     class Fake:
         def __init__(self, n: int) -> None:
             self.jobs = [Job(id=str(i), payload=i) for i in range(n)]
-            self.reads = 0
+            self.reads: list[int | None] = []
 
         def list_jobs(self, state: Any = None, *, limit: int | None = None, offset: int = 0, kind: Any = None) -> list[Job]:
-            self.reads += 1
+            self.reads.append(limit)
             return self.jobs[offset : None if limit is None else offset + limit]
 
     def test_every_size_with_and_without_hints(self) -> None:
-        for n in range(71):
-            for hint in (None, 0, n, n + 1, max(0, n - 1), 3 * n + 5):
-                fake = self.Fake(n)
-                with self.subTest(n=n, hint=hint):
-                    self.assertEqual(dashboard.listing.count_listed(fake, None, "k", hint), n)
+        read = dashboard.listing.COUNT_READ
+        for n in (*range(12), read - 1, read, read + 1, 2 * read + 3, 4 * read - 1, 1001):
+            for upper in {n, n + 1, 2 * n + 7, 10 * n + read}:
+                for hint in (None, 0, 1, n, n + 1, max(0, n - 1), max(0, n - read - 2), 3 * n + 5):
+                    fake = self.Fake(n)
+                    with self.subTest(n=n, upper=upper, hint=hint):
+                        self.assertEqual(dashboard.listing.count_listed(fake, None, "k", upper, hint), n)
+                        self.assertTrue(all(r is not None and r <= read + 1 for r in fake.reads), "no read is unbounded or wide")
 
-    def test_a_right_hint_costs_one_read(self) -> None:
-        fake = self.Fake(1000)
-        self.assertEqual(dashboard.listing.count_listed(fake, None, "k", 1000), 1000)
-        self.assertEqual(fake.reads, 1)
-        fake.reads = 0
-        self.assertEqual(dashboard.listing.count_listed(fake, None, "k"), 1000)
-        self.assertLessEqual(fake.reads, 2 * 11 + 1, "doubling then halving: about 2 log2(n) reads")
+    def test_a_right_hint_costs_one_read_and_none_costs_log_reads(self) -> None:
+        fake = self.Fake(100_000)
+        self.assertEqual(dashboard.listing.count_listed(fake, None, "k", 200_000, 100_000), 100_000)
+        self.assertEqual(len(fake.reads), 1)
+        fake.reads.clear()
+        self.assertEqual(dashboard.listing.count_listed(fake, None, "k", 200_000), 100_000)
+        self.assertLessEqual(len(fake.reads), 11, "log2(200,000 / 250) one-job reads, then one of 250")
 
 
 class SafetyTest(DashboardCase):

@@ -1,7 +1,7 @@
 """The job lists the dashboard shows: by state and kind, searched, oldest or newest first, a page at a time.
 
 Owns: JobQuery (what a list asks for), JobPage (what it gets), list_page and
-count_listed (how many jobs a listing holds, found by one-job probes).
+count_listed (how many jobs a listing holds, found by reads at chosen offsets).
 Imports: errors, jobs. Everything is read through the public list_jobs,
 stats and get of a queue (any object with those methods: the API passes one
 that takes the dashboard's lock for each call), so a list means the same on
@@ -9,8 +9,9 @@ both storages and a long search never holds the lock for more than one page.
 
 The storages list oldest first. Newest first is the same listing read from
 its end: the count of the listing says where the end is (stats() counts it
-for a state alone; with a kind, count_listed finds it in O(log n) one-job
-reads, and a hint from the last answer usually confirms it in one).
+for a state alone; with a kind, count_listed finds it in log2(n / 250)
+one-job reads and one read of 250, and a hint from the last answer usually
+confirms it in one read).
 
 A search reads jobs page by page and keeps those whose id or payload holds
 the text, ignoring case: the payload as compact JSON (``"to":"ada`` finds
@@ -20,6 +21,12 @@ MAX_SEARCH_SCAN jobs or MAX_SEARCH_TEXT characters of payload, and says how
 far it got, so a search on a large queue costs a bounded time and the page
 says to narrow it by state or kind. A search for a whole id finds that job at
 once, wherever it is.
+
+What this costs is what an offset costs the storage: the file storage walks
+its index up to the offset, so on a queue of 100,000 jobs each read far from
+the oldest end takes a good part of a second on a slow machine, and a first
+newest-first list with a kind about ten of them. A storage call that lists
+newest first, or counts a listing by kind, would make these one read each.
 
 Each call reads the queue as it is at that moment: while workers change it, a
 job can move between pages (as with any offset paging); nothing is missed for
@@ -44,8 +51,10 @@ MAX_SEARCH_SCAN = 10_000
 MAX_SEARCH_TEXT = 32 * 1024 * 1024
 #: Longest search text, and longest kind asked for (a kind is at most this long anyway).
 MAX_SEARCH_CHARS = 256
-#: Most one-job reads count_listed makes: twice the bits of the largest offset, and then some.
-MAX_COUNT_PROBES = 100
+#: Jobs count_listed reads at once to end its bracket (its one-job reads halve it down to this).
+COUNT_READ = 250
+#: Most one-job reads count_listed makes (64 halve any bracket a count can have).
+MAX_COUNT_PROBES = 64
 
 
 class Listed(Protocol):
@@ -103,37 +112,34 @@ def listing_count(stats: QueueStats, listing: str | None) -> int:
     return counts[listing]
 
 
-def count_listed(queue: Listed, listing: str | None, kind: str | None, hint: int | None = None) -> int:
-    """How many jobs ``list_jobs(listing, kind=kind)`` lists, by one-job reads at chosen offsets.
+def count_listed(queue: Listed, listing: str | None, kind: str | None, upper: int, hint: int | None = None) -> int:
+    """How many jobs ``list_jobs(listing, kind=kind)`` lists, known to be at most ``upper``, by reads at chosen offsets.
 
+    ``upper`` is the count of the listing without the kind (stats() gives it).
     ``hint`` (the count last found) is checked first with one read of two
-    jobs: exactly one job at ``hint - 1`` means the count is still ``hint``.
-    Otherwise the count is bracketed by doubling offsets and then halved
-    down, each step one read of at most one job.
+    jobs: exactly one job at ``hint - 1`` means the count is still ``hint``,
+    and otherwise the answer says on which side of it the count is. The
+    bracket is then halved by one-job reads until it is COUNT_READ wide, and
+    one read of that many jobs ends it: about log2(upper / COUNT_READ) reads,
+    each of which costs a storage what skipping to its offset costs.
     """
-
-    def exists(index: int) -> bool:
-        return bool(queue.list_jobs(listing, limit=1, offset=index, kind=kind))
-
-    if hint is not None and hint > 0 and len(queue.list_jobs(listing, limit=2, offset=hint - 1, kind=kind)) == 1:
-        return hint
+    low, high = 0, max(0, upper)  # the count is in [low, high]
+    if hint is not None and 0 < hint <= high:
+        around = len(queue.list_jobs(listing, limit=2, offset=hint - 1, kind=kind))
+        if around == 1:
+            return hint
+        low, high = (hint + 1, high) if around == 2 else (0, hint - 1)
     probes = 0
-    low, high = 0, 1  # exists(low - 1) holds (or low == 0); a job at high - 1 is what the doubling asks about
-    while exists(high - 1):
-        low, high = high, high * 2
-        probes += 1
-        assert probes <= MAX_COUNT_PROBES, "a listing past 2**100 jobs: the offsets cannot be right"
-    # The count is in [low, high - 1]: the first index with no job.
-    first, last = low, high - 1
-    while first < last:
-        middle = (first + last) // 2
-        if exists(middle):
-            first = middle + 1
+    while high - low > COUNT_READ:
+        middle = (low + high) // 2
+        if queue.list_jobs(listing, limit=1, offset=middle, kind=kind):
+            low = middle + 1  # a job at index middle: more than middle jobs
         else:
-            last = middle
+            high = middle
         probes += 1
-        assert probes <= 2 * MAX_COUNT_PROBES, "the halving ends in as many steps as the doubling took"
-    return first
+        assert probes <= MAX_COUNT_PROBES, "halving a bracket of at most 2**64 jobs ends sooner"
+    # One more than the bracket's width: if the list grew meanwhile, the read still ends it.
+    return low + len(queue.list_jobs(listing, limit=high - low + 1, offset=low, kind=kind))
 
 
 def in_listing(job: Job, listing: str | None, now: float) -> bool:
@@ -197,9 +203,10 @@ def list_page(queue: Listed, query: JobQuery, *, now: float, count_hint: int | N
 
 
 def _count(queue: Listed, query: JobQuery, hint: int | None) -> int:
+    upper = listing_count(queue.stats(), query.listing)
     if query.kind is None:
-        return listing_count(queue.stats(), query.listing)
-    return count_listed(queue, query.listing, query.kind, hint)
+        return upper
+    return count_listed(queue, query.listing, query.kind, upper, hint)
 
 
 def _search(queue: Listed, query: JobQuery, now: float) -> JobPage:

@@ -6,7 +6,7 @@
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
   const QUEUES_EVERY = 3;  // rounds between reads of every queue's counts (and of queues added meanwhile)
-  const SEARCH_EVERY = 5;  // rounds between reruns of a search (each reads up to thousands of jobs)
+  const HEAVY_EVERY = 5;  // rounds between rereads of a costly list: a search, or newest first with a kind
   const TYPING_MS = 300;  // quiet time after typing in a filter before the list follows
   const MAX_KINDS = 200;  // kinds remembered for the kind filter's suggestions
   const STATES = ["runnable", "delayed", "leased", "done", "dead", "all"];
@@ -89,7 +89,9 @@
       // The list is small (one page of previews): redraw it every round, so
       // waiting times, lease deadlines and stages stay current. The detail may
       // hold a large payload: reload it when the counts move, else now and then.
-      if (!view.q || view.ticks % SEARCH_EVERY === 0) await refreshJobs();
+      // A search reads up to thousands of jobs, and newest first with a kind counts the list: less often.
+      const heavy = view.q || (view.kind && view.sort === "newest");
+      if (!heavy || view.ticks % HEAVY_EVERY === 0) await refreshJobs();
       const signature = JSON.stringify(data.stats);
       view.ticks += 1;
       if (view.ticks % QUEUES_EVERY === 0) await loadQueues();
