@@ -436,7 +436,8 @@ class WebDashboardTest(TempDirTestCase):
         self.assertTrue(added, "the observer saw no rows being built")
         self.assertLessEqual(added, PAGE_MADE_ELEMENTS)
 
-    def test_every_user_controlled_string_is_shown_as_text(self) -> None:
+    def make_hostile_jobs(self) -> tuple[dict[str, str], str]:
+        """Jobs whose every user-controlled field would run script as markup: the values by field, and a done job's id."""
         values = {name: hostile(name) for name in ("payload", "id", "kind", "stage", "dedupe", "error", "traceback", "result", "leased-id", "dead-id")}
         self.queue.enqueue({"html": values["payload"]}, job_id=values["id"], kind=values["kind"], dedupe_key=values["dedupe"], delay=3600)
         self.queue.enqueue("leased", job_id=values["leased-id"], kind=values["kind"], priority=MAX_PRIORITY)
@@ -447,14 +448,20 @@ class WebDashboardTest(TempDirTestCase):
         dying = self.queue.lease_one()
         assert dying is not None and dying.id == values["dead-id"]
         self.queue.nack(dying, error=values["error"], traceback=values["traceback"], permanent=True)
-        done = self.make_done("finished")
-        self.queue.get(done)
         with_result = self.queue.enqueue("with result", priority=MAX_PRIORITY)
         got = self.queue.lease_one()
         assert got is not None and got.id == with_result.id
         self.queue.ack(got, result={"html": values["result"]})
+        return values, with_result.id
 
-        # The list: every tab, every cell and title.
+    def assertNoHostileMarkup(self, values: dict[str, str]) -> None:
+        self.assertNothingRan()
+        markup = self.js("document.body.innerHTML")
+        for value in values.values():
+            self.assertNotIn(value, markup, "a hostile value appears unescaped in the document")
+
+    def test_every_user_controlled_string_is_text_in_the_list(self) -> None:
+        values, _ = self.make_hostile_jobs()
         self.open_dashboard()
         self.js("document.querySelector('#tabs button[data-state=all]').click()")
         self.wait_js(self.row(values["id"]) + " !== null", "the hostile job was listed")
@@ -474,38 +481,36 @@ class WebDashboardTest(TempDirTestCase):
         self.wait_listed([values["id"]], "the hostile kind and search text found the job")
         self.assertEqual((self.url_param("kind"), self.url_param("q")), (values["kind"], values["payload"]))
         self.assertIn(values["kind"], self.js("Array.from(document.querySelectorAll('#kinds option'), (o) => o.value)"))
+        self.assertNoHostileMarkup(values)
+        self.assertCleanPage()
 
-        # Each job's page, opened by its address.
-        for job_id in (values["id"], values["leased-id"], values["dead-id"], with_result.id):
-            with self.subTest(job=job_id[:20]):
-                self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(job_id))
-                self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(job_id)}", "the job's page opened")
-                self.assertNothingRan()
+    def open_job_page(self, job_id: str) -> None:
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(job_id))
+        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(job_id)}", "the job's page opened")
+
+    def test_every_user_controlled_string_is_text_on_each_jobs_page(self) -> None:
+        values, done_id = self.make_hostile_jobs()
         detail = "Object.fromEntries(Array.from(document.querySelectorAll('#detail-fields dt'), (dt) => [dt.textContent, dt.nextElementSibling.textContent]))"
-        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(values["id"]))
-        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(values['id'])}", "the job's page opened")
-        fields = self.js(detail)
-        self.assertEqual((fields["kind"], fields["dedupe key"]), (values["kind"], values["dedupe"]))
+        self.open_job_page(values["id"])
+        self.assertEqual((self.js(detail)["kind"], self.js(detail)["dedupe key"]), (values["kind"], values["dedupe"]))
         self.assertEqual(json.loads(self.js("document.getElementById('detail-payload').textContent")), {"html": values["payload"]})
-        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(values["leased-id"]))
-        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(values['leased-id'])}", "the leased job's page opened")
+        self.assertNoHostileMarkup(values)
+        self.open_job_page(values["leased-id"])
         self.assertEqual(self.js(detail)["stage"], values["stage"])
-        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(values["dead-id"]))
-        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(values['dead-id'])}", "the dead job's page opened")
+        self.assertNoHostileMarkup(values)
+        self.open_job_page(values["dead-id"])
         self.assertEqual(self.js("document.getElementById('detail-error').textContent"), values["error"])
         self.assertEqual(self.js("document.getElementById('detail-traceback').textContent"), values["traceback"])
-        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(with_result.id))
-        self.wait_js(f"document.getElementById('detail-title').textContent === {json.dumps(with_result.id)}", "the done job's page opened")
+        self.assertNoHostileMarkup(values)
+        self.open_job_page(done_id)
         self.assertEqual(json.loads(self.js("document.getElementById('detail-result').textContent")), {"html": values["result"]})
+        self.assertNoHostileMarkup(values)
         # An id that is not there comes back in an error message, as text.
         missing = hostile("missing")
         self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&job=" + urllib.parse.quote(missing))
         self.wait_js("document.getElementById('message').textContent.includes('Could not load job')", "the page said so")
         self.assertIn(missing, self.js("document.getElementById('message').textContent"))
-        self.assertNothingRan()
-        markup = self.js("document.body.innerHTML")
-        for value in values.values():
-            self.assertNotIn(value, markup, "a hostile value appears unescaped in the document")
+        self.assertNoHostileMarkup({**values, "missing": missing})
         # The browser logs the 404 of the missing job; that is the only error.
         self.assertTrue(self.browser.errors)
         self.assertTrue(all("404" in e and "/api/jobs/" in e for e in self.browser.errors), self.browser.errors)
