@@ -31,6 +31,7 @@ FILE_FIGURES = [
     "Worker(concurrency=8) drains 80",
     "Worker(processes=4) drains 80",
     "Worker(processes=4, concurrency=8) drains 80",
+    "Worker(processes=",
     "enqueue_many, 1,000 per call",
     "memory per job, 21,000 pending",
     "stats(), 21,000 pending",
