@@ -43,6 +43,7 @@ FILE_FIGURES = [
     "Worker(concurrency=8) drains 80",
     "Worker(processes=4) drains 80",
     "Worker(processes=4, concurrency=8) drains 80",
+    "Worker(processes=",
     "memory per job, 21,000 pending",
     "stats(), 21,000 pending",
     "first lease_one() after open, 21,000 pending",

@@ -1,4 +1,4 @@
-"""The file storage's throughput: a Worker's drains (threads, processes, both).
+"""The file storage's throughput: a Worker's drains (threads, processes, both, and CPU-bound jobs).
 
 Owns: those measurements and their figures, each beside ``limit``, the rate of
 120-byte append+fdatasync on the same disk, measured before each repetition
@@ -11,6 +11,7 @@ yardstick as ``nobroker bench``), plan.
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -29,6 +30,10 @@ DRAINS = (
     ("Worker(processes=4)", 4, 1),
     ("Worker(processes=4, concurrency=8)", 4, 8),
 )
+#: The drain that processes are for: jobs whose handler burns this much CPU (at most CPU_JOBS of them),
+#: by a pool beside 8 threads of one process (which share one core through the GIL).
+CPU_JOBS, CPU_SECONDS = 400, 0.002
+CPU_TARGET = 1.5
 
 
 def figures(root: str, plan: Plan) -> list[Figure]:
@@ -55,6 +60,7 @@ def figures(root: str, plan: Plan) -> list[Figure]:
     for label, processes, concurrency in DRAINS:
         run = functools.partial(worker_drain, root, drain, concurrency, processes)
         against_limit(f"{label} drains {drain:,}", run, shared)
+    out.append(cpu_bound_drain(root, plan))
 
     return out
 
@@ -63,17 +69,41 @@ def _no_op(job: Any) -> None:
     return None
 
 
-def worker_drain(root: str, n: int, concurrency: int = 8, processes: int | None = None) -> float:
-    """Jobs per second a Worker drains ``n`` no-op jobs at; with ``processes``, from fork to the last child's exit."""
+def _burn_cpu(job: Any) -> None:
+    until = time.thread_time() + CPU_SECONDS  # this thread's own CPU, whatever the others do
+    while time.thread_time() < until:
+        pass
+
+
+def worker_drain(
+    root: str, n: int, concurrency: int = 8, processes: int | None = None, handler: Callable[[Any], Any] = _no_op
+) -> float:
+    """Jobs per second a Worker drains ``n`` jobs at; with ``processes``, from fork to the last child's exit."""
     with Queue(fresh(root)) as q:
         for start_at in range(0, n, 10_000):
             q.enqueue_many([{"i": i} for i in range(start_at, min(n, start_at + 10_000))])
-        worker = Worker(q, _no_op, concurrency=concurrency, max_jobs=n, handle_signals=False, processes=processes)
+        worker = Worker(q, handler, concurrency=concurrency, max_jobs=n, handle_signals=False, processes=processes)
         start = time.perf_counter()
         stats = worker.run()
         elapsed = time.perf_counter() - start
         assert stats.succeeded == n, stats
         return n / elapsed
+
+
+def cpu_bound_drain(root: str, plan: Plan) -> Figure:
+    """A pool of one process per core (2 to 4) beside 8 threads, on jobs that burn CPU_SECONDS each, interleaved."""
+    n, processes = min(CPU_JOBS, plan.drain_jobs), max(2, min(4, os.cpu_count() or 2))
+    threads, pool = [], []
+    for i in range(plan.runs):
+        progress(f"CPU-bound drain ({i + 1}/{plan.runs})")
+        threads.append(worker_drain(root, n, 8, None, _burn_cpu))
+        pool.append(worker_drain(root, n, 1, processes, _burn_cpu))
+    ratio = statistics.median(p / t for p, t in zip(pool, threads))
+    return Figure(
+        f"Worker(processes={processes}) drains {n} jobs of {CPU_SECONDS * 1000:g} ms CPU "
+        f"(8 threads: {statistics.median(threads):,.0f}/s; {ratio:.2f} x)",
+        statistics.median(pool), "jobs/s", f">= {CPU_TARGET:g} x 8 threads", ratio >= CPU_TARGET,
+    )  # fmt: skip
 
 
 __all__ = ["figures"]
