@@ -6,7 +6,7 @@ handler threads, and stopping: on stop(), a stop signal, max_jobs,
 idle_timeout, a storage error, or a second Ctrl-C. It wires the helpers
 that come before it in the package and owns none of their state.
 Imports: jobs, protocol, signals, interrupt, outcome, asyncloop, heartbeat,
-acks, settle.
+acks, settle, ticks (which enqueues the queue's due periodic jobs).
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -43,6 +43,7 @@ from .outcome import Handler, WorkerStats, call_handler
 from .protocol import QueueAccess, WorkQueue, is_positive_number
 from .settle import Settler
 from .signals import StopSignals
+from .ticks import TickThread
 
 logger = logging.getLogger("nobroker.worker")
 
@@ -159,6 +160,7 @@ class Worker:
         self._on_signal = self._signals.handle
         self._work: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
 
     # ------------------------------------------------------------ public
     def __repr__(self) -> str:
@@ -234,10 +236,14 @@ class Worker:
             kinds = "all" if self._kinds is None else ",".join(self._kinds)
             logger.info("%s started: concurrency %d, kinds %s", self.name, self._concurrency, kinds)
             self._start_threads()
+            if self._ticks is not None:
+                self._ticks.start()
             self._lease_loop()
             self._drain()
             finished = True
         finally:
+            if self._ticks is not None:
+                self._ticks.stop()
             if not finished:
                 self._abort()
             self._signals.restore()
