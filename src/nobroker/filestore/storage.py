@@ -149,6 +149,10 @@ class FileStorage(Compactor):
 
     def fire_schedules(self) -> list[Job]:
         # A shared-lock look first: most looks find nothing due and need no write (nor its fsync).
+        # It is a writing operation all the same: a queue object that must refuse writes refuses it.
+        with self._mutex:
+            if not self._closed:
+                self._check_usable()
         if not self._read(lambda now: schedule_ops.any_due(self._state.schedules, now)):
             return []
         return self._write(partial(schedule_ops.fire, max_attempts=self.max_attempts, job_of=self._job))
