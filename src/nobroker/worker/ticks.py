@@ -8,7 +8,9 @@ keep alive, and any number of them may run: each tick is enqueued once
 (``Queue.enqueue_due`` makes its job id from the schedule and the due time,
 and moves the schedule's cursor in the same atomic write). The thread is its
 own, not the leasing loop, so ticks come due on time while every handler slot
-is busy with long jobs.
+is busy with long jobs. A queue without schedules costs no thread: the thread
+starts once the queue holds one (the leasing loop looks every LOOK_SECONDS;
+a Worker whose slots are all busy notices a first schedule when one frees).
 
 A failed look (the disk full, the database gone for a moment) is logged and
 tried again at the next look; it never stops the Worker, whose own lease
@@ -41,11 +43,27 @@ class TickThread:
         self._name = name
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._next_check = 0.0  # monotonic time of the next look for a first schedule
         self.enqueued = 0  # ticks this Worker enqueued (the rest were other processes')
 
     @staticmethod
     def wanted(queue: Any) -> bool:
         return callable(getattr(queue, "enqueue_due", None)) and callable(getattr(queue, "schedules", None))
+
+    def maybe_start(self) -> None:
+        """Start the thread once the queue holds a schedule (the leasing loop calls this; it looks every LOOK_SECONDS)."""
+        if self._thread is not None or self._stopped.is_set():
+            return
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + LOOK_SECONDS
+        try:
+            has_schedules = bool(self._queue.schedules())
+        except Exception:  # the lease reports a storage error; this look just waits for the next
+            return
+        if has_schedules:
+            self.start()
 
     def start(self) -> None:
         assert self._thread is None, "a TickThread starts once"

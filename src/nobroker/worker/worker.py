@@ -266,7 +266,7 @@ class Worker:
             logger.info("%s started: concurrency %d, kinds %s", self.name, self._concurrency, kinds)
             self._start_threads()
             if self._ticks is not None:
-                self._ticks.start()
+                self._ticks.maybe_start()
             self._lease_loop()
             self._drain()
             finished = True
@@ -312,6 +312,8 @@ class Worker:
 
     def _lease_loop(self) -> None:
         while not self._stopping.is_set():
+            if self._ticks is not None:
+                self._ticks.maybe_start()
             with self._lock:
                 while self._inflight >= self._concurrency and not self._asked_to_stop():
                     self._slot_freed.wait(WAIT_SLICE)
