@@ -107,6 +107,8 @@ class RefModel:
     def __init__(self) -> None:
         self.jobs: dict[str, MJob] = {}
         self.next_seq = 1
+        #: Periodic jobs (catch_up="all" only): name -> [every, payload, next due time].
+        self.schedules: dict[str, list[Any]] = {}
 
     # -------- helpers
     def active_holder(self, kind: str, key: str | None) -> MJob | None:
@@ -128,6 +130,7 @@ class RefModel:
         seen = RefModel()
         seen.jobs = {job_id: replace(job) for job_id, job in self.jobs.items()}
         seen.next_seq = self.next_seq
+        seen.schedules = {name: list(s) for name, s in self.schedules.items()}
         seen.reclaim(now)
         return seen
 
@@ -233,6 +236,30 @@ class RefModel:
         self.jobs.clear()
         return n
 
+    def schedule(self, now: float, name: str, every: float, payload: Any) -> float:
+        """Define a schedule; the same definition again keeps its next due time. Returns it."""
+        old = self.schedules.get(name)
+        if old is None or old[:2] != [every, payload]:
+            self.schedules[name] = [every, payload, now + every]
+        return self.schedules[name][2]
+
+    def enqueue_due(self, now: float) -> list[str]:
+        """Every due tick, oldest first, at most 100 per schedule; the ids of the jobs it added."""
+        added = []
+        for name in sorted(self.schedules):
+            every, payload, due = self.schedules[name]
+            n = 0
+            while due <= now and n < 100:
+                job_id = f"tick:{name}@{round(due * 1000)}"
+                if job_id not in self.jobs:
+                    spec = {"job_id": job_id, "payload": payload, "priority": 0, "max_attempts": MAX_ATTEMPTS,
+                            "delay": 0.0, "kind": "default", "dedupe_key": None}  # fmt: skip
+                    self.enqueue(now, spec, job_id)
+                    added.append(job_id)
+                due, n = due + every, n + 1
+            self.schedules[name][2] = due
+        return added
+
     def compact(self) -> None:
         for job_id in [j.id for j in self.jobs.values() if j.state == "done"]:
             del self.jobs[job_id]
@@ -248,7 +275,7 @@ class RefModel:
 OPS = (
     "enqueue", "enqueue", "enqueue", "enqueue_many", "lease", "lease", "ack", "ack", "ack_by_id", "ack_stale",
     "nack", "nack", "extend", "set_stage", "requeue_dead", "purge", "compact", "tick", "tick", "tick",
-    "reopen", "power_cut", "ack_unknown",
+    "reopen", "power_cut", "ack_unknown", "schedule", "enqueue_due", "enqueue_due",
 )  # fmt: skip
 
 
@@ -329,6 +356,9 @@ class Runner:
         page = [j.id for j in q.list_jobs("ready", limit=2, offset=1)]
         if page != ready[1:3]:
             raise Mismatch(f"{where}: list_jobs('ready', limit=2, offset=1) is {page}, the model {ready[1:3]}")
+        schedules = {s.name: s.next_run for s in q.schedules()}
+        if schedules != {name: s[2] for name, s in self.model.schedules.items()}:
+            raise Mismatch(f"{where}: schedules {schedules}, the model {self.model.schedules}")
         if len(q) != len(self.model.jobs):
             raise Mismatch(f"{where}: len() is {len(q)}, the model holds {len(self.model.jobs)} jobs")
         real_order = [j.id for j in sorted(real.values(), key=lambda j: j.seq)]
@@ -486,6 +516,26 @@ class Runner:
             m.compact()
         elif op == "tick":
             self.clock.advance(r.choice((0.5, 3.0, 10.0, 31.0, 120.0)))
+        elif op == "schedule":
+            name, every, payload = r.choice(("a", "b")), r.choice((2.0, 10.0, 45.0)), r.choice(("p", {"n": 1}))
+            if r.random() < 0.2:
+                q.unschedule(name)
+                self.model.schedules.pop(name, None)
+            else:
+                got = q.schedule(name, payload, every=every, catch_up="all").next_run
+                want = m.schedule(now, name, every, payload)
+                if got != want:
+                    raise Mismatch(f"{where}: schedule {name} runs next at {got}, the model says {want}")
+        elif op == "enqueue_due":
+            added = [j.id for j in q.enqueue_due()]
+            due = any(sched[2] <= now for sched in m.schedules.values())
+            if due:
+                m.reclaim(now)  # a write, which reclaims first
+            else:
+                op = "tick"  # nothing was due: a read, which writes and fsyncs nothing
+            want_added = m.enqueue_due(now)
+            if added != want_added:
+                raise Mismatch(f"{where}: enqueue_due added {added}, the model {want_added}")
         elif op == "reopen":
             self.close()
             self.queues = [self.open() for _ in range(self.handles)]

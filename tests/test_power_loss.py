@@ -69,6 +69,11 @@ def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
     return {j.id: j.to_dict() for j in q.list_jobs()}
 
 
+def schedule_view(q: Queue) -> dict[str, dict[str, Any]]:
+    """Every schedule with its cursor (periodic jobs: SCHEDULE, UNSCHEDULE and TICK records)."""
+    return {s.name: s.to_dict() for s in q.schedules()}
+
+
 #: How much sooner a written reclaim may make a job ready than a read showed: the
 #: workload's backoff (the default) after its one retriable attempt of two is 1 s, half jittered.
 RECLAIM_JITTER_SPAN = 0.5
@@ -124,6 +129,9 @@ class Sweep:
         self.invoked_tags: dict[str, Any] = {}  # tag -> payload of every enqueue ever invoked
         self.before: dict[str, dict[str, Any]] = {}
         self.pending_cuts: list[tuple[str, dict[str, dict[str, Any]] | None]] = []
+        self.schedule_cuts: list[tuple[str, dict[str, dict[str, Any]]]] = []
+        self.schedules_before: dict[str, dict[str, Any]] = {}
+        self.schedule_fallbacks: list[dict[str, dict[str, Any]]] = []  # as unsynced_fallbacks, for the schedules
         self.tag = 0
 
     # ---------------------------------------------------------------- cutting
@@ -144,6 +152,7 @@ class Sweep:
                 q = Queue(self.path, filesystem=cut, clock=self.clock, auto_compact=None)
                 try:
                     state = snapshot(q)
+                    scheds = schedule_view(q)
                     # A recovered queue must also take new work.
                     q.enqueue({"tag": "after-recovery"})
                 finally:
@@ -152,14 +161,19 @@ class Sweep:
                 self.violations.recovery_exceptions.append(f"seed {self.seed}, {mode} cut before {op}: {type(exc).__name__}: {exc}")
                 continue
             self.pending_cuts.append((f"seed {self.seed}, {mode} cut before {op}", state))
+            self.schedule_cuts.append((f"seed {self.seed}, {mode} cut before {op}", scheds))
         if self.kill_rate and not self.kills_paused and self.kill_rng.random() < self.kill_rate:
             # The process dies here; the disk (and its page cache) lives on.
             self.process_kills += 1
             raise ProcessKilled(op)
 
-    def settle(self, what: str, after: dict[str, dict[str, Any]], inflight_tags: set[str]) -> None:
+    def settle(
+        self, what: str, after: dict[str, dict[str, Any]], inflight_tags: set[str],
+        schedules_after: dict[str, dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         """The operation ``what`` returned: check every state cut while it ran."""
         now = self.clock()
+        self.settle_schedules(what, self.schedules_before if schedules_after is None else schedules_after)
         for where, state in self.pending_cuts:
             assert state is not None
             where = f"{where} during {what}"
@@ -191,6 +205,21 @@ class Sweep:
         self.pending_cuts.clear()
         self.before = after
 
+    def settle_schedules(self, what: str, after: dict[str, dict[str, Any]]) -> None:
+        """Each schedule a cut shows is as it was before the operation or after it; none acknowledged is lost."""
+        before = self.schedules_before
+        for where, cut in self.schedule_cuts:
+            where = f"{where} during {what}"
+            for name, got in cut.items():
+                fallbacks = [f.get(name) for f in self.schedule_fallbacks]
+                if got != before.get(name) and got != after.get(name) and got not in fallbacks:
+                    self.violations.inexact.append(f"{where}: schedule {name} is {got}, before {before.get(name)}, after {after.get(name)}")
+            for name in before:
+                if name in after and name not in cut and not any(name not in f for f in self.schedule_fallbacks):
+                    self.violations.lost_enqueues.append(f"{where}: schedule {name} is gone")
+        self.schedule_cuts.clear()
+        self.schedules_before = after
+
     # ---------------------------------------------------------------- the workload
     def payload(self) -> dict[str, Any]:
         self.tag += 1
@@ -218,7 +247,7 @@ class Sweep:
         held: dict[str, Any] = {}
         choices = (
             ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
-            + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge"]
+            + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge"] + ["schedule", "enqueue_due", "enqueue_due"]
         )  # fmt: skip
         for _ in range(ops):
             op = rng.choice(choices)
@@ -270,19 +299,31 @@ class Sweep:
                     self.acked_enqueue.clear()
                 elif op == "tick":
                     self.clock.advance(rng.choice((1.0, 5.0, 25.0)))
+                elif op == "schedule":
+                    name = rng.choice(("s1", "s2"))
+                    if rng.random() < 0.2:
+                        q.unschedule(name)
+                    else:
+                        q.schedule(name, self.payload(), every=rng.choice((2.0, 10.0)),
+                                   catch_up=rng.choice(("all", "last", "none")))  # fmt: skip
+                elif op == "enqueue_due":
+                    inflight.update(s.payload["tag"] for s in q.schedules())
+                    for job in q.enqueue_due():
+                        self.acked_enqueue[job.id] = job.payload
             except (NotLeasedError, JobNotFoundError):
                 held.pop(job_id, None)  # our lease expired: a normal outcome, nothing was changed
             except ProcessKilled:
                 # A new process opens the queue where the dead one left the disk.
                 killed = True
                 self.unsynced_fallbacks.append(dict(self.before))
+                self.schedule_fallbacks.append(dict(self.schedules_before))
                 index = queues.index(q)
                 q = queues[index] = self.open_queue()
                 op = f"{op} (process killed, then a new one opened the queue)"
             before_op = self.before
             self.kills_paused = True  # the workload's own look at the queue is not part of the test
             try:
-                self.settle(op, snapshot(q), inflight)
+                self.settle(op, snapshot(q), inflight, schedule_view(q))
             finally:
                 self.kills_paused = False
             if op == "lease":
@@ -291,6 +332,7 @@ class Sweep:
                 self.unsynced_fallbacks.append(dict(before_op))
             if not killed and not any(n.endswith(".log") for n in disk.unsynced_files(self.path)):
                 self.unsynced_fallbacks = []  # fsyncs covered every byte the dead processes left
+                self.schedule_fallbacks = []
             if newly_done is not None:
                 self.acked_done.add(newly_done)
             if self.stop_at_first and self.violations.total():

@@ -37,6 +37,7 @@ from .errors import (
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .locations import list_queues
 from .queue import Queue
+from .schedules import Schedule
 
 if TYPE_CHECKING:
     from .worker import Worker, WorkerStats, WorkQueue
@@ -64,6 +65,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "Job",
+    "Schedule",
     "JobState",
     "QueueStats",
     "BackoffPolicy",

@@ -6,7 +6,7 @@ location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
 ids and fencing tokens, and what a refused ack/nack/extend says
-(``refusal``). Imports: errors, jobs.
+(``refusal``). Imports: errors, jobs, schedules.
 
 The Queue facade validates arguments and turns ``Job | id`` into
 ``(id, token)``; a storage only stores. Two siblings implement it:
@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .errors import JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .schedules import Schedule, ScheduleSpec
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,16 @@ class Storage(Protocol):
     ) -> bool: ...
 
     def wakes_waiters(self) -> bool: ...
+
+    # Periodic jobs (schedules.py): defined, removed, listed; and fire_schedules, which
+    # enqueues every due tick and moves each schedule's cursor in one atomic write.
+    def put_schedule(self, spec: ScheduleSpec) -> Schedule: ...
+
+    def remove_schedule(self, name: str) -> bool: ...
+
+    def list_schedules(self) -> list[Schedule]: ...
+
+    def fire_schedules(self) -> list[Job]: ...
 
     def close(self) -> None: ...
 

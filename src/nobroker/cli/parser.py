@@ -6,8 +6,8 @@ function), the top-level description and epilog. Declarative: the table
 reads top to bottom in the order ``nobroker --help`` lists the commands, in
 four groups of a function each; a new command is one ``add(...)`` call here
 and one cmd_* function in the module of its group.
-Imports: nobroker, jobs, values, output, location, job_commands,
-admin_commands, bench, run_commands.
+Imports: nobroker, jobs, schedules, values, output, location, job_commands,
+admin_commands, bench, run_commands, schedule_commands.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from .job_commands import (
 )  # fmt: skip
 from .location import DEFAULT_DIR, DEFAULT_QUEUE, ENV_DSN
 from .output import PROG
+from .schedule_commands import cmd_schedule, cmd_schedule_add, cmd_schedule_list, cmd_schedule_remove
+from ..schedules import CATCH_UP_RULES, DEFAULT_CATCH_UP
 from .run_commands import (
     DEFAULT_HOST, DEFAULT_PORT, ENV_TOKEN, cmd_bench, cmd_pg, cmd_pg_migrate, cmd_serve, cmd_work,
 )  # fmt: skip
@@ -129,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_looking(add)
     _add_maintaining(add)
     _add_running(add)
+    _add_scheduling(add)
     return parser
 
 
@@ -304,3 +307,39 @@ def _add_running(add: _Add) -> None:
     )
     p.add_argument("--worker-role", metavar="ROLE", default=None,
                    help="also create this role and restrict the queue rows to it (row level security)")
+
+
+def _add_scheduling(add: _Add) -> None:
+    sched = add("schedule", "periodic jobs kept in the queue (add, list, remove); every worker enqueues their ticks",
+                "  nobroker schedule add nightly-report --cron '0 3 * * *' --tz Europe/Berlin\n"
+                "  nobroker schedule list", cmd_schedule)
+    commands = sched.add_subparsers(dest="schedule_command", metavar="SCHEDULE_COMMAND", title="commands")
+    p = add(
+        "add", "add (or redefine) a schedule: every N seconds or a five-field cron expression",
+        "  nobroker schedule add heartbeat --every 60 --payload '{\"ping\": true}'\n"
+        "  nobroker schedule add nightly --cron '0 3 * * *' --tz Europe/Berlin --catch-up all",
+        cmd_schedule_add, under=commands,
+        description=(
+            "Add a schedule, stored in the queue. Every running worker (nobroker work) enqueues\n"
+            "its due ticks, each exactly once, as jobs with the id tick:NAME@<due time in ms>.\n"
+            "Adding the same definition again changes nothing; a different one replaces it.\n"
+            "--catch-up: what becomes of ticks that came due while no worker ran: all (every one),\n"
+            "last (only the latest; the default), none (none more than a minute late)."
+        ),
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--payload", metavar="JSON", default=None,
+                   help="the ticks' payload (JSON; a plain word is a string; default null)")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", type=positive_float, metavar="SECONDS", help="a tick every SECONDS")
+    when.add_argument("--cron", metavar="EXPR", help="minute hour day-of-month month day-of-week (or @daily, ...)")
+    p.add_argument("--tz", metavar="ZONE", help="the IANA zone a cron expression's wall clock is in (default UTC)")
+    p.add_argument("--kind", default="default", help="the ticks' kind (default: default)")
+    p.add_argument("--priority", type=int, default=0, help="the ticks' priority (default 0)")
+    p.add_argument("--catch-up", choices=CATCH_UP_RULES, default=DEFAULT_CATCH_UP,
+                   help=f"missed ticks after downtime (default {DEFAULT_CATCH_UP})")
+    add("list", "list the schedules with their next run", "  nobroker schedule list --json",
+        cmd_schedule_list, under=commands)
+    p = add("remove", "remove a schedule (its ticks already enqueued stay; exit 1 if there is none)",
+            "  nobroker schedule remove heartbeat", cmd_schedule_remove, under=commands)
+    p.add_argument("name", metavar="NAME")

@@ -4,8 +4,9 @@ Owns: QueueState (every job plus the indexes that make lease and stats
 cheap, with a small mapping-like API: get, hold, in, len, entries) and
 ``apply``, which folds one decoded record into the state; also the state's
 own snapshot representation (``to_snapshot`` and ``from_snapshot``;
-snapshot.py frames and checks the file). Imports: jobs, framing, entry,
-records, index.
+snapshot.py frames and checks the file); the schedules (periodic jobs) by
+name, which schedule_records.py folds records into. Imports: jobs,
+schedules, framing, entry, records, schedule_records, index.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -34,7 +35,8 @@ from types import MappingProxyType
 from typing import Any
 
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
-from . import records
+from ..schedules import Schedule, from_fields, to_fields
+from . import records, schedule_records
 from .entry import DEAD, DONE, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
@@ -57,6 +59,8 @@ class QueueState(JobRows):
         #: hold (``orphans``, counted there too) and ENQUEUEs that repeat an id.
         self.anomalies = 0
         self.orphans = 0
+        #: Periodic jobs by name (schedule_records.py); a PURGE keeps them.
+        self.schedules: dict[str, Schedule] = {}
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
@@ -127,6 +131,7 @@ class QueueState(JobRows):
             # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_bytes and the table's sizes
             "ints": {name: value for name, value in vars(self).items() if type(value) is int},
             "active_keys": [[kind, key, job_id] for (kind, key), job_id in self.active_keys.items()],
+            "schedules": [to_fields(sched) for sched in self.schedules.values()],
         })  # fmt: skip
         return fields, blocks
 
@@ -164,6 +169,7 @@ class QueueState(JobRows):
         heapq.heapify(leases)
         self._counts = dict(zip(JobState, fields["counts"], strict=True))
         self.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
+        self.schedules = {sched.name: sched for sched in map(from_fields, fields.get("schedules", []))}
         if len(hot) + gone + self.n_cold != len(rows) or sum(self._counts.values()) != len(hot):
             raise ValueError("snapshot counts do not add up")
         return self
@@ -178,6 +184,9 @@ class QueueState(JobRows):
             return
         if rtype == RecordType.PURGE:
             self.clear()
+            return
+        if rtype in schedule_records.SCHEDULE_TYPES:
+            schedule_records.apply(self.schedules, rtype, body)
             return
         job_id = body.get("id")
         entry = self.hot.get(job_id)  # type: ignore[arg-type]
@@ -371,10 +380,10 @@ class QueueState(JobRows):
         entry.state = state
 
     def clear(self) -> None:
-        """After a PURGE: no jobs, but the counts of what the log held so far carry on."""
-        kept = self.next_seq, self.records, self.anomalies, self.orphans
+        """After a PURGE: no jobs, but the counts of what the log held so far, and the schedules, carry on."""
+        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records, self.anomalies, self.orphans = kept
+        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules = kept
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:

@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, schema, operations, wakeups.
+connection, schema, operations, wakeups, schedules, schedule_ops.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -55,8 +55,10 @@ import time
 from typing import Any
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
+from . import schedule_ops
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -286,6 +288,30 @@ class PostgresStorage:
         )
 
     # ================================================================ waiting and closing
+    # ================================================================ schedules (periodic jobs)
+    def put_schedule(self, spec: ScheduleSpec) -> Schedule:
+        sql, t = self._schedule_sql(), self._target
+        return self._link.run("schedule", lambda c: schedule_ops.put(c, t, sql, spec), retry=True)
+
+    def remove_schedule(self, name: str) -> bool:
+        sql, t = self._schedule_sql(), self._target
+        return self._link.run("unschedule", lambda c: schedule_ops.remove(c, t, sql, name), retry=True)
+
+    def list_schedules(self) -> list[Schedule]:
+        sql, t = self._schedule_sql(), self._target
+        return self._side.run("list schedules", lambda c: schedule_ops.listed(c, t, sql), retry=True)
+
+    def fire_schedules(self) -> list[Job]:
+        # Safe twice: a transaction lost with its connection enqueued nothing and moved nothing.
+        sql, t, most = self._schedule_sql(), self._target, self.max_attempts
+        return self._link.run("enqueue due ticks", lambda c: schedule_ops.fire(c, t, sql, most), retry=True)
+
+    def _schedule_sql(self) -> schedule_ops.ScheduleStatements:
+        sql: schedule_ops.ScheduleStatements | None = getattr(self, "_schedule_statements", None)
+        if sql is None:
+            sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
+        return sql
+
     def wakes_waiters(self) -> bool:
         """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
         return True

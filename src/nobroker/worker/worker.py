@@ -8,7 +8,8 @@ that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
-interrupt, outcome, asyncloop, heartbeat, settle, runners, budget, pool.
+interrupt, outcome, asyncloop, heartbeat, settle, runners, budget, pool,
+ticks (which enqueues the queue's due periodic jobs).
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -46,6 +47,7 @@ from .protocol import QueueAccess, WorkQueue
 from .runners import runner_for
 from .settle import Settler
 from .signals import StopSignals
+from .ticks import TickThread
 
 logger = logging.getLogger("nobroker.worker")
 
@@ -165,6 +167,7 @@ class Worker:
             handler, is_async_handler(handler), self._settler, self._loop, concurrency, self._access.acks_many,
             self.name, self._job_finished, self._fail,
         )  # fmt: skip
+        self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
 
     # ------------------------------------------------------------ public
     def __repr__(self) -> str:
@@ -262,10 +265,14 @@ class Worker:
             kinds = "all" if self._kinds is None else ",".join(self._kinds)
             logger.info("%s started: concurrency %d, kinds %s", self.name, self._concurrency, kinds)
             self._start_threads()
+            if self._ticks is not None:
+                self._ticks.maybe_start()
             self._lease_loop()
             self._drain()
             finished = True
         finally:
+            if self._ticks is not None:
+                self._ticks.stop()
             if not finished:
                 self._abort()
             self._signals.restore()
@@ -305,6 +312,8 @@ class Worker:
 
     def _lease_loop(self) -> None:
         while not self._stopping.is_set():
+            if self._ticks is not None:
+                self._ticks.maybe_start()
             with self._lock:
                 while self._inflight >= self._concurrency and not self._asked_to_stop():
                     self._slot_freed.wait(WAIT_SLICE)
