@@ -16,11 +16,12 @@ import unittest
 from typing import Any
 
 from nobroker import JobState, NotLeasedError, Queue
+from tests.semantics_control import ControlSemantics
 from tests.semantics import EXACT, QueueSemantics
 from tests.support import FakeClock, TempDirTestCase
 
 
-class FileQueueSemantics(QueueSemantics, TempDirTestCase):
+class FileQueueSemantics(ControlSemantics, QueueSemantics, TempDirTestCase):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 
     def setUp(self) -> None:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     CompactionError,
     CorruptLogError,
+    JobCancelledError,
+    JobFinishedError,
     JobNotFoundError,
     LockTimeoutError,
     NobrokerError,
@@ -82,5 +84,7 @@ __all__ = [
     "UnknownStorageError",
     "QueueNotFoundError",
     "PermanentError",
+    "JobCancelledError",
+    "JobFinishedError",
     "__version__",
 ]

@@ -73,7 +73,7 @@ _COLUMNS = (
     "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
     "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
     "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
-    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback"
+    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback, j.cancel_requested"
 )
 _NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
 _BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
@@ -82,22 +82,28 @@ _EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_at
 # a lease whose deadline passed shows as the reclaim a writer will record,
 # dead at max_attempts, else ready at the deadline plus the backoff's delay
 # before jitter (the reclaim counts the backoff from the deadline too).
-_EXPIRED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
+_LAPSED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
+#: An expired lease that a reclaim gives back (ready, or dead at max_attempts) ...
+_EXPIRED = f"({_LAPSED[1:-1]} AND NOT j.cancel_requested)"
+#: ... and one that a reclaim ends cancelled (its cancel was asked for while it ran).
+_CANCELS = f"({_LAPSED[1:-1]} AND j.cancel_requested)"
 #: When an expired lease's job is ready again, as reads show it (without the jitter).
 _RETURNS = f"(j.lease_deadline + {_NOMINAL} * interval '1 second')"
 _DIES = "j.attempts >= j.max_attempts"
 _SHOWN = (
     f"j.id, j.payload::text, j.priority, "
-    f"CASE WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END ELSE j.state END, "
+    f"CASE WHEN {_CANCELS} THEN 'cancelled' WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END "
+    "ELSE j.state END, "
     "j.attempts, j.max_attempts, "
     f"date_part('epoch', CASE WHEN {_EXPIRED} AND NOT {_DIES} "
     f"THEN {_RETURNS} ELSE j.available_at END), "
     "date_part('epoch', j.enqueued_at), "
-    f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
-    f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
+    f"date_part('epoch', CASE WHEN {_LAPSED} THEN NULL ELSE j.lease_deadline END), "
+    f"CASE WHEN {_LAPSED} THEN NULL ELSE j.lease_token END, "
     f"CASE WHEN {_EXPIRED} AND {_DIES} THEN {_EXPIRY_ERROR} ELSE j.last_error END, "
     "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
-    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
+    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END, "
+    f"j.cancel_requested AND NOT {_LAPSED}"
 )
 #: Marks a part read by due time (jobs_scheduled, a short range that the next
 #: claim empties) and sorted after, rather than walked in seq order through
@@ -110,7 +116,7 @@ _BY_DUE_TIME = " /* by due time */"
 #: its time had come when it was written.
 _LISTED: dict[str | None, tuple[str, ...]] = {
     None: ("j.state = 'ready' AND NOT j.scheduled", "j.state = 'ready' AND j.scheduled", "j.state = 'leased'",
-           "j.state = 'done'", "j.state = 'dead'"),
+           "j.state = 'done'", "j.state = 'dead'", "j.state = 'cancelled'"),
     "ready": ("j.state = 'ready' AND NOT j.scheduled", "j.state = 'ready' AND j.scheduled",
               f"{_EXPIRED} AND NOT {_DIES}"),
     "runnable": ("j.state = 'ready' AND NOT j.scheduled",
@@ -121,6 +127,7 @@ _LISTED: dict[str | None, tuple[str, ...]] = {
     "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}",),
     "done": ("j.state = 'done'",),
     "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
+    "cancelled": ("j.state = 'cancelled'", _CANCELS),
 }
 
 # The upkeep every claim sends first (one statement): expired leases back
@@ -130,17 +137,19 @@ _LISTED: dict[str | None, tuple[str, ...]] = {
 # job is scheduled agrees with the time it got.
 _UPKEEP = f"""
         WITH expired AS (
-            SELECT j.queue, j.id, j.attempts >= j.max_attempts AS dies,
+            SELECT j.queue, j.id, j.cancel_requested AS cancels,
+                   j.attempts >= j.max_attempts AND NOT j.cancel_requested AS dies,
                    j.lease_deadline + ({_BACKOFF}) * interval '1 second' AS back_at
             FROM {{schema}}.jobs AS j
             WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}
             ORDER BY j.lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED
         ), reclaimed AS (
             UPDATE {{schema}}.jobs AS j SET
-                state = CASE WHEN x.dies THEN 'dead' ELSE 'ready' END,
-                available_at = CASE WHEN x.dies THEN j.available_at ELSE x.back_at END,
-                scheduled = NOT x.dies AND x.back_at > {_NOW},
-                finished_at = CASE WHEN x.dies THEN {_NOW} END,
+                state = CASE WHEN x.cancels THEN 'cancelled' WHEN x.dies THEN 'dead' ELSE 'ready' END,
+                available_at = CASE WHEN x.dies OR x.cancels THEN j.available_at ELSE x.back_at END,
+                scheduled = NOT x.dies AND NOT x.cancels AND x.back_at > {_NOW},
+                finished_at = CASE WHEN x.dies OR x.cancels THEN {_NOW} END,
+                cancel_requested = false,
                 last_error = CASE WHEN x.dies THEN {_EXPIRY_ERROR} ELSE j.last_error END,
                 traceback = CASE WHEN x.dies THEN NULL ELSE j.traceback END,
                 lease_deadline = NULL, lease_token = NULL
@@ -255,7 +264,7 @@ _TEMPLATES: dict[str, str] = {
             state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
             finished_at = {_NOW},
             result = coalesce(%(result)s::json, j.result)
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING 1""",
     "ack_many": f"""
@@ -264,7 +273,7 @@ _TEMPLATES: dict[str, str] = {
             finished_at = {_NOW},
             result = coalesce(u.result::json, j.result)
         FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
-        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
+        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW} AND NOT j.cancel_requested
           AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING j.id, u.token""",
     "nack": f"""
@@ -277,7 +286,7 @@ _TEMPLATES: dict[str, str] = {
                         AND coalesce(%(delay)s::float8, {_NOMINAL}) > 0,
             finished_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN {_NOW} END,
             last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {_COLUMNS},
                   CASE WHEN j.state = 'ready' AND NOT j.scheduled THEN coalesce({_NOTIFY}, 0) END""",
@@ -291,7 +300,22 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {_COLUMNS}""",
-    "why": "SELECT state, finished_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
+    "why": "SELECT state, finished_token, cancel_requested, lease_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
+    # Control of jobs (issue 15). A ready job is cancelled at once; a leased
+    # one is marked (whoever holds it), or with ``stopped`` cancelled when
+    # the token holds its live lease (NULL: an operator).
+    "cancel": f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = CASE WHEN j.state = 'ready' OR %(stopped)s THEN 'cancelled' ELSE j.state END,
+            cancel_requested = j.state = 'leased' AND NOT %(stopped)s,
+            scheduled = false,
+            finished_at = CASE WHEN j.state = 'ready' OR %(stopped)s THEN {_NOW} END,
+            lease_deadline = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_deadline END,
+            lease_token = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_token END
+        WHERE j.queue = %(q)s AND j.id = %(id)s
+          AND (j.state = 'ready' OR (j.lease_deadline > {_NOW}
+               AND (NOT %(stopped)s OR %(token)s::text IS NULL OR j.lease_token = %(token)s::text)))
+        RETURNING {_COLUMNS}""",
     "requeue": f"""
         UPDATE {{schema}}.jobs AS j SET
             state = 'ready', attempts = 0, available_at = {_NOW}, scheduled = false, finished_at = NULL
@@ -311,13 +335,13 @@ _TEMPLATES: dict[str, str] = {
                            AND a.state IN ('ready', 'leased') LIMIT 1), d.dedupe_key
         FROM {schema}.jobs AS d WHERE d.queue = %(q)s AND d.id = %(id)s""",
     "purge": "DELETE FROM {schema}.jobs WHERE queue = %(q)s",
-    # Compaction and pruning: one bounded batch of finished jobs (done, or
-    # dead: ``state``) that finished ``keep`` seconds ago or more. The caller
+    # Compaction and pruning: one bounded batch of finished jobs (done,
+    # dead or cancelled: ``state``) that finished ``keep`` seconds ago or more. The caller
     # repeats it, each batch its own transaction, until a batch comes short.
     "prune": f"""
         DELETE FROM {{schema}}.jobs AS j
         USING (SELECT queue, id FROM {{schema}}.jobs
-               WHERE queue = %(q)s AND state = %(state)s
+               WHERE queue = %(q)s AND state = ANY(%(states)s::text[])
                  AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'
                ORDER BY seq LIMIT {PRUNE_BATCH}) AS x
         WHERE j.queue = x.queue AND j.id = x.id""",
@@ -334,20 +358,22 @@ _TEMPLATES: dict[str, str] = {
     # differences were summed (fold_counts folds them when they are many).
     "stats": f"""
         SELECT c.ready + d.due + x.ready, c.scheduled - d.due + x.delayed, c.leased - x.expired, c.done,
-               c.dead + x.dead, c.rows
+               c.dead + x.dead, c.cancelled + x.cancelled, c.rows
         FROM (SELECT coalesce(sum(n) FILTER (WHERE state = 'ready'), 0) AS ready,
                      coalesce(sum(n) FILTER (WHERE state = 'scheduled'), 0) AS scheduled,
                      coalesce(sum(n) FILTER (WHERE state = 'leased'), 0) AS leased,
                      coalesce(sum(n) FILTER (WHERE state = 'done'), 0) AS done,
                      coalesce(sum(n) FILTER (WHERE state = 'dead'), 0) AS dead,
+                     coalesce(sum(n) FILTER (WHERE state = 'cancelled'), 0) AS cancelled,
                      count(*) AS rows
               FROM {{schema}}.counts WHERE queue = %(q)s) AS c,
              (SELECT count(*) AS due FROM {{schema}}.jobs
               WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {_NOW}) AS d,
              (SELECT count(*) AS expired,
-                     count(*) FILTER (WHERE {_DIES}) AS dead,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} > {_NOW}) AS delayed,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} <= {_NOW}) AS ready
+                     count(*) FILTER (WHERE j.cancel_requested) AS cancelled,
+                     count(*) FILTER (WHERE {_DIES} AND NOT j.cancel_requested) AS dead,
+                     count(*) FILTER (WHERE NOT {_DIES} AND NOT j.cancel_requested AND {_RETURNS} > {_NOW}) AS delayed,
+                     count(*) FILTER (WHERE NOT {_DIES} AND NOT j.cancel_requested AND {_RETURNS} <= {_NOW}) AS ready
               FROM {{schema}}.jobs AS j
               WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
     "count": "SELECT coalesce(sum(n), 0), count(*) FROM {schema}.counts WHERE queue = %(q)s",
@@ -467,10 +493,11 @@ _STATES = {s.value: s for s in JobState}
 def row_job(row: Any) -> Job:
     """The Job a row of _COLUMNS (or of _SHOWN, their read-only twin) makes; columns past them are ignored."""
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result, traceback) = row[:17]  # fmt: skip
+     deadline, token, error, seq, kind, key, stage, result, traceback, cancel_requested) = row[:18]  # fmt: skip
     return Job(
         id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
         max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
         result=None if result is None else load_json(result), traceback=traceback,
+        cancel_requested=bool(cancel_requested),
     )  # fmt: skip

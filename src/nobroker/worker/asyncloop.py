@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -70,8 +70,12 @@ class EventLoopThread:
         finally:
             loop.close()
 
-    def run(self, awaitable: Awaitable[Any]) -> Any:
-        """Run ``awaitable`` on the loop and return its result (or raise what it raised)."""
+    def run(self, awaitable: Awaitable[Any], on_task: Callable[[Any], None] | None = None) -> Any:
+        """Run ``awaitable`` on the loop and return its result (or raise what it raised).
+
+        ``on_task(future)`` is called with the task's concurrent future once it
+        is scheduled: cancelling that future cancels the task (a cancelled job).
+        """
         import asyncio
 
         loop = self.ensure()
@@ -80,6 +84,8 @@ class EventLoopThread:
         future = asyncio.run_coroutine_threadsafe(coroutine, loop)
         with self._lock:
             self._futures.add(future)
+        if on_task is not None:
+            on_task(future)
         try:
             return future.result()
         finally:

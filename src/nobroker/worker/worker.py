@@ -26,6 +26,7 @@ handlers finish, and is raised again from ``run()``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -394,7 +395,8 @@ class Worker:
                 return
             try:
                 if not self._settler.aborted:  # after a second Ctrl-C nothing new starts
-                    outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
+                    run_task = functools.partial(self._loop.run, on_task=entry.attach)
+                    outcome, escaping = call_handler(self._handler, entry.job, run_task)
                     self._settler.settle(entry, outcome)
                     if escaping is not None:
                         self._fail(escaping, f"handler of job {entry.job.id}")
