@@ -275,7 +275,7 @@ class Committer(QueueFiles):
                 if self._offset != self._own_end or log is not self._lazy_log:
                     self._lazy_from = None  # a peer's records follow ours: see _make_durable
                 batch = self._decide(ops)
-                end = self._append(log, batch, lazy=all(op.lazy for op in ops))
+                end = self._append(log, batch, ops)
                 compact_now = self._should_auto_compact()
             finally:
                 lock.release()
@@ -307,7 +307,7 @@ class Committer(QueueFiles):
                 op.error = exc
         return batch
 
-    def _append(self, log: LogFile, batch: Batch, *, lazy: bool) -> int:
+    def _append(self, log: LogFile, batch: Batch, ops: list[Op]) -> int:
         """Beat four's write (its fsync comes after the lock): the batch's records at the end; returns the new end."""
         if not batch.parts:
             return self._offset
@@ -325,7 +325,7 @@ class Committer(QueueFiles):
             self._snap_crc = (mark[0], end, zlib.crc32(data, mark[2]))  # what we wrote
         else:
             self._snap_crc = None
-        if self._lazy_from is None and lazy:
+        if self._lazy_from is None and all(op.lazy for op in ops):
             self._lazy_from, self._lazy_log = batch.start, log
         return end
 

@@ -1,17 +1,18 @@
 """The event loop that runs async handlers: one thread, started on first need.
 
-Owns: EventLoopThread. Handler threads hand it coroutines and wait for
-their results, so at most ``concurrency`` coroutines run at a time and acks
-still come from many threads (they share one fsync). asyncio itself is
-imported only when an async handler first runs: a worker with a plain
-handler never loads it. Imports: nothing from nobroker.
+Owns: EventLoopThread. ``submit`` starts a coroutine as a task on it (an
+``async def`` handler's job: no thread waits for it); ``run`` blocks the
+calling thread until an awaitable is done (what a plain handler returned).
+``abort`` cancels everything still running. asyncio itself is imported only
+when an async handler first runs: a worker with a plain handler never loads
+it. Imports: nothing from nobroker.
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -70,12 +71,22 @@ class EventLoopThread:
         finally:
             loop.close()
 
-    def run(self, awaitable: Awaitable[Any], on_task: Callable[[Any], None] | None = None) -> Any:
-        """Run ``awaitable`` on the loop and return its result (or raise what it raised).
+    def submit(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """Start ``coroutine`` as a task on the loop; ``abort`` cancels it if it still runs then."""
+        import asyncio
 
-        ``on_task(future)`` is called with the task's concurrent future once it
-        is scheduled: cancelling that future cancels the task (a cancelled job).
-        """
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.ensure())
+        with self._lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+    def run(self, awaitable: Awaitable[Any]) -> Any:
+        """Run ``awaitable`` on the loop and return its result (or raise what it raised)."""
         import asyncio
 
         loop = self.ensure()
@@ -84,8 +95,6 @@ class EventLoopThread:
         future = asyncio.run_coroutine_threadsafe(coroutine, loop)
         with self._lock:
             self._futures.add(future)
-        if on_task is not None:
-            on_task(future)
         try:
             return future.result()
         finally:

@@ -1,4 +1,4 @@
--- nobroker PostgreSQL schema, version 4: control of jobs (issue 15).
+-- nobroker PostgreSQL schema, version 5: control of jobs (issue 15).
 --
 -- Cheap to apply: a new state in the check, a column with a constant
 -- default (no table rewrite), and the finished jobs' index rebuilt to
@@ -15,6 +15,9 @@ ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_state_known
 ALTER TABLE {schema}.jobs ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
 ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_cancel_requested_is_leased
     CHECK (NOT cancel_requested OR state = 'leased');
+
+-- The counts the statements keep (sql/004) count cancelled jobs too.
+ALTER TABLE {schema}.counts ADD COLUMN cancelled bigint NOT NULL DEFAULT 0;
 
 DROP INDEX {schema}.jobs_finished;
 CREATE INDEX jobs_finished ON {schema}.jobs (queue, state, seq) WHERE state IN ('done', 'dead', 'cancelled');
