@@ -93,6 +93,9 @@ def workload() -> list[Step]:
         ("compact 2", lambda q, h: q.compact()),
         ("enqueue g", lambda q, h: q.enqueue({"n": "g"}, job_id="g", delay=10)),
         ("lease 3", lambda q, h: _lease(q, h, 3)),
+        ("cancel x", lambda q, h: q.cancel(q.enqueue({"n": "x"}, job_id="x"))),
+        ("cancel mark", lambda q, h: q.cancel(_first(h).id)),
+        ("cancel stopped", lambda q, h: q.cancel(h.pop(_first(h).id), stopped=True)),
         ("nack dead", lambda q, h: q.nack(_first(h), permanent=True) and h.pop(_first(h).id)),
         ("ticks 2", lambda q, h: q.enqueue_due()),
         ("unschedule", lambda q, h: q.unschedule("beat")),
@@ -155,7 +158,8 @@ class FaultRun:
         poisoned: set[int] = set()
         for k, (what, step) in enumerate(workload() if queues else []):
             clock.advance(1.0)
-            if not held and what in ("ack", "extend", "nack", "set_stage", "ack 2", "nack dead"):
+            if not held and what in ("ack", "extend", "nack", "set_stage", "ack 2", "nack dead", "cancel mark",
+                                     "cancel stopped"):
                 continue
             index = k % len(queues)  # with two handles (think: two processes) they take turns
             q = queues[index]

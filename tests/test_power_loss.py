@@ -6,7 +6,7 @@ Imports: the standard library, nobroker's public API, tests.simdisk and
 tests.support.
 
 How one sweep works: a seeded workload (enqueue, enqueue_many, lease, ack,
-nack, extend, set_stage, compact, purge, requeue_dead, clock ticks) runs on
+nack, extend, set_stage, cancel, compact, purge, requeue_dead, clock ticks) runs on
 a SimDisk. Before every mutating call (write, truncate, fsync, rename,
 unlink, folder fsync, mkdir, create) the hook builds several power-cut
 disks (modes drop, prefix, garbage, reorder), opens a fresh Queue on each
@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from nobroker import JobNotFoundError, NotLeasedError, Queue
+from nobroker import JobFinishedError, JobNotFoundError, NotLeasedError, Queue
 from tests.simdisk import POWER_CUT_MODES, SimDisk, SiteSwitch, fresh_queue_path
 from tests.support import LONG, FakeClock
 
@@ -89,7 +89,7 @@ def reclaim_intermediate(before: dict[str, Any] | None, got: dict[str, Any], now
         return all(got[k] == before[k] for k in others) and 0 <= sooner <= RECLAIM_JITTER_SPAN
     if before is None or before["state"] != "leased" or before["lease_deadline"] > now:
         return False
-    if got["state"] not in ("ready", "dead") or got["lease_deadline"] is not None or got["lease_token"] is not None:
+    if got["state"] not in ("ready", "dead", "cancelled") or got["lease_deadline"] is not None or got["lease_token"] is not None:
         return False
     same = ("id", "payload", "priority", "attempts", "max_attempts", "enqueued_at", "seq", "kind", "dedupe_key")
     return all(got[k] == before[k] for k in same)
@@ -247,7 +247,7 @@ class Sweep:
         held: dict[str, Any] = {}
         choices = (
             ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
-            + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge"] + ["schedule", "enqueue_due", "enqueue_due"]
+            + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge", "cancel", "cancel"] + ["schedule", "enqueue_due", "enqueue_due"]
         )  # fmt: skip
         for _ in range(ops):
             op = rng.choice(choices)
@@ -288,6 +288,15 @@ class Sweep:
                         held[job_id] = q.extend(job, 40)
                     else:
                         held[job_id] = q.set_stage(job, rng.choice(("a", "b")))
+                elif op == "cancel":
+                    job_id = rng.choice(sorted(held)) if held and rng.random() < 0.6 else None
+                    if job_id is not None and rng.random() < 0.5:
+                        q.cancel(held.pop(job_id), stopped=True)  # the holder ends the attempt cancelled
+                    elif job_id is not None:
+                        q.cancel(job_id)  # marked: its later ack or nack is refused (and dropped from held)
+                    elif self.acked_enqueue:
+                        job_id = rng.choice(sorted(self.acked_enqueue))
+                        q.cancel(job_id)
                 elif op == "compact":
                     q.compact()
                 elif op == "requeue_dead":
@@ -310,7 +319,7 @@ class Sweep:
                     inflight.update(s.payload["tag"] for s in q.schedules())
                     for job in q.enqueue_due():
                         self.acked_enqueue[job.id] = job.payload
-            except (NotLeasedError, JobNotFoundError):
+            except (NotLeasedError, JobNotFoundError, JobFinishedError):
                 held.pop(job_id, None)  # our lease expired: a normal outcome, nothing was changed
             except ProcessKilled:
                 # A new process opens the queue where the dead one left the disk.

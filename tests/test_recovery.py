@@ -106,7 +106,9 @@ class LogBuilder:
         self.fire()  # two ticks of beat, then its TICK record
         do(q.unschedule, "gone")
         e = do(q.enqueue, {"e": "after requeue"})
-        del c, d, e
+        x = do(q.enqueue, {"x": "cancelled while ready"}, priority=-1)
+        do(q.cancel, x)  # CANCEL (issue 15): ready to cancelled
+        del c, d, e, x
         with open(log_path(self.dir, "default", 0), "rb") as f:
             self.generation_zero = f.read()  # compaction deletes it; the sweep needs it
         do(q.compact)
@@ -115,6 +117,11 @@ class LogBuilder:
         do(q.ack, lf)
         self.clock.advance(2)
         self.fire()
+        lg = do(q.enqueue, {"g": "cancelled while it runs"}, priority=9)
+        lg = do(q.lease_one)
+        do(q.cancel, lg.id)  # a CANCEL that marks the lease
+        do(q.extend, lg, 30)
+        do(q.cancel, lg, stopped=True)  # and the one that ends it cancelled
         do(q.enqueue, {"g": "tail"})
         del f
         q.close()

@@ -281,7 +281,7 @@ class Queue:
         return self._open_storage().get(checks.text(job_id, "job_id", MAX_ID_CHARS))
 
     def stats(self) -> QueueStats:
-        """Counts by state: ready (runnable now), delayed, leased, done, dead, total."""
+        """Counts by state: ready (runnable now), delayed, leased, done, dead, cancelled, total."""
         return self._open_storage().stats()
 
     def list_jobs(
@@ -401,6 +401,23 @@ class Queue:
         delayed jobs or expired leases), or no named pipes here.
         """
         return not self._closed and self._storage.wakes_waiters()
+
+    # ------------------------------------------------------------ control of jobs (issue 15)
+    def cancel(self, job: JobRef, *, stopped: bool = False) -> Job:
+        """Cancel a job; returns it as the cancel left it.
+
+        A ready or delayed job is cancelled at once (``cancelled`` is final,
+        kept as a done job is). A leased job is marked (``cancel_requested``):
+        its handler keeps running until it notices (the Worker sets
+        ``job.cancelled`` at its next heartbeat, and cancels an async
+        handler's task), its ack and nack are refused with JobCancelledError,
+        and the attempt ends cancelled when the holder of the lease says so
+        (``stopped=True``, with the leased Job) or when the lease expires.
+        ``stopped=True`` by id ends a leased job's attempt now, whoever runs it.
+        A done, dead or cancelled job raises JobFinishedError naming its state.
+        """
+        job_id, token = checks.job_ref(job)
+        return self._open_storage().cancel(job_id, token, bool(stopped))
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:

@@ -7,7 +7,7 @@ reads top to bottom in the order ``nobroker --help`` lists the commands, in
 four groups of a function each; a new command is one ``add(...)`` call here
 and one cmd_* function in the module of its group.
 Imports: nobroker, jobs, schedules, values, output, location, job_commands,
-admin_commands, bench, run_commands, schedule_commands.
+admin_commands, bench, run_commands, schedule_commands, control_commands.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..jobs import LISTINGS
 from .admin_commands import (
     INSPECT_BODY_CHARS, cmd_compact, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify,
 )  # fmt: skip
+from .control_commands import add_control
 from .bench import DEFAULT_SECONDS as BENCH_SECONDS
 from .bench import MAX_SECONDS as BENCH_MAX_SECONDS
 from .bench import MIN_SECONDS as BENCH_MIN_SECONDS
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_producing_and_consuming(add)
     _add_looking(add)
+    add_control(add)
     _add_maintaining(add)
     _add_running(add)
     _add_scheduling(add)

@@ -179,7 +179,7 @@ def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYS
         return report
     report.records = state.records
     report.jobs = len(state)
-    report.counts = {s.value: state.counts[s] for s in JobState}
+    report.counts = {s.value: state.counts[s] for s in JobState if s is not JobState.CANCELLED or state.counts[s]}
     if state.anomalies:
         report.problems.append(f"{state.anomalies} record(s) name jobs the log does not hold")
     return report

@@ -35,7 +35,7 @@ from ..storage import StorageOptions
 from . import leases, schedule_records
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .commit import Batch, Committer
-from .entry import DONE
+from .entry import DROPPED
 from .fs import FileSystem
 from .layout import MAX_GENERATION, compactor_path
 from .lock import QueueLock
@@ -211,7 +211,7 @@ class Compactor(Committer):
         try:
             # (2) Without the lock: stream the live jobs as of the base. This process's
             # threads wait on the mutex, so the state stays exactly that.
-            live = [e for e in self._state.entries() if e.state is not DONE]
+            live = [e for e in self._state.entries() if e.state not in DROPPED]
             carried = new.write_records(schedule_records.replayed(self._state.schedules, self.clock()))
             offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
             del live

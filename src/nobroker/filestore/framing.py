@@ -49,6 +49,7 @@ class RecordType(enum.IntEnum):
     SCHEDULE = 20  # periodic jobs (schedule_records.py): a schedule defined or redefined
     UNSCHEDULE = 21  # a schedule removed
     TICK = 22  # a schedule's due ticks enqueued: its cursor moves on
+    CANCEL = 11  # added in 0.3.0 (control of jobs); written only when cancel is used
 
 
 KNOWN_TYPES = frozenset(int(t) for t in RecordType)

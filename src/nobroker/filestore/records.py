@@ -35,7 +35,7 @@ _ENQUEUE_TEXT = (
 )
 _HEX_ID = frozenset("0123456789abcdef")
 #: Keys a rewritten job body never keeps from its older body: each is written only when set.
-_ONLY_WHEN_SET = ("stage", "result")
+_ONLY_WHEN_SET = ("stage", "result", "cancel_requested")
 
 
 # ---------------------------------------------------------------- ENQUEUE
@@ -87,6 +87,8 @@ def job_fields(entry: Entry) -> dict[str, Any]:
         out["result"] = entry.result
     if entry.traceback is not None:
         out["traceback"] = entry.traceback
+    if entry.cancel_requested:
+        out["cancel_requested"] = True
     return out
 
 
@@ -149,6 +151,14 @@ def stage(job_id: str, at: float, stage: str | None) -> Record:
     return RecordType.STAGE, {"id": job_id, "at": at, "stage": stage}
 
 
+def cancel(job_id: str, at: float, *, requested: bool = False) -> Record:
+    """CANCEL: the job is cancelled now; with ``requested``, a leased job is only marked (its lease ends cancelled)."""
+    body: dict[str, Any] = {"id": job_id, "at": at}
+    if requested:
+        body["requested"] = True
+    return RecordType.CANCEL, body
+
+
 # ---------------------------------------------------------------- decoders
 # Each reads every field it returns before replay changes anything, so a
 # refused record leaves the state as it was.
@@ -192,3 +202,11 @@ def decode_extend(body: dict[str, Any]) -> float:
 
 def decode_stage(body: dict[str, Any]) -> Any:
     return body.get("stage")
+
+
+def decode_cancel(body: dict[str, Any]) -> bool:
+    """Whether the CANCEL only marks a leased job (``requested``) rather than ending it cancelled."""
+    requested = body.get("requested", False)
+    if type(requested) is not bool:
+        raise TypeError(f"field requested is {requested!r}, expected true or false")
+    return requested

@@ -37,7 +37,7 @@ from typing import Any
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
 from ..schedules import Schedule, from_fields, to_fields
 from . import records, schedule_records
-from .entry import DEAD, DONE, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
+from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
 
@@ -51,7 +51,7 @@ class QueueState(JobRows):
         self.delayed: list[tuple[float, int, str]] = []
         self.leases: list[tuple[float, int, str]] = []
         self.active_keys: dict[tuple[str, str], str] = {}
-        self._counts: dict[JobState, int] = {READY: 0, LEASED: 0, DONE: 0, DEAD: 0}  # hot jobs only
+        self._counts: dict[JobState, int] = {state: 0 for state in JobState}  # hot jobs only
         self.n_delayed = 0
         self.next_seq = 1
         self.records = 0
@@ -98,7 +98,7 @@ class QueueState(JobRows):
         """
         unsound = 0
         for entry in self._move_rows(offsets, base, shift, end):
-            if entry.state is not DONE:
+            if entry.state not in DROPPED:
                 unsound += 1
             self._counts[entry.state] -= 1
             del self.hot[entry.id]
@@ -228,6 +228,13 @@ class QueueState(JobRows):
                 heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         elif rtype == RecordType.STAGE:
             entry.stage = records.decode_stage(body)
+        elif rtype == RecordType.CANCEL:
+            if not records.decode_cancel(body):
+                self._set_state(entry, CANCELLED)
+            elif entry.state is LEASED:  # a mark for a job no longer leased marks nothing
+                entry.cancel_requested = True
+            elif entry.state is READY and entry.heap == NOWHERE:  # warmed from a cold row: index it again
+                self._push_ready(entry, entry.available_at)
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
@@ -319,7 +326,7 @@ class QueueState(JobRows):
         self.hot[entry.id] = entry
         self._append_hot_row(entry)
         self._counts[entry.state] += 1
-        if entry.state is not DONE:
+        if entry.state not in DROPPED:
             self.live_bytes += entry.size
         if entry.seq >= self.next_seq:
             self.next_seq = entry.seq + 1
@@ -361,17 +368,18 @@ class QueueState(JobRows):
 
     def _set_state(self, entry: Entry, state: JobState) -> None:
         old = entry.state
-        if (old is DONE) is not (state is DONE):  # done is final in a sound log; either way, count right
-            self.live_bytes += entry.size if old is DONE else -entry.size
+        if (old in DROPPED) is not (state in DROPPED):  # final in a sound log; either way, count right
+            self.live_bytes += entry.size if old in DROPPED else -entry.size
         if entry.heap == IN_DELAYED:
             self.n_delayed -= 1
         entry.heap = NOWHERE
+        entry.cancel_requested = False  # a mark lives as long as the lease it was made for
         if state is not LEASED:
             # A done job shows no lease (as in nobroker 0.1.2), but remembers the token
             # that finished it, so a repeated ack under that lease stays harmless.
             entry.finished_token = entry.lease_token if state is DONE else None
             entry.lease_deadline = entry.lease_token = None
-        if state in (DONE, DEAD) and entry.dedupe_key is not None:
+        if state in (DONE, DEAD, CANCELLED) and entry.dedupe_key is not None:
             key = (entry.kind, entry.dedupe_key)
             if self.active_keys.get(key) == entry.id:
                 del self.active_keys[key]
@@ -470,14 +478,15 @@ class QueueState(JobRows):
         self.promote(now)
         c = self._counts
         return QueueStats(
-            ready=c[READY] + self.n_cold - self.n_delayed, delayed=self.n_delayed, leased=c[LEASED], done=c[DONE], dead=c[DEAD]
+            ready=c[READY] + self.n_cold - self.n_delayed, delayed=self.n_delayed, leased=c[LEASED], done=c[DONE],
+            dead=c[DEAD], cancelled=c[CANCELLED],
         )
 
 
 #: Fields a writer includes only when set (to something a cold row cannot hold).
-_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback"})
+_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested"})
 #: Records that may leave a READY job READY without indexing it again.
-_KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})
+_KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)
 #: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.
 _SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
 _SNAPSHOT_INTS = frozenset(name for name, value in vars(QueueState()).items() if type(value) is int)

@@ -116,6 +116,9 @@ class FileStorage(Compactor):
     def purge(self) -> int:
         return self._write(leases.purge)
 
+    def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
+        return self._write(partial(leases.cancel, queue=self.name, job_id=job_id, token=token, stopped=stopped, job_of=self._job))
+
     def compact(self, *, progress: Callable[[int], None] | None = None) -> CompactionResult:
         """Rewrite the log without done jobs; waits for a peer's compaction first (see Compactor._compaction)."""
         result = self._compaction(progress, wait=True)

@@ -2,7 +2,7 @@
 
 Owns: ScheduleStatements (the SQL text for one schema), and one function per
 schedule operation on a live connection: ``put``, ``remove``, ``listed`` and
-``fire``. Imports: schedules, storage, driver, statements, operations.
+``fire``. Imports: jobs, schedules, storage, driver, statements, operations.
 
 Times are epoch seconds of the database clock plus the queue's test-only
 ``clock_offset``, as the jobs table's are, so hosts with skewed clocks agree

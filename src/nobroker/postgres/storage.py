@@ -255,6 +255,11 @@ class PostgresStorage:
         ops.check_text(stage, "stage")
         return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
 
+    # ---- control of jobs (issue 15)
+    def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
+        ops.check_text(job_id, "job_id")
+        return self._link.run("cancel", lambda c: ops.cancel(c, self._target, job_id, token, stopped), retry=True)
+
     def requeue_dead(self, job_id: str | None) -> int:
         notify = self._gate.take()
         count = self._side.run("requeue_dead", lambda c: ops.requeue_dead(c, self._target, job_id, notify), retry=False)
@@ -348,9 +353,9 @@ class PostgresStorage:
 
         def run(conn: Any) -> int:
             dropped = 0
-            for state, keep in (("done", self.done_retention), ("dead", self.dead_retention)):
+            for states, keep in ((ops.FINISHED_KEPT_AS_DONE, self.done_retention), (("dead",), self.dead_retention)):
                 if keep is not None:
-                    dropped += ops.prune(conn, t, state, keep, batches=PRUNE_BATCHES)
+                    dropped += ops.prune(conn, t, states, keep, batches=PRUNE_BATCHES)
             ops.fold_counts(conn, t)
             return dropped
 

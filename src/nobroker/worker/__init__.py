@@ -21,6 +21,7 @@ The package, in its order (a module imports only modules above it):
     budget.py     max_jobs shared by the processes of a pool: a pipe of tokens
     child.py      one forked worker process, from fork to exit; its reports
     pool.py       ProcessPool: forks, supervises and stops the worker processes
+    ticks.py      the thread that enqueues due schedule ticks
     worker.py     Worker: options, the leasing loop, stopping; processes= hands run() to the pool
 
 Threads inside one running Worker:

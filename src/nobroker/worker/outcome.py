@@ -35,6 +35,8 @@ class WorkerStats:
     over the limit), which is never retried: the work is done. ``lost_leases``: the lease was no longer ours when the
     worker came to ack or nack (it expired and was delivered elsewhere, or an
     operator finished the job), so the outcome was not recorded by us.
+    ``cancelled``: the job was cancelled while its handler ran (``q.cancel``),
+    and its attempt ended cancelled, whatever the handler did.
     """
 
     leased: int = 0
@@ -42,10 +44,14 @@ class WorkerStats:
     failed: int = 0
     dead: int = 0
     lost_leases: int = 0
+    cancelled: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        """The counts as a JSON-ready dict."""
-        return dataclasses.asdict(self)
+        """The counts as a JSON-ready dict (``cancelled`` only when some job was)."""
+        out = dataclasses.asdict(self)
+        if not self.cancelled:
+            del out["cancelled"]
+        return out
 
 
 @dataclass

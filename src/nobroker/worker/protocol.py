@@ -165,8 +165,16 @@ class QueueAccess:
         returned = self.queue.nack(job, error=error, **optional)
         return isinstance(returned, Job) and returned.state is JobState.DEAD
 
-    def extend(self, job: Job, seconds: float) -> None:
-        self.queue.extend(job, seconds)
+    def extend(self, job: Job, seconds: float) -> bool:
+        """Renew the lease; True when the queue says the job's cancel was asked for meanwhile."""
+        renewed = self.queue.extend(job, seconds)
+        return getattr(renewed, "cancel_requested", False) is True
+
+    def end_cancelled(self, job: Job) -> None:
+        """End a cancelled job's attempt (the handler stopped): the job is cancelled for good."""
+        cancel = getattr(self.queue, "cancel", None)
+        if cancel is not None:  # a queue without cancel never marks a job: nothing to end
+            cancel(job, stopped=True)
 
     def wakes_waiters(self) -> bool:
         """Will the queue wake us when work arrives, so a long idle wait is safe?"""

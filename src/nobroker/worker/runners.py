@@ -205,7 +205,7 @@ class LoopTasks:
 
     def run(self, entries: list[Running]) -> None:
         for entry in entries:
-            self._loop.submit(self._task(entry))
+            entry.attach(self._loop.submit(self._task(entry)))  # a cancelled job's task is cancelled
 
     def stop(self) -> None:
         self._settling.stop()

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..errors import SerializationError
+from ..errors import JobCancelledError, JobFinishedError, SerializationError
 from .acks import ack_batch
 from .heartbeat import LOST_ERRORS, Heartbeat, Running
 from .outcome import Outcome, WorkerStats, unstorable
@@ -65,6 +65,9 @@ class Settler:
         self._heartbeat.discard(entry)
         if self.aborted:
             return
+        if entry.cancelled:  # the heartbeat saw the cancel: whatever the handler did, the attempt ends cancelled
+            self._end_cancelled(entry)
+            return
         if outcome.error is not None:
             self._nack(entry, outcome)
             return
@@ -81,6 +84,10 @@ class Settler:
             self._heartbeat.discard(entry)
         if self.aborted:
             return
+        for entry, _ in finished:
+            if entry.cancelled:
+                self._end_cancelled(entry)
+        finished = [(entry, outcome) for entry, outcome in finished if not entry.cancelled]
         acked = [(entry, outcome) for entry, outcome in finished if outcome.error is None]
         errors = ack_batch(self._access, [entry.job for entry, _ in acked], [outcome.result for _, outcome in acked])
         for (entry, _), error in zip(acked, errors):
@@ -95,6 +102,8 @@ class Settler:
             if self._recorded(entry):
                 with self._lock:
                     self._stats.succeeded += 1
+        elif isinstance(error, JobCancelledError):  # cancelled after the last renewal: the ack is refused
+            self._end_cancelled(entry)
         elif isinstance(error, LOST_ERRORS):
             self._count_lost(entry, error)
         elif isinstance(error, SerializationError):  # the queue refused what the check let through
@@ -107,6 +116,9 @@ class Settler:
         assert outcome.error is not None, "an outcome that is not acked carries its error"
         try:
             went_dead = self._access.nack(job, outcome.error, outcome.permanent, outcome.traceback())
+        except JobCancelledError:
+            self._end_cancelled(entry)
+            return
         except LOST_ERRORS as exc:
             self._count_lost(entry, exc)
             return
@@ -126,6 +138,24 @@ class Settler:
             logger.warning("job %s moved to the dead-letter queue: %s", job.id, outcome.error, exc_info=outcome.exc)
         else:
             logger.warning("job %s failed, will retry: %s", job.id, outcome.error, exc_info=outcome.exc)
+
+    def _end_cancelled(self, entry: Running) -> None:
+        """The handler of a cancelled job returned: end its attempt cancelled (the lease's expiry would too)."""
+        try:
+            self._access.end_cancelled(entry.job)
+        except JobFinishedError as exc:  # its lease expired meanwhile, and the reclaim ended it
+            if exc.state != "cancelled":
+                self._count_lost(entry, exc)
+                return
+        except LOST_ERRORS as exc:
+            self._count_lost(entry, exc)
+            return
+        except Exception as exc:
+            self._on_error(exc, f"cancel of job {entry.job.id}")
+            return
+        with self._lock:
+            self._stats.cancelled += 1
+        logger.info("job %s: cancelled; its attempt ended cancelled", entry.job.id)
 
     def _recorded(self, entry: Running) -> bool:
         """Was the outcome ours to record? Not when the heartbeat found the lease lost meanwhile (counted as lost)."""
