@@ -33,7 +33,7 @@ from . import leases
 from .entry import Entry
 from .framing import HEADER_SIZE, RecordType, encode_record
 from .fs import FileSystem, storage_error
-from .layout import wake_path
+from .layout import pointer_path, wake_path
 from .log import LogFile, read_pointer
 from .records import Record
 from .recovery import QueueFiles
@@ -113,6 +113,7 @@ class Committer(QueueFiles):
         self._lazy_from: int | None = None
         self._lazy_log: LogFile | None = None
         self._own_end = -1
+        self._pointer_file = pointer_path(self.directory, self.name)  # joined once: every write stats it
         self._wake = WakeChannel(wake_path(self.directory, self.name))
         # Waiters limited to some kinds listen on a pipe of their own: a wake-up
         # one of them swallowed for a job it cannot take would leave a worker
@@ -134,7 +135,11 @@ class Committer(QueueFiles):
         """Beat two: switch generation if a peer compacted, then read what peers appended."""
         log = self._log
         assert log is not None
-        sig = self._pointer_signature()
+        try:
+            st = self.fs.lstat(self._pointer_file)
+            sig: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            sig = None  # no compaction yet (the same signature as _pointer_signature's)
         if sig != self._pointer_sig or self._stale:
             generation = read_pointer(self.fs, self.directory, self.name) or 0
             if generation != log.generation or self._stale:
