@@ -77,6 +77,20 @@ class ColdRows(unittest.TestCase):
         self.assertNotIn(hex_id(1000), state)
         self.assertIsNone(state.get(hex_id(1000)))
 
+    def test_a_body_without_its_default_fields_is_a_cold_row_with_those_defaults(self) -> None:
+        # What the writer now writes for a new job: state, attempts, a zero priority
+        # and the three empty lease fields left out.
+        defaults = ("priority", "state", "attempts", "lease_deadline", "lease_token", "last_error")
+        state, reference = QueueState(), QueueState()
+        for i in range(1, 11):
+            full = enqueue_body(hex_id(i), i, priority=i % 2)
+            short = {k: v for k, v in full.items() if not (k in defaults and not v or k == "state")}
+            self.assertLess(len(short), len(full))
+            state.apply(RecordType.ENQUEUE, short, 100 * i)
+            reference.apply(RecordType.ENQUEUE, full, 100 * i)
+        self.assertEqual((state.n_cold, len(state.hot)), (10, 0))
+        self.assertEqual(view(state, T0), view(reference, T0))
+
     def test_ready_order_is_priority_then_seq_across_kinds_and_filters(self) -> None:
         rng = random.Random(5)
         state, reference = QueueState(), AllHot()

@@ -222,16 +222,18 @@ class QueueState(JobRows):
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
-        # become cold rows. Checks are inlined, cheapest first; a writer's body has
-        # every key below, and any miss or odd value takes the Entry path, which
-        # applies defaults and explains bad fields exactly as it always has.
+        # become cold rows. Checks are inlined, cheapest first; a writer leaves out
+        # the fields at their defaults (the same defaults as Entry's), and any other
+        # miss or odd value takes the Entry path, which applies defaults and
+        # explains bad fields exactly as it always has.
+        get = body.get
         try:
-            job_id, priority, seq = body["id"], body["priority"], body["seq"]
+            job_id, priority, seq = body["id"], get("priority", 0), body["seq"]
             enqueued_at, available_at = body["enqueued_at"], body["available_at"]
-            attempts, max_attempts = body["attempts"], body["max_attempts"]
+            attempts, max_attempts = get("attempts", 0), body["max_attempts"]
             plain = (
-                body["state"] == "ready" and body["lease_deadline"] is None and body["lease_token"] is None
-                and body["last_error"] is None
+                get("state", "ready") == "ready" and get("lease_deadline") is None and get("lease_token") is None
+                and get("last_error") is None
             )  # fmt: skip
         except KeyError:
             plain = False
