@@ -101,16 +101,22 @@ def job_fields(entry: Entry) -> dict[str, Any]:
 
 
 def rewritten_job(entry: Entry, body: dict[str, Any]) -> Record:
-    """The ENQUEUE record a compaction writes for a live job: its old ``body`` (changed in place) as it is now.
+    """The ENQUEUE record a compaction writes for a live job: its old ``body``'s keys, as the job is now.
 
     The old body brings the id, the payload and any key a newer nobroker
     added; its fields written only when set must not survive (a stage the
-    next lease cleared, a result from a past ack).
+    next lease cleared, a result from a past ack). Every field is written,
+    in 0.1.2's order (id, payload, then job_fields), whether or not the old
+    body left some out at their defaults; other keys follow as they were.
     """
-    for key in _ONLY_WHEN_SET:
-        body.pop(key, None)
-    body.update(job_fields(entry))
-    return RecordType.ENQUEUE, body
+    out: dict[str, Any] = {"id": body["id"]}
+    if "payload" in body:
+        out["payload"] = body["payload"]
+    out.update(job_fields(entry))
+    for key, value in body.items():
+        if key not in out and key not in _ONLY_WHEN_SET:
+            out[key] = value
+    return RecordType.ENQUEUE, out
 
 
 # ---------------------------------------------------------------- encoders of the other types
