@@ -19,6 +19,7 @@ from nobroker import Queue
 from nobroker.filestore.framing import RecordType
 from nobroker.jobs import JobState
 from nobroker.filestore.entry import Entry
+from nobroker.filestore.index import id_number
 from nobroker.filestore.replay import QueueState
 from tests.support import FakeClock, TempDirTestCase
 
@@ -90,6 +91,19 @@ class ColdRows(unittest.TestCase):
             reference.apply(RecordType.ENQUEUE, full, 100 * i)
         self.assertEqual((state.n_cold, len(state.hot)), (10, 0))
         self.assertEqual(view(state, T0), view(reference, T0))
+
+    def test_holds_number_answers_as_in_does(self) -> None:
+        # The writer checks a fresh id by the number it made it from; the answer must be `in`'s.
+        state = QueueState()
+        state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(1), 1), 0)  # cold
+        state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(2), 2, dedupe_key="k"), 100)  # hot
+        state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(3), 3), 200)
+        state.apply(RecordType.ACK, {"id": hex_id(3), "at": T0}, 300)  # done: gone from the cold rows
+        self.assertEqual((state.n_cold, sorted(state.hot)), (1, sorted([hex_id(2), hex_id(3)])))
+        for number in (1, 2, 3, 4, (1 << 64) - 1):
+            job_id = hex_id(number)
+            self.assertEqual(id_number(job_id), number)
+            self.assertEqual(state.holds_number(job_id, number), job_id in state, job_id)
 
     def test_ready_order_is_priority_then_seq_across_kinds_and_filters(self) -> None:
         rng = random.Random(5)

@@ -267,14 +267,18 @@ class QueueState(JobRows):
         if seq >= self.next_seq:
             self.next_seq = seq + 1
 
-    def add(self, entry: Entry) -> None:
-        """Index a job that an ENQUEUE record introduced (built from values by the writer)."""
+    def add(self, entry: Entry, number: int = -2) -> None:
+        """Index a job that an ENQUEUE record introduced (built from values by the writer).
+
+        ``number``: ``id_number(entry.id)`` when the writer made the id from it (-2: parse it here).
+        """
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
             and entry.result is None and entry.traceback is None
         ):  # fmt: skip
-            number = id_number(entry.id)
+            if number == -2:
+                number = id_number(entry.id)
             if number >= 0 and self._add_cold(number, entry):
                 return
         self._add_hot(entry)
