@@ -1,6 +1,6 @@
-"""The file storage's throughput: a Worker's drain.
+"""The file storage's throughput: a Worker's drains (threads, processes, both).
 
-Owns: that measurement and its figure, beside ``limit``, the rate of
+Owns: those measurements and their figures, each beside ``limit``, the rate of
 120-byte append+fdatasync on the same disk, measured before each repetition
 (the machine is shared and noisy: the ratio is what means something).
 Enqueue, lease + ack and enqueue_many are engine.py's, beside sqlite3.
@@ -10,9 +10,11 @@ yardstick as ``nobroker bench``), plan.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from nobroker import Queue, Worker
 from nobroker.cli.bench import disk_limit
@@ -20,6 +22,13 @@ from tools.bench.plan import Figure, Plan, fresh, progress
 
 #: The share of the disk's append+fsync rate each figure aims at (a batch of appends shares one fsync).
 TARGET_RATIOS = {"shared": 2.0}
+#: The Worker's drains of no-op jobs: (label, processes, concurrency per process). Threads of one
+#: process share one fsync per batch of acks; processes each write their own.
+DRAINS = (
+    ("Worker(concurrency=8)", None, 8),
+    ("Worker(processes=4)", 4, 1),
+    ("Worker(processes=4, concurrency=8)", 4, 8),
+)
 
 
 def figures(root: str, plan: Plan) -> list[Figure]:
@@ -43,16 +52,23 @@ def figures(root: str, plan: Plan) -> list[Figure]:
 
     shared = TARGET_RATIOS["shared"]
     drain = plan.drain_jobs
-    against_limit(f"Worker(concurrency=8) drains {drain:,}", lambda: worker_drain(root, drain), shared)
+    for label, processes, concurrency in DRAINS:
+        run = functools.partial(worker_drain, root, drain, concurrency, processes)
+        against_limit(f"{label} drains {drain:,}", run, shared)
 
     return out
 
 
-def worker_drain(root: str, n: int, concurrency: int = 8) -> float:
+def _no_op(job: Any) -> None:
+    return None
+
+
+def worker_drain(root: str, n: int, concurrency: int = 8, processes: int | None = None) -> float:
+    """Jobs per second a Worker drains ``n`` no-op jobs at; with ``processes``, from fork to the last child's exit."""
     with Queue(fresh(root)) as q:
         for start_at in range(0, n, 10_000):
             q.enqueue_many([{"i": i} for i in range(start_at, min(n, start_at + 10_000))])
-        worker = Worker(q, lambda job: None, concurrency=concurrency, max_jobs=n, handle_signals=False)
+        worker = Worker(q, _no_op, concurrency=concurrency, max_jobs=n, handle_signals=False, processes=processes)
         start = time.perf_counter()
         stats = worker.run()
         elapsed = time.perf_counter() - start

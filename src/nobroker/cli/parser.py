@@ -247,19 +247,26 @@ def _add_maintaining(add: _Add) -> None:
 def _add_running(add: _Add) -> None:
     p = add(
         "work", "run a worker: import MODULE:CALLABLE and call it for each job",
-        "  nobroker work myapp.tasks:handle -c 4\n  nobroker work examples.handlers:slow --max-jobs 1",
+        "  nobroker work myapp.tasks:handle -c 4\n  nobroker work myapp.tasks:resize --processes 4\n"
+        "  nobroker work examples.handlers:slow --max-jobs 1",
         cmd_work,
         description=(
             "Run a worker. The handler gets the Job; returning acks it, raising nacks it\n"
             "(retry with backoff), raising nobroker.PermanentError sends it to the DLQ.\n"
             "The current folder is importable. Ctrl-C finishes running jobs and exits 130;\n"
-            "a second Ctrl-C exits at once. SIGTERM finishes running jobs and exits 0."
+            "a second Ctrl-C exits at once. SIGTERM finishes running jobs and exits 0.\n"
+            "--processes N forks N worker processes (each runs --concurrency handlers);\n"
+            "one that dies is replaced, and a stop reaches them all."
         ),
     )
     p.add_argument("handler", metavar="MODULE:CALLABLE")
-    p.add_argument("-c", "--concurrency", type=int_at_least(1), default=1, metavar="N", help="handlers running at once (default 1)")
-    p.add_argument("--max-jobs", type=int_at_least(1), default=None, metavar="N", help="stop after N jobs")
-    p.add_argument("--idle-timeout", type=nonneg_float, default=None, metavar="SECONDS", help="stop after this long with no work")
+    p.add_argument("-c", "--concurrency", type=int_at_least(1), default=1, metavar="N",
+                   help="handlers running at once (default 1; per process with --processes)")
+    p.add_argument("-p", "--processes", type=int_at_least(1), default=None, metavar="N",
+                   help="run N pre-forked worker processes (for CPU-bound handlers; POSIX only)")
+    p.add_argument("--max-jobs", type=int_at_least(1), default=None, metavar="N", help="stop after N jobs (in total)")
+    p.add_argument("--idle-timeout", type=nonneg_float, default=None, metavar="SECONDS",
+                   help="stop after this long with no work (each process)")
     p.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeat for several)")
 
     p = add(

@@ -33,7 +33,7 @@ from . import leases
 from .entry import Entry
 from .framing import HEADER_SIZE, RecordType, encode_record
 from .fs import FileSystem, storage_error
-from .layout import pointer_path, wake_path
+from .layout import wake_path
 from .log import LogFile, read_pointer
 from .records import Record
 from .recovery import QueueFiles
@@ -113,7 +113,6 @@ class Committer(QueueFiles):
         self._lazy_from: int | None = None
         self._lazy_log: LogFile | None = None
         self._own_end = -1
-        self._pointer_file = pointer_path(self.directory, self.name)  # joined once: every write stats it
         self._wake = WakeChannel(wake_path(self.directory, self.name))
         # Waiters limited to some kinds listen on a pipe of their own: a wake-up
         # one of them swallowed for a job it cannot take would leave a worker
@@ -135,11 +134,7 @@ class Committer(QueueFiles):
         """Beat two: switch generation if a peer compacted, then read what peers appended."""
         log = self._log
         assert log is not None
-        try:
-            st = self.fs.lstat(self._pointer_file)
-            sig: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            sig = None  # no compaction yet (the same signature as _pointer_signature's)
+        sig = self._pointer_signature()
         if sig != self._pointer_sig or self._stale:
             generation = read_pointer(self.fs, self.directory, self.name) or 0
             if generation != log.generation or self._stale:
@@ -280,7 +275,7 @@ class Committer(QueueFiles):
                 if self._offset != self._own_end or log is not self._lazy_log:
                     self._lazy_from = None  # a peer's records follow ours: see _make_durable
                 batch = self._decide(ops)
-                end = self._append(log, batch, lazy=all(op.lazy for op in ops))
+                end = self._append(log, batch, ops)
                 compact_now = self._should_auto_compact()
             finally:
                 lock.release()
@@ -312,7 +307,7 @@ class Committer(QueueFiles):
                 op.error = exc
         return batch
 
-    def _append(self, log: LogFile, batch: Batch, *, lazy: bool) -> int:
+    def _append(self, log: LogFile, batch: Batch, ops: list[Op]) -> int:
         """Beat four's write (its fsync comes after the lock): the batch's records at the end; returns the new end."""
         if not batch.parts:
             return self._offset
@@ -330,7 +325,7 @@ class Committer(QueueFiles):
             self._snap_crc = (mark[0], end, zlib.crc32(data, mark[2]))  # what we wrote
         else:
             self._snap_crc = None
-        if self._lazy_from is None and lazy:
+        if self._lazy_from is None and all(op.lazy for op in ops):
             self._lazy_from, self._lazy_log = batch.start, log
         return end
 

@@ -144,7 +144,7 @@ class LogFile:
         """Create generation ``generation`` with just a header: temp, fsync, rename.
 
         The new name is not durable yet: the caller fsyncs the folder before it
-        acknowledges anything written in the file (FileStorage._open does, for
+        acknowledges anything written in the file (QueueFiles._open does, for
         every queue it opens). A folder fsync here as well would be a second
         one in a row, which no power cut can tell from the first.
         """
@@ -342,6 +342,10 @@ class LogFile:
             raise error from None
         end = offset + len(data)
         with self._sync:
+            # Bytes at ``offset`` and after are new: whatever an earlier fsync made
+            # durable there is gone (a peer rolled its records back and we write over
+            # the place they were), so nothing from here on counts as durable.
+            self.durable_end = min(self.durable_end, offset)
             self.written_end = end
         return end
 

@@ -37,7 +37,7 @@ from ..jobs import DEFAULT_KIND, JobState, QueueStats
 from . import records
 from .entry import DEAD, DONE, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
 from .framing import RecordType
-from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Fifo, JobRows, id_number
+from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
 
 
 class QueueState(JobRows):
@@ -246,26 +246,21 @@ class QueueState(JobRows):
                 and INT32_MIN <= attempts <= INT32_MAX and INT32_MIN <= max_attempts <= INT32_MAX
                 and _HOT_KEYS.isdisjoint(body) and job_id not in self.hot
             ):  # fmt: skip
-                fifo = self._fifo_for(kind, priority)
+                fifo = self._fifos.get((kind, priority)) or self._fifo_for(kind, priority)
                 if fifo is not None and fifo.last_seq < seq <= INT64_MAX:
                     try:
                         number = int(job_id, 16)
                     except ValueError:
                         number = -1
                     if number >= 0 and ID_TEXT % number == job_id:  # a library-format id (see id_number)
-                        self._cold(number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts)
+                        if self._insert_cold(
+                            number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts
+                        ):  # fmt: skip
+                            self.anomalies += 1  # a sound writer never repeats an id; last one wins
+                        if seq >= self.next_seq:
+                            self.next_seq = seq + 1
                         return
         self._add_hot(Entry(body, offset, size))
-
-    def _cold(
-        self, number: int, fifo: Fifo, seq: int, offset: int, size: int, enqueued_at: float, available_at: float,
-        attempts: int, max_attempts: int,
-    ) -> None:  # fmt: skip
-        """A new job as a cold row: stored, counted."""
-        if self._insert_cold(number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts):
-            self.anomalies += 1  # a sound writer never repeats an id; last one wins
-        if seq >= self.next_seq:
-            self.next_seq = seq + 1
 
     def add(self, entry: Entry, number: int = -2) -> None:
         """Index a job that an ENQUEUE record introduced (built from values by the writer).
@@ -279,14 +274,18 @@ class QueueState(JobRows):
         ):  # fmt: skip
             if number == -2:
                 number = id_number(entry.id)
-            if number >= 0 and self._add_cold(number, entry):
+            if number >= 0 and self._add_cold(
+                number, entry.id, entry.seq, entry.offset, entry.size, entry.enqueued_at, entry.available_at,
+                entry.priority, entry.attempts, entry.max_attempts, entry.kind,
+            ):  # fmt: skip
                 return
         self._add_hot(entry)
 
-    def _add_cold(self, number: int, entry: Entry) -> bool:
+    def _add_cold(
+        self, number: int, job_id: str, seq: Any, offset: int, size: int, enqueued_at: Any, available_at: Any,
+        priority: Any, attempts: Any, max_attempts: Any, kind: str,
+    ) -> bool:  # fmt: skip
         """Store a READY job as a cold row if every field fits; False (nothing changed) if not."""
-        seq, enqueued_at, available_at = entry.seq, entry.enqueued_at, entry.available_at
-        priority, attempts, max_attempts = entry.priority, entry.attempts, entry.max_attempts
         if not (
             type(enqueued_at) is float and type(available_at) is float and not available_at > enqueued_at
             and type(priority) is int and INT32_MIN <= priority <= INT32_MAX
@@ -295,12 +294,15 @@ class QueueState(JobRows):
             and type(max_attempts) is int and INT32_MIN <= max_attempts <= INT32_MAX
         ):  # fmt: skip
             return False
-        fifo = self._fifo_for(entry.kind, priority)
-        if fifo is None or seq <= fifo.last_seq or entry.id in self.hot:
+        fifo = self._fifos.get((kind, priority)) or self._fifo_for(kind, priority)
+        if fifo is None or seq <= fifo.last_seq or job_id in self.hot:
             # Out of seq order for its group (only a hot job can sit anywhere), or a
             # repeated id (an anomaly the hot path resolves).
             return False
-        self._cold(number, fifo, seq, entry.offset, entry.size, enqueued_at, available_at, attempts, max_attempts)
+        if self._insert_cold(number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts):
+            self.anomalies += 1  # a sound writer never repeats an id; last one wins
+        if seq >= self.next_seq:
+            self.next_seq = seq + 1
         return True
 
     def _add_hot(self, entry: Entry) -> None:
@@ -373,7 +375,6 @@ class QueueState(JobRows):
         self._counts[old] -= 1
         self._counts[state] += 1
         entry.state = state
-        assert self._counts[old] >= 0 and self.n_delayed >= 0, "a job counted in a state it was not in"
 
     def clear(self) -> None:
         """After a PURGE: no jobs, but the counts of what the log held so far carry on."""

@@ -294,13 +294,26 @@ def _upkeep_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -
     return cur
 
 
+#: Where a checked claim's rows say whether the upkeep has work (statements._DUE).
+UPKEEP_DUE = 17
+
+
 def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
-    # A reclaimed job may be runnable at once (its backoff counts from its
-    # deadline, which may be long past), and a claim sees the rows a reclaim
-    # changed only as a statement after it: the two go together.
-    claim = t.sql.claim(count, kinds=kinds is not None)
-    params = t.with_backoff(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
-    jobs = [row_job(row) for row in _upkeep_then(conn, t, claim, params).fetchall()]
+    """One statement, one round trip, unless a scheduled job came due or a lease expired: then two.
+
+    The checked claim takes nothing while the upkeep has work and says so;
+    then the upkeep and the plain claim go together (one round trip, one
+    transaction), since a reclaimed job may be runnable at once (its backoff
+    counts from its deadline, which may be long past) and a claim sees the
+    rows the upkeep changed only as a statement after it.
+    """
+    some = kinds is not None
+    params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds))
+    rows = conn.execute(t.sql.claim(count, kinds=some, checked=True), params).fetchall()
+    if rows and rows[0][UPKEEP_DUE]:
+        assert len(rows) == 1 and rows[0][0] is None, "a claim that found upkeep due took nothing"
+        rows = _upkeep_then(conn, t, t.sql.claim(count, kinds=some), params).fetchall()
+    jobs = [row_job(row) for row in rows if row[0] is not None]
     jobs.sort(key=lambda job: (-job.priority, job.seq))
     return jobs
 
@@ -345,6 +358,10 @@ def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None
             _refuse(conn, t, job_id, token, "ack")
 
 
+#: Where a nack's row says whether it notified: 0 runnable at once, not notified; 1 notified; NULL not runnable.
+NACK_NOTIFIED = 19
+
+
 def nack(
     conn: Any, t: Target, job_id: str, token: str | None, *, error: str | None, traceback: str | None,
     delay: float | None, permanent: bool, notify: bool,
@@ -354,7 +371,7 @@ def nack(
         conn, t, "nack", "nack", job_id, token, error=clean_error(error), traceback=clean_error(traceback),
         delay=delay, perm=permanent, notify=notify,
     )  # fmt: skip
-    return row_job(row), row[17] == 0  # 0: runnable at once, not notified; 1: notified; NULL: not runnable
+    return row_job(row), row[NACK_NOTIFIED] == 0
 
 
 def extend(conn: Any, t: Target, job_id: str, token: str | None, seconds: float) -> Job:
@@ -401,7 +418,7 @@ def requeue_dead(conn: Any, t: Target, job_id: str | None, notify: bool) -> int:
 
 
 def purge(conn: Any, t: Target) -> int:
-    count: int = conn.execute(t.sql["purge"], t.params()).rowcount
+    count: int = conn.execute(t.sql["purge"], t.params()).fetchone()[0]
     return count
 
 
@@ -416,7 +433,7 @@ def prune(conn: Any, t: Target, state: str, keep: float, *, batches: int | None 
     params = t.params(state=state, keep=keep)
     dropped, done = 0, 0
     while batches is None or done < batches:
-        deleted = conn.execute(t.sql["prune"], params).rowcount
+        deleted = conn.execute(t.sql["prune"], params).fetchone()[0]
         dropped += deleted
         done += 1
         if deleted < PRUNE_BATCH:

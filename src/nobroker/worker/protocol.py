@@ -19,7 +19,10 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..jobs import Job, JobState, finite_float
+from ..jobs import MAX_SECONDS, Job, JobState, finite_float
+
+#: Visibility timeout assumed when neither the queue nor the job tells it.
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
 
 
 class WorkQueue(Protocol):
@@ -189,3 +192,16 @@ class QueueAccess:
         if self._timed is not None and is_positive_number(self._timed.visibility_timeout):
             return float(self._timed.visibility_timeout)
         return None
+
+    def lease_length_of(self, job: Job, leased_at_wall: float) -> float:
+        """The lease length to renew ``job`` with: the queue's setting, else what the job shows."""
+        configured = self.lease_length()
+        if configured is not None:
+            return configured
+        # A job of a queue other than nobroker's may not carry a deadline at all.
+        deadline = getattr(job, "lease_deadline", None)
+        if is_positive_number(deadline):
+            derived = float(deadline) - leased_at_wall  # type: ignore[arg-type]
+            if 0 < derived <= MAX_SECONDS:
+                return derived
+        return DEFAULT_VISIBILITY_TIMEOUT
