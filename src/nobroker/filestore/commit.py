@@ -71,12 +71,12 @@ class Batch:
         self.pos += len(data)
         return offset
 
-    def add_job(self, entry: Entry, data: bytes) -> None:
-        """An ENQUEUE record already encoded, for a job built from values (the fast path)."""
+    def add_job(self, entry: Entry, data: bytes, number: int = -2) -> None:
+        """An ENQUEUE record already encoded, for a job built from values (the fast path; ``number``: see QueueState.add)."""
         entry.offset, entry.size = self.pos, len(data)
         self.wakes = True
         self.state.records += 1
-        self.state.add(entry)
+        self.state.add(entry, number)
         self.parts.append(data)
         self.pos += len(data)
 

@@ -116,6 +116,10 @@ class JobRows:
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.hot or self._cold_row(job_id) >= 0
 
+    def holds_number(self, job_id: str, number: int) -> bool:
+        """``job_id in self`` for a library-format id whose number the caller has: ``id_number(job_id)``, not parsed again."""
+        return job_id in self.hot or self._row_of_number(number) >= 0
+
     def get(self, job_id: str) -> Entry | None:
         """The job's fields, for reading only: a cold job's Entry is built for the call, not kept."""
         entry = self.hot.get(job_id)
@@ -247,6 +251,10 @@ class JobRows:
         number = id_number(job_id)
         if number < 0:
             return -1
+        return self._row_of_number(number)
+
+    def _row_of_number(self, number: int) -> int:
+        """The row of a cold job whose id spells ``number``, or -1."""
         table, ids = self._table, self._ids
         mask = self._mask
         slot = ((number * _HASH_MULTIPLIER) & _U64) >> self._shift

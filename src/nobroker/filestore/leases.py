@@ -6,7 +6,7 @@ leases that precedes them all), each a function of the state, the time and
 the operation's arguments that adds records to a batch; and the rules behind
 them: ids, fencing tokens, deadlines, jittered retry and reclaim times, when
 a job is dead. Imports: errors, jobs, codec, storage, framing, entry,
-records, replay. Ids, tokens and the refusals both storages share come from
+records, index, replay. Ids, tokens and the refusals both storages share come from
 nobroker.storage.
 
 A decision runs under the file lock, after the read forward, with the state
@@ -31,6 +31,7 @@ from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_fou
 from . import records
 from .entry import CANCELLED, DEAD, DONE, LEASED, READY, Entry
 from .framing import RecordType, frame
+from .index import ID_TEXT, id_number
 from .replay import QueueState
 
 _rng = random.SystemRandom()
@@ -48,7 +49,7 @@ class Batch(Protocol):
 
     def add(self, record: records.Record) -> int: ...
 
-    def add_job(self, entry: Entry, data: bytes) -> None: ...
+    def add_job(self, entry: Entry, data: bytes, number: int = -2) -> None: ...
 
 
 # ---------------------------------------------------------------- the decisions
@@ -68,8 +69,9 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
     state = batch.state
     out: list[Job] = []
     created: dict[str, Any] = {}  # id -> payload, for jobs this very call adds
-    # One random read for the whole batch; each new job takes 16 hex digits of it.
-    fresh_ids = os.urandom(8 * len(specs)).hex()
+    # One random read for the whole batch; each new job takes 8 bytes of it, as the
+    # number its 16 hex digits spell (the index keys cold jobs by it: never parsed back).
+    fresh = os.urandom(8 * len(specs))
     times: dict[int, str] = {}
     for k, spec in enumerate(specs):
         existing = None if spec.job_id is None and spec.dedupe_key is None else _existing(state, spec)
@@ -80,16 +82,19 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
                 out.append(job_of(existing))
             continue
         job_id = spec.job_id
+        number = -2  # not known: QueueState.add works it out
         if job_id is None:
-            job_id = fresh_ids[16 * k : 16 * k + 16]
-            while job_id in state or job_id in created:
+            number = int.from_bytes(fresh[8 * k : 8 * k + 8], "big")
+            job_id = ID_TEXT % number
+            while state.holds_number(job_id, number) or job_id in created:
                 job_id = new_job_id()
+                number = id_number(job_id)
         available_at = now + spec.delay if spec.delay else now
         entry = Entry.fresh(
             job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
             spec.kind, spec.dedupe_key, 0,
         )  # fmt: skip
-        batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times)))
+        batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times)), number)
         created[job_id] = spec.payload
         out.append(entry.to_job(spec.payload))
     return out

@@ -238,16 +238,18 @@ class QueueState(JobRows):
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
-        # become cold rows. Checks are inlined, cheapest first; a writer's body has
-        # every key below, and any miss or odd value takes the Entry path, which
-        # applies defaults and explains bad fields exactly as it always has.
+        # become cold rows. Checks are inlined, cheapest first; a writer leaves out
+        # the fields at their defaults (the same defaults as Entry's), and any other
+        # miss or odd value takes the Entry path, which applies defaults and
+        # explains bad fields exactly as it always has.
+        get = body.get
         try:
-            job_id, priority, seq = body["id"], body["priority"], body["seq"]
+            job_id, priority, seq = body["id"], get("priority", 0), body["seq"]
             enqueued_at, available_at = body["enqueued_at"], body["available_at"]
-            attempts, max_attempts = body["attempts"], body["max_attempts"]
+            attempts, max_attempts = get("attempts", 0), body["max_attempts"]
             plain = (
-                body["state"] == "ready" and body["lease_deadline"] is None and body["lease_token"] is None
-                and body["last_error"] is None
+                get("state", "ready") == "ready" and get("lease_deadline") is None and get("lease_token") is None
+                and get("last_error") is None
             )  # fmt: skip
         except KeyError:
             plain = False
@@ -276,14 +278,18 @@ class QueueState(JobRows):
                         return
         self._add_hot(Entry(body, offset, size))
 
-    def add(self, entry: Entry) -> None:
-        """Index a job that an ENQUEUE record introduced (built from values by the writer)."""
+    def add(self, entry: Entry, number: int = -2) -> None:
+        """Index a job that an ENQUEUE record introduced (built from values by the writer).
+
+        ``number``: ``id_number(entry.id)`` when the writer made the id from it (-2: parse it here).
+        """
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
             and entry.result is None and entry.traceback is None
         ):  # fmt: skip
-            number = id_number(entry.id)
+            if number == -2:
+                number = id_number(entry.id)
             if number >= 0 and self._add_cold(
                 number, entry.id, entry.seq, entry.offset, entry.size, entry.enqueued_at, entry.available_at,
                 entry.priority, entry.attempts, entry.max_attempts, entry.kind,
