@@ -444,15 +444,6 @@ class QueueState(JobRows):
                 continue
             return entry
 
-    def push_back(self, entry: Entry) -> None:
-        """Undo pop_ready for a job that was not leased after all.
-
-        The writer never needs it (a popped job is always leased in the same
-        batch); tests/test_index.py's random histories do.
-        """
-        entry.heap = IN_READY
-        heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
-
     def expired(self, now: float) -> list[Entry]:
         """Leased jobs whose deadline has passed, earliest first.
 
