@@ -213,6 +213,20 @@ _UNLESS_DUE = " AND NOT (SELECT upkeep FROM due)"
 _NOTIFY = "(SELECT 1 FROM pg_notify(%(chan)s, '') WHERE %(notify)s)"
 #: What an insert returns: the rest of the Job is known to the caller already.
 _INSERTED = "j.id, j.seq, date_part('epoch', j.available_at) AS available, date_part('epoch', j.enqueued_at) AS enqueued"
+
+
+def _batch(alias: str) -> str:
+    """A batch of jobs as one parameter, ``rows``: a JSON array of objects with the keys below.
+
+    operations.batch_rows writes it, each payload its JSON text as is (a
+    json value keeps its text byte for byte). One text to send instead of an
+    array per column, which the driver would build element by element.
+    """
+    return f"""ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+                 id text, kind text, prio int4, max int4, delay float8, key text, payload json))
+             WITH ORDINALITY AS {alias}(id, kind, prio, max, delay, key, payload, ord)"""
+
+
 #: Every statement that moves jobs between the counted sets (active: ready,
 #: scheduled or leased; scheduled; done; dead) adds its row of differences
 #: to the counts in the same statement, computed from the rows it changed
@@ -278,10 +292,8 @@ _TEMPLATES: dict[str, str] = {
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
         SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
-               u.payload::json, u.delay > 0
-        FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
-                    %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
-             WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
+               u.payload, u.delay > 0
+        FROM {_batch("u")}
         ORDER BY u.ord
         {{conflict}}
         RETURNING {_INSERTED}, j.scheduled
@@ -295,12 +307,9 @@ _TEMPLATES: dict[str, str] = {
         INSERT INTO {{schema}}.jobs AS j (seq, {_INSERT_COLUMNS[1:]}
         OVERRIDING SYSTEM VALUE
         SELECT u.seq, %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
-               u.payload::json, u.delay > 0
+               u.payload, u.delay > 0
         FROM (SELECT v.*, nextval(%(seqname)s::regclass) AS seq FROM (
-                  SELECT * FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
-                                       %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
-                       WITH ORDINALITY AS w(id, kind, prio, max, delay, key, payload, ord)
-                  ORDER BY w.ord) AS v) AS u
+                  SELECT * FROM {_batch("w")} ORDER BY w.ord) AS v) AS u
         ORDER BY u.kind, u.key, u.id, u.ord
         ON CONFLICT DO NOTHING
         RETURNING {_INSERTED}, j.scheduled
@@ -331,8 +340,8 @@ _TEMPLATES: dict[str, str] = {
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
             finished_at = {_NOW},
-            result = coalesce(u.result::json, j.result)
-        FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
+            result = coalesce(u.result, j.result)
+        FROM json_to_recordset(%(rows)s::json) AS u(id text, token text, result json)
         WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
           AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING j.id, u.token
