@@ -193,17 +193,22 @@ _CLAIM_KINDS = f"""{_CLAIM_SET}
         WHERE j.queue = x.queue AND j.id = x.id
         RETURNING {_COLUMNS}"""
 # A claim as it is sent first: the upkeep has work only when a scheduled job
-# came due or a lease expired, which two index probes tell. Then the claim
-# takes nothing and says so (its one row has no job and ``upkeep`` true),
-# and the caller sends the upkeep and the plain claim together; otherwise
-# this one statement is the whole lease, and its rows are the jobs (a row
-# without a job, when there is none to take).
+# came due or a lease expired, which the head of each of their indexes
+# tells. Then the claim takes nothing and says so (its one row has no job
+# and ``upkeep`` true), and the caller sends the upkeep and the plain claim
+# together; otherwise this one statement is the whole lease, and its rows
+# are the jobs (a row without a job, when there is none to take). Each
+# probe reads the earliest entry in index order rather than asking EXISTS:
+# with many rows of other queues in the way, a generic plan for EXISTS
+# guesses that a scan of the table finds one soon.
 _DUE = f"""
         WITH due AS (
-            SELECT EXISTS (SELECT 1 FROM {{schema}}.jobs
-                           WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {_NOW})
-                OR EXISTS (SELECT 1 FROM {{schema}}.jobs
-                           WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}) AS upkeep
+            SELECT coalesce((SELECT available_at FROM {{schema}}.jobs
+                             WHERE queue = %(q)s AND state = 'ready' AND scheduled
+                             ORDER BY available_at LIMIT 1) <= {_NOW}, false)
+                OR coalesce((SELECT lease_deadline FROM {{schema}}.jobs
+                             WHERE queue = %(q)s AND state = 'leased'
+                             ORDER BY lease_deadline LIMIT 1) <= {_NOW}, false) AS upkeep
         ), claimed AS ({{claim}}
         )
         SELECT claimed.*, due.upkeep FROM due LEFT JOIN claimed ON true"""
