@@ -78,6 +78,9 @@ class PlanTests(PostgresTestCase):
         claim = self.explain(self.sql.claim(1, kinds=False), vt=30.0, kinds=None)
         self.assert_few_pages(claim, "a claim")
         self.assertEqual(claim["Actual Rows"], 1)
+        checked = self.explain(self.sql.claim(1, kinds=False, checked=True), vt=30.0, kinds=None)
+        self.assert_few_pages(checked, "a claim that checks whether the upkeep has work")
+        self.assertEqual(checked["Actual Rows"], 1)
         self.assertEqual([job.id for job in self.q.lease(5)], [ready.id])
 
     def test_a_claim_of_some_kinds_never_walks_over_other_kinds(self) -> None:
@@ -85,9 +88,10 @@ class PlanTests(PostgresTestCase):
         email = self.q.enqueue("mail", kind="email")
         for kinds in (["email"], ["email", "sms"]):
             with self.subTest(kinds=kinds):
-                plan = self.explain(self.sql.claim(1, kinds=True), vt=30.0, kinds=kinds)
-                self.assert_few_pages(plan, f"a claim of {kinds}")
-                self.assertEqual(plan["Actual Rows"], 1)
+                for checked in (False, True):
+                    plan = self.explain(self.sql.claim(1, kinds=True, checked=checked), vt=30.0, kinds=kinds)
+                    self.assert_few_pages(plan, f"a claim of {kinds}")
+                    self.assertEqual(plan["Actual Rows"], 1)
         self.assertEqual([job.id for job in self.q.lease(5, kinds=["email"])], [email.id])
 
     def test_scheduled_jobs_that_came_due_are_claimed_in_priority_order(self) -> None:

@@ -12,7 +12,7 @@ import time
 import unittest
 from nobroker import BackoffPolicy, Queue
 from nobroker.postgres.connection import channel_name
-from nobroker.postgres.wakeups import NOTIFY_WINDOW
+from nobroker.postgres.wakeups import NOTIFY_WINDOW, OWED_AFTER
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 
 PATIENCE = 60.0
@@ -64,21 +64,23 @@ class NotifyTests(PostgresTestCase):
         for n in range(200):
             self.q.enqueue({"n": n})
         finished = time.monotonic()
-        # The owed NOTIFY comes at the end of the window after the last enqueue.
-        time.sleep(NOTIFY_WINDOW * 4)
+        # The owed NOTIFY comes at most OWED_AFTER windows after the last one sent.
+        time.sleep(NOTIFY_WINDOW * (OWED_AFTER + 2))
         heard = self.heard()
         windows = (finished - started) / NOTIFY_WINDOW
         self.assertGreaterEqual(len(heard), 1)
         self.assertLessEqual(len(heard), windows + 2, f"{len(heard)} NOTIFYs in {windows:.0f} windows")
         self.assertLess(len(heard), 200, "one NOTIFY per enqueue")
 
-    def test_a_job_enqueued_within_the_window_is_announced_when_the_window_ends(self) -> None:
+    def test_a_job_enqueued_within_the_window_is_announced_one_window_after_it_ends(self) -> None:
         window = 2.0  # long enough that the marker below surely arrives before the window ends
         self.q.storage._gate._window = window  # type: ignore[attr-defined]
         self.q.enqueue("first")  # notifies in its own statement
         self.q.enqueue("second")  # within the window: owes one
         self.assertEqual(len(self.heard()), 1, "the second enqueue notified at once")
-        time.sleep(window * 1.5)
+        time.sleep(window * (OWED_AFTER - 0.5))
+        self.assertEqual(self.heard(), [], "the owed NOTIFY came before a write after the window could send it")
+        time.sleep(window)
         self.assertEqual(len(self.heard()), 1, "the owed NOTIFY never came")
 
     def test_a_job_nacked_for_now_and_a_requeued_job_wake_workers(self) -> None:

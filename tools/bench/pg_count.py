@@ -1,7 +1,7 @@
 """What each operation sends to PostgreSQL: statements and round trips, counted at the driver.
 
-Owns: ``counting()`` (while it is open, every connection psycopg opens in this
-process is wrapped and counted), Tally (what was counted), and
+Owns: ``counting()`` (while it is open, every statement any psycopg
+connection of this process sends is counted), Tally (what was counted), and
 ``per_operation`` (one operation run ``n`` times under counting, the tally
 per run). The PostgreSQL benchmark (pg.py) prints these beside each figure,
 for nobroker and for the hand-written baseline alike. Nothing is timed here.
@@ -38,83 +38,43 @@ class Tally:
             self.round_trips += 1
 
 
-class _Cursor:
-    """A psycopg cursor whose executes are counted; everything else is the cursor's own."""
+@contextmanager
+def counting() -> Iterator[Tally]:
+    """Count what every psycopg connection of this process sends until the block ends.
 
-    def __init__(self, cursor: Any, tally: Tally) -> None:
-        self._cursor, self._tally = cursor, tally
+    psycopg's Cursor.execute (which Connection.execute goes through) and
+    Connection.pipeline are wrapped at the class for the block's length, so
+    connections opened before it count too, and so do connections of a
+    subclass (nobroker's own, connection.py).
+    """
+    import psycopg
 
-    def execute(self, *args: Any, **kwargs: Any) -> _Cursor:
-        self._tally.sent()
-        self._cursor.execute(*args, **kwargs)
-        return self
+    tally = Tally()
+    execute, pipeline = psycopg.Cursor.execute, psycopg.Connection.pipeline
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cursor, name)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._cursor)
-
-    def __enter__(self) -> _Cursor:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._cursor.close()
-
-
-class _Connection:
-    """A psycopg connection whose statements and round trips are counted; everything else is its own."""
-
-    def __init__(self, conn: Any, tally: Tally) -> None:
-        self._conn, self._tally = conn, tally
-
-    def execute(self, *args: Any, **kwargs: Any) -> Any:
-        self._tally.sent()
-        return self._conn.execute(*args, **kwargs)
-
-    def cursor(self, *args: Any, **kwargs: Any) -> _Cursor:
-        return _Cursor(self._conn.cursor(*args, **kwargs), self._tally)
+    def counted_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tally.sent()
+        return execute(self, *args, **kwargs)
 
     @contextmanager
-    def pipeline(self) -> Iterator[Any]:
-        tally = self._tally
+    def counted_pipeline(self: Any) -> Iterator[Any]:
         before = tally.statements
         tally.pipelines += 1
         try:
-            with self._conn.pipeline() as pipe:
+            with pipeline(self) as pipe:
                 yield pipe
         finally:
             tally.pipelines -= 1
             if tally.statements > before:
                 tally.round_trips += 1
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-    def __enter__(self) -> _Connection:
-        self._conn.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._conn.__exit__(*exc)
-
-
-@contextmanager
-def counting() -> Iterator[Tally]:
-    """Count what every connection opened meanwhile sends (psycopg.connect is wrapped until the block ends)."""
-    import psycopg
-
-    tally = Tally()
-    real = psycopg.connect
-
-    def connect(*args: Any, **kwargs: Any) -> _Connection:
-        return _Connection(real(*args, **kwargs), tally)
-
-    psycopg.connect = connect  # type: ignore[assignment]
+    psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
+    psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign, assignment]
     try:
         yield tally
     finally:
-        psycopg.connect = real  # type: ignore[assignment]
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
 
 
 def per_operation(tally: Tally, operation: Callable[[int], Any], n: int) -> tuple[float, float]:

@@ -40,6 +40,7 @@ JSON text, where NUL is the escape ``\\u0000``.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -102,6 +103,26 @@ def clean_error(error: str | None) -> str | None:
     if error is None:
         return None
     return error.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def _json_text(value: str | None) -> str:
+    """A string (or None) as JSON text, its characters as they are (the driver sends UTF-8)."""
+    return "null" if value is None else _quote(value)
+
+
+#: A str as a JSON string, non-ASCII characters kept (json.dumps with ensure_ascii=False, without its set-up).
+_quote = json.encoder.encode_basestring
+
+
+def batch_rows(specs: list[EnqueueSpec], ids: list[str]) -> str:
+    """A batch of jobs as the one parameter the batch statements read (statements._batch): a JSON array."""
+    assert len(specs) == len(ids), "an id per job"
+    rows = ",".join(
+        f'{{"id":{_json_text(job_id)},"kind":{_json_text(s.kind)},"prio":{s.priority},"max":{s.max_attempts},'
+        f'"delay":{s.delay!r},"key":{_json_text(s.dedupe_key)},"payload":{s.payload_json}}}'
+        for s, job_id in zip(specs, ids)
+    )
+    return f"[{rows}]"
 
 
 def check_specs(specs: list[EnqueueSpec]) -> None:
@@ -242,11 +263,7 @@ def _insert_as(
         )  # fmt: skip
         statement = "insert_one"
     else:
-        params.update(
-            ids=ids, kinds=[s.kind for s in specs], prios=[s.priority for s in specs],
-            maxs=[s.max_attempts for s in specs], delays=[s.delay for s in specs],
-            keys=[s.dedupe_key for s in specs], payloads=[s.payload_json for s in specs],
-        )  # fmt: skip
+        params["rows"] = batch_rows(specs, ids)
         statement = "insert_many"
         if not variant:
             statement, variant = "insert_sorted", ""
@@ -353,8 +370,11 @@ def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None
     could not be acked, NotLeasedError (or JobNotFoundError) names the
     first of them after the others were acked.
     """
-    params = t.params(ids=[i[0] for i in items], tokens=[i[1] for i in items], results=[i[2] for i in items])
-    cur = conn.execute(t.sql["ack_many"], params)
+    rows = ",".join(
+        f'{{"id":{_json_text(job_id)},"token":{_json_text(token)},"result":{"null" if result is None else result}}}'
+        for job_id, token, result in items
+    )
+    cur = conn.execute(t.sql["ack_many"], t.params(rows=f"[{rows}]"))
     # By (id, token), not by id: a stale copy of a job acked in the same call
     # shares its id, and must be refused as the file storage refuses it.
     acked = {(row[0], row[1]) for row in cur.fetchall()}

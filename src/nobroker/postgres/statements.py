@@ -203,17 +203,22 @@ _CLAIM_KINDS = f"""{_CLAIM_SET}
         WHERE j.queue = x.queue AND j.id = x.id
         RETURNING {_COLUMNS}"""
 # A claim as it is sent first: the upkeep has work only when a scheduled job
-# came due or a lease expired, which two index probes tell. Then the claim
-# takes nothing and says so (its one row has no job and ``upkeep`` true),
-# and the caller sends the upkeep and the plain claim together; otherwise
-# this one statement is the whole lease, and its rows are the jobs (a row
-# without a job, when there is none to take).
+# came due or a lease expired, which the head of each of their indexes
+# tells. Then the claim takes nothing and says so (its one row has no job
+# and ``upkeep`` true), and the caller sends the upkeep and the plain claim
+# together; otherwise this one statement is the whole lease, and its rows
+# are the jobs (a row without a job, when there is none to take). Each
+# probe reads the earliest entry in index order rather than asking EXISTS:
+# with many rows of other queues in the way, a generic plan for EXISTS
+# guesses that a scan of the table finds one soon.
 _DUE = f"""
         WITH due AS (
-            SELECT EXISTS (SELECT 1 FROM {{schema}}.jobs
-                           WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {_NOW})
-                OR EXISTS (SELECT 1 FROM {{schema}}.jobs
-                           WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}) AS upkeep
+            SELECT coalesce((SELECT available_at FROM {{schema}}.jobs
+                             WHERE queue = %(q)s AND state = 'ready' AND scheduled
+                             ORDER BY available_at LIMIT 1) <= {_NOW}, false)
+                OR coalesce((SELECT lease_deadline FROM {{schema}}.jobs
+                             WHERE queue = %(q)s AND state = 'leased'
+                             ORDER BY lease_deadline LIMIT 1) <= {_NOW}, false) AS upkeep
         ), claimed AS ({{claim}}
         )
         SELECT claimed.*, due.upkeep FROM due LEFT JOIN claimed ON true"""
@@ -223,6 +228,20 @@ _UNLESS_DUE = " AND NOT (SELECT upkeep FROM due)"
 _NOTIFY = "(SELECT 1 FROM pg_notify(%(chan)s, '') WHERE %(notify)s)"
 #: What an insert returns: the rest of the Job is known to the caller already.
 _INSERTED = "j.id, j.seq, date_part('epoch', j.available_at) AS available, date_part('epoch', j.enqueued_at) AS enqueued"
+
+
+def _batch(alias: str) -> str:
+    """A batch of jobs as one parameter, ``rows``: a JSON array of objects with the keys below.
+
+    operations.batch_rows writes it, each payload its JSON text as is (a
+    json value keeps its text byte for byte). One text to send instead of an
+    array per column, which the driver would build element by element.
+    """
+    return f"""ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+                 id text, kind text, prio int4, max int4, delay float8, key text, payload json))
+             WITH ORDINALITY AS {alias}(id, kind, prio, max, delay, key, payload, ord)"""
+
+
 #: Every statement that moves jobs between the counted sets (active: ready,
 #: scheduled or leased; scheduled; done; dead) adds its row of differences
 #: to the counts in the same statement, computed from the rows it changed
@@ -295,10 +314,8 @@ _TEMPLATES: dict[str, str] = {
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
         SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
-               u.payload::json, u.delay > 0
-        FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
-                    %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
-             WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
+               u.payload, u.delay > 0
+        FROM {_batch("u")}
         ORDER BY u.ord
         {{conflict}}
         RETURNING {_INSERTED}, j.scheduled
@@ -312,12 +329,9 @@ _TEMPLATES: dict[str, str] = {
         INSERT INTO {{schema}}.jobs AS j (seq, {_INSERT_COLUMNS[1:]}
         OVERRIDING SYSTEM VALUE
         SELECT u.seq, %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
-               u.payload::json, u.delay > 0
+               u.payload, u.delay > 0
         FROM (SELECT v.*, nextval(%(seqname)s::regclass) AS seq FROM (
-                  SELECT * FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
-                                       %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
-                       WITH ORDINALITY AS w(id, kind, prio, max, delay, key, payload, ord)
-                  ORDER BY w.ord) AS v) AS u
+                  SELECT * FROM {_batch("w")} ORDER BY w.ord) AS v) AS u
         ORDER BY u.kind, u.key, u.id, u.ord
         ON CONFLICT DO NOTHING
         RETURNING {_INSERTED}, j.scheduled
@@ -348,8 +362,8 @@ _TEMPLATES: dict[str, str] = {
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
             finished_at = {_NOW},
-            result = coalesce(u.result::json, j.result)
-        FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
+            result = coalesce(u.result, j.result)
+        FROM json_to_recordset(%(rows)s::json) AS u(id text, token text, result json)
         WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW} AND NOT j.cancel_requested
           AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING j.id, u.token

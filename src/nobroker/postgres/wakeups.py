@@ -5,9 +5,13 @@ NOTIFY per enqueue serializes every process that enqueues; one per queue per
 few milliseconds wakes idle workers just as fast. A write that makes a job
 runnable at once asks ``take()``: True means "NOTIFY in this statement". A
 write that was told False calls ``owe()`` once it committed, and the gate
-sends one NOTIFY (through ``send``) at the end of the window, unless a later
-write notified first; so the last job of a burst wakes a worker too, never
-before it is visible. Delayed jobs never notify: an idle worker wakes for
+sends one NOTIFY (through ``send``) one more window after the window ends
+(OWED_AFTER windows after the last NOTIFY), unless a later write notified
+first; so the last job of a burst wakes a worker too, never before it is
+visible. In a steady stream of writes the next write after each window
+notifies in its own statement, so the thread sends nothing: waiting only
+until the window ends, it would win that race every time and double the
+NOTIFYs, each a statement and a commit of its own. Delayed jobs never notify: an idle worker wakes for
 them at their time (connection.Listener asks when the next one is due).
 Imports: nothing from nobroker.
 """
@@ -24,6 +28,8 @@ logger = logging.getLogger("nobroker.postgres")
 
 #: Seconds between two NOTIFYs of one queue from one process.
 NOTIFY_WINDOW = 0.005
+#: Windows after the last NOTIFY that an owed one goes out, unless a write notified meanwhile.
+OWED_AFTER = 2
 
 
 class NotifyGate:
@@ -85,7 +91,7 @@ class NotifyGate:
                 if not self._owed:
                     self._wake.wait()
                     continue
-                left = self._last + self._window - time.monotonic()
+                left = self._last + self._window * OWED_AFTER - time.monotonic()
                 if left > 0:
                     self._wake.wait(left)
                     continue
@@ -104,4 +110,4 @@ class NotifyGate:
             logger.debug("sending an owed NOTIFY failed: %s", exc)
 
 
-__all__ = ["NOTIFY_WINDOW", "NotifyGate"]
+__all__ = ["NOTIFY_WINDOW", "OWED_AFTER", "NotifyGate"]

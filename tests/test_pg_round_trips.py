@@ -1,0 +1,215 @@
+"""The PostgreSQL storage's cost per operation: statements and round trips, and counts kept without triggers.
+
+Imports: the standard library, psycopg (through tests.pgsupport), the public
+``nobroker`` API and nobroker.postgres.operations. Statements are counted by
+wrapping psycopg's Cursor.execute and Connection.pipeline while an
+operation runs (every statement goes through the first; a pipeline block is
+one round trip). Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import random
+import unittest
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from nobroker import JobState, NotLeasedError, Queue
+from tests.pgsupport import PostgresTestCase, fresh_name
+
+#: Random operations in the counts test, and its seed (a failure replays from it).
+STEPS, SEED = 300, 19
+
+
+class Sent:
+    """The statements one block sent (texts), and its round trips."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.round_trips = 0
+        self.piped = 0
+
+    def work(self) -> list[str]:
+        """The statements of the work itself: without an owed NOTIFY sent meanwhile by the notify thread."""
+        return [s for s in self.statements if not s.startswith("SELECT pg_notify(")]
+
+
+@contextmanager
+def counted() -> Iterator[Sent]:
+    import psycopg
+
+    sent = Sent()
+    execute, pipeline = psycopg.Cursor.execute, psycopg.Connection.pipeline
+
+    def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.statements.append(str(query).strip())
+        if not sent.piped:
+            sent.round_trips += 1
+        return execute(self, query, *args, **kwargs)
+
+    @contextmanager
+    def counted_pipeline(self: Any) -> Iterator[Any]:
+        sent.piped += 1
+        try:
+            with pipeline(self) as pipe:
+                yield pipe
+        finally:
+            sent.piped -= 1
+            sent.round_trips += 1
+
+    psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
+    psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign, assignment]
+    try:
+        yield sent
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
+
+
+class RoundTripTests(PostgresTestCase):
+    """Each operation is one statement and one round trip where a hand-written queue's is."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.q = Queue(self.dsn, fresh_name("q"), schema=self.schema, migrate=False)
+        self.addCleanup(self.q.close)
+
+    def sent_by(self, operation: Callable[[], Any]) -> tuple[Any, Sent]:
+        with counted() as sent:
+            result = operation()
+        return result, sent
+
+    def assert_one_statement(self, operation: Callable[[], Any], what: str) -> Any:
+        result, sent = self.sent_by(operation)
+        self.assertEqual(len(sent.work()), 1, f"{what}: {sent.work()}")
+        self.assertEqual(sent.round_trips - (len(sent.statements) - len(sent.work())), 1, what)
+        return result
+
+    def test_enqueue_lease_ack_and_their_batches_are_one_statement_each(self) -> None:
+        self.q.enqueue("warm")  # the queue's connections are open before counting starts
+        self.assert_one_statement(lambda: self.q.enqueue("one"), "enqueue")
+        self.assert_one_statement(lambda: self.q.enqueue_many(list(range(100))), "enqueue_many")
+        job = self.assert_one_statement(self.q.lease_one, "lease")
+        self.assert_one_statement(lambda: self.q.ack(job), "ack")
+        jobs = self.assert_one_statement(lambda: self.q.lease(50), "lease of a batch")
+        self.assertEqual(len(jobs), 50)
+        self.assert_one_statement(lambda: self.q.ack_many(jobs), "ack_many")
+        job = self.assert_one_statement(lambda: self.q.lease_one(kinds=["default"]), "lease of some kinds")
+        self.assert_one_statement(lambda: self.q.extend(job, 60), "extend")
+        self.assert_one_statement(lambda: self.q.nack(job, delay=0), "nack")
+        self.assert_one_statement(lambda: self.q.lease(5, kinds=["other"]), "a lease that finds nothing")
+
+    def test_a_delayed_job_that_came_due_is_moved_first_in_one_more_round_trip(self) -> None:
+        plain = self.q.enqueue("plain")
+        high = self.q.enqueue("high", delay=5, priority=9)
+        self.q.storage.clock_offset = 10  # type: ignore[attr-defined]
+        jobs, sent = self.sent_by(lambda: self.q.lease(1))
+        self.assertEqual([job.id for job in jobs], [high.id], "the job that came due competes by priority")
+        self.assertEqual((len(sent.work()), sent.round_trips), (3, 2), sent.work())
+        self.assert_one_statement(self.q.lease_one, "the next lease, nothing due")
+        self.assertEqual(self.q.get(plain.id).state, JobState.LEASED)
+
+    def test_an_expired_lease_is_reclaimed_before_the_claim(self) -> None:
+        job = self.q.enqueue("x")
+        self.assertIsNotNone(self.q.lease_one(visibility_timeout=1))
+        self.q.storage.clock_offset = 600  # past the deadline and the backoff after it
+        jobs, sent = self.sent_by(lambda: self.q.lease(1))
+        self.assertEqual([(j.id, j.attempts) for j in jobs], [(job.id, 2)])
+        self.assertEqual(sent.round_trips, 2)
+
+
+class CountsTests(PostgresTestCase):
+    """stats() and len() agree with a count of the jobs table after every kind of move."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.name = fresh_name("q")
+        self.q = Queue(self.dsn, self.name, schema=self.schema, migrate=False, max_attempts=3, done_retention=None)
+        self.addCleanup(self.q.close)
+
+    def recount(self) -> tuple[int, int, int, int, int]:
+        """(ready, delayed, leased, done, dead) from the rows themselves, at the queue's clock."""
+        storage = self.q.storage
+        statement = f"""
+            SELECT count(*) FILTER (WHERE state = 'ready' AND available_at <= now() + %(off)s * interval '1 second'),
+                   count(*) FILTER (WHERE state = 'ready' AND available_at > now() + %(off)s * interval '1 second'),
+                   count(*) FILTER (WHERE state = 'leased'), count(*) FILTER (WHERE state = 'done'),
+                   count(*) FILTER (WHERE state = 'dead')
+            FROM "{self.schema}".jobs WHERE queue = %(q)s"""
+        with storage._side.held() as conn:  # type: ignore[attr-defined]
+            row = conn.execute(statement, {"q": self.name, "off": storage.clock_offset}).fetchone()  # type: ignore[attr-defined]
+        return tuple(int(n) for n in row)  # type: ignore[return-value]
+
+    def test_counts_match_a_recount_after_every_kind_of_move(self) -> None:
+        rng = random.Random(SEED)
+        q, held = self.q, []
+        finishing = ["ack", "ack_many", "nack", "nack_later", "fail"]
+        moves = ["enqueue", "enqueue_later", "enqueue_many", "lease", "lease", "expire", "requeue", "compact", "time"]
+        for step in range(STEPS):
+            move = rng.choice(moves + finishing * 2)
+            if move in finishing:
+                if held:
+                    self._finish(move, held.pop(rng.randrange(len(held))), held, rng)
+            elif move == "enqueue":
+                q.enqueue(step, dedupe_key=rng.choice([None, "k1", "k2"]))
+            elif move == "enqueue_later":
+                q.enqueue(step, delay=rng.choice([1, 30]))
+            elif move == "enqueue_many":
+                q.enqueue_many(list(range(rng.randint(1, 20))), delay=rng.choice([0, 0, 5]))
+            elif move == "lease":
+                held += q.lease(rng.randint(1, 5), visibility_timeout=rng.choice([2, 300]))
+            elif move == "time":
+                q.storage.clock_offset += rng.choice([1, 3, 40])  # type: ignore[attr-defined]
+            elif move == "expire":
+                q.storage.clock_offset += 400  # type: ignore[attr-defined]  # past every deadline held
+            elif move == "requeue":
+                q.requeue_dead()
+            elif move == "compact":
+                q.compact()
+            with self.subTest(step=step, move=move):
+                self.assert_counts_agree()
+        held_in_table = sum(self.recount())
+        self.assertGreater(held_in_table, 0)
+        self.assertEqual(q.purge(), held_in_table)
+        self.assertEqual((len(q), q.stats().total), (0, 0))
+
+    def assert_counts_agree(self) -> None:
+        """stats() and len() against a recount, once the leases that expired are reclaimed.
+
+        A delayed job may come due (by the real clock) between the recount and
+        stats(): then the two differ by that job, and the next try agrees.
+        """
+        from nobroker.postgres import operations
+
+        storage = self.q.storage
+        for _try in range(3):
+            storage._link.run("upkeep", lambda c: operations.upkeep(c, storage._target), retry=False)  # type: ignore[attr-defined]
+            expected = self.recount()
+            stats = self.q.stats()
+            got = (stats.ready, stats.delayed, stats.leased, stats.done, stats.dead)
+            if got == expected:
+                break
+        self.assertEqual(got, expected)
+        self.assertEqual(len(self.q), sum(expected))
+
+    def _finish(self, move: str, job: Any, held: list[Any], rng: random.Random) -> None:
+        """Finish one held job (and, for ack_many, a few more); a lease that expired meanwhile is refused."""
+        q = self.q
+        try:
+            if move == "ack":
+                q.ack(job)
+            elif move == "ack_many":
+                q.ack_many([job] + [held.pop() for _ in range(min(len(held), rng.randint(0, 3)))])
+            elif move == "nack":
+                q.nack(job, delay=0)
+            elif move == "nack_later":
+                q.nack(job)  # the backoff's delay, or dead on the last attempt
+            else:  # a handler's PermanentError: straight to dead
+                q.storage.nack(job.id, job.lease_token, "permanent", None, True)  # type: ignore[attr-defined]
+        except NotLeasedError:
+            pass
+
+
+if __name__ == "__main__":
+    unittest.main()
