@@ -1,7 +1,7 @@
 """The PostgreSQL storage's connections: work never waits behind operator reads; settings; dead backends; old snapshots.
 
 Imports: the standard library, psycopg (through tests.pgsupport), the public
-``nobroker`` API and nobroker.postgres.operations. A slow read is made slow
+``nobroker`` API and nobroker.postgres.queue_ops. A slow read is made slow
 for real (pg_sleep on the read's own connection); a terminated backend is
 terminated by the server (pg_terminate_backend); a long transaction is held
 open by a second connection for the whole test.
@@ -34,7 +34,7 @@ class ConnectionTests(PostgresTestCase):
         return q
 
     def test_a_heartbeat_and_an_ack_never_wait_behind_a_long_operator_read(self) -> None:
-        from nobroker.postgres import operations
+        from nobroker.postgres import queue_ops as operations
 
         q = self.open_queue()
         q.enqueue_many(["a", "b"])
@@ -73,7 +73,7 @@ class ConnectionTests(PostgresTestCase):
 
     def test_a_statement_past_statement_timeout_fails_and_the_queue_carries_on(self) -> None:
         from nobroker import StorageError
-        from nobroker.postgres import operations
+        from nobroker.postgres import queue_ops as operations
 
         q = self.open_queue(statement_timeout=0.2)
         q.enqueue("x")

@@ -140,7 +140,7 @@ class PlanTests(PostgresTestCase):
                          sorted(j.seq for j in self.q.list_jobs("delayed", limit=3)))  # fmt: skip
 
     def test_counts_stay_exact_through_purge_truncate_and_folding(self) -> None:
-        from nobroker.postgres import operations
+        from nobroker.postgres import queue_ops as operations
 
         self.fill(3000)
         self.q.ack_many(self.q.lease(1000))

@@ -6,12 +6,15 @@ driver.py only, and nothing calls it before a PostgreSQL queue is opened (or
 The package, in its order (a module imports only modules above it):
 
     driver.py      the one import of psycopg, and what to install without it
+    fragments.py   the SQL pieces statements are made of: the clock, a job's columns, the claim, the tallies
     statements.py  the SQL text of every operation and its parameters; a row as a Job
-    connection.py  connecting, a storage's connections (reconnect, retry once), LISTEN and the idle wait
+    connection.py  connecting, the connection a storage works on (reconnect, retry once)
+    listener.py    LISTEN on a second connection, and the idle wait until a NOTIFY or the next due time
     wakeups.py     which writes NOTIFY: at most one per queue per few ms, the last one owed never lost
     schema.py      the numbered migrations in sql/, row level security, the version check
     operations.py  each operation on one connection (the statements it sends, what the rows mean)
     schedule_ops.py  the schedules table and the tick transaction
+    queue_ops.py   the whole queue's operations (requeue, purge, pruning, compaction) and the reads
     storage.py     PostgresStorage, wiring only
 
 Imports: connection, schema, statements, storage.

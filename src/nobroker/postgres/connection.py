@@ -1,10 +1,10 @@
-"""The connections to PostgreSQL: opening one, keeping one alive, and listening on another.
+"""The connections to PostgreSQL: opening one, and keeping the one a storage works on alive.
 
 Owns: ``connect`` (a new autocommit connection, tried again while the server
 is unreachable), ``Link`` (the one connection a storage works on, behind a
 lock: set up with the queue's session settings, replaced when it died idle,
 an operation retried once when that is safe, driver errors turned into
-nobroker's), ``Listener`` (LISTEN/NOTIFY for idle workers), and what names a
+nobroker's), and what names a
 server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
 Imports: errors, storage, driver.
 
@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from ..errors import LockTimeoutError, NobrokerError, StorageError
 from ..storage import dsn_parameters, parse_keyword_dsn
-from .driver import pg_errors, psycopg, require_psycopg, sql
+from .driver import pg_errors, psycopg, require_psycopg
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -63,8 +63,6 @@ DEFAULT_TCP_USER_TIMEOUT = 30.0
 #: Longest one statement may run (the session's statement_timeout), by default: every statement of the
 #: storage is bounded (claims, batches of pruning), so only a stuck one reaches it.
 DEFAULT_STATEMENT_TIMEOUT = 300.0
-#: How often an idle wait asks again when the queue's next job comes due (for jobs others delay meanwhile).
-DUE_RECHECK = 0.5
 
 
 # ---------------------------------------------------------------- naming a server
@@ -197,7 +195,7 @@ def _discard(conn: Any) -> None:
         pass
 
 
-class _Owned:
+class Owned:
     """A place for one connection that belongs to the process that opened it.
 
     A forked child must not speak on the parent's socket, nor close it: the
@@ -256,7 +254,7 @@ class Session:
         return getattr(self.conn, name)
 
 
-class Link(_Owned):
+class Link(Owned):
     """The one connection a storage works on, behind a lock, replaced when it dies.
 
     ``run(what, fn, retry=...)`` is how an operation uses it: ``fn`` gets the
@@ -374,127 +372,3 @@ class Link(_Owned):
                 return
             self._closed = True
             self._drop()
-
-
-# ---------------------------------------------------------------- waiting for work
-class Listener(_Owned):
-    """A second connection that LISTENs on one queue's channel, opened the first time a worker idles.
-
-    An idle wait also asks, on this connection, when the queue's next
-    scheduled job or lease comes due (``due``), and ends then: a delayed job
-    sends no NOTIFY. It asks again every DUE_RECHECK seconds, for the delayed
-    jobs other processes add meanwhile.
-    """
-
-    def __init__(self, dsn: str, channel: str, options: dict[str, Any] | None = None) -> None:
-        self.dsn = dsn
-        self.channel = channel
-        self._options = dict(options or {})
-        self._mutex = threading.Lock()
-        self._failed = False  # the failure is logged once, until listening works again
-        self._closed = False
-        self._heard = False  # a NOTIFY psycopg took in while a statement ran here
-        super().__init__()
-
-    def wait(self, timeout: float, interrupt: int | None, due: Callable[[Any], float | None] | None = None) -> bool:
-        """Sleep until a NOTIFY arrives on the channel (True), ``timeout`` passes or ``interrupt`` is readable.
-
-        ``due(conn)``: seconds until the next job or lease comes due (None:
-        none); the wait ends then (True: worth leasing). If the listening
-        connection cannot be had, this sleeps (polling fallback) and says
-        False. When the server goes away under it, it says True, so the
-        caller's next operation reconnects.
-        """
-        deadline = time.monotonic() + max(timeout, 0.0)
-        with self._mutex:
-            if self._closed:
-                return False
-            try:
-                conn = self._listening()
-            except (StorageError, psycopg.Error) as exc:
-                if not self._failed:
-                    logger.warning("cannot LISTEN for new jobs (%s); polling until it works again", exc)
-                self._failed = True
-                self._drop()
-                _sleep_until(deadline, interrupt)
-                return False
-            try:
-                return self._wait_on(conn, deadline, interrupt, due)
-            except (psycopg.Error, OSError, ValueError):
-                # The server went away: wake the caller, whose next operation reconnects.
-                self._drop()
-                return True
-
-    def _wait_on(
-        self, conn: Any, deadline: float, interrupt: int | None, due: Callable[[Any], float | None] | None
-    ) -> bool:
-        pgconn = conn.pgconn
-        fd = conn.fileno()
-        extra = [] if interrupt is None else [interrupt]
-        recheck = time.monotonic()
-        while True:
-            now = time.monotonic()
-            if due is not None and now >= recheck:
-                seconds = due(conn)
-                if seconds is not None and seconds <= 0:
-                    return True
-                recheck = now + min(DUE_RECHECK, seconds if seconds is not None else DUE_RECHECK)
-            if self._take_heard() or _drain(pgconn):
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            wake_at = min(remaining, recheck - time.monotonic()) if due is not None else remaining
-            ready = readable([fd, *extra], max(wake_at, 0.0))
-            if interrupt is not None and interrupt in ready:
-                return False
-
-    def _take_heard(self) -> bool:
-        heard, self._heard = self._heard, False
-        return heard
-
-    def _on_notify(self, _notify: Any) -> None:
-        self._heard = True
-
-    def _listening(self) -> Any:
-        conn = self._current()
-        if conn is None or conn.closed or conn.broken:
-            self._drop()
-            conn = psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="nobroker-listen",
-                **self._options,
-            )  # fmt: skip
-            conn.add_notify_handler(self._on_notify)
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-            self._conn = conn
-            self._failed = False
-            self._heard = False
-        return conn
-
-    def close(self) -> None:
-        with self._mutex:
-            self._closed = True
-            self._drop()
-
-
-def _drain(pgconn: Any) -> bool:
-    """Consume every notification already received; True if there was one."""
-    pgconn.consume_input()
-    if pgconn.status != psycopg.pq.ConnStatus.OK:
-        raise psycopg.OperationalError("listening connection lost")
-    got = False
-    while pgconn.notifies() is not None:
-        got = True
-    return got
-
-
-def _sleep_until(deadline: float, interrupt: int | None) -> None:
-    """The polling fallback: sleep to ``deadline``, or until ``interrupt`` is readable."""
-    left = max(deadline - time.monotonic(), 0.0)
-    if interrupt is None:
-        time.sleep(left)
-        return
-    try:
-        readable([interrupt], left)
-    except (OSError, ValueError):
-        time.sleep(left)

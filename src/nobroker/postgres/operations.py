@@ -21,7 +21,7 @@ Semantics are the file storage's, statement by statement:
   why (so the refused caller sees the job exactly as the file storage would
   show it). An enqueue that meets a conflicting job reclaims before it looks
   that job up. Reads never write, as on the file storage, yet show an expired
-  lease as that reclaim will leave it (statements._SHOWN);
+  lease as that reclaim will leave it (fragments.SHOWN);
 - a claim is one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``;
   ack, nack, extend and set_stage check the fencing token in the WHERE of the
   one UPDATE that changes the row; zero rows means "find out why";
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import LockTimeoutError, StorageError
-from ..jobs import Job, JobState, QueueStats
+from ..jobs import Job, JobState
 from ..jobs import FINISHED_STATES
 from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal
 from .driver import pg_errors, psycopg, tuple_row
-from .statements import PRUNE_BATCH, Statements, row_job
+from .statements import Statements, row_job
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -115,7 +115,7 @@ _quote = json.encoder.encode_basestring
 
 
 def batch_rows(specs: list[EnqueueSpec], ids: list[str]) -> str:
-    """A batch of jobs as the one parameter the batch statements read (statements._batch): a JSON array."""
+    """A batch of jobs as the one parameter the batch statements read (fragments.batch_of): a JSON array."""
     assert len(specs) == len(ids), "an id per job"
     rows = ",".join(
         f'{{"id":{_json_text(job_id)},"kind":{_json_text(s.kind)},"prio":{s.priority},"max":{s.max_attempts},'
@@ -306,7 +306,7 @@ def upkeep(conn: Any, t: Target) -> None:
     conn.execute(t.sql["upkeep"], t.with_backoff())
 
 
-def _upkeep_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -> Any:
+def upkeep_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -> Any:
     """The upkeep, then ``statement``, in one round trip and one transaction (autocommit)."""
     with conn.pipeline():
         conn.execute(t.sql["upkeep"], params)
@@ -314,7 +314,7 @@ def _upkeep_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -
     return cur
 
 
-#: Where a checked claim's rows say whether the upkeep has work (statements._DUE).
+#: Where a checked claim's rows say whether the upkeep has work (fragments.DUE).
 UPKEEP_DUE = 18
 
 
@@ -332,7 +332,7 @@ def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: fr
     rows = conn.execute(t.sql.claim(count, kinds=some, checked=True), params).fetchall()
     if rows and rows[0][UPKEEP_DUE]:
         assert len(rows) == 1 and rows[0][0] is None, "a claim that found upkeep due took nothing"
-        rows = _upkeep_then(conn, t, t.sql.claim(count, kinds=some), params).fetchall()
+        rows = upkeep_then(conn, t, t.sql.claim(count, kinds=some), params).fetchall()
     jobs = [row_job(row) for row in rows if row[0] is not None]
     jobs.sort(key=lambda job: (-job.priority, job.seq))
     return jobs
@@ -442,112 +442,3 @@ def cancel(conn: Any, t: Target, job_id: str, token: str | None, stopped: bool) 
         if state == "leased" and stopped:  # a live lease that the token does not hold
             raise refusal("end the cancelled attempt of", job_id, state, token, why[3])
     raise StorageError(f"cancel of job {job_id} kept meeting changes of its lease after {CANCEL_TRIES} tries")
-
-
-# ---------------------------------------------------------------- the whole queue
-def requeue_dead(conn: Any, t: Target, job_id: str | None, notify: bool) -> int:
-    params = t.with_backoff(id=job_id, chan=t.channel, notify=notify)
-    for _try in range(ENQUEUE_TRIES):
-        try:
-            count = len(_upkeep_then(conn, t, t.sql["requeue"], params).fetchall())
-        except pg_errors.UniqueViolation:
-            continue  # a job with the same dedupe key became active meanwhile: look again
-        if count or job_id is None:
-            return count
-        row = conn.execute(t.sql["requeue_why"], params).fetchone()
-        if row is None:
-            raise job_not_found(job_id, t.queue)
-        state, holder, key = row
-        if state == "dead" and holder is not None:
-            raise ValueError(
-                f"job {job_id} cannot be requeued: job {holder} is active with the same dedupe key {key!r}"
-            )
-        return 0
-    raise StorageError(f"requeue_dead kept conflicting with concurrent enqueues after {ENQUEUE_TRIES} tries")
-
-
-def purge(conn: Any, t: Target) -> int:
-    count: int = conn.execute(t.sql["purge"], t.params()).fetchone()[0]
-    return count
-
-
-def prune(conn: Any, t: Target, states: tuple[str, ...], keep: float, *, batches: int | None = None) -> int:
-    """Delete jobs in ``states`` (done and cancelled, or dead) finished ``keep`` seconds ago or more, PRUNE_BATCH at a time.
-
-    Each batch is its own statement and transaction (autocommit), so no
-    lock, and no transaction a vacuum must wait for, outlives one batch.
-    ``batches``: stop after this many (None: until none is left).
-    """
-    assert states and set(states) <= {"done", "dead", "cancelled"}, states
-    params = t.params(states=list(states), keep=keep)
-    dropped, done = 0, 0
-    while batches is None or done < batches:
-        deleted = conn.execute(t.sql["prune"], params).fetchone()[0]
-        dropped += deleted
-        done += 1
-        if deleted < PRUNE_BATCH:
-            break
-    return dropped
-
-
-#: The states compaction and done_retention prune together: a cancelled job is kept as a done one is.
-FINISHED_KEPT_AS_DONE = ("done", "cancelled")
-
-
-def compact(conn: Any, t: Target, retention: float) -> tuple[int, int]:
-    """Delete done (and cancelled) jobs finished ``retention`` seconds ago or more, in bounded batches: (dropped, kept)."""
-    upkeep(conn, t)
-    dropped = prune(conn, t, FINISHED_KEPT_AS_DONE, retention)
-    return dropped, count(conn, t)
-
-
-#: Rows of count differences a read sums before it folds them into one per state.
-FOLD_COUNTS_AT = 1000
-
-
-def fold_counts(conn: Any, t: Target) -> None:
-    """Fold the queue's rows of count differences into one per state (stats stays a sum of a few rows)."""
-    conn.execute(t.sql["fold_counts"], t.params())
-
-
-# ---------------------------------------------------------------- reads
-def get(conn: Any, t: Target, job_id: str) -> Job:
-    row = conn.execute(t.sql["get"], t.with_backoff(id=job_id)).fetchone()
-    if row is None:
-        raise job_not_found(job_id, t.queue)
-    return row_job(row)
-
-
-def stats(conn: Any, t: Target) -> QueueStats:
-    ready, delayed, leased, done, dead, cancelled, rows = conn.execute(t.sql["stats"], t.with_backoff()).fetchone()
-    if rows > FOLD_COUNTS_AT:
-        fold_counts(conn, t)
-    return QueueStats(
-        ready=int(ready), delayed=int(delayed), leased=int(leased), done=int(done), dead=int(dead),
-        cancelled=int(cancelled),
-    )
-
-
-def count(conn: Any, t: Target) -> int:
-    total, rows = conn.execute(t.sql["count"], t.params()).fetchone()
-    if rows > FOLD_COUNTS_AT:
-        fold_counts(conn, t)
-    return int(total)
-
-
-def notify(conn: Any, t: Target) -> None:
-    """NOTIFY the queue's channel, on its own (what a write that did not notify owed)."""
-    conn.execute("SELECT pg_notify(%s, '')", (t.channel,))
-
-
-def next_due(conn: Any, t: Target) -> float | None:
-    """Seconds until the queue's next scheduled job or lease comes due (None: there is none)."""
-    row = conn.execute(t.sql["next_due"], t.params()).fetchone()
-    return None if row is None or row[0] is None else float(row[0])
-
-
-def list_jobs(conn: Any, t: Target, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
-    reach = None if limit is None else limit + offset  # where the page ends
-    params = t.with_backoff(kind=kind, limit=limit, offset=offset, reach=reach)
-    statement = "list" if listing is None else f"list_{listing}"
-    return [row_job(row) for row in conn.execute(t.sql[statement], params).fetchall()]

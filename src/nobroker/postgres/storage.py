@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, schema, operations, wakeups, schedules, schedule_ops.
+connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -58,13 +58,14 @@ from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_flo
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
+from . import queue_ops as whole
 from . import schedule_ops
+from .listener import Listener
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
     DEFAULT_TCP_USER_TIMEOUT,
     Link,
-    Listener,
     channel_name,
     connect_timeout_of,
     connection_options,
@@ -262,34 +263,34 @@ class PostgresStorage:
 
     def requeue_dead(self, job_id: str | None) -> int:
         notify = self._gate.take()
-        count = self._side.run("requeue_dead", lambda c: ops.requeue_dead(c, self._target, job_id, notify), retry=False)
+        count = self._side.run("requeue_dead", lambda c: whole.requeue_dead(c, self._target, job_id, notify), retry=False)
         if count and not notify:
             self._gate.owe()
         return count
 
     def purge(self) -> int:
-        return self._side.run("purge", lambda c: ops.purge(c, self._target), retry=False)
+        return self._side.run("purge", lambda c: whole.purge(c, self._target), retry=False)
 
     def compact(self) -> CompactionResult:
         started = time.perf_counter()
-        dropped, kept = self._side.run("compact", lambda c: ops.compact(c, self._target, self.retention), retry=True)
+        dropped, kept = self._side.run("compact", lambda c: whole.compact(c, self._target, self.retention), retry=True)
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
         ops.check_text(job_id, "job_id")
-        return self._side.run("get", lambda c: ops.get(c, self._target, job_id), retry=True)
+        return self._side.run("get", lambda c: whole.get(c, self._target, job_id), retry=True)
 
     def stats(self) -> QueueStats:
-        return self._side.run("stats", lambda c: ops.stats(c, self._target), retry=True)
+        return self._side.run("stats", lambda c: whole.stats(c, self._target), retry=True)
 
     def count(self) -> int:
-        return self._side.run("count", lambda c: ops.count(c, self._target), retry=True)
+        return self._side.run("count", lambda c: whole.count(c, self._target), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         ops.check_text(kind, "kind")
         return self._side.run(
-            "list_jobs", lambda c: ops.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
+            "list_jobs", lambda c: whole.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
         )
 
     # ================================================================ waiting and closing
@@ -337,7 +338,7 @@ class PostgresStorage:
         read. ``kinds`` changes nothing: every listener hears every NOTIFY.
         """
         t = self._target
-        return self._listener.wait(timeout, interrupt, lambda conn: ops.next_due(conn, t))
+        return self._listener.wait(timeout, interrupt, lambda conn: whole.next_due(conn, t))
 
     def _start_pruning(self) -> None:
         """Prune in the background, on the second connection: leases never wait for it."""
@@ -353,10 +354,10 @@ class PostgresStorage:
 
         def run(conn: Any) -> int:
             dropped = 0
-            for states, keep in ((ops.FINISHED_KEPT_AS_DONE, self.done_retention), (("dead",), self.dead_retention)):
+            for states, keep in ((whole.FINISHED_KEPT_AS_DONE, self.done_retention), (("dead",), self.dead_retention)):
                 if keep is not None:
-                    dropped += ops.prune(conn, t, states, keep, batches=PRUNE_BATCHES)
-            ops.fold_counts(conn, t)
+                    dropped += whole.prune(conn, t, states, keep, batches=PRUNE_BATCHES)
+            whole.fold_counts(conn, t)
             return dropped
 
         try:
@@ -369,7 +370,7 @@ class PostgresStorage:
 
     def _send_owed_notify(self) -> None:
         t = self._target
-        self._side.run("notify", lambda c: ops.notify(c, t), retry=True)
+        self._side.run("notify", lambda c: whole.notify(c, t), retry=True)
 
     def close(self) -> None:
         self._gate.close()

@@ -12,7 +12,7 @@ visible. In a steady stream of writes the next write after each window
 notifies in its own statement, so the thread sends nothing: waiting only
 until the window ends, it would win that race every time and double the
 NOTIFYs, each a statement and a commit of its own. Delayed jobs never notify: an idle worker wakes for
-them at their time (connection.Listener asks when the next one is due).
+them at their time (listener.Listener asks when the next one is due).
 Imports: nothing from nobroker.
 """
 

@@ -1,0 +1,239 @@
+"""The pieces every statement is made of: the clock, a job's columns, how an expired lease shows, the claim.
+
+Owns: the SQL fragments that statements.py puts together, one per idea: the
+database clock with the test-only offset (``NOW``), the columns a job is read
+back in (``COLUMNS``, in ``row_job``'s order), the backoff, how a read shows
+an expired or cancelled lease (``SHOWN``), the parts of each listing, the
+upkeep and the claim, a batch's rows, and the count tallies each write adds
+(``*_TALLY``). Plain text, no driver. Imports: nothing from nobroker.
+"""
+
+from __future__ import annotations
+
+#: Most expired leases one operation reclaims; the next operation takes the rest.
+RECLAIM_BATCH = 1000
+#: Most scheduled jobs that came due one claim moves into the claim's index; the next claim moves the rest.
+PROMOTE_BATCH = 1000
+
+
+# Every template names the table as {schema}.jobs; Statements writes the
+# quoted schema in once. NOW is the database clock plus the test-only offset.
+NOW = "(now() + %(off)s::float8 * interval '1 second')"
+#: What a statement that returns a whole job returns, in the order row_job reads.
+COLUMNS = (
+    "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
+    "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
+    "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
+    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback, j.cancel_requested"
+)
+NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
+BACKOFF = f"{NOMINAL} * (1 - %(b_jitter)s * random())"
+EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts"
+# Reads never write, yet show the queue as of now (as the file storage does):
+# a lease whose deadline passed shows as the reclaim a writer will record,
+# dead at max_attempts, else ready at the deadline plus the backoff's delay
+# before jitter (the reclaim counts the backoff from the deadline too).
+LAPSED = f"(j.state = 'leased' AND j.lease_deadline <= {NOW})"
+#: An expired lease that a reclaim gives back (ready, or dead at max_attempts) ...
+EXPIRED = f"({LAPSED[1:-1]} AND NOT j.cancel_requested)"
+#: ... and one that a reclaim ends cancelled (its cancel was asked for while it ran).
+CANCELS = f"({LAPSED[1:-1]} AND j.cancel_requested)"
+#: When an expired lease's job is ready again, as reads show it (without the jitter).
+RETURNS = f"(j.lease_deadline + {NOMINAL} * interval '1 second')"
+DIES = "j.attempts >= j.max_attempts"
+SHOWN = (
+    f"j.id, j.payload::text, j.priority, "
+    f"CASE WHEN {CANCELS} THEN 'cancelled' WHEN {EXPIRED} THEN CASE WHEN {DIES} THEN 'dead' ELSE 'ready' END "
+    "ELSE j.state END, "
+    "j.attempts, j.max_attempts, "
+    f"date_part('epoch', CASE WHEN {EXPIRED} AND NOT {DIES} "
+    f"THEN {RETURNS} ELSE j.available_at END), "
+    "date_part('epoch', j.enqueued_at), "
+    f"date_part('epoch', CASE WHEN {LAPSED} THEN NULL ELSE j.lease_deadline END), "
+    f"CASE WHEN {LAPSED} THEN NULL ELSE j.lease_token END, "
+    f"CASE WHEN {EXPIRED} AND {DIES} THEN {EXPIRY_ERROR} ELSE j.last_error END, "
+    "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
+    f"CASE WHEN {EXPIRED} AND {DIES} THEN NULL ELSE j.traceback END, "
+    f"j.cancel_requested AND NOT {LAPSED}"
+)
+#: Marks a part read by due time (jobs_scheduled, a short range that the next
+#: claim empties) and sorted after, rather than walked in seq order through
+#: every scheduled job whose time has not come.
+BY_DUE_TIME = " /* by due time */"
+#: Per listing (jobs.LISTINGS), and None for every job: the parts a listing
+#: is the union of, each served by one partial index (jobs_ready by its two
+#: halves, jobs_scheduled, jobs_leases, jobs_finished), then the expired
+#: leases a read shows in it. A ready job that is not scheduled is runnable:
+#: its time had come when it was written.
+LISTED: dict[str | None, tuple[str, ...]] = {
+    None: ("j.state = 'ready' AND NOT j.scheduled", "j.state = 'ready' AND j.scheduled", "j.state = 'leased'",
+           "j.state = 'done'", "j.state = 'dead'", "j.state = 'cancelled'"),
+    "ready": ("j.state = 'ready' AND NOT j.scheduled", "j.state = 'ready' AND j.scheduled",
+              f"{EXPIRED} AND NOT {DIES}"),
+    "runnable": ("j.state = 'ready' AND NOT j.scheduled",
+                 f"j.state = 'ready' AND j.scheduled AND j.available_at <= {NOW}" + BY_DUE_TIME,
+                 f"{EXPIRED} AND NOT {DIES} AND {RETURNS} <= {NOW}"),
+    "delayed": (f"j.state = 'ready' AND j.scheduled AND j.available_at > {NOW}",
+                f"{EXPIRED} AND NOT {DIES} AND {RETURNS} > {NOW}"),
+    "leased": (f"j.state = 'leased' AND j.lease_deadline > {NOW}",),
+    "done": ("j.state = 'done'",),
+    "dead": ("j.state = 'dead'", f"{EXPIRED} AND {DIES}"),
+    "cancelled": ("j.state = 'cancelled'", CANCELS),
+}
+
+# The upkeep every claim sends first (one statement): expired leases back
+# to ready (or dead at max_attempts), and scheduled jobs that came due into
+# the claim's index. Each part takes a bounded batch; the next claim takes the
+# rest. The retry time is drawn once per job (in "expired"), so whether the
+# job is scheduled agrees with the time it got.
+UPKEEP = f"""
+        WITH expired AS (
+            SELECT j.queue, j.id, j.cancel_requested AS cancels,
+                   j.attempts >= j.max_attempts AND NOT j.cancel_requested AS dies,
+                   j.lease_deadline + ({BACKOFF}) * interval '1 second' AS back_at
+            FROM {{schema}}.jobs AS j
+            WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {NOW}
+            ORDER BY j.lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED
+        ), reclaimed AS (
+            UPDATE {{schema}}.jobs AS j SET
+                state = CASE WHEN x.cancels THEN 'cancelled' WHEN x.dies THEN 'dead' ELSE 'ready' END,
+                available_at = CASE WHEN x.dies OR x.cancels THEN j.available_at ELSE x.back_at END,
+                scheduled = NOT x.dies AND NOT x.cancels AND x.back_at > {NOW},
+                finished_at = CASE WHEN x.dies OR x.cancels THEN {NOW} END,
+                cancel_requested = false,
+                last_error = CASE WHEN x.dies THEN {EXPIRY_ERROR} ELSE j.last_error END,
+                traceback = CASE WHEN x.dies THEN NULL ELSE j.traceback END,
+                lease_deadline = NULL, lease_token = NULL
+            FROM expired AS x
+            WHERE j.queue = x.queue AND j.id = x.id
+            RETURNING j.state, j.scheduled
+        ), promoted AS (
+            UPDATE {{schema}}.jobs AS j SET scheduled = false
+            FROM (SELECT queue, id FROM {{schema}}.jobs
+                  WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {NOW}
+                  ORDER BY available_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS x
+            WHERE j.queue = x.queue AND j.id = x.id
+            RETURNING 1
+        ), tally AS (
+            INSERT INTO {{schema}}.counts (queue, active, scheduled, dead, cancelled)
+            SELECT %(q)s, -r.dead - r.cancelled, r.scheduled - p.promoted, r.dead, r.cancelled
+            FROM (SELECT count(*) FILTER (WHERE state = 'dead') AS dead,
+                         count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+                         count(*) FILTER (WHERE scheduled) AS scheduled FROM reclaimed) AS r,
+                 (SELECT count(*) AS promoted FROM promoted) AS p
+            WHERE r.dead <> 0 OR r.cancelled <> 0 OR r.scheduled <> p.promoted
+        )
+        SELECT (SELECT count(*) FROM reclaimed), (SELECT count(*) FROM promoted)"""
+CLAIM_SET = f"""
+        UPDATE {{schema}}.jobs AS j SET
+            state = 'leased', attempts = j.attempts + 1, stage = NULL,
+            lease_token = replace(gen_random_uuid()::text, '-', ''),
+            lease_deadline = {NOW} + %(vt)s::float8 * interval '1 second'"""
+# The claim reads only the claim's index: ready jobs whose time has come
+# (the upkeep moved the scheduled ones that came due there). The time is
+# checked as well, for rows a release before version 3 of the schema wrote
+# (a delayed job it enqueued is ready and not marked scheduled).
+CLAIM = f"""{CLAIM_SET}
+        FROM (SELECT queue, id FROM {{schema}}.jobs
+              WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}{{unless_due}}
+              ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS x
+        WHERE j.queue = x.queue AND j.id = x.id
+        RETURNING {COLUMNS}"""
+# Some kinds only: the head of each kind's own index (jobs_claim_kind), then
+# the best of those heads, so jobs of other kinds are never walked over.
+# Rows a kind's head locked but the batch did not take are free again at
+# commit, the end of this statement.
+CLAIM_KINDS = f"""{CLAIM_SET}
+        FROM (SELECT c.queue, c.id FROM unnest(%(kinds)b::text[]) AS k(kind)
+              CROSS JOIN LATERAL (
+                  SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                  WHERE queue = %(q)s AND kind = k.kind AND state = 'ready' AND NOT scheduled
+                    AND available_at <= {NOW}{{unless_due}}
+                  ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS c
+              ORDER BY c.priority DESC, c.seq LIMIT {{count}}) AS x
+        WHERE j.queue = x.queue AND j.id = x.id
+        RETURNING {COLUMNS}"""
+# A claim as it is sent first: the upkeep has work only when a scheduled job
+# came due or a lease expired, which the head of each of their indexes
+# tells. Then the claim takes nothing and says so (its one row has no job
+# and ``upkeep`` true), and the caller sends the upkeep and the plain claim
+# together; otherwise this one statement is the whole lease, and its rows
+# are the jobs (a row without a job, when there is none to take). Each
+# probe reads the earliest entry in index order rather than asking EXISTS:
+# with many rows of other queues in the way, a generic plan for EXISTS
+# guesses that a scan of the table finds one soon.
+DUE = f"""
+        WITH due AS (
+            SELECT coalesce((SELECT available_at FROM {{schema}}.jobs
+                             WHERE queue = %(q)s AND state = 'ready' AND scheduled
+                             ORDER BY available_at LIMIT 1) <= {NOW}, false)
+                OR coalesce((SELECT lease_deadline FROM {{schema}}.jobs
+                             WHERE queue = %(q)s AND state = 'leased'
+                             ORDER BY lease_deadline LIMIT 1) <= {NOW}, false) AS upkeep
+        ), claimed AS ({{claim}}
+        )
+        SELECT claimed.*, due.upkeep FROM due LEFT JOIN claimed ON true"""
+#: What the checked claim adds to its WHERE: nothing is taken while the upkeep has work.
+UNLESS_DUE = " AND NOT (SELECT upkeep FROM due)"
+#: The NOTIFY a statement sends when ``notify`` is true (an InitPlan: run once, and only when asked).
+NOTIFY = "(SELECT 1 FROM pg_notify(%(chan)s, '') WHERE %(notify)s)"
+#: What an insert returns: the rest of the Job is known to the caller already.
+INSERTED = "j.id, j.seq, date_part('epoch', j.available_at) AS available, date_part('epoch', j.enqueued_at) AS enqueued"
+
+
+def batch_of(alias: str) -> str:
+    """A batch of jobs as one parameter, ``rows``: a JSON array of objects with the keys below.
+
+    operations.batch_rows writes it, each payload its JSON text as is (a
+    json value keeps its text byte for byte). One text to send instead of an
+    array per column, which the driver would build element by element.
+    """
+    # A payload that is JSON null comes out of json_to_recordset as SQL NULL:
+    # coalesce gives it back its JSON text, as the column (NOT NULL) stores it.
+    return f"""(SELECT r.id, r.kind, r.prio, r.max, r.delay, r.key, coalesce(r.payload, 'null'::json) AS payload, r.ord
+             FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+                 id text, kind text, prio int4, max int4, delay float8, key text, payload json))
+             WITH ORDINALITY AS r(id, kind, prio, max, delay, key, payload, ord)) AS {alias}"""
+
+
+#: Every statement that moves jobs between the counted sets (active: ready,
+#: scheduled or leased; scheduled; done; dead) adds its row of differences
+#: to the counts in the same statement, computed from the rows it changed
+#: (``{source}``, a CTE): a claim (ready to leased) moves none and writes none.
+TALLY = """tally AS (
+            INSERT INTO {{schema}}.counts (queue, active, scheduled, done, dead, cancelled)
+            SELECT %(q)s, {active}, {scheduled}, {done}, {dead}, {cancelled} FROM {source} HAVING {having}
+        )"""
+#: An insert's CTE (``i``), its tally and the rows it returns.
+INSERT_TALLY = TALLY.format(cancelled="0", 
+    source="i", active="count(*)", scheduled="count(*) FILTER (WHERE i.scheduled)", done="0", dead="0",
+    having="count(*) > 0",
+)
+INSERT_RETURNS = f"""
+        SELECT i.id, i.seq, i.available, i.enqueued, {NOTIFY} FROM i"""
+INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload, scheduled)"
+
+#: An ack's (``a``): leased to done.
+ACK_TALLY = TALLY.format(cancelled="0", source="a", active="-count(*)", scheduled="0", done="count(*)", dead="0",
+                           having="count(*) > 0")  # fmt: skip
+#: A nack's (``n``): leased to dead, to scheduled, or to ready (which moves no count).
+NACK_TALLY = TALLY.format(cancelled="0", 
+    source="n", active="-count(*) FILTER (WHERE n.state = 'dead')", scheduled="count(*) FILTER (WHERE n.sched)",
+    done="0", dead="count(*) FILTER (WHERE n.state = 'dead')", having="bool_or(n.state = 'dead' OR n.sched)",
+)
+#: requeue_dead's (``r``): dead to ready.
+REQUEUE_TALLY = TALLY.format(cancelled="0", source="r", active="count(*)", scheduled="0", done="0", dead="-count(*)",
+                               having="count(*) > 0")  # fmt: skip
+#: A DELETE's (``d``, returning each row's state and scheduled): out of whatever set each row was in.
+DELETE_TALLY = TALLY.format(
+    source="d", active="-count(*) FILTER (WHERE d.state IN ('ready', 'leased'))",
+    scheduled="-count(*) FILTER (WHERE d.scheduled)", done="-count(*) FILTER (WHERE d.state = 'done')",
+    dead="-count(*) FILTER (WHERE d.state = 'dead')", having="count(*) > 0",
+    cancelled="-count(*) FILTER (WHERE d.state = 'cancelled')",
+)
+
+#: A cancel's (``c``): ready, scheduled or leased to cancelled; a mark moves no count.
+CANCEL_TALLY = TALLY.format(
+    source="c", active="-count(*) FILTER (WHERE c.ends)", scheduled="-count(*) FILTER (WHERE c.ends AND c.was_scheduled)",
+    done="0", dead="0", cancelled="count(*) FILTER (WHERE c.ends)", having="bool_or(c.ends)",
+)

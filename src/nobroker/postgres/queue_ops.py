@@ -1,0 +1,128 @@
+"""The operations on a whole queue, and the reads: what an operator runs beside the work.
+
+Owns: requeue_dead, purge, the bounded pruning of finished jobs, compaction,
+folding the kept counts, and the reads (get, stats, count, listings, the next
+due time, a NOTIFY owed), each on one live connection as operations.py's are;
+storage.py runs them on the side connection, so the work's connection never
+waits behind them. Imports: errors, jobs, storage, driver, statements, operations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import StorageError
+from ..jobs import Job, QueueStats
+from ..storage import job_not_found
+from . import operations as ops
+from .driver import pg_errors
+from .operations import ENQUEUE_TRIES, Target
+from .statements import PRUNE_BATCH, row_job
+
+
+def requeue_dead(conn: Any, t: Target, job_id: str | None, notify: bool) -> int:
+    params = t.with_backoff(id=job_id, chan=t.channel, notify=notify)
+    for _try in range(ENQUEUE_TRIES):
+        try:
+            count = len(ops.upkeep_then(conn, t, t.sql["requeue"], params).fetchall())
+        except pg_errors.UniqueViolation:
+            continue  # a job with the same dedupe key became active meanwhile: look again
+        if count or job_id is None:
+            return count
+        row = conn.execute(t.sql["requeue_why"], params).fetchone()
+        if row is None:
+            raise job_not_found(job_id, t.queue)
+        state, holder, key = row
+        if state == "dead" and holder is not None:
+            raise ValueError(
+                f"job {job_id} cannot be requeued: job {holder} is active with the same dedupe key {key!r}"
+            )
+        return 0
+    raise StorageError(f"requeue_dead kept conflicting with concurrent enqueues after {ENQUEUE_TRIES} tries")
+
+
+def purge(conn: Any, t: Target) -> int:
+    count: int = conn.execute(t.sql["purge"], t.params()).fetchone()[0]
+    return count
+
+
+def prune(conn: Any, t: Target, states: tuple[str, ...], keep: float, *, batches: int | None = None) -> int:
+    """Delete jobs in ``states`` (done and cancelled, or dead) finished ``keep`` seconds ago or more, PRUNE_BATCH at a time.
+
+    Each batch is its own statement and transaction (autocommit), so no
+    lock, and no transaction a vacuum must wait for, outlives one batch.
+    ``batches``: stop after this many (None: until none is left).
+    """
+    assert states and set(states) <= {"done", "dead", "cancelled"}, states
+    params = t.params(states=list(states), keep=keep)
+    dropped, done = 0, 0
+    while batches is None or done < batches:
+        deleted = conn.execute(t.sql["prune"], params).fetchone()[0]
+        dropped += deleted
+        done += 1
+        if deleted < PRUNE_BATCH:
+            break
+    return dropped
+
+
+#: The states compaction and done_retention prune together: a cancelled job is kept as a done one is.
+FINISHED_KEPT_AS_DONE = ("done", "cancelled")
+
+
+def compact(conn: Any, t: Target, retention: float) -> tuple[int, int]:
+    """Delete done (and cancelled) jobs finished ``retention`` seconds ago or more, in bounded batches: (dropped, kept)."""
+    ops.upkeep(conn, t)
+    dropped = prune(conn, t, FINISHED_KEPT_AS_DONE, retention)
+    return dropped, count(conn, t)
+
+
+#: Rows of count differences a read sums before it folds them into one per state.
+FOLD_COUNTS_AT = 1000
+
+
+def fold_counts(conn: Any, t: Target) -> None:
+    """Fold the queue's rows of count differences into one per state (stats stays a sum of a few rows)."""
+    conn.execute(t.sql["fold_counts"], t.params())
+
+
+# ---------------------------------------------------------------- reads
+def get(conn: Any, t: Target, job_id: str) -> Job:
+    row = conn.execute(t.sql["get"], t.with_backoff(id=job_id)).fetchone()
+    if row is None:
+        raise job_not_found(job_id, t.queue)
+    return row_job(row)
+
+
+def stats(conn: Any, t: Target) -> QueueStats:
+    ready, delayed, leased, done, dead, cancelled, rows = conn.execute(t.sql["stats"], t.with_backoff()).fetchone()
+    if rows > FOLD_COUNTS_AT:
+        fold_counts(conn, t)
+    return QueueStats(
+        ready=int(ready), delayed=int(delayed), leased=int(leased), done=int(done), dead=int(dead),
+        cancelled=int(cancelled),
+    )
+
+
+def count(conn: Any, t: Target) -> int:
+    total, rows = conn.execute(t.sql["count"], t.params()).fetchone()
+    if rows > FOLD_COUNTS_AT:
+        fold_counts(conn, t)
+    return int(total)
+
+
+def notify(conn: Any, t: Target) -> None:
+    """NOTIFY the queue's channel, on its own (what a write that did not notify owed)."""
+    conn.execute("SELECT pg_notify(%s, '')", (t.channel,))
+
+
+def next_due(conn: Any, t: Target) -> float | None:
+    """Seconds until the queue's next scheduled job or lease comes due (None: there is none)."""
+    row = conn.execute(t.sql["next_due"], t.params()).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def list_jobs(conn: Any, t: Target, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+    reach = None if limit is None else limit + offset  # where the page ends
+    params = t.with_backoff(kind=kind, limit=limit, offset=offset, reach=reach)
+    statement = "list" if listing is None else f"list_{listing}"
+    return [row_job(row) for row in conn.execute(t.sql[statement], params).fetchall()]
