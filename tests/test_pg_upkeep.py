@@ -8,9 +8,11 @@ storage's clock_offset (added to the database clock in every statement).
 from __future__ import annotations
 
 import unittest
+from unittest import mock
 from typing import Any
 
 from nobroker import JobNotFoundError, Queue
+from nobroker.postgres.connection import Session
 from nobroker.postgres.statements import PRUNE_BATCH
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 from tests.support import wait_until
@@ -72,10 +74,14 @@ class UpkeepTests(PostgresTestCase):
             q.ack_many(jobs)
         q.enqueue("live")
         statements: list[str] = []
-        conn = q.storage._side._connection()  # type: ignore[attr-defined]
-        real = conn.execute
-        conn.execute = lambda text, *a, **k: (statements.append(str(text)), real(text, *a, **k))[1]
-        result = q.compact()
+        real = Session.execute
+
+        def recorded(session: Session, query: Any, params: Any = None) -> Any:
+            statements.append(str(query))
+            return real(session, query, params)
+
+        with mock.patch.object(Session, "execute", recorded):  # every statement an operation sends
+            result = q.compact()
         self.assertEqual((result.jobs_dropped, result.jobs_kept), (total, 1))
         deletes = [s for s in statements if s == q.storage._target.sql["prune"]]  # type: ignore[attr-defined]
         self.assertEqual(len(deletes), 3, "one bounded DELETE per batch")
