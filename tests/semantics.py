@@ -1475,7 +1475,7 @@ class QueueSemantics(_Base):
         huge = "x" * HUGE_PAYLOAD_CHARS
         self.assert_unchanged_by(q, lambda: q.enqueue(huge), SerializationError)
         self.assert_unchanged_by(q, lambda: q.enqueue({"blob": huge}, job_id="big"), SerializationError)
-        del huge
+        huge = ""  # frees the memory before the next checks
         with self.assertRaises(JobNotFoundError):
             q.get("big")
         q = self.assert_survives_reopen(q)

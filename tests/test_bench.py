@@ -3,33 +3,44 @@
 Imports: the standard library, tools.bench, tests.support.
 The file storage's suites run once at toy sizes: that proves every
 measurement still works against the library (they reach into it in places:
-the snapshot flag, the generation a peer reads) and that the table keeps its
-rows in order (the PostgreSQL suite's toy run is in test_postgres.py). No
-figure is checked: benchmarks measure speed, tests never do.
+the snapshot flag) and that the table keeps its rows in order (the
+PostgreSQL suite's toy run is in test_postgres.py); the comparison with
+sqlite3 runs in quick mode through the command, and the hand-written sqlite3
+queue it measures is checked for what a queue must do. No figure is
+checked: benchmarks measure speed, tests never do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import os
+import sqlite3
 import unittest
 from unittest import mock
 
-from tests.support import TempDirTestCase, slow
-from tools.bench import file, pg
+from tests.support import TempDirTestCase, slow, wait_until
+from tools.bench import engine, file, pg
 from tools.bench.plan import Plan
 from tools.bench.report import render
+from tools.bench.sqlite_queue import DATABASE, Leased, SqliteQueue
 
 #: Pending jobs of the toy run: just over what makes a close write a snapshot
 #: (filestore.snapshot.SNAPSHOT_MIN_RECORDS), which the opening figures need.
 TOY_PENDING = 21_000
 
-FILE_FIGURES = [
-    "enqueue, 1 thread",
-    "enqueue, 8 threads",
+#: The comparison table's rows, in order (engine.py).
+ENGINE_ROWS = [
+    "enqueue, 1 process",
     "enqueue, 4 processes",
-    "lease_one + ack, 1 thread",
-    "Worker(concurrency=8) drains 80",
+    "lease_one + ack, 1 process",
     "enqueue_many, 1,000 per call",
+    "enqueue, 8 threads of 1 process",
+]
+
+FILE_FIGURES = [
+    "Worker(concurrency=8) drains 80",
     "memory per job, 21,000 pending",
     "stats(), 21,000 pending",
     "first lease_one() after open, 21,000 pending",
@@ -38,10 +49,16 @@ FILE_FIGURES = [
     "close writing the snapshot, 21,000 pending",
     "open a compacted queue of 21,000 jobs, after a clean close",
     "open a compacted queue of 21,000 jobs, no snapshot",
-    "longest file-lock hold while compacting 21,000 jobs",
-    "a peer's longest enqueue meanwhile",
-    "compaction of 21,000 jobs (half done), a peer enqueuing",
-    "the peer's first enqueue after the flip (re-reads the new generation)",
+    "compaction of 20,000 jobs (half done), two other processes open",
+    "longest lock hold while compacting 20,000 jobs, as the compactor reports it",
+    "a peer's longest enqueue while it compacts",
+    "the peer's enqueue across the compaction's end",
+    "an idle process's first operation after another compacted 20,000 jobs",
+    "the peer's longest enqueue while that first operation ran",
+    "open 20,000 records after a crash (no snapshot)",
+    "a peer's longest enqueue while it opens after the crash",
+    "open 20,000 records with a snapshot (after a clean close)",
+    "a peer's longest enqueue while it opens with the snapshot",
     "pickup by an idle worker, median",
     "pickup by an idle worker, p99",
     "idle worker CPU",
@@ -71,6 +88,82 @@ class FileSuitesTest(TempDirTestCase):
         table = render(figures, markdown=True).splitlines()
         self.assertEqual(table[0], "| figure | value | limit | ratio | target | verdict |")
         self.assertEqual(len(table), 2 + len(FILE_FIGURES))
+
+    @slow
+    def test_quick_mode_prints_the_comparison_table_beside_sqlite3(self) -> None:
+        out = io.StringIO()
+        # The other suites' toy run is the test above; here the command itself runs in quick mode.
+        with mock.patch.object(file, "SUITES", ()), contextlib.redirect_stdout(out):
+            self.assertEqual(file.main(["--quick", "--runs", "1", "--md", "--dir", self.dir]), 0)
+        lines = out.getvalue().splitlines()
+        self.assertTrue(lines[0].startswith("_nobroker bench (--quick, median of 1 runs) on "), lines[0])
+        self.assertIn(f"payload {engine.PAYLOAD_TEXT} ({engine.PAYLOAD_BYTES} bytes)", lines[0])
+        header = lines.index("| figure | limit | sqlite3 | nobroker | nobroker/limit | nobroker/sqlite3 "
+                             "| CPU µs/job (sqlite3 / nobroker) | bytes/job on disk (payload 43) | target | verdict |")
+        rows = lines[header + 2: header + 2 + len(ENGINE_ROWS)]
+        for row, name in zip(rows, ENGINE_ROWS):
+            self.assertTrue(row.startswith(f"| {name} |"), (row, name))
+            self.assertRegex(row, r"\| (met|short) \|$")
+        self.assertEqual(os.listdir(self.dir), [], "the scratch queues are removed")
+
+
+class SqliteQueueTest(TempDirTestCase):
+    """The baseline is a real queue: what it is measured doing, it does correctly."""
+
+    def test_a_round_trip_in_priority_then_fifo_order(self) -> None:
+        with SqliteQueue(self.dir) as q:
+            for i in range(3):
+                q.enqueue({"n": i})
+            q.enqueue({"urgent": True}, priority=5)
+            self.assertEqual(q.enqueue_many([{"n": 3}, {"n": 4}]), 2)
+            leased = [q.lease_one() for _ in range(7)]
+            self.assertIsNone(leased[-1], "every job is leased: nothing more to lease")
+            self.assertEqual([j.payload for j in leased[:-1] if j], [{"urgent": True}] + [{"n": i} for i in range(5)])
+            self.assertEqual(q.count(), 6, "leased jobs stay until acked")
+            for job in leased[:-1]:
+                assert job is not None
+                self.assertTrue(q.ack(job))
+            self.assertEqual(q.count(), 0)
+            self.assertIsNone(q.lease_one())
+
+    def test_an_expired_lease_goes_to_the_next_worker_and_the_late_ack_is_refused(self) -> None:
+        with SqliteQueue(self.dir, visibility_timeout=0.05) as q:
+            q.enqueue({"n": 1})
+            first = q.lease_one()
+            assert first is not None
+            leased: list[Leased] = []
+
+            def leased_again() -> bool:
+                job = q.lease_one()
+                leased.extend([job] if job else [])
+                return bool(leased)
+
+            self.assertTrue(wait_until(leased_again), "the lease never expired")
+            second = leased[0]
+            self.assertEqual((second.id, second.token), (first.id, first.token + 1))
+            self.assertFalse(q.ack(first), "a stale lease must not ack")
+            self.assertTrue(q.ack(second))
+            self.assertEqual(q.count(), 0)
+
+    def test_two_connections_never_lease_one_job_twice(self) -> None:
+        with SqliteQueue(self.dir) as a, SqliteQueue(self.dir) as b:
+            a.enqueue_many([{"n": i} for i in range(20)])
+            got = [q.lease_one() for _ in range(10) for q in (a, b)]
+            self.assertEqual(sorted(j.payload["n"] for j in got if j), list(range(20)))
+            self.assertIsNone(b.lease_one())
+
+    def test_it_is_durable_as_measured_wal_and_synchronous_full(self) -> None:
+        with SqliteQueue(self.dir) as q:
+            self.assertEqual(q._db.execute("PRAGMA journal_mode").fetchone()[0], "wal")
+            self.assertEqual(q._db.execute("PRAGMA synchronous").fetchone()[0], 2)  # FULL
+            q.enqueue({"kept": True})
+        db = sqlite3.connect(os.path.join(self.dir, DATABASE))
+        self.addCleanup(db.close)
+        self.assertEqual(db.execute("SELECT payload FROM jobs").fetchall(), [('{"kept": true}',)])
+        db.close()
+        with SqliteQueue(self.dir) as q:
+            job = q.lease_one()
+            self.assertEqual(job.payload if job else None, {"kept": True})
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def _use_inherited_queue(q: Queue, job_id: str, out: Any) -> None:
     """A forked child: read through the queue object it inherited, wait on it, close it; report its backend."""
     try:
         payload = q.get(job_id).payload
-        pid = q.storage._link._conn.info.backend_pid  # type: ignore[attr-defined]
+        pid = q.storage._side._conn.info.backend_pid  # type: ignore[attr-defined]
         q.wait_for_jobs(0.01)
         q.close()
         out.put((payload, pid))
@@ -294,8 +294,9 @@ class PostgresStorageTests(PostgresTestCase):
     def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(self) -> None:
         q = self.open_queue()
         job = q.enqueue("x")
+        self.assertEqual(q.get(job.id).payload, "x")  # the second connection (reads) is open too
         self.assertFalse(q.wait_for_jobs(0.01))  # listening as well
-        conn, listener = q.storage._link._conn, q.storage._listener._conn  # type: ignore[attr-defined]
+        conn, listener = q.storage._side._conn, q.storage._listener._conn  # type: ignore[attr-defined]
         out = _fork.Queue()
         child = _fork.Process(target=_use_inherited_queue, args=(q, job.id, out))
         child.start()
@@ -305,7 +306,7 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertNotEqual(got[1], conn.info.backend_pid, "the child spoke on the parent's connection")
         # Neither the child's work nor its close() touched the parent's sockets.
         self.assertEqual(q.get(job.id).payload, "x")
-        self.assertIs(q.storage._link._conn, conn)  # type: ignore[attr-defined]
+        self.assertIs(q.storage._side._conn, conn)  # type: ignore[attr-defined]
         self.assertFalse(q.wait_for_jobs(0.01))
         self.assertIs(q.storage._listener._conn, listener)  # type: ignore[attr-defined]
 
@@ -330,8 +331,32 @@ class PostgresStorageTests(PostgresTestCase):
         self.assertLess(time.monotonic() - t0, PATIENCE / 2)
         self.assertEqual(len(idle.lease()), 1)
 
-    def test_waiters_poll_because_notify_misses_delayed_jobs_and_expired_leases(self) -> None:
-        self.assertIs(self.open_queue().wakes_waiters(), False)
+    def test_idle_waits_end_when_the_next_job_or_lease_comes_due(self) -> None:
+        # No NOTIFY announces a delayed job or an expiring lease: the wait asks when the next comes due.
+        q = self.open_queue(visibility_timeout=0.6, backoff=NO_BACKOFF)
+        self.assertIs(q.wakes_waiters(), True)
+        q.enqueue("later", delay=0.6)
+        started = time.monotonic()
+        self.assertTrue(q.wait_for_jobs(PATIENCE))
+        self.assertGreaterEqual(time.monotonic() - started, 0.3, "woke long before the job came due")
+        job = q.lease_one()
+        self.assertIsNotNone(job)
+        started = time.monotonic()
+        self.assertTrue(q.wait_for_jobs(PATIENCE), "the lease's deadline ends the wait")
+        self.assertGreaterEqual(time.monotonic() - started, 0.3)
+        self.assertEqual([j.id for j in q.lease()], [job.id])  # type: ignore[union-attr]
+
+    def test_an_idle_wait_sees_a_job_another_process_delays_meanwhile(self) -> None:
+        idle, other = self.open_queue(), self.open_queue()
+        self.assertFalse(idle.wait_for_jobs(0.01))  # nothing due: listening, and it said so
+        woke: list[bool] = []
+        thread = threading.Thread(target=lambda: woke.append(idle.wait_for_jobs(PATIENCE)))
+        thread.start()
+        time.sleep(0.05)
+        other.enqueue("soon", delay=0.2)  # no NOTIFY: the wait's next look at the due time finds it
+        thread.join(PATIENCE)
+        self.assertEqual(woke, [True])
+        self.assertEqual(len(idle.lease()), 1)
 
     def test_wait_for_jobs_is_not_woken_by_other_queues(self) -> None:
         idle = self.open_queue()
@@ -486,10 +511,13 @@ class PostgresStorageTests(PostgresTestCase):
             self.assertIn("jobs_pkey", plan)
             self.assertNotIn("jobs_leases", plan.split("Query Text")[0] + plan[plan.find("Update on"):])
 
-    @slow
-    def fill_and_watch_plans(self, q: Queue, state: str) -> list[str]:
-        """100,000 rows in ``state``, then every plan ``q`` runs from here on (generic plans, via auto_explain)."""
-        conn = q.storage._link._conn  # type: ignore[attr-defined]
+    def fill_and_watch_plans(self, q: Queue, state: str, *, side: bool = False) -> list[str]:
+        """100,000 rows in ``state``, then every plan ``q`` runs from here on (generic plans, via auto_explain).
+
+        ``side``: watch the connection of reads (listings, stats) rather than the one of the work.
+        """
+        len(q)  # both connections are open
+        conn = (q.storage._side if side else q.storage._link)._connection()  # type: ignore[attr-defined]
         try:
             conn.execute("LOAD 'auto_explain'")
         except Exception as exc:
@@ -522,7 +550,7 @@ class PostgresStorageTests(PostgresTestCase):
     @slow
     def test_the_dlq_listing_keeps_the_index_plan_over_a_large_dlq(self) -> None:
         q = self.open_queue()
-        plans = self.fill_and_watch_plans(q, "dead")
+        plans = self.fill_and_watch_plans(q, "dead", side=True)
         for _ in range(6):  # past psycopg's prepare threshold: the server keeps a generic plan
             self.assertEqual(len(q.dlq(limit=50)), 50)
         listings = [plan for plan in plans if "UNION ALL" in plan]
@@ -576,12 +604,14 @@ class StatementTextTests(unittest.TestCase):
 
         for name, text in build("nb_text").items():
             with self.subTest(name):
-                self.assertIn('"nb_text".jobs', text)
-                self.assertEqual(re.findall(r"\{[a-z_]+\}", text), ["{count}"] if name.startswith("claim") else [])
+                self.assertRegex(text, r'"nb_text"\.(jobs|counts)')
+                self.assertNotIn("{schema}", text)
+                holes = set(re.findall(r"\{[a-z_]+\}", text))
+                self.assertEqual(holes, {"{count}"} if name.startswith("claim") else set())
         statements = Statements("nb_text")
         self.assertIn("LIMIT 7 FOR UPDATE SKIP LOCKED", statements.claim(7, kinds=False))
-        self.assertNotIn("kind = ANY(", statements.claim(7, kinds=False))
-        self.assertIn("kind = ANY(", statements.claim(7, kinds=True))
+        self.assertNotIn("k.kind", statements.claim(7, kinds=False))
+        self.assertIn("kind = k.kind", statements.claim(7, kinds=True))
         statements.claim(1, kinds=False)
         for bad in (0, -1, True, 2.0, "3"):
             with self.subTest(count=bad), self.assertRaises(ValueError):
@@ -606,7 +636,10 @@ class PostgresSchemaTests(unittest.TestCase):
     def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
         from nobroker.postgres import latest_version, migrate
 
-        self.assertEqual(migrate(self.dsn, schema=self.schema), ["001_init.sql", "002_retries_and_finished_jobs.sql"])
+        self.assertEqual(
+            migrate(self.dsn, schema=self.schema),
+            ["001_init.sql", "002_retries_and_finished_jobs.sql", "003_claim_paths_counts_and_upkeep.sql"],
+        )
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
@@ -790,7 +823,7 @@ class PostgresRestartTests(unittest.TestCase):
         self.assertTrue(wait_until(lambda: q.stats().done == 20, PATIENCE), q.stats())
         # Both workers are running (each LISTENs once it idles) before the restart, so the
         # SIGTERM below meets a Worker's handler, not a process still starting up.
-        self.assertTrue(wait_until(lambda: _listening_on(self.dsn, self.schema, "restart") == 2, PATIENCE))
+        self.assertTrue(wait_until(lambda: _listening_on(self.dsn) == 2, PATIENCE))
         self.restart()
         second = q.enqueue_many(list(range(20)), job_ids=[f"after-{i}" for i in range(20)])
         self.assertTrue(wait_until(lambda: q.stats().done == 40, PATIENCE * 2), q.stats())
@@ -830,13 +863,14 @@ def _drop_schema_at(dsn: str, schema: str) -> None:
         pass
 
 
-def _listening_on(dsn: str, schema: str, name: str) -> int:
-    """How many connections LISTEN on the channel of queue ``name``."""
-    from nobroker.postgres.connection import channel_name
-
+def _listening_on(dsn: str) -> int:
+    """How many connections an idle Worker listens on (its waits also ask when the next job is due)."""
     with connect(dsn) as conn:
-        statement = "SELECT count(*) FROM pg_stat_activity WHERE query = %s"
-        return int(conn.execute(statement, (f'LISTEN "{channel_name(schema, name)}"',)).fetchone()[0])
+        statement = (
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'nobroker-listen' AND datname = current_database()"
+        )
+        return int(conn.execute(statement).fetchone()[0])
 
 
 def _backend_alive(pid: int) -> bool:

@@ -1,8 +1,9 @@
 """The benchmark's tables: the file storage's figures as plain text or Markdown, and the Markdown both suites print.
 
 Owns: ``render`` (the file storage's table), ``fmt`` (a figure's value at a
-sensible precision) and ``markdown_table`` (shared with the PostgreSQL
-suite). Imports: plan. Printing stays with the suites' ``main``.
+sensible precision), ``markdown_table`` (shared with the PostgreSQL suite)
+and ``table`` (rows as aligned text or Markdown, for every table of the file
+storage's suites). Imports: plan. Printing stays with the suites' ``main``.
 """
 
 from __future__ import annotations
@@ -37,10 +38,16 @@ def render(figures: list[Figure], *, markdown: bool) -> str:
         ]
         for f in figures
     ]  # fmt: skip
+    return table(header, rows, markdown=markdown)
+
+
+def table(header: list[str], rows: list[list[str]], *, markdown: bool) -> str:
+    """``rows`` under ``header``: a Markdown table, or plain text in aligned columns."""
+    assert all(len(r) == len(header) for r in rows), "every row has a cell per column"
     if markdown:
         return markdown_table(header, rows)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows])
 
 
-__all__ = ["render", "fmt", "markdown_table"]
+__all__ = ["render", "fmt", "markdown_table", "table"]

@@ -1,20 +1,19 @@
-"""The file storage at size: memory per job, opening with and without a snapshot, compaction beside a busy peer.
+"""The file storage at size: memory per job, opening with and without a snapshot.
 
 Owns: the figures of a queue of ``plan.pending`` jobs (200,000 by default;
 the 1,000,000-job figures of ``--full`` are these at that size): memory per
 job, stats() and the first lease after opening, opening a log and a
-compacted queue with their snapshot and without one (as after a crash),
-closing, and one compaction while another process enqueues without pause.
-Each measurement that opens a queue runs in a fresh process, so memory
-freed by building it cannot hide the cost. Imports: nobroker (Queue), plan,
-report (fmt).
+compacted queue with their snapshot and without one (the snapshot removed),
+closing. Each measurement that opens a queue runs in a fresh process, so
+memory freed by building it cannot hide the cost. What a compaction or an
+opening costs the other processes is peers.py's. Imports: nobroker (Queue),
+plan.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -22,22 +21,17 @@ from typing import Any
 
 from nobroker import Queue
 from tools.bench.plan import Figure, Plan, fresh, progress
-from tools.bench.report import fmt
 
-#: Longest single enqueue a peer may see while another process compacts ("a few ms").
-STALL_TARGET_MS = 10.0
 #: Targets per 1,000,000 pending jobs, scaled to the run's size: seconds to open a log
 #: after a clean close, and a compacted queue after a clean close.
 OPEN_SECONDS_PER_MILLION, OPEN_COMPACTED_SECONDS_PER_MILLION = 4.0, 1.5
 #: Targets whatever the size: bytes of memory per pending job, stats() and first lease_one() in ms.
 BYTES_PER_JOB, STATS_MS, FIRST_LEASE_MS = 150, 1, 5
-#: Compactions beside an enqueuer, at most (each is slow at size; the median is reported).
-STALL_ROUNDS = 3
 
 
 def figures(root: str, plan: Plan) -> list[Figure]:
-    """The size, opening and compaction figures, in the table's order."""
-    return size_table(root, plan.pending) + stall_table(root, plan.pending, min(plan.runs, STALL_ROUNDS))
+    """The size and opening figures, in the table's order."""
+    return size_table(root, plan.pending)
 
 
 def size_table(root: str, pending: int) -> list[Figure]:
@@ -61,27 +55,6 @@ def size_table(root: str, pending: int) -> list[Figure]:
         Figure(f"open a compacted queue of {pending:,} jobs, after a clean close", size["compacted_snapshot"], "s",
                f"<= {compact_target:g}", size["compacted_snapshot"] <= compact_target),
         Figure(f"open a compacted queue of {pending:,} jobs, no snapshot", size["compacted_replay"], "s", "", None),
-    ]  # fmt: skip
-
-
-def stall_table(root: str, pending: int, rounds: int) -> list[Figure]:
-    """A compaction of ``pending`` jobs beside an enqueuing peer, ``rounds`` times: the medians."""
-    stalls = []
-    for i in range(rounds):
-        progress(f"compaction of {pending:,} jobs beside an enqueuer ({i + 1}/{rounds})")
-        stalls.append(compaction_stall(root, pending))
-
-    def med(key: str) -> float:
-        return statistics.median(s[key] for s in stalls)
-
-    held, stall = med("held_ms"), med("stall_ms")
-    return [
-        Figure(f"longest file-lock hold while compacting {pending:,} jobs", held, "ms",
-               f"<= {STALL_TARGET_MS:g}", held <= STALL_TARGET_MS),
-        Figure(f"a peer's longest enqueue meanwhile (alone: {fmt(med('alone_ms'))} ms, "
-               f"median {fmt(med('median_ms'))} ms)", stall, "ms", f"<= {STALL_TARGET_MS:g}", stall <= STALL_TARGET_MS),
-        Figure(f"compaction of {pending:,} jobs (half done), a peer enqueuing", med("compaction"), "s", "", None),
-        Figure("the peer's first enqueue after the flip (re-reads the new generation)", med("flip_ms"), "ms", "", None),
     ]  # fmt: skip
 
 
@@ -171,86 +144,6 @@ def size_figures(root: str, n: int, runs: int = 3) -> dict[str, float]:
     result["compacted_replay"] = child(_open_once, "close")["open"]
     result["compacted_snapshot"] = opens(True, "close")
     return result
-
-
-def _stall_compactor(directory: str, ready: Any, go: Any, out: Any) -> None:
-    with Queue(directory, auto_compact=None, lock_timeout=3600) as q:
-        # One operation first: the first write after opening a queue with many
-        # acked jobs prunes the lease index once, a cost of opening, not of compacting.
-        q.requeue_dead()
-        ready.release()
-        go.wait()
-        start = time.perf_counter()
-        result = q.compact()
-        out.put({"compaction": time.perf_counter() - start, "held": result.lock_held})
-
-
-def _stall_enqueuer(directory: str, ready: Any, stop: Any, out: Any) -> None:
-    with Queue(directory, auto_compact=None, lock_timeout=3600) as q:
-        storage: Any = q.storage
-        q.enqueue({"t": 0})  # the first write after opening has a one-off cost (see _stall_compactor)
-        ready.release()
-        marks: list[tuple[float, float, bool]] = []  # (started, seconds, followed the flip)
-        while not stop.is_set():
-            generation = storage.generation
-            start = time.perf_counter()
-            q.enqueue({"t": start})
-            marks.append((time.time(), time.perf_counter() - start, storage.generation != generation))
-        out.put(marks)
-
-
-def compaction_stall(root: str, n: int) -> dict[str, float]:
-    """One process compacts a queue of ``n`` jobs (half of them done) while another enqueues without pause.
-
-    Returns the compaction time, the longest hold of the file lock by the
-    compactor (what it can make a peer wait), the longest enqueue of the
-    other process while it ran (that wait plus the enqueue's own work and
-    fsync, on a disk the compactor is writing to), that process's longest
-    enqueue during a second alone before it and its median, for scale, and
-    the one enqueue that followed the flip (it re-reads the new generation).
-    """
-    directory = fresh(root)
-    with Queue(directory, fsync=False, auto_compact=None) as q:
-        for start_at in range(0, n, 10_000):
-            jobs = q.enqueue_many([{"i": i} for i in range(start_at, min(n, start_at + 10_000))])
-            q.ack_many(q.lease(len(jobs) // 2))
-    if hasattr(os, "sync"):
-        os.sync()
-    ctx = multiprocessing.get_context("spawn")
-    ready, go, stop = ctx.Semaphore(0), ctx.Event(), ctx.Event()
-    out, marks_out = ctx.Queue(), ctx.Queue()
-    compactor = ctx.Process(target=_stall_compactor, args=(directory, ready, go, out))
-    enqueuer = ctx.Process(target=_stall_enqueuer, args=(directory, ready, stop, marks_out))
-    compactor.start()
-    enqueuer.start()
-    ready.acquire()
-    ready.acquire()
-    quiet = time.time()
-    time.sleep(1.0)  # the enqueuer alone first: its longest enqueue without a compaction, for scale
-    started = time.time()
-    go.set()
-    result = out.get(timeout=3600)
-    ended = time.time()
-    time.sleep(0.3)
-    stop.set()
-    marks = marks_out.get(timeout=600)
-    compactor.join()
-    enqueuer.join()
-    shutil.rmtree(directory, ignore_errors=True)
-    # Every enqueue that overlapped the compaction, except the one that followed
-    # the flip (reported apart: it re-reads the new generation, whatever held the lock).
-    during = [seconds for at, seconds, flip in marks if at < ended and at + seconds > started and not flip]
-    alone = [seconds for at, seconds, _flip in marks if quiet <= at and at + seconds <= started]
-    flips = [seconds for _at, seconds, flip in marks if flip]
-    return {
-        "compaction": result["compaction"],
-        "held_ms": result["held"] * 1000,
-        "stall_ms": max(during) * 1000 if during else float("nan"),
-        "median_ms": statistics.median(during) * 1000 if during else float("nan"),
-        "alone_ms": max(alone) * 1000 if alone else float("nan"),
-        "enqueues": len(during),
-        "flip_ms": max(flips) * 1000 if flips else float("nan"),
-    }
 
 
 __all__ = ["figures"]

@@ -1,29 +1,25 @@
-"""The file storage's throughput: enqueue (1 thread, 8 threads, 4 processes), lease + ack, a Worker's drain, enqueue_many.
+"""The file storage's throughput: a Worker's drain.
 
-Owns: those measurements and their figures, each beside ``limit``, the rate
-of 120-byte append+fdatasync on the same disk, measured before each
-repetition (the machine is shared and noisy: the ratio is what means
-something). Imports: nobroker (Queue, Worker), nobroker.cli.bench
-(disk_limit, the same yardstick as ``nobroker bench``), plan.
+Owns: that measurement and its figure, beside ``limit``, the rate of
+120-byte append+fdatasync on the same disk, measured before each repetition
+(the machine is shared and noisy: the ratio is what means something).
+Enqueue, lease + ack and enqueue_many are engine.py's, beside sqlite3.
+Imports: nobroker (Queue, Worker), nobroker.cli.bench (disk_limit, the same
+yardstick as ``nobroker bench``), plan.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import statistics
-import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from nobroker import Queue, Worker
 from nobroker.cli.bench import disk_limit
 from tools.bench.plan import Figure, Plan, fresh, progress
 
 #: The share of the disk's append+fsync rate each figure aims at (a batch of appends shares one fsync).
-TARGET_RATIOS = {"single": 0.8, "shared": 2.0, "lease_ack": 0.5}
-#: The floor for enqueue_many, 1,000 jobs per call.
-ENQUEUE_MANY_TARGET = 200_000
+TARGET_RATIOS = {"shared": 2.0}
 
 
 def figures(root: str, plan: Plan) -> list[Figure]:
@@ -45,80 +41,11 @@ def figures(root: str, plan: Plan) -> list[Figure]:
                    statistics.median(limits), ratio)
         )  # fmt: skip
 
-    n, shared = plan.jobs, TARGET_RATIOS["shared"]
-    against_limit("enqueue, 1 thread", lambda: enqueue_single(root, n), TARGET_RATIOS["single"])
-    against_limit("enqueue, 8 threads", lambda: enqueue_threads(root, 2 * n), shared)
-    against_limit("enqueue, 4 processes", lambda: enqueue_processes(root, 2 * n), shared)
-    against_limit("lease_one + ack, 1 thread", lambda: lease_ack_single(root, n), TARGET_RATIOS["lease_ack"])
+    shared = TARGET_RATIOS["shared"]
     drain = plan.drain_jobs
     against_limit(f"Worker(concurrency=8) drains {drain:,}", lambda: worker_drain(root, drain), shared)
 
-    progress("enqueue_many")
-    many = statistics.median(enqueue_many_rate(root) for _ in range(plan.runs))
-    out.append(Figure("enqueue_many, 1,000 per call", many, "jobs/s", f">= {ENQUEUE_MANY_TARGET:,}", many >= ENQUEUE_MANY_TARGET))
     return out
-
-
-def enqueue_single(root: str, n: int) -> float:
-    with Queue(fresh(root)) as q:
-        start = time.perf_counter()
-        for i in range(n):
-            q.enqueue({"i": i})
-        return n / (time.perf_counter() - start)
-
-
-def enqueue_threads(root: str, n: int, threads: int = 8) -> float:
-    with Queue(fresh(root)) as q:
-        per = n // threads
-        gate = threading.Barrier(threads + 1)
-
-        def run() -> None:
-            gate.wait()
-            for i in range(per):
-                q.enqueue({"i": i})
-
-        pool = [threading.Thread(target=run) for _ in range(threads)]
-        for t in pool:
-            t.start()
-        gate.wait()
-        start = time.perf_counter()
-        for t in pool:
-            t.join()
-        return per * threads / (time.perf_counter() - start)
-
-
-def _producer(directory: str, n: int, ready: Any, go: Any) -> None:
-    with Queue(directory) as q:
-        ready.release()
-        go.wait()
-        for i in range(n):
-            q.enqueue({"i": i})
-
-
-def enqueue_processes(root: str, n: int, processes: int = 4) -> float:
-    ctx = multiprocessing.get_context("spawn")
-    directory = fresh(root)
-    ready, go = ctx.Semaphore(0), ctx.Event()
-    per = n // processes
-    procs = [ctx.Process(target=_producer, args=(directory, per, ready, go)) for _ in range(processes)]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        ready.acquire()
-    start = time.perf_counter()
-    go.set()
-    for p in procs:
-        p.join()
-    return per * processes / (time.perf_counter() - start)
-
-
-def lease_ack_single(root: str, n: int) -> float:
-    with Queue(fresh(root)) as q:
-        q.enqueue_many([{"i": i} for i in range(n)])
-        start = time.perf_counter()
-        for _ in range(n):
-            q.ack(q.lease_one())  # type: ignore[arg-type]
-        return n / (time.perf_counter() - start)
 
 
 def worker_drain(root: str, n: int, concurrency: int = 8) -> float:
@@ -131,17 +58,6 @@ def worker_drain(root: str, n: int, concurrency: int = 8) -> float:
         elapsed = time.perf_counter() - start
         assert stats.succeeded == n, stats
         return n / elapsed
-
-
-def enqueue_many_rate(root: str, batch: int = 1000, rounds: int = 20) -> float:
-    with Queue(fresh(root)) as q:
-        rates = []
-        for r in range(rounds):
-            payloads = [{"i": i, "r": r} for i in range(batch)]
-            start = time.perf_counter()
-            q.enqueue_many(payloads)
-            rates.append(batch / (time.perf_counter() - start))
-        return statistics.median(rates)
 
 
 __all__ = ["figures"]

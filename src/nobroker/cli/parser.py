@@ -91,9 +91,9 @@ The file storage keeps each queue in a folder (--dir, default {DEFAULT_DIR});
 over the environment). Global options go before or after the sub-command.
 """
 
-EPILOG = f"""\
+EPILOG = """\
 examples:
-  nobroker enqueue '{{"resize": "photo.jpg"}}' --priority 5
+  nobroker enqueue '{"resize": "photo.jpg"}' --priority 5
   nobroker stats
   nobroker work myapp.tasks:handle --concurrency 4
   nobroker dlq --requeue

@@ -7,7 +7,8 @@ The package, in its order (a module imports only modules above it):
 
     driver.py      the one import of psycopg, and what to install without it
     statements.py  the SQL text of every operation and its parameters; a row as a Job
-    connection.py  connecting, the storage's one connection (reconnect, retry once), LISTEN/NOTIFY
+    connection.py  connecting, a storage's connections (reconnect, retry once), LISTEN and the idle wait
+    wakeups.py     which writes NOTIFY: at most one per queue per few ms, the last one owed never lost
     schema.py      the numbered migrations in sql/, row level security, the version check
     operations.py  each operation on one connection (the statements it sends, what the rows mean)
     storage.py     PostgresStorage, wiring only

@@ -54,6 +54,17 @@ CONNECT_TIMEOUT = 5
 RECONNECT_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0)
 #: libpq counts connect_timeout in whole seconds, and treats less than this as this.
 LIBPQ_MIN_CONNECT_TIMEOUT = 2
+#: TCP keepalives (seconds idle before the first probe, between probes, probes lost before the connection
+#: counts as dead) and how long sent data may stay unacknowledged (libpq's tcp_user_timeout, seconds): a
+#: half-open connection fails within about a minute instead of stalling every thread of a Worker. Unix
+#: sockets ignore them. A DSN that sets one of these keeps its own.
+KEEPALIVES_IDLE, KEEPALIVES_INTERVAL, KEEPALIVES_COUNT = 10, 5, 3
+DEFAULT_TCP_USER_TIMEOUT = 30.0
+#: Longest one statement may run (the session's statement_timeout), by default: every statement of the
+#: storage is bounded (claims, batches of pruning), so only a stuck one reaches it.
+DEFAULT_STATEMENT_TIMEOUT = 300.0
+#: How often an idle wait asks again when the queue's next job comes due (for jobs others delay meanwhile).
+DUE_RECHECK = 0.5
 
 
 # ---------------------------------------------------------------- naming a server
@@ -98,6 +109,16 @@ def channel_name(schema: str, queue: str) -> str:
     """The LISTEN/NOTIFY channel of one queue (an identifier, whatever the queue's name)."""
     digest = hashlib.sha1(f"{schema}\x00{queue}".encode()).hexdigest()[:20]
     return f"nobroker_{digest}"
+
+
+def connection_options(dsn: str, tcp_user_timeout: float) -> dict[str, Any]:
+    """The keepalive and TCP timeout parameters to connect with, where the DSN does not set its own."""
+    given = dsn_parameters(dsn)
+    wanted: dict[str, Any] = {
+        "keepalives": 1, "keepalives_idle": KEEPALIVES_IDLE, "keepalives_interval": KEEPALIVES_INTERVAL,
+        "keepalives_count": KEEPALIVES_COUNT, "tcp_user_timeout": int(tcp_user_timeout * 1000),
+    }  # fmt: skip
+    return {key: value for key, value in wanted.items() if key not in given}
 
 
 def one_line(exc: BaseException) -> str:
@@ -218,7 +239,8 @@ class Link(_Owned):
 
     def __init__(
         self, dsn: str, *, queue: str, schema: str, reconnect_timeout: float, lock_timeout: float, durable: bool,
-        prepare_threshold: int | None,
+        prepare_threshold: int | None, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        options: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         self.dsn = dsn
         self.location = redact_dsn(dsn)
@@ -228,6 +250,8 @@ class Link(_Owned):
         self._lock_timeout = lock_timeout
         self._durable = durable
         self._prepare_threshold = prepare_threshold
+        self._statement_timeout = statement_timeout
+        self._options = dict(options or {})
         self._mutex = threading.Lock()
         self._closed = False
         super().__init__()
@@ -236,14 +260,16 @@ class Link(_Owned):
         """A new connection with the queue's session settings, trying again while the server is unreachable."""
         return connect(
             self.dsn, timeout=self._reconnect_timeout, location=self.location, setup=self._set_session,
-            prepare_threshold=self._prepare_threshold, application_name="nobroker",
+            prepare_threshold=self._prepare_threshold, application_name="nobroker", **self._options,
         )  # fmt: skip
 
     def _set_session(self, conn: Any) -> None:
         lock_ms = max(1, int(self._lock_timeout * 1000))
+        statement_ms = int(self._statement_timeout * 1000)  # 0: no limit
         conn.execute(
-            "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false)",
-            (f"{lock_ms}ms", "on" if self._durable else "off"),
+            "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false),"
+            " set_config('statement_timeout', %s, false)",
+            (f"{lock_ms}ms", "on" if self._durable else "off", f"{statement_ms}ms"),
         )
 
     @staticmethod
@@ -319,22 +345,32 @@ class Link(_Owned):
 
 # ---------------------------------------------------------------- waiting for work
 class Listener(_Owned):
-    """A second connection that LISTENs on one queue's channel, opened the first time a worker idles."""
+    """A second connection that LISTENs on one queue's channel, opened the first time a worker idles.
 
-    def __init__(self, dsn: str, channel: str) -> None:
+    An idle wait also asks, on this connection, when the queue's next
+    scheduled job or lease comes due (``due``), and ends then: a delayed job
+    sends no NOTIFY. It asks again every DUE_RECHECK seconds, for the delayed
+    jobs other processes add meanwhile.
+    """
+
+    def __init__(self, dsn: str, channel: str, options: dict[str, Any] | None = None) -> None:
         self.dsn = dsn
         self.channel = channel
+        self._options = dict(options or {})
         self._mutex = threading.Lock()
         self._failed = False  # the failure is logged once, until listening works again
         self._closed = False
+        self._heard = False  # a NOTIFY psycopg took in while a statement ran here
         super().__init__()
 
-    def wait(self, timeout: float, interrupt: int | None) -> bool:
+    def wait(self, timeout: float, interrupt: int | None, due: Callable[[Any], float | None] | None = None) -> bool:
         """Sleep until a NOTIFY arrives on the channel (True), ``timeout`` passes or ``interrupt`` is readable.
 
-        If the listening connection cannot be had, this sleeps (polling
-        fallback) and says False. When the server goes away under it, it
-        says True, so the caller's next operation reconnects.
+        ``due(conn)``: seconds until the next job or lease comes due (None:
+        none); the wait ends then (True: worth leasing). If the listening
+        connection cannot be had, this sleeps (polling fallback) and says
+        False. When the server goes away under it, it says True, so the
+        caller's next operation reconnects.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._mutex:
@@ -350,39 +386,56 @@ class Listener(_Owned):
                 _sleep_until(deadline, interrupt)
                 return False
             try:
-                return self._wait_on(conn, deadline, interrupt)
+                return self._wait_on(conn, deadline, interrupt, due)
             except (psycopg.Error, OSError, ValueError):
                 # The server went away: wake the caller, whose next operation reconnects.
                 self._drop()
                 return True
 
-    @staticmethod
-    def _wait_on(conn: Any, deadline: float, interrupt: int | None) -> bool:
+    def _wait_on(
+        self, conn: Any, deadline: float, interrupt: int | None, due: Callable[[Any], float | None] | None
+    ) -> bool:
         pgconn = conn.pgconn
-        if _drain(pgconn):
-            return True
         fd = conn.fileno()
         extra = [] if interrupt is None else [interrupt]
+        recheck = time.monotonic()
         while True:
+            now = time.monotonic()
+            if due is not None and now >= recheck:
+                seconds = due(conn)
+                if seconds is not None and seconds <= 0:
+                    return True
+                recheck = now + min(DUE_RECHECK, seconds if seconds is not None else DUE_RECHECK)
+            if self._take_heard() or _drain(pgconn):
+                return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            ready = readable([fd, *extra], remaining)
+            wake_at = min(remaining, recheck - time.monotonic()) if due is not None else remaining
+            ready = readable([fd, *extra], max(wake_at, 0.0))
             if interrupt is not None and interrupt in ready:
                 return False
-            if fd in ready and _drain(pgconn):
-                return True
+
+    def _take_heard(self) -> bool:
+        heard, self._heard = self._heard, False
+        return heard
+
+    def _on_notify(self, _notify: Any) -> None:
+        self._heard = True
 
     def _listening(self) -> Any:
         conn = self._current()
         if conn is None or conn.closed or conn.broken:
             self._drop()
             conn = psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="nobroker-listen"
-            )
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="nobroker-listen",
+                **self._options,
+            )  # fmt: skip
+            conn.add_notify_handler(self._on_notify)
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             self._conn = conn
             self._failed = False
+            self._heard = False
         return conn
 
     def close(self) -> None:

@@ -38,6 +38,9 @@ JSON text, where NUL is the escape ``\\u0000``.
 
 from __future__ import annotations
 
+import logging
+import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +48,16 @@ from ..errors import LockTimeoutError, StorageError
 from ..jobs import Job, JobState, QueueStats
 from ..storage import EnqueueSpec, job_not_found, new_job_id, refusal
 from .driver import pg_errors, psycopg, tuple_row
-from .statements import Statements, row_job
+from .statements import PRUNE_BATCH, Statements, row_job
+
+logger = logging.getLogger("nobroker.postgres")
 
 #: Tries for an enqueue (or requeue) whose conflicting job changed before it could be read.
 ENQUEUE_TRIES = 5
+#: Tries for an enqueue on our own connection that met a deadlock or a serialization failure.
+CONFLICT_TRIES = 5
+#: Longest pause before the next of those tries, times the attempt number (seconds, drawn at random).
+CONFLICT_PAUSE = 0.02
 #: set_stage, as messages name it ("cannot set the stage of job ...").
 SET_STAGE = "set the stage of"
 
@@ -107,18 +116,18 @@ def enqueue_in_transaction(conn: Any, t: Target, specs: list[EnqueueSpec]) -> li
             f"conn must be a psycopg 3 Connection (synchronous) with an open transaction, got {type(conn).__name__}"
         )
     try:
-        return enqueue(conn, t, specs, own=False)
+        return enqueue(conn, t, specs, own=False, notify=any(spec.delay <= 0 for spec in specs))
     except pg_errors.LockNotAvailable as exc:
         raise LockTimeoutError(f"enqueue waited too long for a row lock: {exc}") from None
     except psycopg.Error as exc:
         raise StorageError(f"enqueue on the caller's connection failed: {exc}") from None
 
 
-def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec) -> Job | None:
+def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec, notify: bool) -> Job | None:
     """The common case, kept short: one job, nothing it could conflict with (None: drawn id taken)."""
     job_id = new_job_id()
     params = {
-        "q": t.queue, "off": t.clock_offset, "chan": t.channel, "id": job_id, "kind": spec.kind,
+        "q": t.queue, "off": t.clock_offset, "chan": t.channel, "notify": notify, "id": job_id, "kind": spec.kind,
         "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
     }  # fmt: skip
     try:
@@ -131,13 +140,17 @@ def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec) -> Job | None:
     )  # fmt: skip
 
 
-def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool) -> list[Job]:
-    """Insert what does not conflict, look up what does, until every spec has its job (``own``: our connection)."""
+def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool, notify: bool) -> list[Job]:
+    """Insert what does not conflict, look up what does, until every spec has its job (``own``: our connection).
+
+    ``notify``: the inserts NOTIFY the queue's channel (the caller decided
+    whether any job is runnable at once and whether it is time to).
+    """
     out: list[Job | None] = [None] * len(specs)
     ids = [spec.job_id or new_job_id() for spec in specs]
     pending = list(range(len(specs)))
     for _try in range(ENQUEUE_TRIES):
-        created = _insert(conn, t, [specs[i] for i in pending], [ids[i] for i in pending], own=own)
+        created = _insert(conn, t, [specs[i] for i in pending], [ids[i] for i in pending], own=own, notify=notify)
         unresolved = []
         for i in pending:
             got = created.get(ids[i])
@@ -150,7 +163,7 @@ def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool) -> lis
         if own:
             # The conflicting job may hold an expired lease on its last attempt: once
             # reclaimed it is dead and its dedupe key free, as the file storage sees it.
-            reclaim(conn, t)
+            upkeep(conn, t)
         found = _find_existing(conn, t, [specs[i] for i in unresolved])
         pending = []
         for i in unresolved:
@@ -174,7 +187,28 @@ def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool) -> lis
     return out  # type: ignore[return-value]
 
 
-def _insert(conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], *, own: bool) -> dict[str, Job]:
+def enqueue_retrying(conn: Any, t: Target, specs: list[EnqueueSpec], *, notify: bool) -> list[Job]:
+    """``enqueue`` on our own connection, tried again after a deadlock or a serialization failure.
+
+    Safe: each statement is its own transaction (autocommit), so the one that
+    failed left nothing, and what an earlier statement inserted is found again
+    by its id or dedupe key. Batches insert in key order, so they should not
+    deadlock with each other; an application's own transactions still can.
+    """
+    for attempt in range(1, CONFLICT_TRIES + 1):
+        try:
+            return enqueue(conn, t, specs, own=True, notify=notify)
+        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
+            if attempt == CONFLICT_TRIES:
+                raise
+            logger.info("enqueue: %s; trying again (%d of %d)", type(exc).__name__, attempt + 1, CONFLICT_TRIES)
+            time.sleep(random.uniform(0.0, CONFLICT_PAUSE * attempt))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _insert(
+    conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], *, own: bool, notify: bool
+) -> dict[str, Job]:
     """INSERT what does not conflict; the new jobs by id (the first spec of an id wins)."""
     # Without ids or keys nothing can conflict but a random id, which is
     # astronomically rare: skip ON CONFLICT, and on our own connection
@@ -182,14 +216,21 @@ def _insert(conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], *, o
     fresh = own and all(s.job_id is None and s.dedupe_key is None for s in specs)
     if fresh:
         try:
-            return _insert_as(conn, t, specs, ids, "_fresh")
+            return _insert_as(conn, t, specs, ids, "_fresh", notify)
         except pg_errors.UniqueViolation:
             return {}  # nothing was inserted; the caller draws new ids
-    return _insert_as(conn, t, specs, ids, "")
+    # One row per id: a later spec of an id already in the batch gets the
+    # first one's job (it is the job the queue holds with that id).
+    first: dict[str, EnqueueSpec] = {}
+    for spec, job_id in zip(specs, ids):
+        first.setdefault(job_id, spec)
+    return _insert_as(conn, t, list(first.values()), list(first), "", notify)
 
 
-def _insert_as(conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], variant: str) -> dict[str, Job]:
-    params = t.params(chan=t.channel)
+def _insert_as(
+    conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], variant: str, notify: bool
+) -> dict[str, Job]:
+    params = t.params(chan=t.channel, notify=notify)
     if len(specs) == 1:
         spec = specs[0]
         params.update(
@@ -204,6 +245,9 @@ def _insert_as(conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], v
             keys=[s.dedupe_key for s in specs], payloads=[s.payload_json for s in specs],
         )  # fmt: skip
         statement = "insert_many"
+        if not variant:
+            statement, variant = "insert_sorted", ""
+            params["seqname"] = t.sql.sequence
     cur = conn.cursor(row_factory=tuple_row)  # the caller's connection may make dicts by default
     cur.execute(t.sql[statement + variant], params)
     first: dict[str, Any] = {}
@@ -237,14 +281,15 @@ def _find_existing(conn: Any, t: Target, specs: list[EnqueueSpec]) -> dict[tuple
 
 
 # ---------------------------------------------------------------- leases
-def reclaim(conn: Any, t: Target) -> None:
-    conn.execute(t.sql["reclaim"], t.with_backoff())
+def upkeep(conn: Any, t: Target) -> None:
+    """Reclaim expired leases and move scheduled jobs that came due into the claim's index (a batch of each)."""
+    conn.execute(t.sql["upkeep"], t.with_backoff())
 
 
-def _reclaim_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -> Any:
-    """Reclaim expired leases, then run ``statement``, in one round trip and one transaction (autocommit)."""
+def _upkeep_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -> Any:
+    """The upkeep, then ``statement``, in one round trip and one transaction (autocommit)."""
     with conn.pipeline():
-        conn.execute(t.sql["reclaim"], params)
+        conn.execute(t.sql["upkeep"], params)
         cur = conn.execute(statement, params)
     return cur
 
@@ -255,14 +300,14 @@ def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: fr
     # changed only as a statement after it: the two go together.
     claim = t.sql.claim(count, kinds=kinds is not None)
     params = t.with_backoff(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
-    jobs = [row_job(row) for row in _reclaim_then(conn, t, claim, params).fetchall()]
+    jobs = [row_job(row) for row in _upkeep_then(conn, t, claim, params).fetchall()]
     jobs.sort(key=lambda job: (-job.priority, job.seq))
     return jobs
 
 
 def _refuse(conn: Any, t: Target, job_id: str, token: str | None, action: str) -> None:
     """The UPDATE changed nothing: reclaim what expired (as the file storage would have), then say why."""
-    reclaim(conn, t)
+    upkeep(conn, t)
     row = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
     if row is None:
         raise job_not_found(job_id, t.queue)
@@ -302,12 +347,14 @@ def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None
 
 def nack(
     conn: Any, t: Target, job_id: str, token: str | None, *, error: str | None, traceback: str | None,
-    delay: float | None, permanent: bool,
-) -> Job:  # fmt: skip
-    return _change(
+    delay: float | None, permanent: bool, notify: bool,
+) -> tuple[Job, bool]:  # fmt: skip
+    """The job as the nack left it, and whether it is runnable at once without having notified (owed a NOTIFY)."""
+    row = _changed(
         conn, t, "nack", "nack", job_id, token, error=clean_error(error), traceback=clean_error(traceback),
-        delay=delay, perm=permanent,
+        delay=delay, perm=permanent, notify=notify,
     )  # fmt: skip
+    return row_job(row), row[17] == 0  # 0: runnable at once, not notified; 1: notified; NULL: not runnable
 
 
 def extend(conn: Any, t: Target, job_id: str, token: str | None, seconds: float) -> Job:
@@ -319,20 +366,24 @@ def set_stage(conn: Any, t: Target, job_id: str, token: str | None, stage: str |
 
 
 def _change(conn: Any, t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Job:
-    """Run one of the statements that change a leased job (nack, extend, stage); refuse if it changed nothing."""
+    """Run one of the statements that change a leased job (extend, stage); refuse if it changed nothing."""
+    return row_job(_changed(conn, t, action, statement, job_id, token, **values))
+
+
+def _changed(conn: Any, t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Any:
     params = t.with_backoff(id=job_id, token=token, chan=t.channel, **values)
     row = conn.execute(t.sql[statement], params).fetchone()
     if row is None:
         _refuse(conn, t, job_id, token, action)
-    return row_job(row)
+    return row
 
 
 # ---------------------------------------------------------------- the whole queue
-def requeue_dead(conn: Any, t: Target, job_id: str | None) -> int:
-    params = t.with_backoff(id=job_id, chan=t.channel)
+def requeue_dead(conn: Any, t: Target, job_id: str | None, notify: bool) -> int:
+    params = t.with_backoff(id=job_id, chan=t.channel, notify=notify)
     for _try in range(ENQUEUE_TRIES):
         try:
-            count = len(_reclaim_then(conn, t, t.sql["requeue"], params).fetchall())
+            count = len(_upkeep_then(conn, t, t.sql["requeue"], params).fetchall())
         except pg_errors.UniqueViolation:
             continue  # a job with the same dedupe key became active meanwhile: look again
         if count or job_id is None:
@@ -354,12 +405,39 @@ def purge(conn: Any, t: Target) -> int:
     return count
 
 
+def prune(conn: Any, t: Target, state: str, keep: float, *, batches: int | None = None) -> int:
+    """Delete ``state`` (done or dead) jobs finished ``keep`` seconds ago or more, PRUNE_BATCH at a time.
+
+    Each batch is its own statement and transaction (autocommit), so no
+    lock, and no transaction a vacuum must wait for, outlives one batch.
+    ``batches``: stop after this many (None: until none is left).
+    """
+    assert state in ("done", "dead"), state
+    params = t.params(state=state, keep=keep)
+    dropped, done = 0, 0
+    while batches is None or done < batches:
+        deleted = conn.execute(t.sql["prune"], params).rowcount
+        dropped += deleted
+        done += 1
+        if deleted < PRUNE_BATCH:
+            break
+    return dropped
+
+
 def compact(conn: Any, t: Target, retention: float) -> tuple[int, int]:
-    """Delete done jobs finished ``retention`` seconds ago or more: (dropped, kept)."""
-    params = t.with_backoff(keep=retention)
-    dropped = _reclaim_then(conn, t, t.sql["compact"], params).rowcount
-    kept = conn.execute(t.sql["count"], params).fetchone()[0]
-    return dropped, kept
+    """Delete done jobs finished ``retention`` seconds ago or more, in bounded batches: (dropped, kept)."""
+    upkeep(conn, t)
+    dropped = prune(conn, t, "done", retention)
+    return dropped, count(conn, t)
+
+
+#: Rows of count differences a read sums before it folds them into one per state.
+FOLD_COUNTS_AT = 1000
+
+
+def fold_counts(conn: Any, t: Target) -> None:
+    """Fold the queue's rows of count differences into one per state (stats stays a sum of a few rows)."""
+    conn.execute(t.sql["fold_counts"], t.params())
 
 
 # ---------------------------------------------------------------- reads
@@ -371,13 +449,28 @@ def get(conn: Any, t: Target, job_id: str) -> Job:
 
 
 def stats(conn: Any, t: Target) -> QueueStats:
-    ready, delayed, leased, done, dead = conn.execute(t.sql["stats"], t.with_backoff()).fetchone()
-    return QueueStats(ready=ready, delayed=delayed, leased=leased, done=done, dead=dead)
+    ready, delayed, leased, done, dead, rows = conn.execute(t.sql["stats"], t.with_backoff()).fetchone()
+    if rows > FOLD_COUNTS_AT:
+        fold_counts(conn, t)
+    return QueueStats(ready=int(ready), delayed=int(delayed), leased=int(leased), done=int(done), dead=int(dead))
 
 
 def count(conn: Any, t: Target) -> int:
-    total: int = conn.execute(t.sql["count"], t.params()).fetchone()[0]
-    return total
+    total, rows = conn.execute(t.sql["count"], t.params()).fetchone()
+    if rows > FOLD_COUNTS_AT:
+        fold_counts(conn, t)
+    return int(total)
+
+
+def notify(conn: Any, t: Target) -> None:
+    """NOTIFY the queue's channel, on its own (what a write that did not notify owed)."""
+    conn.execute("SELECT pg_notify(%s, '')", (t.channel,))
+
+
+def next_due(conn: Any, t: Target) -> float | None:
+    """Seconds until the queue's next scheduled job or lease comes due (None: there is none)."""
+    row = conn.execute(t.sql["next_due"], t.params()).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
 
 
 def list_jobs(conn: Any, t: Target, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:

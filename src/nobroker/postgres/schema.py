@@ -1,8 +1,8 @@
 """The versioned schema: the numbered SQL files in sql/, applied once each, and row level security.
 
 Owns: ``migrate`` (create or upgrade a schema, from any number of processes
-at once), ``ensure_schema`` (what opening a queue does: the version check,
-then migrate only if needed), ``latest_version``, ``queue_names`` (which
+at once), ``ensure_schema`` (what opening a queue does: read the version,
+create the schema where it is absent, refuse one that is behind), ``latest_version``, ``queue_names`` (which
 queues a schema holds; reads only), the splitting of a SQL file into
 statements, and the bookkeeping table ``<schema>.schema_migrations``.
 Imports: errors, driver, statements, connection.
@@ -68,6 +68,10 @@ _ROLE_EXISTS = "SELECT 1 FROM pg_roles WHERE rolname = %s"
 _CREATE_ROLE = "CREATE ROLE {role} NOLOGIN"
 _OWNER = "SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = 'jobs'"
 _TABLE = "SELECT to_regclass(%s)"
+_RLS_IN_PLACE = (
+    "SELECT c.relforcerowsecurity AND EXISTS (SELECT 1 FROM pg_policy AS p WHERE p.polrelid = c.oid AND p.polname = %s)"
+    " FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'jobs'"
+)
 
 
 # ---------------------------------------------------------------- the files
@@ -143,16 +147,43 @@ def migrate(
 
 
 def ensure_schema(conn: Any, schema: str, worker_role: str | None, location: str) -> None:
-    """Bring ``schema`` up to date on ``conn`` if it is behind (or RLS is asked for); one read when it is not."""
+    """What opening a queue does to the schema: read its version, and create it only where it is absent.
+
+    Reads take no lock on the jobs table (only the version table and the
+    catalogs are read), so opening never waits behind an open transaction
+    and never makes a running worker wait. A schema that is behind, or whose
+    row level security for ``worker_role`` is not in place, is refused with
+    what to run (``nobroker pg migrate``): a migration takes the table's
+    strongest lock, which is for an operator to choose the moment of.
+    """
     try:
         version = conn.execute(sql.SQL(_VERSION).format(schema=sql.Identifier(schema))).fetchone()[0]
     except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
         version = None
-    if version is None or version < latest_version() or worker_role is not None:
+    if version is None:
         try:
             _apply(conn, schema, worker_role)
         except psycopg.Error as exc:
             raise StorageError(f"migrating schema {schema!r} at {location} failed: {exc}") from None
+        return
+    role_hint = f" --worker-role {worker_role}" if worker_role is not None else ""
+    command = f"`nobroker pg migrate --dsn ... --schema {schema}{role_hint}`"
+    if version < latest_version():
+        raise StorageError(
+            f"schema {schema!r} at {location} is at version {version}, this nobroker needs {latest_version()}: "
+            f"run {command} (it locks the jobs table while it runs)"
+        )
+    if worker_role is not None and not _rls_in_place(conn, schema, worker_role):
+        raise StorageError(
+            f"row level security for role {worker_role!r} is not in place in schema {schema!r} at {location}: "
+            f"run {command}"
+        )
+
+
+def _rls_in_place(conn: Any, schema: str, role: str) -> bool:
+    """Are RLS and the role's policy on the jobs table? (Catalog reads only: no lock on the table.)"""
+    row = conn.execute(_RLS_IN_PLACE, (f"nobroker_role_{role}"[:63], schema)).fetchone()
+    return bool(row and row[0])
 
 
 def _apply(conn: Any, schema: str, worker_role: str | None) -> list[str]:

@@ -45,6 +45,10 @@ from ..jobs import BackoffPolicy, Job, JobState
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
 #: Most expired leases one operation reclaims; the next operation takes the rest.
 RECLAIM_BATCH = 1000
+#: Most scheduled jobs that came due one claim moves into the claim's index; the next claim moves the rest.
+PROMOTE_BATCH = 1000
+#: Most done or dead jobs one DELETE of compaction or pruning removes (each batch is its own transaction).
+PRUNE_BATCH = 2000
 #: Claim statements (one per batch size) kept ready to run; others are built per call.
 MAX_CLAIM_STATEMENTS = 64
 #: Most queue names one listing returns (for a picker or an error message).
@@ -95,41 +99,97 @@ _SHOWN = (
     "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
     f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
 )
-#: Per listing (jobs.LISTINGS): the rows in it, and the expired leases a read shows in it.
-_LISTED = {
-    "ready": ("j.state = 'ready'", f"{_EXPIRED} AND NOT {_DIES}"),
-    "runnable": (f"j.state = 'ready' AND j.available_at <= {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} <= {_NOW}"),
-    "delayed": (f"j.state = 'ready' AND j.available_at > {_NOW}", f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} > {_NOW}"),
-    "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}", None),
-    "done": ("j.state = 'done'", None),
+#: Marks a part read by due time (jobs_scheduled, a short range that the next
+#: claim empties) and sorted after, rather than walked in seq order through
+#: every scheduled job whose time has not come.
+_BY_DUE_TIME = " /* by due time */"
+#: Per listing (jobs.LISTINGS), and None for every job: the parts a listing
+#: is the union of, each served by one partial index (jobs_ready by its two
+#: halves, jobs_scheduled, jobs_leases, jobs_finished), then the expired
+#: leases a read shows in it. A ready job that is not scheduled is runnable:
+#: its time had come when it was written.
+_LISTED: dict[str | None, tuple[str, ...]] = {
+    None: ("j.state = 'ready' AND NOT j.scheduled", "j.state = 'ready' AND j.scheduled", "j.state = 'leased'",
+           "j.state = 'done'", "j.state = 'dead'"),
+    "ready": ("j.state = 'ready' AND NOT j.scheduled", "j.state = 'ready' AND j.scheduled",
+              f"{_EXPIRED} AND NOT {_DIES}"),
+    "runnable": ("j.state = 'ready' AND NOT j.scheduled",
+                 f"j.state = 'ready' AND j.scheduled AND j.available_at <= {_NOW}" + _BY_DUE_TIME,
+                 f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} <= {_NOW}"),
+    "delayed": (f"j.state = 'ready' AND j.scheduled AND j.available_at > {_NOW}",
+                f"{_EXPIRED} AND NOT {_DIES} AND {_RETURNS} > {_NOW}"),
+    "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}",),
+    "done": ("j.state = 'done'",),
     "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
 }
 
-_RECLAIM = f"""
-        UPDATE {{schema}}.jobs AS j SET
-            state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-            available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-                           ELSE j.lease_deadline + ({_BACKOFF}) * interval '1 second' END,
-            last_error = CASE WHEN j.attempts >= j.max_attempts THEN {_EXPIRY_ERROR} ELSE j.last_error END,
-            traceback = CASE WHEN j.attempts >= j.max_attempts THEN NULL ELSE j.traceback END,
-            lease_deadline = NULL, lease_token = NULL
-        FROM (SELECT queue, id FROM {{schema}}.jobs
-              WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}
-              ORDER BY lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED) AS x
-        WHERE j.queue = x.queue AND j.id = x.id"""
-_CLAIM = f"""
+# The upkeep every claim sends first (one statement): expired leases back
+# to ready (or dead at max_attempts), and scheduled jobs that came due into
+# the claim's index. Each part takes a bounded batch; the next claim takes the
+# rest. The retry time is drawn once per job (in "expired"), so whether the
+# job is scheduled agrees with the time it got.
+_UPKEEP = f"""
+        WITH expired AS (
+            SELECT j.queue, j.id, j.attempts >= j.max_attempts AS dies,
+                   j.lease_deadline + ({_BACKOFF}) * interval '1 second' AS back_at
+            FROM {{schema}}.jobs AS j
+            WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}
+            ORDER BY j.lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED
+        ), reclaimed AS (
+            UPDATE {{schema}}.jobs AS j SET
+                state = CASE WHEN x.dies THEN 'dead' ELSE 'ready' END,
+                available_at = CASE WHEN x.dies THEN j.available_at ELSE x.back_at END,
+                scheduled = NOT x.dies AND x.back_at > {_NOW},
+                finished_at = CASE WHEN x.dies THEN {_NOW} END,
+                last_error = CASE WHEN x.dies THEN {_EXPIRY_ERROR} ELSE j.last_error END,
+                traceback = CASE WHEN x.dies THEN NULL ELSE j.traceback END,
+                lease_deadline = NULL, lease_token = NULL
+            FROM expired AS x
+            WHERE j.queue = x.queue AND j.id = x.id
+            RETURNING 1
+        ), promoted AS (
+            UPDATE {{schema}}.jobs AS j SET scheduled = false
+            FROM (SELECT queue, id FROM {{schema}}.jobs
+                  WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {_NOW}
+                  ORDER BY available_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS x
+            WHERE j.queue = x.queue AND j.id = x.id
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM reclaimed), (SELECT count(*) FROM promoted)"""
+_CLAIM_SET = f"""
         UPDATE {{schema}}.jobs AS j SET
             state = 'leased', attempts = j.attempts + 1, stage = NULL,
             lease_token = replace(gen_random_uuid()::text, '-', ''),
-            lease_deadline = {_NOW} + %(vt)s::float8 * interval '1 second'
+            lease_deadline = {_NOW} + %(vt)s::float8 * interval '1 second'"""
+# The claim reads only the claim's index: ready jobs whose time has come
+# (the upkeep just moved the scheduled ones that came due there). The time
+# is checked as well, for rows a release before version 3 of the schema
+# wrote (a delayed job it enqueued is ready and not marked scheduled).
+_CLAIM = f"""{_CLAIM_SET}
         FROM (SELECT queue, id FROM {{schema}}.jobs
-              WHERE queue = %(q)s AND state = 'ready' AND available_at <= {_NOW} {{kinds}}
+              WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {_NOW}
               ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS x
         WHERE j.queue = x.queue AND j.id = x.id
         RETURNING {_COLUMNS}"""
+# Some kinds only: the head of each kind's own index (jobs_claim_kind), then
+# the best of those heads, so jobs of other kinds are never walked over.
+# Rows a kind's head locked but the batch did not take are free again at
+# commit, the end of this statement.
+_CLAIM_KINDS = f"""{_CLAIM_SET}
+        FROM (SELECT c.queue, c.id FROM unnest(%(kinds)b::text[]) AS k(kind)
+              CROSS JOIN LATERAL (
+                  SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                  WHERE queue = %(q)s AND kind = k.kind AND state = 'ready' AND NOT scheduled
+                    AND available_at <= {_NOW}
+                  ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS c
+              ORDER BY c.priority DESC, c.seq LIMIT {{count}}) AS x
+        WHERE j.queue = x.queue AND j.id = x.id
+        RETURNING {_COLUMNS}"""
+#: The NOTIFY a statement sends when ``notify`` is true (an InitPlan: run once, and only when asked).
+_NOTIFY = "(SELECT 1 FROM pg_notify(%(chan)s, '') WHERE %(notify)s)"
 #: What an insert returns: the rest of the Job is known to the caller already.
 _INSERTED = "j.id, j.seq, date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at)"
-_INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload)"
+_INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload, scheduled)"
 
 # The statements that act on one leased job (ack, nack, extend, set_stage)
 # test "lease_deadline > now" and not "state = 'leased'": the schema makes
@@ -137,11 +197,12 @@ _INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enque
 # leases from looking usable, so even a generic plan finds the row by its
 # primary key instead of walking every lease.
 _TEMPLATES: dict[str, str] = {
-    "reclaim": _RECLAIM,
-    # A reclaimed job may be runnable at once (its backoff counts from its
-    # deadline, which may be long past), and a claim sees the rows a reclaim
-    # changed only as a statement after it: lease sends the two together.
+    "upkeep": _UPKEEP,
+    # A reclaimed or promoted job may be runnable at once, and a claim sees
+    # the rows the upkeep changed only as a statement after it: lease sends
+    # the two together (one round trip, one transaction).
     "claim": _CLAIM,
+    "claim_kinds": _CLAIM_KINDS,
     # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
     # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
     # connection) skip the speculative insertion, and a random id that
@@ -149,19 +210,36 @@ _TEMPLATES: dict[str, str] = {
     "insert_one": f"""
         INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
         VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {_NOW} + %(delay)s::float8 * interval '1 second',
-                {_NOW}, %(key)s, %(payload)s::json)
+                {_NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0)
         {{conflict}}
-        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+        RETURNING {_INSERTED}, {_NOTIFY}""",
     "insert_many": f"""
         INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
         SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
-               u.payload::json
+               u.payload::json, u.delay > 0
         FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
                     %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
              WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
         ORDER BY u.ord
         {{conflict}}
-        RETURNING {_INSERTED}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+        RETURNING {_INSERTED}, {_NOTIFY}""",
+    # A batch that may conflict (job ids, dedupe keys) inserts its rows in
+    # key order, so two batches with the same keys in different orders wait
+    # for each other instead of deadlocking; each row still gets its seq in
+    # the caller's order (drawn first), so the batch stays FIFO.
+    "insert_sorted": f"""
+        INSERT INTO {{schema}}.jobs AS j (seq, {_INSERT_COLUMNS[1:]}
+        OVERRIDING SYSTEM VALUE
+        SELECT u.seq, %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
+               u.payload::json, u.delay > 0
+        FROM (SELECT v.*, nextval(%(seqname)s::regclass) AS seq FROM (
+                  SELECT * FROM unnest(%(ids)b::text[], %(kinds)b::text[], %(prios)b::int4[], %(maxs)b::int4[],
+                                       %(delays)b::float8[], %(keys)b::text[], %(payloads)b::text[])
+                       WITH ORDINALITY AS w(id, kind, prio, max, delay, key, payload, ord)
+                  ORDER BY w.ord) AS v) AS u
+        ORDER BY u.kind, u.key, u.id, u.ord
+        ON CONFLICT DO NOTHING
+        RETURNING {_INSERTED}, {_NOTIFY}""",
     # Two index lookups (primary key; dedupe index) rather than one OR, which
     # no index can answer and would scan the whole queue.
     "existing": f"""
@@ -194,10 +272,15 @@ _TEMPLATES: dict[str, str] = {
             state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
             available_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN j.available_at
                            ELSE {_NOW} + coalesce(%(delay)s::float8, {_BACKOFF}) * interval '1 second' END,
+            -- The jittered delay is positive exactly when its nominal one is.
+            scheduled = NOT (%(perm)s OR j.attempts >= j.max_attempts)
+                        AND coalesce(%(delay)s::float8, {_NOMINAL}) > 0,
+            finished_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN {_NOW} END,
             last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING {_COLUMNS}, (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+        RETURNING {_COLUMNS},
+                  CASE WHEN j.state = 'ready' AND NOT j.scheduled THEN coalesce({_NOTIFY}, 0) END""",
     "extend": f"""
         UPDATE {{schema}}.jobs AS j SET lease_deadline = {_NOW} + %(secs)s::float8 * interval '1 second'
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
@@ -210,7 +293,8 @@ _TEMPLATES: dict[str, str] = {
         RETURNING {_COLUMNS}""",
     "why": "SELECT state, finished_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
     "requeue": f"""
-        UPDATE {{schema}}.jobs AS j SET state = 'ready', attempts = 0, available_at = {_NOW}
+        UPDATE {{schema}}.jobs AS j SET
+            state = 'ready', attempts = 0, available_at = {_NOW}, scheduled = false, finished_at = NULL
         FROM (SELECT DISTINCT ON (d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id)) d.queue, d.id
               FROM {{schema}}.jobs AS d
               WHERE d.queue = %(q)s AND d.state = 'dead' AND (%(id)s::text IS NULL OR d.id = %(id)s::text)
@@ -220,47 +304,66 @@ _TEMPLATES: dict[str, str] = {
                       AND a.state IN ('ready', 'leased')))
               ORDER BY d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id), d.seq) AS x
         WHERE j.queue = x.queue AND j.id = x.id AND j.state = 'dead'
-        RETURNING (SELECT 1 FROM pg_notify(%(chan)s, ''))""",
+        RETURNING {_NOTIFY}""",
     "requeue_why": """
         SELECT d.state, (SELECT a.id FROM {schema}.jobs AS a
                          WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
                            AND a.state IN ('ready', 'leased') LIMIT 1), d.dedupe_key
         FROM {schema}.jobs AS d WHERE d.queue = %(q)s AND d.id = %(id)s""",
     "purge": "DELETE FROM {schema}.jobs WHERE queue = %(q)s",
-    "compact": f"""
-        DELETE FROM {{schema}}.jobs
-        WHERE queue = %(q)s AND state = 'done' AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'""",
+    # Compaction and pruning: one bounded batch of finished jobs (done, or
+    # dead: ``state``) that finished ``keep`` seconds ago or more. The caller
+    # repeats it, each batch its own transaction, until a batch comes short.
+    "prune": f"""
+        DELETE FROM {{schema}}.jobs AS j
+        USING (SELECT queue, id FROM {{schema}}.jobs
+               WHERE queue = %(q)s AND state = %(state)s
+                 AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'
+               ORDER BY seq LIMIT {PRUNE_BATCH}) AS x
+        WHERE j.queue = x.queue AND j.id = x.id""",
     "get": f"SELECT {_SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
-    "list": f"""
-        SELECT {_SHOWN} FROM {{schema}}.jobs AS j
-        WHERE j.queue = %(q)s AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+    # A listing (see _build): the rows of each part, by the partial index of
+    # that part, each cut to the page's end first so none is sorted whole.
+    "list_parts": f"""
+        SELECT {_SHOWN} FROM ({{parts}}) AS j
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # One listed state (see _build): the rows in it, by the partial index of
-    # that state (the DLQ listing), and the expired leases a read shows there.
-    # Each part is cut to the page's end first, so neither is sorted whole.
-    "list_state": f"""
-        SELECT {_SHOWN} FROM (
-            (SELECT * FROM {{schema}}.jobs AS j
-             WHERE j.queue = %(q)s AND {{own}} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-             ORDER BY j.seq LIMIT %(reach)s)
-            {{joining}}) AS j
-        ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # The leases whose deadline passed count where a read shows them (see _SHOWN).
+    # The counts the triggers keep (sql/003), plus what the clock changed
+    # since: scheduled jobs that came due, and leases whose deadline passed,
+    # which count where a read shows them (see _SHOWN). Both are index ranges
+    # that the next claim empties. The last column is how many rows of
+    # differences were summed (fold_counts folds them when they are many).
     "stats": f"""
-        SELECT r.ready + x.ready, r.delayed + x.delayed,
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased'
-                AND lease_deadline > {_NOW}),
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'done'),
-               (SELECT count(*) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'dead') + x.dead
-        FROM (SELECT count(*) FILTER (WHERE available_at <= {_NOW}) AS ready,
-                     count(*) FILTER (WHERE available_at > {_NOW}) AS delayed
-              FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready') AS r,
-             (SELECT count(*) FILTER (WHERE {_DIES}) AS dead,
+        SELECT c.ready + d.due + x.ready, c.scheduled - d.due + x.delayed, c.leased - x.expired, c.done,
+               c.dead + x.dead, c.rows
+        FROM (SELECT coalesce(sum(n) FILTER (WHERE state = 'ready'), 0) AS ready,
+                     coalesce(sum(n) FILTER (WHERE state = 'scheduled'), 0) AS scheduled,
+                     coalesce(sum(n) FILTER (WHERE state = 'leased'), 0) AS leased,
+                     coalesce(sum(n) FILTER (WHERE state = 'done'), 0) AS done,
+                     coalesce(sum(n) FILTER (WHERE state = 'dead'), 0) AS dead,
+                     count(*) AS rows
+              FROM {{schema}}.counts WHERE queue = %(q)s) AS c,
+             (SELECT count(*) AS due FROM {{schema}}.jobs
+              WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {_NOW}) AS d,
+             (SELECT count(*) AS expired,
+                     count(*) FILTER (WHERE {_DIES}) AS dead,
                      count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} > {_NOW}) AS delayed,
                      count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} <= {_NOW}) AS ready
               FROM {{schema}}.jobs AS j
               WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
-    "count": "SELECT count(*) FROM {schema}.jobs WHERE queue = %(q)s",
+    "count": "SELECT coalesce(sum(n), 0), count(*) FROM {schema}.counts WHERE queue = %(q)s",
+    # One row per state instead of the differences the triggers added. Two
+    # folds at once are safe: the second waits for the rows the first
+    # deletes, then finds them gone and folds only what it deleted itself.
+    "fold_counts": """
+        WITH gone AS (DELETE FROM {schema}.counts WHERE queue = %(q)s RETURNING state, n)
+        INSERT INTO {schema}.counts (queue, state, n)
+        SELECT %(q)s, state, sum(n) FROM gone GROUP BY state HAVING sum(n) <> 0""",
+    # Seconds until the queue's next scheduled job or lease comes due (NULL: none), for an idle wait.
+    "next_due": f"""
+        SELECT date_part('epoch', least(
+            (SELECT min(available_at) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready' AND scheduled),
+            (SELECT min(lease_deadline) FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased')
+        ) - {_NOW})""",
     # The distinct queue names in key order, one index probe each (a loose
     # index scan over the primary key), rather than a scan of every row.
     "queue_names": """
@@ -274,17 +377,22 @@ _TEMPLATES: dict[str, str] = {
 }
 
 
-# One listed state (see "list_state"): the expired leases a read shows there, when any.
-_JOINING = """UNION ALL
-            (SELECT * FROM {schema}.jobs AS j
-             WHERE j.queue = %(q)s AND {joining} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+#: One part of a listing (see "list_parts").
+_PART = """(SELECT * FROM {schema}.jobs AS j
+             WHERE j.queue = %(q)s AND {own} AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
              ORDER BY j.seq LIMIT %(reach)s)"""
 #: The markers a template leaves open for its variants, and what each variant writes there.
 _VARIANTS: dict[str, list[tuple[str, str, str]]] = {
     "insert_one": [("", "{conflict}", "ON CONFLICT DO NOTHING"), ("_fresh", "{conflict}", "")],
     "insert_many": [("", "{conflict}", "ON CONFLICT DO NOTHING"), ("_fresh", "{conflict}", "")],
-    "claim": [("", "{kinds}", ""), ("_kinds", "{kinds}", "AND kind = ANY(%(kinds)b::text[])")],
 }
+
+
+def _part(own: str) -> str:
+    """One part of a listing; one read by due time sorts by ``seq + 0``, which no index offers."""
+    if own.endswith(_BY_DUE_TIME):
+        return _PART.replace("{own}", own[: -len(_BY_DUE_TIME)]).replace("ORDER BY j.seq", "ORDER BY j.seq + 0")
+    return _PART.replace("{own}", own)
 
 
 def quote_schema(schema: str) -> str:
@@ -302,10 +410,10 @@ def build(schema: str) -> dict[str, str]:
     quoted = quote_schema(schema)
     out: dict[str, str] = {}
     for name, template in _TEMPLATES.items():
-        if name == "list_state":
-            for state, (own, joining) in _LISTED.items():
-                union = "" if joining is None else _JOINING.replace("{joining}", joining)
-                out[f"list_{state}"] = template.replace("{own}", own).replace("{joining}", union)
+        if name == "list_parts":
+            for listing, parts in _LISTED.items():
+                union = "\n            UNION ALL\n            ".join(_part(own) for own in parts)
+                out["list" if listing is None else f"list_{listing}"] = template.replace("{parts}", union)
             continue
         for suffix, marker, text in _VARIANTS.get(name, [("", "", "")]):
             out[name + suffix] = template.replace(marker, text) if marker else template
@@ -318,6 +426,8 @@ class Statements:
     def __init__(self, schema: str) -> None:
         self._text = build(schema)
         self._claims: dict[tuple[bool, int], str] = {}
+        #: The identity sequence of the jobs table's seq (a regclass literal).
+        self.sequence = f"{quote_schema(schema)}.jobs_seq_seq"
 
     def __getitem__(self, name: str) -> str:
         return self._text[name]

@@ -4,12 +4,15 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, schema, operations.
+connection, schema, operations, wakeups.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
-``schema`` (default ``nobroker``), ``migrate`` (default True: bring the
-schema up to date on open), ``worker_role`` (apply the RLS policies on open;
-see schema.py), ``retention`` (seconds a done job is kept from compaction,
+``schema`` (default ``nobroker``), ``migrate`` (default True: create the
+schema on open where it is absent; a schema that is behind is refused with
+what to run, ``nobroker pg migrate``, since a migration locks the table;
+False: no check at all), ``worker_role`` (check on open that the RLS
+policies for that role are in place, creating them with a new schema; see
+schema.py), ``retention`` (seconds a done job is kept from compaction,
 default 0: ``compact()`` deletes every done job), ``reconnect_timeout``
 (seconds to keep trying to reach the server, when the queue opens and after
 it went away; default: the DSN's ``connect_timeout``, else 30),
@@ -17,8 +20,19 @@ it went away; default: the DSN's ``connect_timeout``, else 30),
 off) and ``clock_offset`` (tests only). ``lock_timeout`` becomes the
 session's ``lock_timeout``; ``fsync=False`` becomes ``synchronous_commit=off``
 (faster, and NOT durable: a server crash can lose the last acknowledged
-writes). Each Queue holds one connection for its work and, once a Worker
-idles on it, one more that LISTENs.
+writes). ``statement_timeout`` (seconds, default 300; 0: no limit) becomes
+the session's statement_timeout; ``tcp_user_timeout`` (seconds, default 30)
+and TCP keepalives (10 s idle, then every 5 s, 3 lost) are set on every
+connection where the DSN does not set its own, so a half-open connection
+fails in about a minute instead of stalling a Worker. ``done_retention``
+(seconds, default 7 days; None: never) and ``dead_retention`` (default None:
+the DLQ is kept): finished jobs older than that are pruned automatically,
+PRUNE_BATCHES batches of PRUNE_BATCH every PRUNE_INTERVAL seconds, started by
+a lease and run in a thread on the second connection, so the table stays the
+size of its live work. Each Queue holds one connection for its work (enqueue, lease,
+ack, nack, extend), a second for operator reads, compaction and the owed
+NOTIFYs (opened on first use, so a heartbeat never waits behind them), and,
+once a Worker idles on it, one more that LISTENs.
 
 A statement that fails because the connection died is retried once when
 that is safe: reads, and writes that do the same thing twice (ack, extend,
@@ -36,21 +50,41 @@ storage option so no server-side prepared statements are used.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
-from .connection import DEFAULT_RECONNECT_TIMEOUT, Link, Listener, channel_name, connect_timeout_of, redact_dsn
+from .connection import (
+    DEFAULT_RECONNECT_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    DEFAULT_TCP_USER_TIMEOUT,
+    Link,
+    Listener,
+    channel_name,
+    connect_timeout_of,
+    connection_options,
+    redact_dsn,
+)
 from .driver import require_psycopg
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
+from .wakeups import NotifyGate
 
 logger = logging.getLogger("nobroker.postgres")
 
 #: Longest queue name, in characters.
 MAX_QUEUE_NAME = 256
+#: Seconds a done job is kept before it is pruned automatically, by default (the ``done_retention`` option).
+DEFAULT_DONE_RETENTION = 7 * 86_400.0
+#: Seconds between two rounds of automatic pruning (started by a lease, run in a thread of its own).
+PRUNE_INTERVAL = 30.0
+#: Batches (statements.PRUNE_BATCH jobs each) one round of pruning deletes at most, per state.
+PRUNE_BATCHES = 10
+#: Longest statement_timeout or tcp_user_timeout (seconds; both go to the server as int milliseconds).
+MAX_TIMEOUT = 86_400.0
 
 
 def _check_options(options: StorageOptions, retention: Any, reconnect_timeout: Any, clock_offset: Any) -> None:
@@ -71,6 +105,13 @@ def _check_options(options: StorageOptions, retention: Any, reconnect_timeout: A
         raise ValueError(f"clock_offset must be a finite number of seconds, got {shown(clock_offset)}")
 
 
+def _check_seconds(limit: float = MAX_TIMEOUT, **values: Any) -> None:
+    for what, value in values.items():
+        number = finite_float(value)
+        if number is None or number < 0 or number > limit:
+            raise ValueError(f"{what} must be a finite number of seconds from 0 to {limit:g}, got {shown(value)}")
+
+
 class PostgresStorage:
     """One named queue in a PostgreSQL schema (``nobroker`` by default)."""
 
@@ -86,11 +127,19 @@ class PostgresStorage:
         clock_offset: float = 0.0,
         reconnect_timeout: float | None = None,
         prepare_threshold: int | None = 5,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
+        done_retention: float | None = DEFAULT_DONE_RETENTION,
+        dead_retention: float | None = None,
     ) -> None:
         require_psycopg()
         if reconnect_timeout is None:
             reconnect_timeout = connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
         _check_options(options, retention, reconnect_timeout, clock_offset)
+        _check_seconds(statement_timeout=statement_timeout, tcp_user_timeout=tcp_user_timeout)
+        for what, value in (("done_retention", done_retention), ("dead_retention", dead_retention)):
+            if value is not None:
+                _check_seconds(**{what: value}, limit=float("inf"))
         self.dsn = dsn
         self.name = options.name
         self.schema = check_identifier(schema, "schema")
@@ -100,16 +149,32 @@ class PostgresStorage:
         self.backoff = options.backoff
         self.lock_timeout = options.lock_timeout
         self.retention = float(retention)
+        #: Seconds a done (dead) job is kept before the automatic pruning deletes it; None: never.
+        self.done_retention = None if done_retention is None else float(done_retention)
+        self.dead_retention = None if dead_retention is None else float(dead_retention)
+        self._prune_at = time.monotonic() + PRUNE_INTERVAL
+        self._pruning: threading.Thread | None = None
         self.reconnect_timeout = float(reconnect_timeout)
         channel = channel_name(self.schema, self.name)
         self._target = ops.Target(
             Statements(self.schema), self.name, channel, backoff_parameters(self.backoff), float(clock_offset)
         )
-        self._link = Link(
-            dsn, queue=self.name, schema=self.schema, reconnect_timeout=self.reconnect_timeout,
-            lock_timeout=self.lock_timeout, durable=self.durable, prepare_threshold=prepare_threshold,
-        )  # fmt: skip
-        self._listener = Listener(dsn, channel)
+        connect_options = connection_options(dsn, float(tcp_user_timeout))
+
+        def link() -> Link:
+            return Link(
+                dsn, queue=self.name, schema=self.schema, reconnect_timeout=self.reconnect_timeout,
+                lock_timeout=self.lock_timeout, durable=self.durable, prepare_threshold=prepare_threshold,
+                statement_timeout=float(statement_timeout), options=connect_options,
+            )  # fmt: skip
+
+        # The work (enqueue, lease, ack, nack, extend) has a connection of its
+        # own; operator reads, compaction and the owed NOTIFYs share a second
+        # one (opened on first use), so a heartbeat never waits behind them.
+        self._link = link()
+        self._side = link()
+        self._listener = Listener(dsn, channel, connect_options)
+        self._gate = NotifyGate(self._send_owed_notify)
         started = time.perf_counter()
         with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
             if migrate:
@@ -133,17 +198,26 @@ class PostgresStorage:
         t = self._target
         if conn is not None:
             return ops.enqueue_in_transaction(conn, t, specs)
+        runnable = any(spec.delay <= 0 for spec in specs)
+        notify = runnable and self._gate.take()
+        jobs: list[Job] | None = None
         if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
-            job = self._link.run("enqueue", lambda c: ops.insert_one_fresh(c, t, specs[0]), retry=False)
+            job = self._link.run("enqueue", lambda c: ops.insert_one_fresh(c, t, specs[0], notify), retry=False)
             if job is not None:
-                return [job]
-        # Enqueue twice is harmless only when every job names its id.
-        safe = all(spec.job_id is not None for spec in specs)
-        return self._link.run("enqueue", lambda c: ops.enqueue(c, t, specs, own=True), retry=safe)
+                jobs = [job]
+        if jobs is None:
+            # Enqueue twice is harmless only when every job names its id.
+            safe = all(spec.job_id is not None for spec in specs)
+            jobs = self._link.run("enqueue", lambda c: ops.enqueue_retrying(c, t, specs, notify=notify), retry=safe)
+        if runnable and not notify:
+            self._gate.owe()
+        return jobs
 
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
         t = self._target
+        if time.monotonic() >= self._prune_at:
+            self._start_pruning()
         return self._link.run("lease", lambda c: ops.lease(c, t, count, visibility_timeout, kinds), retry=True)
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
@@ -159,12 +233,18 @@ class PostgresStorage:
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
         traceback: str | None = None,
     ) -> Job:  # fmt: skip
-        def run(conn: Any) -> Job:
-            return ops.nack(
-                conn, self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent
-            )
+        notify = (delay is None or delay <= 0) and not permanent and self._gate.take()
 
-        return self._link.run("nack", run, retry=False)
+        def run(conn: Any) -> tuple[Job, bool]:
+            return ops.nack(
+                conn, self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
+                notify=notify,
+            )  # fmt: skip
+
+        job, owed = self._link.run("nack", run, retry=False)
+        if owed:
+            self._gate.owe()
+        return job
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
         return self._link.run("extend", lambda c: ops.extend(c, self._target, job_id, token, seconds), retry=True)
@@ -174,54 +254,96 @@ class PostgresStorage:
         return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
 
     def requeue_dead(self, job_id: str | None) -> int:
-        return self._link.run("requeue_dead", lambda c: ops.requeue_dead(c, self._target, job_id), retry=False)
+        notify = self._gate.take()
+        count = self._side.run("requeue_dead", lambda c: ops.requeue_dead(c, self._target, job_id, notify), retry=False)
+        if count and not notify:
+            self._gate.owe()
+        return count
 
     def purge(self) -> int:
-        return self._link.run("purge", lambda c: ops.purge(c, self._target), retry=False)
+        return self._side.run("purge", lambda c: ops.purge(c, self._target), retry=False)
 
     def compact(self) -> CompactionResult:
         started = time.perf_counter()
-        dropped, kept = self._link.run("compact", lambda c: ops.compact(c, self._target, self.retention), retry=True)
+        dropped, kept = self._side.run("compact", lambda c: ops.compact(c, self._target, self.retention), retry=True)
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
         ops.check_text(job_id, "job_id")
-        return self._link.run("get", lambda c: ops.get(c, self._target, job_id), retry=True)
+        return self._side.run("get", lambda c: ops.get(c, self._target, job_id), retry=True)
 
     def stats(self) -> QueueStats:
-        return self._link.run("stats", lambda c: ops.stats(c, self._target), retry=True)
+        return self._side.run("stats", lambda c: ops.stats(c, self._target), retry=True)
 
     def count(self) -> int:
-        return self._link.run("count", lambda c: ops.count(c, self._target), retry=True)
+        return self._side.run("count", lambda c: ops.count(c, self._target), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         ops.check_text(kind, "kind")
-        return self._link.run(
+        return self._side.run(
             "list_jobs", lambda c: ops.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
         )
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
-        """False: NOTIFY announces new and retried jobs, not delayed jobs or leases coming due."""
-        return False
+        """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
+        return True
 
     def wait_for_jobs(
         self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None
     ) -> bool:
-        """Sleep until a NOTIFY says work arrived on this queue, or ``timeout`` passes.
+        """Sleep until a NOTIFY says work arrived, the next delayed job or lease comes due, or ``timeout`` passes.
 
         A hint, not a promise. Enqueue, nack and requeue notify in their own
-        transaction, so the wake-up comes when the job is visible. If the
-        listening connection cannot be had, this sleeps (polling fallback).
-        ``interrupt``: a descriptor that ends the wait (returning False) as
-        soon as it is readable; it is never read. ``kinds`` changes nothing:
-        every listener hears every NOTIFY, so none can take another's.
+        transaction (at most once per NOTIFY_WINDOW, see wakeups.py), so the
+        wake-up comes when the job is visible. Delayed jobs send no NOTIFY:
+        the wait asks the queue when its next scheduled job or lease comes
+        due and ends then, asking again every DUE_RECHECK seconds for those
+        others add meanwhile. If the listening connection cannot be had,
+        this sleeps (polling fallback). ``interrupt``: a descriptor that ends
+        the wait (returning False) as soon as it is readable; it is never
+        read. ``kinds`` changes nothing: every listener hears every NOTIFY.
         """
-        return self._listener.wait(timeout, interrupt)
+        t = self._target
+        return self._listener.wait(timeout, interrupt, lambda conn: ops.next_due(conn, t))
+
+    def _start_pruning(self) -> None:
+        """Prune in the background, on the second connection: leases never wait for it."""
+        self._prune_at = time.monotonic() + PRUNE_INTERVAL
+        if self._pruning is not None and self._pruning.is_alive():
+            return
+        self._pruning = threading.Thread(target=self._prune, name="nobroker-prune", daemon=True)
+        self._pruning.start()
+
+    def _prune(self) -> None:
+        """A few bounded batches of done and dead jobs past their retention; the counts folded."""
+        t = self._target
+
+        def run(conn: Any) -> int:
+            dropped = 0
+            for state, keep in (("done", self.done_retention), ("dead", self.dead_retention)):
+                if keep is not None:
+                    dropped += ops.prune(conn, t, state, keep, batches=PRUNE_BATCHES)
+            ops.fold_counts(conn, t)
+            return dropped
+
+        try:
+            dropped = self._side.run("prune", run, retry=True)
+        except Exception as exc:  # upkeep only: the next round tries again
+            logger.warning("queue %r: pruning finished jobs failed (%s); trying again later", self.name, exc)
+            return
+        if dropped:
+            logger.debug("queue %r: pruned %d finished jobs", self.name, dropped)
+
+    def _send_owed_notify(self) -> None:
+        t = self._target
+        self._side.run("notify", lambda c: ops.notify(c, t), retry=True)
 
     def close(self) -> None:
+        self._gate.close()
         self._link.close()
+        self._side.close()
         self._listener.close()
 
     @property

@@ -16,4 +16,19 @@ CREATE POLICY {role_policy} ON {schema}.jobs TO {role} USING (true) WITH CHECK (
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
+-- A batch that may conflict draws its seq values first (statements.py, "insert_sorted").
+GRANT USAGE ON SEQUENCE {schema}.jobs_seq_seq TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.backoff_delay(integer, double precision, double precision, double precision) TO {role};
+
+-- The counts the triggers keep name queues and how many jobs each holds:
+-- the same rule (the triggers insert as the role whose statement fired them).
+ALTER TABLE {schema}.counts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.counts FORCE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS {owner_policy} ON {schema}.counts;
+CREATE POLICY {owner_policy} ON {schema}.counts TO {owner} USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS {role_policy} ON {schema}.counts;
+CREATE POLICY {role_policy} ON {schema}.counts TO {role} USING (true) WITH CHECK (true);
+
+GRANT SELECT, INSERT, DELETE ON {schema}.counts TO {role};

@@ -1,0 +1,102 @@
+"""Which writes NOTIFY the queue's channel: at most one per NOTIFY_WINDOW, and none is lost.
+
+Owns: NotifyGate. Every NOTIFY takes a database-wide lock at commit, so a
+NOTIFY per enqueue serializes every process that enqueues; one per queue per
+few milliseconds wakes idle workers just as fast. A write that makes a job
+runnable at once asks ``take()``: True means "NOTIFY in this statement". A
+write that was told False calls ``owe()`` once it committed, and the gate
+sends one NOTIFY (through ``send``) at the end of the window, unless a later
+write notified first; so the last job of a burst wakes a worker too, never
+before it is visible. Delayed jobs never notify: an idle worker wakes for
+them at their time (connection.Listener asks when the next one is due).
+Imports: nothing from nobroker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger("nobroker.postgres")
+
+#: Seconds between two NOTIFYs of one queue from one process.
+NOTIFY_WINDOW = 0.005
+
+
+class NotifyGate:
+    """The NOTIFY budget of one queue in one process, and the thread that sends what was owed."""
+
+    def __init__(self, send: Callable[[], None], window: float = NOTIFY_WINDOW) -> None:
+        assert window > 0, "a positive window"
+        self._send = send
+        self._window = window
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        # Guarded by _lock.
+        self._last = float("-inf")  # monotonic time of the last NOTIFY sent or asked for
+        self._owed = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def take(self) -> bool:
+        """May the write about to run NOTIFY? (True: it must.)"""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last >= self._window:
+                self._last = now
+                self._owed = False
+                return True
+            return False
+
+    def owe(self) -> None:
+        """A write told not to NOTIFY has committed: make sure one NOTIFY follows it."""
+        with self._lock:
+            if self._closed:
+                return
+            if os.getpid() != self._pid:  # a forked child: the parent's thread is not ours
+                self._pid, self._thread = os.getpid(), None
+            self._owed = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._main, name="nobroker-notify", daemon=True)
+                self._thread.start()
+            else:
+                self._wake.notify()
+
+    def close(self) -> None:
+        """Send what is owed now, and stop the thread."""
+        with self._lock:
+            owed, self._owed, self._closed = self._owed, False, True
+            self._wake.notify_all()
+        if owed:
+            self._send_logged()
+
+    def _main(self) -> None:
+        with self._lock:
+            while not self._closed:
+                if not self._owed:
+                    self._wake.wait()
+                    continue
+                left = self._last + self._window - time.monotonic()
+                if left > 0:
+                    self._wake.wait(left)
+                    continue
+                self._owed = False
+                self._last = time.monotonic()
+                self._lock.release()
+                try:
+                    self._send_logged()
+                finally:
+                    self._lock.acquire()
+
+    def _send_logged(self) -> None:
+        try:
+            self._send()
+        except Exception as exc:  # a lost wake-up costs an idle worker one recheck, never a job
+            logger.debug("sending an owed NOTIFY failed: %s", exc)
+
+
+__all__ = ["NOTIFY_WINDOW", "NotifyGate"]

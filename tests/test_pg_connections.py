@@ -1,0 +1,129 @@
+"""The PostgreSQL storage's connections: work never waits behind operator reads; settings; dead backends; old snapshots.
+
+Imports: the standard library, psycopg (through tests.pgsupport), the public
+``nobroker`` API and nobroker.postgres.operations. A slow read is made slow
+for real (pg_sleep on the read's own connection); a terminated backend is
+terminated by the server (pg_terminate_backend); a long transaction is held
+open by a second connection for the whole test.
+"""
+
+from __future__ import annotations
+
+import threading
+import unittest
+from typing import Any
+from unittest import mock
+
+from nobroker import BackoffPolicy, Queue
+from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from tests.support import wait_until
+
+PATIENCE = 60.0
+#: How long the made-slow read sleeps: far longer than a heartbeat may take.
+SLOW_READ = 3.0
+
+
+class ConnectionTests(PostgresTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.name = fresh_name("q")
+
+    def open_queue(self, **options: Any) -> Queue:
+        q = Queue(self.dsn, self.name, schema=self.schema, migrate=False, **options)
+        self.addCleanup(q.close)
+        return q
+
+    def test_a_heartbeat_and_an_ack_never_wait_behind_a_long_operator_read(self) -> None:
+        from nobroker.postgres import operations
+
+        q = self.open_queue()
+        q.enqueue_many(["a", "b"])
+        first, second = q.lease(2)
+        real = operations.stats
+        reading = threading.Event()
+
+        def slow_stats(conn: Any, t: Any) -> Any:
+            reading.set()
+            conn.execute("SELECT pg_sleep(%s)", (SLOW_READ,))
+            return real(conn, t)
+
+        with mock.patch.object(operations, "stats", slow_stats):
+            reader = threading.Thread(target=q.stats)
+            reader.start()
+            self.assertTrue(reading.wait(PATIENCE))
+            q.extend(first, 30)
+            q.ack(second)
+            self.assertTrue(reader.is_alive(), "the heartbeat and the ack waited for the read to finish")
+            reader.join(PATIENCE)
+        self.assertEqual(q.stats().done, 1)
+
+    def test_sessions_carry_the_timeouts_and_keepalives(self) -> None:
+        q = self.open_queue(statement_timeout=7.5, tcp_user_timeout=12)
+        len(q)
+        q.enqueue("x")
+        for link in (q.storage._link, q.storage._side):  # type: ignore[attr-defined]
+            conn = link._connection()
+            self.assertEqual(conn.execute("SHOW statement_timeout").fetchone()[0], "7500ms")
+            params = conn.info.get_parameters()
+            self.assertEqual(params.get("tcp_user_timeout"), "12000")
+            self.assertEqual(params.get("keepalives_idle"), "10")
+        for bad in (-1, float("nan"), 10**400):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                self.open_queue(statement_timeout=bad)
+
+    def test_a_statement_past_statement_timeout_fails_and_the_queue_carries_on(self) -> None:
+        from nobroker import StorageError
+        from nobroker.postgres import operations
+
+        q = self.open_queue(statement_timeout=0.2)
+        q.enqueue("x")
+        with mock.patch.object(operations, "count", lambda conn, t: conn.execute("SELECT pg_sleep(5)")):
+            with self.assertRaises(StorageError) as caught:
+                len(q)
+        self.assertIn("statement timeout", str(caught.exception))
+        self.assertEqual(len(q), 1)
+
+    def test_every_connection_comes_back_after_its_backend_is_terminated(self) -> None:
+        q = self.open_queue(backoff=BackoffPolicy(base=0, jitter=0))
+        q.enqueue("x")
+        self.assertEqual(q.stats().ready, 1)
+        q.wait_for_jobs(0.01)  # the listening connection is open too
+        pids = [
+            q.storage._link._conn.info.backend_pid,  # type: ignore[attr-defined]
+            q.storage._side._conn.info.backend_pid,  # type: ignore[attr-defined]
+            q.storage._listener._conn.info.backend_pid,  # type: ignore[attr-defined]
+        ]
+        with connect() as admin:
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            self.assertTrue(wait_until(
+                lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0] == 0,
+                PATIENCE,
+            ))  # fmt: skip
+        self.assertTrue(q.wait_for_jobs(PATIENCE), "a dead listening connection wakes the waiter")
+        job = q.lease_one()
+        self.assertIsNotNone(job)
+        self.assertEqual(q.stats().leased, 1)
+        q.ack(job)  # type: ignore[arg-type]
+        self.assertEqual(q.stats().done, 1)
+
+    def test_a_long_held_transaction_neither_blocks_the_work_nor_compaction(self) -> None:
+        q = self.open_queue()
+        held = connect(autocommit=False)
+        self.addCleanup(held.close)
+        held.execute("SELECT txid_current()")  # an old snapshot, held open: vacuum keeps every dead row for it
+        held.execute(f'SELECT count(*) FROM "{self.schema}".jobs')
+        for _round in range(5):
+            q.enqueue_many(list(range(200)))
+            for _ in range(2):
+                jobs = q.lease(100)
+                q.ack_many(jobs)
+        self.assertEqual(q.stats().done, 1000)
+        result = q.compact()
+        self.assertEqual((result.jobs_dropped, result.jobs_kept), (1000, 0))
+        self.assertEqual(len(q), 0)
+        held.rollback()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,155 @@
+"""The PostgreSQL storage's plans at scale: what a claim, a count and a listing read, in buffers.
+
+Imports: the standard library, psycopg (through tests.pgsupport), the public
+``nobroker`` API and nobroker.postgres.statements. Buffers from EXPLAIN
+(ANALYZE, BUFFERS) are the steady evidence (times on a shared machine are
+not): each test builds a queue with many jobs in the way of the operation,
+runs the operation's own statement under EXPLAIN inside a transaction that
+is rolled back, and bounds the pages it touched. Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import unittest
+from typing import Any
+
+from nobroker import Queue
+from nobroker.postgres.statements import backoff_parameters
+from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from tests.support import slow
+
+#: Jobs put in the way of each operation (a tenth of the issue's 100,000 keeps the suite quick).
+IN_THE_WAY = 20_000
+#: Most pages an operation may touch however many jobs are in its way: a few
+#: index pages, the rows it takes, the counts' rows. Walking the jobs in the
+#: way costs one page per ~100 of them (200 or more here).
+FEW_PAGES = 60
+
+
+def _buffers(plan: dict[str, Any]) -> int:
+    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [plan]
+    for child in plan.get("Plans", []):
+        out += _nodes(child)
+    return out
+
+
+@slow
+class PlanTests(PostgresTestCase):
+    """Each operation's statement touches a bounded number of pages, whatever waits beside it."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.name = fresh_name("q")
+        self.q = Queue(self.dsn, self.name, schema=self.schema, migrate=False)
+        self.addCleanup(self.q.close)
+        self.sql = self.q.storage._target.sql  # type: ignore[attr-defined]
+
+    def fill(self, count: int, **options: Any) -> None:
+        for start in range(0, count, 1000):
+            self.q.enqueue_many([{"n": n} for n in range(start, min(start + 1000, count))], **options)
+
+    def explain(self, statement: str, **values: Any) -> dict[str, Any]:
+        """The plan of ``statement`` run for real (EXPLAIN ANALYZE), its changes rolled back."""
+        params = {"q": self.name, "off": 0.0, **backoff_parameters(self.q.storage.backoff), **values}  # type: ignore[attr-defined]
+        with connect(autocommit=False) as conn:
+            conn.execute(f'ANALYZE "{self.schema}".jobs')
+            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            row = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params).fetchone()
+            conn.rollback()
+        return row[0][0]["Plan"]  # type: ignore[no-any-return]
+
+    def assert_few_pages(self, plan: dict[str, Any], what: str) -> None:
+        self.assertLessEqual(_buffers(plan), FEW_PAGES, f"{what} touched {_buffers(plan)} pages")
+        self.assertFalse([n for n in _nodes(plan) if n["Node Type"] == "Seq Scan"], f"{what} scans the table")
+
+    # ------------------------------------------------------------ claims
+    def test_a_claim_never_walks_over_delayed_or_retrying_jobs(self) -> None:
+        self.fill(IN_THE_WAY, delay=3600)  # delayed an hour, all ahead of the job below in seq order
+        retrying = self.q.lease(100)
+        for job in retrying:
+            self.q.nack(job, delay=3600)
+        ready = self.q.enqueue("now")
+        upkeep = self.explain(self.sql["upkeep"])
+        self.assert_few_pages(upkeep, "the upkeep before a claim")
+        claim = self.explain(self.sql.claim(1, kinds=False), vt=30.0, kinds=None)
+        self.assert_few_pages(claim, "a claim")
+        self.assertEqual(claim["Actual Rows"], 1)
+        self.assertEqual([job.id for job in self.q.lease(5)], [ready.id])
+
+    def test_a_claim_of_some_kinds_never_walks_over_other_kinds(self) -> None:
+        self.fill(IN_THE_WAY, kind="other")
+        email = self.q.enqueue("mail", kind="email")
+        for kinds in (["email"], ["email", "sms"]):
+            with self.subTest(kinds=kinds):
+                plan = self.explain(self.sql.claim(1, kinds=True), vt=30.0, kinds=kinds)
+                self.assert_few_pages(plan, f"a claim of {kinds}")
+                self.assertEqual(plan["Actual Rows"], 1)
+        self.assertEqual([job.id for job in self.q.lease(5, kinds=["email"])], [email.id])
+
+    def test_scheduled_jobs_that_came_due_are_claimed_in_priority_order(self) -> None:
+        low = self.q.enqueue("low", delay=5)
+        high = self.q.enqueue("high", delay=6, priority=9)
+        plain = self.q.enqueue("plain")
+        self.q.storage.clock_offset = 10  # type: ignore[attr-defined]
+        self.assertEqual([job.id for job in self.q.lease(3)], [high.id, low.id, plain.id])
+
+    def test_an_idle_wait_asks_two_index_probes_when_the_next_job_comes_due(self) -> None:
+        self.fill(IN_THE_WAY, delay=3600)
+        plan = self.explain(self.sql["next_due"])
+        self.assert_few_pages(plan, "the next due time")
+
+    # ------------------------------------------------------------ counts and listings
+    def test_stats_and_len_read_the_counts_not_the_jobs(self) -> None:
+        self.fill(IN_THE_WAY)
+        self.fill(IN_THE_WAY // 2, delay=3600)
+        self.q.ack_many(self.q.lease(500))
+        for name in ("stats", "count"):
+            with self.subTest(name):
+                self.assert_few_pages(self.explain(self.sql[name]), name)
+        stats = self.q.stats()
+        self.assertEqual(
+            (stats.ready, stats.delayed, stats.leased, stats.done, stats.dead),
+            (IN_THE_WAY - 500, IN_THE_WAY // 2, 0, 500, 0),
+        )
+        self.assertEqual(len(self.q), IN_THE_WAY + IN_THE_WAY // 2)
+
+    def test_a_page_of_each_listing_reads_a_page_of_jobs(self) -> None:
+        self.fill(IN_THE_WAY)
+        self.fill(IN_THE_WAY // 2, delay=3600)
+        self.q.ack_many(self.q.lease(2000))
+        page = {"kind": None, "limit": 100, "offset": 0, "reach": 100}
+        # A first read after a burst of acks also visits the index entries the
+        # acks left behind (once: it marks them dead, as vacuum would remove
+        # them); a dashboard's next poll and every one after it reads this.
+        for state in (None, "ready", "runnable", "delayed", "done", "leased"):
+            self.q.list_jobs(state, limit=100)
+        for listing in ("list", "list_ready", "list_runnable", "list_delayed", "list_done", "list_leased"):
+            with self.subTest(listing):
+                plan = self.explain(self.sql[listing], **page)
+                self.assert_few_pages(plan, listing)
+        self.assertEqual(len(self.q.list_jobs("ready", limit=100)), 100)
+        self.assertEqual([j.seq for j in self.q.list_jobs("delayed", limit=3)],
+                         sorted(j.seq for j in self.q.list_jobs("delayed", limit=3)))  # fmt: skip
+
+    def test_counts_stay_exact_through_purge_truncate_and_folding(self) -> None:
+        from nobroker.postgres import operations
+
+        self.fill(3000)
+        self.q.ack_many(self.q.lease(1000))
+        with self.q.storage._side.held() as conn:  # type: ignore[attr-defined]
+            rows = conn.execute(f'SELECT count(*) FROM "{self.schema}".counts WHERE queue = %s', (self.name,)).fetchone()[0]
+            self.assertGreater(rows, 2)
+            operations.fold_counts(conn, self.q.storage._target)  # type: ignore[attr-defined]
+            rows = conn.execute(f'SELECT count(*) FROM "{self.schema}".counts WHERE queue = %s', (self.name,)).fetchone()[0]
+        self.assertEqual(rows, 2, "one row per state after folding")
+        self.assertEqual((self.q.stats().ready, self.q.stats().done), (2000, 1000))
+        self.assertEqual(self.q.purge(), 3000)
+        self.assertEqual(len(self.q), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

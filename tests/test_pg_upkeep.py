@@ -1,0 +1,94 @@
+"""The PostgreSQL table stays small: pruning by retention, compaction in bounded batches, vacuum settings.
+
+Imports: the standard library, psycopg (through tests.pgsupport), the public
+``nobroker`` API and nobroker.postgres.statements. The clock moves by the
+storage's clock_offset (added to the database clock in every statement).
+"""
+
+from __future__ import annotations
+
+import unittest
+from typing import Any
+
+from nobroker import JobNotFoundError, Queue
+from nobroker.postgres.statements import PRUNE_BATCH
+from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from tests.support import wait_until
+
+PATIENCE = 60.0
+
+
+class UpkeepTests(PostgresTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.name = fresh_name("q")
+
+    def open_queue(self, **options: Any) -> Queue:
+        q = Queue(self.dsn, self.name, schema=self.schema, migrate=False, **options)
+        self.addCleanup(q.close)
+        return q
+
+    def test_done_and_dead_jobs_past_their_retention_are_pruned_by_the_work_itself(self) -> None:
+        q = self.open_queue(done_retention=5, dead_retention=50, max_attempts=1)
+        q.enqueue_many(list(range(30)))
+        jobs = q.lease(30)
+        q.ack_many(jobs[:20])
+        for job in jobs[20:]:
+            q.nack(job, error="no")
+        q.storage.clock_offset = 6  # type: ignore[attr-defined]
+        young = q.enqueue("young")
+        q.ack(q.lease_one())  # type: ignore[arg-type]
+        q.storage._prune_at = 0  # type: ignore[attr-defined]  # the next lease starts a round now
+        q.lease()
+        self.assertTrue(wait_until(lambda: q.stats().done == 1, PATIENCE), q.stats())
+        self.assertEqual(q.stats().dead, 10, "dead jobs younger than dead_retention stay")
+        self.assertEqual(q.get(young.id).payload, "young")
+        with self.assertRaises(JobNotFoundError):
+            q.get(jobs[0].id)
+        q.storage.clock_offset = 60  # type: ignore[attr-defined]
+        q.storage._prune_at = 0  # type: ignore[attr-defined]
+        q.lease()
+        self.assertTrue(wait_until(lambda: len(q) == 0, PATIENCE), q.stats())
+
+    def test_without_retentions_nothing_is_pruned(self) -> None:
+        q = self.open_queue(done_retention=None)
+        q.enqueue("x")
+        q.ack(q.lease_one())  # type: ignore[arg-type]
+        q.storage.clock_offset = 10**9  # type: ignore[attr-defined]
+        q.storage._prune_at = 0  # type: ignore[attr-defined]
+        q.lease()
+        q.storage._pruning.join(PATIENCE)  # type: ignore[attr-defined]
+        self.assertEqual(q.stats().done, 1)
+
+    def test_compaction_deletes_in_bounded_batches_and_counts_stay_exact(self) -> None:
+        q = self.open_queue()
+        total = PRUNE_BATCH * 2 + 10
+        for start in range(0, total, 1000):
+            q.enqueue_many(list(range(start, min(start + 1000, total))))
+        while True:
+            jobs = q.lease(500)
+            if not jobs:
+                break
+            q.ack_many(jobs)
+        q.enqueue("live")
+        statements: list[str] = []
+        conn = q.storage._side._connection()  # type: ignore[attr-defined]
+        real = conn.execute
+        conn.execute = lambda text, *a, **k: (statements.append(str(text)), real(text, *a, **k))[1]
+        result = q.compact()
+        self.assertEqual((result.jobs_dropped, result.jobs_kept), (total, 1))
+        deletes = [s for s in statements if s.lstrip().startswith("DELETE")]
+        self.assertEqual(len(deletes), 3, "one bounded DELETE per batch")
+        self.assertEqual((len(q), q.stats().ready, q.stats().done), (1, 1, 0))
+
+    def test_the_migration_sets_vacuum_and_fillfactor(self) -> None:
+        with connect() as conn:
+            options = conn.execute(
+                "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f'"{self.schema}".jobs',)
+            ).fetchone()[0]
+        self.assertIn("fillfactor=90", options)
+        self.assertIn("autovacuum_vacuum_scale_factor=0.02", options)
+
+
+if __name__ == "__main__":
+    unittest.main()

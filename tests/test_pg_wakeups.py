@@ -1,0 +1,110 @@
+"""Who the PostgreSQL storage wakes, and how often: NOTIFY per queue, at most once per window, never for later.
+
+Imports: the standard library, psycopg (through tests.pgsupport), the public
+``nobroker`` API and nobroker.postgres (channel_name, NOTIFY_WINDOW). A raw
+connection LISTENs on the queue's channel and counts what arrives; a marker
+NOTIFY sent after the writes tells when everything they sent has arrived.
+"""
+
+from __future__ import annotations
+
+import time
+import unittest
+from nobroker import BackoffPolicy, Queue
+from nobroker.postgres.connection import channel_name
+from nobroker.postgres.wakeups import NOTIFY_WINDOW
+from tests.pgsupport import PostgresTestCase, connect, fresh_name
+
+PATIENCE = 60.0
+MARKER = "marker"
+
+
+class NotifyTests(PostgresTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.name = fresh_name("q")
+        self.q = Queue(self.dsn, self.name, schema=self.schema, migrate=False, backoff=BackoffPolicy(base=60))
+        self.addCleanup(self.q.close)
+        self.channel = channel_name(self.schema, self.name)
+        self.ear = connect()
+        self.addCleanup(self.ear.close)
+        self.ear.execute(f'LISTEN "{self.channel}"')
+
+    def heard(self) -> list[tuple[str, float]]:
+        """(payload, monotonic time) of every notification up to a marker sent now, in order."""
+        with connect() as other:
+            other.execute("SELECT pg_notify(%s, %s)", (self.channel, MARKER))
+        got: list[tuple[str, float]] = []
+        deadline = time.monotonic() + PATIENCE
+        for note in self.ear.notifies(timeout=PATIENCE):
+            if note.payload == MARKER:
+                return got
+            got.append((note.payload, time.monotonic()))
+            self.assertLess(time.monotonic(), deadline)
+        self.fail("the marker never arrived")
+
+    def test_delayed_jobs_and_delayed_retries_never_notify(self) -> None:
+        self.q.enqueue("later", delay=60)
+        self.q.enqueue_many(["a", "b"], delay=5)
+        self.q.enqueue("now")
+        self.assertEqual(len(self.heard()), 1, "only the job runnable at once notifies")
+        time.sleep(NOTIFY_WINDOW * 2)
+        job = self.q.lease_one()
+        assert job is not None
+        self.q.nack(job, delay=30)  # retried later: nothing to wake anyone for
+        self.assertEqual(self.heard(), [])
+        self.q.storage.clock_offset = 31  # type: ignore[attr-defined]
+        job = self.q.lease_one()
+        assert job is not None
+        self.q.nack(job)  # the backoff (60 s) decides: later again
+        self.assertEqual(self.heard(), [])
+
+    def test_a_burst_of_enqueues_notifies_about_once_per_window_and_the_last_job_is_announced(self) -> None:
+        started = time.monotonic()
+        for n in range(200):
+            self.q.enqueue({"n": n})
+        finished = time.monotonic()
+        # The owed NOTIFY comes at the end of the window after the last enqueue.
+        time.sleep(NOTIFY_WINDOW * 4)
+        heard = self.heard()
+        windows = (finished - started) / NOTIFY_WINDOW
+        self.assertGreaterEqual(len(heard), 1)
+        self.assertLessEqual(len(heard), windows + 2, f"{len(heard)} NOTIFYs in {windows:.0f} windows")
+        self.assertLess(len(heard), 200, "one NOTIFY per enqueue")
+
+    def test_a_job_enqueued_within_the_window_is_announced_when_the_window_ends(self) -> None:
+        window = 2.0  # long enough that the marker below surely arrives before the window ends
+        self.q.storage._gate._window = window  # type: ignore[attr-defined]
+        self.q.enqueue("first")  # notifies in its own statement
+        self.q.enqueue("second")  # within the window: owes one
+        self.assertEqual(len(self.heard()), 1, "the second enqueue notified at once")
+        time.sleep(window * 1.5)
+        self.assertEqual(len(self.heard()), 1, "the owed NOTIFY never came")
+
+    def test_a_job_nacked_for_now_and_a_requeued_job_wake_workers(self) -> None:
+        job = self.q.enqueue("x", max_attempts=2)
+        self.heard()
+        leased = self.q.lease_one()
+        assert leased is not None
+        time.sleep(NOTIFY_WINDOW * 2)
+        self.q.nack(leased, delay=0)
+        self.assertEqual(len(self.heard()), 1)
+        leased = self.q.lease_one()
+        assert leased is not None and leased.id == job.id
+        self.q.nack(leased, delay=0)  # the last attempt: dead, nothing to wake for
+        self.assertEqual(self.heard(), [])
+        time.sleep(NOTIFY_WINDOW * 2)
+        self.assertEqual(self.q.requeue_dead(), 1)
+        self.assertEqual(len(self.heard()), 1)
+
+    def test_an_enqueue_in_the_callers_transaction_notifies_at_its_commit(self) -> None:
+        with connect(autocommit=False) as conn:
+            self.q.enqueue("in a transaction", conn=conn)
+            self.assertEqual(self.heard(), [], "announced before the commit")
+            conn.commit()
+        self.assertEqual(len(self.heard()), 1)
+
+
+
+if __name__ == "__main__":
+    unittest.main()
