@@ -16,6 +16,7 @@ The package, in its order (a module imports only modules above it):
     leases.py      the writer's decisions, one per operation: records out
     snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)
     compaction.py  the next generation's file, written and flipped to (repair uses it too)
+    checkpoint.py  replaying what no longer changes without the lock; the compactor's checkpoint
     recovery.py    QueueFiles: opening, replay with a snapshot, torn tails, leftovers, fork
     commit.py      Committer: the four beats, the group commit, roll-back, the read beat
     compactor.py   Compactor: the online compaction, mostly without the file lock

@@ -7,7 +7,7 @@ network filesystem, open or create the generation, fsync the folder, replay
 with a snapshot, cut a torn tail, remove leftovers), reading forward,
 re-opening after a fork, saving a snapshot at close, reading a job's
 payload back. Imports: errors, jobs, storage, layout, fs, framing, entry,
-log, lock, replay, snapshot.
+log, lock, replay, snapshot, checkpoint.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
 after the damage, is an interrupted write and is cut; damage followed by
@@ -29,7 +29,8 @@ from typing import Any
 from ..errors import CorruptLogError, NobrokerError, StorageError, UnsafeQueueError
 from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
 from ..storage import StorageOptions, queue_closed
-from . import snapshot
+from . import checkpoint, snapshot
+from .checkpoint import Prepared
 from .entry import Entry
 from .framing import FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
 from .fs import FileSystem, storage_error
@@ -49,6 +50,9 @@ NETWORK_FILESYSTEMS = frozenset(
 class QueueFiles:
     """One queue's files as this object holds them, and the state replayed from them."""
 
+    #: Write periodic checkpoints in a thread of their own (False: in the writing thread,
+    #: after its operation returned; the power-cut sweeps want one order of disk calls).
+    checkpoint_in_thread = True
     #: The fsync of the queue folder; FileStorage makes it (the folder is the storage's).
     _sync_directory: Callable[[], None]
 
@@ -81,10 +85,15 @@ class QueueFiles:
         # the state was built from: read under the lock, or written by us. None: unknown.
         self._snap_crc: tuple[int, int, int] | None = None
         self._snap_loaded = False  # did the last replay start from a snapshot?
+        # A generation replayed without the lock, for the next replay under it to start from (checkpoint.py).
+        self._prepared: Prepared | None = None
+        self._checkpointing: threading.Thread | None = None  # writing a checkpoint (see _maybe_checkpoint)
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's threads do not exist here, so neither do their locks."""
         self._mutex = threading.Lock()
+        self._checkpointing = None  # the parent's thread: not here
+        self._drop_prepared()
 
     # ================================================================ opening
     def _open(self) -> None:
@@ -98,23 +107,11 @@ class QueueFiles:
                 self.directory, os.strerror(self.read_only or 0),
             )  # fmt: skip
         started = time.perf_counter()
+        self._prepare_unlocked()
         self._lock.acquire(exclusive=self.read_only is None)
         try:
-            generation = read_pointer(self.fs, self.directory, self.name)
-            self._pointer_sig = self._pointer_signature()
-            self._log = self._open_generation(generation)
-            if self.durable and self.read_only is None:
-                # A crash between a peer's pointer rename and its folder fsync could
-                # leave a flip that a power cut undoes, and a failed fsync of the
-                # parent could leave the folder itself undurable: make both durable
-                # before we acknowledge anything written in them. This is also what
-                # makes a generation 0 just created durable (LogFile.create leaves
-                # its name to this fsync).
-                self._sync_directory()
-                try:
-                    self.fs.fsync_dir(os.path.dirname(self.directory))
-                except OSError as exc:
-                    raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+            self._locate()
+            assert self._log is not None
             # Read-only: a torn tail stays for a writer to cut, leftovers for a writer to remove.
             state, end, torn = self._replay_all(self._log, truncate=self.read_only is None)
             self._state, self._offset = state, end
@@ -130,7 +127,109 @@ class QueueFiles:
         if torn:
             logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)
 
+    def _locate(self) -> None:
+        """Under the lock: the current generation, opened (or the one replayed without the lock, still current)."""
+        generation = read_pointer(self.fs, self.directory, self.name)
+        self._pointer_sig = self._pointer_signature()
+        self._log = self._open_generation(generation)
+        if self.durable and self.read_only is None:
+            # A crash between a peer's pointer rename and its folder fsync could
+            # leave a flip that a power cut undoes, and a failed fsync of the
+            # parent could leave the folder itself undurable: make both durable
+            # before we acknowledge anything written in them. This is also what
+            # makes a generation 0 just created durable (LogFile.create leaves
+            # its name to this fsync).
+            self._sync_directory()
+            try:
+                self.fs.fsync_dir(os.path.dirname(self.directory))
+            except OSError as exc:
+                raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+
+    def _prepare_unlocked(self) -> None:
+        """Opening, step one: note under the lock where the log ends, replay up to there without it.
+
+        The lock is held for a moment (the pointer, the file, its size); the
+        replay from the last checkpoint up to that size runs without it, once
+        an fsync through it has succeeded (checkpoint.py: those bytes no longer
+        change), and the caller then catches up the rest under the lock.
+        """
+        assert self._lock is not None
+        self._lock.acquire(exclusive=False)
+        try:
+            generation = read_pointer(self.fs, self.directory, self.name)
+            sig = self._pointer_signature()
+            path = log_path(self.directory, self.name, generation or 0)
+            if not self.fs.exists(path):
+                return  # a new queue, or one in trouble: the locked open deals with it
+            log = self._open_log(path, generation or 0)
+            noted = log.size()
+        except (OSError, NobrokerError):
+            return  # the locked open says what is wrong
+        finally:
+            self._lock.release()
+        self._prepare_from(log, noted, sig)
+
+    def _prepare_from(self, log: LogFile, durable_end: int | None, sig: object) -> None:
+        """Replay ``log`` without the lock up to ``durable_end`` (None: its checkpoint's end); keep it for the lock."""
+        prepared = None
+        try:
+            if durable_end is not None and durable_end > HEADER_SIZE and self.durable:
+                log.note_end(durable_end)
+                log.sync_through(durable_end)  # see checkpoint.py: what is read must no longer change
+            prepared = checkpoint.prepare(self.fs, self.directory, self.name, log, durable_end)
+        except (OSError, NobrokerError) as exc:
+            logger.debug("%s: no replay without the lock (%s)", log.path, exc)
+        if prepared is None:
+            log.close()
+            return
+        prepared.pointer_sig = sig
+        self._drop_prepared()
+        self._prepared = prepared
+
+    def _prepare_follow(self) -> None:
+        """Before the lock: has a peer flipped to a new generation? Then load its checkpoint without the lock.
+
+        The compactor leaves a checkpoint of the generation it flipped to
+        (checkpoint.save_after_compaction); loading it here, and catching up
+        only what came after it under the lock, means no process waits for a
+        follower's replay. One lstat when nothing changed.
+        """
+        log = self._log
+        if log is None or self._stale or self._closed:
+            return
+        sig = self._pointer_signature()
+        if sig == self._pointer_sig or (self._prepared is not None and self._prepared.pointer_sig == sig):
+            return
+        try:
+            generation = read_pointer(self.fs, self.directory, self.name)
+            if generation is None or generation == log.generation:
+                return
+            if not checkpoint.wait_for_checkpoint(self.fs, self.directory, self.name, generation):
+                return
+            new = self._open_log(log_path(self.directory, self.name, generation), generation)
+        except (OSError, NobrokerError):
+            return  # the locked catch-up says what is wrong
+        self._prepare_from(new, None, sig)
+
+    def _take_prepared(self, generation: int) -> LogFile | None:
+        """Under the lock: the file of ``generation`` replayed without the lock, if that replay still holds."""
+        prepared = self._prepared
+        if prepared is None:
+            return None
+        if prepared.log.generation == generation and checkpoint.still_valid(prepared, self._pointer_signature()):
+            return prepared.log
+        self._drop_prepared()
+        return None
+
+    def _drop_prepared(self) -> None:
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            prepared.log.close()
+
     def _open_generation(self, generation: int | None) -> LogFile:
+        ready = self._take_prepared(generation or 0)
+        if ready is not None:
+            return ready
         if generation is None:  # no compaction yet: generation 0, created on first use
             path = log_path(self.directory, self.name, 0)
             if not self.fs.exists(path):
@@ -177,10 +276,21 @@ class QueueFiles:
         A snapshot of the generation whose log prefix still matches stands in
         for replaying that prefix (snapshot.py); anything wrong with it: ignored.
         """
-        loaded = snapshot.load(self.fs, self.directory, self.name, log) if use_snapshot else None
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and (prepared.log is not log or not use_snapshot):
+            if prepared.log is not log:
+                prepared.log.close()
+            prepared = None
+        loaded: tuple[QueueState, int, int] | None
+        if prepared is not None:  # replayed without the lock up to prepared.end (see _prepare_unlocked)
+            loaded = (prepared.state, prepared.end, prepared.crc or 0)
+            self._snap_loaded, self._snap_records = prepared.loaded, prepared.loaded_records
+        else:
+            loaded = snapshot.load(self.fs, self.directory, self.name, log) if use_snapshot else None
+            self._snap_loaded, self._snap_records = loaded is not None, loaded[0].records if loaded else 0
         state, start, crc = loaded or (QueueState(), 0, 0)
-        self._snap_crc = (log.generation, start, crc) if self.durable else None  # see _read_forward
-        self._snap_loaded, self._snap_records = loaded is not None, state.records
+        known = prepared is None or prepared.crc is not None
+        self._snap_crc = (log.generation, start, crc) if self.durable and known else None  # see _read_forward
         stale = self._stale
         try:
             end, torn = self._read_forward(log, state, max(start, HEADER_SIZE), truncate=truncate)
@@ -335,6 +445,54 @@ class QueueFiles:
 
     def _job(self, entry: Entry) -> Job:
         return entry.to_job(self._read_body(entry).get("payload"))
+
+    def _maybe_checkpoint(self) -> None:
+        """After a write: a checkpoint once CHECKPOINT_EVERY records went by since the last one.
+
+        So that opening after a crash replays only the tail after it. The
+        state is copied under the mutex (this process's threads wait; other
+        processes do not), and a thread of its own writes the file. O(1)
+        when none is due.
+        """
+        if self._state.records - self._snap_records < checkpoint.CHECKPOINT_EVERY:
+            return
+        running = self._checkpointing
+        if running is not None and running.is_alive():
+            return
+        with self._mutex:
+            log, state, end, mark = self._log, self._state, self._offset, self._snap_crc
+            if (
+                self._closed or log is None or self._stale or self._failed is not None or self.read_only is not None
+                or mark is None or mark[0] != log.generation or mark[1] != end or log.durable_end < end
+                or os.getpid() != self._pid or state.records - self._snap_records < checkpoint.CHECKPOINT_EVERY
+            ):  # fmt: skip
+                return
+            try:
+                blocks = snapshot.encode(state)
+            except (ValueError, TypeError) as exc:
+                logger.info("%s: no checkpoint (%s)", log.path, exc)
+                return
+            self._snap_records = state.records
+            job = (log.path, log.generation, end, mark[2], blocks)
+        if not self.checkpoint_in_thread:
+            self._write_checkpoint(*job)
+            return
+        thread = threading.Thread(target=self._write_checkpoint, args=job, name="nobroker-checkpoint", daemon=True)
+        self._checkpointing = thread
+        thread.start()
+
+    def _write_checkpoint(self, path: str, generation: int, end: int, crc: int, blocks: list[bytes]) -> None:
+        try:
+            snapshot.write(self.fs, self.directory, self.name, generation, end, crc, blocks)
+        except (OSError, NobrokerError, ValueError) as exc:
+            logger.info("%s: no checkpoint written (%s); opening after a crash replays more", path, exc)
+
+    def _close_checkpoints(self) -> None:
+        """At close: wait for a checkpoint being written; let go of a generation replayed without the lock."""
+        running, self._checkpointing = self._checkpointing, None
+        if running is not None and os.getpid() == self._pid:
+            running.join()
+        self._drop_prepared()
 
     def _save_snapshot(self) -> None:
         """At close: leave the state as a snapshot for the next opener (a cache, see snapshot.py).
