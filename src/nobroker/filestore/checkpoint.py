@@ -2,10 +2,13 @@
 
 Owns: Prepared (a generation opened and replayed without the lock, up to an
 offset whose bytes no longer change) and how it is made (``prepare``) and
-checked under the lock before use (``still_valid``); the checkpoint a compactor leaves of
-the new generation it flipped to (``save_after_compaction``) and a
-follower's short wait for it (``wait_for_checkpoint``). Imports: errors,
-layout, fs, framing, log, lock, replay, snapshot.
+checked under the lock before use (``still_valid``); the checkpoint a
+compactor leaves of the new generation it flipped to
+(``save_after_compaction``) and a follower's short wait for it
+(``wait_for_checkpoint``); Checkpoints, the part of recovery.QueueFiles
+that does these at opening and before each operation's lock, and writes a
+checkpoint every CHECKPOINT_EVERY records. Imports: errors, layout, fs,
+framing, log, lock, replay, snapshot.
 
 A checkpoint is a snapshot (snapshot.py): a checked cache of the state that
 replaying a log prefix gives, never the truth. Whatever is wrong with one
@@ -27,16 +30,18 @@ file at least D bytes long.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from dataclasses import dataclass
 
-from ..errors import NobrokerError
+from ..errors import NobrokerError, StorageError
 from . import snapshot
 from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus
 from .fs import FileSystem
-from .layout import compactor_path, snapshot_path
-from .lock import held_elsewhere
-from .log import LogFile
+from .layout import compactor_path, log_path, snapshot_path
+from .lock import QueueLock, held_elsewhere
+from .log import LogFile, read_pointer
 from .replay import QueueState
 
 logger = logging.getLogger("nobroker")
@@ -45,9 +50,12 @@ logger = logging.getLogger("nobroker")
 #: another (off the hot path: recovery.QueueFiles._maybe_checkpoint). Opening after a crash
 #: then replays at most about this many records after loading it.
 CHECKPOINT_EVERY = 50_000
-#: Longest a process that follows a compaction waits for the compactor's checkpoint
-#: of the new generation (it is written just after the flip) before replaying instead.
-CHECKPOINT_WAIT = 2.0
+#: Longest a process that follows a compaction waits for the compactor's checkpoint of
+#: the new generation before it replays the generation instead. The checkpoint is written
+#: just after the flip, while the compactor still holds the compactor lock, and the wait
+#: ends as soon as that lock is free (the compactor done, or dead): this only bounds a
+#: compactor that hangs. Replaying instead would hold the lock for as long, or longer.
+CHECKPOINT_WAIT = 60.0
 #: Sleep between two looks for that checkpoint.
 CHECKPOINT_POLL = 0.002
 
@@ -145,4 +153,168 @@ def wait_for_checkpoint(fs: FileSystem, directory: str, name: str, generation: i
         time.sleep(CHECKPOINT_POLL)
 
 
-__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_WAIT", "Prepared", "prepare", "save_after_compaction", "still_valid", "wait_for_checkpoint"]
+class Checkpoints:
+    """The part of recovery.QueueFiles that replays without the lock and writes the periodic checkpoints.
+
+    A mixin: QueueFiles sets every attribute below in its __init__ and
+    provides the two methods at the end.
+    """
+
+    fs: FileSystem
+    directory: str
+    name: str
+    durable: bool
+    read_only: int | None
+    checkpoint_in_thread: bool
+    _lock: QueueLock | None
+    _log: LogFile | None
+    _mutex: threading.Lock
+    _state: QueueState
+    _offset: int
+    _stale: bool
+    _failed: StorageError | None
+    _closed: bool
+    _pid: int
+    _pointer_sig: tuple[int, int, int] | None
+    _snap_crc: tuple[int, int, int] | None
+    _snap_records: int
+    _prepared: Prepared | None
+    _checkpointing: threading.Thread | None
+
+    def _prepare_unlocked(self) -> None:
+        """Opening, step one: note under the lock where the log ends, replay up to there without it.
+
+        The lock is held for a moment (the pointer, the file, its size); the
+        replay from the last checkpoint up to that size runs without it, once
+        an fsync through it has succeeded (checkpoint.py: those bytes no longer
+        change), and the caller then catches up the rest under the lock.
+        """
+        assert self._lock is not None
+        self._lock.acquire(exclusive=False)
+        try:
+            generation = read_pointer(self.fs, self.directory, self.name)
+            sig = self._pointer_signature()
+            path = log_path(self.directory, self.name, generation or 0)
+            if not self.fs.exists(path):
+                return  # a new queue, or one in trouble: the locked open deals with it
+            log = self._open_log(path, generation or 0)
+            noted = log.size()
+        except (OSError, NobrokerError):
+            return  # the locked open says what is wrong
+        finally:
+            self._lock.release()
+        self._prepare_from(log, noted, sig)
+
+    def _prepare_from(self, log: LogFile, durable_end: int | None, sig: object) -> None:
+        """Replay ``log`` without the lock up to ``durable_end`` (None: its checkpoint's end); keep it for the lock."""
+        prepared = None
+        try:
+            if durable_end is not None and durable_end > HEADER_SIZE and self.durable:
+                log.note_end(durable_end)
+                log.sync_through(durable_end)  # see checkpoint.py: what is read must no longer change
+            prepared = prepare(self.fs, self.directory, self.name, log, durable_end)
+        except (OSError, NobrokerError) as exc:
+            logger.debug("%s: no replay without the lock (%s)", log.path, exc)
+        if prepared is None:
+            log.close()
+            return
+        prepared.pointer_sig = sig
+        self._drop_prepared()
+        self._prepared = prepared
+
+    def _prepare_follow(self) -> None:
+        """Before the lock: has a peer flipped to a new generation? Then load its checkpoint without the lock.
+
+        The compactor leaves a checkpoint of the generation it flipped to
+        (checkpoint.save_after_compaction); loading it here, and catching up
+        only what came after it under the lock, means no process waits for a
+        follower's replay. One lstat when nothing changed.
+        """
+        log = self._log
+        if log is None or self._stale or self._closed:
+            return
+        sig = self._pointer_signature()
+        if sig == self._pointer_sig or (self._prepared is not None and self._prepared.pointer_sig == sig):
+            return
+        try:
+            generation = read_pointer(self.fs, self.directory, self.name)
+            if generation is None or generation == log.generation:
+                return
+            if not wait_for_checkpoint(self.fs, self.directory, self.name, generation):
+                return
+            new = self._open_log(log_path(self.directory, self.name, generation), generation)
+        except (OSError, NobrokerError):
+            return  # the locked catch-up says what is wrong
+        self._prepare_from(new, None, sig)
+
+    def _take_prepared(self, generation: int) -> LogFile | None:
+        """Under the lock: the file of ``generation`` replayed without the lock, if that replay still holds."""
+        prepared = self._prepared
+        if prepared is None:
+            return None
+        if prepared.log.generation == generation and still_valid(prepared, self._pointer_signature()):
+            return prepared.log
+        self._drop_prepared()
+        return None
+
+    def _drop_prepared(self) -> None:
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            prepared.log.close()
+
+    def _maybe_checkpoint(self) -> None:
+        """After a write: a checkpoint once CHECKPOINT_EVERY records went by since the last one.
+
+        So that opening after a crash replays only the tail after it. The
+        state is copied under the mutex (this process's threads wait; other
+        processes do not), and a thread of its own writes the file. O(1)
+        when none is due.
+        """
+        if self._state.records - self._snap_records < CHECKPOINT_EVERY:
+            return
+        running = self._checkpointing
+        if running is not None and running.is_alive():
+            return
+        with self._mutex:
+            log, state, end, mark = self._log, self._state, self._offset, self._snap_crc
+            if (
+                self._closed or log is None or self._stale or self._failed is not None or self.read_only is not None
+                or mark is None or mark[0] != log.generation or mark[1] != end or log.durable_end < end
+                or os.getpid() != self._pid or state.records - self._snap_records < CHECKPOINT_EVERY
+            ):  # fmt: skip
+                return
+            try:
+                blocks = snapshot.encode(state)
+            except (ValueError, TypeError) as exc:
+                logger.info("%s: no checkpoint (%s)", log.path, exc)
+                return
+            self._snap_records = state.records
+            job = (log.path, log.generation, end, mark[2], blocks)
+        if not self.checkpoint_in_thread:
+            self._write_checkpoint(*job)
+            return
+        thread = threading.Thread(target=self._write_checkpoint, args=job, name="nobroker-checkpoint", daemon=True)
+        self._checkpointing = thread
+        thread.start()
+
+    def _write_checkpoint(self, path: str, generation: int, end: int, crc: int, blocks: list[bytes]) -> None:
+        try:
+            snapshot.write(self.fs, self.directory, self.name, generation, end, crc, blocks)
+        except (OSError, NobrokerError, ValueError) as exc:
+            logger.info("%s: no checkpoint written (%s); opening after a crash replays more", path, exc)
+
+    def _close_checkpoints(self) -> None:
+        """At close: wait for a checkpoint being written; let go of a generation replayed without the lock."""
+        running, self._checkpointing = self._checkpointing, None
+        if running is not None and os.getpid() == self._pid:
+            running.join()
+        self._drop_prepared()
+
+    def _pointer_signature(self) -> tuple[int, int, int] | None:
+        raise NotImplementedError
+
+    def _open_log(self, path: str, generation: int) -> LogFile:
+        raise NotImplementedError
+
+
+__all__ = ["CHECKPOINT_EVERY", "Checkpoints", "CHECKPOINT_WAIT", "Prepared", "prepare", "save_after_compaction", "still_valid", "wait_for_checkpoint"]

@@ -6,8 +6,9 @@ from them and where reading stopped; opening (prepare the folder, refuse a
 network filesystem, open or create the generation, fsync the folder, replay
 with a snapshot, cut a torn tail, remove leftovers), reading forward,
 re-opening after a fork, saving a snapshot at close, reading a job's
-payload back. Imports: errors, jobs, storage, layout, fs, framing, entry,
-log, lock, replay, snapshot, checkpoint.
+payload back; the unlocked replay and the checkpoints come from
+checkpoint.Checkpoints. Imports: errors, jobs, storage, layout, fs, folder,
+framing, entry, log, lock, replay, snapshot, checkpoint.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
 after the damage, is an interrupted write and is cut; damage followed by
@@ -19,35 +20,28 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CorruptLogError, NobrokerError, StorageError, UnsafeQueueError
+from ..errors import CorruptLogError, NobrokerError, StorageError
 from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
 from ..storage import StorageOptions, queue_closed
-from . import checkpoint, snapshot
-from .checkpoint import Prepared
+from . import snapshot
+from .checkpoint import Checkpoints, Prepared
 from .entry import Entry
 from .framing import FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
 from .fs import FileSystem, storage_error
 from .layout import check_name, compactor_path, leftover, lock_path, log_path, pointer_path
+from .folder import pid_alive, prepare_directory
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, list_generations, read_pointer
 from .replay import QueueState
 
 logger = logging.getLogger("nobroker")
 
-#: Filesystem types whose locking or rename semantics a queue cannot trust.
-NETWORK_FILESYSTEMS = frozenset(
-    {"nfs", "nfs4", "cifs", "smb", "smb3", "smbfs", "9p", "fuse.sshfs", "afs", "ceph", "glusterfs", "lustre", "davfs", "fuse.davfs2"}
-)
-
-
-class QueueFiles:
+class QueueFiles(Checkpoints):
     """One queue's files as this object holds them, and the state replayed from them."""
 
     #: Write periodic checkpoints in a thread of their own (False: in the writing thread,
@@ -144,87 +138,6 @@ class QueueFiles:
                 self.fs.fsync_dir(os.path.dirname(self.directory))
             except OSError as exc:
                 raise storage_error(exc, "fsync of the folder holding", self.directory) from None
-
-    def _prepare_unlocked(self) -> None:
-        """Opening, step one: note under the lock where the log ends, replay up to there without it.
-
-        The lock is held for a moment (the pointer, the file, its size); the
-        replay from the last checkpoint up to that size runs without it, once
-        an fsync through it has succeeded (checkpoint.py: those bytes no longer
-        change), and the caller then catches up the rest under the lock.
-        """
-        assert self._lock is not None
-        self._lock.acquire(exclusive=False)
-        try:
-            generation = read_pointer(self.fs, self.directory, self.name)
-            sig = self._pointer_signature()
-            path = log_path(self.directory, self.name, generation or 0)
-            if not self.fs.exists(path):
-                return  # a new queue, or one in trouble: the locked open deals with it
-            log = self._open_log(path, generation or 0)
-            noted = log.size()
-        except (OSError, NobrokerError):
-            return  # the locked open says what is wrong
-        finally:
-            self._lock.release()
-        self._prepare_from(log, noted, sig)
-
-    def _prepare_from(self, log: LogFile, durable_end: int | None, sig: object) -> None:
-        """Replay ``log`` without the lock up to ``durable_end`` (None: its checkpoint's end); keep it for the lock."""
-        prepared = None
-        try:
-            if durable_end is not None and durable_end > HEADER_SIZE and self.durable:
-                log.note_end(durable_end)
-                log.sync_through(durable_end)  # see checkpoint.py: what is read must no longer change
-            prepared = checkpoint.prepare(self.fs, self.directory, self.name, log, durable_end)
-        except (OSError, NobrokerError) as exc:
-            logger.debug("%s: no replay without the lock (%s)", log.path, exc)
-        if prepared is None:
-            log.close()
-            return
-        prepared.pointer_sig = sig
-        self._drop_prepared()
-        self._prepared = prepared
-
-    def _prepare_follow(self) -> None:
-        """Before the lock: has a peer flipped to a new generation? Then load its checkpoint without the lock.
-
-        The compactor leaves a checkpoint of the generation it flipped to
-        (checkpoint.save_after_compaction); loading it here, and catching up
-        only what came after it under the lock, means no process waits for a
-        follower's replay. One lstat when nothing changed.
-        """
-        log = self._log
-        if log is None or self._stale or self._closed:
-            return
-        sig = self._pointer_signature()
-        if sig == self._pointer_sig or (self._prepared is not None and self._prepared.pointer_sig == sig):
-            return
-        try:
-            generation = read_pointer(self.fs, self.directory, self.name)
-            if generation is None or generation == log.generation:
-                return
-            if not checkpoint.wait_for_checkpoint(self.fs, self.directory, self.name, generation):
-                return
-            new = self._open_log(log_path(self.directory, self.name, generation), generation)
-        except (OSError, NobrokerError):
-            return  # the locked catch-up says what is wrong
-        self._prepare_from(new, None, sig)
-
-    def _take_prepared(self, generation: int) -> LogFile | None:
-        """Under the lock: the file of ``generation`` replayed without the lock, if that replay still holds."""
-        prepared = self._prepared
-        if prepared is None:
-            return None
-        if prepared.log.generation == generation and checkpoint.still_valid(prepared, self._pointer_signature()):
-            return prepared.log
-        self._drop_prepared()
-        return None
-
-    def _drop_prepared(self) -> None:
-        prepared, self._prepared = self._prepared, None
-        if prepared is not None:
-            prepared.log.close()
 
     def _open_generation(self, generation: int | None) -> LogFile:
         ready = self._take_prepared(generation or 0)
@@ -446,54 +359,6 @@ class QueueFiles:
     def _job(self, entry: Entry) -> Job:
         return entry.to_job(self._read_body(entry).get("payload"))
 
-    def _maybe_checkpoint(self) -> None:
-        """After a write: a checkpoint once CHECKPOINT_EVERY records went by since the last one.
-
-        So that opening after a crash replays only the tail after it. The
-        state is copied under the mutex (this process's threads wait; other
-        processes do not), and a thread of its own writes the file. O(1)
-        when none is due.
-        """
-        if self._state.records - self._snap_records < checkpoint.CHECKPOINT_EVERY:
-            return
-        running = self._checkpointing
-        if running is not None and running.is_alive():
-            return
-        with self._mutex:
-            log, state, end, mark = self._log, self._state, self._offset, self._snap_crc
-            if (
-                self._closed or log is None or self._stale or self._failed is not None or self.read_only is not None
-                or mark is None or mark[0] != log.generation or mark[1] != end or log.durable_end < end
-                or os.getpid() != self._pid or state.records - self._snap_records < checkpoint.CHECKPOINT_EVERY
-            ):  # fmt: skip
-                return
-            try:
-                blocks = snapshot.encode(state)
-            except (ValueError, TypeError) as exc:
-                logger.info("%s: no checkpoint (%s)", log.path, exc)
-                return
-            self._snap_records = state.records
-            job = (log.path, log.generation, end, mark[2], blocks)
-        if not self.checkpoint_in_thread:
-            self._write_checkpoint(*job)
-            return
-        thread = threading.Thread(target=self._write_checkpoint, args=job, name="nobroker-checkpoint", daemon=True)
-        self._checkpointing = thread
-        thread.start()
-
-    def _write_checkpoint(self, path: str, generation: int, end: int, crc: int, blocks: list[bytes]) -> None:
-        try:
-            snapshot.write(self.fs, self.directory, self.name, generation, end, crc, blocks)
-        except (OSError, NobrokerError, ValueError) as exc:
-            logger.info("%s: no checkpoint written (%s); opening after a crash replays more", path, exc)
-
-    def _close_checkpoints(self) -> None:
-        """At close: wait for a checkpoint being written; let go of a generation replayed without the lock."""
-        running, self._checkpointing = self._checkpointing, None
-        if running is not None and os.getpid() == self._pid:
-            running.join()
-        self._drop_prepared()
-
     def _save_snapshot(self) -> None:
         """At close: leave the state as a snapshot for the next opener (a cache, see snapshot.py).
 
@@ -515,64 +380,6 @@ class QueueFiles:
             logger.info("%s: no snapshot written (%s); the next open replays the log", log.path, exc)
 
 
-def prepare_directory(fs: FileSystem, path: str) -> None:
-    """Make the queue folder (0700) if it is missing; refuse one that is unsafe to keep jobs in."""
-    try:
-        st = fs.lstat(path)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            fs.mkdir(path, 0o700)
-            fs.chmod(path, 0o700)  # exactly 0700, whatever the umask
-            # The new folder's name becomes durable when QueueFiles._open fsyncs
-            # the parent, before anything is acknowledged in it.
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise storage_error(exc, "creating the queue folder", path) from None
-        st = fs.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        st = os.stat(path)  # a symlinked folder is the user's choice; its files may not be links
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeQueueError(f"{path} is not a folder; a queue needs a folder of its own")
-    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-        raise UnsafeQueueError(
-            f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
-            "another user could change your jobs. Use a folder you own."
-        )
-    network = network_filesystem(path)
-    if network:
-        raise UnsafeQueueError(
-            f"{path} is on a network filesystem ({network}). nobroker's file lock and atomic renames are "
-            "not reliable there: keep the queue on a local disk, or use the PostgreSQL storage for many hosts."
-        )
-    if sys.platform != "win32" and st.st_mode & stat.S_IWOTH:
-        raise UnsafeQueueError(
-            f"{path} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): anyone could plant or "
-            f"remove queue files. Run `chmod 700 {path}` or use a private folder."
-        )
-
-
-def network_filesystem(path: str) -> str | None:
-    """The filesystem type of ``path`` if it is a network one (Linux only: /proc/self/mountinfo)."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
-    except OSError:
-        return None
-    real = os.path.realpath(path)
-    best, best_type = "", ""
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        if (real == mount_point or real.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) >= len(best):
-            best, best_type = mount_point, right.split()[0]
-    return best_type if best_type in NETWORK_FILESYSTEMS else None
-
-
 def damage_of(fr: Frame, torn: int) -> Damage:
     """What was wrong with a torn tail, in the words of nobroker 0.1.2's RecoveryReport."""
     if fr.status is FrameStatus.INCOMPLETE:
@@ -582,15 +389,3 @@ def damage_of(fr: Frame, torn: int) -> Damage:
     if fr.status is FrameStatus.BAD_TYPE:
         return Damage.UNKNOWN_TYPE
     return Damage.BAD_CHECKSUM  # a bad crc, or a good one over bad JSON (0.1.2 called both that)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
