@@ -56,6 +56,9 @@ CHECKPOINT_EVERY = 50_000
 #: ends as soon as that lock is free (the compactor done, or dead): this only bounds a
 #: compactor that hangs. Replaying instead would hold the lock for as long, or longer.
 CHECKPOINT_WAIT = 60.0
+#: The same wait when the flip was seen under the file lock: a later compactor may be
+#: waiting for that lock before it can begin, so the wait must stay short.
+CHECKPOINT_WAIT_LOCKED = 0.5
 #: Sleep between two looks for that checkpoint.
 CHECKPOINT_POLL = 0.002
 
@@ -142,16 +145,21 @@ def save_after_compaction(fs: FileSystem, directory: str, name: str, log: LogFil
 
 
 def wait_for_checkpoint(fs: FileSystem, directory: str, name: str, generation: int, *, timeout: float = CHECKPOINT_WAIT) -> bool:
-    """Is there a checkpoint of ``generation``, or will there be shortly (its compactor is still at work)?"""
+    """Is there a checkpoint of ``generation``, or will there be shortly (its compactor is still at work)?
+
+    Stops waiting once the compactor lock is free or the next generation's
+    file exists (a later compaction began: the one that flipped to
+    ``generation`` is gone, and may have died before its checkpoint).
+    """
     deadline = time.monotonic() + timeout
     path = snapshot_path(directory, name, generation)
+    later = log_path(directory, name, generation + 1)
     while True:
         if fs.exists(path):
             return True
-        if time.monotonic() >= deadline or not held_elsewhere(fs, compactor_path(directory, name)):
+        if time.monotonic() >= deadline or fs.exists(later) or not held_elsewhere(fs, compactor_path(directory, name)):
             return fs.exists(path)
         time.sleep(CHECKPOINT_POLL)
-
 
 class Checkpoints:
     """The part of recovery.QueueFiles that replays without the lock and writes the periodic checkpoints.

@@ -97,6 +97,9 @@ class Compactor(Committer):
             self._compactor.forget()
             self._compactor = None
 
+    def _compacting_here(self) -> bool:
+        return self._compactor is not None
+
     def _auto_compact(self) -> None:
         """After a write that passed auto_compact's threshold; a compaction already running serves the same end."""
         try:

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import CorruptLogError, NobrokerError, StorageError
 from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
 from ..storage import StorageOptions, queue_closed
-from . import snapshot
+from . import checkpoint, snapshot
 from .checkpoint import Checkpoints, Prepared
 from .entry import Entry
 from .framing import FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
@@ -199,6 +199,12 @@ class QueueFiles(Checkpoints):
             loaded = (prepared.state, prepared.end, prepared.crc or 0)
             self._snap_loaded, self._snap_records = prepared.loaded, prepared.loaded_records
         else:
+            if use_snapshot and log.generation > 0 and not self._compacting_here():
+                # A peer's flip seen while we waited for the lock: its checkpoint comes
+                # shortly (written without the lock), and loading it beats replaying here.
+                checkpoint.wait_for_checkpoint(
+                    self.fs, self.directory, self.name, log.generation, timeout=checkpoint.CHECKPOINT_WAIT_LOCKED
+                )
             loaded = snapshot.load(self.fs, self.directory, self.name, log) if use_snapshot else None
             self._snap_loaded, self._snap_records = loaded is not None, loaded[0].records if loaded else 0
         state, start, crc = loaded or (QueueState(), 0, 0)
@@ -320,6 +326,10 @@ class QueueFiles(Checkpoints):
                 logger.info("removed %s, left over from an interrupted compaction", path)
             except OSError:
                 pass
+
+    def _compacting_here(self) -> bool:
+        """Does this object compact right now (then no checkpoint of a new generation is coming from elsewhere)?"""
+        return False
 
     def _pointer_signature(self) -> tuple[int, int, int] | None:
         """What tells a peer's flip of the pointer: its inode, mtime and size (None: no pointer yet)."""
