@@ -41,6 +41,9 @@ ENGINE_ROWS = [
 
 FILE_FIGURES = [
     "Worker(concurrency=8) drains 80",
+    "Worker(processes=4) drains 80",
+    "Worker(processes=4, concurrency=8) drains 80",
+    "Worker(processes=",
     "memory per job, 21,000 pending",
     "stats(), 21,000 pending",
     "first lease_one() after open, 21,000 pending",

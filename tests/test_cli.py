@@ -793,6 +793,19 @@ class DlqPurgeTests(CliTestCase):
         self.assertIn("requeued 1", result.out)
         self.assertIn("empty", self.ok("dlq").out)
 
+    def test_cancel_a_ready_job_a_leased_one_and_a_finished_one(self) -> None:
+        ready = self.enqueue("a", "--id", "ready-one")
+        self.assertIn("ready-one cancelled", self.ok("cancel", ready["id"]).out)
+        self.assertEqual(self.queue().get("ready-one").state, JobState.CANCELLED)
+        self.assertIn("cancelled", self.ok("stats").out)
+        running = self.enqueue("b")
+        self.ok("lease")
+        marked = self.ok_json("cancel", running["id"])
+        self.assertEqual((marked["state"], marked["cancel_requested"]), ("leased", True))  # type: ignore[index]
+        again = self.cli("cancel", "ready-one")
+        self.assert_one_line_error(again)
+        self.assertIn("already cancelled", again.err)
+
     def test_purge_with_yes(self) -> None:
         for n in range(3):
             self.enqueue(str(n))

@@ -22,6 +22,13 @@ V012_ENQUEUE_KEYS = [
     "id", "payload", "priority", "state", "attempts", "max_attempts", "available_at",
     "enqueued_at", "lease_deadline", "lease_token", "last_error", "seq",
 ]  # fmt: skip
+#: What 0.1.2's Job.from_dict reads for each ENQUEUE key the body leaves out (only the id is required).
+V012_ENQUEUE_DEFAULTS: dict[str, Any] = {
+    "payload": None, "priority": 0, "state": "ready", "attempts": 0, "max_attempts": 5, "available_at": 0.0,
+    "enqueued_at": 0.0, "lease_deadline": None, "lease_token": None, "last_error": None, "seq": 0,
+}  # fmt: skip
+#: The keys a new job's ENQUEUE leaves out while they hold that default (a compaction writes them all).
+LEFT_OUT_AT_DEFAULT = {"priority", "state", "attempts", "lease_deadline", "lease_token", "last_error"}
 V012_KEYS = {
     "LEASE": {"id", "at", "deadline", "attempts", "token"},
     "ACK": {"id", "at"},
@@ -76,7 +83,7 @@ def v012_states(records: list[tuple[int, dict[str, Any]]]) -> dict[str, dict[str
     jobs: dict[str, dict[str, Any]] = {}
     for rtype, body in records:
         if rtype == 1:
-            jobs[body["id"]] = {key: body.get(key) for key in V012_ENQUEUE_KEYS}
+            jobs[body["id"]] = {key: body.get(key, V012_ENQUEUE_DEFAULTS.get(key)) for key in V012_ENQUEUE_KEYS}
             continue
         if rtype == 8:
             jobs.clear()
@@ -279,7 +286,10 @@ class WritesVersionOne(TempDirTestCase):
             self.assertIsNone(view.damage)
             seen.add(view.type_name)
             if view.type_name == "ENQUEUE":
-                self.assertEqual(list(view.body), V012_ENQUEUE_KEYS)
+                # 0.1.2's keys in its order; those left out hold exactly what 0.1.2 reads for them.
+                self.assertEqual(list(view.body), [k for k in V012_ENQUEUE_KEYS if k in view.body])
+                for key in set(V012_ENQUEUE_KEYS) - set(view.body):
+                    self.assertIn(key, LEFT_OUT_AT_DEFAULT)
             else:
                 self.assertEqual(set(view.body), V012_KEYS[view.type_name], view.type_name)
         self.assertEqual(seen, {"ENQUEUE", "LEASE", "ACK", "NACK", "RECLAIM", "DEAD", "REQUEUE", "PURGE", "EXTEND"})

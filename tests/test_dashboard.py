@@ -8,12 +8,14 @@ and talks to it with http.client.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import logging
 import math
 import os
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -101,13 +103,15 @@ class DashboardCase(TempDirTestCase):
     def close_queue(self, queue: Queue) -> None:
         queue.close()
 
+    def queue_options(self) -> dict[str, Any]:
+        """How the dashboard lists and opens the other queues (as `nobroker serve` does, unless a test says otherwise)."""
+        return picker_options(*self.location())
+
     def setUp(self) -> None:
         super().setUp()
         self.queue = self.open_queue()
         self.addCleanup(self.close_queue, self.queue)
-        self.server = make_server(
-            self.queue, host="127.0.0.1", port=0, token=self.token, **picker_options(*self.location())
-        )
+        self.server = make_server(self.queue, host="127.0.0.1", port=0, token=self.token, **self.queue_options())
         thread = threading.Thread(target=self.server.serve_forever, args=(POLL_SECONDS,), name="dashboard", daemon=True)
         thread.start()
         self.addCleanup(self.server.server_close)
@@ -300,6 +304,7 @@ class ApiTest(DashboardCase):
             (f"limit={MAX_PAGE_JOBS + 1}", "limit"),
             ("offset=-1", "offset"),
             ("offset=1.5", "offset"),
+            ("sort=sideways", "sort"),
         ):
             with self.subTest(query=query):
                 self.assertError(self.request("GET", "/api/jobs?" + query), 400, fragment)
@@ -452,6 +457,148 @@ class ApiTest(DashboardCase):
 
 
 # ---------------------------------------------------------------- safety
+class JobListTest(DashboardCase):
+    """/api/jobs: by state and kind, searched by id and payload text, oldest or newest first, paged."""
+
+    def ids(self, query: str) -> list[str]:
+        return [j["id"] for j in self.get_json("/api/jobs?" + query)["jobs"]]
+
+    def test_filter_by_kind_alone_and_with_a_state(self) -> None:
+        emails = [self.queue.enqueue({"n": n}, kind="email").id for n in range(3)]
+        sms = [self.queue.enqueue({"n": n}, kind="sms").id for n in range(2)]
+        later = self.queue.enqueue("later", kind="email", delay=3600).id
+        self.assertEqual(self.ids("kind=email"), emails + [later])
+        self.assertEqual(self.ids("kind=sms&state=runnable"), sms)
+        self.assertEqual(self.ids("kind=email&state=delayed"), [later])
+        self.assertEqual(self.ids("kind=email&state=dead"), [])
+        self.assertEqual(self.ids("kind=nothing"), [])
+        answer = self.get_json("/api/jobs?kind=email")
+        self.assertEqual((answer["kind"], answer["total"]), ("email", None), "oldest first with a kind is not counted")
+
+    def test_newest_first_is_the_same_list_reversed_page_by_page(self) -> None:
+        ids = [self.queue.enqueue({"n": n}).id for n in range(7)]
+        first = self.get_json("/api/jobs?state=all&sort=newest&limit=3")
+        self.assertEqual([j["id"] for j in first["jobs"]], ids[::-1][:3])
+        self.assertEqual((first["has_more"], first["total"], first["sort"]), (True, 7, "newest"))
+        self.assertEqual(self.ids("state=all&sort=newest&limit=3&offset=3"), ids[::-1][3:6])
+        last = self.get_json("/api/jobs?state=all&sort=newest&limit=3&offset=6")
+        self.assertEqual(([j["id"] for j in last["jobs"]], last["has_more"]), ([ids[0]], False))
+        self.assertEqual(self.get_json("/api/jobs?sort=newest&offset=7")["jobs"], [])
+        self.assertEqual(self.get_json("/api/jobs?state=all&limit=3")["total"], 7, "without a kind the count is free")
+
+    def test_newest_first_with_a_state_and_a_kind_counts_the_list(self) -> None:
+        wanted = []
+        for n in range(23):
+            job = self.queue.enqueue({"n": n}, kind="email" if n % 3 else "sms")
+            if n % 3:
+                wanted.append(job.id)
+        self.queue.enqueue("later", kind="email", delay=3600)
+        page = self.get_json("/api/jobs?state=runnable&kind=email&sort=newest&limit=4")
+        self.assertEqual([j["id"] for j in page["jobs"]], wanted[::-1][:4])
+        self.assertEqual((page["total"], page["has_more"]), (len(wanted), True))
+        # The count is found again after the list changes (the hint from the last answer is stale).
+        newer = [self.queue.enqueue({"n": n}, kind="email").id for n in range(5)]
+        page = self.get_json("/api/jobs?state=runnable&kind=email&sort=newest&limit=4")
+        self.assertEqual([j["id"] for j in page["jobs"]], newer[::-1][:4])
+        self.assertEqual(page["total"], len(wanted) + 5)
+        for job in self.queue.lease(10, kinds=["email"]):
+            self.queue.ack(job)
+        page = self.get_json("/api/jobs?state=runnable&kind=email&sort=newest&limit=50")
+        self.assertEqual([j["id"] for j in page["jobs"]], (wanted + newer)[10:][::-1])
+        self.assertEqual(page["total"], len(wanted) + 5 - 10)
+        done = self.get_json("/api/jobs?state=done&kind=email&sort=newest&limit=3")
+        self.assertEqual(done["total"], 10)
+
+    def test_search_finds_payload_text_and_ids_ignoring_case(self) -> None:
+        ada = self.queue.enqueue({"to": "Ada@Example.com"}, job_id="welcome-ada").id
+        grace = self.queue.enqueue({"to": "grace@example.com", "note": "Ada's friend"}, job_id="welcome-grace").id
+        self.queue.enqueue({"to": "alan@example.com"}, job_id="invoice-7")
+        self.assertEqual(self.ids("q=ada"), [ada, grace])
+        self.assertEqual(self.ids("q=ADA%40example"), [ada])
+        self.assertEqual(self.ids("q=welcome-"), [ada, grace])
+        self.assertEqual(self.ids("q=" + urllib.parse.quote('"to":"alan')), ["invoice-7"], "compact JSON text")
+        self.assertEqual(self.ids("q=ada&sort=newest"), [grace, ada])
+        self.assertEqual(self.ids("q=nobody"), [])
+        quoted = self.queue.enqueue({"text": 'she said "Hi" \\o/', "deep": [[{"Key-Ünïcode": 1}]]}).id
+        self.assertEqual(self.ids("q=" + urllib.parse.quote('said "hi" \\o/')), [quoted], "a string as itself, quotes and all")
+        self.assertEqual(self.ids("q=" + urllib.parse.quote("key-ünï")), [quoted], "keys too, at any depth")
+        answer = self.get_json("/api/jobs?q=ada")
+        self.assertEqual((answer["q"], answer["scanned"], answer["complete"]), ("ada", 4, True))
+
+    def test_search_within_a_state_and_a_kind_with_paging(self) -> None:
+        matching = [self.queue.enqueue({"order": n, "city": "Paris"}, kind="order").id for n in range(7)]
+        self.queue.enqueue({"city": "Paris"}, kind="invoice")
+        self.queue.enqueue({"order": 99, "city": "Lyon"}, kind="order")
+        dead = self.make_dead({"city": "Paris"})
+        self.assertEqual(self.ids("q=paris&kind=order&state=runnable&limit=3"), matching[:3])
+        second = self.get_json("/api/jobs?q=paris&kind=order&state=runnable&limit=3&offset=3")
+        self.assertEqual(([j["id"] for j in second["jobs"]], second["has_more"]), (matching[3:6], True))
+        third = self.get_json("/api/jobs?q=paris&kind=order&state=runnable&limit=3&offset=6")
+        self.assertEqual(([j["id"] for j in third["jobs"]], third["has_more"]), (matching[6:], False))
+        self.assertEqual(self.ids("q=paris&kind=order&state=runnable&sort=newest&limit=2"), matching[::-1][:2])
+        self.assertEqual(self.ids("q=paris&state=dead"), [dead])
+
+    def test_a_search_stops_at_its_bound_and_says_so(self) -> None:
+        ids = self.queue.enqueue_many([{"n": n} for n in range(12)])
+        with mock.patch.object(dashboard.listing, "MAX_SEARCH_SCAN", 5), mock.patch.object(dashboard.listing, "SEARCH_PAGE", 2):
+            answer = self.get_json("/api/jobs?q=%22n%22")
+            self.assertEqual([j["id"] for j in answer["jobs"]], [j.id for j in ids[:5]])
+            self.assertEqual((answer["scanned"], answer["complete"], answer["has_more"]), (5, False, False))
+            # A whole id is found wherever it is, and only once.
+            whole = self.get_json("/api/jobs?q=" + urllib.parse.quote(ids[11].id))
+            self.assertEqual([j["id"] for j in whole["jobs"]], [ids[11].id])
+            # ... unless the state or the kind leaves it out.
+            self.assertEqual(self.ids("state=dead&q=" + urllib.parse.quote(ids[11].id)), [])
+            self.assertEqual(self.ids("kind=other&q=" + urllib.parse.quote(ids[11].id)), [])
+
+    def test_a_whole_id_that_also_matches_the_scan_is_listed_once(self) -> None:
+        self.queue.enqueue("x", job_id="abc")
+        self.queue.enqueue("x", job_id="abc-2")
+        self.assertEqual(self.ids("q=abc"), ["abc", "abc-2"])
+        self.assertEqual(self.ids("q=abc&sort=newest"), ["abc", "abc-2"], "the whole id comes first")
+
+    def test_bad_list_parameters_are_refused(self) -> None:
+        for query, fragment in (
+            ("sort=random", "sort"),
+            ("q=" + "x" * 257, "q must be at most 256"),
+            ("kind=" + "k" * 257, "kind must be at most 256"),
+            ("q=a%00b", "NUL"),
+        ):
+            with self.subTest(query=query[:40]):
+                self.assertError(self.request("GET", "/api/jobs?" + query), 400, fragment)
+
+
+class CountListedTest(unittest.TestCase):
+    """count_listed against the length of the list itself, for many sizes, bounds and hints right and wrong."""
+
+    class Fake:
+        def __init__(self, n: int) -> None:
+            self.jobs = [Job(id=str(i), payload=i) for i in range(n)]
+            self.reads: list[int | None] = []
+
+        def list_jobs(self, state: Any = None, *, limit: int | None = None, offset: int = 0, kind: Any = None) -> list[Job]:
+            self.reads.append(limit)
+            return self.jobs[offset : None if limit is None else offset + limit]
+
+    def test_every_size_with_and_without_hints(self) -> None:
+        read = dashboard.listing.COUNT_READ
+        for n in (*range(12), read - 1, read, read + 1, 2 * read + 3, 4 * read - 1, 1001):
+            for upper in {n, n + 1, 2 * n + 7, 10 * n + read}:
+                for hint in (None, 0, 1, n, n + 1, max(0, n - 1), max(0, n - read - 2), 3 * n + 5):
+                    fake = self.Fake(n)
+                    with self.subTest(n=n, upper=upper, hint=hint):
+                        self.assertEqual(dashboard.listing.count_listed(fake, None, "k", upper, hint), n)
+                        self.assertTrue(all(r is not None and r <= read + 1 for r in fake.reads), "no read is unbounded or wide")
+
+    def test_a_right_hint_costs_one_read_and_none_costs_log_reads(self) -> None:
+        fake = self.Fake(100_000)
+        self.assertEqual(dashboard.listing.count_listed(fake, None, "k", 200_000, 100_000), 100_000)
+        self.assertEqual(len(fake.reads), 1)
+        fake.reads.clear()
+        self.assertEqual(dashboard.listing.count_listed(fake, None, "k", 200_000), 100_000)
+        self.assertLessEqual(len(fake.reads), 11, "log2(200,000 / 250) one-job reads, then one of 250")
+
+
 class SafetyTest(DashboardCase):
     POSTS = ("/api/dlq/requeue", "/api/purge", "/api/compact")
 
@@ -552,6 +699,29 @@ class RawHttpTest(DashboardCase):
     @staticmethod
     def statuses(answer: bytes) -> list[int]:
         return [int(code) for code in re.findall(rb"^HTTP/1\.[01] (\d{3}) ", answer, re.M)]
+
+    def test_a_client_that_hangs_up_mid_answer_is_routine(self) -> None:
+        job = self.queue.enqueue("x" * (12 * 1024 * 1024))  # an answer larger than the socket buffers
+        finished = threading.Semaphore(0)
+        real = DashboardServer.shutdown_request
+
+        def shutdown_request(server: DashboardServer, request: Any) -> None:
+            real(server, request)
+            finished.release()
+
+        stderr = io.StringIO()
+        with mock.patch.object(DashboardServer, "shutdown_request", shutdown_request), \
+                mock.patch("sys.stderr", stderr), self.assertNoLogs("nobroker.dashboard", logging.INFO):
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            sock.sendall(f"GET /api/jobs/{job.id} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+                         + (f"Authorization: Bearer {self.token}\r\n".encode() if self.token else b"") + b"\r\n")
+            self.assertTrue(sock.recv(1024).startswith(b"HTTP/1.1 200"))
+            # Hang up hard (a reset) while the server is still writing the body.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+            self.assertTrue(finished.acquire(timeout=WAIT_SECONDS), "the server never finished the request")
+        self.assertEqual(stderr.getvalue(), "", "a hang-up printed a traceback")
+        self.assertEqual(self.request("GET", "/api/stats").status, 200, "the server serves on")
 
     def test_a_chunked_body_is_refused_not_read_as_a_second_request(self) -> None:
         self.make_done()
@@ -663,6 +833,9 @@ class TokenTest(DashboardCase):
         resp = self.request("GET", "/?" + urllib.parse.urlencode({"token": self.token}), auth=False)
         self.assertEqual(resp.status, 303)
         self.assertEqual(resp.headers["Location"], "/")
+        # The rest of the address (the queue and view it names) survives the trade.
+        kept = self.request("GET", "/?" + urllib.parse.urlencode({"queue": "a b&c", "token": self.token, "state": "dead"}), auth=False)
+        self.assertEqual(kept.headers["Location"], "/?queue=a+b%26c&state=dead")
         cookie = resp.headers["Set-Cookie"]
         self.assertIn("HttpOnly", cookie)
         self.assertIn("SameSite=Strict", cookie)
@@ -797,11 +970,42 @@ class QueuePickerTest(DashboardCase):
     def test_the_queues_are_listed_with_the_default(self) -> None:
         other = self.other_queue(fresh_name("emails"))
         other.enqueue("x")
+        self.queue.enqueue("here")  # on PostgreSQL a queue without rows is not there
         listed = self.get_json("/api/queues")
+        self.assertEqual(set(listed), {"queues", "default"}, "counts only when asked for")
         self.assertEqual(listed["default"], self.queue.name)
         self.assertIn(self.queue.name, listed["queues"])
         self.assertIn(other.name, listed["queues"])
         self.assertEqual(listed["queues"], sorted(listed["queues"]))
+
+    def test_each_queue_is_listed_with_its_counts(self) -> None:
+        other = self.other_queue(fresh_name("emails"))
+        for n in range(3):
+            other.enqueue(n)
+        other.enqueue("later", delay=3600)
+        self.queue.enqueue("here")
+        listed = self.get_json("/api/queues?counts=1")
+        self.assertEqual(listed["stats"][other.name], other.stats().to_dict())
+        self.assertEqual(listed["stats"][other.name], {"ready": 3, "delayed": 1, "leased": 0, "done": 0, "dead": 0, "total": 4})
+        self.assertEqual(listed["stats"][self.queue.name]["total"], 1)
+        self.assertEqual(listed["errors"], {})
+        self.assertLessEqual(set(listed["stats"]), set(listed["queues"]))
+
+    def test_counts_are_read_for_a_bounded_number_of_queues_the_default_first(self) -> None:
+        others = [self.other_queue(fresh_name(f"many{n}")) for n in range(3)]
+        for queue in others:
+            queue.enqueue("x")
+        self.queue.enqueue("here")
+        with mock.patch.object(dashboard.api, "MAX_COUNTED_QUEUES", 2):
+            listed = self.get_json("/api/queues?counts=1")
+        self.assertEqual(len(listed["stats"]), 2)
+        self.assertIn(self.queue.name, listed["stats"])
+        self.assertLessEqual({q.name for q in others} | {self.queue.name}, set(listed["queues"]))
+
+    def test_the_first_queue_answers_to_its_name(self) -> None:
+        self.queue.enqueue("here", job_id="first-job")
+        named = self.get_json("/api/jobs?state=all&queue=" + urllib.parse.quote(self.queue.name))
+        self.assertEqual([j["id"] for j in named["jobs"]], ["first-job"])
 
     def test_every_route_acts_on_the_queue_named(self) -> None:
         other = self.other_queue(fresh_name("emails"))
@@ -852,6 +1056,51 @@ class QueuePickerTest(DashboardCase):
         with self.assertRaises(nobroker.QueueClosedError):
             opened.stats()
         self.assertEqual(self.queue.stats().total, 0, "the first queue belongs to the caller and stays open")
+
+
+class EmptyFirstQueueTest(DashboardCase):
+    """A dashboard started on a queue that is not there (an empty `default` on PostgreSQL) while others are."""
+
+    def queue_options(self) -> dict[str, Any]:
+        self.listed = [fresh_name("app")]
+        return {"list_queues": lambda: list(self.listed), "open_queue": lambda name: self.other(name)}
+
+    def other(self, name: str) -> Queue:
+        where, options = self.location()
+        queue = Queue(where, name, **options)
+        self.addCleanup(queue.close)
+        return queue
+
+    def test_it_opens_on_a_queue_that_is_there_and_lists_only_those(self) -> None:
+        listed = self.get_json("/api/queues?counts=1")
+        self.assertEqual(listed["queues"], self.listed)
+        self.assertEqual(listed["default"], self.listed[0])
+        self.assertEqual(set(listed["stats"]), set(self.listed))
+        # The first queue still answers to its own name.
+        self.assertEqual(self.get_json("/api/stats?queue=" + urllib.parse.quote(self.queue.name))["queue"], self.queue.name)
+
+    def test_with_nothing_else_listed_the_first_queue_is_shown(self) -> None:
+        self.listed = []
+        listed = self.get_json("/api/queues")
+        self.assertEqual((listed["queues"], listed["default"]), ([self.queue.name], self.queue.name))
+
+
+class UncountableQueueTest(DashboardCase):
+    """A queue listed but impossible to open (damaged, gone): listed with its error; the others keep their counts."""
+
+    def queue_options(self) -> dict[str, Any]:
+        def open_queue(name: str) -> Queue:
+            raise nobroker.CorruptLogError(f"queue {name} is damaged at offset 42")
+
+        return {"list_queues": lambda: [self.queue.name, "broken"], "open_queue": open_queue}
+
+    def test_the_broken_queue_is_listed_with_its_error(self) -> None:
+        self.queue.enqueue("x")
+        listed = self.get_json("/api/queues?counts=1")
+        self.assertEqual(listed["queues"], sorted([self.queue.name, "broken"]))
+        self.assertEqual(listed["stats"], {self.queue.name: self.queue.stats().to_dict()})
+        self.assertIn("damaged at offset 42", listed["errors"]["broken"])
+        self.assertError(self.request("GET", "/api/stats?queue=broken"), 500, "damaged")
 
 
 class QueuePickerTokenTest(QueuePickerTest):
@@ -936,7 +1185,15 @@ class PostgresQueuePickerTest(OnPostgres, QueuePickerTest):
     pass
 
 
+class PostgresEmptyFirstQueueTest(OnPostgres, EmptyFirstQueueTest):
+    pass
+
+
 class PostgresSafetyTest(OnPostgres, SafetyTest):
+    pass
+
+
+class PostgresJobListTest(OnPostgres, JobListTest):
     pass
 
 

@@ -106,8 +106,8 @@ class PublicNames(unittest.TestCase):
                 (q, handle, 2, 0.5, 3, 1.0, False),
             )  # fmt: skip
 
-    def test_job_states_are_the_four_of_0_1_2(self) -> None:
-        self.assertEqual({s.value for s in JobState}, {"ready", "leased", "done", "dead"})
+    def test_job_states_are_the_four_of_0_1_2_and_cancelled(self) -> None:
+        self.assertEqual({s.value for s in JobState}, {"ready", "leased", "done", "dead", "cancelled"})
         self.assertEqual(JobState.READY, "ready")
 
     def test_recovery_damage_holds_0_1_2_values(self) -> None:

@@ -19,6 +19,7 @@ from nobroker import Queue
 from nobroker.filestore.framing import RecordType
 from nobroker.jobs import JobState
 from nobroker.filestore.entry import Entry
+from nobroker.filestore.index import id_number
 from nobroker.filestore.replay import QueueState
 from tests.support import FakeClock, TempDirTestCase
 
@@ -76,6 +77,33 @@ class ColdRows(unittest.TestCase):
         self.assertIn(hex_id(7), state)
         self.assertNotIn(hex_id(1000), state)
         self.assertIsNone(state.get(hex_id(1000)))
+
+    def test_a_body_without_its_default_fields_is_a_cold_row_with_those_defaults(self) -> None:
+        # What the writer now writes for a new job: state, attempts, a zero priority
+        # and the three empty lease fields left out.
+        defaults = ("priority", "state", "attempts", "lease_deadline", "lease_token", "last_error")
+        state, reference = QueueState(), QueueState()
+        for i in range(1, 11):
+            full = enqueue_body(hex_id(i), i, priority=i % 2)
+            short = {k: v for k, v in full.items() if not (k in defaults and not v or k == "state")}
+            self.assertLess(len(short), len(full))
+            state.apply(RecordType.ENQUEUE, short, 100 * i)
+            reference.apply(RecordType.ENQUEUE, full, 100 * i)
+        self.assertEqual((state.n_cold, len(state.hot)), (10, 0))
+        self.assertEqual(view(state, T0), view(reference, T0))
+
+    def test_holds_number_answers_as_in_does(self) -> None:
+        # The writer checks a fresh id by the number it made it from; the answer must be `in`'s.
+        state = QueueState()
+        state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(1), 1), 0)  # cold
+        state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(2), 2, dedupe_key="k"), 100)  # hot
+        state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(3), 3), 200)
+        state.apply(RecordType.ACK, {"id": hex_id(3), "at": T0}, 300)  # done: gone from the cold rows
+        self.assertEqual((state.n_cold, sorted(state.hot)), (1, sorted([hex_id(2), hex_id(3)])))
+        for number in (1, 2, 3, 4, (1 << 64) - 1):
+            job_id = hex_id(number)
+            self.assertEqual(id_number(job_id), number)
+            self.assertEqual(state.holds_number(job_id, number), job_id in state, job_id)
 
     def test_ready_order_is_priority_then_seq_across_kinds_and_filters(self) -> None:
         rng = random.Random(5)

@@ -79,10 +79,12 @@ def workload() -> list[Step]:
         ("enqueue a", lambda q, h: q.enqueue({"n": "a"}, job_id="a")),
         ("enqueue b", lambda q, h: q.enqueue({"n": "b"}, job_id="b", priority=2)),
         ("enqueue_many c-e", lambda q, h: q.enqueue_many([{"n": x} for x in "cde"], job_ids=list("cde"))),
+        ("schedule", lambda q, h: q.schedule("beat", {"n": "tick"}, every=1.5, catch_up="all")),
         ("lease 2", lambda q, h: _lease(q, h, 2)),
         ("ack", _ack),
         ("extend", _extend),
         ("nack", _nack),
+        ("ticks", lambda q, h: q.enqueue_due()),
         ("compact", lambda q, h: q.compact()),
         ("enqueue f", lambda q, h: q.enqueue({"n": "f" * 500}, job_id="f")),
         ("lease 1", lambda q, h: _lease(q, h, 1)),
@@ -91,7 +93,12 @@ def workload() -> list[Step]:
         ("compact 2", lambda q, h: q.compact()),
         ("enqueue g", lambda q, h: q.enqueue({"n": "g"}, job_id="g", delay=10)),
         ("lease 3", lambda q, h: _lease(q, h, 3)),
+        ("cancel x", lambda q, h: q.cancel(q.enqueue({"n": "x"}, job_id="x"))),
+        ("cancel mark", lambda q, h: q.cancel(_first(h).id)),
+        ("cancel stopped", lambda q, h: q.cancel(h.pop(_first(h).id), stopped=True)),
         ("nack dead", lambda q, h: q.nack(_first(h), permanent=True) and h.pop(_first(h).id)),
+        ("ticks 2", lambda q, h: q.enqueue_due()),
+        ("unschedule", lambda q, h: q.unschedule("beat")),
         ("requeue", lambda q, h: q.requeue_dead()),
         ("purge", lambda q, h: q.purge()),
         ("enqueue h", lambda q, h: q.enqueue({"n": "h"}, job_id="h")),
@@ -99,7 +106,10 @@ def workload() -> list[Step]:
 
 
 def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
-    return {j.id: j.to_dict() for j in q.list_jobs()}
+    """Every job, and every schedule with its cursor (as ``schedule:<name>``)."""
+    state = {j.id: j.to_dict() for j in q.list_jobs()}
+    state.update({f"schedule:{s.name}": s.to_dict() for s in q.schedules()})
+    return state
 
 
 def open_queue(disk: SimDisk, path: str, clock: FakeClock) -> Queue:
@@ -148,7 +158,8 @@ class FaultRun:
         poisoned: set[int] = set()
         for k, (what, step) in enumerate(workload() if queues else []):
             clock.advance(1.0)
-            if not held and what in ("ack", "extend", "nack", "set_stage", "ack 2", "nack dead"):
+            if not held and what in ("ack", "extend", "nack", "set_stage", "ack 2", "nack dead", "cancel mark",
+                                     "cancel stopped"):
                 continue
             index = k % len(queues)  # with two handles (think: two processes) they take turns
             q = queues[index]

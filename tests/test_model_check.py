@@ -27,7 +27,7 @@ import unittest
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nobroker import BackoffPolicy, JobNotFoundError, NotLeasedError, Queue
+from nobroker import BackoffPolicy, JobFinishedError, JobNotFoundError, NotLeasedError, Queue
 from tests.simdisk import POWER_CUT_MODES, SimDisk, fresh_queue_path
 from tests.support import LONG, FakeClock
 
@@ -62,15 +62,20 @@ class MJob:
     traceback: str | None = None
     #: The token of the lease that finished a done job (not shown: a done job shows no lease).
     finished_token: str | None = None
+    #: A leased job whose cancel was asked for (issue 15): its lease ends cancelled.
+    cancel_requested: bool = False
 
     def view(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id, "payload": self.payload, "priority": self.priority, "state": self.state,
             "attempts": self.attempts, "max_attempts": self.max_attempts, "available_at": self.available_at,
             "enqueued_at": self.enqueued_at, "lease_deadline": self.lease_deadline,
             "lease_token": self.lease_token, "last_error": self.last_error, "kind": self.kind,
             "dedupe_key": self.dedupe_key, "stage": self.stage, "result": self.result, "traceback": self.traceback,
         }  # fmt: skip
+        if self.cancel_requested:  # Job.to_dict shows it only when set
+            out["cancel_requested"] = True
+        return out
 
 
 class ModelError(Exception):
@@ -92,7 +97,9 @@ def reclaim_one(job: MJob, now: float) -> None:
     assert deadline is not None
     job.lease_deadline = None
     job.lease_token = None
-    if job.attempts >= job.max_attempts:
+    if job.cancel_requested:
+        job.state, job.cancel_requested = "cancelled", False
+    elif job.attempts >= job.max_attempts:
         job.state = "dead"
         job.last_error = f"lease expired on attempt {job.attempts} of {job.max_attempts}"
         job.traceback = None  # it went with the error this one replaces
@@ -107,6 +114,8 @@ class RefModel:
     def __init__(self) -> None:
         self.jobs: dict[str, MJob] = {}
         self.next_seq = 1
+        #: Periodic jobs (catch_up="all" only): name -> [every, payload, next due time].
+        self.schedules: dict[str, list[Any]] = {}
 
     # -------- helpers
     def active_holder(self, kind: str, key: str | None) -> MJob | None:
@@ -128,6 +137,7 @@ class RefModel:
         seen = RefModel()
         seen.jobs = {job_id: replace(job) for job_id, job in self.jobs.items()}
         seen.next_seq = self.next_seq
+        seen.schedules = {name: list(s) for name, s in self.schedules.items()}
         seen.reclaim(now)
         return seen
 
@@ -135,8 +145,16 @@ class RefModel:
         job = self.jobs.get(job_id)
         if job is None:
             raise ModelError("JobNotFoundError")
+        if job.state == "cancelled":
+            raise ModelError("JobCancelledError")
         if job.state != "leased" or (token is not None and token != job.lease_token):
             raise ModelError("NotLeasedError")
+        return job
+
+    def not_cancelled(self, job: MJob) -> MJob:
+        """Ack and nack of a leased job whose cancel was asked for are refused."""
+        if job.cancel_requested:
+            raise ModelError("JobCancelledError")
         return job
 
     # -------- operations (each write op starts with reclaim)
@@ -173,7 +191,7 @@ class RefModel:
         job = self.jobs.get(job_id)
         if job is not None and job.state == "done" and (token is None or token == job.finished_token):
             return
-        job = self.leased(job_id, token)
+        job = self.not_cancelled(self.leased(job_id, token))
         job.state = "done"
         job.lease_deadline = None
         job.finished_token, job.lease_token = job.lease_token, None
@@ -184,7 +202,7 @@ class RefModel:
         self, now: float, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
         traceback: str | None,
     ) -> MJob:  # fmt: skip
-        job = self.leased(job_id, token)
+        job = self.not_cancelled(self.leased(job_id, token))
         job.lease_deadline = None
         job.lease_token = None
         job.last_error, job.traceback = error, traceback
@@ -203,6 +221,21 @@ class RefModel:
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> MJob:
         job = self.leased(job_id, token)
         job.stage = stage
+        return job
+
+    def cancel(self, job_id: str, token: str | None, stopped: bool) -> MJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise ModelError("JobNotFoundError")
+        if job.state in ("done", "dead", "cancelled"):
+            raise ModelError("JobFinishedError")
+        if job.state == "leased" and not stopped:
+            job.cancel_requested = True
+            return job
+        if job.state == "leased" and token is not None and token != job.lease_token:
+            raise ModelError("NotLeasedError")
+        job.state, job.cancel_requested = "cancelled", False
+        job.lease_deadline = job.lease_token = None
         return job
 
     def requeue_dead(self, now: float, job_id: str | None) -> int:
@@ -233,8 +266,32 @@ class RefModel:
         self.jobs.clear()
         return n
 
+    def schedule(self, now: float, name: str, every: float, payload: Any) -> float:
+        """Define a schedule; the same definition again keeps its next due time. Returns it."""
+        old = self.schedules.get(name)
+        if old is None or old[:2] != [every, payload]:
+            self.schedules[name] = [every, payload, now + every]
+        return self.schedules[name][2]
+
+    def enqueue_due(self, now: float) -> list[str]:
+        """Every due tick, oldest first, at most 100 per schedule; the ids of the jobs it added."""
+        added = []
+        for name in sorted(self.schedules):
+            every, payload, due = self.schedules[name]
+            n = 0
+            while due <= now and n < 100:
+                job_id = f"tick:{name}@{round(due * 1000)}"
+                if job_id not in self.jobs:
+                    spec = {"job_id": job_id, "payload": payload, "priority": 0, "max_attempts": MAX_ATTEMPTS,
+                            "delay": 0.0, "kind": "default", "dedupe_key": None}  # fmt: skip
+                    self.enqueue(now, spec, job_id)
+                    added.append(job_id)
+                due, n = due + every, n + 1
+            self.schedules[name][2] = due
+        return added
+
     def compact(self) -> None:
-        for job_id in [j.id for j in self.jobs.values() if j.state == "done"]:
+        for job_id in [j.id for j in self.jobs.values() if j.state in ("done", "cancelled")]:
             del self.jobs[job_id]
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
@@ -248,7 +305,7 @@ class RefModel:
 OPS = (
     "enqueue", "enqueue", "enqueue", "enqueue_many", "lease", "lease", "ack", "ack", "ack_by_id", "ack_stale",
     "nack", "nack", "extend", "set_stage", "requeue_dead", "purge", "compact", "tick", "tick", "tick",
-    "reopen", "power_cut", "ack_unknown",
+    "reopen", "power_cut", "ack_unknown", "schedule", "enqueue_due", "enqueue_due", "cancel", "cancel",
 )  # fmt: skip
 
 
@@ -312,12 +369,14 @@ class Runner:
             if got != expected:
                 diff = {k: (got.get(k), expected.get(k)) for k in expected if got.get(k) != expected.get(k)}
                 raise Mismatch(f"{where}: job {job_id} differs (real, model): {diff}")
-        counts = {"ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 0}
+        counts = {"ready": 0, "delayed": 0, "leased": 0, "done": 0, "dead": 0, "cancelled": 0}
         for job in seen.jobs.values():
             if job.state == "ready" and job.available_at > now:
                 counts["delayed"] += 1
             else:
                 counts[job.state] += 1
+        if not counts["cancelled"]:
+            del counts["cancelled"]  # to_dict shows it only once some job is
         stats = q.stats().to_dict()
         stats.pop("total")
         if stats != counts:
@@ -329,6 +388,9 @@ class Runner:
         page = [j.id for j in q.list_jobs("ready", limit=2, offset=1)]
         if page != ready[1:3]:
             raise Mismatch(f"{where}: list_jobs('ready', limit=2, offset=1) is {page}, the model {ready[1:3]}")
+        schedules = {s.name: s.next_run for s in q.schedules()}
+        if schedules != {name: s[2] for name, s in self.model.schedules.items()}:
+            raise Mismatch(f"{where}: schedules {schedules}, the model {self.model.schedules}")
         if len(q) != len(self.model.jobs):
             raise Mismatch(f"{where}: len() is {len(q)}, the model holds {len(self.model.jobs)} jobs")
         real_order = [j.id for j in sorted(real.values(), key=lambda j: j.seq)]
@@ -345,7 +407,7 @@ class Runner:
         try:
             got = real_call()
             got_err = None
-        except (NotLeasedError, JobNotFoundError, ValueError) as exc:
+        except (NotLeasedError, JobNotFoundError, JobFinishedError, ValueError) as exc:
             got, got_err = None, type(exc).__name__
         if want_err != got_err:
             raise Mismatch(f"{where}: model says {want_err or 'success'}, real queue says {got_err or 'success'}")
@@ -464,6 +526,20 @@ class Runner:
                 raise ModelError("JobNotFoundError")
 
             self.expect(where, model_unknown, lambda: q.ack("never-enqueued"))
+        elif op == "cancel":
+            job_id = self.pick(r, ("ready", "leased")) if r.random() < 0.85 else self.pick(r)
+            if job_id is None:
+                job_id = "no-such-job"
+            held = self.leases.get(job_id)
+            stopped = r.random() < 0.4
+            token = held.lease_token if held is not None and r.random() < 0.8 else None
+            ref = held if token is not None else job_id
+
+            def model_cancel() -> MJob:
+                m.reclaim(now)
+                return m.cancel(job_id, token, stopped)
+
+            self.expect(where, model_cancel, lambda: q.cancel(ref, stopped=stopped))
         elif op == "requeue_dead":
             job_id = self.pick(r, ("dead",)) if r.random() < 0.6 else None
 
@@ -486,6 +562,26 @@ class Runner:
             m.compact()
         elif op == "tick":
             self.clock.advance(r.choice((0.5, 3.0, 10.0, 31.0, 120.0)))
+        elif op == "schedule":
+            name, every, payload = r.choice(("a", "b")), r.choice((2.0, 10.0, 45.0)), r.choice(("p", {"n": 1}))
+            if r.random() < 0.2:
+                q.unschedule(name)
+                self.model.schedules.pop(name, None)
+            else:
+                got = q.schedule(name, payload, every=every, catch_up="all").next_run
+                want = m.schedule(now, name, every, payload)
+                if got != want:
+                    raise Mismatch(f"{where}: schedule {name} runs next at {got}, the model says {want}")
+        elif op == "enqueue_due":
+            added = [j.id for j in q.enqueue_due()]
+            due = any(sched[2] <= now for sched in m.schedules.values())
+            if due:
+                m.reclaim(now)  # a write, which reclaims first
+            else:
+                op = "tick"  # nothing was due: a read, which writes and fsyncs nothing
+            want_added = m.enqueue_due(now)
+            if added != want_added:
+                raise Mismatch(f"{where}: enqueue_due added {added}, the model {want_added}")
         elif op == "reopen":
             self.close()
             self.queues = [self.open() for _ in range(self.handles)]

@@ -6,7 +6,7 @@ Imports: the standard library, nobroker's public API, tests.simdisk and
 tests.support.
 
 How one sweep works: a seeded workload (enqueue, enqueue_many, lease, ack,
-nack, extend, set_stage, compact, purge, requeue_dead, clock ticks) runs on
+nack, extend, set_stage, cancel, compact, purge, requeue_dead, clock ticks) runs on
 a SimDisk. Before every mutating call (write, truncate, fsync, rename,
 unlink, folder fsync, mkdir, create) the hook builds several power-cut
 disks (modes drop, prefix, garbage, reorder), opens a fresh Queue on each
@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from nobroker import JobNotFoundError, NotLeasedError, Queue
+from nobroker import JobFinishedError, JobNotFoundError, NotLeasedError, Queue
 from tests.simdisk import POWER_CUT_MODES, SimDisk, SiteSwitch, fresh_queue_path
 from tests.support import LONG, FakeClock
 
@@ -69,6 +69,11 @@ def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
     return {j.id: j.to_dict() for j in q.list_jobs()}
 
 
+def schedule_view(q: Queue) -> dict[str, dict[str, Any]]:
+    """Every schedule with its cursor (periodic jobs: SCHEDULE, UNSCHEDULE and TICK records)."""
+    return {s.name: s.to_dict() for s in q.schedules()}
+
+
 #: How much sooner a written reclaim may make a job ready than a read showed: the
 #: workload's backoff (the default) after its one retriable attempt of two is 1 s, half jittered.
 RECLAIM_JITTER_SPAN = 0.5
@@ -84,7 +89,7 @@ def reclaim_intermediate(before: dict[str, Any] | None, got: dict[str, Any], now
         return all(got[k] == before[k] for k in others) and 0 <= sooner <= RECLAIM_JITTER_SPAN
     if before is None or before["state"] != "leased" or before["lease_deadline"] > now:
         return False
-    if got["state"] not in ("ready", "dead") or got["lease_deadline"] is not None or got["lease_token"] is not None:
+    if got["state"] not in ("ready", "dead", "cancelled") or got["lease_deadline"] is not None or got["lease_token"] is not None:
         return False
     same = ("id", "payload", "priority", "attempts", "max_attempts", "enqueued_at", "seq", "kind", "dedupe_key")
     return all(got[k] == before[k] for k in same)
@@ -124,6 +129,9 @@ class Sweep:
         self.invoked_tags: dict[str, Any] = {}  # tag -> payload of every enqueue ever invoked
         self.before: dict[str, dict[str, Any]] = {}
         self.pending_cuts: list[tuple[str, dict[str, dict[str, Any]] | None]] = []
+        self.schedule_cuts: list[tuple[str, dict[str, dict[str, Any]]]] = []
+        self.schedules_before: dict[str, dict[str, Any]] = {}
+        self.schedule_fallbacks: list[dict[str, dict[str, Any]]] = []  # as unsynced_fallbacks, for the schedules
         self.tag = 0
 
     # ---------------------------------------------------------------- cutting
@@ -144,6 +152,7 @@ class Sweep:
                 q = Queue(self.path, filesystem=cut, clock=self.clock, auto_compact=None)
                 try:
                     state = snapshot(q)
+                    scheds = schedule_view(q)
                     # A recovered queue must also take new work.
                     q.enqueue({"tag": "after-recovery"})
                 finally:
@@ -152,14 +161,19 @@ class Sweep:
                 self.violations.recovery_exceptions.append(f"seed {self.seed}, {mode} cut before {op}: {type(exc).__name__}: {exc}")
                 continue
             self.pending_cuts.append((f"seed {self.seed}, {mode} cut before {op}", state))
+            self.schedule_cuts.append((f"seed {self.seed}, {mode} cut before {op}", scheds))
         if self.kill_rate and not self.kills_paused and self.kill_rng.random() < self.kill_rate:
             # The process dies here; the disk (and its page cache) lives on.
             self.process_kills += 1
             raise ProcessKilled(op)
 
-    def settle(self, what: str, after: dict[str, dict[str, Any]], inflight_tags: set[str]) -> None:
+    def settle(
+        self, what: str, after: dict[str, dict[str, Any]], inflight_tags: set[str],
+        schedules_after: dict[str, dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         """The operation ``what`` returned: check every state cut while it ran."""
         now = self.clock()
+        self.settle_schedules(what, self.schedules_before if schedules_after is None else schedules_after)
         for where, state in self.pending_cuts:
             assert state is not None
             where = f"{where} during {what}"
@@ -191,6 +205,21 @@ class Sweep:
         self.pending_cuts.clear()
         self.before = after
 
+    def settle_schedules(self, what: str, after: dict[str, dict[str, Any]]) -> None:
+        """Each schedule a cut shows is as it was before the operation or after it; none acknowledged is lost."""
+        before = self.schedules_before
+        for where, cut in self.schedule_cuts:
+            where = f"{where} during {what}"
+            for name, got in cut.items():
+                fallbacks = [f.get(name) for f in self.schedule_fallbacks]
+                if got != before.get(name) and got != after.get(name) and got not in fallbacks:
+                    self.violations.inexact.append(f"{where}: schedule {name} is {got}, before {before.get(name)}, after {after.get(name)}")
+            for name in before:
+                if name in after and name not in cut and not any(name not in f for f in self.schedule_fallbacks):
+                    self.violations.lost_enqueues.append(f"{where}: schedule {name} is gone")
+        self.schedule_cuts.clear()
+        self.schedules_before = after
+
     # ---------------------------------------------------------------- the workload
     def payload(self) -> dict[str, Any]:
         self.tag += 1
@@ -218,7 +247,7 @@ class Sweep:
         held: dict[str, Any] = {}
         choices = (
             ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
-            + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge"]
+            + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge", "cancel", "cancel"] + ["schedule", "enqueue_due", "enqueue_due"]
         )  # fmt: skip
         for _ in range(ops):
             op = rng.choice(choices)
@@ -259,6 +288,15 @@ class Sweep:
                         held[job_id] = q.extend(job, 40)
                     else:
                         held[job_id] = q.set_stage(job, rng.choice(("a", "b")))
+                elif op == "cancel":
+                    job_id = rng.choice(sorted(held)) if held and rng.random() < 0.6 else None
+                    if job_id is not None and rng.random() < 0.5:
+                        q.cancel(held.pop(job_id), stopped=True)  # the holder ends the attempt cancelled
+                    elif job_id is not None:
+                        q.cancel(job_id)  # marked: its later ack or nack is refused (and dropped from held)
+                    elif self.acked_enqueue:
+                        job_id = rng.choice(sorted(self.acked_enqueue))
+                        q.cancel(job_id)
                 elif op == "compact":
                     q.compact()
                 elif op == "requeue_dead":
@@ -270,19 +308,31 @@ class Sweep:
                     self.acked_enqueue.clear()
                 elif op == "tick":
                     self.clock.advance(rng.choice((1.0, 5.0, 25.0)))
-            except (NotLeasedError, JobNotFoundError):
+                elif op == "schedule":
+                    name = rng.choice(("s1", "s2"))
+                    if rng.random() < 0.2:
+                        q.unschedule(name)
+                    else:
+                        q.schedule(name, self.payload(), every=rng.choice((2.0, 10.0)),
+                                   catch_up=rng.choice(("all", "last", "none")))  # fmt: skip
+                elif op == "enqueue_due":
+                    inflight.update(s.payload["tag"] for s in q.schedules())
+                    for job in q.enqueue_due():
+                        self.acked_enqueue[job.id] = job.payload
+            except (NotLeasedError, JobNotFoundError, JobFinishedError):
                 held.pop(job_id, None)  # our lease expired: a normal outcome, nothing was changed
             except ProcessKilled:
                 # A new process opens the queue where the dead one left the disk.
                 killed = True
                 self.unsynced_fallbacks.append(dict(self.before))
+                self.schedule_fallbacks.append(dict(self.schedules_before))
                 index = queues.index(q)
                 q = queues[index] = self.open_queue()
                 op = f"{op} (process killed, then a new one opened the queue)"
             before_op = self.before
             self.kills_paused = True  # the workload's own look at the queue is not part of the test
             try:
-                self.settle(op, snapshot(q), inflight)
+                self.settle(op, snapshot(q), inflight, schedule_view(q))
             finally:
                 self.kills_paused = False
             if op == "lease":
@@ -291,6 +341,7 @@ class Sweep:
                 self.unsynced_fallbacks.append(dict(before_op))
             if not killed and not any(n.endswith(".log") for n in disk.unsynced_files(self.path)):
                 self.unsynced_fallbacks = []  # fsyncs covered every byte the dead processes left
+                self.schedule_fallbacks = []
             if newly_done is not None:
                 self.acked_done.add(newly_done)
             if self.stop_at_first and self.violations.total():

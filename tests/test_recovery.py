@@ -2,7 +2,7 @@
 
 A crash can only cut the log at a byte boundary, so recovery that is right
 at every cut of a real log is right for any crash that log could suffer.
-The log here holds every record type, and a compaction: both generations
+The log here holds every record type (the schedule records too), and a compaction: both generations
 are swept. Expected states are snapshots the live queue reported as each
 record was written (full Job dicts), not totals.
 """
@@ -15,14 +15,17 @@ import tempfile
 import unittest
 
 from nobroker import CorruptLogError, Queue
-from nobroker.filestore.framing import HEADER_SIZE
+from nobroker.filestore.framing import FRAME_SIZE, HEADER_SIZE
 from nobroker.jobs import BackoffPolicy
 from nobroker.filestore.layout import log_path
 from tests.support import FakeClock, TempDirTestCase, slow
 
 
 def snapshot(q: Queue) -> dict[str, dict]:
-    return {job.id: job.to_dict() for job in q.list_jobs()}
+    """Every job, and every schedule with its cursor (as ``schedule:<name>``)."""
+    state = {job.id: job.to_dict() for job in q.list_jobs()}
+    state.update({f"schedule:{s.name}": s.to_dict() for s in q.schedules()})
+    return state
 
 
 class LogBuilder:
@@ -56,6 +59,30 @@ class LogBuilder:
         self.mark()
         return result
 
+    def fire(self) -> None:
+        """enqueue_due: one batch of records (each tick's ENQUEUE, then the TICK); a point after each record.
+
+        A cut inside the batch keeps the ticks whose records are whole, with
+        the schedule's cursor as it was before: the next look enqueues the
+        same ids again, which then exist already.
+        """
+        from nobroker.filestore.admin import inspect_log
+
+        start, gen = self.size()
+        before = self.points[gen][-1][1]
+        self.q.enqueue_due()
+        after = snapshot(self.q)
+        state = dict(before)
+        for view in inspect_log(self.dir, "default", generation=gen):
+            if view.offset < start or view.type_name == "HEADER":
+                continue
+            end = view.offset + FRAME_SIZE + view.length
+            if view.type_name == "ENQUEUE":
+                state[view.body["id"]] = after[view.body["id"]]
+                self.points[gen].append((end, dict(state)))
+        self.clock.advance(0.25)
+        self.mark()
+
     def build(self) -> None:
         q, do = self.q, self.do
         a = do(q.enqueue, {"name": "a", "text": "caf\u00e9 \u2603"}, priority=5)
@@ -73,14 +100,28 @@ class LogBuilder:
         ld = do(q.lease_one)  # d: b is backing off until +5 s... both ready now; b is older
         do(q.nack, ld, error="fatal", permanent=True)
         do(q.requeue_dead)
+        do(q.schedule, "beat", {"tick": True}, every=2.0, catch_up="all")
+        do(q.schedule, "gone", "x", cron="*/5 * * * *")
+        self.clock.advance(5)
+        self.fire()  # two ticks of beat, then its TICK record
+        do(q.unschedule, "gone")
         e = do(q.enqueue, {"e": "after requeue"})
-        del c, d, e
+        x = do(q.enqueue, {"x": "cancelled while ready"}, priority=-1)
+        do(q.cancel, x)  # CANCEL (issue 15): ready to cancelled
+        del c, d, e, x
         with open(log_path(self.dir, "default", 0), "rb") as f:
             self.generation_zero = f.read()  # compaction deletes it; the sweep needs it
         do(q.compact)
         f = do(q.enqueue, {"f": "in generation one"})
         lf = do(q.lease_one)
         do(q.ack, lf)
+        self.clock.advance(2)
+        self.fire()
+        lg = do(q.enqueue, {"g": "cancelled while it runs"}, priority=9)
+        lg = do(q.lease_one)
+        do(q.cancel, lg.id)  # a CANCEL that marks the lease
+        do(q.extend, lg, 30)
+        do(q.cancel, lg, stopped=True)  # and the one that ends it cancelled
         do(q.enqueue, {"g": "tail"})
         del f
         q.close()
@@ -171,6 +212,10 @@ class BitFlipSweep(TempDirTestCase):
         q, do = builder.q, builder.do
         for i in range(6):
             do(q.enqueue, {"i": i, "pad": "x" * i})
+        do(q.schedule, "beat", None, every=1.0, catch_up="all")
+        builder.clock.advance(2)
+        builder.fire()
+        do(q.unschedule, "beat")
         do(q.ack, do(q.lease_one))
         do(q.nack, do(q.lease_one), error="e")
         q.close()

@@ -16,11 +16,14 @@ import unittest
 from typing import Any
 
 from nobroker import JobState, NotLeasedError, Queue
+from tests.semantics_schedules import ScheduleSemantics
+from tests.semantics_control import ControlSemantics
+from nobroker.filestore.log import JOB_READ_GUESS
 from tests.semantics import EXACT, QueueSemantics
 from tests.support import FakeClock, TempDirTestCase
 
 
-class FileQueueSemantics(QueueSemantics, TempDirTestCase):
+class FileQueueSemantics(ControlSemantics, QueueSemantics, ScheduleSemantics, TempDirTestCase):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 
     def setUp(self) -> None:
@@ -125,6 +128,19 @@ class FileQueueSemantics(QueueSemantics, TempDirTestCase):
         thread.join(60.0)
         self.assertEqual(woke, [True])
         self.assertEqual(len(waiter.lease(1)), 1)
+
+    def test_payloads_around_the_single_read_size_lease_whole(self) -> None:
+        # A job's record is read back in one read of JOB_READ_GUESS bytes, or two when longer;
+        # the records after it in that read must not leak into it.
+        q = self.make_queue()
+        sizes = [0, 1, JOB_READ_GUESS - 300, JOB_READ_GUESS - 200, JOB_READ_GUESS, JOB_READ_GUESS + 1, 3 * JOB_READ_GUESS]
+        sent = {q.enqueue({"blob": "z" * size}).id: size for size in sizes}
+        for _ in sizes:
+            job = q.lease_one()
+            assert job is not None
+            self.assertEqual(job.payload, {"blob": "z" * sent[job.id]})
+            q.ack(job)
+        self.assertIsNone(q.lease_one())
 
     def test_two_handles_on_one_queue_see_each_other(self) -> None:
         a = self.make_queue(visibility_timeout=10)

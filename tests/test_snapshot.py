@@ -66,6 +66,11 @@ def workload(q: Queue, clock: FakeClock, rng: random.Random, steps: int) -> None
                 q.extend(rng.choice(held), rng.choice((5.0, 100.0)))
             elif roll < 0.87 and held:
                 q.set_stage(rng.choice(held), rng.choice(("half", None, "late")))
+            elif roll < 0.885 and held:
+                job = rng.choice(held)  # a mark, or (the holder) the end of a cancelled attempt
+                q.cancel(job, stopped=rng.random() < 0.5)
+            elif roll < 0.89:
+                q.cancel(rng.choice([j.id for j in q.list_jobs("ready", limit=20)] or ["none"]))
             elif roll < 0.9:
                 q.requeue_dead()
             elif roll < 0.905:
@@ -76,7 +81,9 @@ def workload(q: Queue, clock: FakeClock, rng: random.Random, steps: int) -> None
             else:
                 clock.advance(rng.choice((0.5, 4.0, 40.0)))
         except Exception as exc:  # a stale token after a reclaim, a taken dedupe key: part of the game
-            if type(exc).__name__ not in ("NotLeasedError", "ValueError", "JobNotFoundError"):
+            if type(exc).__name__ not in (
+                "NotLeasedError", "ValueError", "JobNotFoundError", "JobCancelledError", "JobFinishedError",
+            ):
                 raise
 
 

@@ -620,13 +620,14 @@ class ScreenshotToolTest(TempDirTestCase):
             env=env, capture_output=True, text=True, timeout=SCREENSHOT_TIMEOUT,
         )  # fmt: skip
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        expected = {"docs.png", "docs-dark.png", "docs-design.png", "playground.png", "playground-disk.png", "dashboard.png"}
-        self.assertEqual(set(os.listdir(self.dir)), expected)
-        for name in expected:
+        sizes = {name: (1280, 900) for name in ("docs.png", "docs-dark.png", "docs-design.png", "playground.png", "playground-disk.png", "dashboard.png")}
+        sizes["dashboard-phone.png"] = (375, 812)
+        self.assertEqual(set(os.listdir(self.dir)), set(sizes))
+        for name, size in sizes.items():
             data = pathlib.Path(self.dir, name).read_bytes()
             self.assertEqual(data[:8], b"\x89PNG\r\n\x1a\n", name)
             width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-            self.assertEqual((width, height), (1280, 900), name)
+            self.assertEqual((width, height), size, name)
             self.assertGreater(len(data), 20_000, f"{name} looks blank")
 
 

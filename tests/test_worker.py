@@ -126,6 +126,29 @@ def check_unstorable_results(test: unittest.TestCase, queue: Queue, concurrency:
     test.assertEqual(queue.get(ok.id).result, "fine")
 
 
+class GatedAckMany:
+    """``queue.ack_many``, recorded; its first call (the "gate" job's, alone) waits until ``waiting``
+    more finished jobs wait to be settled, so that they all go in the next call together."""
+
+    def __init__(self, queue: Queue, waiting: int) -> None:
+        self.inner = queue.ack_many
+        self.waiting = waiting
+        self.calls: list[list[Any]] = []
+        self.gate_acking = threading.Event()
+        self.worker: Worker | None = None
+        queue.ack_many = self  # type: ignore[method-assign]
+
+    def __call__(self, jobs: Any, **kwargs: Any) -> None:
+        jobs = list(jobs)
+        self.calls.append([job.payload for job in jobs])
+        if len(self.calls) == 1:
+            self.gate_acking.set()
+            assert self.worker is not None
+            pending = self.worker._runner._settling._done  # type: ignore[attr-defined]
+            wait_until(lambda: pending.qsize() >= self.waiting, PATIENCE)
+        self.inner(jobs, **kwargs)
+
+
 # ---------------------------------------------------------------- outcomes
 class OutcomeTests(QueueTestCase):
     def test_success_acks_and_stores_the_result(self) -> None:
@@ -270,6 +293,75 @@ class AsyncHandlerTests(QueueTestCase):
         self.assertEqual(most_running, 2)
         self.assertEqual(len(loops), 1)
 
+    def test_fifty_async_handlers_run_at_once_as_tasks_without_a_thread_each(self) -> None:
+        queue = self.open_queue()
+        jobs = queue.enqueue_many(list(range(50)))
+        barrier = asyncio.Barrier(50)
+        threads_while_running: list[int] = []
+        storage_threads: set[str] = set()
+        ack_calls: list[int] = []
+        real_ack_many, real_lease = queue.ack_many, queue.lease
+
+        def ack_many(jobs: Any, **kwargs: Any) -> None:
+            jobs = list(jobs)
+            storage_threads.add(threading.current_thread().name)
+            ack_calls.append(len(jobs))
+            real_ack_many(jobs, **kwargs)
+
+        def lease(*args: Any, **kwargs: Any) -> Any:
+            storage_threads.add(threading.current_thread().name)
+            return real_lease(*args, **kwargs)
+
+        queue.ack_many, queue.lease = ack_many, lease  # type: ignore[method-assign]
+
+        async def handler(job: Any) -> int:
+            threads_while_running.append(threading.active_count())
+            # All fifty must be inside the handler together to pass.
+            await asyncio.wait_for(barrier.wait(), PATIENCE)
+            await asyncio.sleep(0.01)
+            return job.payload * 2
+
+        threads_before = threading.active_count()
+        stats = Worker(queue, handler, concurrency=50, max_jobs=50, handle_signals=False, name="w").run()
+        self.assertEqual((stats.succeeded, stats.failed, stats.dead), (50, 0, 0))
+        for job in jobs:
+            stored = queue.get(job.id)
+            self.assertEqual((stored.state, stored.result, stored.attempts), (JobState.DONE, job.payload * 2, 1))
+        # The loop, the settling thread and the heartbeat: no thread per job.
+        self.assertLessEqual(max(threads_while_running), threads_before + 3, threads_while_running)
+        self.assertEqual(threading.active_count(), threads_before, "every thread of the worker is gone")
+        self.assertEqual(sum(ack_calls), 50)
+        self.assertLess(len(ack_calls), 50, "jobs that finished together share an ack_many")
+        self.assertNotIn("w-asyncio", storage_threads, "storage calls never run on the event loop")
+
+    def test_a_hard_stop_cancels_the_running_async_handlers(self) -> None:
+        queue = self.open_queue()
+        job = queue.enqueue("stuck")
+        started, cancelled = threading.Event(), threading.Event()
+        real_lease = queue.lease
+
+        def lease(*args: Any, **kwargs: Any) -> Any:
+            if started.is_set():  # the second look for work: as if a second Ctrl-C landed here
+                raise KeyboardInterrupt
+            return real_lease(*args, **kwargs)
+
+        queue.lease = lease  # type: ignore[method-assign]
+
+        async def handler(job: Any) -> None:
+            started.set()
+            try:
+                await asyncio.sleep(PATIENCE)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        worker = Worker(queue, handler, concurrency=2, poll_interval=0.01, handle_signals=False)
+        with self.assertLogs("nobroker.worker", "WARNING"), self.assertRaises(KeyboardInterrupt):
+            worker.run()
+        self.assertTrue(cancelled.wait(PATIENCE), "the running handler was cancelled")
+        stored = queue.get(job.id)
+        self.assertEqual((stored.state, stored.attempts), (JobState.LEASED, 1), "nothing was sent for it")
+
     def test_async_failure_and_permanent_error(self) -> None:
         queue = self.open_queue(max_attempts=5, backoff=BackoffPolicy(base=60, jitter=0))
         retry = queue.enqueue("retry")
@@ -318,34 +410,26 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
 
     def test_jobs_that_finish_together_are_acked_in_one_call(self) -> None:
         queue = self.open_queue()
+        queue.enqueue("gate")
         queue.enqueue_many(list(range(4)))
-        calls: list[int] = []
-        real_ack_many = queue.ack_many
+        acks = GatedAckMany(queue, waiting=4)
 
-        def counting_ack_many(jobs: Any, **kwargs: Any) -> None:
-            jobs = list(jobs)
-            calls.append(len(jobs))
-            real_ack_many(jobs, **kwargs)
+        def handler(job: Any) -> None:
+            if job.payload != "gate":
+                acks.gate_acking.wait(PATIENCE)  # finish while the gate's ack is being written
 
-        queue.ack_many = counting_ack_many  # type: ignore[method-assign]
-        barrier = threading.Barrier(4, timeout=PATIENCE)
-        # A generous gather window, so a slow machine cannot split the batch.
-        with unittest.mock.patch("nobroker.worker.acks.ACK_GATHER_SECONDS", 5.0):
-            stats = Worker(queue, lambda job: barrier.wait(), concurrency=4, max_jobs=4, handle_signals=False).run()
-        self.assertEqual(stats.succeeded, 4)
-        self.assertEqual(queue.stats().done, 4)
-        self.assertEqual(sum(calls), 4)
-        self.assertLess(len(calls), 4, f"four jobs that finished together took {len(calls)} ack calls")
+        worker = Worker(queue, handler, concurrency=5, max_jobs=5, handle_signals=False)
+        acks.worker = worker
+        stats = worker.run()
+        self.assertEqual(stats.succeeded, 5)
+        self.assertEqual(queue.stats().done, 5)
+        self.assertEqual([sorted(map(str, call)) for call in acks.calls], [["gate"], ["0", "1", "2", "3"]],
+                         "the four that finished during one write went in the next, together")
 
     def test_a_refused_ack_in_a_shared_batch_is_counted_for_that_job_only(self) -> None:
         queue = self.open_queue()
+        queue.enqueue("gate")
         queue.enqueue_many(["keep", "lose", "keep", "keep"])
-        barrier = threading.Barrier(4, timeout=PATIENCE)
-
-        def handler(job: Any) -> str:
-            barrier.wait()
-            return job.payload
-
         real_ack = queue.ack
 
         def ack(job: Any, **kwargs: Any) -> None:
@@ -355,21 +439,28 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
 
         queue.ack = ack  # type: ignore[method-assign]
         real_ack_many = queue.ack_many
-        batches: list[int] = []
 
         def ack_many(jobs: Any, **kwargs: Any) -> None:
             jobs = list(jobs)
-            batches.append(len(jobs))
             real_ack_many([j for j in jobs if j.payload != "lose"])
             if any(j.payload == "lose" for j in jobs):
                 raise NotLeasedError("taken over")
 
         queue.ack_many = ack_many  # type: ignore[method-assign]
-        with unittest.mock.patch("nobroker.worker.acks.ACK_GATHER_SECONDS", 5.0):
-            stats = Worker(queue, handler, concurrency=4, max_jobs=4, handle_signals=False).run()
-        self.assertEqual((stats.succeeded, stats.lost_leases), (3, 1))
-        self.assertEqual(queue.stats().done, 3)
-        self.assertEqual(batches, [4], "the four acks were meant to share one call, then fall back one by one")
+        acks = GatedAckMany(queue, waiting=4)
+
+        def handler(job: Any) -> str:
+            if job.payload != "gate":
+                acks.gate_acking.wait(PATIENCE)
+            return job.payload
+
+        worker = Worker(queue, handler, concurrency=5, max_jobs=5, handle_signals=False)
+        acks.worker = worker
+        stats = worker.run()
+        self.assertEqual((stats.succeeded, stats.lost_leases), (4, 1))
+        self.assertEqual(queue.stats().done, 4)
+        self.assertEqual([len(call) for call in acks.calls], [1, 4],
+                         "the four acks were meant to share one call, then fall back one by one")
 
     def test_max_jobs_stops_after_that_many(self) -> None:
         queue = self.open_queue()

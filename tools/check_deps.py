@@ -53,7 +53,14 @@ class OptionalPackage:
 
 OPTIONAL_THIRD_PARTY: dict[str, OptionalPackage] = {
     "psycopg": OptionalPackage(
-        places=("src/nobroker/postgres/", "tools/bench/pg.py", "tools/bench/pg_baseline.py", "tests/"),
+        places=(
+            "src/nobroker/postgres/",
+            "tools/bench/pg.py",
+            "tools/bench/pg_baseline.py",
+            "tools/bench/pg_count.py",
+            "tools/bench/pg_scale.py",
+            "tests/",
+        ),
         why=(
             'the PostgreSQL storage (pip install "nobroker[postgres]") and its benchmark, imported '
             "only when a postgresql:// DSN is opened or the PostgreSQL benchmark runs; "

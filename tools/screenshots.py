@@ -9,8 +9,9 @@ Chromium driver the page tests use).
 
 The docs site is shot in light and dark mode; the playground after a recipe
 has torn a record (so the hex view shows the torn bytes); the dashboard over a
-sample queue with jobs in every state, served by ``nobroker serve`` on a free
-loopback port. Without a dashboard in this copy, that shot is skipped with a
+sample folder of two queues with jobs in every state, served by ``nobroker
+serve`` on a free loopback port, with a failed job's page open, once at the
+desktop viewport and once at a phone's width (dashboard-phone.png). Without a dashboard in this copy, that shot is skipped with a
 message. The server started here is always stopped.
 """
 
@@ -37,6 +38,8 @@ from tests.browser import Browser, BrowserError, BrowserUnavailable, file_url  #
 DEFAULT_OUT = ROOT / "docs" / "screenshots"
 #: Viewport of every shot: wide enough for the two-column layouts.
 VIEWPORT = (1280, 900)
+#: The phone shot of the dashboard: an iPhone's width in CSS pixels.
+PHONE_VIEWPORT = (375, 812)
 #: Seconds to wait for the dashboard server to answer, and for its first live refresh.
 SERVER_START_TIMEOUT = 20.0
 DASHBOARD_SETTLE_TIMEOUT = 10.0
@@ -47,6 +50,10 @@ PLAYGROUND_STEPS = 3
 
 def say(text: str) -> None:
     print(f"screenshots: {text}", flush=True)
+
+
+def set_viewport(browser: Browser, size: tuple[int, int], *, mobile: bool) -> None:
+    browser.send("Emulation.setDeviceMetricsOverride", {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": mobile})
 
 
 def set_color_scheme(browser: Browser, scheme: str) -> None:
@@ -84,23 +91,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def fill_sample_queue(directory: str) -> None:
-    """A queue with something in every state, so the dashboard has a story to show."""
+#: The job whose page the dashboard shot shows: one that failed, with its traceback.
+SHOWN_JOB = "welcome-barbara"
+SAMPLE_TRACEBACK = """Traceback (most recent call last):
+  File "app/handlers.py", line 41, in send_welcome
+    smtp.sendmail(FROM, job.payload["send_welcome_to"], body)
+  File "/usr/lib/python3.11/smtplib.py", line 901, in sendmail
+    raise SMTPRecipientsRefused(senderrs)
+smtplib.SMTPRecipientsRefused: {'barbara@example.com': (550, b'no such user')}"""
+
+
+def fill_sample_queue(directory: str) -> str:
+    """Two queues with something in every state, so the dashboard has a story to show; the address to open."""
     from nobroker import Queue
 
     with Queue(directory, max_attempts=2) as q:
         for i, who in enumerate(["ada", "grace", "alan", "barbara", "edsger", "donald"]):
-            q.enqueue({"send_welcome_to": f"{who}@example.com"}, priority=i % 3, kind="email")
-        q.enqueue({"resize": "holiday.jpg", "width": 1200}, kind="thumbnail")
-        q.enqueue({"report": "q3"}, delay=3600)
-        for job in q.lease(3):
+            q.enqueue({"send_welcome_to": f"{who}@example.com"}, job_id=f"welcome-{who}", priority=-i, kind="email")
+        q.enqueue({"resize": "holiday.jpg", "width": 1200}, job_id="thumb-holiday", priority=-9, kind="thumbnail")
+        q.enqueue({"report": "q3"}, job_id="report-q3", delay=3600, kind="report")
+        for job in q.lease(3):  # ada, grace, alan
             q.ack(job, result={"sent": True})
-        leased = q.lease_one()
+        broken = q.lease_one()  # barbara
+        if broken is not None:
+            q.nack(broken, error="SMTPRecipientsRefused: barbara@example.com: 550 no such user",
+                   traceback=SAMPLE_TRACEBACK, permanent=True)
+        leased = q.lease_one(visibility_timeout=600)  # edsger
         if leased is not None:
             q.set_stage(leased, "rendering")
-        broken = q.lease_one()
-        if broken is not None:
-            q.nack(broken, error="smtp: 550 no such user", permanent=True)
+    with Queue(directory, "reports") as reports:
+        for month in ("2026-09", "2026-10", "2026-11"):
+            reports.enqueue({"monthly_report": month}, kind="report")
+    return f"?queue=default&state=all&job={SHOWN_JOB}"
 
 
 def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
@@ -110,7 +132,7 @@ def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
     directory = tempfile.mkdtemp(prefix="nobroker-shots-")
     server: subprocess.Popen[bytes] | None = None
     try:
-        fill_sample_queue(directory)
+        address = fill_sample_queue(directory)
         port = free_port()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -125,9 +147,17 @@ def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
             say(f"skipping the dashboard: `nobroker serve` did not answer within {SERVER_START_TIMEOUT:.0f}s {err.strip()}")
             return []
         set_color_scheme(browser, "light")
-        browser.open(url)
+        browser.open(url + address)
         wait_for_dashboard(browser)
-        return [pathlib.Path(browser.screenshot(out / "dashboard.png"))]
+        shots = [pathlib.Path(browser.screenshot(out / "dashboard.png"))]
+        set_viewport(browser, PHONE_VIEWPORT, mobile=True)
+        try:
+            browser.open(url + "?queue=default&state=all")
+            wait_for_dashboard(browser)
+            shots.append(pathlib.Path(browser.screenshot(out / "dashboard-phone.png")))
+        finally:
+            set_viewport(browser, VIEWPORT, mobile=False)
+        return shots
     finally:
         if server is not None:
             server.terminate()
@@ -157,9 +187,11 @@ def wait_for_http(url: str, server: subprocess.Popen[bytes]) -> bool:
 
 
 def wait_for_dashboard(browser: Browser) -> None:
-    """Until the live counts have arrived (the page fills them in after loading)."""
+    """Until the live counts, the queues and the jobs have arrived (the page fills them in after loading)."""
     deadline = time.monotonic() + DASHBOARD_SETTLE_TIMEOUT
-    probe = "(() => { const e = document.getElementById('count-total'); return !!e && /\\d/.test(e.textContent); })()"
+    probe = ("(() => { const e = document.getElementById('count-total'); return !!e && /\\d/.test(e.textContent)"
+             " && document.querySelectorAll('#queues button.queue').length > 0 && document.querySelectorAll('#jobs tr.job').length > 0"
+             " && (!new URLSearchParams(location.search).get('job') || !document.getElementById('detail').hidden); })()")
     while time.monotonic() < deadline:
         if browser.evaluate(probe):
             time.sleep(0.3)  # let the jobs table that follows the counts paint

@@ -10,7 +10,7 @@ The default storage is a folder on local disk (standard library only); give
 a ``postgresql://`` DSN instead to run the same API on PostgreSQL.
 
 Owns: the public names, which the modules below define (README's
-"Development" section draws the tree). Imports: errors, jobs, locations,
+"Development" section draws the tree). Imports: errors, jobs, schedules, locations,
 queue, worker (on first use of Worker: a producer never needs it).
 """
 
@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     CompactionError,
     CorruptLogError,
+    JobCancelledError,
+    JobFinishedError,
     JobNotFoundError,
     LockTimeoutError,
     NobrokerError,
@@ -37,6 +39,7 @@ from .errors import (
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .locations import list_queues
 from .queue import Queue
+from .schedules import Schedule
 
 if TYPE_CHECKING:
     from .worker import Worker, WorkerStats, WorkQueue
@@ -64,6 +67,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "Job",
+    "Schedule",
     "JobState",
     "QueueStats",
     "BackoffPolicy",
@@ -82,5 +86,7 @@ __all__ = [
     "UnknownStorageError",
     "QueueNotFoundError",
     "PermanentError",
+    "JobCancelledError",
+    "JobFinishedError",
     "__version__",
 ]

@@ -107,6 +107,25 @@ class QueueNotFoundError(NobrokerError):
         self.found = list(found or [])
 
 
+class JobCancelledError(NotLeasedError):
+    """The job was cancelled: its ack or nack is refused, and the attempt ends cancelled.
+
+    A NotLeasedError (the outcome is not the caller's to record), so code that
+    handles a lost lease handles this too.
+    """
+
+
+class JobFinishedError(NobrokerError):
+    """The job is finished (done, dead or cancelled), so it cannot be changed that way.
+
+    ``state`` is the state it is in.
+    """
+
+    def __init__(self, message: str, *, state: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
 class PermanentError(NobrokerError):
     """Raise this from a handler to send the job straight to the dead-letter queue.
 
@@ -128,4 +147,6 @@ __all__ = [
     "UnknownStorageError",
     "QueueNotFoundError",
     "PermanentError",
+    "JobCancelledError",
+    "JobFinishedError",
 ]

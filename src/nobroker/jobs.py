@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import math
 import random
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,7 @@ DEFAULT_KIND = "default"
 #: What list_jobs lists (besides every job): the jobs of one state, or of one
 #: half of ready: ``runnable`` now or ``delayed`` (what stats() counts as ready
 #: and as delayed). ``ready`` is both halves, as in nobroker 0.1.2.
-LISTINGS = ("ready", "runnable", "delayed", "leased", "done", "dead")
+LISTINGS = ("ready", "runnable", "delayed", "leased", "done", "dead", "cancelled")
 
 
 def finite_float(value: object) -> float | None:
@@ -90,12 +91,17 @@ def shown(value: object, limit: int = 40) -> str:
 
 
 class JobState(str, enum.Enum):
-    """Where a job is in its life: ready → leased → done, or dead (the DLQ)."""
+    """Where a job is in its life: ready → leased → done, or dead (the DLQ), or cancelled.
+
+    DONE, DEAD and CANCELLED are final. A cancelled job is kept as a done one
+    is (until compaction or pruning drops it) and never runs again.
+    """
 
     READY = "ready"
     LEASED = "leased"
     DONE = "done"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
     def __str__(self) -> str:
         return self.value
@@ -129,11 +135,34 @@ class Job:
     #: The traceback of the failure that ``last_error`` names, when the Worker
     #: (or a nack with ``traceback=``) recorded one: its last MAX_TRACEBACK_CHARS.
     traceback: str | None = None
+    #: A leased job that ``cancel`` was asked for: its lease ends cancelled (its ack
+    #: and nack are refused), and the Worker sets ``cancelled`` for the handler.
+    cancel_requested: bool = False
+
+    @property
+    def cancelled(self) -> CancelFlag:
+        """A flag a running handler can check (``if job.cancelled: ...``, ``job.cancelled.wait(1)``).
+
+        The Worker sets it when its heartbeat learns that the job was
+        cancelled; it is this Job object's own (a copy starts unset).
+        """
+        flag = self.__dict__.get("_cancel_flag")
+        if flag is None:
+            flag = self.__dict__.setdefault("_cancel_flag", CancelFlag())
+            if self.cancel_requested:
+                flag.set()
+        return flag
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field (state as its string value)."""
+        """A JSON-ready dict of every field (state as its string value).
+
+        ``cancel_requested`` only when true: a job never cancelled keeps the
+        shape of nobroker 0.1.2 and 0.2 (the log's newer fields work the same way).
+        """
         out = dataclasses.asdict(self)
         out["state"] = self.state.value
+        if not self.cancel_requested:
+            del out["cancel_requested"]
         return out
 
     @classmethod
@@ -159,6 +188,15 @@ class Job:
 
 
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+#: The final states: a job in one of them never runs again.
+FINISHED_STATES = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
+
+
+class CancelFlag(threading.Event):
+    """``job.cancelled``: an Event that is also true once set (``if job.cancelled``)."""
+
+    def __bool__(self) -> bool:
+        return self.is_set()
 
 
 @dataclass(frozen=True)
@@ -170,20 +208,19 @@ class QueueStats:
     leased: int = 0
     done: int = 0
     dead: int = 0
+    cancelled: int = 0
 
     @property
     def total(self) -> int:
-        return self.ready + self.delayed + self.leased + self.done + self.dead
+        return self.ready + self.delayed + self.leased + self.done + self.dead + self.cancelled
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "ready": self.ready,
-            "delayed": self.delayed,
-            "leased": self.leased,
-            "done": self.done,
-            "dead": self.dead,
-            "total": self.total,
-        }
+        """The counts and their total; ``cancelled`` only when some job is (0.1.2's shape otherwise)."""
+        out = {"ready": self.ready, "delayed": self.delayed, "leased": self.leased, "done": self.done, "dead": self.dead}
+        if self.cancelled:
+            out["cancelled"] = self.cancelled
+        out["total"] = self.total
+        return out
 
 
 @dataclass(frozen=True)
@@ -335,6 +372,8 @@ class CompactionResult:
 __all__ = [
     "Job",
     "JobState",
+    "CancelFlag",
+    "FINISHED_STATES",
     "QueueStats",
     "BackoffPolicy",
     "RecoveryReport",

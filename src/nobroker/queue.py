@@ -2,8 +2,8 @@
 
 Owns: Queue (every argument checked through checks.py, ``Job | id`` →
 ``(id, token)``, payloads and results encoded once, the storage chosen).
-Imports: checks, errors, jobs, codec, storage, locations, filestore, postgres
-(only when a DSN is given: it needs psycopg).
+Imports: checks, errors, jobs, codec, schedules, storage, locations,
+filestore, postgres (only when a DSN is given: it needs psycopg).
 
 Everything a caller can get wrong is caught here, before any storage sees it,
 so both storages refuse bad input identically and nothing is written.
@@ -36,6 +36,8 @@ from .jobs import (
     RecoveryReport,
 )
 from .codec import stored_json, stored_json_many
+from . import schedules as _schedules
+from .schedules import DEFAULT_CATCH_UP, Schedule
 from .storage import EnqueueSpec, Storage, StorageOptions, storage_kind
 from .checks import JobRef
 from .locations import require_queue
@@ -279,7 +281,7 @@ class Queue:
         return self._open_storage().get(checks.text(job_id, "job_id", MAX_ID_CHARS))
 
     def stats(self) -> QueueStats:
-        """Counts by state: ready (runnable now), delayed, leased, done, dead, total."""
+        """Counts by state: ready (runnable now), delayed, leased, done, dead, cancelled, total."""
         return self._open_storage().stats()
 
     def list_jobs(
@@ -329,6 +331,44 @@ class Queue:
         """
         return self._open_storage().compact()
 
+    # ------------------------------------------------------------ periodic jobs (schedules.py)
+    def schedule(
+        self, name: str, payload: Any = None, *, every: float | None = None, cron: str | None = None,
+        kind: str = DEFAULT_KIND, priority: int = 0, tz: str | None = None, catch_up: str = DEFAULT_CATCH_UP,
+    ) -> Schedule:  # fmt: skip
+        """Enqueue ``payload`` every ``every`` seconds, or at the times of a five-field ``cron`` expression.
+
+        Stored in the queue: every process sees it, and it survives restarts.
+        Every running Worker enqueues the due ticks (no separate process),
+        each exactly once: a tick's job id is ``tick:<name>@<due time in ms>``.
+        ``tz``: the IANA zone whose wall clock a cron expression follows (UTC
+        when None). ``catch_up`` says what becomes of ticks that came due
+        while no worker ran: ``"all"`` enqueues every one, ``"last"`` only the
+        most recent, ``"none"`` none that is more than a minute late.
+        Defining a schedule again with the same fields changes nothing (call
+        it at every start); different fields replace it, counting from now.
+        Returns the schedule with its next run. Bad input raises TypeError or
+        ValueError, and nothing is written.
+        """
+        spec = _schedules.define(name, payload, every=every, cron=cron, kind=kind, priority=priority, tz=tz,
+                                 catch_up=catch_up)  # fmt: skip
+        return self._open_storage().put_schedule(spec)
+
+    def unschedule(self, name: str) -> bool:
+        """Remove the schedule ``name`` (ticks already enqueued stay). False if there was none."""
+        return self._open_storage().remove_schedule(checks.text(name, "schedule name", _schedules.MAX_SCHEDULE_NAME_CHARS))
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of the queue, by name, each with its ``next_run`` (epoch seconds)."""
+        return self._open_storage().list_schedules()
+
+    def enqueue_due(self) -> list[Job]:
+        """Enqueue every schedule's due ticks now; returns the jobs this call added (a Worker calls it).
+
+        Safe from any number of processes at once: each tick is enqueued once.
+        """
+        return self._open_storage().fire_schedules()
+
     def wait_for_jobs(
         self, timeout: float, *, kinds: Iterable[str] | None = None, interrupt: int | None = None
     ) -> bool:
@@ -361,6 +401,23 @@ class Queue:
         delayed jobs or expired leases), or no named pipes here.
         """
         return not self._closed and self._storage.wakes_waiters()
+
+    # ------------------------------------------------------------ control of jobs (issue 15)
+    def cancel(self, job: JobRef, *, stopped: bool = False) -> Job:
+        """Cancel a job; returns it as the cancel left it.
+
+        A ready or delayed job is cancelled at once (``cancelled`` is final,
+        kept as a done job is). A leased job is marked (``cancel_requested``):
+        its handler keeps running until it notices (the Worker sets
+        ``job.cancelled`` at its next heartbeat, and cancels an async
+        handler's task), its ack and nack are refused with JobCancelledError,
+        and the attempt ends cancelled when the holder of the lease says so
+        (``stopped=True``, with the leased Job) or when the lease expires.
+        ``stopped=True`` by id ends a leased job's attempt now, whoever runs it.
+        A done, dead or cancelled job raises JobFinishedError naming its state.
+        """
+        job_id, token = checks.job_ref(job)
+        return self._open_storage().cancel(job_id, token, bool(stopped))
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:

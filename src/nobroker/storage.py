@@ -6,7 +6,7 @@ location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
 ids and fencing tokens, and what a refused ack/nack/extend says
-(``refusal``). Imports: errors, jobs.
+(``refusal``). Imports: errors, jobs, schedules.
 
 The Queue facade validates arguments and turns ``Job | id`` into
 ``(id, token)``; a storage only stores. Two siblings implement it:
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from .errors import JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
+from .errors import JobCancelledError, JobFinishedError, JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .schedules import Schedule, ScheduleSpec
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,20 @@ class Storage(Protocol):
 
     def wakes_waiters(self) -> bool: ...
 
+    # Periodic jobs (schedules.py): defined, removed, listed; and fire_schedules, which
+    # enqueues every due tick and moves each schedule's cursor in one atomic write.
+    def put_schedule(self, spec: ScheduleSpec) -> Schedule: ...
+
+    def remove_schedule(self, name: str) -> bool: ...
+
+    def list_schedules(self) -> list[Schedule]: ...
+
+    def fire_schedules(self) -> list[Job]: ...
+
     def close(self) -> None: ...
+
+    # ---- control of jobs (issue 15): each a record of the log / a change of a row
+    def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job: ...
 
     @property
     def location(self) -> str: ...
@@ -272,6 +286,8 @@ def refusal(action: str, job_id: str, state: str, token: Any, held_token: Any) -
     operator acting by id. A caller whose own ack finished the job is told it
     is done, not that a lease expired.
     """
+    if state == JobState.CANCELLED.value:
+        return JobCancelledError(f"cannot {action} job {job_id}: it was cancelled; nothing changed")
     if state == JobState.LEASED.value:
         return NotLeasedError(
             f"cannot {action} job {job_id}: your lease is stale (it expired and the job was leased again). "
@@ -290,3 +306,17 @@ def refusal(action: str, job_id: str, state: str, token: Any, held_token: Any) -
     return NotLeasedError(
         f"cannot {action} job {job_id}: it is {state}, not leased (your lease ended: it expired, or the job was nacked)"
     )
+
+
+
+def cancel_refusal(action: str, job_id: str) -> JobCancelledError:
+    """Why ``action`` on a leased job whose cancel was asked for is refused."""
+    return JobCancelledError(
+        f"cannot {action} job {job_id}: it was cancelled while its handler ran; end the attempt with "
+        "cancel(job, stopped=True) (the Worker does), or let the lease expire: either way it ends cancelled"
+    )
+
+
+def finished_refusal(action: str, job_id: str, state: str) -> JobFinishedError:
+    """Why ``action`` on a finished job (done, dead, cancelled) is refused, naming its state."""
+    return JobFinishedError(f"cannot {action} job {job_id}: it is already {state}; nothing changed", state=state)

@@ -4,22 +4,26 @@ Owns: ``main(argv)``, which measures single and batch enqueue, drains with 1
 and with 4 worker processes (one job per claim and batch claims) and the
 idle pickup latency, each for nobroker and for the hand-written loop of
 pg_baseline.py on a plain table in the same database, in the same run, and
-prints one table (figure, value, baseline, ratio, target, verdict). Also the
-nobroker contender (Nobroker) and the measurements both contenders go
-through. Imports: nobroker (Queue), nobroker.postgres (DEFAULT_SCHEMA,
-migrate), pg_baseline, report (markdown_table), psycopg. Reached by
-``python make.py bench --pg`` (file.py hands it the rest of the command
-line).
+prints one table (figure, value, baseline, ratio, the statements and round
+trips each sends per operation, target, verdict); with ``--full`` the
+1,000,000-job figures of pg_scale.py after it. Also the nobroker contender
+(Nobroker), a peer (another nobroker source tree measured in the same run,
+``--peer``) and the measurements every contender goes through. Imports:
+nobroker (Queue), nobroker.postgres (DEFAULT_SCHEMA, migrate), pg_baseline,
+pg_count, pg_scale, report (markdown_table), psycopg. Reached by ``python
+make.py bench --pg`` (file.py hands it the rest of the command line).
 
-Everything lives in a throwaway schema that is dropped at the end. Printing
+Everything lives in throwaway schemas that are dropped at the end. Printing
 to stdout is this module's job (it is a command, not library code).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -29,6 +33,7 @@ from typing import Any
 from nobroker import Queue
 from nobroker.postgres import DEFAULT_SCHEMA, migrate
 from tools.bench.pg_baseline import BASELINE_TABLE, Baseline, connect, quoted
+from tools.bench.pg_count import counting, per_operation
 from tools.bench.report import markdown_table
 
 DEFAULT_DSN = "postgresql:///test?host=/var/run/postgresql"
@@ -38,16 +43,26 @@ DEFAULT_BATCH = 100
 DEFAULT_WORKERS = 4
 DEFAULT_SAMPLES = 200
 DEFAULT_ROUNDS = 3
+#: Calls of each operation the statements and round trips are counted over.
+COUNTED_CALLS = 50
 #: Longest wait for a worker process to report before the run is called failed.
 CHILD_TIMEOUT = 120.0
-#: Targets from issue 6 ("Speed"). (figure key, kind, value): kind "ratio" compares
+#: Targets (issue 6 "Speed", issue 19 item 8). (figure key, kind, value): kind "ratio" compares
 #: with the baseline, "min" is an absolute floor, "max" an absolute ceiling.
 TARGETS: dict[str, tuple[str, float]] = {
-    "enqueue_single": ("ratio", 0.9),
-    "drain_4_one": ("min", 3000.0),
+    "enqueue_single": ("ratio", 0.8),
+    "enqueue_batch": ("ratio", 1.0),
+    "drain_1_one": ("ratio", 0.8),
+    "drain_4_one": ("ratio", 0.8),
     "drain_4_batch": ("ratio", 0.5),
     "pickup_median": ("max", 5.0),
 }
+#: The operations each figure's work is made of, as counted per call (see Nobroker.count).
+OPERATIONS: dict[str, tuple[str, ...]] = {
+    "enqueue_single": ("enqueue",), "enqueue_batch": ("enqueue_batch",), "drain_one": ("lease", "ack"),
+    "drain_batch": ("lease_batch", "ack_batch"), "pickup": ("enqueue", "lease"),
+}  # fmt: skip
+
 
 # ---------------------------------------------------------------- nobroker, the contender
 class Nobroker:
@@ -116,6 +131,43 @@ class Nobroker:
             q.enqueue(payload)
 
         return enqueue
+
+    def count(self, n: int, batch: int) -> dict[str, tuple[float, float]]:
+        """(statements, round trips) per call of each operation the figures are made of."""
+        with counting() as tally, self.open() as q:
+            out = {"enqueue": per_operation(tally, lambda i: q.enqueue({"i": i}), n)}
+            out["enqueue_batch"] = per_operation(tally, lambda i: q.enqueue_many([{"i": k} for k in range(batch)]), n)
+            jobs: list[Any] = []
+            out["lease"] = per_operation(tally, lambda i: jobs.append(q.lease_one()), n)
+            out["ack"] = per_operation(tally, lambda i: q.ack(jobs[i]), n)
+            batches: list[Any] = []
+            out["lease_batch"] = per_operation(tally, lambda i: batches.append(q.lease(batch)), n)
+            out["ack_batch"] = per_operation(tally, lambda i: q.ack_many(batches[i]), n)
+        return out
+
+
+class Peer(Nobroker):
+    """Another nobroker source tree (``src`` of an older commit, say), measured in the same run.
+
+    Its code cannot share this process with ours, so every measurement runs
+    in a child process whose ``nobroker`` is the peer's (this module with
+    PYTHONPATH set, ``--measure``), in a schema the peer's own migrate made.
+    """
+
+    def __init__(self, dsn: str, schema: str, name: str, src: str, sizes: list[str]) -> None:
+        super().__init__(dsn, schema, name)
+        self.src = os.path.abspath(src)
+        self.sizes = sizes  # the command line flags of the figures' sizes, for its child processes
+        self.label = f"peer ({self.src})"
+
+    def child(self, *args: str) -> Any:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([self.src, root]))
+        command = [sys.executable, "-m", "tools.bench.pg", "--dsn", self.dsn, "--schema", self.schema, *args]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT * 5)
+        if done.returncode:
+            raise RuntimeError(f"{self.label}: {' '.join(args)} failed: {done.stderr.strip()[-2000:]}")
+        return json.loads(done.stdout)
 
 
 # ---------------------------------------------------------------- measurements
@@ -190,65 +242,125 @@ def measure_pickup(contender: Any, samples: int) -> tuple[float, float]:
     return statistics.median(latencies), latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
 
 
+def figures(jobs: int, batch: int, workers: int, samples: int) -> list[tuple[str, str, str, Callable[[Any], Any]]]:
+    """(key, label, operations counted, measure(contender)) of every figure, in the table's order."""
+    w = workers
+    return [
+        ("enqueue_single", "enqueue, one job per call", "enqueue_single", lambda c: jobs / c.enqueue_single(jobs)),
+        ("enqueue_batch", f"enqueue, {batch} jobs per call", "enqueue_batch",
+         lambda c: jobs * 5 / c.enqueue_batch(jobs * 5, batch)),
+        ("drain_1_one", "drain, 1 worker, 1 job per claim", "drain_one", lambda c: measure_drain(c, jobs, 1, 1, batch)),
+        ("drain_1_batch", f"drain, 1 worker, {batch} per claim", "drain_batch",
+         lambda c: measure_drain(c, jobs * 5, 1, batch, batch)),
+        (f"drain_{w}_one", f"drain, {w} workers, 1 job per claim", "drain_one",
+         lambda c: measure_drain(c, jobs, w, 1, batch)),
+        (f"drain_{w}_batch", f"drain, {w} workers, {batch} per claim", "drain_batch",
+         lambda c: measure_drain(c, jobs * 5, w, batch, batch)),
+        ("pickup", "idle pickup latency", "pickup", lambda c: measure_pickup(c, samples)),
+    ]  # fmt: skip
+
+
 # ---------------------------------------------------------------- the run
 def run(
-    dsn: str, *, jobs: int, batch: int, workers: int, samples: int, rounds: int, progress: Callable[[str], None]
-) -> list[dict[str, Any]]:
-    """Measure every figure ``rounds`` times, the two contenders taking turns; keep each one's best round.
+    dsn: str, *, jobs: int, batch: int, workers: int, samples: int, rounds: int, progress: Callable[[str], None],
+    peer: str | None = None, count: bool = True,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Measure every figure ``rounds`` times, the contenders taking turns; report each one's median.
 
-    Taking turns and keeping the best round is what makes the ratio mean
-    something on a machine whose load changes under the run.
+    Taking turns (each round in the reverse order of the one before) is
+    what makes the ratio mean something on a machine whose load changes
+    under the run. ``peer``: another nobroker's ``src`` folder, measured too.
+    ``count``: count each contender's statements and round trips per operation.
     """
     from psycopg import sql
 
     schema = f"{DEFAULT_SCHEMA}_bench_{uuid.uuid4().hex[:8]}"
     migrate(dsn, schema=schema)
+    schemas = [schema]
     with connect(dsn) as conn:
         conn.execute(BASELINE_TABLE.replace("{schema}", quoted(schema)))
+    contenders: list[Any] = [Nobroker(dsn, schema, "bench")]
     rows: list[dict[str, Any]] = []
     try:
-        contenders = (Nobroker(dsn, schema, "bench"), Baseline(dsn, schema))
-
-        def best(label: str, measure: Callable[[Any], Any], pick: Callable[[list[Any]], Any]) -> list[Any]:
+        if peer is not None:
+            schemas.append(schema + "_peer")
+            sizes = ["--jobs", str(jobs), "--batch", str(batch), "--workers", str(workers), "--samples", str(samples)]
+            contenders.append(Peer(dsn, schemas[-1], "bench", peer, sizes))
+            contenders[-1].child("--migrate")
+        contenders.append(Baseline(dsn, schema))
+        counts = [_count(c, dsn, schemas, batch) for c in contenders] if count else None
+        table = figures(jobs, batch, workers, samples)
+        for key, label, operations, measure in table:
             progress(f"measuring {label} ...")
-            values: list[list[Any]] = [[], []]
-            for _round in range(rounds):
-                for i, contender in enumerate(contenders):
-                    _clean(dsn, schema)
-                    values[i].append(measure(contender))
-            return [pick(v) for v in values]
-
-        def figure(key: str, label: str, measure: Callable[[Any], float]) -> None:
-            ours, theirs = best(label, measure, max)
-            rows.append(_row(key, label, "jobs/s", ours, theirs))
-
-        figure("enqueue_single", "enqueue, one job per call", lambda c: jobs / c.enqueue_single(jobs))
-        figure("enqueue_batch", f"enqueue, {batch} jobs per call", lambda c: jobs * 5 / c.enqueue_batch(jobs * 5, batch))
-        figure("drain_1_one", "drain, 1 worker, 1 job per claim", lambda c: measure_drain(c, jobs, 1, 1, batch))
-        figure("drain_1_batch", f"drain, 1 worker, {batch} per claim", lambda c: measure_drain(c, jobs * 5, 1, batch, batch))
-        figure(f"drain_{workers}_one", f"drain, {workers} workers, 1 job per claim", lambda c: measure_drain(c, jobs, workers, 1, batch))
-        figure(f"drain_{workers}_batch", f"drain, {workers} workers, {batch} per claim", lambda c: measure_drain(c, jobs * 5, workers, batch, batch))
-        ours, theirs = best("idle pickup latency", lambda c: measure_pickup(c, samples), lambda v: (min(m for m, _ in v), min(p for _, p in v)))
-        rows.append(_row("pickup_median", "idle pickup latency, median", "ms", ours[0], theirs[0], lower_is_better=True))
-        rows.append(_row("pickup_p99", "idle pickup latency, p99", "ms", ours[1], theirs[1], lower_is_better=True))
+            values: list[list[Any]] = [[] for _ in contenders]
+            for turn in range(rounds):
+                order = list(range(len(contenders)))
+                for i in order if turn % 2 == 0 else order[::-1]:
+                    _clean(dsn, schemas)
+                    values[i].append(_measure(contenders[i], key, measure))
+            sent = None if counts is None else [_sent(c, OPERATIONS[operations]) for c in counts]
+            rows += _rows(key, label, values, sent)
     finally:
         with connect(dsn) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            for name in schemas:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
     return rows
 
 
-def _clean(dsn: str, schema: str) -> None:
+def _measure(contender: Any, key: str, measure: Callable[[Any], Any]) -> Any:
+    if isinstance(contender, Peer):
+        return contender.child("--measure", key, *contender.sizes)
+    return measure(contender)
+
+
+def _count(contender: Any, dsn: str, schemas: list[str], batch: int) -> dict[str, tuple[float, float]]:
+    _clean(dsn, schemas)
+    if isinstance(contender, Peer):
+        return {k: tuple(v) for k, v in contender.child("--count", "--batch", str(batch)).items()}  # type: ignore[misc]
+    return contender.count(COUNTED_CALLS, batch)  # type: ignore[no-any-return]
+
+
+def _sent(counted: dict[str, tuple[float, float]], operations: tuple[str, ...]) -> tuple[float, float]:
+    """The statements and round trips of one figure's unit of work: its operations' counts added up."""
+    return sum(counted[o][0] for o in operations), sum(counted[o][1] for o in operations)
+
+
+def _rows(key: str, label: str, values: list[list[Any]], sent: list[tuple[float, float]] | None) -> list[dict[str, Any]]:
+    if key != "pickup":
+        return [_row(key, label, "jobs/s", [statistics.median(v) for v in values], sent)]
+    medians = [statistics.median(m for m, _ in v) for v in values]
+    p99s = [statistics.median(p for _, p in v) for v in values]
+    return [
+        _row("pickup_median", f"{label}, median", "ms", medians, sent, lower_is_better=True),
+        _row("pickup_p99", f"{label}, p99", "ms", p99s, None, lower_is_better=True),
+    ]
+
+
+def _clean(dsn: str, schemas: list[str]) -> None:
     from psycopg import sql
 
     with connect(dsn) as conn:
-        ident = sql.Identifier(schema)
-        conn.execute(sql.SQL("TRUNCATE {}.jobs, {}.baseline").format(ident, ident))
-        conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(ident))
-        conn.execute(sql.SQL("VACUUM ANALYZE {}.baseline").format(ident))
+        for name in schemas:
+            ident = sql.Identifier(name)
+            tables = ["jobs"] + (["baseline"] if name == schemas[0] else [])
+            for table in tables:
+                conn.execute(sql.SQL("TRUNCATE {}.{}").format(ident, sql.Identifier(table)))
+                conn.execute(sql.SQL("VACUUM ANALYZE {}.{}").format(ident, sql.Identifier(table)))
 
 
-def _row(key: str, label: str, unit: str, value: float, baseline: float, *, lower_is_better: bool = False) -> dict[str, Any]:
-    ratio = (baseline / value if lower_is_better else value / baseline) if value and baseline else float("nan")
+def _ratio(value: float, baseline: float, lower_is_better: bool) -> float:
+    if not value or not baseline:
+        return float("nan")
+    return baseline / value if lower_is_better else value / baseline
+
+
+def _row(
+    key: str, label: str, unit: str, values: list[float], sent: list[tuple[float, float]] | None,
+    *, lower_is_better: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """One figure: nobroker's value first, then the peer's (if any), the baseline's last."""
+    value, baseline = values[0], values[-1]
+    ratio = _ratio(value, baseline, lower_is_better)
     target_text, verdict = "", ""
     if key in TARGETS:
         kind, goal = TARGETS[key]
@@ -259,28 +371,57 @@ def _row(key: str, label: str, unit: str, value: float, baseline: float, *, lowe
         else:
             target_text, ok = f"<= {goal:g} {unit}", value <= goal
         verdict = "met" if ok else "MISSED"
-    return {
+    row = {
         "key": key, "figure": label, "unit": unit, "value": value, "baseline": baseline,
-        "ratio": ratio, "target": target_text, "verdict": verdict,
+        "ratio": ratio, "target": target_text, "verdict": verdict, "sent": sent,
     }  # fmt: skip
+    if len(values) == 3:
+        row["peer"], row["peer_ratio"] = values[1], _ratio(values[1], baseline, lower_is_better)
+    return row
 
 
 def _fmt(value: float, unit: str) -> str:
     return f"{value:,.2f} {unit}" if unit == "ms" else f"{value:,.0f} {unit}"
 
 
+def _fmt_sent(sent: list[tuple[float, float]] | None, which: int) -> str:
+    """nobroker's count / (the peer's /) the baseline's, statements (0) or round trips (1)."""
+    if sent is None:
+        return ""
+    return " / ".join(f"{s[which]:.2f}".rstrip("0").rstrip(".") for s in sent)
+
+
 def render(rows: list[dict[str, Any]], *, markdown: bool = False) -> str:
-    header = ["figure", "nobroker", "hand-written", "ratio", "target", "verdict"]
+    peer = any("peer" in r for r in rows)
+    header = ["figure", "nobroker", *(["peer"] if peer else []), "hand-written", "ratio",
+              *(["peer ratio"] if peer else []), "statements", "round trips", "target", "verdict"]  # fmt: skip
     table = [
-        [r["figure"], _fmt(r["value"], r["unit"]), _fmt(r["baseline"], r["unit"]), f"{r['ratio']:.2f}", r["target"], r["verdict"]]
+        [r["figure"], _fmt(r["value"], r["unit"]), *([_fmt(r["peer"], r["unit"])] if peer else []),
+         _fmt(r["baseline"], r["unit"]), f"{r['ratio']:.2f}", *([f"{r['peer_ratio']:.2f}"] if peer else []),
+         _fmt_sent(r["sent"], 0), _fmt_sent(r["sent"], 1), r["target"], r["verdict"]]
         for r in rows
-    ]
+    ]  # fmt: skip
     if markdown:
         return markdown_table(header, table)
     widths = [max(len(row[i]) for row in [header, *table]) for i in range(len(header))]
     out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)), "  ".join("-" * w for w in widths)]
     out += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)) for cells in table]
     return "\n".join(out)
+
+
+def _child(args: argparse.Namespace) -> int:
+    """A peer's measurement in this process (its ``nobroker`` is the peer's): one JSON value on stdout."""
+    contender = Nobroker(args.dsn, args.schema, "bench")
+    if args.migrate:
+        migrate(args.dsn, schema=args.schema)
+        result: Any = []
+    elif args.count:
+        result = contender.count(COUNTED_CALLS, args.batch)
+    else:
+        measure = {k: m for k, _, _, m in figures(args.jobs, args.batch, args.workers, args.samples)}
+        result = measure[args.measure](contender)
+    print(json.dumps(result))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,25 +431,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH)
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="idle pickups to time")
-    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="turns per figure; the best is kept")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="turns per figure; the median is kept")
     parser.add_argument("--quick", action="store_true", help="a short run (fewer jobs, samples and rounds)")
+    parser.add_argument("--full", action="store_true", help="also the 1,000,000-job figures (many minutes)")
+    parser.add_argument("--peer", metavar="SRC", help="also measure the nobroker in this src/ folder, same run")
     parser.add_argument("--md", action="store_true", help="print the table as Markdown")
+    # A peer's child process (see Peer): one measurement, printed as JSON.
+    parser.add_argument("--schema", help=argparse.SUPPRESS)
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--migrate", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.schema:
+        return _child(args)
     if args.quick:
         args.jobs, args.samples, args.rounds = min(args.jobs, 500), min(args.samples, 50), 1
     if args.workers != DEFAULT_WORKERS:
         TARGETS[f"drain_{args.workers}_one"] = TARGETS.pop("drain_4_one")
         TARGETS[f"drain_{args.workers}_batch"] = TARGETS.pop("drain_4_batch")
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     rows = run(
         args.dsn, jobs=args.jobs, batch=args.batch, workers=args.workers, samples=args.samples, rounds=args.rounds,
-        progress=lambda text: print(text, file=sys.stderr, flush=True),
+        progress=say, peer=args.peer,
     )  # fmt: skip
+    order = "nobroker / peer / hand-written" if args.peer else "nobroker / hand-written"
     print(
-        f"PostgreSQL storage vs a hand-written SKIP LOCKED loop: best of {args.rounds} round(s), "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, synchronous_commit on"
+        f"PostgreSQL storage vs a hand-written SKIP LOCKED loop: median of {args.rounds} round(s), "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, synchronous_commit on; "
+        f"statements and round trips per operation: {order}"
     )
     print(render(rows, markdown=args.md))
-    return 0 if all(r["verdict"] != "MISSED" for r in rows) else 1
+    missed = [r for r in rows if r["verdict"] == "MISSED"]
+    if args.full:
+        from tools.bench import pg_scale
+
+        scale_rows = pg_scale.run(args.dsn, progress=say)
+        print()
+        print(pg_scale.render(scale_rows, markdown=args.md))
+        missed += [r for r in scale_rows if r["verdict"] == "MISSED"]
+    return 0 if not missed else 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """The PostgreSQL benchmark's yardstick: the lease queue a careful developer writes by hand.
 
-Owns: Baseline (enqueue, drain, listen and produce, as the nobroker
+Owns: Baseline (enqueue, drain, listen, produce and count, as the nobroker
 contender in pg.py has them), its table and SQL, and ``connect`` (an
 autocommit psycopg connection, for it and for the run's own set-up).
-Imports: nobroker.postgres (check_identifier), psycopg.
+Imports: nobroker.postgres (check_identifier), pg_count, psycopg.
 
 The same durability as nobroker's (synchronous commit on): INSERT to
 enqueue, ``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nobroker.postgres import check_identifier
+from tools.bench.pg_count import counting, per_operation
 
 #: The channel the baseline's producer notifies and its idle worker listens on.
 CHANNEL = "bench_baseline"
@@ -138,6 +139,25 @@ class Baseline:
     def produce(self) -> Callable[[dict[str, Any]], None]:
         conn = connect(self.dsn)
         return lambda payload: conn.execute(self.sql["insert_notify"], (json.dumps(payload),)) and None
+
+    def count(self, n: int, batch: int) -> dict[str, tuple[float, float]]:
+        """(statements, round trips) per call of each operation, as Nobroker.count has them."""
+        sql = self.sql
+        with counting() as tally, connect(self.dsn) as conn:
+            out = {"enqueue": per_operation(tally, lambda i: conn.execute(sql["insert"], (json.dumps({"i": i}),)), n)}
+            payloads = [json.dumps({"i": i}) for i in range(batch)]
+            out["enqueue_batch"] = per_operation(tally, lambda i: conn.execute(sql["insert_many"], (payloads,)), n)
+            rows: list[Any] = []
+            out["lease"] = per_operation(tally, lambda i: rows.append(conn.execute(sql["claim"], (1,)).fetchall()), n)
+            out["ack"] = per_operation(tally, lambda i: conn.execute(sql["done"], (rows[i][0][0],)), n)
+            rows.clear()
+            out["lease_batch"] = per_operation(
+                tally, lambda i: rows.append(conn.execute(sql["claim"], (batch,)).fetchall()), n
+            )
+            out["ack_batch"] = per_operation(
+                tally, lambda i: conn.execute(sql["done_many"], ([r[0] for r in rows[i]],)), n
+            )
+        return out
 
 
 __all__ = ["Baseline", "BASELINE_TABLE", "CHANNEL", "connect", "quoted"]

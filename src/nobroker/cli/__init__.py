@@ -22,6 +22,8 @@ The package, in its order (a module imports only modules above it):
     admin_commands.py  stats, purge, compact, inspect, verify, recover, repair (later: schedule, limit, workers)
     bench.py           `nobroker bench`: the quick figure for this disk (ships in the pyz too)
     run_commands.py    work, serve, bench, pg migrate (later: work --processes, per-job lines)
+    control_commands.py  cancel (control of jobs, issue 15), and its entries in the parser
+    schedule_commands.py  nobroker schedule add|list|remove
     parser.py          every command's options, help and example: the argparse table
     __init__.py        main
 """

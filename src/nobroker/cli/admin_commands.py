@@ -23,7 +23,7 @@ INSPECT_BODY_CHARS = 200
 #: Job ids ``repair`` lists on a terminal per kind of loss (``--json`` lists more).
 REPORTED_IDS = 20
 #: The counts ``stats`` shows, in this order.
-STATS_FIELDS = ("ready", "delayed", "leased", "done", "dead", "total")
+STATS_FIELDS = ("ready", "delayed", "leased", "done", "dead", "cancelled", "total")
 #: What ``compact --json`` and ``recover --json`` report of the library's result, in this order.
 COMPACTION_FIELDS = ("old_generation", "new_generation", "jobs_kept", "jobs_dropped", "bytes_before", "bytes_after", "elapsed")
 RECOVERY_FIELDS = ("generation", "records", "bytes_read", "torn_bytes", "jobs", "elapsed", "clean")
@@ -43,7 +43,8 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> int:
     counts = stats.to_dict()
     out.line(f"queue {safe(args.queue)!s}" + ("" if durable else "  (NOT durable: fsync is off)"))
     for key in STATS_FIELDS:
-        out.line(f"  {key:<8}{counts[key]:>10,}")
+        if key in counts:  # cancelled: only once some job is
+            out.line(f"  {key:<8}{counts[key]:>10,}")
     return EXIT_OK
 
 

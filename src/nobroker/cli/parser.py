@@ -6,8 +6,8 @@ function), the top-level description and epilog. Declarative: the table
 reads top to bottom in the order ``nobroker --help`` lists the commands, in
 four groups of a function each; a new command is one ``add(...)`` call here
 and one cmd_* function in the module of its group.
-Imports: nobroker, jobs, values, output, location, job_commands,
-admin_commands, bench, run_commands.
+Imports: nobroker, jobs, schedules, values, output, location, job_commands,
+admin_commands, bench, run_commands, schedule_commands, control_commands.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..jobs import LISTINGS
 from .admin_commands import (
     INSPECT_BODY_CHARS, cmd_compact, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify,
 )  # fmt: skip
+from .control_commands import add_control
 from .bench import DEFAULT_SECONDS as BENCH_SECONDS
 from .bench import MAX_SECONDS as BENCH_MAX_SECONDS
 from .bench import MIN_SECONDS as BENCH_MIN_SECONDS
@@ -30,6 +31,8 @@ from .job_commands import (
 )  # fmt: skip
 from .location import DEFAULT_DIR, DEFAULT_QUEUE, ENV_DSN
 from .output import PROG
+from .schedule_commands import cmd_schedule, cmd_schedule_add, cmd_schedule_list, cmd_schedule_remove
+from ..schedules import CATCH_UP_RULES, DEFAULT_CATCH_UP
 from .run_commands import (
     DEFAULT_HOST, DEFAULT_PORT, ENV_TOKEN, cmd_bench, cmd_pg, cmd_pg_migrate, cmd_serve, cmd_work,
 )  # fmt: skip
@@ -127,8 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_producing_and_consuming(add)
     _add_looking(add)
+    add_control(add)
     _add_maintaining(add)
     _add_running(add)
+    _add_scheduling(add)
     return parser
 
 
@@ -247,19 +252,26 @@ def _add_maintaining(add: _Add) -> None:
 def _add_running(add: _Add) -> None:
     p = add(
         "work", "run a worker: import MODULE:CALLABLE and call it for each job",
-        "  nobroker work myapp.tasks:handle -c 4\n  nobroker work examples.handlers:slow --max-jobs 1",
+        "  nobroker work myapp.tasks:handle -c 4\n  nobroker work myapp.tasks:resize --processes 4\n"
+        "  nobroker work examples.handlers:slow --max-jobs 1",
         cmd_work,
         description=(
             "Run a worker. The handler gets the Job; returning acks it, raising nacks it\n"
             "(retry with backoff), raising nobroker.PermanentError sends it to the DLQ.\n"
             "The current folder is importable. Ctrl-C finishes running jobs and exits 130;\n"
-            "a second Ctrl-C exits at once. SIGTERM finishes running jobs and exits 0."
+            "a second Ctrl-C exits at once. SIGTERM finishes running jobs and exits 0.\n"
+            "--processes N forks N worker processes (each runs --concurrency handlers);\n"
+            "one that dies is replaced, and a stop reaches them all."
         ),
     )
     p.add_argument("handler", metavar="MODULE:CALLABLE")
-    p.add_argument("-c", "--concurrency", type=int_at_least(1), default=1, metavar="N", help="handlers running at once (default 1)")
-    p.add_argument("--max-jobs", type=int_at_least(1), default=None, metavar="N", help="stop after N jobs")
-    p.add_argument("--idle-timeout", type=nonneg_float, default=None, metavar="SECONDS", help="stop after this long with no work")
+    p.add_argument("-c", "--concurrency", type=int_at_least(1), default=1, metavar="N",
+                   help="handlers running at once (default 1; per process with --processes)")
+    p.add_argument("-p", "--processes", type=int_at_least(1), default=None, metavar="N",
+                   help="run N pre-forked worker processes (for CPU-bound handlers; POSIX only)")
+    p.add_argument("--max-jobs", type=int_at_least(1), default=None, metavar="N", help="stop after N jobs (in total)")
+    p.add_argument("--idle-timeout", type=nonneg_float, default=None, metavar="SECONDS",
+                   help="stop after this long with no work (each process)")
     p.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeat for several)")
 
     p = add(
@@ -297,3 +309,39 @@ def _add_running(add: _Add) -> None:
     )
     p.add_argument("--worker-role", metavar="ROLE", default=None,
                    help="also create this role and restrict the queue rows to it (row level security)")
+
+
+def _add_scheduling(add: _Add) -> None:
+    sched = add("schedule", "periodic jobs kept in the queue (add, list, remove); every worker enqueues their ticks",
+                "  nobroker schedule add nightly-report --cron '0 3 * * *' --tz Europe/Berlin\n"
+                "  nobroker schedule list", cmd_schedule)
+    commands = sched.add_subparsers(dest="schedule_command", metavar="SCHEDULE_COMMAND", title="commands")
+    p = add(
+        "add", "add (or redefine) a schedule: every N seconds or a five-field cron expression",
+        "  nobroker schedule add heartbeat --every 60 --payload '{\"ping\": true}'\n"
+        "  nobroker schedule add nightly --cron '0 3 * * *' --tz Europe/Berlin --catch-up all",
+        cmd_schedule_add, under=commands,
+        description=(
+            "Add a schedule, stored in the queue. Every running worker (nobroker work) enqueues\n"
+            "its due ticks, each exactly once, as jobs with the id tick:NAME@<due time in ms>.\n"
+            "Adding the same definition again changes nothing; a different one replaces it.\n"
+            "--catch-up: what becomes of ticks that came due while no worker ran: all (every one),\n"
+            "last (only the latest; the default), none (none more than a minute late)."
+        ),
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--payload", metavar="JSON", default=None,
+                   help="the ticks' payload (JSON; a plain word is a string; default null)")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", type=positive_float, metavar="SECONDS", help="a tick every SECONDS")
+    when.add_argument("--cron", metavar="EXPR", help="minute hour day-of-month month day-of-week (or @daily, ...)")
+    p.add_argument("--tz", metavar="ZONE", help="the IANA zone a cron expression's wall clock is in (default UTC)")
+    p.add_argument("--kind", default="default", help="the ticks' kind (default: default)")
+    p.add_argument("--priority", type=int, default=0, help="the ticks' priority (default 0)")
+    p.add_argument("--catch-up", choices=CATCH_UP_RULES, default=DEFAULT_CATCH_UP,
+                   help=f"missed ticks after downtime (default {DEFAULT_CATCH_UP})")
+    add("list", "list the schedules with their next run", "  nobroker schedule list --json",
+        cmd_schedule_list, under=commands)
+    p = add("remove", "remove a schedule (its ticks already enqueued stay; exit 1 if there is none)",
+            "  nobroker schedule remove heartbeat", cmd_schedule_remove, under=commands)
+    p.add_argument("name", metavar="NAME")

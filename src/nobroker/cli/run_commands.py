@@ -6,10 +6,11 @@ second quits), serving the dashboard, the quick bench, and the PostgreSQL
 schema migration (through the queue facade). The dashboard and the
 PostgreSQL storage are imported only by the command that needs them, so a
 missing optional part never breaks the rest.
-Later homes: ``work --processes N`` (pre-forked worker children, each
-running a Worker; the parent keeps worker.signals and passes the stop on)
-and the per-job output lines of ``work`` belong here, in modules of their
-own once they grow.
+``work --processes N`` is ``Worker(..., processes=N)``: the Worker forks
+and supervises the children, and this command's stop signals reach them
+through ``Worker.stop()`` (a second Ctrl-C: KeyboardInterrupt, which kills
+them). Later homes: the per-job output lines of ``work`` belong here, in a
+module of their own once they grow.
 Imports: nobroker, errors, locations, worker.signals, dashboard, values,
 output, location, bench.
 """
@@ -84,16 +85,18 @@ def cmd_work(args: argparse.Namespace, out: Output) -> int:
     from ..worker.signals import StopSignals
 
     handler = load_handler(args.handler)
+    processes = getattr(args, "processes", None)
     with open_queue(args, create=True) as queue:
-        worker = Worker(
-            queue, handler, concurrency=args.concurrency, max_jobs=args.max_jobs, idle_timeout=args.idle_timeout,
-            handle_signals=False, kinds=args.kind,
-        )  # fmt: skip
+        try:
+            worker = Worker(
+                queue, handler, concurrency=args.concurrency, max_jobs=args.max_jobs, idle_timeout=args.idle_timeout,
+                handle_signals=False, kinds=args.kind, processes=processes,
+            )  # fmt: skip
+        except NotImplementedError as exc:  # --processes where there is no fork
+            raise UsageError(str(exc)) from None
         if sys.stderr.isatty():
-            sys.stderr.write(
-                f"{PROG}: working queue {args.queue!r} with {safe(args.handler)} "
-                f"(concurrency {args.concurrency}); Ctrl-C stops\n"
-            )
+            how = f"concurrency {args.concurrency}" + ("" if processes is None else f" in each of {processes} processes")
+            sys.stderr.write(f"{PROG}: working queue {args.queue!r} with {safe(args.handler)} ({how}); Ctrl-C stops\n")
 
         def stopping(signum: int) -> None:  # on the signals' watcher thread
             sys.stderr.write(f"\n{PROG}: stopping: finishing running jobs (Ctrl-C again to quit at once)\n")
@@ -102,12 +105,14 @@ def cmd_work(args: argparse.Namespace, out: Output) -> int:
 
         with StopSignals(stopping, name="nobroker-cli-signals") as stop_signals:
             stats = worker.run()
+    replaced = {} if processes is None else {"processes_replaced": worker.processes_replaced}
     if out.as_json:
-        out.document(stats.to_dict())
+        out.document({**stats.to_dict(), **replaced})
     else:
         out.line(
             f"worker stopped: leased {stats.leased}, succeeded {stats.succeeded}, failed {stats.failed}, "
             f"dead {stats.dead}, lost leases {stats.lost_leases}"
+            + ("" if processes is None else f", worker processes replaced {worker.processes_replaced}")
         )
     # A requested stop is success; Ctrl-C reports itself the way shells expect.
     return EXIT_INTERRUPTED if stop_signals.first == signal.SIGINT else EXIT_OK

@@ -3,13 +3,16 @@
 Owns: the route table, the checking of query parameters, the JSON shape of a
 job (the lease token never leaves), the mapping of queue errors to HTTP
 statuses (HTTPError), and the JSON encoding every answer uses.
-Imports: errors, jobs, queue, queues, metrics. Queues are used through the
+Imports: errors, jobs, queue, queues, listing, metrics. Queues are used through the
 methods of the public Queue only, so every route works the same on the file
 storage and on PostgreSQL.
 
 Routes (the server serves the page at ``/`` itself): ``GET /api/queues`` (the
-queues offered, and the default); ``GET /api/stats``;
-``GET /api/jobs?state=&limit=&offset=``; ``GET /api/jobs/<id>``;
+queues offered and the one a page opens on; with ``?counts=1`` also the counts
+of each, and the errors of those that could not be counted); ``GET /api/stats``;
+``GET /api/jobs?state=&kind=&q=&sort=&limit=&offset=`` (a state or
+runnable/delayed, a kind, a search of ids and payloads, oldest or newest
+first: see listing.py); ``GET /api/jobs/<id>``;
 ``GET /api/dlq?limit=``; ``POST /api/jobs/<id>/requeue``;
 ``POST /api/dlq/requeue``; ``POST /api/purge`` (body ``{"confirm": "<queue name>"}``);
 ``POST /api/compact``; ``GET /metrics`` (Prometheus text format 0.0.4). Each
@@ -35,9 +38,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
-from ..jobs import LISTINGS, Job, JobState
+from ..jobs import LISTINGS, MAX_NAME_CHARS, Job, JobState, QueueStats
+from .listing import MAX_SEARCH_CHARS, SORTS, JobQuery, list_page, page_fields
 from .metrics import metrics_text
-from .queues import QueueSet, UnknownQueueError
+from .queues import MAX_COUNTED_QUEUES, QueueSet, UnknownQueueError
 
 if TYPE_CHECKING:  # for the annotations only: any object with the public Queue methods works
     from ..queue import Queue
@@ -51,6 +55,8 @@ MAX_PAGE_JOBS = 500
 MAX_OFFSET = 10_000_000
 #: Characters of payload, result and error text shown in lists (the detail shows all).
 PREVIEW_CHARS = 200
+#: Most list counts remembered as hints for the next answer (see listing.count_listed).
+MAX_COUNT_HINTS = 256
 
 JSON_TYPE = "application/json; charset=utf-8"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -148,6 +154,54 @@ def _int_param(query: dict[str, str], name: str, default: int, low: int, high: i
     return value
 
 
+def _text_param(query: dict[str, str], name: str, longest: int) -> str:
+    value = query.get(name, "")
+    if len(value) > longest:
+        raise HTTPError(400, f"{name} must be at most {longest} characters, got {len(value)}")
+    if "\x00" in value:
+        raise HTTPError(400, f"{name} must not contain a NUL character")
+    return value
+
+
+def job_query(query: dict[str, str]) -> JobQuery:
+    """What ``/api/jobs?state=&kind=&q=&sort=&limit=&offset=`` asks for (HTTPError 400 for a bad value)."""
+    state_text = query.get("state", "").strip().lower()
+    if state_text in ("", "all"):
+        listing = None
+    elif state_text in LISTINGS:  # a state, or runnable / delayed: the two halves of ready
+        listing = state_text
+    else:
+        raise HTTPError(400, f"state must be one of {', '.join(LISTINGS)} or all, got {state_text!r}")
+    sort = query.get("sort", "").strip().lower() or SORTS[0]
+    if sort not in SORTS:
+        raise HTTPError(400, f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
+    kind = _text_param(query, "kind", MAX_NAME_CHARS) or None
+    text = _text_param(query, "q", MAX_SEARCH_CHARS).strip()
+    limit = _int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
+    offset = _int_param(query, "offset", 0, 0, MAX_OFFSET)
+    return JobQuery(listing, kind, text, sort == "newest", offset, limit)
+
+
+class _Locked:
+    """A queue whose every read takes the dashboard's lock, so a long search lets other requests in between its pages."""
+
+    def __init__(self, queue: Queue, lock: threading.Lock) -> None:
+        self._queue = queue
+        self._lock = lock
+
+    def list_jobs(self, state: str | None = None, *, limit: int | None = None, offset: int = 0, kind: str | None = None) -> list[Job]:
+        with self._lock:
+            return self._queue.list_jobs(state, limit=limit, offset=offset, kind=kind)
+
+    def stats(self) -> QueueStats:
+        with self._lock:
+            return self._queue.stats()
+
+    def get(self, job_id: str) -> Job:
+        with self._lock:
+            return self._queue.get(job_id)
+
+
 def allow(method: str, allowed: str) -> None:
     """Refuse (405, naming the method allowed) a request whose method is not ``allowed``."""
     if method != allowed:
@@ -161,6 +215,8 @@ class Api:
     def __init__(self, queues: QueueSet, lock: threading.Lock) -> None:
         self.queues = queues
         self.lock = lock
+        # The count of each (queue, state, kind) list last read newest first: usually confirmed by one read.
+        self._count_hints: dict[tuple[str, str | None, str | None], int] = {}
 
     def answer(
         self, method: str, path: str, parts: list[str], query: dict[str, str], read_body: Callable[[], dict[str, Any]]
@@ -169,7 +225,7 @@ class Api:
         try:
             if parts == ["api", "queues"]:
                 allow(method, "GET")
-                return json_answer({"queues": self.queues.names(), "default": self.queues.first_name})
+                return self.queue_list(counted=query.get("counts", "") not in ("", "0"))
             # Only a queue the set lists is opened (never created): anything else is a 404.
             queue = self.queues.get(query.get("queue"))
             for pattern, allowed, route in _ROUTES:
@@ -188,27 +244,44 @@ class Api:
             logger.warning("dashboard: %s failed: %s", path, exc)
             raise HTTPError(500, str(exc)) from None
 
+    def queue_list(self, *, counted: bool) -> Answer:
+        """The queues offered and the one a page opens on; ``counted``: the counts of each too (of MAX_COUNTED_QUEUES at most).
+
+        A queue that cannot be opened or counted (damaged, locked, gone since
+        it was listed) is listed with its error instead of counts, so one bad
+        queue never hides the others.
+        """
+        names, default = self.queues.offered()
+        if not counted:
+            return json_answer({"queues": names, "default": default})
+        counts: dict[str, dict[str, int]] = {}
+        errors: dict[str, str] = {}
+        for name in [default, *(n for n in names if n != default)][:MAX_COUNTED_QUEUES]:
+            try:
+                queue = self.queues.get(name)
+                with self.lock:
+                    counts[name] = queue.stats().to_dict()
+            except (NobrokerError, OSError) as exc:
+                errors[name] = str(exc)
+        return json_answer({"queues": names, "default": default, "stats": counts, "errors": errors})
+
     def stats(self, call: Call) -> Answer:
         with self.lock:
             stats = call.queue.stats()
         return json_answer({"queue": call.queue.name, "durable": call.queue.durable, "stats": stats.to_dict(), "now": time.time()})
 
     def jobs(self, call: Call) -> Answer:
-        state_text = call.query.get("state", "").strip().lower()
-        if state_text in ("", "all"):
-            state = None
-        elif state_text in LISTINGS:  # a state, or runnable / delayed: the two halves of ready
-            state = state_text
-        else:
-            raise HTTPError(400, f"state must be one of {', '.join(LISTINGS)} or all, got {state_text!r}")
-        limit = _int_param(call.query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
-        offset = _int_param(call.query, "offset", 0, 0, MAX_OFFSET)
-        # One more than asked tells whether a next page exists without a count.
-        with self.lock:
-            jobs = call.queue.list_jobs(state, limit=limit + 1, offset=offset)
+        query = job_query(call.query)
+        key = (call.queue.name, query.listing, query.kind)
+        page = list_page(_Locked(call.queue, self.lock), query, now=time.time(), count_hint=self._count_hints.get(key))
+        if query.kind is not None and page.total is not None:
+            if len(self._count_hints) >= MAX_COUNT_HINTS:
+                self._count_hints.clear()  # a bound, not a cache policy: the next answers refill it
+            self._count_hints[key] = page.total
         return json_answer({
-            "state": state or "all", "limit": limit, "offset": offset,
-            "has_more": len(jobs) > limit, "jobs": [job_summary(j) for j in jobs[:limit]],
+            "state": query.listing or "all", "kind": query.kind, "q": query.text,
+            "sort": "newest" if query.newest else "oldest", "limit": query.limit, "offset": query.offset,
+            **page_fields(page), "jobs": [job_summary(j) for j in page.jobs],
         })  # fmt: skip
 
     def job(self, call: Call) -> Answer:

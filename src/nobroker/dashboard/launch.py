@@ -78,7 +78,7 @@ def serve(
     address to print, and ``server.shutdown()`` stops serving.
     ``open_browser`` opens the page in the default browser (with the token,
     so the browser gets its session cookie). ``list_queues`` and
-    ``open_queue``: as for make_server (the picker of the other queues).
+    ``open_queue``: as for make_server (the list of the other queues).
     """
     server = make_server(queue, host=host, port=port, token=token, list_queues=list_queues, open_queue=open_queue)
     url = server.url

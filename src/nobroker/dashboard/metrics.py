@@ -45,7 +45,9 @@ def metrics_text(queue: Queue, lock: threading.Lock) -> str:
 
     Gauges only: counters (jobs enqueued, acknowledged) derived from the
     counts by state would be wrong after every compaction or purge, so they
-    wait for a storage that keeps them.
+    wait for a storage that keeps them. Gauges per kind wait too: the public
+    Queue counts by state only, and counting by kind would read every job
+    (its payload with it) at each scrape.
     """
     name = _escape_label(queue.name)
     now = time.time()

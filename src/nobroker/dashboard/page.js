@@ -1,24 +1,24 @@
-"use strict";
+// The page's behaviour: the live counts, the lists, a job in full, the actions. page-format.js comes first.
 (function () {
+  "use strict";
+  const { el, clockTime, utcTime, zoneLabel, duration, stamp, moment } = pageFormat;
   const CSRF = document.querySelector('meta[name="csrf-token"]').content;
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
-  const QUEUES_EVERY = 10;  // rounds between looks for queues added to the folder or database
+  const QUEUES_EVERY = 3;  // rounds between reads of every queue's counts (and of queues added meanwhile)
+  const HEAVY_EVERY = 5;  // rounds between rereads of a costly list: a search, or newest first with a kind
+  const TYPING_MS = 300;  // quiet time after typing in a filter before the list follows
+  const MAX_KINDS = 200;  // kinds remembered for the kind filter's suggestions
+  const STATES = ["runnable", "delayed", "leased", "done", "dead", "all"];
+  const SORTS = ["oldest", "newest"];
+  const PAGE_SIZES = [20, 50, 100, 500];
+  const DEFAULTS = { state: "runnable", limit: 50, sort: "oldest" };
   const $ = (id) => document.getElementById(id);
-  const view = { state: "runnable", offset: 0, limit: 50, selected: null, queue: "", lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000 };
-
-  // Build elements only through textContent: nothing from the queue is ever parsed as HTML.
-  function el(tag, props, children) {
-    const node = document.createElement(tag);
-    for (const [key, value] of Object.entries(props || {})) {
-      if (key === "text") node.textContent = value == null ? "" : String(value);
-      else if (key === "class") node.className = value;
-      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-      else node.setAttribute(key, String(value));
-    }
-    for (const child of children || []) node.append(child);
-    return node;
-  }
+  const view = {
+    state: DEFAULTS.state, kind: "", q: "", sort: DEFAULTS.sort, offset: 0, limit: DEFAULTS.limit,
+    selected: null, queue: "", defaultQueue: "", kinds: new Set(),
+    lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000,
+  };
 
   function say(text, isError) {
     const box = $("message");
@@ -33,7 +33,7 @@
   }
 
   async function api(path, options) {
-    if (path !== "/api/queues") path = withQueue(path);
+    if (!path.startsWith("/api/queues")) path = withQueue(path);
     const opts = Object.assign({ credentials: "same-origin", headers: {} }, options || {});
     if (opts.method === "POST") {
       opts.headers = Object.assign({ "Content-Type": "application/json", "X-CSRF-Token": CSRF }, opts.headers);
@@ -44,46 +44,28 @@
     try { data = await response.json(); } catch (e) { data = null; }
     if (!response.ok) {
       const reason = data && typeof data.error === "string" ? data.error : "HTTP " + response.status;
-      throw new Error(reason);
+      const error = new Error(reason);
+      error.status = response.status;
+      throw error;
     }
     return data;
   }
 
-  function duration(seconds) {
-    const abs = Math.abs(seconds);
-    if (abs < 120) return Math.round(abs) + " s";
-    if (abs < 7200) return Math.round(abs / 60) + " min";
-    if (abs < 172800) return Math.round(abs / 3600) + " h";
-    return Math.round(abs / 86400) + " d";
-  }
+  const relTime = (t) => pageFormat.relTime(t, view.now);
 
-  function relTime(t) {
-    const delta = t - view.now;
-    if (Math.abs(delta) < 1) return "now";
-    return delta > 0 ? "in " + duration(delta) : duration(delta) + " ago";
-  }
-
-  function isoTime(t) {
-    return new Date(t * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
-  }
-
-  function fmtTime(t) {
-    return t == null ? "–" : isoTime(t) + " (" + relTime(t) + ")";
-  }
-
-  // One short line for the list: what the job is waiting for, or why it died.
+  // One short line for the list: what the job is waiting for, or why it died (its title: the moment, local and UTC).
   function infoOf(job) {
     if (job.state === "dead") return ["error: " + (job.last_error == null ? "–" : job.last_error), job.last_error || ""];
     if (job.state === "leased") {
       const stage = job.stage == null ? "" : " · " + job.stage;
-      return ["lease ends " + relTime(job.lease_deadline) + stage, isoTime(job.lease_deadline)];
+      return ["lease ends " + relTime(job.lease_deadline) + stage, moment(job.lease_deadline)];
     }
-    if (job.state === "ready" && job.available_at > view.now) return ["runs " + relTime(job.available_at), isoTime(job.available_at)];
+    if (job.state === "ready" && job.available_at > view.now) return ["runs " + relTime(job.available_at), moment(job.available_at)];
     if (job.state === "ready") {
       const waited = view.now - job.available_at;
-      return [waited < 1 ? "ready now" : "waiting " + duration(waited), isoTime(job.available_at)];
+      return [waited < 1 ? "ready now" : "waiting " + duration(waited), moment(job.available_at)];
     }
-    return ["enqueued " + relTime(job.enqueued_at), isoTime(job.enqueued_at)];
+    return ["enqueued " + relTime(job.enqueued_at), moment(job.enqueued_at)];
   }
 
   // ---------------------------------------------------------------- counts
@@ -98,13 +80,18 @@
       for (const key of ["ready", "delayed", "leased", "done", "dead", "total"]) {
         $("count-" + key).textContent = String(data.stats[key]);
       }
-      $("updated").textContent = new Date().toLocaleTimeString();
+      const shownAt = Date.now() / 1000;
+      $("updated").textContent = clockTime(shownAt);
+      $("updated").title = utcTime(shownAt);
+      $("zone").textContent = zoneLabel(shownAt);
       $("status").textContent = "live";
       $("status").className = "";
       // The list is small (one page of previews): redraw it every round, so
       // waiting times, lease deadlines and stages stay current. The detail may
       // hold a large payload: reload it when the counts move, else now and then.
-      await refreshJobs();
+      // A search reads up to thousands of jobs, and newest first with a kind counts the list: less often.
+      const heavy = view.q || (view.kind && view.sort === "newest");
+      if (!heavy || view.ticks % HEAVY_EVERY === 0) await refreshJobs();
       const signature = JSON.stringify(data.stats);
       view.ticks += 1;
       if (view.ticks % QUEUES_EVERY === 0) await loadQueues();
@@ -113,42 +100,123 @@
       }
       view.lastStats = signature;
     } catch (err) {
+      if (err.status === 404 && view.defaultQueue && view.queue !== view.defaultQueue) {
+        // The address named a queue that is not here (or no longer): say so, show the default one.
+        say(err.message, true);
+        switchQueue(view.defaultQueue, false, true);
+        return;
+      }
       $("status").textContent = "disconnected: " + err.message;
       $("status").className = "bad";
     }
   }
 
   // ---------------------------------------------------------------- queues
+  // Every queue of the folder or database, each with its counts; a click shows it.
   async function loadQueues() {
     let data;
     try {
-      data = await api("/api/queues");
+      data = await api("/api/queues?counts=1");
     } catch (err) {
-      return;  // the picker is a convenience; the counts say when the server is gone
+      return;  // the list is a convenience; the counts say when the server is gone
     }
-    if (!view.queue) view.queue = data["default"];
-    const picker = $("queue-picker");
-    picker.replaceChildren(...data.queues.map((name) => el("option", { value: name, text: name })));
-    picker.value = view.queue;
-    $("queue-picker-label").hidden = data.queues.length < 2;
+    view.defaultQueue = data["default"];
+    if (!view.queue) {
+      view.queue = data["default"];
+      syncUrl(false);
+    }
+    $("queues").replaceChildren(...data.queues.map((name) => queueButton(name, data.stats[name], data.errors[name])));
   }
 
-  function switchQueue(name) {
+  function queueButton(name, stats, error) {
+    let summary = "not counted (too many queues)";
+    if (stats) {
+      summary = stats.ready + " ready · " + stats.delayed + " delayed · " + stats.leased + " leased · "
+        + stats.dead + " dead · " + stats.total + " in all";
+    } else if (error) {
+      summary = "cannot be read";
+    }
+    return el("button", {
+      class: "queue", "data-queue": name, "aria-current": String(name === view.queue), title: error || summary,
+      onclick: () => switchQueue(name, true),
+    }, [el("span", { class: "qname", text: name }), el("span", { class: "qcounts", text: summary })]);
+  }
+
+  // Show queue ``name``; ``push`` makes it a step of the history, ``keepMessage`` leaves the message line.
+  function switchQueue(name, push, keepMessage) {
     if (name === view.queue) return;
     view.queue = name;
     view.offset = 0;
     view.lastStats = "";
     view.listSeq += 1;  // answers still coming for the previous queue must not draw
     view.detailSeq += 1;
-    clearDetail();
-    say("");
-    $("queue-name").textContent = name;
+    clearDetail(true);  // the address changes just below
+    if (!keepMessage) say("");
+    showQueueName();
+    syncUrl(push);
     refreshStats();
+  }
+
+  function showQueueName() {
+    $("queue-name").textContent = view.queue || "…";
+    for (const button of document.querySelectorAll("#queues button.queue")) {
+      button.setAttribute("aria-current", String(button.getAttribute("data-queue") === view.queue));
+    }
+  }
+
+  // ---------------------------------------------------------------- the address
+  // The address names what is on show (the queue, the tab, the page, the job), so it can be shared or reloaded.
+  function syncUrl(push) {
+    const params = new URLSearchParams();
+    if (view.queue) params.set("queue", view.queue);
+    if (view.state !== DEFAULTS.state) params.set("state", view.state);
+    if (view.kind) params.set("kind", view.kind);
+    if (view.q) params.set("q", view.q);
+    if (view.sort !== DEFAULTS.sort) params.set("sort", view.sort);
+    if (view.limit !== DEFAULTS.limit) params.set("limit", String(view.limit));
+    if (view.offset > 0) params.set("offset", String(view.offset));
+    if (view.selected) params.set("job", view.selected);
+    const target = location.pathname + (params.toString() ? "?" + params.toString() : "");
+    if (target === location.pathname + location.search) return;
+    if (push) history.pushState(null, "", target);
+    else history.replaceState(null, "", target);
+  }
+
+  // The view an address names; anything it does not say (or says wrongly) takes the default.
+  function readUrl() {
+    const params = new URLSearchParams(location.search);
+    view.queue = params.get("queue") || "";
+    const state = params.get("state");
+    view.state = STATES.includes(state) ? state : DEFAULTS.state;
+    view.kind = params.get("kind") || "";
+    view.q = (params.get("q") || "").trim();
+    const sort = params.get("sort");
+    view.sort = SORTS.includes(sort) ? sort : DEFAULTS.sort;
+    const limit = Number(params.get("limit"));
+    view.limit = PAGE_SIZES.includes(limit) ? limit : DEFAULTS.limit;
+    const offset = Number(params.get("offset"));
+    view.offset = Number.isInteger(offset) && offset > 0 ? offset : 0;
+    view.selected = params.get("job") || null;
+    showQueueName();
+    showControls();
+  }
+
+  // The tabs, the filters and the page size as the view says.
+  function showControls() {
+    for (const b of document.querySelectorAll("#tabs button")) {
+      b.setAttribute("aria-pressed", String(b.getAttribute("data-state") === view.state));
+    }
+    $("filter-kind").value = view.kind;
+    $("filter-q").value = view.q;
+    $("sort").value = view.sort;
+    $("page-size").value = String(view.limit);
   }
 
   // ---------------------------------------------------------------- lists
   async function refreshJobs() {
-    const params = new URLSearchParams({ state: view.state, limit: String(view.limit), offset: String(view.offset) });
+    const params = new URLSearchParams({ state: view.state, sort: view.sort, limit: String(view.limit), offset: String(view.offset) });
+    if (view.kind) params.set("kind", view.kind);
+    if (view.q) params.set("q", view.q);
     // Only the latest request may draw: a slow answer for the previous tab must not win.
     const mine = ++view.listSeq;
     let data;
@@ -172,22 +240,35 @@
     const again = focusId === null ? null : rows.find((row) => row.getAttribute("data-job-id") === focusId);
     if (again) again.focus();
     $("jobs-empty").hidden = rows.length !== 0;
+    $("jobs-empty").textContent = view.q || view.kind ? "No job here matches." : "No jobs here.";
     $("prev").disabled = view.offset === 0;
     $("next").disabled = !data.has_more;
-    $("page-info").textContent = rows.length
-      ? (view.offset + 1) + "–" + (view.offset + rows.length)
-      : "";
+    const shown = rows.length ? (view.offset + 1).toLocaleString() + "–" + (view.offset + rows.length).toLocaleString() : "";
+    $("page-info").textContent = shown && data.total != null && !view.q ? shown + " of " + data.total.toLocaleString() : shown;
+    $("list-note").hidden = !(view.q && data.complete === false);
+    if (view.q && data.complete === false) {
+      // A search reads a bounded number of jobs: say how far it got and how to reach the rest.
+      $("list-note").textContent = "Searched the " + view.sort + " " + data.scanned.toLocaleString()
+        + " jobs of this list only: choose a state or a kind to search the rest. A whole job id is always found.";
+    }
+    for (const job of data.jobs) {
+      if (view.kinds.size < MAX_KINDS && !view.kinds.has(job.kind)) {
+        view.kinds.add(job.kind);
+        $("kinds").append(el("option", { value: job.kind }));
+      }
+    }
     $("dlq-actions").hidden = view.state !== "dead";
   }
 
   function jobRow(job) {
     const info = infoOf(job);
+    // Each cell is labelled for the phone layout, where the row becomes a card.
     const cells = [
-      el("td", { class: "mono", text: job.id }),
-      el("td", { text: job.kind }),
-      el("td", { text: job.state === "ready" && job.available_at > view.now ? "delayed" : job.state }),
-      el("td", { text: job.priority }),
-      el("td", { text: job.attempts + "/" + job.max_attempts }),
+      el("td", { class: "mono id", "data-label": "id" }, [el("span", { class: "cut", text: job.id, title: job.id })]),
+      el("td", { class: "kind", "data-label": "kind" }, [el("span", { class: "cut", text: job.kind, title: job.kind })]),
+      el("td", { "data-label": "state", text: job.state === "ready" && job.available_at > view.now ? "delayed" : job.state }),
+      el("td", { "data-label": "prio", text: job.priority }),
+      el("td", { "data-label": "tries", text: job.attempts + "/" + job.max_attempts }),
       el("td", { class: "clip", text: info[0], title: info[1] }),
       el("td", { class: "mono clip payload", text: job.payload_preview, title: job.payload_preview }),
     ];
@@ -208,7 +289,14 @@
   }
 
   // ---------------------------------------------------------------- detail
-  async function showJob(id, quiet) {
+  // Show job ``id`` in full. ``quiet``: a refresh of the job on show (no message if it is gone);
+  // ``fromUrl``: the address named it already, so the history gains no step.
+  async function showJob(id, quiet, fromUrl) {
+    if (quiet && id !== view.selected) return;  // a refresh of a job no longer on show
+    const opened = view.selected !== id;
+    // Chosen at once, so a refresh that starts while this loads reloads this job, not the one before.
+    view.selected = id;
+    if (!quiet) syncUrl(opened && !fromUrl);
     const mine = ++view.detailSeq;
     let data;
     try {
@@ -217,11 +305,10 @@
     } catch (err) {
       if (mine !== view.detailSeq) return;
       if (!quiet) say("Could not load job " + id + ": " + err.message, true);
-      if (quiet) clearDetail();
+      clearDetail();
       return;
     }
     const job = data.job;
-    view.selected = job.id;
     for (const row of document.querySelectorAll("tr.job")) {
       row.classList.toggle("selected", row.getAttribute("data-job-id") === job.id);
     }
@@ -233,10 +320,12 @@
       ["attempts", job.attempts + " of " + job.max_attempts],
       ["stage", job.stage == null ? "–" : job.stage],
       ["dedupe key", job.dedupe_key == null ? "–" : job.dedupe_key],
-      ["enqueued", fmtTime(job.enqueued_at)], ["available", fmtTime(job.available_at)],
-      ["lease deadline", fmtTime(job.lease_deadline)], ["seq", job.seq],
+      ["enqueued", stamp(job.enqueued_at, view.now)], ["available", stamp(job.available_at, view.now)],
+      ["lease deadline", stamp(job.lease_deadline, view.now)], ["seq", job.seq],
     ];
-    $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
+    // A time is shown local, with UTC as its title; every other value is plain text.
+    const dd = (v) => (v !== null && typeof v === "object" ? el("dd", { text: v.text, title: v.title }) : el("dd", { text: v }));
+    $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), dd(v)]));
     $("detail-payload").textContent = JSON.stringify(job.payload, null, 2);
     $("detail-error").textContent = job.last_error == null ? "–" : job.last_error;
     $("detail-traceback").textContent = job.traceback == null ? "" : job.traceback;  // text, never markup
@@ -246,11 +335,14 @@
     $("detail").hidden = false;
   }
 
-  function clearDetail() {
+  // Close the detail; the address stops naming the job unless ``keepUrl`` (it was read from the address).
+  function clearDetail(keepUrl) {
+    const had = view.selected !== null;
     view.selected = null;
     $("detail").hidden = true;
     $("detail-hint").hidden = false;
     $("detail-title").textContent = "Select a job";
+    if (had && !keepUrl) syncUrl(false);
   }
 
   // ---------------------------------------------------------------- actions
@@ -300,17 +392,39 @@
   }
 
   // ---------------------------------------------------------------- wiring
+  // A change of what the list shows: the address follows, then the list.
+  function relist() {
+    syncUrl(false);
+    refreshJobs();
+  }
   for (const button of document.querySelectorAll("#tabs button")) {
     button.addEventListener("click", () => {
       view.state = button.getAttribute("data-state");
       view.offset = 0;
-      for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-pressed", String(b === button));
-      refreshJobs();
+      showControls();
+      relist();
     });
   }
-  $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); refreshJobs(); });
-  $("next").addEventListener("click", () => { view.offset += view.limit; refreshJobs(); });
-  $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; refreshJobs(); });
+  // Typing waits for a pause; the list (and the address) then follow the filters.
+  let typing = null;
+  function filtersChanged(now) {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      const kind = $("filter-kind").value.trim();
+      const q = $("filter-q").value.trim();
+      const sort = $("sort").value;
+      if (kind === view.kind && q === view.q && sort === view.sort) return;
+      Object.assign(view, { kind: kind, q: q, sort: sort, offset: 0 });
+      relist();
+    }, now ? 0 : TYPING_MS);
+  }
+  $("filter-kind").addEventListener("input", () => filtersChanged(false));
+  $("filter-q").addEventListener("input", () => filtersChanged(false));
+  $("sort").addEventListener("change", () => filtersChanged(true));
+  $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); filtersChanged(true); });
+  $("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); relist(); });
+  $("next").addEventListener("click", () => { view.offset += view.limit; relist(); });
+  $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; relist(); });
   $("requeue-all").addEventListener("click", requeueAll);
   $("detail-requeue").addEventListener("click", () => { if (view.selected) requeueOne(view.selected); });
   $("detail-refresh").addEventListener("click", () => { if (view.selected) showJob(view.selected, false); });
@@ -319,12 +433,27 @@
   $("purge-input").addEventListener("input", () => { $("purge-confirm").disabled = $("purge-input").value !== view.queue; });
   $("purge-cancel").addEventListener("click", () => $("purge-dialog").close());
   $("purge-form").addEventListener("submit", purge);
-  $("queue-picker").addEventListener("change", () => switchQueue($("queue-picker").value));
+  // Back and forward: show what the address names now.
+  window.addEventListener("popstate", () => {
+    const before = view.queue;
+    readUrl();
+    view.lastStats = "";
+    view.listSeq += 1;
+    view.detailSeq += 1;
+    if (view.selected) showJob(view.selected, false, true);
+    else clearDetail(true);
+    if (view.queue !== before || !view.queue) refreshStats();
+    else refreshJobs();
+  });
 
   // A timer that waits for each round to finish, so a slow queue never piles up requests.
   async function loop() {
     await refreshStats();
     setTimeout(loop, REFRESH_MS);
   }
-  loadQueues().then(loop);
+  readUrl();
+  loadQueues().then(() => {
+    if (view.selected) showJob(view.selected, false, true);
+    loop();
+  });
 })();

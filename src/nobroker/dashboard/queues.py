@@ -9,6 +9,12 @@ storages.
 
 ``nobroker serve`` passes ``nobroker.list_queues`` and ``Queue(...,
 create=False)``: a queue that is not there is never made by looking at it.
+
+The first queue is offered beside the listed ones only while it is listed
+itself, or nothing else is: on PostgreSQL a queue is the rows that carry its
+name, so an empty ``default`` opened by name is not there at all, and a page
+over a schema holding only ``app`` opens on ``app``, not on an empty
+``default``. It still answers to its name (``?queue=default``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ if TYPE_CHECKING:  # for the annotations only
 #: Most queues one dashboard holds open besides its first (each holds files or a
 #: database connection); asking for one more is refused until it restarts.
 MAX_OPEN_QUEUES = 64
+#: Most queues whose counts one listing reads (each is opened to count it); the rest are listed by name.
+MAX_COUNTED_QUEUES = 32
 
 
 class UnknownQueueError(NobrokerError, LookupError):
@@ -57,9 +65,16 @@ class QueueSet:
         return self.first.name
 
     def names(self) -> list[str]:
-        """Every queue offered, sorted (the first one always among them)."""
+        """Every queue offered, sorted: the listed ones, and the first one while it is listed or nothing else is."""
+        return self.offered()[0]
+
+    def offered(self) -> tuple[list[str], str]:
+        """The queues offered (as ``names()``) and the one a page opens on: the first if offered, else the first listed."""
         listed = self._list_names() if self._list_names is not None else []
-        return sorted({self.first_name, *listed})
+        if self.first_name in listed or not listed:
+            return sorted({self.first_name, *listed}), self.first_name
+        names = sorted(set(listed))
+        return names, names[0]
 
     def get(self, name: str | None) -> Queue:
         """The queue called ``name`` (None or "": the first); UnknownQueueError if it is not offered."""
@@ -89,4 +104,4 @@ class QueueSet:
             queue.close()
 
 
-__all__ = ["QueueSet", "UnknownQueueError", "MAX_OPEN_QUEUES"]
+__all__ = ["QueueSet", "UnknownQueueError", "MAX_OPEN_QUEUES", "MAX_COUNTED_QUEUES"]

@@ -8,9 +8,9 @@ behind /api/ and /metrics are api.py's; this module decides whether a
 request reaches them.
 
 One dashboard shows every queue of its folder or database when it is given
-``list_queues`` and ``open_queue`` (``nobroker serve`` does): the page has a
-picker, and every API route takes ``?queue=NAME`` (default: the queue it was
-started on). Only listed queues are opened, and never created.
+``list_queues`` and ``open_queue`` (``nobroker serve`` does): the page lists
+them with their counts, and every API route takes ``?queue=NAME`` (default:
+the queue it was started on). Only listed queues are opened, and never created.
 
 Security, in one place (each rule has its reason next to the code):
 
@@ -53,6 +53,7 @@ import logging
 import re
 import secrets
 import socket
+import sys
 import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Any
@@ -94,6 +95,8 @@ _PAGE_CSP = (
     "img-src 'self' data:; connect-src 'self'; object-src 'none'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+#: What a socket raises when the client has gone away.
+_GONE = (BrokenPipeError, ConnectionResetError)
 #: Every other answer's policy: nothing at all.
 _DATA_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 
@@ -190,6 +193,13 @@ class DashboardServer(http.server.ThreadingHTTPServer):
         super().server_close()
         self.queues.close()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a browser dropping an idle connection) is routine, not a traceback on stderr."""
+        if isinstance(sys.exc_info()[1], _GONE):
+            logger.debug("dashboard: %s hung up", client_address)
+            return
+        super().handle_error(request, client_address)
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: DashboardServer
@@ -263,7 +273,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             try:
                 self._check_host()
                 self._route(method)
-            except HTTPError:
+            except (HTTPError, *_GONE):
                 raise
             except Exception:
                 logger.exception("dashboard: unexpected error on %s %s", method, self.path)
@@ -272,10 +282,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             # A refused request may leave its body unread on the socket, where it
             # would be parsed as the next request: close the connection instead.
             self.close_connection = True
-            self._send(json_answer({"error": err.message}, err.status, {**err.headers, "Connection": "close"}))
-        except (BrokenPipeError, ConnectionResetError):
-            # The client went away mid-answer: nothing to tell it.
-            pass
+            try:
+                self._send(json_answer({"error": err.message}, err.status, {**err.headers, "Connection": "close"}))
+            except _GONE:
+                pass
+        except _GONE:
+            # The client went away mid-answer (a page left, a tab closed): nothing to tell it, nothing wrong here.
+            self.close_connection = True
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -388,8 +401,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if not hmac.compare_digest(given.encode("utf-8"), server.token.encode("utf-8")):
                 raise HTTPError(403, "wrong token")
             cookie = f"{SESSION_COOKIE}={server.session_secret}; Path=/; HttpOnly; SameSite=Strict"
-            # A redirect drops the token from the address bar and the history.
-            self._send(Answer(303, b"", "text/plain; charset=utf-8", {"Location": "/", "Set-Cookie": cookie}))
+            # A redirect drops the token from the address bar and the history; the
+            # rest of the address (the queue and the view it names) is kept.
+            rest = urllib.parse.urlencode({k: v for k, v in query.items() if k != "token"})
+            location = "/?" + rest if rest else "/"
+            self._send(Answer(303, b"", "text/plain; charset=utf-8", {"Location": location, "Set-Cookie": cookie}))
             return
         self._check_auth()
         nonce = secrets.token_urlsafe(NONCE_BYTES)

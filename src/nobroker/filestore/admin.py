@@ -6,7 +6,7 @@ file aside, rebuilds the queue from its valid records, and names the jobs
 that lost records: ids where they can be read, counts otherwise),
 list_queues.
 Imports: errors, jobs, layout, fs, framing, log, lock, replay, snapshot,
-compaction.
+compaction, schedule_records (a repair carries the schedules over).
 
 inspect and verify read the log only; a state snapshot (snapshot.py) is a
 cache they neither need nor trust. repair deletes the queue's snapshots,
@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import schedule_records
 from .compaction import flip, write_generation
 from ..errors import CorruptLogError, NobrokerError, UnsafeQueueError
 from .framing import FRAME, FRAME_SIZE, HEADER_SIZE, KNOWN_TYPES, FrameStatus, RecordType, decode_header
@@ -178,7 +179,7 @@ def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYS
         return report
     report.records = state.records
     report.jobs = len(state)
-    report.counts = {s.value: state.counts[s] for s in JobState}
+    report.counts = {s.value: state.counts[s] for s in JobState if s is not JobState.CANCELLED or state.counts[s]}
     if state.anomalies:
         report.problems.append(f"{state.anomalies} record(s) name jobs the log does not hold")
     return report
@@ -357,7 +358,8 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
             return dict(log.read_job_body(entry.offset, entry.id))
 
         new_gen = max(existing + [generation]) + 1
-        new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True)
+        carried = schedule_records.replayed(state.schedules, time.time())
+        new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True, extra=carried)
         new.close()
     finally:
         log.close()

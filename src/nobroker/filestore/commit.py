@@ -71,12 +71,12 @@ class Batch:
         self.pos += len(data)
         return offset
 
-    def add_job(self, entry: Entry, data: bytes) -> None:
-        """An ENQUEUE record already encoded, for a job built from values (the fast path)."""
+    def add_job(self, entry: Entry, data: bytes, number: int = -2) -> None:
+        """An ENQUEUE record already encoded, for a job built from values (the fast path; ``number``: see QueueState.add)."""
         entry.offset, entry.size = self.pos, len(data)
         self.wakes = True
         self.state.records += 1
-        self.state.add(entry)
+        self.state.add(entry, number)
         self.parts.append(data)
         self.pos += len(data)
 
@@ -276,7 +276,7 @@ class Committer(QueueFiles):
                 if self._offset != self._own_end or log is not self._lazy_log:
                     self._lazy_from = None  # a peer's records follow ours: see _make_durable
                 batch = self._decide(ops)
-                end = self._append(log, batch, lazy=all(op.lazy for op in ops))
+                end = self._append(log, batch, ops)
                 compact_now = self._should_auto_compact()
             finally:
                 lock.release()
@@ -308,7 +308,7 @@ class Committer(QueueFiles):
                 op.error = exc
         return batch
 
-    def _append(self, log: LogFile, batch: Batch, *, lazy: bool) -> int:
+    def _append(self, log: LogFile, batch: Batch, ops: list[Op]) -> int:
         """Beat four's write (its fsync comes after the lock): the batch's records at the end; returns the new end."""
         if not batch.parts:
             return self._offset
@@ -326,7 +326,7 @@ class Committer(QueueFiles):
             self._snap_crc = (mark[0], end, zlib.crc32(data, mark[2]))  # what we wrote
         else:
             self._snap_crc = None
-        if self._lazy_from is None and lazy:
+        if self._lazy_from is None and all(op.lazy for op in ops):
             self._lazy_from, self._lazy_log = batch.start, log
         return end
 

@@ -1,4 +1,4 @@
-"""Writing the next generation: one record per live job, then one atomic flip.
+"""Writing the next generation: one record per schedule and per live job, then one atomic flip.
 
 Owns: NextGeneration (a new generation file while it is written: the live
 jobs streamed in, records copied from the old generation after them, fsync,
@@ -93,6 +93,14 @@ class NextGeneration:
         assert self.fd is not None
         write_fully(self.fs, self.fd, data, self.pos)
         self.pos += len(data)
+
+    def write_records(self, extra: Iterable[records.Record]) -> int:
+        """Records that are not jobs (one SCHEDULE per schedule), written as they are; returns how many."""
+        data = [encode_record(*record) for record in extra]
+        with self._failing("writing"):
+            if data:
+                self._write(b"".join(data))
+        return len(data)
 
     def write_jobs(
         self,
@@ -190,14 +198,17 @@ def write_generation(
     *,
     sync: bool,
     progress: Callable[[int], None] | None = None,
+    extra: Iterable[records.Record] = (),
 ) -> tuple[LogFile, dict[str, int]]:
     """Stream every entry into generation ``generation``, fsync, final name, folder fsync.
 
+    ``extra`` (the schedules' records) goes first, before the jobs.
     Returns the open file and the jobs' new offsets. Used where the caller
     holds the queue's lock throughout (repair); the file storage's compaction
     uses NextGeneration step by step, mostly without that lock.
     """
     new = NextGeneration(fs, directory, name, generation)
+    new.write_records(extra)
     offsets = new.write_jobs(entries, read_body, progress)
     if sync:
         new.sync()

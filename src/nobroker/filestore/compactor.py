@@ -3,8 +3,8 @@
 Owns: Compactor, the layer of FileStorage above Committer: the whole online
 compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
-jobs, storage, layout, fs, entry, log, lock, leases, compaction, checkpoint,
-commit.
+jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
+compaction, checkpoint, commit.
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -33,10 +33,10 @@ from collections.abc import Callable
 from ..errors import CompactionError, StorageError
 from ..jobs import CompactionResult
 from ..storage import StorageOptions
-from . import checkpoint, leases
+from . import checkpoint, leases, schedule_records
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .commit import Batch, Committer
-from .entry import DONE
+from .entry import DROPPED
 from .fs import FileSystem
 from .layout import MAX_GENERATION, compactor_path
 from .lock import QueueLock
@@ -154,9 +154,9 @@ class Compactor(Committer):
         state = self._state
         records_at_base, jobs_at_base = state.records, len(state)
         new = NextGeneration(self.fs, self.directory, self.name, old.generation + 1)
-        offsets, tail, copied = self._rewrite(new, old, lock, progress)
+        offsets, tail, copied, carried = self._rewrite(new, old, lock, progress)
         before = self._offset
-        self._adopt(new, old, offsets, base, tail, copied, records_at_base)
+        self._adopt(new, old, offsets, base, tail, copied, records_at_base - carried)
         self._leave_checkpoint()
         return CompactionResult(
             old_generation=old.generation,
@@ -204,18 +204,20 @@ class Compactor(Committer):
 
     def _rewrite(
         self, new: NextGeneration, old: LogFile, lock: Holds, progress: Callable[[int], None] | None
-    ) -> tuple[dict[str, int], int, int]:
+    ) -> tuple[dict[str, int], int, int, int]:
         """(2) to (5): the new generation written, made the truth, durable.
 
         Returns the live jobs' new offsets, where the records copied after
-        them begin in ``new``, and the end of what was copied from ``old``.
+        them begin in ``new``, the end of what was copied from ``old``, and
+        how many schedule records (written before the jobs) it carried over.
         """
         prepared: str | None = None
         flipped = False
         try:
             # (2) Without the lock: stream the live jobs as of the base. This process's
             # threads wait on the mutex, so the state stays exactly that.
-            live = [e for e in self._state.entries() if e.state is not DONE]
+            live = [e for e in self._state.entries() if e.state not in DROPPED]
+            carried = new.write_records(schedule_records.replayed(self._state.schedules, self.clock()))
             offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
             del live
             tail = new.pos
@@ -244,7 +246,7 @@ class Compactor(Committer):
         except BaseException as exc:
             self._undo(exc, new, prepared, flipped)
             raise
-        return offsets, tail, copied
+        return offsets, tail, copied, carried
 
     def _copy_appended(self, new: NextGeneration, old: LogFile, lock: Holds) -> int:
         """(3) Copy what peers appended meanwhile: read under the lock in short slices

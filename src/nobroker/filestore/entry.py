@@ -18,6 +18,9 @@ from typing import Any
 from ..jobs import DEFAULT_KIND, Job, JobState
 
 READY, LEASED, DONE, DEAD = JobState.READY, JobState.LEASED, JobState.DONE, JobState.DEAD
+CANCELLED = JobState.CANCELLED
+#: The states whose jobs a compaction drops (done, and cancelled: kept as done is).
+DROPPED = frozenset({DONE, CANCELLED})
 #: Where an Entry sits among the state's heaps (the heap item itself may be stale).
 NOWHERE, IN_READY, IN_DELAYED = 0, 1, 2
 #: The job states by their text in a record.
@@ -31,7 +34,7 @@ class Entry:
     __slots__ = (
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
-        "result", "offset", "size", "heap", "row", "finished_token", "traceback",
+        "result", "offset", "size", "heap", "row", "finished_token", "traceback", "cancel_requested",
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int, size: int = 0) -> None:
@@ -60,6 +63,7 @@ class Entry:
         # job's own lease_token is None, except in a hand-made body that says otherwise.
         self.finished_token: Any = self.lease_token if self.state is DONE else None
         self.traceback: str | None = get("traceback")
+        self.cancel_requested: bool = get("cancel_requested", False) is True
         self.offset = offset
         self.size = size  # bytes of the framed ENQUEUE record at ``offset``
         self.heap = NOWHERE
@@ -91,7 +95,7 @@ class Entry:
         for name in ("dedupe_key", "traceback"):
             if body.get(name) is not None:
                 check_text(body[name], name)
-        raise ValueError(f"field state is {body.get('state')!r}, expected one of ready, leased, done, dead")
+        raise ValueError(f"field state is {body.get('state')!r}, expected one of ready, leased, done, dead, cancelled")
 
     @classmethod
     def fresh(
@@ -104,6 +108,7 @@ class Entry:
         self.max_attempts, self.available_at, self.enqueued_at = max_attempts, available_at, enqueued_at
         self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
         self.finished_token = self.traceback = None
+        self.cancel_requested = False
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, NOWHERE
         self.size, self.row = 0, -1  # the writer sets the size once the record is framed
         return self
@@ -115,6 +120,7 @@ class Entry:
             self.id, payload, self.priority, self.state, self.attempts, self.max_attempts,
             self.available_at, self.enqueued_at, self.lease_deadline, self.lease_token,
             self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result, self.traceback,
+            self.cancel_requested,
         )  # fmt: skip
 
 

@@ -46,6 +46,10 @@ class RecordType(enum.IntEnum):
     PURGE = 8
     EXTEND = 9
     STAGE = 10  # added in 0.2.0; written only when set_stage is used
+    SCHEDULE = 20  # periodic jobs (schedule_records.py): a schedule defined or redefined
+    UNSCHEDULE = 21  # a schedule removed
+    TICK = 22  # a schedule's due ticks enqueued: its cursor moves on
+    CANCEL = 11  # added in 0.3.0 (control of jobs); written only when cancel is used
 
 
 KNOWN_TYPES = frozenset(int(t) for t in RecordType)

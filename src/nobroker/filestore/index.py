@@ -38,7 +38,7 @@ from operator import is_
 from typing import Any
 
 from ..jobs import JobState
-from .entry import DONE, IN_DELAYED, IN_READY, READY, Entry, new_entry
+from .entry import DROPPED, IN_DELAYED, IN_READY, READY, Entry, new_entry
 
 #: A just-enqueued job's columns in the cold store, packed per row: seq, offset,
 #: enqueued_at, available_at, priority, attempts, max_attempts, the size of its
@@ -115,6 +115,10 @@ class JobRows:
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.hot or self._cold_row(job_id) >= 0
+
+    def holds_number(self, job_id: str, number: int) -> bool:
+        """``job_id in self`` for a library-format id whose number the caller has: ``id_number(job_id)``, not parsed again."""
+        return job_id in self.hot or self._row_of_number(number) >= 0
 
     def get(self, job_id: str) -> Entry | None:
         """The job's fields, for reading only: a cold job's Entry is built for the call, not kept."""
@@ -247,6 +251,10 @@ class JobRows:
         number = id_number(job_id)
         if number < 0:
             return -1
+        return self._row_of_number(number)
+
+    def _row_of_number(self, number: int) -> int:
+        """The row of a cold job whose id spells ``number``, or -1."""
         table, ids = self._table, self._ids
         mask = self._mask
         slot = ((number * _HASH_MULTIPLIER) & _U64) >> self._shift
@@ -268,6 +276,7 @@ class JobRows:
         entry.max_attempts, entry.available_at, entry.enqueued_at = max_attempts, available_at, enqueued_at
         entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
         entry.finished_token = entry.traceback = None
+        entry.cancel_requested = False
         entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
         entry.size, entry.heap, entry.row = size, IN_READY, row
         return entry
@@ -364,7 +373,7 @@ class JobRows:
             _UINT32.unpack_from(columns, row * _ROW_BYTES + _SIZE_COLUMN)[0]
             for row in compress(range(len(self._rows)), map(is_, self._rows, repeat(None)))
         )
-        self.live_bytes = total + sum(entry.size for entry in self.hot.values() if entry.state is not DONE)
+        self.live_bytes = total + sum(entry.size for entry in self.hot.values() if entry.state not in DROPPED)
 
     def _drop_gone_rows(self) -> None:
         """Renumber the rows without the gone ones, once they are a quarter (gone rows cost memory)."""

@@ -1,12 +1,12 @@
 """The writer's decisions: what each operation appends, and the values replay must never invent.
 
 Owns: one decision per writing operation (enqueue, lease, ack, ack_many,
-nack, extend, set_stage, requeue_dead, purge, and the reclaim of expired
+nack, extend, set_stage, cancel, requeue_dead, purge, and the reclaim of expired
 leases that precedes them all), each a function of the state, the time and
 the operation's arguments that adds records to a batch; and the rules behind
 them: ids, fencing tokens, deadlines, jittered retry and reclaim times, when
 a job is dead. Imports: errors, jobs, codec, storage, framing, entry,
-records, replay. Ids, tokens and the refusals both storages share come from
+records, index, replay. Ids, tokens and the refusals both storages share come from
 nobroker.storage.
 
 A decision runs under the file lock, after the read forward, with the state
@@ -27,10 +27,11 @@ from typing import Any, Protocol
 from ..codec import load_json
 from ..errors import JobNotFoundError, NotLeasedError
 from ..jobs import BackoffPolicy, Job, JobState
-from ..storage import EnqueueSpec, job_not_found, new_job_id, new_token, refusal
+from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, new_token, refusal
 from . import records
-from .entry import DEAD, DONE, READY, Entry
+from .entry import CANCELLED, DEAD, DONE, LEASED, READY, Entry
 from .framing import RecordType, frame
+from .index import ID_TEXT, id_number
 from .replay import QueueState
 
 _rng = random.SystemRandom()
@@ -48,14 +49,16 @@ class Batch(Protocol):
 
     def add(self, record: records.Record) -> int: ...
 
-    def add_job(self, entry: Entry, data: bytes) -> None: ...
+    def add_job(self, entry: Entry, data: bytes, number: int = -2) -> None: ...
 
 
 # ---------------------------------------------------------------- the decisions
 def reclaim(batch: Batch, now: float, backoff: BackoffPolicy) -> None:
     """Beat three: every lease whose deadline passed counts as a failed attempt."""
     for entry in batch.state.expired(now):
-        if exhausted(entry):
+        if entry.cancel_requested:  # a cancelled job's lease ends cancelled, never in a retry
+            batch.add(records.cancel(entry.id, now))
+        elif exhausted(entry):
             batch.add(records.dead(entry.id, now, expiry_error(entry)))
         else:
             batch.add(records.reclaim(entry.id, now, reclaim_time(entry, backoff)))
@@ -66,8 +69,9 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
     state = batch.state
     out: list[Job] = []
     created: dict[str, Any] = {}  # id -> payload, for jobs this very call adds
-    # One random read for the whole batch; each new job takes 16 hex digits of it.
-    fresh_ids = os.urandom(8 * len(specs)).hex()
+    # One random read for the whole batch; each new job takes 8 bytes of it, as the
+    # number its 16 hex digits spell (the index keys cold jobs by it: never parsed back).
+    fresh = os.urandom(8 * len(specs))
     times: dict[int, str] = {}
     for k, spec in enumerate(specs):
         existing = None if spec.job_id is None and spec.dedupe_key is None else _existing(state, spec)
@@ -78,16 +82,19 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
                 out.append(job_of(existing))
             continue
         job_id = spec.job_id
+        number = -2  # not known: QueueState.add works it out
         if job_id is None:
-            job_id = fresh_ids[16 * k : 16 * k + 16]
-            while job_id in state or job_id in created:
+            number = int.from_bytes(fresh[8 * k : 8 * k + 8], "big")
+            job_id = ID_TEXT % number
+            while state.holds_number(job_id, number) or job_id in created:
                 job_id = new_job_id()
+                number = id_number(job_id)
         available_at = now + spec.delay if spec.delay else now
         entry = Entry.fresh(
             job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
             spec.kind, spec.dedupe_key, 0,
         )  # fmt: skip
-        batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times)))
+        batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times)), number)
         created[job_id] = spec.payload
         out.append(entry.to_job(spec.payload))
     return out
@@ -142,7 +149,8 @@ def ack(batch: Batch, now: float, queue: str, job_id: str, token: str | None, re
     """DONE, with ``result`` (decoded from ``result_json`` by the facade: what replay holds)."""
     if finished_under(batch.state.get(job_id), token):
         return  # acking a finished job again is harmless
-    leased_entry(batch.state, queue, job_id, token, "ack")
+    if leased_entry(batch.state, queue, job_id, token, "ack").cancel_requested:
+        raise cancel_refusal("ack", job_id)
     batch.add(records.ack(job_id, now, with_result=result_json is not None, result=result))
 
 
@@ -153,7 +161,8 @@ def ack_many(batch: Batch, now: float, queue: str, items: list[tuple[str, str | 
         if finished_under(batch.state.get(job_id), token):
             continue  # acking a finished job again is harmless
         try:
-            leased_entry(batch.state, queue, job_id, token, "ack")
+            if leased_entry(batch.state, queue, job_id, token, "ack").cancel_requested:
+                raise cancel_refusal("ack", job_id)
         except (NotLeasedError, JobNotFoundError) as exc:
             first_refusal = first_refusal or exc
             continue
@@ -171,6 +180,8 @@ def nack(
 ) -> Job:  # fmt: skip
     """READY again after ``delay`` or the backoff; DEAD if ``permanent`` or its attempts are used up."""
     entry = leased_entry(batch.state, queue, job_id, token, "nack")
+    if entry.cancel_requested:
+        raise cancel_refusal("nack", job_id)
     if permanent or exhausted(entry):
         batch.add(records.dead(job_id, now, error, traceback))
     else:
@@ -190,6 +201,25 @@ def set_stage(batch: Batch, now: float, queue: str, job_id: str, token: str | No
     entry = leased_entry(batch.state, queue, job_id, token, "set the stage of")
     batch.add(records.stage(job_id, now, stage))
     return job_of(entry)
+
+
+def cancel(batch: Batch, now: float, queue: str, job_id: str, token: str | None, stopped: bool, job_of: JobOf) -> Job:
+    """Ready → cancelled; leased → marked (or, ``stopped``, cancelled: the holder's handler stopped)."""
+    entry = batch.state.get(job_id)
+    if entry is None:
+        raise job_not_found(job_id, queue)
+    if entry.state in (DONE, DEAD, CANCELLED):
+        raise finished_refusal("cancel", job_id, entry.state.value)
+    if entry.state is LEASED and not stopped:
+        if not entry.cancel_requested:
+            batch.add(records.cancel(job_id, now, requested=True))
+        return job_of(entry)
+    if entry.state is LEASED and not holds_lease(entry, token):
+        raise refusal("end the cancelled attempt of", job_id, entry.state.value, token, entry.lease_token)
+    batch.add(records.cancel(job_id, now))
+    after = batch.state.get(job_id)  # a cold job's Entry was built for the look only
+    assert after is not None and after.state is CANCELLED, "a cancel ends the job cancelled"
+    return job_of(after)
 
 
 def requeue_dead(batch: Batch, now: float, queue: str, job_id: str | None) -> int:
@@ -269,6 +299,8 @@ def as_reclaimed(entry: Entry, backoff: BackoffPolicy) -> dict[str, Any]:
     the reclaim draws the jitter, which may bring the job back up to
     ``jitter`` of that delay sooner than a read says, never later.
     """
+    if entry.cancel_requested:
+        return {"state": JobState.CANCELLED, "lease_deadline": None, "lease_token": None, "cancel_requested": False}
     if exhausted(entry):
         return {
             "state": JobState.DEAD, "last_error": expiry_error(entry), "traceback": None,

@@ -46,6 +46,8 @@ _unpack_frame = FRAME.unpack_from
 
 #: Bytes read per call while scanning. Big enough to amortise syscalls.
 READ_CHUNK = 1 << 20
+#: Bytes read at once for one job's record: most jobs' records fit, a longer one takes a second read.
+JOB_READ_GUESS = 1024
 
 
 # ---------------------------------------------------------------- pointer file
@@ -132,6 +134,7 @@ class LogFile:
         self.durable_end = size if size else HEADER_SIZE
         self._sync = threading.Condition(threading.Lock())
         self._syncing = False
+        self._waiters = 0  # threads waiting in sync_through or close for the fsync under way
         self._failed: StorageError | None = None
         self.closed = False
 
@@ -141,7 +144,7 @@ class LogFile:
         """Create generation ``generation`` with just a header: temp, fsync, rename.
 
         The new name is not durable yet: the caller fsyncs the folder before it
-        acknowledges anything written in the file (FileStorage._open does, for
+        acknowledges anything written in the file (QueueFiles._open does, for
         every queue it opens). A folder fsync here as well would be a second
         one in a row, which no power cut can tell from the first.
         """
@@ -298,12 +301,15 @@ class LogFile:
         not that job's record any more.
         """
         try:
-            head = self.fs.pread(self.fd, FRAME_SIZE, offset)
-            if len(head) < FRAME_SIZE:
+            # One read covers a typical job's whole record; a longer one takes a second read.
+            data = self.fs.pread(self.fd, JOB_READ_GUESS, offset)
+            if len(data) < FRAME_SIZE:
                 raise CorruptLogError(
                     f"{self.path}: job {job_id} at offset {offset} is past the end of the file", path=self.path, offset=offset
                 )
-            data = head + self.fs.pread(self.fd, FRAME.unpack(head)[0], offset + FRAME_SIZE)
+            want = FRAME_SIZE + _unpack_frame(data, 0)[0]
+            if want > len(data):
+                data += self.fs.pread(self.fd, want - len(data), offset + len(data))
         except OSError as exc:
             raise storage_error(exc, f"reading job {job_id} at offset {offset} of", self.path) from None
         fr = decode_frame(data, 0, offset)
@@ -336,6 +342,10 @@ class LogFile:
             raise error from None
         end = offset + len(data)
         with self._sync:
+            # Bytes at ``offset`` and after are new: whatever an earlier fsync made
+            # durable there is gone (a peer rolled its records back and we write over
+            # the place they were), so nothing from here on counts as durable.
+            self.durable_end = min(self.durable_end, offset)
             self.written_end = end
         return end
 
@@ -363,7 +373,11 @@ class LogFile:
                 if self._failed is not None:
                     raise self._failed
                 if self._syncing:
-                    cond.wait()
+                    self._waiters += 1
+                    try:
+                        cond.wait()
+                    finally:
+                        self._waiters -= 1
                     continue
                 self._syncing = True
                 target = self.written_end
@@ -377,7 +391,8 @@ class LogFile:
                 finally:
                     cond.acquire()
                     self._syncing = False
-                    cond.notify_all()
+                    if self._waiters:  # a lone writer (the common case) skips the Python-level notify
+                        cond.notify_all()
                 if self._failed is None and target > self.durable_end:
                     self.durable_end = target
             if self._failed is not None and self.durable_end < end:
@@ -398,7 +413,11 @@ class LogFile:
     def close(self) -> None:
         with self._sync:
             while self._syncing:
-                self._sync.wait()
+                self._waiters += 1
+                try:
+                    self._sync.wait()
+                finally:
+                    self._waiters -= 1
             if self.closed:
                 return
             self.closed = True

@@ -22,13 +22,13 @@ from operator import attrgetter
 from ..jobs import BackoffPolicy, Job, JobState, QueueStats
 from ..storage import job_not_found
 from . import leases
-from .entry import DEAD, READY, Entry
+from .entry import CANCELLED, DEAD, READY, Entry
 from .leases import JobOf
 from .replay import QueueState
 
 _ROW = attrgetter("row")  # where a job sits in the state's enqueue order
 #: The listings an expired lease's job joins, by where its reclaim puts it (see listed).
-_WITHIN = {"dead": ("dead",), "ready": ("runnable", "delayed"), "runnable": ("runnable",), "delayed": ("delayed",)}
+_WITHIN = {"dead": ("dead",), "cancelled": ("cancelled",), "ready": ("runnable", "delayed"), "runnable": ("runnable",), "delayed": ("delayed",)}
 
 
 def shown(entry: Entry, now: float, backoff: BackoffPolicy, job_of: JobOf) -> Job:
@@ -52,12 +52,11 @@ def stats(state: QueueState, now: float, backoff: BackoffPolicy) -> QueueStats:
     expired = state.expired(now)
     if not expired:
         return counted
-    counts = counted.to_dict()
+    counts = dataclasses.asdict(counted)  # every state, cancelled too (to_dict leaves it out at 0)
     for entry in expired:
         moved = reclaimed_listing(entry, now, backoff)
         counts["leased"] -= 1
         counts["ready" if moved == "runnable" else moved] += 1
-    del counts["total"]
     return QueueStats(**counts)
 
 
@@ -106,6 +105,6 @@ def listed(state: QueueState, listing: str | None, now: float, backoff: BackoffP
 def reclaimed_listing(entry: Entry, now: float, backoff: BackoffPolicy) -> str:
     """Where an expired lease's job is listed: dead, delayed or runnable (see leases.as_reclaimed)."""
     shown_as = leases.as_reclaimed(entry, backoff)
-    if shown_as["state"] is DEAD:
-        return "dead"
+    if shown_as["state"] is DEAD or shown_as["state"] is CANCELLED:
+        return str(shown_as["state"].value)
     return "delayed" if shown_as["available_at"] > now else "runnable"

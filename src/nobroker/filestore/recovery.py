@@ -69,6 +69,7 @@ class QueueFiles(Checkpoints):
         self._state = QueueState()
         self._offset = HEADER_SIZE  # the end of what ``_state`` was built from
         self._stale = False  # memory may differ from disk (a failed write): reload before use
+        self._pointer_path = pointer_path(self.directory, self.name)
         self._pointer_sig: tuple[int, int, int] | None = None
         self._failed: StorageError | None = None  # set when a failure leaves the disk state unknown
         self._recovery = RecoveryReport()
@@ -334,7 +335,7 @@ class QueueFiles(Checkpoints):
     def _pointer_signature(self) -> tuple[int, int, int] | None:
         """What tells a peer's flip of the pointer: its inode, mtime and size (None: no pointer yet)."""
         try:
-            st = self.fs.lstat(pointer_path(self.directory, self.name))
+            st = self.fs.lstat(self._pointer_path)
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)

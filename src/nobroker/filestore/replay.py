@@ -4,8 +4,9 @@ Owns: QueueState (every job plus the indexes that make lease and stats
 cheap, with a small mapping-like API: get, hold, in, len, entries) and
 ``apply``, which folds one decoded record into the state; also the state's
 own snapshot representation (``to_snapshot`` and ``from_snapshot``;
-snapshot.py frames and checks the file). Imports: jobs, framing, entry,
-records, index.
+snapshot.py frames and checks the file); the schedules (periodic jobs) by
+name, which schedule_records.py folds records into. Imports: jobs,
+schedules, framing, entry, records, schedule_records, index.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -34,10 +35,11 @@ from types import MappingProxyType
 from typing import Any
 
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
-from . import records
-from .entry import DEAD, DONE, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
+from ..schedules import Schedule, from_fields, to_fields
+from . import records, schedule_records
+from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
 from .framing import RecordType
-from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Fifo, JobRows, id_number
+from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
 
 
 class QueueState(JobRows):
@@ -49,7 +51,7 @@ class QueueState(JobRows):
         self.delayed: list[tuple[float, int, str]] = []
         self.leases: list[tuple[float, int, str]] = []
         self.active_keys: dict[tuple[str, str], str] = {}
-        self._counts: dict[JobState, int] = {READY: 0, LEASED: 0, DONE: 0, DEAD: 0}  # hot jobs only
+        self._counts: dict[JobState, int] = {state: 0 for state in JobState}  # hot jobs only
         self.n_delayed = 0
         self.next_seq = 1
         self.records = 0
@@ -57,6 +59,8 @@ class QueueState(JobRows):
         #: hold (``orphans``, counted there too) and ENQUEUEs that repeat an id.
         self.anomalies = 0
         self.orphans = 0
+        #: Periodic jobs by name (schedule_records.py); a PURGE keeps them.
+        self.schedules: dict[str, Schedule] = {}
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
@@ -94,7 +98,7 @@ class QueueState(JobRows):
         """
         unsound = 0
         for entry in self._move_rows(offsets, base, shift, end):
-            if entry.state is not DONE:
+            if entry.state not in DROPPED:
                 unsound += 1
             self._counts[entry.state] -= 1
             del self.hot[entry.id]
@@ -127,6 +131,7 @@ class QueueState(JobRows):
             # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_bytes and the table's sizes
             "ints": {name: value for name, value in vars(self).items() if type(value) is int},
             "active_keys": [[kind, key, job_id] for (kind, key), job_id in self.active_keys.items()],
+            "schedules": [to_fields(sched) for sched in self.schedules.values()],
         })  # fmt: skip
         return fields, blocks
 
@@ -164,6 +169,7 @@ class QueueState(JobRows):
         heapq.heapify(leases)
         self._counts = dict(zip(JobState, fields["counts"], strict=True))
         self.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
+        self.schedules = {sched.name: sched for sched in map(from_fields, fields.get("schedules", []))}
         if len(hot) + gone + self.n_cold != len(rows) or sum(self._counts.values()) != len(hot):
             raise ValueError("snapshot counts do not add up")
         return self
@@ -178,6 +184,9 @@ class QueueState(JobRows):
             return
         if rtype == RecordType.PURGE:
             self.clear()
+            return
+        if rtype in schedule_records.SCHEDULE_TYPES:
+            schedule_records.apply(self.schedules, rtype, body)
             return
         job_id = body.get("id")
         entry = self.hot.get(job_id)  # type: ignore[arg-type]
@@ -219,19 +228,28 @@ class QueueState(JobRows):
                 heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         elif rtype == RecordType.STAGE:
             entry.stage = records.decode_stage(body)
+        elif rtype == RecordType.CANCEL:
+            if not records.decode_cancel(body):
+                self._set_state(entry, CANCELLED)
+            elif entry.state is LEASED:  # a mark for a job no longer leased marks nothing
+                entry.cancel_requested = True
+            elif entry.state is READY and entry.heap == NOWHERE:  # warmed from a cold row: index it again
+                self._push_ready(entry, entry.available_at)
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
-        # become cold rows. Checks are inlined, cheapest first; a writer's body has
-        # every key below, and any miss or odd value takes the Entry path, which
-        # applies defaults and explains bad fields exactly as it always has.
+        # become cold rows. Checks are inlined, cheapest first; a writer leaves out
+        # the fields at their defaults (the same defaults as Entry's), and any other
+        # miss or odd value takes the Entry path, which applies defaults and
+        # explains bad fields exactly as it always has.
+        get = body.get
         try:
-            job_id, priority, seq = body["id"], body["priority"], body["seq"]
+            job_id, priority, seq = body["id"], get("priority", 0), body["seq"]
             enqueued_at, available_at = body["enqueued_at"], body["available_at"]
-            attempts, max_attempts = body["attempts"], body["max_attempts"]
+            attempts, max_attempts = get("attempts", 0), body["max_attempts"]
             plain = (
-                body["state"] == "ready" and body["lease_deadline"] is None and body["lease_token"] is None
-                and body["last_error"] is None
+                get("state", "ready") == "ready" and get("lease_deadline") is None and get("lease_token") is None
+                and get("last_error") is None
             )  # fmt: skip
         except KeyError:
             plain = False
@@ -244,43 +262,46 @@ class QueueState(JobRows):
                 and INT32_MIN <= attempts <= INT32_MAX and INT32_MIN <= max_attempts <= INT32_MAX
                 and _HOT_KEYS.isdisjoint(body) and job_id not in self.hot
             ):  # fmt: skip
-                fifo = self._fifo_for(kind, priority)
+                fifo = self._fifos.get((kind, priority)) or self._fifo_for(kind, priority)
                 if fifo is not None and fifo.last_seq < seq <= INT64_MAX:
                     try:
                         number = int(job_id, 16)
                     except ValueError:
                         number = -1
                     if number >= 0 and ID_TEXT % number == job_id:  # a library-format id (see id_number)
-                        self._cold(number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts)
+                        if self._insert_cold(
+                            number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts
+                        ):  # fmt: skip
+                            self.anomalies += 1  # a sound writer never repeats an id; last one wins
+                        if seq >= self.next_seq:
+                            self.next_seq = seq + 1
                         return
         self._add_hot(Entry(body, offset, size))
 
-    def _cold(
-        self, number: int, fifo: Fifo, seq: int, offset: int, size: int, enqueued_at: float, available_at: float,
-        attempts: int, max_attempts: int,
-    ) -> None:  # fmt: skip
-        """A new job as a cold row: stored, counted."""
-        if self._insert_cold(number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts):
-            self.anomalies += 1  # a sound writer never repeats an id; last one wins
-        if seq >= self.next_seq:
-            self.next_seq = seq + 1
+    def add(self, entry: Entry, number: int = -2) -> None:
+        """Index a job that an ENQUEUE record introduced (built from values by the writer).
 
-    def add(self, entry: Entry) -> None:
-        """Index a job that an ENQUEUE record introduced (built from values by the writer)."""
+        ``number``: ``id_number(entry.id)`` when the writer made the id from it (-2: parse it here).
+        """
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
             and entry.result is None and entry.traceback is None
         ):  # fmt: skip
-            number = id_number(entry.id)
-            if number >= 0 and self._add_cold(number, entry):
+            if number == -2:
+                number = id_number(entry.id)
+            if number >= 0 and self._add_cold(
+                number, entry.id, entry.seq, entry.offset, entry.size, entry.enqueued_at, entry.available_at,
+                entry.priority, entry.attempts, entry.max_attempts, entry.kind,
+            ):  # fmt: skip
                 return
         self._add_hot(entry)
 
-    def _add_cold(self, number: int, entry: Entry) -> bool:
+    def _add_cold(
+        self, number: int, job_id: str, seq: Any, offset: int, size: int, enqueued_at: Any, available_at: Any,
+        priority: Any, attempts: Any, max_attempts: Any, kind: str,
+    ) -> bool:  # fmt: skip
         """Store a READY job as a cold row if every field fits; False (nothing changed) if not."""
-        seq, enqueued_at, available_at = entry.seq, entry.enqueued_at, entry.available_at
-        priority, attempts, max_attempts = entry.priority, entry.attempts, entry.max_attempts
         if not (
             type(enqueued_at) is float and type(available_at) is float and not available_at > enqueued_at
             and type(priority) is int and INT32_MIN <= priority <= INT32_MAX
@@ -289,12 +310,15 @@ class QueueState(JobRows):
             and type(max_attempts) is int and INT32_MIN <= max_attempts <= INT32_MAX
         ):  # fmt: skip
             return False
-        fifo = self._fifo_for(entry.kind, priority)
-        if fifo is None or seq <= fifo.last_seq or entry.id in self.hot:
+        fifo = self._fifos.get((kind, priority)) or self._fifo_for(kind, priority)
+        if fifo is None or seq <= fifo.last_seq or job_id in self.hot:
             # Out of seq order for its group (only a hot job can sit anywhere), or a
             # repeated id (an anomaly the hot path resolves).
             return False
-        self._cold(number, fifo, seq, entry.offset, entry.size, enqueued_at, available_at, attempts, max_attempts)
+        if self._insert_cold(number, fifo, seq, offset, size, enqueued_at, available_at, attempts, max_attempts):
+            self.anomalies += 1  # a sound writer never repeats an id; last one wins
+        if seq >= self.next_seq:
+            self.next_seq = seq + 1
         return True
 
     def _add_hot(self, entry: Entry) -> None:
@@ -308,7 +332,7 @@ class QueueState(JobRows):
         self.hot[entry.id] = entry
         self._append_hot_row(entry)
         self._counts[entry.state] += 1
-        if entry.state is not DONE:
+        if entry.state not in DROPPED:
             self.live_bytes += entry.size
         if entry.seq >= self.next_seq:
             self.next_seq = entry.seq + 1
@@ -350,30 +374,30 @@ class QueueState(JobRows):
 
     def _set_state(self, entry: Entry, state: JobState) -> None:
         old = entry.state
-        if (old is DONE) is not (state is DONE):  # done is final in a sound log; either way, count right
-            self.live_bytes += entry.size if old is DONE else -entry.size
+        if (old in DROPPED) is not (state in DROPPED):  # final in a sound log; either way, count right
+            self.live_bytes += entry.size if old in DROPPED else -entry.size
         if entry.heap == IN_DELAYED:
             self.n_delayed -= 1
         entry.heap = NOWHERE
+        entry.cancel_requested = False  # a mark lives as long as the lease it was made for
         if state is not LEASED:
             # A done job shows no lease (as in nobroker 0.1.2), but remembers the token
             # that finished it, so a repeated ack under that lease stays harmless.
             entry.finished_token = entry.lease_token if state is DONE else None
             entry.lease_deadline = entry.lease_token = None
-        if state in (DONE, DEAD) and entry.dedupe_key is not None:
+        if state in (DONE, DEAD, CANCELLED) and entry.dedupe_key is not None:
             key = (entry.kind, entry.dedupe_key)
             if self.active_keys.get(key) == entry.id:
                 del self.active_keys[key]
         self._counts[old] -= 1
         self._counts[state] += 1
         entry.state = state
-        assert self._counts[old] >= 0 and self.n_delayed >= 0, "a job counted in a state it was not in"
 
     def clear(self) -> None:
-        """After a PURGE: no jobs, but the counts of what the log held so far carry on."""
-        kept = self.next_seq, self.records, self.anomalies, self.orphans
+        """After a PURGE: no jobs, but the counts of what the log held so far, and the schedules, carry on."""
+        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records, self.anomalies, self.orphans = kept
+        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules = kept
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:
@@ -460,14 +484,15 @@ class QueueState(JobRows):
         self.promote(now)
         c = self._counts
         return QueueStats(
-            ready=c[READY] + self.n_cold - self.n_delayed, delayed=self.n_delayed, leased=c[LEASED], done=c[DONE], dead=c[DEAD]
+            ready=c[READY] + self.n_cold - self.n_delayed, delayed=self.n_delayed, leased=c[LEASED], done=c[DONE],
+            dead=c[DEAD], cancelled=c[CANCELLED],
         )
 
 
 #: Fields a writer includes only when set (to something a cold row cannot hold).
-_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback"})
+_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested"})
 #: Records that may leave a READY job READY without indexing it again.
-_KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})
+_KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)
 #: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.
 _SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
 _SNAPSHOT_INTS = frozenset(name for name, value in vars(QueueState()).items() if type(value) is int)

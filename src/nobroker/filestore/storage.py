@@ -5,7 +5,7 @@ constructor, one short method per operation of the Storage protocol (the
 decision from leases.py or the query from reads.py, run through the four
 beats of commit.py), the folder fsync, waiting for work, closing, and giving
 every storage fresh locks in a forked child. Imports: errors, jobs, storage,
-fs, wake, leases, reads, compactor.
+fs, wake, leases, reads, compactor, schedules, schedule_ops.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 
 from ..errors import StorageError
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport
+from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
-from . import leases, reads
+from . import leases, reads, schedule_ops
 from .compactor import Compactor
 from .fs import OS_FILESYSTEM, FileSystem, storage_error
 from .wake import wait_for_change
@@ -116,6 +117,9 @@ class FileStorage(Compactor):
     def purge(self) -> int:
         return self._write(leases.purge)
 
+    def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
+        return self._write(partial(leases.cancel, queue=self.name, job_id=job_id, token=token, stopped=stopped, job_of=self._job))
+
     def compact(self, *, progress: Callable[[int], None] | None = None) -> CompactionResult:
         """Rewrite the log without done jobs; waits for a peer's compaction first (see Compactor._compaction)."""
         result = self._compaction(progress, wait=True)
@@ -136,6 +140,26 @@ class FileStorage(Compactor):
         return self._read(
             lambda now: reads.list_jobs(self._state, listing, limit, offset, kind, now, self.backoff, self._job)
         )
+
+    # ================================================================ schedules (periodic jobs)
+    def put_schedule(self, spec: ScheduleSpec) -> Schedule:
+        return self._write(partial(schedule_ops.put, spec=spec))
+
+    def remove_schedule(self, name: str) -> bool:
+        return self._write(partial(schedule_ops.remove, name=name))
+
+    def list_schedules(self) -> list[Schedule]:
+        return self._read(lambda now: schedule_ops.listed(self._state.schedules))
+
+    def fire_schedules(self) -> list[Job]:
+        # A shared-lock look first: most looks find nothing due and need no write (nor its fsync).
+        # It is a writing operation all the same: a queue object that must refuse writes refuses it.
+        with self._mutex:
+            if not self._closed:
+                self._check_usable()
+        if not self._read(lambda now: schedule_ops.any_due(self._state.schedules, now)):
+            return []
+        return self._write(partial(schedule_ops.fire, max_attempts=self.max_attempts, job_of=self._job))
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:

@@ -11,6 +11,7 @@ The package, in its order (a module imports only modules above it):
     wakeups.py     which writes NOTIFY: at most one per queue per few ms, the last one owed never lost
     schema.py      the numbered migrations in sql/, row level security, the version check
     operations.py  each operation on one connection (the statements it sends, what the rows mean)
+    schedule_ops.py  the schedules table and the tick transaction
     storage.py     PostgresStorage, wiring only
 
 Imports: connection, schema, statements, storage.

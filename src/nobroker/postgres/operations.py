@@ -28,7 +28,9 @@ Semantics are the file storage's, statement by statement:
 - ``dedupe_key`` is a partial unique index over ready/leased rows, and
   ``job_id`` is the primary key (queue, id): enqueue is
   ``INSERT ... ON CONFLICT DO NOTHING``, then the existing job is looked up;
-- ``compact()`` deletes done jobs finished at least ``retention`` seconds ago.
+- ``compact()`` deletes done (and cancelled) jobs finished at least ``retention`` seconds ago;
+- ``cancel`` of a ready job ends it cancelled; of a leased one marks it
+  (``cancel_requested``: its ack and nack refused, its lease ends cancelled).
 
 PostgreSQL text cannot hold the NUL character: a job id, kind, dedupe key,
 stage or queue name containing one is refused with ValueError (error texts
@@ -46,7 +48,8 @@ from typing import Any
 
 from ..errors import LockTimeoutError, StorageError
 from ..jobs import Job, JobState, QueueStats
-from ..storage import EnqueueSpec, job_not_found, new_job_id, refusal
+from ..jobs import FINISHED_STATES
+from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal
 from .driver import pg_errors, psycopg, tuple_row
 from .statements import PRUNE_BATCH, Statements, row_job
 
@@ -294,13 +297,26 @@ def _upkeep_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -
     return cur
 
 
+#: Where a checked claim's rows say whether the upkeep has work (statements._DUE).
+UPKEEP_DUE = 18
+
+
 def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
-    # A reclaimed job may be runnable at once (its backoff counts from its
-    # deadline, which may be long past), and a claim sees the rows a reclaim
-    # changed only as a statement after it: the two go together.
-    claim = t.sql.claim(count, kinds=kinds is not None)
-    params = t.with_backoff(vt=visibility_timeout, kinds=sorted(kinds) if kinds is not None else None)
-    jobs = [row_job(row) for row in _upkeep_then(conn, t, claim, params).fetchall()]
+    """One statement, one round trip, unless a scheduled job came due or a lease expired: then two.
+
+    The checked claim takes nothing while the upkeep has work and says so;
+    then the upkeep and the plain claim go together (one round trip, one
+    transaction), since a reclaimed job may be runnable at once (its backoff
+    counts from its deadline, which may be long past) and a claim sees the
+    rows the upkeep changed only as a statement after it.
+    """
+    some = kinds is not None
+    params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds))
+    rows = conn.execute(t.sql.claim(count, kinds=some, checked=True), params).fetchall()
+    if rows and rows[0][UPKEEP_DUE]:
+        assert len(rows) == 1 and rows[0][0] is None, "a claim that found upkeep due took nothing"
+        rows = _upkeep_then(conn, t, t.sql.claim(count, kinds=some), params).fetchall()
+    jobs = [row_job(row) for row in rows if row[0] is not None]
     jobs.sort(key=lambda job: (-job.priority, job.seq))
     return jobs
 
@@ -311,7 +327,9 @@ def _refuse(conn: Any, t: Target, job_id: str, token: str | None, action: str) -
     row = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
     if row is None:
         raise job_not_found(job_id, t.queue)
-    state, finished = row  # the token that finished a done job (the one refusal wants then)
+    state, finished, cancel_requested, held = row  # finished: the token that finished a done job
+    if state == "leased" and cancel_requested and (token is None or token == held):
+        raise cancel_refusal(action, job_id)
     raise refusal(action, job_id, state, token, finished)
 
 
@@ -345,6 +363,10 @@ def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None
             _refuse(conn, t, job_id, token, "ack")
 
 
+#: Where a nack's row says whether it notified: 0 runnable at once, not notified; 1 notified; NULL not runnable.
+NACK_NOTIFIED = 20
+
+
 def nack(
     conn: Any, t: Target, job_id: str, token: str | None, *, error: str | None, traceback: str | None,
     delay: float | None, permanent: bool, notify: bool,
@@ -354,7 +376,7 @@ def nack(
         conn, t, "nack", "nack", job_id, token, error=clean_error(error), traceback=clean_error(traceback),
         delay=delay, perm=permanent, notify=notify,
     )  # fmt: skip
-    return row_job(row), row[17] == 0  # 0: runnable at once, not notified; 1: notified; NULL: not runnable
+    return row_job(row), row[NACK_NOTIFIED] == 0
 
 
 def extend(conn: Any, t: Target, job_id: str, token: str | None, seconds: float) -> Job:
@@ -376,6 +398,30 @@ def _changed(conn: Any, t: Target, action: str, statement: str, job_id: str, tok
     if row is None:
         _refuse(conn, t, job_id, token, action)
     return row
+
+
+# ---------------------------------------------------------------- control of jobs (issue 15)
+#: Tries for a cancel whose job's lease expired under it (the reclaim runs, then the cancel again).
+CANCEL_TRIES = 3
+
+
+def cancel(conn: Any, t: Target, job_id: str, token: str | None, stopped: bool) -> Job:
+    """Ready → cancelled; leased → marked, or with ``stopped`` cancelled (see statements, "cancel")."""
+    params = t.params(id=job_id, token=token, stopped=stopped)
+    for _try in range(CANCEL_TRIES):
+        row = conn.execute(t.sql["cancel"], params).fetchone()
+        if row is not None:
+            return row_job(row)
+        upkeep(conn, t)  # an expired lease: reclaimed (or ended cancelled) first, as the file storage does
+        why = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
+        if why is None:
+            raise job_not_found(job_id, t.queue)
+        state = why[0]
+        if JobState(state) in FINISHED_STATES:
+            raise finished_refusal("cancel", job_id, state)
+        if state == "leased" and stopped:  # a live lease that the token does not hold
+            raise refusal("end the cancelled attempt of", job_id, state, token, why[3])
+    raise StorageError(f"cancel of job {job_id} kept meeting changes of its lease after {CANCEL_TRIES} tries")
 
 
 # ---------------------------------------------------------------- the whole queue
@@ -401,22 +447,22 @@ def requeue_dead(conn: Any, t: Target, job_id: str | None, notify: bool) -> int:
 
 
 def purge(conn: Any, t: Target) -> int:
-    count: int = conn.execute(t.sql["purge"], t.params()).rowcount
+    count: int = conn.execute(t.sql["purge"], t.params()).fetchone()[0]
     return count
 
 
-def prune(conn: Any, t: Target, state: str, keep: float, *, batches: int | None = None) -> int:
-    """Delete ``state`` (done or dead) jobs finished ``keep`` seconds ago or more, PRUNE_BATCH at a time.
+def prune(conn: Any, t: Target, states: tuple[str, ...], keep: float, *, batches: int | None = None) -> int:
+    """Delete jobs in ``states`` (done and cancelled, or dead) finished ``keep`` seconds ago or more, PRUNE_BATCH at a time.
 
     Each batch is its own statement and transaction (autocommit), so no
     lock, and no transaction a vacuum must wait for, outlives one batch.
     ``batches``: stop after this many (None: until none is left).
     """
-    assert state in ("done", "dead"), state
-    params = t.params(state=state, keep=keep)
+    assert states and set(states) <= {"done", "dead", "cancelled"}, states
+    params = t.params(states=list(states), keep=keep)
     dropped, done = 0, 0
     while batches is None or done < batches:
-        deleted = conn.execute(t.sql["prune"], params).rowcount
+        deleted = conn.execute(t.sql["prune"], params).fetchone()[0]
         dropped += deleted
         done += 1
         if deleted < PRUNE_BATCH:
@@ -424,10 +470,14 @@ def prune(conn: Any, t: Target, state: str, keep: float, *, batches: int | None 
     return dropped
 
 
+#: The states compaction and done_retention prune together: a cancelled job is kept as a done one is.
+FINISHED_KEPT_AS_DONE = ("done", "cancelled")
+
+
 def compact(conn: Any, t: Target, retention: float) -> tuple[int, int]:
-    """Delete done jobs finished ``retention`` seconds ago or more, in bounded batches: (dropped, kept)."""
+    """Delete done (and cancelled) jobs finished ``retention`` seconds ago or more, in bounded batches: (dropped, kept)."""
     upkeep(conn, t)
-    dropped = prune(conn, t, "done", retention)
+    dropped = prune(conn, t, FINISHED_KEPT_AS_DONE, retention)
     return dropped, count(conn, t)
 
 
@@ -449,10 +499,13 @@ def get(conn: Any, t: Target, job_id: str) -> Job:
 
 
 def stats(conn: Any, t: Target) -> QueueStats:
-    ready, delayed, leased, done, dead, rows = conn.execute(t.sql["stats"], t.with_backoff()).fetchone()
+    ready, delayed, leased, done, dead, cancelled, rows = conn.execute(t.sql["stats"], t.with_backoff()).fetchone()
     if rows > FOLD_COUNTS_AT:
         fold_counts(conn, t)
-    return QueueStats(ready=int(ready), delayed=int(delayed), leased=int(leased), done=int(done), dead=int(dead))
+    return QueueStats(
+        ready=int(ready), delayed=int(delayed), leased=int(leased), done=int(done), dead=int(dead),
+        cancelled=int(cancelled),
+    )
 
 
 def count(conn: Any, t: Target) -> int:

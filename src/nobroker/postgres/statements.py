@@ -73,7 +73,7 @@ _COLUMNS = (
     "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
     "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
     "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
-    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback"
+    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback, j.cancel_requested"
 )
 _NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
 _BACKOFF = f"{_NOMINAL} * (1 - %(b_jitter)s * random())"
@@ -82,22 +82,28 @@ _EXPIRY_ERROR = "'lease expired on attempt ' || j.attempts || ' of ' || j.max_at
 # a lease whose deadline passed shows as the reclaim a writer will record,
 # dead at max_attempts, else ready at the deadline plus the backoff's delay
 # before jitter (the reclaim counts the backoff from the deadline too).
-_EXPIRED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
+_LAPSED = f"(j.state = 'leased' AND j.lease_deadline <= {_NOW})"
+#: An expired lease that a reclaim gives back (ready, or dead at max_attempts) ...
+_EXPIRED = f"({_LAPSED[1:-1]} AND NOT j.cancel_requested)"
+#: ... and one that a reclaim ends cancelled (its cancel was asked for while it ran).
+_CANCELS = f"({_LAPSED[1:-1]} AND j.cancel_requested)"
 #: When an expired lease's job is ready again, as reads show it (without the jitter).
 _RETURNS = f"(j.lease_deadline + {_NOMINAL} * interval '1 second')"
 _DIES = "j.attempts >= j.max_attempts"
 _SHOWN = (
     f"j.id, j.payload::text, j.priority, "
-    f"CASE WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END ELSE j.state END, "
+    f"CASE WHEN {_CANCELS} THEN 'cancelled' WHEN {_EXPIRED} THEN CASE WHEN {_DIES} THEN 'dead' ELSE 'ready' END "
+    "ELSE j.state END, "
     "j.attempts, j.max_attempts, "
     f"date_part('epoch', CASE WHEN {_EXPIRED} AND NOT {_DIES} "
     f"THEN {_RETURNS} ELSE j.available_at END), "
     "date_part('epoch', j.enqueued_at), "
-    f"date_part('epoch', CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_deadline END), "
-    f"CASE WHEN {_EXPIRED} THEN NULL ELSE j.lease_token END, "
+    f"date_part('epoch', CASE WHEN {_LAPSED} THEN NULL ELSE j.lease_deadline END), "
+    f"CASE WHEN {_LAPSED} THEN NULL ELSE j.lease_token END, "
     f"CASE WHEN {_EXPIRED} AND {_DIES} THEN {_EXPIRY_ERROR} ELSE j.last_error END, "
     "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
-    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END"
+    f"CASE WHEN {_EXPIRED} AND {_DIES} THEN NULL ELSE j.traceback END, "
+    f"j.cancel_requested AND NOT {_LAPSED}"
 )
 #: Marks a part read by due time (jobs_scheduled, a short range that the next
 #: claim empties) and sorted after, rather than walked in seq order through
@@ -110,7 +116,7 @@ _BY_DUE_TIME = " /* by due time */"
 #: its time had come when it was written.
 _LISTED: dict[str | None, tuple[str, ...]] = {
     None: ("j.state = 'ready' AND NOT j.scheduled", "j.state = 'ready' AND j.scheduled", "j.state = 'leased'",
-           "j.state = 'done'", "j.state = 'dead'"),
+           "j.state = 'done'", "j.state = 'dead'", "j.state = 'cancelled'"),
     "ready": ("j.state = 'ready' AND NOT j.scheduled", "j.state = 'ready' AND j.scheduled",
               f"{_EXPIRED} AND NOT {_DIES}"),
     "runnable": ("j.state = 'ready' AND NOT j.scheduled",
@@ -121,6 +127,7 @@ _LISTED: dict[str | None, tuple[str, ...]] = {
     "leased": (f"j.state = 'leased' AND j.lease_deadline > {_NOW}",),
     "done": ("j.state = 'done'",),
     "dead": ("j.state = 'dead'", f"{_EXPIRED} AND {_DIES}"),
+    "cancelled": ("j.state = 'cancelled'", _CANCELS),
 }
 
 # The upkeep every claim sends first (one statement): expired leases back
@@ -130,23 +137,25 @@ _LISTED: dict[str | None, tuple[str, ...]] = {
 # job is scheduled agrees with the time it got.
 _UPKEEP = f"""
         WITH expired AS (
-            SELECT j.queue, j.id, j.attempts >= j.max_attempts AS dies,
+            SELECT j.queue, j.id, j.cancel_requested AS cancels,
+                   j.attempts >= j.max_attempts AND NOT j.cancel_requested AS dies,
                    j.lease_deadline + ({_BACKOFF}) * interval '1 second' AS back_at
             FROM {{schema}}.jobs AS j
             WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}
             ORDER BY j.lease_deadline LIMIT {RECLAIM_BATCH} FOR UPDATE SKIP LOCKED
         ), reclaimed AS (
             UPDATE {{schema}}.jobs AS j SET
-                state = CASE WHEN x.dies THEN 'dead' ELSE 'ready' END,
-                available_at = CASE WHEN x.dies THEN j.available_at ELSE x.back_at END,
-                scheduled = NOT x.dies AND x.back_at > {_NOW},
-                finished_at = CASE WHEN x.dies THEN {_NOW} END,
+                state = CASE WHEN x.cancels THEN 'cancelled' WHEN x.dies THEN 'dead' ELSE 'ready' END,
+                available_at = CASE WHEN x.dies OR x.cancels THEN j.available_at ELSE x.back_at END,
+                scheduled = NOT x.dies AND NOT x.cancels AND x.back_at > {_NOW},
+                finished_at = CASE WHEN x.dies OR x.cancels THEN {_NOW} END,
+                cancel_requested = false,
                 last_error = CASE WHEN x.dies THEN {_EXPIRY_ERROR} ELSE j.last_error END,
                 traceback = CASE WHEN x.dies THEN NULL ELSE j.traceback END,
                 lease_deadline = NULL, lease_token = NULL
             FROM expired AS x
             WHERE j.queue = x.queue AND j.id = x.id
-            RETURNING 1
+            RETURNING j.state, j.scheduled
         ), promoted AS (
             UPDATE {{schema}}.jobs AS j SET scheduled = false
             FROM (SELECT queue, id FROM {{schema}}.jobs
@@ -154,6 +163,14 @@ _UPKEEP = f"""
                   ORDER BY available_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS x
             WHERE j.queue = x.queue AND j.id = x.id
             RETURNING 1
+        ), tally AS (
+            INSERT INTO {{schema}}.counts (queue, active, scheduled, dead, cancelled)
+            SELECT %(q)s, -r.dead - r.cancelled, r.scheduled - p.promoted, r.dead, r.cancelled
+            FROM (SELECT count(*) FILTER (WHERE state = 'dead') AS dead,
+                         count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+                         count(*) FILTER (WHERE scheduled) AS scheduled FROM reclaimed) AS r,
+                 (SELECT count(*) AS promoted FROM promoted) AS p
+            WHERE r.dead <> 0 OR r.cancelled <> 0 OR r.scheduled <> p.promoted
         )
         SELECT (SELECT count(*) FROM reclaimed), (SELECT count(*) FROM promoted)"""
 _CLAIM_SET = f"""
@@ -162,12 +179,12 @@ _CLAIM_SET = f"""
             lease_token = replace(gen_random_uuid()::text, '-', ''),
             lease_deadline = {_NOW} + %(vt)s::float8 * interval '1 second'"""
 # The claim reads only the claim's index: ready jobs whose time has come
-# (the upkeep just moved the scheduled ones that came due there). The time
-# is checked as well, for rows a release before version 3 of the schema
-# wrote (a delayed job it enqueued is ready and not marked scheduled).
+# (the upkeep moved the scheduled ones that came due there). The time is
+# checked as well, for rows a release before version 3 of the schema wrote
+# (a delayed job it enqueued is ready and not marked scheduled).
 _CLAIM = f"""{_CLAIM_SET}
         FROM (SELECT queue, id FROM {{schema}}.jobs
-              WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {_NOW}
+              WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {_NOW}{{unless_due}}
               ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS x
         WHERE j.queue = x.queue AND j.id = x.id
         RETURNING {_COLUMNS}"""
@@ -180,16 +197,73 @@ _CLAIM_KINDS = f"""{_CLAIM_SET}
               CROSS JOIN LATERAL (
                   SELECT queue, id, priority, seq FROM {{schema}}.jobs
                   WHERE queue = %(q)s AND kind = k.kind AND state = 'ready' AND NOT scheduled
-                    AND available_at <= {_NOW}
+                    AND available_at <= {_NOW}{{unless_due}}
                   ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS c
               ORDER BY c.priority DESC, c.seq LIMIT {{count}}) AS x
         WHERE j.queue = x.queue AND j.id = x.id
         RETURNING {_COLUMNS}"""
+# A claim as it is sent first: the upkeep has work only when a scheduled job
+# came due or a lease expired, which two index probes tell. Then the claim
+# takes nothing and says so (its one row has no job and ``upkeep`` true),
+# and the caller sends the upkeep and the plain claim together; otherwise
+# this one statement is the whole lease, and its rows are the jobs (a row
+# without a job, when there is none to take).
+_DUE = f"""
+        WITH due AS (
+            SELECT EXISTS (SELECT 1 FROM {{schema}}.jobs
+                           WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {_NOW})
+                OR EXISTS (SELECT 1 FROM {{schema}}.jobs
+                           WHERE queue = %(q)s AND state = 'leased' AND lease_deadline <= {_NOW}) AS upkeep
+        ), claimed AS ({{claim}}
+        )
+        SELECT claimed.*, due.upkeep FROM due LEFT JOIN claimed ON true"""
+#: What the checked claim adds to its WHERE: nothing is taken while the upkeep has work.
+_UNLESS_DUE = " AND NOT (SELECT upkeep FROM due)"
 #: The NOTIFY a statement sends when ``notify`` is true (an InitPlan: run once, and only when asked).
 _NOTIFY = "(SELECT 1 FROM pg_notify(%(chan)s, '') WHERE %(notify)s)"
 #: What an insert returns: the rest of the Job is known to the caller already.
-_INSERTED = "j.id, j.seq, date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at)"
+_INSERTED = "j.id, j.seq, date_part('epoch', j.available_at) AS available, date_part('epoch', j.enqueued_at) AS enqueued"
+#: Every statement that moves jobs between the counted sets (active: ready,
+#: scheduled or leased; scheduled; done; dead) adds its row of differences
+#: to the counts in the same statement, computed from the rows it changed
+#: (``{source}``, a CTE): a claim (ready to leased) moves none and writes none.
+_TALLY = """tally AS (
+            INSERT INTO {{schema}}.counts (queue, active, scheduled, done, dead, cancelled)
+            SELECT %(q)s, {active}, {scheduled}, {done}, {dead}, {cancelled} FROM {source} HAVING {having}
+        )"""
+#: An insert's CTE (``i``), its tally and the rows it returns.
+_INSERT_TALLY = _TALLY.format(cancelled="0", 
+    source="i", active="count(*)", scheduled="count(*) FILTER (WHERE i.scheduled)", done="0", dead="0",
+    having="count(*) > 0",
+)
+_INSERT_RETURNS = f"""
+        SELECT i.id, i.seq, i.available, i.enqueued, {_NOTIFY} FROM i"""
 _INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload, scheduled)"
+
+#: An ack's (``a``): leased to done.
+_ACK_TALLY = _TALLY.format(cancelled="0", source="a", active="-count(*)", scheduled="0", done="count(*)", dead="0",
+                           having="count(*) > 0")  # fmt: skip
+#: A nack's (``n``): leased to dead, to scheduled, or to ready (which moves no count).
+_NACK_TALLY = _TALLY.format(cancelled="0", 
+    source="n", active="-count(*) FILTER (WHERE n.state = 'dead')", scheduled="count(*) FILTER (WHERE n.sched)",
+    done="0", dead="count(*) FILTER (WHERE n.state = 'dead')", having="bool_or(n.state = 'dead' OR n.sched)",
+)
+#: requeue_dead's (``r``): dead to ready.
+_REQUEUE_TALLY = _TALLY.format(cancelled="0", source="r", active="count(*)", scheduled="0", done="0", dead="-count(*)",
+                               having="count(*) > 0")  # fmt: skip
+#: A DELETE's (``d``, returning each row's state and scheduled): out of whatever set each row was in.
+_DELETE_TALLY = _TALLY.format(
+    source="d", active="-count(*) FILTER (WHERE d.state IN ('ready', 'leased'))",
+    scheduled="-count(*) FILTER (WHERE d.scheduled)", done="-count(*) FILTER (WHERE d.state = 'done')",
+    dead="-count(*) FILTER (WHERE d.state = 'dead')", having="count(*) > 0",
+    cancelled="-count(*) FILTER (WHERE d.state = 'cancelled')",
+)
+
+#: A cancel's (``c``): ready, scheduled or leased to cancelled; a mark moves no count.
+_CANCEL_TALLY = _TALLY.format(
+    source="c", active="-count(*) FILTER (WHERE c.ends)", scheduled="-count(*) FILTER (WHERE c.ends AND c.was_scheduled)",
+    done="0", dead="0", cancelled="count(*) FILTER (WHERE c.ends)", having="bool_or(c.ends)",
+)
 
 # The statements that act on one leased job (ack, nack, extend, set_stage)
 # test "lease_deadline > now" and not "state = 'leased'": the schema makes
@@ -201,19 +275,24 @@ _TEMPLATES: dict[str, str] = {
     # A reclaimed or promoted job may be runnable at once, and a claim sees
     # the rows the upkeep changed only as a statement after it: lease sends
     # the two together (one round trip, one transaction).
-    "claim": _CLAIM,
-    "claim_kinds": _CLAIM_KINDS,
+    "claim": _CLAIM.replace("{unless_due}", ""),
+    "claim_kinds": _CLAIM_KINDS.replace("{unless_due}", ""),
+    "claim_checked": _DUE.replace("{claim}", _CLAIM.replace("{unless_due}", _UNLESS_DUE)),
+    "claim_kinds_checked": _DUE.replace("{claim}", _CLAIM_KINDS.replace("{unless_due}", _UNLESS_DUE)),
     # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
     # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
     # connection) skip the speculative insertion, and a random id that
     # collides just fails and is drawn again.
     "insert_one": f"""
+        WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
         VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {_NOW} + %(delay)s::float8 * interval '1 second',
                 {_NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0)
         {{conflict}}
-        RETURNING {_INSERTED}, {_NOTIFY}""",
+        RETURNING {_INSERTED}, j.scheduled
+        ), {_INSERT_TALLY}{_INSERT_RETURNS}""",
     "insert_many": f"""
+        WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {_INSERT_COLUMNS}
         SELECT %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
                u.payload::json, u.delay > 0
@@ -222,12 +301,14 @@ _TEMPLATES: dict[str, str] = {
              WITH ORDINALITY AS u(id, kind, prio, max, delay, key, payload, ord)
         ORDER BY u.ord
         {{conflict}}
-        RETURNING {_INSERTED}, {_NOTIFY}""",
+        RETURNING {_INSERTED}, j.scheduled
+        ), {_INSERT_TALLY}{_INSERT_RETURNS}""",
     # A batch that may conflict (job ids, dedupe keys) inserts its rows in
     # key order, so two batches with the same keys in different orders wait
     # for each other instead of deadlocking; each row still gets its seq in
     # the caller's order (drawn first), so the batch stays FIFO.
     "insert_sorted": f"""
+        WITH i AS (
         INSERT INTO {{schema}}.jobs AS j (seq, {_INSERT_COLUMNS[1:]}
         OVERRIDING SYSTEM VALUE
         SELECT u.seq, %(q)s, u.id, u.kind, u.prio, u.max, {_NOW} + u.delay * interval '1 second', {_NOW}, u.key,
@@ -239,7 +320,8 @@ _TEMPLATES: dict[str, str] = {
                   ORDER BY w.ord) AS v) AS u
         ORDER BY u.kind, u.key, u.id, u.ord
         ON CONFLICT DO NOTHING
-        RETURNING {_INSERTED}, {_NOTIFY}""",
+        RETURNING {_INSERTED}, j.scheduled
+        ), {_INSERT_TALLY}{_INSERT_RETURNS}""",
     # Two index lookups (primary key; dedupe index) rather than one OR, which
     # no index can answer and would scan the whole queue.
     "existing": f"""
@@ -251,23 +333,30 @@ _TEMPLATES: dict[str, str] = {
           ON j.queue = %(q)s AND j.kind = u.kind AND j.dedupe_key = u.key AND j.state IN ('ready', 'leased')""",
     # A done job shows no lease: its token moves to finished_token (see _already_done).
     "ack": f"""
+        WITH a AS (
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
             finished_at = {_NOW},
             result = coalesce(%(result)s::json, j.result)
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING 1""",
+        RETURNING 1 AS acked
+        ), {_ACK_TALLY}
+        SELECT acked FROM a""",
     "ack_many": f"""
+        WITH a AS (
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
             finished_at = {_NOW},
             result = coalesce(u.result::json, j.result)
         FROM unnest(%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]) AS u(id, token, result)
-        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW}
+        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {_NOW} AND NOT j.cancel_requested
           AND (u.token IS NULL OR j.lease_token = u.token)
-        RETURNING j.id, u.token""",
+        RETURNING j.id, u.token
+        ), {_ACK_TALLY}
+        SELECT id, token FROM a""",
     "nack": f"""
+        WITH n AS (
         UPDATE {{schema}}.jobs AS j SET
             state = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
             available_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN j.available_at
@@ -277,10 +366,11 @@ _TEMPLATES: dict[str, str] = {
                         AND coalesce(%(delay)s::float8, {_NOMINAL}) > 0,
             finished_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN {_NOW} END,
             last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
-        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
+        WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING {_COLUMNS},
-                  CASE WHEN j.state = 'ready' AND NOT j.scheduled THEN coalesce({_NOTIFY}, 0) END""",
+        RETURNING {_COLUMNS}, j.state = 'ready' AND NOT j.scheduled AS runnable, j.scheduled AS sched
+        ), {_NACK_TALLY}
+        SELECT n.*, CASE WHEN n.runnable THEN coalesce({_NOTIFY}, 0) END FROM n""",
     "extend": f"""
         UPDATE {{schema}}.jobs AS j SET lease_deadline = {_NOW} + %(secs)s::float8 * interval '1 second'
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
@@ -291,8 +381,29 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {_NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {_COLUMNS}""",
-    "why": "SELECT state, finished_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
+    "why": "SELECT state, finished_token, cancel_requested, lease_token FROM {schema}.jobs WHERE queue = %(q)s AND id = %(id)s",
+    # Control of jobs (issue 15). A ready job is cancelled at once; a leased
+    # one is marked (whoever holds it), or with ``stopped`` cancelled when
+    # the token holds its live lease (NULL: an operator).
+    "cancel": f"""
+        WITH c AS (
+        UPDATE {{schema}}.jobs AS j SET
+            state = CASE WHEN j.state = 'ready' OR %(stopped)s THEN 'cancelled' ELSE j.state END,
+            cancel_requested = j.state = 'leased' AND NOT %(stopped)s,
+            scheduled = false,
+            finished_at = CASE WHEN j.state = 'ready' OR %(stopped)s THEN {_NOW} END,
+            lease_deadline = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_deadline END,
+            lease_token = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_token END
+        FROM (SELECT queue, id, scheduled AS was_scheduled FROM {{schema}}.jobs
+              WHERE queue = %(q)s AND id = %(id)s FOR UPDATE) AS o
+        WHERE j.queue = o.queue AND j.id = o.id
+          AND (j.state = 'ready' OR (j.lease_deadline > {_NOW}
+               AND (NOT %(stopped)s OR %(token)s::text IS NULL OR j.lease_token = %(token)s::text)))
+        RETURNING {_COLUMNS}, j.state = 'cancelled' AS ends, o.was_scheduled
+        ), {_CANCEL_TALLY}
+        SELECT c.* FROM c""",
     "requeue": f"""
+        WITH r AS (
         UPDATE {{schema}}.jobs AS j SET
             state = 'ready', attempts = 0, available_at = {_NOW}, scheduled = false, finished_at = NULL
         FROM (SELECT DISTINCT ON (d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id)) d.queue, d.id
@@ -304,60 +415,72 @@ _TEMPLATES: dict[str, str] = {
                       AND a.state IN ('ready', 'leased')))
               ORDER BY d.kind, d.dedupe_key IS NULL, coalesce(d.dedupe_key, d.id), d.seq) AS x
         WHERE j.queue = x.queue AND j.id = x.id AND j.state = 'dead'
-        RETURNING {_NOTIFY}""",
+        RETURNING 1
+        ), {_REQUEUE_TALLY}
+        SELECT {_NOTIFY} FROM r""",
     "requeue_why": """
         SELECT d.state, (SELECT a.id FROM {schema}.jobs AS a
                          WHERE a.queue = d.queue AND a.kind = d.kind AND a.dedupe_key = d.dedupe_key
                            AND a.state IN ('ready', 'leased') LIMIT 1), d.dedupe_key
         FROM {schema}.jobs AS d WHERE d.queue = %(q)s AND d.id = %(id)s""",
-    "purge": "DELETE FROM {schema}.jobs WHERE queue = %(q)s",
-    # Compaction and pruning: one bounded batch of finished jobs (done, or
-    # dead: ``state``) that finished ``keep`` seconds ago or more. The caller
+    "purge": f"""
+        WITH d AS (DELETE FROM {{schema}}.jobs WHERE queue = %(q)s RETURNING state, scheduled), {_DELETE_TALLY}
+        SELECT count(*) FROM d""",
+    # Compaction and pruning: one bounded batch of finished jobs (done and
+    # cancelled, or dead: ``states``) that finished ``keep`` seconds ago or more. The caller
     # repeats it, each batch its own transaction, until a batch comes short.
     "prune": f"""
+        WITH d AS (
         DELETE FROM {{schema}}.jobs AS j
         USING (SELECT queue, id FROM {{schema}}.jobs
-               WHERE queue = %(q)s AND state = %(state)s
+               WHERE queue = %(q)s AND state = ANY(%(states)s::text[])
                  AND finished_at <= {_NOW} - %(keep)s::float8 * interval '1 second'
                ORDER BY seq LIMIT {PRUNE_BATCH}) AS x
-        WHERE j.queue = x.queue AND j.id = x.id""",
+        WHERE j.queue = x.queue AND j.id = x.id
+        RETURNING j.state, j.scheduled
+        ), {_DELETE_TALLY}
+        SELECT count(*) FROM d""",
     "get": f"SELECT {_SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
     # A listing (see _build): the rows of each part, by the partial index of
     # that part, each cut to the page's end first so none is sorted whole.
     "list_parts": f"""
         SELECT {_SHOWN} FROM ({{parts}}) AS j
         ORDER BY j.seq LIMIT %(limit)s OFFSET %(offset)s""",
-    # The counts the triggers keep (sql/003), plus what the clock changed
-    # since: scheduled jobs that came due, and leases whose deadline passed,
-    # which count where a read shows them (see _SHOWN). Both are index ranges
-    # that the next claim empties. The last column is how many rows of
-    # differences were summed (fold_counts folds them when they are many).
+    # The counts the statements keep (sql/004, _TALLY): active jobs (ready,
+    # scheduled or leased), scheduled, done and dead; leases are counted from
+    # their index (there are as many as the workers hold), and ready is what
+    # remains of the active jobs. Then what the clock changed since:
+    # scheduled jobs that came due, and leases whose deadline passed, which
+    # count where a read shows them (see _SHOWN). Both are index ranges that
+    # the next claim empties. The last column is how many rows of differences
+    # were summed (fold_counts folds them when they are many).
     "stats": f"""
-        SELECT c.ready + d.due + x.ready, c.scheduled - d.due + x.delayed, c.leased - x.expired, c.done,
-               c.dead + x.dead, c.rows
-        FROM (SELECT coalesce(sum(n) FILTER (WHERE state = 'ready'), 0) AS ready,
-                     coalesce(sum(n) FILTER (WHERE state = 'scheduled'), 0) AS scheduled,
-                     coalesce(sum(n) FILTER (WHERE state = 'leased'), 0) AS leased,
-                     coalesce(sum(n) FILTER (WHERE state = 'done'), 0) AS done,
-                     coalesce(sum(n) FILTER (WHERE state = 'dead'), 0) AS dead,
-                     count(*) AS rows
+        SELECT c.active - c.scheduled - l.leased + d.due + x.ready, c.scheduled - d.due + x.delayed,
+               l.leased - x.expired, c.done, c.dead + x.dead, c.cancelled + x.cancelled, c.rows
+        FROM (SELECT coalesce(sum(active), 0) AS active, coalesce(sum(scheduled), 0) AS scheduled,
+                     coalesce(sum(done), 0) AS done, coalesce(sum(dead), 0) AS dead,
+                     coalesce(sum(cancelled), 0) AS cancelled, count(*) AS rows
               FROM {{schema}}.counts WHERE queue = %(q)s) AS c,
+             (SELECT count(*) AS leased FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'leased') AS l,
              (SELECT count(*) AS due FROM {{schema}}.jobs
               WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {_NOW}) AS d,
              (SELECT count(*) AS expired,
-                     count(*) FILTER (WHERE {_DIES}) AS dead,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} > {_NOW}) AS delayed,
-                     count(*) FILTER (WHERE NOT {_DIES} AND {_RETURNS} <= {_NOW}) AS ready
+                     count(*) FILTER (WHERE j.cancel_requested) AS cancelled,
+                     count(*) FILTER (WHERE {_DIES} AND NOT j.cancel_requested) AS dead,
+                     count(*) FILTER (WHERE NOT {_DIES} AND NOT j.cancel_requested AND {_RETURNS} > {_NOW}) AS delayed,
+                     count(*) FILTER (WHERE NOT {_DIES} AND NOT j.cancel_requested AND {_RETURNS} <= {_NOW}) AS ready
               FROM {{schema}}.jobs AS j
               WHERE j.queue = %(q)s AND j.state = 'leased' AND j.lease_deadline <= {_NOW}) AS x""",
-    "count": "SELECT coalesce(sum(n), 0), count(*) FROM {schema}.counts WHERE queue = %(q)s",
-    # One row per state instead of the differences the triggers added. Two
-    # folds at once are safe: the second waits for the rows the first
-    # deletes, then finds them gone and folds only what it deleted itself.
+    "count": "SELECT coalesce(sum(active + done + dead + cancelled), 0), count(*) FROM {schema}.counts WHERE queue = %(q)s",
+    # One row instead of the differences the statements added. Two folds at
+    # once are safe: the second waits for the rows the first deletes, then
+    # finds them gone and folds only what it deleted itself.
     "fold_counts": """
-        WITH gone AS (DELETE FROM {schema}.counts WHERE queue = %(q)s RETURNING state, n)
-        INSERT INTO {schema}.counts (queue, state, n)
-        SELECT %(q)s, state, sum(n) FROM gone GROUP BY state HAVING sum(n) <> 0""",
+        WITH gone AS (DELETE FROM {schema}.counts WHERE queue = %(q)s
+                      RETURNING active, scheduled, done, dead, cancelled)
+        INSERT INTO {schema}.counts (queue, active, scheduled, done, dead, cancelled)
+        SELECT %(q)s, sum(active), sum(scheduled), sum(done), sum(dead), sum(cancelled) FROM gone
+        HAVING sum(active) <> 0 OR sum(scheduled) <> 0 OR sum(done) <> 0 OR sum(dead) <> 0 OR sum(cancelled) <> 0""",
     # Seconds until the queue's next scheduled job or lease comes due (NULL: none), for an idle wait.
     "next_due": f"""
         SELECT date_part('epoch', least(
@@ -425,15 +548,19 @@ class Statements:
 
     def __init__(self, schema: str) -> None:
         self._text = build(schema)
-        self._claims: dict[tuple[bool, int], str] = {}
+        self._claims: dict[tuple[bool, bool, int], str] = {}
         #: The identity sequence of the jobs table's seq (a regclass literal).
         self.sequence = f"{quote_schema(schema)}.jobs_seq_seq"
 
     def __getitem__(self, name: str) -> str:
         return self._text[name]
 
-    def claim(self, count: int, *, kinds: bool) -> str:
+    def claim(self, count: int, *, kinds: bool, checked: bool = False) -> str:
         """The claim of ``count`` jobs (of some kinds only, with ``kinds``), its LIMIT written in as a number.
+
+        ``checked``: the claim as a lease sends it first, which takes nothing
+        while the upkeep has work and says so (see _DUE); otherwise the plain
+        claim, which a lease sends right after the upkeep.
 
         A parameter there would leave the server's generic plan guessing how
         many rows are wanted (a tenth of the table), and with a backlog that
@@ -444,10 +571,11 @@ class Statements:
         # Checked before the cache too: True would find the text of 1 there.
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"count must be a positive int, got {count!r}")
-        key = (kinds, count)
+        key = (kinds, checked, count)
         text = self._claims.get(key)
         if text is None:
-            text = self._text["claim_kinds" if kinds else "claim"].replace("{count}", str(int(count)))
+            name = ("claim_kinds" if kinds else "claim") + ("_checked" if checked else "")
+            text = self._text[name].replace("{count}", str(int(count)))
             if len(self._claims) < MAX_CLAIM_STATEMENTS:
                 self._claims[key] = text
         return text
@@ -467,10 +595,11 @@ _STATES = {s.value: s for s in JobState}
 def row_job(row: Any) -> Job:
     """The Job a row of _COLUMNS (or of _SHOWN, their read-only twin) makes; columns past them are ignored."""
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result, traceback) = row[:17]  # fmt: skip
+     deadline, token, error, seq, kind, key, stage, result, traceback, cancel_requested) = row[:18]  # fmt: skip
     return Job(
         id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
         max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
         result=None if result is None else load_json(result), traceback=traceback,
+        cancel_requested=bool(cancel_requested),
     )  # fmt: skip

@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, schema, operations, wakeups.
+connection, schema, operations, wakeups, schedules, schedule_ops.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -55,8 +55,10 @@ import time
 from typing import Any
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
+from . import schedule_ops
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -253,6 +255,11 @@ class PostgresStorage:
         ops.check_text(stage, "stage")
         return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
 
+    # ---- control of jobs (issue 15)
+    def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
+        ops.check_text(job_id, "job_id")
+        return self._link.run("cancel", lambda c: ops.cancel(c, self._target, job_id, token, stopped), retry=True)
+
     def requeue_dead(self, job_id: str | None) -> int:
         notify = self._gate.take()
         count = self._side.run("requeue_dead", lambda c: ops.requeue_dead(c, self._target, job_id, notify), retry=False)
@@ -286,6 +293,30 @@ class PostgresStorage:
         )
 
     # ================================================================ waiting and closing
+    # ================================================================ schedules (periodic jobs)
+    def put_schedule(self, spec: ScheduleSpec) -> Schedule:
+        sql, t = self._schedule_sql(), self._target
+        return self._link.run("schedule", lambda c: schedule_ops.put(c, t, sql, spec), retry=True)
+
+    def remove_schedule(self, name: str) -> bool:
+        sql, t = self._schedule_sql(), self._target
+        return self._link.run("unschedule", lambda c: schedule_ops.remove(c, t, sql, name), retry=True)
+
+    def list_schedules(self) -> list[Schedule]:
+        sql, t = self._schedule_sql(), self._target
+        return self._side.run("list schedules", lambda c: schedule_ops.listed(c, t, sql), retry=True)
+
+    def fire_schedules(self) -> list[Job]:
+        # Safe twice: a transaction lost with its connection enqueued nothing and moved nothing.
+        sql, t, most = self._schedule_sql(), self._target, self.max_attempts
+        return self._link.run("enqueue due ticks", lambda c: schedule_ops.fire(c, t, sql, most), retry=True)
+
+    def _schedule_sql(self) -> schedule_ops.ScheduleStatements:
+        sql: schedule_ops.ScheduleStatements | None = getattr(self, "_schedule_statements", None)
+        if sql is None:
+            sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
+        return sql
+
     def wakes_waiters(self) -> bool:
         """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
         return True
@@ -322,9 +353,9 @@ class PostgresStorage:
 
         def run(conn: Any) -> int:
             dropped = 0
-            for state, keep in (("done", self.done_retention), ("dead", self.dead_retention)):
+            for states, keep in ((ops.FINISHED_KEPT_AS_DONE, self.done_retention), (("dead",), self.dead_retention)):
                 if keep is not None:
-                    dropped += ops.prune(conn, t, state, keep, batches=PRUNE_BATCHES)
+                    dropped += ops.prune(conn, t, states, keep, batches=PRUNE_BATCHES)
             ops.fold_counts(conn, t)
             return dropped
 

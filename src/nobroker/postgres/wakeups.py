@@ -59,6 +59,11 @@ class NotifyGate:
                 return
             if os.getpid() != self._pid:  # a forked child: the parent's thread is not ours
                 self._pid, self._thread = os.getpid(), None
+            elif self._owed and self._thread is not None:
+                # Already owed: the thread sleeps until the window ends and then
+                # sends it. Waking it for every write of a burst would only cost
+                # a thread switch per write.
+                return
             self._owed = True
             if self._thread is None:
                 self._thread = threading.Thread(target=self._main, name="nobroker-notify", daemon=True)

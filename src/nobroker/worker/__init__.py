@@ -12,34 +12,43 @@ The package, in its order (a module imports only modules above it):
     signals.py    StopSignals: the two-stage Ctrl-C / SIGTERM, shared with `nobroker work`
     interrupt.py  InterruptPipe: stop() ends an idle wait at once
     outcome.py    WorkerStats; a handler's Outcome (result, or error and traceback)
+    options.py    the checks of a Worker's options and their limits
     asyncloop.py  EventLoopThread: the one event loop of async handlers
     heartbeat.py  Running jobs and the thread that renews their leases
-    acks.py       AckGatherer: acks from many threads share one ack_many
+    acks.py       ack_batch: the acks of many finished jobs in one ack_many
     settle.py     Settler: ack or nack each job, count it in exactly one bucket
-    worker.py     Worker: options, the leasing loop, handler threads, stopping
+    runners.py    HandlerThreads, or LoopTasks (async handlers as tasks); the SettlingThread
+    budget.py     max_jobs shared by the processes of a pool: a pipe of tokens
+    child.py      one forked worker process, from fork to exit; its reports
+    pool.py       ProcessPool: forks, supervises and stops the worker processes
+    ticks.py      the thread that enqueues due schedule ticks
+    worker.py     Worker: options, the leasing loop, stopping; processes= hands run() to the pool
 
 Threads inside one running Worker:
 
 * the thread that called ``run()`` leases jobs, as many at once as there are
-  free handler slots, and idles in ``queue.wait_for_jobs`` when there is no
-  work. It is the only thread that leases, so a busy worker makes few lease
-  calls;
-* ``concurrency`` handler threads each run one job at a time and ack or nack
-  it themselves, so acks from many threads reach the queue together and the
-  file storage can share one fsync between them (group commit);
+  free slots, and idles in ``queue.wait_for_jobs`` when there is no work. It
+  is the only thread that leases, so a busy worker makes few lease calls;
+* with a plain handler, ``concurrency`` handler threads each run one job at
+  a time (a plain handler that returns an awaitable has it run on the event
+  loop below while its thread waits); with an ``async def`` handler, no
+  handler threads: each job is a task on one event-loop thread, at most
+  ``concurrency`` at once;
+* one settling thread acks every job that finished since its last write in
+  one ack_many (one write, one fsync) and nacks the ones that failed, so a
+  handler thread goes on to its next job at once and no storage call runs
+  on the loop (with ``concurrency=1`` the handler thread settles its job
+  itself: there is nobody to share a write with);
 * one heartbeat thread renews the lease of every running job once a third of
   its visibility timeout has passed since the last renewal;
-* one event-loop thread, only when the handler is ``async``: the handler
-  threads hand coroutines to it and wait, so at most ``concurrency``
-  coroutines run at a time and acks still come from many threads;
 * with ``handle_signals`` in the main thread, one thread that turns the
   first stop signal into ``stop()`` (a signal handler itself must not take
   the Worker's locks).
 
-Later homes: pre-forked worker processes (``nobroker work --processes N``)
-drive several of these Workers from the CLI and reuse signals.py; per-job
-time limits and cancellation of running jobs belong with the handler threads
-and the heartbeat.
+With ``processes=N`` the thread that called ``run()`` forks N children and
+supervises them (pool.py); each child runs a Worker of its own, with the
+threads above. Later homes: per-job time limits and cancellation of running
+jobs belong with the runners and the heartbeat.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The event loop that runs async handlers: one thread, started on first need.
 
-Owns: EventLoopThread. Handler threads hand it coroutines and wait for
-their results, so at most ``concurrency`` coroutines run at a time and acks
-still come from many threads (they share one fsync). asyncio itself is
-imported only when an async handler first runs: a worker with a plain
-handler never loads it. Imports: nothing from nobroker.
+Owns: EventLoopThread. ``submit`` starts a coroutine as a task on it (an
+``async def`` handler's job: no thread waits for it); ``run`` blocks the
+calling thread until an awaitable is done (what a plain handler returned).
+``abort`` cancels everything still running. asyncio itself is imported only
+when an async handler first runs: a worker with a plain handler never loads
+it. Imports: nothing from nobroker.
 """
 
 from __future__ import annotations
@@ -69,6 +70,20 @@ class EventLoopThread:
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+
+    def submit(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """Start ``coroutine`` as a task on the loop; ``abort`` cancels it if it still runs then."""
+        import asyncio
+
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.ensure())
+        with self._lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._futures.discard(future)
 
     def run(self, awaitable: Awaitable[Any]) -> Any:
         """Run ``awaitable`` on the loop and return its result (or raise what it raised)."""

@@ -1,9 +1,11 @@
 """Keeping the leases of running jobs alive: one thread renews them all.
 
 Owns: Running (one leased job between lease and ack/nack, with when to
-renew it) and Heartbeat (the thread that renews every running job's lease
-once RENEW_FRACTION of its visibility timeout has passed since the last
-renewal, and marks a lease lost when the queue refuses the renewal).
+renew it, and whether it was cancelled) and Heartbeat (the thread that
+renews every running job's lease once RENEW_FRACTION of its visibility
+timeout has passed since the last renewal, marks a lease lost when the
+queue refuses the renewal, and tells the handler when the renewal says the
+job was cancelled: ``job.cancelled`` set, an async handler's task cancelled).
 Imports: errors, jobs, protocol.
 """
 
@@ -13,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..errors import JobNotFoundError, NotLeasedError
 from ..jobs import Job
@@ -38,7 +41,7 @@ LOST_ERRORS: tuple[type[BaseException], ...] = (NotLeasedError, JobNotFoundError
 class Running:
     """One leased job between lease and ack/nack: what the heartbeat renews."""
 
-    __slots__ = ("job", "timeout", "interval", "renew_at", "lost")
+    __slots__ = ("job", "timeout", "interval", "renew_at", "lost", "cancelled", "_task", "_task_lock")
 
     def __init__(self, job: Job, timeout: float, leased_at: float) -> None:
         assert timeout > 0, "a lease length is positive"
@@ -48,6 +51,29 @@ class Running:
         self.renew_at = leased_at + self.interval  # monotonic clock
         #: Set (under the heartbeat's lock) when a renewal found the lease gone.
         self.lost = False
+        #: Set when a renewal found the job's cancel asked for: the attempt ends cancelled.
+        self.cancelled = False
+        self._task: Any = None  # the concurrent future of an async handler's task, once it runs
+        self._task_lock = threading.Lock()
+
+    def attach(self, task: Any) -> None:
+        """The async handler's task now runs (a concurrent.futures.Future): cancel it if the job was cancelled."""
+        with self._task_lock:
+            self._task = task
+            cancel = self.cancelled
+        if cancel:
+            task.cancel()
+
+    def cancel(self) -> None:
+        """Tell the handler: ``job.cancelled`` set (where the Job has one), its async task cancelled."""
+        with self._task_lock:
+            self.cancelled = True
+            task = self._task
+        flag: Any = getattr(self.job, "cancelled", None)
+        if flag is not None and hasattr(flag, "set"):
+            flag.set()
+        if task is not None:
+            task.cancel()
 
 
 class Heartbeat:
@@ -133,7 +159,7 @@ class Heartbeat:
     def _renew(self, entry: Running) -> None:
         started = time.monotonic()
         try:
-            self._access.extend(entry.job, entry.timeout)
+            cancelled = self._access.extend(entry.job, entry.timeout)
         except LOST_ERRORS as exc:
             with self._lock:
                 still_running = entry in self._running
@@ -151,3 +177,7 @@ class Heartbeat:
             return
         with self._lock:
             entry.renew_at = started + entry.interval
+            still_running = entry in self._running
+        if cancelled and still_running and not entry.cancelled:
+            logger.info("job %s: cancelled while its handler runs; telling the handler", entry.job.id)
+            entry.cancel()

@@ -2,8 +2,9 @@
 
 Owns: WorkerStats (what one ``Worker.run()`` did, one bucket per leased
 job), Outcome (a result to ack, or an error text and traceback to nack
-with) and ``call_handler``, which turns whatever the handler did (returned,
-raised, returned a result that cannot be stored) into one Outcome.
+with) and ``call_handler`` (``call_async_handler`` on the event loop), which
+turns whatever the handler did (returned, raised, returned a result that
+cannot be stored) into one Outcome.
 Imports: errors, jobs, codec.
 """
 
@@ -34,6 +35,8 @@ class WorkerStats:
     over the limit), which is never retried: the work is done. ``lost_leases``: the lease was no longer ours when the
     worker came to ack or nack (it expired and was delivered elsewhere, or an
     operator finished the job), so the outcome was not recorded by us.
+    ``cancelled``: the job was cancelled while its handler ran (``q.cancel``),
+    and its attempt ended cancelled, whatever the handler did.
     """
 
     leased: int = 0
@@ -41,10 +44,14 @@ class WorkerStats:
     failed: int = 0
     dead: int = 0
     lost_leases: int = 0
+    cancelled: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        """The counts as a JSON-ready dict."""
-        return dataclasses.asdict(self)
+        """The counts as a JSON-ready dict (``cancelled`` only when some job was)."""
+        out = dataclasses.asdict(self)
+        if not self.cancelled:
+            del out["cancelled"]
+        return out
 
 
 @dataclass
@@ -104,9 +111,45 @@ def call_handler(
     except BaseException as exc:  # SystemExit and the like: retry the job, then stop the worker
         outcome.failed(exc)
         escaping = exc
+    return _storable(outcome), escaping
+
+
+async def call_async_handler(handler: Handler, job: Job) -> tuple[Outcome, BaseException | None]:
+    """``call_handler`` for an async handler, awaited on the event loop itself.
+
+    A handler cancelled from inside (its own code, a library) has failed,
+    like any other exception: the job is retried and the worker goes on. A
+    hard stop cancels the running handlers too, but then nothing is sent.
+    """
+    import asyncio  # loaded already: this runs on the event loop
+
+    outcome = Outcome()
+    escaping: BaseException | None = None
+    try:
+        result = handler(job)
+        if inspect.isawaitable(result):
+            result = await result
+        outcome.result = result
+    except PermanentError as exc:
+        outcome.failed(exc, permanent=True)
+    except (Exception, asyncio.CancelledError) as exc:
+        outcome.failed(exc)
+    except BaseException as exc:  # SystemExit and the like: retry the job, then stop the worker
+        outcome.failed(exc)
+        escaping = exc
+    return _storable(outcome), escaping
+
+
+def is_async_handler(handler: Handler) -> bool:
+    """Is ``handler`` an ``async def`` function, or an object whose ``__call__`` is one?"""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+
+
+def _storable(outcome: Outcome) -> Outcome:
+    """The outcome, or the one that says its result cannot be stored (checked here, before the ack)."""
     if outcome.error is None and outcome.result is not None:
         try:
             stored_json(outcome.result, what="result", limit=MAX_RESULT_BYTES)
         except SerializationError as exc:
-            outcome = unstorable(exc)
-    return outcome, escaping
+            return unstorable(exc)
+    return outcome

@@ -19,7 +19,10 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..jobs import Job, JobState, finite_float
+from ..jobs import MAX_SECONDS, Job, JobState, finite_float
+
+#: Visibility timeout assumed when neither the queue nor the job tells it.
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
 
 
 class WorkQueue(Protocol):
@@ -162,8 +165,16 @@ class QueueAccess:
         returned = self.queue.nack(job, error=error, **optional)
         return isinstance(returned, Job) and returned.state is JobState.DEAD
 
-    def extend(self, job: Job, seconds: float) -> None:
-        self.queue.extend(job, seconds)
+    def extend(self, job: Job, seconds: float) -> bool:
+        """Renew the lease; True when the queue says the job's cancel was asked for meanwhile."""
+        renewed = self.queue.extend(job, seconds)
+        return getattr(renewed, "cancel_requested", False) is True
+
+    def end_cancelled(self, job: Job) -> None:
+        """End a cancelled job's attempt (the handler stopped): the job is cancelled for good."""
+        cancel = getattr(self.queue, "cancel", None)
+        if cancel is not None:  # a queue without cancel never marks a job: nothing to end
+            cancel(job, stopped=True)
 
     def wakes_waiters(self) -> bool:
         """Will the queue wake us when work arrives, so a long idle wait is safe?"""
@@ -189,3 +200,16 @@ class QueueAccess:
         if self._timed is not None and is_positive_number(self._timed.visibility_timeout):
             return float(self._timed.visibility_timeout)
         return None
+
+    def lease_length_of(self, job: Job, leased_at_wall: float) -> float:
+        """The lease length to renew ``job`` with: the queue's setting, else what the job shows."""
+        configured = self.lease_length()
+        if configured is not None:
+            return configured
+        # A job of a queue other than nobroker's may not carry a deadline at all.
+        deadline = getattr(job, "lease_deadline", None)
+        if is_positive_number(deadline):
+            derived = float(deadline) - leased_at_wall  # type: ignore[arg-type]
+            if 0 < derived <= MAX_SECONDS:
+                return derived
+        return DEFAULT_VISIBILITY_TIMEOUT

@@ -1,8 +1,8 @@
 """Settling a finished job: ack or nack it, and count it in exactly one bucket.
 
 Owns: Settler, which holds the run's WorkerStats. A job whose handler
-returned is acked (through the AckGatherer, so acks from many threads share
-one write); one whose handler raised, or whose result the queue refused, is
+returned is acked (``settle_many``: the acks of a batch in one write); one
+whose handler raised, or whose result the queue refused, is
 nacked (with its traceback where the queue keeps one). A lease found lost,
 on the way or by the heartbeat meanwhile, is counted as lost, never as
 done. Imports: errors, protocol, outcome, heartbeat, acks.
@@ -15,8 +15,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..errors import SerializationError
-from .acks import AckGatherer
+from ..errors import JobCancelledError, JobFinishedError, SerializationError
+from .acks import ack_batch
 from .heartbeat import LOST_ERRORS, Heartbeat, Running
 from .outcome import Outcome, WorkerStats, unstorable
 from .protocol import QueueAccess
@@ -33,11 +33,9 @@ class Settler:
     """
 
     def __init__(
-        self, access: QueueAccess, acks: AckGatherer, heartbeat: Heartbeat,
-        on_error: Callable[[BaseException, str], None],
+        self, access: QueueAccess, heartbeat: Heartbeat, on_error: Callable[[BaseException, str], None],
     ) -> None:  # fmt: skip
         self._access = access
-        self._acks = acks
         self._heartbeat = heartbeat
         self._on_error = on_error
         self._lock = threading.Lock()
@@ -61,34 +59,66 @@ class Settler:
         self.aborted = True
 
     def settle(self, entry: Running, outcome: Outcome) -> None:
+        """One job, settled by the thread that ran it (a worker that runs one job at a time)."""
         # Unregistered first, so a renewal racing with this ack cannot
         # report a lost lease for a job that simply finished.
         self._heartbeat.discard(entry)
         if self.aborted:
             return
-        if outcome.error is None:
-            try:
-                self._acks.ack(entry.job, outcome.result)
-            except LOST_ERRORS as exc:
-                self._count_lost(entry, exc)
-                return
-            except SerializationError as exc:  # the queue refused what the check let through
-                outcome = unstorable(exc)
-            except Exception as exc:
-                self._on_error(exc, f"ack of job {entry.job.id}")
-                return
-            else:
-                if self._recorded(entry):
-                    with self._lock:
-                        self._stats.succeeded += 1
-                return
-        self._nack(entry, outcome)
+        if entry.cancelled:  # the heartbeat saw the cancel: whatever the handler did, the attempt ends cancelled
+            self._end_cancelled(entry)
+            return
+        if outcome.error is not None:
+            self._nack(entry, outcome)
+            return
+        try:
+            self._access.ack(entry.job, outcome.result)
+        except Exception as exc:
+            self._after_ack(entry, exc)
+        else:
+            self._after_ack(entry, None)
+
+    def settle_many(self, finished: list[tuple[Running, Outcome]]) -> None:
+        """``settle`` for a batch one thread has already: its acks go in one ``ack_many``."""
+        for entry, _ in finished:
+            self._heartbeat.discard(entry)
+        if self.aborted:
+            return
+        for entry, _ in finished:
+            if entry.cancelled:
+                self._end_cancelled(entry)
+        finished = [(entry, outcome) for entry, outcome in finished if not entry.cancelled]
+        acked = [(entry, outcome) for entry, outcome in finished if outcome.error is None]
+        errors = ack_batch(self._access, [entry.job for entry, _ in acked], [outcome.result for _, outcome in acked])
+        for (entry, _), error in zip(acked, errors):
+            self._after_ack(entry, error)
+        for entry, outcome in finished:
+            if outcome.error is not None:
+                self._nack(entry, outcome)
+
+    def _after_ack(self, entry: Running, error: Exception | None) -> None:
+        """Count an ack that went through, or deal with what it raised."""
+        if error is None:
+            if self._recorded(entry):
+                with self._lock:
+                    self._stats.succeeded += 1
+        elif isinstance(error, JobCancelledError):  # cancelled after the last renewal: the ack is refused
+            self._end_cancelled(entry)
+        elif isinstance(error, LOST_ERRORS):
+            self._count_lost(entry, error)
+        elif isinstance(error, SerializationError):  # the queue refused what the check let through
+            self._nack(entry, unstorable(error))
+        else:
+            self._on_error(error, f"ack of job {entry.job.id}")
 
     def _nack(self, entry: Running, outcome: Outcome) -> None:
         job = entry.job
         assert outcome.error is not None, "an outcome that is not acked carries its error"
         try:
             went_dead = self._access.nack(job, outcome.error, outcome.permanent, outcome.traceback())
+        except JobCancelledError:
+            self._end_cancelled(entry)
+            return
         except LOST_ERRORS as exc:
             self._count_lost(entry, exc)
             return
@@ -108,6 +138,24 @@ class Settler:
             logger.warning("job %s moved to the dead-letter queue: %s", job.id, outcome.error, exc_info=outcome.exc)
         else:
             logger.warning("job %s failed, will retry: %s", job.id, outcome.error, exc_info=outcome.exc)
+
+    def _end_cancelled(self, entry: Running) -> None:
+        """The handler of a cancelled job returned: end its attempt cancelled (the lease's expiry would too)."""
+        try:
+            self._access.end_cancelled(entry.job)
+        except JobFinishedError as exc:  # its lease expired meanwhile, and the reclaim ended it
+            if exc.state != "cancelled":
+                self._count_lost(entry, exc)
+                return
+        except LOST_ERRORS as exc:
+            self._count_lost(entry, exc)
+            return
+        except Exception as exc:
+            self._on_error(exc, f"cancel of job {entry.job.id}")
+            return
+        with self._lock:
+            self._stats.cancelled += 1
+        logger.info("job %s: cancelled; its attempt ended cancelled", entry.job.id)
 
     def _recorded(self, entry: Running) -> bool:
         """Was the outcome ours to record? Not when the heartbeat found the lease lost meanwhile (counted as lost)."""

@@ -1,12 +1,15 @@
 """The Worker: runs a handler over leased jobs, concurrently and safely.
 
-Owns: Worker: checking its options, the run() thread's loop (leasing as many
-jobs as there are free handler slots, idling when there is none), the
-handler threads, and stopping: on stop(), a stop signal, max_jobs,
+Owns: Worker: the run() thread's loop (leasing as many jobs as there are
+free slots, idling when there is none, handing them to its runner: handler
+threads, or tasks on the event loop for an async handler), and stopping: on stop(), a stop signal, max_jobs,
 idle_timeout, a storage error, or a second Ctrl-C. It wires the helpers
 that come before it in the package and owns none of their state.
-Imports: jobs, protocol, signals, interrupt, outcome, asyncloop, heartbeat,
-acks, settle.
+With ``processes=N`` it runs none of that itself: run() hands over to a
+ProcessPool (pool.py), whose forked children each run a Worker made here
+with the same options. Imports: jobs, protocol, options, signals,
+interrupt, outcome, asyncloop, heartbeat, settle, runners, budget, pool,
+ticks (which enqueues the queue's due periodic jobs).
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -26,23 +29,25 @@ handlers finish, and is raised again from ``run()``.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
-import queue as queue_module
 import threading
 import time
 from collections.abc import Iterable
 
-from ..jobs import MAX_SECONDS, Job, shown
-from .acks import AckGatherer
+from ..jobs import Job
 from .asyncloop import EventLoopThread
+from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
 from .interrupt import InterruptPipe
-from .outcome import Handler, WorkerStats, call_handler
-from .protocol import QueueAccess, WorkQueue, is_positive_number
+from .outcome import Handler, WorkerStats, is_async_handler
+from .options import check_options
+from .pool import ProcessPool
+from .protocol import QueueAccess, WorkQueue
+from .runners import runner_for
 from .settle import Settler
 from .signals import StopSignals
+from .ticks import TickThread
 
 logger = logging.getLogger("nobroker.worker")
 
@@ -57,31 +62,12 @@ WAIT_SLICE = 0.1
 #: lost wake-up, or a lease another process took during the wait and let
 #: expire, could leave work unnoticed.
 IDLE_RECHECK = 2.0
-#: Visibility timeout assumed when neither the queue nor the job tells it.
-DEFAULT_VISIBILITY_TIMEOUT = 30.0
 #: While jobs are still running, the leasing thread waits up to this long
 #: for the rest of the slots to free before it leases. Short handlers finish
 #: in bursts (their acks share one fsync and return together), so the wait
 #: turns several small lease calls, each a write and an fsync of its own,
 #: into one; long handlers lose at most this much per lease call.
 LEASE_GATHER_SECONDS = 0.002
-#: Most handler threads one Worker starts.
-MAX_CONCURRENCY = 1024
-
-
-def _check_options(
-    handler: Handler, concurrency: int, poll_interval: float, max_jobs: int | None, idle_timeout: float | None
-) -> None:
-    if not callable(handler):
-        raise TypeError(f"handler must be callable, got {handler!r}")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise ValueError(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, got {concurrency!r}")
-    if not is_positive_number(poll_interval) or poll_interval > MAX_SECONDS:
-        raise ValueError(f"poll_interval must be a finite number of seconds > 0 and at most {MAX_SECONDS:g}, got {shown(poll_interval)}")
-    if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
-        raise ValueError(f"max_jobs must be None or an integer >= 1, got {max_jobs!r}")
-    if idle_timeout is not None and not (idle_timeout == 0 or is_positive_number(idle_timeout)):
-        raise ValueError(f"idle_timeout must be None or a number of seconds >= 0, got {shown(idle_timeout)}")
 
 
 class Worker:
@@ -93,8 +79,10 @@ class Worker:
     back for a retry with backoff (or to the dead-letter queue once its
     attempts are used up), and ``nobroker.PermanentError`` sends it to the
     dead-letter queue at once.
-    ``async def`` handlers (and handlers that return an awaitable) run on one
-    event loop. Delivery is at-least-once: handlers must be idempotent.
+    ``async def`` handlers run as tasks on one event loop, with no thread
+    per job (their storage calls run on other threads, never on the loop);
+    a plain handler that returns an awaitable has it run on that loop.
+    Delivery is at-least-once: handlers must be idempotent.
 
     ``concurrency``: jobs run at once. ``poll_interval``: longest idle wait
     before looking for work again where the queue cannot wake the worker
@@ -108,6 +96,19 @@ class Worker:
     raises KeyboardInterrupt at once (those leases then expire normally).
     ``kinds``: lease only jobs of these kinds. ``name``: used in logs and
     thread names.
+
+    ``processes``: run in that many pre-forked worker processes instead, each
+    with ``concurrency`` jobs at once (for CPU-bound handlers; POSIX only: it
+    needs ``os.fork``). Each child inherits the queue object and the handler
+    (nothing is pickled; the queue opens its own files or connection in the
+    child) and runs the normal leasing loop. The parent runs no job: it
+    replaces a child that dies (``processes_replaced`` counts them), passes
+    a stop on (the first stop signal or ``stop()``: every child finishes its
+    running jobs; a second Ctrl-C kills them, and their leases expire), and
+    returns the children's counts added up. ``max_jobs`` then counts the
+    leases of every child together; ``idle_timeout`` applies to each child,
+    and run() returns once all have stopped. The process that calls run()
+    must not use the queue from other threads meanwhile.
     """
 
     def __init__(
@@ -122,9 +123,11 @@ class Worker:
         handle_signals: bool = True,
         kinds: Iterable[str] | str | None = None,
         name: str | None = None,
+        processes: int | None = None,
         _heartbeat: bool = True,
+        _budget: LeaseBudget | None = None,
     ) -> None:
-        _check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout)
+        check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout, processes)
         if isinstance(kinds, str):
             kinds = [kinds]
         self._queue = queue
@@ -137,7 +140,11 @@ class Worker:
         self._handle_signals = handle_signals
         self._kinds: list[str] | None = None if kinds is None else list(kinds)
         self.name: str = name if name is not None else f"worker-{os.getpid()}"
+        self._named = name is not None
+        self._processes = processes
         self._use_heartbeat = _heartbeat
+        self._budget = _budget
+        self._pool: ProcessPool | None = None
 
         # One lock guards the worker's own shared state below; each helper
         # (heartbeat, acks, event loop, pipe) guards its own with another.
@@ -150,24 +157,43 @@ class Worker:
         self._stopping = threading.Event()
 
         self._heartbeat = Heartbeat(self._access, self._fail, f"{self.name}-heartbeat")
-        acks = AckGatherer(self._access, concurrency, lambda: self._inflight)
-        self._settler = Settler(self._access, acks, self._heartbeat, self._fail)
+        self._settler = Settler(self._access, self._heartbeat, self._fail)
         self._loop = EventLoopThread(f"{self.name}-asyncio")
         self._pipe = InterruptPipe()
         self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
         #: The signal handler run() installs (with handle_signals, in the main thread).
         self._on_signal = self._signals.handle
-        self._work: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._runner = runner_for(
+            handler, is_async_handler(handler), self._settler, self._loop, concurrency, self._access.acks_many,
+            self.name, self._job_finished, self._fail,
+        )  # fmt: skip
+        self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
 
     # ------------------------------------------------------------ public
     def __repr__(self) -> str:
-        return f"<Worker {self.name!r} concurrency={self._concurrency}>"
+        processes = "" if self._processes is None else f" processes={self._processes}"
+        return f"<Worker {self.name!r} concurrency={self._concurrency}{processes}>"
 
     @property
     def stats(self) -> WorkerStats:
-        """A snapshot of the counts so far (safe to read from any thread)."""
-        return self._settler.stats()
+        """A snapshot of the counts so far (safe to read from any thread).
+
+        With ``processes``: every child's, as each last reported them (a
+        running child reports every half second or so).
+        """
+        pool = self._pool
+        return self._settler.stats() if pool is None else pool.stats()
+
+    @property
+    def processes(self) -> int | None:
+        """How many worker processes run() forks (None: it runs the jobs itself)."""
+        return self._processes
+
+    @property
+    def processes_replaced(self) -> int:
+        """With ``processes``: how many children died (killed, crashed) and were replaced."""
+        pool = self._pool
+        return 0 if pool is None else pool.replaced
 
     @property
     def concurrency(self) -> int:
@@ -207,7 +233,10 @@ class Worker:
         self._stopping.set()
         with self._lock:
             self._slot_freed.notify_all()
+            pool = self._pool
         self._pipe.interrupt()
+        if pool is not None:
+            pool.stop()
 
     def run(self) -> WorkerStats:
         """Lease and run jobs until stopped; return what was done.
@@ -223,6 +252,8 @@ class Worker:
             if self._started:
                 raise RuntimeError("a Worker runs once; create a new Worker to run again")
             self._started = True
+        if self._processes is not None:
+            return self._run_pool(self._processes)
         if self._access.can_interrupt:
             self._pipe.open()
             if self._stopping.is_set():  # stop() came before the pipe was there to write to
@@ -234,10 +265,14 @@ class Worker:
             kinds = "all" if self._kinds is None else ",".join(self._kinds)
             logger.info("%s started: concurrency %d, kinds %s", self.name, self._concurrency, kinds)
             self._start_threads()
+            if self._ticks is not None:
+                self._ticks.maybe_start()
             self._lease_loop()
             self._drain()
             finished = True
         finally:
+            if self._ticks is not None:
+                self._ticks.stop()
             if not finished:
                 self._abort()
             self._signals.restore()
@@ -249,12 +284,36 @@ class Worker:
         logger.info("%s stopped: %s", self.name, stats.to_dict())
         return stats
 
+    def _run_pool(self, processes: int) -> WorkerStats:
+        """run() with ``processes``: fork the children and supervise them until they all stopped."""
+        pool = ProcessPool(self._child_worker, processes, self._max_jobs, self.name)
+        with self._lock:
+            self._pool = pool
+        if self._stopping.is_set():  # stop() came before the pool was there to tell
+            pool.stop()
+        if self._handle_signals:
+            self._signals.install()
+        try:
+            return pool.run()
+        finally:
+            self._signals.restore()
+
+    def _child_worker(self, budget: LeaseBudget | None, slot: int) -> Worker:
+        """In a forked child: the Worker it runs, made with this one's options (and the pool's budget)."""
+        return Worker(
+            self._queue, self._handler, concurrency=self._concurrency, poll_interval=self._poll_interval,
+            idle_timeout=self._idle_timeout, handle_signals=True, kinds=self._kinds,
+            name=f"{self.name}-{slot}" if self._named else None, _heartbeat=self._use_heartbeat, _budget=budget,
+        )  # fmt: skip
+
     # ------------------------------------------------------------ leasing (the run() thread)
     def _asked_to_stop(self) -> bool:
         return self._stopping.is_set() or self._signals.first is not None
 
     def _lease_loop(self) -> None:
         while not self._stopping.is_set():
+            if self._ticks is not None:
+                self._ticks.maybe_start()
             with self._lock:
                 while self._inflight >= self._concurrency and not self._asked_to_stop():
                     self._slot_freed.wait(WAIT_SLICE)
@@ -269,13 +328,13 @@ class Worker:
             if self._asked_to_stop() or free <= 0:
                 self._wait_for_stop()  # a signal came: its watcher calls stop() in a moment
                 continue
-            if self._max_jobs is not None:
-                remaining = self._max_jobs - self._settler.leased_so_far()
-                if remaining <= 0:
-                    logger.info("%s leased its max_jobs (%d); finishing", self.name, self._max_jobs)
-                    self.stop()
-                    return
-                free = min(free, remaining)
+            allowed = self._allowed(free)
+            if allowed is None:
+                self.stop()
+                return
+            if allowed == 0:  # none for now: the pool's parent is refilling the shared budget
+                continue
+            free = allowed
             leased_at_wall = time.time()
             leased_at = time.monotonic()
             try:
@@ -283,10 +342,27 @@ class Worker:
             except Exception as exc:
                 self._fail(exc, "lease")
                 return
+            if self._budget is not None:
+                self._budget.keep(free - len(jobs))
             if jobs:
                 self._dispatch(jobs, leased_at_wall, leased_at)
                 continue
             self._idle(self._idle_wait_time())
+
+    def _allowed(self, free: int) -> int | None:
+        """How many of ``free`` slots the next lease may fill under max_jobs (or a pool's shared one); None: no more."""
+        if self._max_jobs is not None:
+            remaining = self._max_jobs - self._settler.leased_so_far()
+            if remaining <= 0:
+                logger.info("%s leased its max_jobs (%d); finishing", self.name, self._max_jobs)
+                return None
+            free = min(free, remaining)
+        if self._budget is not None:
+            granted = self._budget.take(free)
+            if granted is None:
+                logger.info("%s: the pool's max_jobs are all leased; finishing", self.name)
+            return granted
+        return free
 
     def _wait_for_stop(self) -> None:
         with self._lock:
@@ -326,27 +402,13 @@ class Worker:
             self._fail(exc, "wait_for_jobs")
 
     def _dispatch(self, jobs: list[Job], leased_at_wall: float, leased_at: float) -> None:
-        entries = [Running(job, self._visibility_timeout(job, leased_at_wall), leased_at) for job in jobs]
+        entries = [Running(job, self._access.lease_length_of(job, leased_at_wall), leased_at) for job in jobs]
         with self._lock:
             self._inflight += len(entries)
             self._idle_since = time.monotonic()
         self._settler.add_leased(len(entries))
         self._heartbeat.add(entries)  # before any handler can settle one of them
-        for entry in entries:
-            self._work.put(entry)
-
-    def _visibility_timeout(self, job: Job, leased_at_wall: float) -> float:
-        """The lease length to renew with: the queue's setting, else what the job shows."""
-        configured = self._access.lease_length()
-        if configured is not None:
-            return configured
-        # A job of a queue other than nobroker's may not carry a deadline at all.
-        deadline = getattr(job, "lease_deadline", None)
-        if is_positive_number(deadline):
-            derived = float(deadline) - leased_at_wall  # type: ignore[arg-type]
-            if 0 < derived <= MAX_SECONDS:
-                return derived
-        return DEFAULT_VISIBILITY_TIMEOUT
+        self._runner.run(entries)
 
     def _drain(self) -> None:
         """Stop leasing, wait for running jobs to finish, then stop every thread."""
@@ -354,60 +416,38 @@ class Worker:
         with self._lock:
             while self._inflight > 0:
                 self._slot_freed.wait(WAIT_SLICE)
-        for _ in self._threads:
-            self._work.put(None)
-        for thread in self._threads:
-            thread.join()
+        self._runner.stop()
         self._heartbeat.stop()
-        self._loop.stop()
 
     def _abort(self) -> None:
         """run() is leaving on an exception (a second Ctrl-C): let go at once.
 
-        Running handlers cannot be interrupted; they finish in the background
-        but their outcome is not sent (the caller may have closed the queue),
-        and the heartbeat stops, so their leases expire normally.
+        Running handlers are not waited for: a thread finishes its handler in
+        the background, an async handler is cancelled; no outcome is sent
+        (the caller may have closed the queue), and the heartbeat stops, so
+        their leases expire normally.
         """
         self._settler.abort()
         self._stopping.set()
         self._heartbeat.abort()
-        for _ in self._threads:
-            self._work.put(None)
-        self._loop.abort()
+        self._runner.abort()
         logger.warning("%s interrupted; running jobs' leases will expire and they will be delivered again", self.name)
 
-    # ------------------------------------------------------------ handler threads
+    # ------------------------------------------------------------ running jobs
     def _start_threads(self) -> None:
-        if inspect.iscoroutinefunction(self._handler):
-            self._loop.ensure()
-        for index in range(self._concurrency):
-            thread = threading.Thread(target=self._handler_thread, name=f"{self.name}-handler-{index}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._runner.start()
         if self._use_heartbeat:
             self._heartbeat.start()
 
-    def _handler_thread(self) -> None:
-        while True:
-            entry = self._work.get()
-            if entry is None:
-                return
-            try:
-                if not self._settler.aborted:  # after a second Ctrl-C nothing new starts
-                    outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
-                    self._settler.settle(entry, outcome)
-                    if escaping is not None:
-                        self._fail(escaping, f"handler of job {entry.job.id}")
-            except BaseException as exc:  # a bug here must stop the worker, not vanish with the thread
-                self._fail(exc, f"handling job {entry.job.id}")
-            finally:
-                self._heartbeat.discard(entry)
-                with self._lock:
-                    self._inflight -= 1
-                    assert self._inflight >= 0, "every job finishes once"
-                    if self._inflight == 0:
-                        self._idle_since = time.monotonic()
-                    self._slot_freed.notify_all()
+    def _job_finished(self, entry: Running) -> None:
+        """A job was settled (on a handler thread, or the async handlers' settling thread): its slot is free."""
+        self._heartbeat.discard(entry)
+        with self._lock:
+            self._inflight -= 1
+            assert self._inflight >= 0, "every job finishes once"
+            if self._inflight == 0:
+                self._idle_since = time.monotonic()
+            self._slot_freed.notify_all()
 
     # ------------------------------------------------------------ errors and signals
     def _fail(self, exc: BaseException, what: str) -> None:
@@ -425,11 +465,9 @@ class Worker:
     def _stop_on_signal(self, signum: int) -> None:
         """The first SIGINT/SIGTERM (on the signals' watcher thread): finish what runs, then stop."""
         with self._lock:
-            running = self._inflight
+            running = f"{self._inflight} running job(s)" if self._pool is None else "the worker processes' running jobs"
         logger.warning(
-            "%s: stop signal received (%s); finishing %d running job(s), then stopping (Ctrl-C again to quit at once)",
-            self.name,
-            self._signals.first_name,
-            running,
-        )
+            "%s: stop signal received (%s); finishing %s, then stopping (Ctrl-C again to quit at once)",
+            self.name, self._signals.first_name, running,
+        )  # fmt: skip
         self.stop()

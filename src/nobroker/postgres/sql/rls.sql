@@ -32,3 +32,15 @@ DROP POLICY IF EXISTS {role_policy} ON {schema}.counts;
 CREATE POLICY {role_policy} ON {schema}.counts TO {role} USING (true) WITH CHECK (true);
 
 GRANT SELECT, INSERT, DELETE ON {schema}.counts TO {role};
+
+-- Periodic jobs (version 5): the same rule.
+ALTER TABLE {schema}.schedules ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.schedules FORCE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS {owner_policy} ON {schema}.schedules;
+CREATE POLICY {owner_policy} ON {schema}.schedules TO {owner} USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS {role_policy} ON {schema}.schedules;
+CREATE POLICY {role_policy} ON {schema}.schedules TO {role} USING (true) WITH CHECK (true);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.schedules TO {role};

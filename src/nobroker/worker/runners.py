@@ -1,0 +1,241 @@
+"""Running the handler over leased jobs: on handler threads, or as tasks on the one event loop.
+
+Owns: HandlerThreads (``concurrency`` threads, each running one job at a
+time), LoopTasks (an ``async def`` handler: each job a task on the event
+loop, no thread per job) and the SettlingThread both hand finished jobs
+to: one thread that acks everything finished since its last write in one
+``ack_many`` (one write, one fsync), so handler threads go on to their next
+job at once and no storage call runs on the loop. A handler thread nacks a
+failed job itself (nacks from many threads still share an fsync in the file
+storage's group commit), and acks itself too where there is nobody to share
+a write with (one job at a time) or no ``ack_many`` to share it in (acks
+from many threads then run at once, as before). Runners take leased jobs with
+``run(entries)`` and call ``finished(entry)`` once per job, after it was
+settled (after an abort nothing more is settled or counted); the Worker
+counts its free slots from that.
+Imports: outcome, asyncloop, heartbeat, settle.
+"""
+
+from __future__ import annotations
+
+import queue as queue_module
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from .asyncloop import EventLoopThread
+from .heartbeat import Running
+from .outcome import Handler, Outcome, call_async_handler, call_handler
+from .settle import Settler
+
+#: Called once per job, after it was settled (or given up on).
+Finished = Callable[[Running], None]
+#: What stops the worker: an exception, and what was being done.
+Fail = Callable[[BaseException, str], None]
+#: A job whose handler is done: the job, its outcome, and what must stop the worker once it is settled.
+Done = tuple[Running, Outcome, BaseException | None]
+
+
+class Runner(Protocol):
+    """What the Worker drives: start, hand over leased jobs, stop once all finished, or abort."""
+
+    def start(self) -> None: ...
+
+    def run(self, entries: list[Running]) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class SettlingThread:
+    """The one thread that settles finished jobs, many in one write.
+
+    While it waits for one write (an fsync, a statement), the jobs that
+    finish pile up, and its next ``ack_many`` carries them all: batches form
+    by themselves, with no timer.
+    """
+
+    def __init__(self, settler: Settler, name: str, finished: Finished, fail: Fail) -> None:
+        self._settler = settler
+        self._name = name
+        self._finished = finished
+        self._fail = fail
+        self._done: queue_module.SimpleQueue[Done | None] = queue_module.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name=f"{self._name}-settle", daemon=True)
+        self._thread.start()
+
+    def put(self, done: Done) -> None:
+        self._done.put(done)
+
+    def stop(self) -> None:
+        """Every job has been settled: let the thread go, and wait for it."""
+        self._done.put(None)
+        if self._thread is not None:
+            self._thread.join()
+
+    def abort(self) -> None:
+        """Settle nothing more (the leases of what still runs expire); wait for nothing."""
+        self._done.put(None)
+
+    def _main(self) -> None:
+        while True:
+            first = self._done.get()
+            if first is None:
+                return
+            batch, last = [first], False
+            while True:  # everything else that finished meanwhile goes in the same write
+                try:
+                    more = self._done.get_nowait()
+                except queue_module.Empty:
+                    break
+                if more is None:
+                    last = True
+                    break
+                batch.append(more)
+            self._settle(batch)
+            if last:
+                return
+
+    def _settle(self, batch: list[Done]) -> None:
+        try:
+            self._settler.settle_many([(entry, outcome) for entry, outcome, _ in batch])
+            for entry, _, escaping in batch:
+                if escaping is not None:
+                    self._fail(escaping, f"handler of job {entry.job.id}")
+        except BaseException as exc:  # a bug here must stop the worker, not vanish with the thread
+            self._fail(exc, "settling jobs")
+        finally:
+            for entry, _, _ in batch:
+                self._finished(entry)
+
+
+class HandlerThreads:
+    """``concurrency`` handler threads; a plain handler that returns an awaitable has it run on the loop."""
+
+    def __init__(
+        self, handler: Handler, settler: Settler, loop: EventLoopThread, concurrency: int, batch_acks: bool,
+        name: str, finished: Finished, fail: Fail,
+    ) -> None:  # fmt: skip
+        self._handler = handler
+        self._settler = settler
+        self._loop = loop
+        self._concurrency = concurrency
+        self._name = name
+        self._finished = finished
+        self._fail = fail
+        shared = concurrency > 1 and batch_acks
+        self._settling = SettlingThread(settler, name, finished, fail) if shared else None
+        self._work: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        if self._settling is not None:
+            self._settling.start()
+        for index in range(self._concurrency):
+            thread = threading.Thread(target=self._main, name=f"{self._name}-handler-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def run(self, entries: list[Running]) -> None:
+        for entry in entries:
+            self._work.put(entry)
+
+    def stop(self) -> None:
+        """Every job has finished: let the threads go, and wait for them."""
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join()
+        if self._settling is not None:
+            self._settling.stop()
+        self._loop.stop()
+
+    def abort(self) -> None:
+        """Let go at once: running handlers finish in the background, nothing new starts or is settled."""
+        for _ in self._threads:
+            self._work.put(None)
+        if self._settling is not None:
+            self._settling.abort()
+        self._loop.abort()
+
+    def _main(self) -> None:
+        while True:
+            entry = self._work.get()
+            if entry is None:
+                return
+            handed_over = False
+            try:
+                if not self._settler.aborted:  # after a second Ctrl-C nothing new starts
+                    outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
+                    if self._settling is not None and outcome.error is None:
+                        self._settling.put((entry, outcome, None))  # its ack shares the next write
+                        handed_over = True
+                    else:
+                        self._settler.settle(entry, outcome)
+                    if escaping is not None:
+                        self._fail(escaping, f"handler of job {entry.job.id}")
+            except BaseException as exc:  # a bug here must stop the worker, not vanish with the thread
+                self._fail(exc, f"handling job {entry.job.id}")
+            finally:
+                if not handed_over:
+                    self._finished(entry)
+
+
+class LoopTasks:
+    """An async handler: every job a task on the one loop, settled by the settling thread.
+
+    The leasing thread never hands over more jobs than there are free slots,
+    so at most ``concurrency`` tasks run at once.
+    """
+
+    def __init__(self, handler: Handler, settler: Settler, loop: EventLoopThread, name: str,
+                 finished: Finished, fail: Fail) -> None:  # fmt: skip
+        self._handler = handler
+        self._settler = settler
+        self._loop = loop
+        self._settling = SettlingThread(settler, name, finished, fail)
+
+    def start(self) -> None:
+        self._loop.ensure()
+        self._settling.start()
+
+    def run(self, entries: list[Running]) -> None:
+        for entry in entries:
+            entry.attach(self._loop.submit(self._task(entry)))  # a cancelled job's task is cancelled
+
+    def stop(self) -> None:
+        self._settling.stop()
+        self._loop.stop()
+
+    def abort(self) -> None:
+        """Cancel every running handler; nothing more is settled (the leases expire)."""
+        self._settling.abort()
+        self._loop.abort()
+
+    async def _task(self, entry: Running) -> None:
+        if self._settler.aborted:
+            return
+        try:
+            done: Done = (entry, *await call_async_handler(self._handler, entry.job))
+        except BaseException as exc:  # a bug here (or a cancel at the first step): still settled, and it stops the worker
+            outcome = Outcome()
+            outcome.failed(exc)
+            done = (entry, outcome, exc)
+        self._settling.put(done)
+
+
+def runner_for(
+    handler: Handler, is_async: bool, settler: Settler, loop: EventLoopThread, concurrency: int, batch_acks: bool,
+    name: str, finished: Finished, fail: Fail,
+) -> Runner:  # fmt: skip
+    """The runner a handler needs: tasks on the loop for an async one, else threads.
+
+    ``batch_acks``: the queue has ``ack_many``, so acks are worth sharing a write.
+    """
+    if is_async:
+        return LoopTasks(handler, settler, loop, name, finished, fail)
+    return HandlerThreads(handler, settler, loop, concurrency, batch_acks, name, finished, fail)
