@@ -5,6 +5,7 @@ The package, in its order (a module imports only modules above it):
 
     layout.py      every file name of a queue, formatted and parsed; the queue name rule
     fs.py          the I/O seam every byte passes through; storage_error, write_fully
+    folder.py      the queue folder made private, an unsafe or network one refused; pid_alive
     framing.py     the bytes of format version 1: header, frames, CRC, JSON bodies
     entry.py       Entry (one job in memory) and the checks of a record's fields
     records.py     one encoder and one decoder per record type
@@ -18,6 +19,7 @@ The package, in its order (a module imports only modules above it):
     schedule_ops.py  a schedule's writes and its due ticks, decided under the lock
     snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)
     compaction.py  the next generation's file, written and flipped to (repair uses it too)
+    checkpoint.py  replaying what no longer changes without the lock; the compactor's checkpoint
     recovery.py    QueueFiles: opening, replay with a snapshot, torn tails, leftovers, fork
     commit.py      Committer: the four beats, the group commit, roll-back, the read beat
     compactor.py   Compactor: the online compaction, mostly without the file lock

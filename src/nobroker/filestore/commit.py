@@ -267,6 +267,7 @@ class Committer(QueueFiles):
             lock = self._lock
             assert lock is not None and self._log is not None
             self._check_usable()
+            self._prepare_follow()  # a peer's compaction: its checkpoint loaded before the lock (checkpoint.py)
             lock.acquire(exclusive=True)
             try:
                 self._catch_up(exclusive=True)
@@ -381,6 +382,7 @@ class Committer(QueueFiles):
             self._enter()
             lock = self._lock
             assert lock is not None
+            self._prepare_follow()  # a peer's compaction: its checkpoint loaded before the lock (checkpoint.py)
             lock.acquire(exclusive=False)
             try:
                 self._catch_up(exclusive=False)

@@ -4,7 +4,7 @@ Owns: Compactor, the layer of FileStorage above Committer: the whole online
 compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
 jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
-compaction, commit.
+compaction, checkpoint, commit.
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -16,7 +16,8 @@ file and the rename of the pointer. In between, (2) the live jobs are
 streamed into the new generation from the old file's prefix (bytes before
 the noted end never change), the peers' records are copied after them byte
 for byte, and (5) the folder is fsynced; (6) this object then moves to the
-new generation. A compaction also holds this object's mutex throughout (its
+new generation, and (7) leaves a checkpoint of it for the processes that
+follow the flip (checkpoint.py). A compaction also holds this object's mutex throughout (its
 state must stay put while the jobs are streamed), so this process's other
 threads wait for it; other processes do not.
 """
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from ..errors import CompactionError, StorageError
 from ..jobs import CompactionResult
 from ..storage import StorageOptions
-from . import leases, schedule_records
+from . import checkpoint, leases, schedule_records
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .commit import Batch, Committer
 from .entry import DROPPED
@@ -96,6 +97,9 @@ class Compactor(Committer):
             self._compactor.forget()
             self._compactor = None
 
+    def _compacting_here(self) -> bool:
+        return self._compactor is not None
+
     def _auto_compact(self) -> None:
         """After a write that passed auto_compact's threshold; a compaction already running serves the same end."""
         try:
@@ -153,6 +157,7 @@ class Compactor(Committer):
         offsets, tail, copied, carried = self._rewrite(new, old, lock, progress)
         before = self._offset
         self._adopt(new, old, offsets, base, tail, copied, records_at_base - carried)
+        self._leave_checkpoint()
         return CompactionResult(
             old_generation=old.generation,
             new_generation=new.generation,
@@ -300,6 +305,20 @@ class Compactor(Committer):
             self.fs.unlink(old.path)
         except OSError:
             pass  # the next opener removes it
+
+    def _leave_checkpoint(self) -> None:
+        """(7) Without the lock: a checkpoint of the new generation, for the processes that follow the flip.
+
+        They load it instead of replaying the new generation (checkpoint.py);
+        it is also what this object's snapshot at close builds on.
+        """
+        log = self._log
+        assert log is not None
+        if self._stale:
+            return
+        crc = checkpoint.save_after_compaction(self.fs, self.directory, self.name, log, self._state, self._offset)
+        if crc is not None and self.durable:
+            self._snap_crc, self._snap_records = (log.generation, self._offset, crc), self._state.records
 
     def _compaction_slice(self, lock: Holds, old: LogFile, budget: float | None, *, locked: bool = False) -> bool:
         """Read forward in ``old`` what peers appended, for about ``budget`` seconds under the lock.

@@ -6,8 +6,9 @@ from them and where reading stopped; opening (prepare the folder, refuse a
 network filesystem, open or create the generation, fsync the folder, replay
 with a snapshot, cut a torn tail, remove leftovers), reading forward,
 re-opening after a fork, saving a snapshot at close, reading a job's
-payload back. Imports: errors, jobs, storage, layout, fs, framing, entry,
-log, lock, replay, snapshot.
+payload back; the unlocked replay and the checkpoints come from
+checkpoint.Checkpoints. Imports: errors, jobs, storage, layout, fs, folder,
+framing, entry, log, lock, replay, snapshot, checkpoint.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
 after the damage, is an interrupted write and is cut; damage followed by
@@ -19,36 +20,33 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CorruptLogError, NobrokerError, StorageError, UnsafeQueueError
+from ..errors import CorruptLogError, NobrokerError, StorageError
 from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
 from ..storage import StorageOptions, queue_closed
-from . import snapshot
+from . import checkpoint, snapshot
+from .checkpoint import Checkpoints, Prepared
 from .entry import Entry
 from .framing import FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
 from .fs import FileSystem, storage_error
 from .layout import check_name, compactor_path, leftover, lock_path, log_path, pointer_path
+from .folder import pid_alive, prepare_directory
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, list_generations, read_pointer
 from .replay import QueueState
 
 logger = logging.getLogger("nobroker")
 
-#: Filesystem types whose locking or rename semantics a queue cannot trust.
-NETWORK_FILESYSTEMS = frozenset(
-    {"nfs", "nfs4", "cifs", "smb", "smb3", "smbfs", "9p", "fuse.sshfs", "afs", "ceph", "glusterfs", "lustre", "davfs", "fuse.davfs2"}
-)
-
-
-class QueueFiles:
+class QueueFiles(Checkpoints):
     """One queue's files as this object holds them, and the state replayed from them."""
 
+    #: Write periodic checkpoints in a thread of their own (False: in the writing thread,
+    #: after its operation returned; the power-cut sweeps want one order of disk calls).
+    checkpoint_in_thread = True
     #: The fsync of the queue folder; FileStorage makes it (the folder is the storage's).
     _sync_directory: Callable[[], None]
 
@@ -82,10 +80,15 @@ class QueueFiles:
         # the state was built from: read under the lock, or written by us. None: unknown.
         self._snap_crc: tuple[int, int, int] | None = None
         self._snap_loaded = False  # did the last replay start from a snapshot?
+        # A generation replayed without the lock, for the next replay under it to start from (checkpoint.py).
+        self._prepared: Prepared | None = None
+        self._checkpointing: threading.Thread | None = None  # writing a checkpoint (see _maybe_checkpoint)
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's threads do not exist here, so neither do their locks."""
         self._mutex = threading.Lock()
+        self._checkpointing = None  # the parent's thread: not here
+        self._drop_prepared()
 
     # ================================================================ opening
     def _open(self) -> None:
@@ -99,23 +102,11 @@ class QueueFiles:
                 self.directory, os.strerror(self.read_only or 0),
             )  # fmt: skip
         started = time.perf_counter()
+        self._prepare_unlocked()
         self._lock.acquire(exclusive=self.read_only is None)
         try:
-            generation = read_pointer(self.fs, self.directory, self.name)
-            self._pointer_sig = self._pointer_signature()
-            self._log = self._open_generation(generation)
-            if self.durable and self.read_only is None:
-                # A crash between a peer's pointer rename and its folder fsync could
-                # leave a flip that a power cut undoes, and a failed fsync of the
-                # parent could leave the folder itself undurable: make both durable
-                # before we acknowledge anything written in them. This is also what
-                # makes a generation 0 just created durable (LogFile.create leaves
-                # its name to this fsync).
-                self._sync_directory()
-                try:
-                    self.fs.fsync_dir(os.path.dirname(self.directory))
-                except OSError as exc:
-                    raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+            self._locate()
+            assert self._log is not None
             # Read-only: a torn tail stays for a writer to cut, leftovers for a writer to remove.
             state, end, torn = self._replay_all(self._log, truncate=self.read_only is None)
             self._state, self._offset = state, end
@@ -131,7 +122,28 @@ class QueueFiles:
         if torn:
             logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)
 
+    def _locate(self) -> None:
+        """Under the lock: the current generation, opened (or the one replayed without the lock, still current)."""
+        generation = read_pointer(self.fs, self.directory, self.name)
+        self._pointer_sig = self._pointer_signature()
+        self._log = self._open_generation(generation)
+        if self.durable and self.read_only is None:
+            # A crash between a peer's pointer rename and its folder fsync could
+            # leave a flip that a power cut undoes, and a failed fsync of the
+            # parent could leave the folder itself undurable: make both durable
+            # before we acknowledge anything written in them. This is also what
+            # makes a generation 0 just created durable (LogFile.create leaves
+            # its name to this fsync).
+            self._sync_directory()
+            try:
+                self.fs.fsync_dir(os.path.dirname(self.directory))
+            except OSError as exc:
+                raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+
     def _open_generation(self, generation: int | None) -> LogFile:
+        ready = self._take_prepared(generation or 0)
+        if ready is not None:
+            return ready
         if generation is None:  # no compaction yet: generation 0, created on first use
             path = log_path(self.directory, self.name, 0)
             if not self.fs.exists(path):
@@ -178,10 +190,27 @@ class QueueFiles:
         A snapshot of the generation whose log prefix still matches stands in
         for replaying that prefix (snapshot.py); anything wrong with it: ignored.
         """
-        loaded = snapshot.load(self.fs, self.directory, self.name, log) if use_snapshot else None
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and (prepared.log is not log or not use_snapshot):
+            if prepared.log is not log:
+                prepared.log.close()
+            prepared = None
+        loaded: tuple[QueueState, int, int] | None
+        if prepared is not None:  # replayed without the lock up to prepared.end (see _prepare_unlocked)
+            loaded = (prepared.state, prepared.end, prepared.crc or 0)
+            self._snap_loaded, self._snap_records = prepared.loaded, prepared.loaded_records
+        else:
+            if use_snapshot and log.generation > 0 and not self._compacting_here():
+                # A peer's flip seen while we waited for the lock: its checkpoint comes
+                # shortly (written without the lock), and loading it beats replaying here.
+                checkpoint.wait_for_checkpoint(
+                    self.fs, self.directory, self.name, log.generation, timeout=checkpoint.CHECKPOINT_WAIT_LOCKED
+                )
+            loaded = snapshot.load(self.fs, self.directory, self.name, log) if use_snapshot else None
+            self._snap_loaded, self._snap_records = loaded is not None, loaded[0].records if loaded else 0
         state, start, crc = loaded or (QueueState(), 0, 0)
-        self._snap_crc = (log.generation, start, crc) if self.durable else None  # see _read_forward
-        self._snap_loaded, self._snap_records = loaded is not None, state.records
+        known = prepared is None or prepared.crc is not None
+        self._snap_crc = (log.generation, start, crc) if self.durable and known else None  # see _read_forward
         stale = self._stale
         try:
             end, torn = self._read_forward(log, state, max(start, HEADER_SIZE), truncate=truncate)
@@ -299,6 +328,10 @@ class QueueFiles:
             except OSError:
                 pass
 
+    def _compacting_here(self) -> bool:
+        """Does this object compact right now (then no checkpoint of a new generation is coming from elsewhere)?"""
+        return False
+
     def _pointer_signature(self) -> tuple[int, int, int] | None:
         """What tells a peer's flip of the pointer: its inode, mtime and size (None: no pointer yet)."""
         try:
@@ -358,64 +391,6 @@ class QueueFiles:
             logger.info("%s: no snapshot written (%s); the next open replays the log", log.path, exc)
 
 
-def prepare_directory(fs: FileSystem, path: str) -> None:
-    """Make the queue folder (0700) if it is missing; refuse one that is unsafe to keep jobs in."""
-    try:
-        st = fs.lstat(path)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            fs.mkdir(path, 0o700)
-            fs.chmod(path, 0o700)  # exactly 0700, whatever the umask
-            # The new folder's name becomes durable when QueueFiles._open fsyncs
-            # the parent, before anything is acknowledged in it.
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise storage_error(exc, "creating the queue folder", path) from None
-        st = fs.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        st = os.stat(path)  # a symlinked folder is the user's choice; its files may not be links
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeQueueError(f"{path} is not a folder; a queue needs a folder of its own")
-    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-        raise UnsafeQueueError(
-            f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
-            "another user could change your jobs. Use a folder you own."
-        )
-    network = network_filesystem(path)
-    if network:
-        raise UnsafeQueueError(
-            f"{path} is on a network filesystem ({network}). nobroker's file lock and atomic renames are "
-            "not reliable there: keep the queue on a local disk, or use the PostgreSQL storage for many hosts."
-        )
-    if sys.platform != "win32" and st.st_mode & stat.S_IWOTH:
-        raise UnsafeQueueError(
-            f"{path} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): anyone could plant or "
-            f"remove queue files. Run `chmod 700 {path}` or use a private folder."
-        )
-
-
-def network_filesystem(path: str) -> str | None:
-    """The filesystem type of ``path`` if it is a network one (Linux only: /proc/self/mountinfo)."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
-    except OSError:
-        return None
-    real = os.path.realpath(path)
-    best, best_type = "", ""
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        if (real == mount_point or real.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) >= len(best):
-            best, best_type = mount_point, right.split()[0]
-    return best_type if best_type in NETWORK_FILESYSTEMS else None
-
-
 def damage_of(fr: Frame, torn: int) -> Damage:
     """What was wrong with a torn tail, in the words of nobroker 0.1.2's RecoveryReport."""
     if fr.status is FrameStatus.INCOMPLETE:
@@ -425,15 +400,3 @@ def damage_of(fr: Frame, torn: int) -> Damage:
     if fr.status is FrameStatus.BAD_TYPE:
         return Damage.UNKNOWN_TYPE
     return Damage.BAD_CHECKSUM  # a bad crc, or a good one over bad JSON (0.1.2 called both that)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True

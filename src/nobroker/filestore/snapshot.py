@@ -2,7 +2,7 @@
 
 Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
 private temp file then renaming it into place, reading and checking it,
-removing it) and the crc32 of a log prefix. Imports: errors, codec, layout,
+removing it, and those of older generations) and the crc32 of a log prefix. Imports: errors, codec, layout,
 fs, log, replay. recovery.py loads one when it opens a queue and saves one
 when it closes it.
 
@@ -39,6 +39,7 @@ import logging
 import os
 import struct
 import sys
+import threading
 import zlib
 from array import array
 from typing import Any
@@ -57,6 +58,9 @@ logger = logging.getLogger("nobroker")
 SNAPSHOT_MIN_RECORDS = 20_000
 #: Bytes per read while computing the crc of a log prefix or reading a snapshot.
 READ_CHUNK = 8 << 20
+
+#: One snapshot written at a time in this process (a close, a compaction's checkpoint, a checkpoint's thread).
+_WRITING = threading.Lock()
 
 MAGIC = b"NBSNAPSH"
 #: 2: the cold rows and the Entries carry their record's size (for live_bytes).
@@ -161,14 +165,28 @@ def save(
 ) -> str:
     """Write the snapshot of ``state`` = replay of log[0, ``offset``) whose crc32 is ``crc``.
 
-    Temp file (O_EXCL, 0600), rename into place; no fsync (see below). Returns the path.
+    Temp file (O_EXCL, 0600), rename into place; no fsync (see write). Returns the path.
     Raises OSError (or ValueError for a state JSON cannot hold): only the cache is lost.
     """
+    return write(fs, directory, name, generation, offset, crc, encode(state))
+
+
+def encode(state: QueueState) -> list[bytes]:
+    """The blocks of ``state``'s snapshot, copied: ``write`` may run later, in another thread, as the state changes."""
     fields, arrays = state.to_snapshot()
     # allow_nan: a log written by hand may hold NaN, and replay keeps it.
     # On a stack of its own: hot jobs' results nest, and close() may be called from deep inside anything.
     meta = on_fresh_stack(lambda: json.dumps(fields, separators=(",", ":"), allow_nan=True)).encode("utf-8")
-    blocks: list[Any] = [meta] + [memoryview(a).cast("B") for a in arrays]
+    return [meta] + [bytes(memoryview(a).cast("B")) for a in arrays]
+
+
+def write(fs: FileSystem, directory: str, name: str, generation: int, offset: int, crc: int, blocks: list[bytes]) -> str:
+    """Write a snapshot of ``encode``'s ``blocks`` (one writer at a time in this process: the temp file's name is per pid)."""
+    with _WRITING:
+        return _write(fs, directory, name, generation, offset, crc, blocks)
+
+
+def _write(fs: FileSystem, directory: str, name: str, generation: int, offset: int, crc: int, blocks: list[bytes]) -> str:
     head = _HEADER.pack(MAGIC, VERSION, generation, offset, crc, *_MACHINE, len(blocks))
     head += b"".join(_LENGTH.pack(len(b)) for b in blocks)
     total = zlib.crc32(head)
@@ -209,6 +227,17 @@ def save(
             pass
         raise
     return final
+
+
+def remove_older(fs: FileSystem, directory: str, name: str, generation: int) -> None:
+    """Delete the snapshots of queue ``name``'s generations before ``generation`` (they can never be used again)."""
+    for entry in fs.listdir(directory):
+        found = snapshot_generation(entry, name)
+        if found is not None and found < generation:
+            try:
+                fs.unlink(os.path.join(directory, entry))
+            except FileNotFoundError:
+                pass
 
 
 def remove(fs: FileSystem, directory: str, name: str) -> None:

@@ -71,6 +71,7 @@ class FileStorage(Compactor):
         result, compact = self._commit(decide, lazy)
         if compact:
             self._auto_compact()
+        self._maybe_checkpoint()
         return result
 
     # ================================================================ writing operations
@@ -225,6 +226,7 @@ class FileStorage(Compactor):
                     else:
                         self._save_snapshot()
                 self._log.close()
+            self._close_checkpoints()
             if self._lock is not None:
                 self._lock.close()
             self._wake.close()

@@ -1,0 +1,424 @@
+"""Checkpoints and replaying without the file lock (filestore/checkpoint.py).
+
+A compactor leaves a checkpoint of the generation it flipped to; a process
+that follows the flip loads it before it takes the lock and catches up only
+the records after it under the lock. Opening replays up to a noted offset
+without the lock. Each is checked against a plain replay, and against what
+could go wrong between the unlocked replay and the lock: another compaction,
+a log cut short, a damaged or foreign checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import unittest
+from typing import Any
+from unittest import mock
+
+from nobroker import Queue
+from nobroker.filestore import checkpoint, snapshot
+from nobroker.filestore.storage import FileStorage
+from tests.support import FakeClock, TempDirTestCase
+from tests.test_snapshot import copy_dir, workload
+
+NAME = "q"
+
+
+def storage_of(q: Queue) -> FileStorage:
+    storage = q.storage
+    assert isinstance(storage, FileStorage)
+    return storage
+
+
+def view(q: Queue) -> dict[str, Any]:
+    """What a caller sees of a queue (no lease: that would change it)."""
+    return {
+        "jobs": [j.to_dict() for j in q.list_jobs()],
+        "stats": q.stats().to_dict(),
+        "dlq": [j.id for j in q.dlq()],
+        "len": len(q),
+        "seq": storage_of(q)._state.next_seq,
+        "live": storage_of(q)._state.live_bytes,
+    }
+
+
+def replayed_view(directory: str, clock: FakeClock) -> dict[str, Any]:
+    """The view of a copy of ``directory`` without any snapshot: a plain replay of the log."""
+    copy = directory + f"-replay{random.random()}"
+    copy_dir(directory, copy)
+    for entry in os.listdir(copy):
+        if entry.endswith(".snap"):
+            os.unlink(os.path.join(copy, entry))
+    q = Queue(copy, NAME, clock=clock, auto_compact=None)
+    try:
+        assert not storage_of(q)._snap_loaded
+        return view(q)
+    finally:
+        q.close()
+
+
+class Reads:
+    """Records every _read_forward of one storage: (start, end, whether the replay began at a snapshot)."""
+
+    def __init__(self, storage: FileStorage) -> None:
+        self.calls: list[tuple[int, int]] = []
+        original = storage._read_forward
+
+        def spy(log: Any, state: Any, start: int, **kw: Any) -> tuple[int, int]:
+            end, torn = original(log, state, start, **kw)
+            self.calls.append((start, end))
+            return end, torn
+
+        storage._read_forward = spy  # type: ignore[method-assign]
+
+
+class FollowingACompaction(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = FakeClock()
+        self.a = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
+        self.b = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
+        jobs = self.a.enqueue_many([{"i": i} for i in range(300)])
+        self.a.ack_many(self.a.lease(len(jobs) // 2))
+        self.b.stats()  # b is caught up with generation 0
+
+    def tearDown(self) -> None:
+        self.a.close()
+        self.b.close()
+        super().tearDown()
+
+    def test_the_compactor_leaves_a_checkpoint_of_the_new_generation(self) -> None:
+        self.a.compact()
+        snaps = sorted(n for n in os.listdir(self.dir) if n.endswith(".snap"))
+        self.assertEqual(snaps, [f"{NAME}.000001.snap"])
+
+    def test_a_follower_loads_it_and_reads_only_the_tail_under_the_lock(self) -> None:
+        self.a.compact()
+        self.a.enqueue("after the flip")  # past the checkpoint: read under the lock
+        reads = Reads(storage_of(self.b))
+        b_storage = storage_of(self.b)
+        took = []
+        original = b_storage._prepare_follow
+
+        def watch() -> None:
+            original()
+            took.append(b_storage._prepared is not None)
+
+        with mock.patch.object(b_storage, "_prepare_follow", watch):
+            self.b.enqueue("b follows")
+        self.assertEqual(took, [True], "the checkpoint was loaded before the lock")
+        self.assertTrue(b_storage._snap_loaded)
+        self.assertEqual(b_storage.generation, 1)
+        # Under the lock only what came after the checkpoint was read.
+        self.assertEqual(len(reads.calls), 1)
+        start, end = reads.calls[0]
+        self.assertGreater(start, 1000)
+        self.assertEqual(view(self.b), view(self.a))
+        self.assertEqual(view(self.b), replayed_view(self.dir, self.clock))
+
+    def test_a_damaged_checkpoint_is_ignored(self) -> None:
+        self.a.compact()
+        path = os.path.join(self.dir, f"{NAME}.000001.snap")
+        with open(path, "r+b") as f:
+            data = bytearray(f.read())
+            data[len(data) // 2] ^= 0x10
+            f.seek(0)
+            f.write(data)
+        self.b.enqueue("b follows")
+        self.assertFalse(storage_of(self.b)._snap_loaded)
+        self.assertEqual(view(self.b), view(self.a))
+
+    def test_a_second_compaction_before_the_lock_is_noticed(self) -> None:
+        self.a.compact()
+        b_storage = storage_of(self.b)
+        original = b_storage._prepare_follow
+
+        def then_compact_again() -> None:
+            original()
+            self.assertIsNotNone(b_storage._prepared)
+            self.a.enqueue("between")
+            self.a.compact()  # generation 2: what b prepared is stale
+
+        with mock.patch.object(b_storage, "_prepare_follow", then_compact_again):
+            self.b.stats()
+        self.assertEqual(b_storage.generation, 2)
+        self.assertEqual(view(self.b), view(self.a))
+        self.assertEqual(view(self.b), replayed_view(self.dir, self.clock))
+
+    def test_random_workloads_follow_correctly(self) -> None:
+        rng = random.Random(7)
+        for _ in range(6):
+            workload(self.a, self.clock, rng, rng.randrange(30, 120))
+            self.a.compact()
+            workload(self.a, self.clock, rng, rng.randrange(0, 30))
+            self.assertEqual(view(self.b), view(self.a))
+
+
+class OpeningWithoutTheLock(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = FakeClock()
+        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+            jobs = q.enqueue_many([{"i": i} for i in range(400)])
+            q.ack_many(q.lease(100))
+            del jobs
+        for entry in os.listdir(self.dir):  # as after a crash: no snapshot
+            if entry.endswith(".snap"):
+                os.unlink(os.path.join(self.dir, entry))
+
+    def open_with(self, during: Any) -> Queue:
+        """Open the queue, running ``during()`` while its unlocked replay runs."""
+        original = checkpoint.prepare
+        ran = []
+
+        def prepare(*args: Any) -> Any:
+            result = original(*args)
+            self.assertIsNotNone(result, "the unlocked replay went through")
+            during()
+            ran.append(True)
+            return result
+
+        with mock.patch.object(checkpoint, "prepare", prepare):
+            q = Queue(self.dir, NAME, clock=self.clock, auto_compact=None, lock_timeout=2.0)
+        self.assertEqual(ran, [True], "the queue replayed without the lock")
+        return q
+
+    def test_a_peer_writes_while_a_queue_replays(self) -> None:
+        peer = Queue(self.dir, NAME, clock=self.clock, auto_compact=None, lock_timeout=2.0)
+        q = self.open_with(lambda: peer.enqueue("while the other replays"))  # a held lock: LockTimeoutError
+        try:
+            self.assertEqual(view(q), view(peer))
+            self.assertEqual(view(q), replayed_view(self.dir, self.clock))
+        finally:
+            q.close()
+            peer.close()
+
+    def test_a_compaction_meanwhile_is_noticed(self) -> None:
+        peer = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
+        q = self.open_with(lambda: (peer.enqueue("x"), peer.compact()))
+        try:
+            self.assertEqual(storage_of(q).generation, 1)
+            self.assertEqual(view(q), view(peer))
+        finally:
+            q.close()
+            peer.close()
+
+    def test_a_log_cut_short_meanwhile_is_noticed(self) -> None:
+        path = os.path.join(self.dir, f"{NAME}.000000.log")
+        size = os.path.getsize(path)
+
+        def cut() -> None:
+            with open(path, "r+b") as f:
+                f.truncate(size - 1)  # as a rollback would (it cuts whole records; a torn one is worse)
+
+        q = self.open_with(cut)
+        try:
+            self.assertGreater(q.recovery.torn_bytes, 0)
+            self.assertEqual(view(q), replayed_view(self.dir, self.clock))
+        finally:
+            q.close()
+
+    def test_the_result_matches_a_replay_under_the_lock(self) -> None:
+        q = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
+        try:
+            self.assertEqual(q.recovery.records, 600)
+            with mock.patch.object(FileStorage, "_prepare_unlocked", lambda self: None):
+                plain = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
+            try:
+                self.assertEqual(view(q), view(plain))
+            finally:
+                plain.close()
+        finally:
+            q.close()
+
+
+class Checkpoints(TempDirTestCase):
+    """A checkpoint is a checked cache: anything wrong with it is ignored."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = FakeClock()
+        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+            q.enqueue_many(list(range(200)))
+            q.ack_many(q.lease(50))
+            q.compact()
+            q.enqueue_many(list(range(20)))
+        self.snap = os.path.join(self.dir, f"{NAME}.000001.snap")
+        self.assertTrue(os.path.exists(self.snap))
+        self.truth = replayed_view(self.dir, self.clock)
+
+    def opened(self) -> tuple[dict[str, Any], bool]:
+        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+            return view(q), storage_of(q)._snap_loaded
+
+    def test_a_good_one_is_used(self) -> None:
+        self.assertEqual(self.opened(), (self.truth, True))
+
+    def test_bit_flips_are_ignored(self) -> None:
+        with open(self.snap, "rb") as f:
+            good = f.read()
+        for i in range(0, len(good), max(1, len(good) // 40)):
+            damaged = bytearray(good)
+            damaged[i] ^= 1 << (i % 8)
+            with open(self.snap, "wb") as f:
+                f.write(damaged)
+            with self.subTest(byte=i):
+                self.assertEqual(self.opened(), (self.truth, False))
+
+    def test_truncation_is_ignored(self) -> None:
+        with open(self.snap, "rb") as f:
+            good = f.read()
+        for cut in (0, 1, 10, len(good) // 2, len(good) - 1):
+            with open(self.snap, "wb") as f:
+                f.write(good[:cut])
+            with self.subTest(cut=cut):
+                self.assertEqual(self.opened(), (self.truth, False))
+
+    def test_one_of_another_generation_is_ignored(self) -> None:
+        with open(self.snap, "rb") as f:
+            first = f.read()
+        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+            q.compact()
+        second = self.snap.replace("000001", "000002")
+        self.assertFalse(os.path.exists(self.snap), "the older checkpoint was removed")
+        with open(second, "wb") as f:
+            f.write(first)  # generation 1's checkpoint, named as generation 2's
+        truth = replayed_view(self.dir, self.clock)
+        self.assertEqual(self.opened(), (truth, False))
+
+    def test_one_newer_than_the_log_after_a_torn_tail_is_ignored(self) -> None:
+        log = os.path.join(self.dir, f"{NAME}.000001.log")
+        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+            q.enqueue("one more")
+        with mock.patch.object(snapshot, "SNAPSHOT_MIN_RECORDS", 1):
+            with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+                q.enqueue("and its snapshot")  # the snapshot at close covers this record
+        size = os.path.getsize(log)
+        with open(log, "r+b") as f:
+            f.truncate(size - 3)  # a torn tail: the last record is cut, the snapshot is past the end
+        truth = replayed_view(self.dir, self.clock)
+        self.assertEqual(self.opened(), (truth, False))
+
+
+class CheckpointsAsTheLogGrows(TempDirTestCase):
+    def test_a_writer_leaves_one_every_checkpoint_every_records(self) -> None:
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 50):
+            q = Queue(self.dir, NAME, auto_compact=None)
+            for i in range(120):
+                q.enqueue({"i": i})
+            storage = storage_of(q)
+            storage._close_checkpoints()  # wait for the thread writing one
+            snap = os.path.join(self.dir, f"{NAME}.000000.snap")
+            self.assertTrue(os.path.exists(snap), "no checkpoint after 120 records")
+            q2 = Queue(self.dir, NAME, auto_compact=None)
+            try:
+                self.assertTrue(storage_of(q2)._snap_loaded, "opening loaded the checkpoint")
+                self.assertEqual(len(q2), 120)
+                # The checkpoint covered at least 100 of the records: the replay after it read fewer than 50.
+                self.assertGreaterEqual(storage_of(q2)._snap_records, 100)
+            finally:
+                q2.close()
+                q.close()
+
+    def test_a_crashed_writer_reopens_from_its_checkpoint(self) -> None:
+        code = (
+            "import os, sys\n"
+            "from unittest import mock\n"
+            "from nobroker import Queue\n"
+            "from nobroker.filestore import checkpoint\n"
+            "from nobroker.filestore.recovery import QueueFiles\n"
+            "QueueFiles.checkpoint_in_thread = False\n"
+            "with mock.patch.object(checkpoint, 'CHECKPOINT_EVERY', 100):\n"
+            "    q = Queue(sys.argv[1], 'q', auto_compact=None)\n"
+            "    for i in range(250):\n"
+            "        q.enqueue({'i': i})\n"
+            "    os._exit(0)  # no close: no snapshot at close, only the checkpoints\n"
+        )
+        import subprocess
+        import sys
+
+        env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(__file__)), "src"))
+        subprocess.run([sys.executable, "-c", code, self.dir], check=True, env=env, timeout=300)
+        q = Queue(self.dir, NAME, auto_compact=None)
+        try:
+            self.assertTrue(storage_of(q)._snap_loaded)
+            self.assertEqual(storage_of(q)._snap_records, 200)
+            self.assertEqual(len(q), 250)
+        finally:
+            q.close()
+
+
+class CheckpointsUnderPowerCuts(unittest.TestCase):
+    """A cut at every mutating disk call of writing a checkpoint: the acknowledged state, always."""
+
+    def test_every_cut_while_a_checkpoint_is_written(self) -> None:
+        from tests.simdisk import POWER_CUT_MODES, SimDisk, fresh_queue_path
+        from nobroker.filestore.recovery import QueueFiles
+
+        disk = SimDisk()
+        path = fresh_queue_path(disk, random.Random(3))
+        rng = random.Random(4)
+        cuts: list[tuple[str, SimDisk, Any]] = []
+        writes = []
+        compacted: dict[str, Any] = {}
+
+        def jobs(q: Queue) -> dict[str, Any]:
+            return {j.id: j.to_dict() for j in q.list_jobs()}
+
+        q = Queue(path, filesystem=disk, clock=FakeClock(), auto_compact=None)
+        original_write = QueueFiles._write_checkpoint
+        original_save = checkpoint.save_after_compaction
+
+        def write(self: Any, *args: Any) -> None:
+            expected = jobs(q)
+            writes.append(len(cuts))
+
+            def cut(d: SimDisk, op: str) -> None:
+                cuts.extend((f"{mode} cut before {op} (periodic)", d.power_cut(mode, rng), expected) for mode in POWER_CUT_MODES)
+
+            disk.before_mutation = cut
+            try:
+                original_write(self, *args)
+            finally:
+                disk.before_mutation = None
+
+        def save(*args: Any) -> Any:
+            def cut(d: SimDisk, op: str) -> None:
+                cuts.extend((f"{mode} cut before {op} (compaction)", d.power_cut(mode, rng), compacted) for mode in POWER_CUT_MODES)
+
+            disk.before_mutation = cut
+            try:
+                return original_save(*args)
+            finally:
+                disk.before_mutation = None
+
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 10), \
+                mock.patch.object(QueueFiles, "checkpoint_in_thread", False), \
+                mock.patch.object(QueueFiles, "_write_checkpoint", write), \
+                mock.patch.object(checkpoint, "save_after_compaction", save):  # fmt: skip
+            for i in range(25):
+                q.enqueue({"n": i})
+            q.ack_many(q.lease(5))
+            periodic = len(cuts)
+            q.compact()
+            compacted.update(jobs(q))
+            q.close()
+        self.assertGreaterEqual(len(writes), 2, "the workload wrote periodic checkpoints")
+        self.assertGreater(periodic, 0)
+        self.assertGreater(len(cuts), periodic, "the compaction's checkpoint was cut too")
+        loaded = ignored = 0
+        for where, cut_disk, expected in cuts:
+            with self.subTest(where=where):
+                with Queue(path, filesystem=cut_disk, clock=FakeClock(), auto_compact=None) as opened:
+                    self.assertEqual(jobs(opened), expected)
+                    if storage_of(opened)._snap_loaded:
+                        loaded += 1
+                    else:
+                        ignored += 1
+        self.assertGreater(loaded, 0, "no cut left a usable checkpoint")
+        self.assertGreater(ignored, 0, "no cut left a missing or torn checkpoint")
+
+
+if __name__ == "__main__":
+    unittest.main()
