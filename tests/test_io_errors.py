@@ -429,6 +429,9 @@ class RealFilesystem(unittest.TestCase):
         path = os.path.join(self.mnt, "q")
         acknowledged = []
         blob = "x" * 20_000
+        ballast = os.path.join(self.mnt, "ballast")
+        with open(ballast, "wb") as f:  # the space a user frees once the disk is full
+            f.write(bytes(256 * 1024))
         with Queue(path, auto_compact=None) as q:
             with self.assertRaises(StorageError) as caught:
                 for i in range(1_000):
@@ -436,6 +439,7 @@ class RealFilesystem(unittest.TestCase):
             self.assertEqual(caught.exception.errno, errno.ENOSPC)
             self.assertIn("disk is full", str(caught.exception))
             self.assertGreater(len(acknowledged), 5)
+            os.remove(ballast)
             # The failed append was rolled back, so the queue keeps working once space is freed.
             for job_id in acknowledged[:10]:
                 job = q.lease_one()
