@@ -417,18 +417,22 @@ class CommandLineTests(TempDirTestCase):
         self.assertEqual((stored.state, stored.attempts), (JobState.LEASED, 1))
 
     def test_children_whose_parent_was_killed_finish_their_jobs_and_exit(self) -> None:
-        job = self.queue.enqueue("orphaned", job_id="orphaned")
+        jobs = [self.queue.enqueue(name, job_id=name) for name in ("orphaned", "forsaken")]
         proc = self.start_work("--processes", "2")
-        self.assertTrue(wait_until(lambda: len(self.child_pids()) == 1 or proc.poll() is not None, PATIENCE))
-        [pid] = self.child_pids()
+        # Both children are up (each holds a job) before the parent dies: a kill sent
+        # while the parent was still forking would leave one child, not two.
+        self.assertTrue(wait_until(lambda: len(self.child_pids()) == 2 or proc.poll() is not None, PATIENCE))
+        pids = self.child_pids()
+        self.assertEqual(len(set(pids)), 2, "two processes, one job each")
         proc.kill()
         proc.wait(PATIENCE)  # not communicate(): the children still hold its stdout
-        self.assertTrue(wait_until(lambda: self.logged("its parent is gone", 2), PATIENCE))
+        self.assertTrue(wait_until(lambda: self.logged("its parent is gone", 2), PATIENCE), read(self.stderr_path))
         touch(os.path.join(self.marks, "go"))
-        self.assertTrue(wait_until(lambda: self.queue.get(job.id).state is JobState.DONE, PATIENCE))
-        # Reaped by init once it exits (its parent is gone), so it is gone for good.
-        self.assertTrue(wait_until(lambda: not alive(pid), PATIENCE))
-
+        for job in jobs:
+            self.assertTrue(wait_until(lambda: self.queue.get(job.id).state is JobState.DONE, PATIENCE))
+        # Reaped by init once they exit (their parent is gone), so they are gone for good.
+        for pid in pids:
+            self.assertTrue(wait_until(lambda: not alive(pid), PATIENCE), f"worker process {pid} outlived its parent")
 
 if __name__ == "__main__":
     unittest.main()
