@@ -286,7 +286,7 @@ class PyzTest(TempDirTestCase):
              str(self.pyz), str(Path(self.dir, "q"))],
             cwd=self.dir, env=bare_env(),
         )  # fmt: skip
-        self.assertIn("nobroker.pyz/nobroker/queue.py", probe.stderr)
+        self.assertIn("nobroker.pyz/nobroker/queue/base.py", probe.stderr)
         frames = [line for line in probe.stderr.splitlines() if "nobroker.pyz/nobroker/" in line]
         self.assertTrue(frames)
         after = probe.stderr.splitlines()
