@@ -102,14 +102,15 @@ class JobPage:
 
 def listing_count(stats: QueueStats, listing: str | None) -> int:
     """How many jobs ``listing`` holds, as ``stats`` counts them (ready is runnable and delayed together)."""
-    counts = stats.to_dict()
     if listing is None:
-        return counts["total"]
+        return stats.total
     if listing == "ready":
-        return counts["ready"] + counts["delayed"]
+        return stats.ready + stats.delayed
     if listing == "runnable":
-        return counts["ready"]
-    return counts[listing]
+        return stats.ready
+    count = getattr(stats, listing)  # to_dict() leaves cancelled out when it is 0: the fields never do
+    assert isinstance(count, int), listing
+    return count
 
 
 def count_listed(queue: Listed, listing: str | None, kind: str | None, upper: int, hint: int | None = None) -> int:
