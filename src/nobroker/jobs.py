@@ -138,6 +138,9 @@ class Job:
     #: A leased job that ``cancel`` was asked for: its lease ends cancelled (its ack
     #: and nack are refused), and the Worker sets ``cancelled`` for the handler.
     cancel_requested: bool = False
+    #: The job's own time limit in seconds (``enqueue(..., timeout=)``): a Worker fails an
+    #: attempt that runs longer. None: the Worker's ``timeout``, if it has one.
+    timeout: float | None = None
 
     @property
     def cancelled(self) -> CancelFlag:
@@ -156,13 +159,16 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (state as its string value).
 
-        ``cancel_requested`` only when true: a job never cancelled keeps the
-        shape of nobroker 0.1.2 and 0.2 (the log's newer fields work the same way).
+        ``cancel_requested`` only when true, ``timeout`` only when set: a job
+        that uses neither keeps the shape of nobroker 0.1.2 and 0.2 (the log's
+        newer fields work the same way).
         """
         out = dataclasses.asdict(self)
         out["state"] = self.state.value
         if not self.cancel_requested:
             del out["cancel_requested"]
+        if self.timeout is None:
+            del out["timeout"]
         return out
 
     @classmethod
@@ -176,6 +182,8 @@ class Job:
         for name in ("available_at", "enqueued_at"):
             if name in known:
                 known[name] = float(known[name])
+        if known.get("timeout") is not None:
+            known["timeout"] = float(known["timeout"])
         return cls(**known)
 
     def snapshot(self) -> Job:

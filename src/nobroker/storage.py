@@ -64,6 +64,8 @@ class EnqueueSpec(NamedTuple):
     job_id: str | None
     kind: str
     dedupe_key: str | None
+    #: The job's time limit in seconds (None: the Worker's), stored with the job.
+    timeout: float | None = None
 
 
 class Storage(Protocol):

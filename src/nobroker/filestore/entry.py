@@ -35,6 +35,7 @@ class Entry:
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
         "result", "offset", "size", "heap", "row", "finished_token", "traceback", "cancel_requested",
+        "timeout",
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int, size: int = 0) -> None:
@@ -64,6 +65,7 @@ class Entry:
         self.finished_token: Any = self.lease_token if self.state is DONE else None
         self.traceback: str | None = get("traceback")
         self.cancel_requested: bool = get("cancel_requested", False) is True
+        self.timeout: float | None = get("timeout")
         self.offset = offset
         self.size = size  # bytes of the framed ENQUEUE record at ``offset``
         self.heap = NOWHERE
@@ -76,6 +78,7 @@ class Entry:
             and (self.lease_deadline is None or type(self.lease_deadline) in _NUMBERS)
             and (self.dedupe_key is None or type(self.dedupe_key) is str)
             and (self.traceback is None or type(self.traceback) is str)
+            and (self.timeout is None or type(self.timeout) in _NUMBERS)
         ):  # fmt: skip
             self._explain(body)
 
@@ -89,8 +92,9 @@ class Entry:
         for name in ("enqueued_at", "available_at"):
             if name in body:
                 check_time(body[name], name)
-        if body.get("lease_deadline") is not None:
-            check_time(body["lease_deadline"], "lease_deadline")
+        for name in ("lease_deadline", "timeout"):
+            if body.get(name) is not None:
+                check_time(body[name], name)
         check_text(body.get("kind", DEFAULT_KIND), "kind")
         for name in ("dedupe_key", "traceback"):
             if body.get(name) is not None:
@@ -100,7 +104,7 @@ class Entry:
     @classmethod
     def fresh(
         cls, job_id: str, priority: int, max_attempts: int, available_at: float, enqueued_at: float,
-        seq: int, kind: str, dedupe_key: str | None, offset: int,
+        seq: int, kind: str, dedupe_key: str | None, offset: int, timeout: float | None = None,
     ) -> Entry:  # fmt: skip
         """A just-enqueued job, built from values instead of a decoded body (the writer's fast path)."""
         self = cls.__new__(cls)
@@ -109,6 +113,7 @@ class Entry:
         self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
         self.finished_token = self.traceback = None
         self.cancel_requested = False
+        self.timeout = timeout
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, NOWHERE
         self.size, self.row = 0, -1  # the writer sets the size once the record is framed
         return self
@@ -120,7 +125,7 @@ class Entry:
             self.id, payload, self.priority, self.state, self.attempts, self.max_attempts,
             self.available_at, self.enqueued_at, self.lease_deadline, self.lease_token,
             self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result, self.traceback,
-            self.cancel_requested,
+            self.cancel_requested, self.timeout,
         )  # fmt: skip
 
 

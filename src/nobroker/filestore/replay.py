@@ -286,7 +286,7 @@ class QueueState(JobRows):
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
-            and entry.result is None and entry.traceback is None
+            and entry.result is None and entry.traceback is None and entry.timeout is None
         ):  # fmt: skip
             if number == -2:
                 number = id_number(entry.id)
@@ -481,7 +481,7 @@ class QueueState(JobRows):
 
 
 #: Fields a writer includes only when set (to something a cold row cannot hold).
-_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested"})
+_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested", "timeout"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)
 #: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.

@@ -52,7 +52,7 @@ from ..jobs import Job, JobState
 from ..jobs import FINISHED_STATES
 from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal
 from .driver import pg_errors, psycopg, tuple_row
-from .statements import Statements, row_job
+from .statements import JOB_COLUMNS, Statements, row_job
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -119,7 +119,8 @@ def batch_rows(specs: list[EnqueueSpec], ids: list[str]) -> str:
     assert len(specs) == len(ids), "an id per job"
     rows = ",".join(
         f'{{"id":{_json_text(job_id)},"kind":{_json_text(s.kind)},"prio":{s.priority},"max":{s.max_attempts},'
-        f'"delay":{s.delay!r},"key":{_json_text(s.dedupe_key)},"payload":{s.payload_json}}}'
+        f'"delay":{s.delay!r},"key":{_json_text(s.dedupe_key)},"payload":{s.payload_json}'
+        + ("}" if s.timeout is None else f',"timeout":{s.timeout!r}}}')
         for s, job_id in zip(specs, ids)
     )
     return f"[{rows}]"
@@ -153,6 +154,7 @@ def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec, notify: bool) -> J
     params = {
         "q": t.queue, "off": t.clock_offset, "chan": t.channel, "notify": notify, "id": job_id, "kind": spec.kind,
         "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
+        "timeout": spec.timeout,
     }  # fmt: skip
     try:
         row = conn.execute(t.sql["insert_one_fresh"], params).fetchone()
@@ -160,7 +162,7 @@ def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec, notify: bool) -> J
         return None
     return Job(
         id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
-        available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind,
+        available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind, timeout=spec.timeout,
     )  # fmt: skip
 
 
@@ -259,7 +261,7 @@ def _insert_as(
         spec = specs[0]
         params.update(
             id=ids[0], kind=spec.kind, prio=spec.priority, max=spec.max_attempts, delay=spec.delay,
-            key=spec.dedupe_key, payload=spec.payload_json,
+            key=spec.dedupe_key, payload=spec.payload_json, timeout=spec.timeout,
         )  # fmt: skip
         statement = "insert_one"
     else:
@@ -279,6 +281,7 @@ def _insert_as(
         jobs[job_id] = Job(
             id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
             available_at=available_at, enqueued_at=enqueued_at, seq=seq, kind=spec.kind, dedupe_key=spec.dedupe_key,
+            timeout=spec.timeout,
         )  # fmt: skip
     return jobs
 
@@ -315,7 +318,7 @@ def upkeep_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) ->
 
 
 #: Where a checked claim's rows say whether the upkeep has work (fragments.DUE).
-UPKEEP_DUE = 18
+UPKEEP_DUE = JOB_COLUMNS
 
 
 def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
@@ -384,7 +387,7 @@ def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None
 
 
 #: Where a nack's row says whether it notified: 0 runnable at once, not notified; 1 notified; NULL not runnable.
-NACK_NOTIFIED = 20
+NACK_NOTIFIED = JOB_COLUMNS + 2
 
 
 def nack(

@@ -20,7 +20,8 @@ parameters, by name:
 - ``id`` / ``ids`` job ids; ``token`` / ``tokens`` fencing tokens (NULL: an
   operator acting by id, no check);
 - enqueue: ``kind(s)``, ``prio(s)``, ``max(s)`` (max_attempts),
-  ``delay(s)`` (seconds), ``key(s)`` (dedupe keys), ``payload(s)`` (JSON text);
+  ``delay(s)`` (seconds), ``key(s)`` (dedupe keys), ``payload(s)`` (JSON text),
+  ``timeout`` (seconds or NULL);
 - lease: ``vt`` (visibility timeout, seconds) and ``kinds`` (or none);
 - ack: ``result(s)`` (JSON text or NULL); nack: ``error``, ``traceback``,
   ``delay`` (NULL: the backoff's), ``perm`` (PermanentError: straight to
@@ -110,7 +111,7 @@ _TEMPLATES: dict[str, str] = {
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {INSERT_COLUMNS}
         VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {NOW} + %(delay)s::float8 * interval '1 second',
-                {NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0)
+                {NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0, %(timeout)s::float8)
         {{conflict}}
         RETURNING {INSERTED}, j.scheduled
         ), {INSERT_TALLY}{INSERT_RETURNS}""",
@@ -118,7 +119,7 @@ _TEMPLATES: dict[str, str] = {
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {INSERT_COLUMNS}
         SELECT %(q)s, u.id, u.kind, u.prio, u.max, {NOW} + u.delay * interval '1 second', {NOW}, u.key,
-               u.payload, u.delay > 0
+               u.payload, u.delay > 0, u.timeout
         FROM {batch_of("u")}
         ORDER BY u.ord
         {{conflict}}
@@ -133,7 +134,7 @@ _TEMPLATES: dict[str, str] = {
         INSERT INTO {{schema}}.jobs AS j (seq, {INSERT_COLUMNS[1:]}
         OVERRIDING SYSTEM VALUE
         SELECT u.seq, %(q)s, u.id, u.kind, u.prio, u.max, {NOW} + u.delay * interval '1 second', {NOW}, u.key,
-               u.payload, u.delay > 0
+               u.payload, u.delay > 0, u.timeout
         FROM (SELECT v.*, nextval(%(seqname)s::regclass) AS seq FROM (
                   SELECT * FROM {batch_of("w")} ORDER BY w.ord) AS v) AS u
         ORDER BY u.kind, u.key, u.id, u.ord
@@ -408,16 +409,18 @@ def backoff_parameters(policy: BackoffPolicy) -> dict[str, float]:
 
 
 _STATES = {s.value: s for s in JobState}
+#: How many columns COLUMNS (and SHOWN) are: what a statement returns after them starts here.
+JOB_COLUMNS = 19
 
 
 def row_job(row: Any) -> Job:
     """The Job a row of COLUMNS (or of SHOWN, their read-only twin) makes; columns past them are ignored."""
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result, traceback, cancel_requested) = row[:18]  # fmt: skip
+     deadline, token, error, seq, kind, key, stage, result, traceback, cancel_requested, timeout) = row[:JOB_COLUMNS]  # fmt: skip
     return Job(
         id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
         max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
         result=None if result is None else load_json(result), traceback=traceback,
-        cancel_requested=bool(cancel_requested),
+        cancel_requested=bool(cancel_requested), timeout=timeout,
     )  # fmt: skip

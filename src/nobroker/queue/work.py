@@ -47,6 +47,7 @@ class WorkMethods(QueueBase):
         kind: str = DEFAULT_KIND,
         dedupe_key: str | None = None,
         conn: Any = None,
+        timeout: float | None = None,
     ) -> Job:
         """Add one job and return it once it is durable.
 
@@ -54,8 +55,11 @@ class WorkMethods(QueueBase):
         with that id (in any state, until a compaction drops it once done, or
         a purge), the existing job is returned and nothing is scheduled.
         ``dedupe_key`` allows one ready-or-leased job per (kind, key).
+        ``timeout``: the job's time limit in seconds, stored with it: a Worker
+        fails an attempt that runs longer ("timed out after S s"), as it does
+        with its own ``timeout`` for jobs without one.
         """
-        spec = self._spec(stored_json(payload), priority, delay, max_attempts, job_id, kind, dedupe_key)
+        spec = self._spec(stored_json(payload), priority, delay, max_attempts, job_id, kind, dedupe_key, timeout)
         return self._open_storage().enqueue([spec], conn)[0]
 
     def enqueue_many(
@@ -69,8 +73,9 @@ class WorkMethods(QueueBase):
         kind: str = DEFAULT_KIND,
         dedupe_keys: Sequence[str | None] | None = None,
         conn: Any = None,
+        timeout: float | None = None,
     ) -> list[Job]:
-        """Add many jobs in one durable write (one fsync for the whole batch)."""
+        """Add many jobs in one durable write (one fsync for the whole batch); ``timeout`` as in enqueue, for each."""
         payloads = list(payloads)
         if len(payloads) > MAX_BATCH_JOBS:
             raise ValueError(f"enqueue_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(payloads):,}")
@@ -80,21 +85,23 @@ class WorkMethods(QueueBase):
             return []
         texts, stored = stored_json_many(payloads)
         # What every job of the batch shares is checked once, not once per job.
-        first = self._spec((texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0])
+        first = self._spec(
+            (texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0], timeout
+        )  # fmt: skip
         specs = [first]
         for payload, text, job_id, key in zip(stored[1:], texts[1:], job_ids[1:], dedupe_keys[1:]):
             specs.append(
                 EnqueueSpec(
                     payload, text, first.priority, first.delay, first.max_attempts,
                     None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS), first.kind,
-                    None if key is None else checks.text(key, "dedupe_key", MAX_NAME_CHARS),
+                    None if key is None else checks.text(key, "dedupe_key", MAX_NAME_CHARS), first.timeout,
                 )  # fmt: skip
             )
         return self._open_storage().enqueue(specs, conn)
 
     def _spec(
         self, stored: tuple[str, Any], priority: int, delay: float, max_attempts: int | None, job_id: str | None,
-        kind: str, dedupe_key: str | None,
+        kind: str, dedupe_key: str | None, timeout: float | None = None,
     ) -> EnqueueSpec:  # fmt: skip
         """One job to add; ``stored``: its payload as stored_json gives it (the text, the value read back)."""
         if not isinstance(priority, int) or isinstance(priority, bool):
@@ -110,6 +117,7 @@ class WorkMethods(QueueBase):
             job_id=None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS),
             kind=checks.text(kind, "kind", MAX_NAME_CHARS),
             dedupe_key=None if dedupe_key is None else checks.text(dedupe_key, "dedupe_key", MAX_NAME_CHARS),
+            timeout=None if timeout is None else checks.seconds(timeout, "timeout", allow_zero=False),
         )
 
     # ------------------------------------------------------------ consuming
