@@ -157,6 +157,8 @@ def _add_producing_and_consuming(add: _Add) -> None:
     p.add_argument("--id", metavar="JOB_ID", help="idempotent: if the queue still holds this id, nothing new is scheduled")
     p.add_argument("--kind", default="default", help="the job's type; workers may lease only some kinds (default: default)")
     p.add_argument("--dedupe-key", metavar="KEY", help="at most one ready/leased job per (kind, key)")
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="the job's time limit: a worker fails an attempt that runs longer")
     p.add_argument("--count", type=int_in(1, MAX_ENQUEUE_COUNT), default=None, metavar="N",
                    help="enqueue N copies in batches (prints the ids; --json prints a list)")
 
@@ -272,6 +274,8 @@ def _add_running(add: _Add) -> None:
     p.add_argument("--max-jobs", type=int_at_least(1), default=None, metavar="N", help="stop after N jobs (in total)")
     p.add_argument("--idle-timeout", type=nonneg_float, default=None, metavar="SECONDS",
                    help="stop after this long with no work (each process)")
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="time limit of each job without its own: an attempt that runs longer fails")
     p.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeat for several)")
 
     p = add(
