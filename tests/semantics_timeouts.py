@@ -1,0 +1,237 @@
+"""The storage-independent tests of time limits (issue 15): a job's timeout, the Worker's, and what ends an attempt.
+
+Owns: ``TimeoutSemantics``, a mixin of tests run against every storage
+(tests/test_semantics_file.py and tests/test_semantics_postgres.py add it to
+their QueueSemantics class, whose hooks it uses: ``make_queue``, ``reopen``,
+``advance``). Real handlers run past real limits on threads, on the event
+loop and in a process pool; every test waits for the handler to have started
+(an Event, or a marker file from a forked process) before it expects
+anything, and every wait is generous. Imports: the standard library and the
+public ``nobroker`` API only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from nobroker import Job, JobState, NotLeasedError, Queue, Worker
+
+if TYPE_CHECKING:
+    import unittest
+
+    _Base = unittest.TestCase
+else:
+    _Base = object
+
+#: Generous bound for a Worker to reach a point the test waits for (never a timing claim).
+WAIT_SECONDS = 30.0
+#: The limit the Worker tests give a handler that would otherwise run for WAIT_SECONDS.
+LIMIT = 0.5
+#: What an attempt past LIMIT fails with.
+TIMED_OUT = "timed out after 0.5 s"
+
+
+def wait_until(predicate: Any, what: str, timeout: float = WAIT_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.01)
+
+
+class TimeoutSemantics(_Base):
+    """Time limits: what each storage stores, and what a Worker does at a limit, through the public Queue only."""
+
+    def make_queue(self, **options: Any) -> Queue:  # pragma: no cover - the storage's class has it
+        raise NotImplementedError
+
+    def reopen(self, q: Queue) -> Queue:  # pragma: no cover
+        raise NotImplementedError
+
+    def advance(self, seconds: float) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _run_in_thread(self, worker: Worker) -> list[Any]:
+        results: list[Any] = []
+        thread = threading.Thread(target=lambda: results.append(worker.run()))
+        thread.start()
+        self.addCleanup(thread.join, WAIT_SECONDS)
+        self.addCleanup(worker.stop)
+        return results
+
+    # ------------------------------------------------------------ stored with the job
+    def test_a_jobs_timeout_is_stored_and_kept(self) -> None:
+        q = self.make_queue()
+        own = q.enqueue("limited", timeout=2.5)
+        plain = q.enqueue("plain")
+        batch = q.enqueue_many(["b1", "b2"], timeout=7)
+        self.assertEqual((own.timeout, plain.timeout, [j.timeout for j in batch]), (2.5, None, [7.0, 7.0]))
+        self.assertEqual(own.to_dict()["timeout"], 2.5)
+        self.assertNotIn("timeout", plain.to_dict(), "a job without a limit keeps the older dict shape")
+        q = self.reopen(q)
+        self.assertEqual(q.get(own.id).timeout, 2.5)
+        self.assertIsNone(q.get(plain.id).timeout)
+        leased = {job.id: job for job in q.lease(10)}
+        self.assertEqual(leased[batch[1].id].timeout, 7.0, "a lease hands the limit to the worker")
+        q.compact()
+        q = self.reopen(q)
+        self.assertEqual([q.get(j.id).timeout for j in (own, plain, *batch)], [2.5, None, 7.0, 7.0])
+
+    def test_a_bad_timeout_is_refused_before_anything_is_written(self) -> None:
+        q = self.make_queue()
+        for bad in (0, -1, float("nan"), float("inf"), 10**400):
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                q.enqueue("x", timeout=bad)
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                q.enqueue_many(["x", "y"], timeout=bad)
+        for wrong in ("1", True, [1]):
+            with self.assertRaises(TypeError, msg=repr(wrong)):
+                q.enqueue("x", timeout=wrong)  # type: ignore[arg-type]
+        self.assertEqual(len(q), 0)
+        for bad in (0, -1, float("nan"), "1"):
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                Worker(q, lambda job: None, timeout=bad)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ the Worker at a limit
+    def test_a_thread_past_its_limit_is_abandoned_and_its_late_ack_refused(self) -> None:
+        q = self.make_queue(visibility_timeout=60)
+        stuck = q.enqueue("stuck", timeout=LIMIT, max_attempts=1)
+        after = q.enqueue("after")
+        started, release = threading.Event(), threading.Event()
+        late: list[BaseException] = []
+        self.addCleanup(release.set)
+
+        def handler(job: Job) -> str:
+            if job.payload != "stuck":
+                return "ran"
+            started.set()
+            release.wait(WAIT_SECONDS)  # a thread nobody can stop
+            try:
+                q.ack(job)
+            except Exception as exc:
+                late.append(exc)
+            return "too late"
+
+        worker = Worker(q, handler, concurrency=1, max_jobs=2, handle_signals=False, poll_interval=0.01)
+        results = self._run_in_thread(worker)
+        self.assertTrue(started.wait(WAIT_SECONDS))
+        wait_until(lambda: q.get(stuck.id).state is JobState.DEAD, "the timed-out attempt to end")
+        self.assertEqual(q.get(stuck.id).last_error, TIMED_OUT)
+        wait_until(lambda: q.get(after.id).state is JobState.DONE, "the next job, on a new thread")
+        self.assertFalse(release.is_set(), "the stuck handler was still running meanwhile")
+        wait_until(lambda: bool(results), "run() to return with the stuck thread abandoned")
+        (stats,) = results
+        self.assertEqual((stats.dead, stats.succeeded, stats.timed_out, stats.abandoned), (1, 1, 1, 1))
+        self.assertEqual(stats.to_dict()["abandoned"], 1)
+        release.set()
+        wait_until(lambda: bool(late), "the abandoned handler's own ack")
+        self.assertIsInstance(late[0], NotLeasedError, "the job was nacked under its token")
+        self.assertIs(q.get(stuck.id).state, JobState.DEAD)
+        self.assertIsNone(q.get(stuck.id).result, "nothing the abandoned thread returned was stored")
+
+    def test_a_timed_out_attempt_backs_off_and_is_retried(self) -> None:
+        q = self.make_queue(visibility_timeout=60)
+        job = q.enqueue("slow once", timeout=LIMIT, max_attempts=3)
+        started, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        def handler(job: Job) -> str:
+            if job.attempts == 1:
+                started.set()
+                release.wait(WAIT_SECONDS)
+            return f"attempt {job.attempts}"
+
+        worker = Worker(q, handler, max_jobs=1, handle_signals=False, poll_interval=0.01)
+        results = self._run_in_thread(worker)
+        self.assertTrue(started.wait(WAIT_SECONDS))
+        wait_until(lambda: bool(results), "the attempt to time out")
+        back = q.get(job.id)
+        self.assertEqual((back.state, back.attempts, back.last_error), (JobState.READY, 1, TIMED_OUT))
+        self.assertEqual(results[0].failed, 1)
+        self.advance(600)  # past any backoff
+        stats = Worker(q, handler, max_jobs=1, handle_signals=False, poll_interval=0.01).run()
+        self.assertEqual(stats.succeeded, 1)
+        self.assertEqual(q.get(job.id).result, "attempt 2")
+
+    def test_an_async_handler_past_the_workers_limit_is_cancelled_and_a_jobs_own_limit_wins(self) -> None:
+        q = self.make_queue(visibility_timeout=60)
+        endless = q.enqueue("endless", max_attempts=1)
+        patient = q.enqueue("patient", timeout=WAIT_SECONDS)
+        started, cancelled = threading.Event(), threading.Event()
+
+        async def handler(job: Job) -> str:
+            if job.payload == "patient":
+                await asyncio.sleep(LIMIT * 3)  # past the Worker's limit, well within its own
+                return "patient done"
+            started.set()
+            try:
+                await asyncio.sleep(WAIT_SECONDS)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return "never"
+
+        worker = Worker(q, handler, concurrency=2, max_jobs=2, timeout=LIMIT, handle_signals=False, poll_interval=0.01)
+        self.assertEqual(worker.timeout, LIMIT)
+        results = self._run_in_thread(worker)
+        self.assertTrue(started.wait(WAIT_SECONDS))
+        self.assertTrue(cancelled.wait(WAIT_SECONDS), "the task was cancelled at the limit")
+        wait_until(lambda: bool(results), "run() to return")
+        self.assertEqual((q.get(endless.id).state, q.get(endless.id).last_error), (JobState.DEAD, TIMED_OUT))
+        self.assertEqual(q.get(patient.id).result, "patient done")
+        (stats,) = results
+        self.assertEqual((stats.dead, stats.succeeded, stats.timed_out, stats.abandoned), (1, 1, 1, 0))
+
+    def test_a_handler_within_its_limit_is_untouched(self) -> None:
+        q = self.make_queue()
+        jobs = q.enqueue_many(list(range(5)), timeout=WAIT_SECONDS)
+        stats = Worker(q, lambda job: job.payload * 2, concurrency=2, max_jobs=5, handle_signals=False).run()
+        self.assertEqual((stats.succeeded, stats.timed_out), (5, 0))
+        self.assertNotIn("timed_out", stats.to_dict())
+        self.assertEqual([q.get(j.id).result for j in jobs], [0, 2, 4, 6, 8])
+
+    def test_a_pool_process_past_its_limit_is_replaced(self) -> None:
+        if not hasattr(os, "fork"):
+            self.skipTest("processes= needs os.fork")
+        marks = tempfile.mkdtemp(prefix="nobroker-marks-")
+        self.addCleanup(shutil.rmtree, marks, True)
+        q = self.make_queue(visibility_timeout=60)
+        # The test looks through a handle of its own: the pool forks while it looks, and a
+        # child must not inherit the Worker's queue object with a lock held by this thread.
+        watch = self.make_queue(visibility_timeout=60)
+        stuck = watch.enqueue("stuck", max_attempts=1)
+        quick = watch.enqueue_many(["quick"] * 3)
+
+        def handler(job: Job) -> int:  # runs in a forked child: it tells the test through files
+            with open(os.path.join(marks, f"{job.payload}-{job.id}-{os.getpid()}"), "w"):
+                pass
+            if job.payload == "stuck":
+                time.sleep(WAIT_SECONDS * 2)
+            return os.getpid()
+
+        worker = Worker(q, handler, processes=1, timeout=LIMIT, handle_signals=False, poll_interval=0.05)
+        self._run_in_thread(worker)
+        wait_until(lambda: any(n.startswith("stuck-") for n in os.listdir(marks)), "the stuck handler to start")
+        (mark,) = [n for n in os.listdir(marks) if n.startswith("stuck-")]
+        stuck_pid = int(mark.rsplit("-", 1)[1])
+        wait_until(lambda: watch.get(stuck.id).state is JobState.DEAD, "the timed-out attempt to end")
+        self.assertEqual(watch.get(stuck.id).last_error, TIMED_OUT)
+        wait_until(lambda: all(watch.get(j.id).state is JobState.DONE for j in quick), "the quick jobs")
+        wait_until(lambda: worker.processes_replaced == 1, "the pool to replace the process")
+
+        def gone() -> bool:
+            try:
+                os.kill(stuck_pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        wait_until(gone, "the process with the stuck thread to end")
+        self.assertNotIn(stuck_pid, {watch.get(j.id).result for j in quick}, "a new process ran the rest")
+        wait_until(lambda: worker.stats.timed_out == 1 and worker.stats.abandoned == 1, "its counts to reach the pool")
