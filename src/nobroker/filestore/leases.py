@@ -27,7 +27,16 @@ from typing import Any, Protocol
 from ..codec import load_json
 from ..errors import JobNotFoundError, NotLeasedError
 from ..jobs import BackoffPolicy, Job, JobState
-from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, new_token, refusal
+from ..storage import (
+    EnqueueSpec,
+    cancel_refusal,
+    finished_refusal,
+    job_not_found,
+    new_job_id,
+    new_token,
+    refusal,
+    worker_label,
+)
 from . import records
 from .entry import CANCELLED, DEAD, DONE, LEASED, READY, Entry
 from .framing import RecordType, frame
@@ -119,11 +128,12 @@ def lease(
     state = batch.state
     state.promote(now)
     taken: list[Job] = []
+    by = worker_label()
     while len(taken) < count:
         entry = state.pop_ready(now, kinds)
         if entry is None:
             break
-        batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token()))
+        batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token(), by))
         # Read the payload now, while the file lock pins the generation
         # that entry.offset points into.
         taken.append(job_of(entry))
