@@ -235,3 +235,67 @@ class TimeoutSemantics(_Base):
         wait_until(gone, "the process with the stuck thread to end")
         self.assertNotIn(stuck_pid, {watch.get(j.id).result for j in quick}, "a new process ran the rest")
         wait_until(lambda: worker.stats.timed_out == 1 and worker.stats.abandoned == 1, "its counts to reach the pool")
+
+    # ------------------------------------------------------------ attempt history
+    def test_each_attempt_is_recorded_with_its_worker_times_and_outcome(self) -> None:
+        q = self.make_queue(visibility_timeout=60, max_attempts=5)
+        job = q.enqueue("tried")
+        self.assertNotIn("attempt_history", job.to_dict(), "a job never leased keeps the older dict shape")
+        first = q.lease_one()
+        assert first is not None
+        (running,) = first.attempt_history
+        self.assertEqual((running["attempt"], running["outcome"], running["finished"]), (1, "running", None))
+        self.assertTrue(running["by"].endswith(f":{os.getpid()}"), running)
+        self.advance(2)
+        q.nack(first, error="boom", delay=0)
+        second = q.lease_one()
+        assert second is not None
+        q.ack(second)
+        done = q.get(job.id).attempt_history
+        self.assertEqual([(a["attempt"], a["outcome"]) for a in done], [(1, "failed"), (2, "done")])
+        self.assertGreaterEqual(done[0]["finished"], done[0]["started"] + 2 - getattr(self, "time_slack", 0))
+        self.assertAlmostEqual(done[0]["seconds"], done[0]["finished"] - done[0]["started"], places=5)
+        self.assertLessEqual(done[0]["finished"], done[1]["started"])
+        self.assertEqual(q.get(job.id).to_dict()["attempt_history"], [dict(a) for a in done])
+        q = self.reopen(q)
+        self.assertEqual(q.get(job.id).attempt_history, done)
+
+    def test_dead_expired_and_cancelled_attempts(self) -> None:
+        q = self.make_queue(visibility_timeout=5, max_attempts=2)
+        dies, expires, cancelled = q.enqueue("dies", max_attempts=1), q.enqueue("expires"), q.enqueue("cancelled")
+        leased = {job.payload: job for job in q.lease(3)}
+        q.nack(leased["dies"], error="fatal")
+        q.cancel(leased["cancelled"], stopped=True)
+        deadline = leased["expires"].lease_deadline
+        self.advance(10)
+        shown = q.get(expires.id).attempt_history  # before any write: as the reclaim will record it
+        self.assertEqual([(a["outcome"], a["finished"]) for a in shown], [("expired", deadline)])
+        q.lease(0)
+        q.stats()
+        self.assertEqual(q.enqueue("a write").state, JobState.READY)  # every write reclaims first
+        self.assertEqual(q.get(expires.id).attempt_history, shown, "the reclaim recorded what the read showed")
+        self.assertEqual([a["outcome"] for a in q.get(dies.id).attempt_history], ["dead"])
+        self.assertEqual([a["outcome"] for a in q.get(cancelled.id).attempt_history], ["cancelled"])
+
+    def test_the_history_keeps_the_last_attempts_only_and_survives_compaction(self) -> None:
+        from nobroker.jobs import MAX_ATTEMPT_HISTORY
+
+        q = self.make_queue(visibility_timeout=60)
+        job = q.enqueue("again and again", max_attempts=MAX_ATTEMPT_HISTORY + 10)
+        for _ in range(MAX_ATTEMPT_HISTORY + 5):
+            leased = q.lease_one()
+            assert leased is not None and leased.id == job.id
+            q.nack(leased, error="again", delay=0)
+        history = q.get(job.id).attempt_history
+        self.assertEqual(len(history), MAX_ATTEMPT_HISTORY)
+        self.assertEqual([a["attempt"] for a in history], list(range(6, MAX_ATTEMPT_HISTORY + 6)))
+        running = q.lease_one()
+        assert running is not None
+        self.assertEqual(len(running.attempt_history), MAX_ATTEMPT_HISTORY)
+        self.assertEqual(running.attempt_history[-1]["outcome"], "running")
+        q.compact()
+        q = self.reopen(q)
+        again = q.get(job.id).attempt_history
+        self.assertEqual(again, running.attempt_history, "compaction keeps the history and the running attempt")
+        q.ack(running)
+        self.assertEqual(q.get(job.id).attempt_history[-1]["outcome"], "done")

@@ -50,7 +50,7 @@ from typing import Any
 from ..errors import LockTimeoutError, StorageError
 from ..jobs import Job, JobState
 from ..jobs import FINISHED_STATES
-from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal
+from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal, worker_label
 from .driver import pg_errors, psycopg, tuple_row
 from .statements import JOB_COLUMNS, Statements, row_job
 
@@ -331,7 +331,7 @@ def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: fr
     rows the upkeep changed only as a statement after it.
     """
     some = kinds is not None
-    params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds))
+    params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds), by=worker_label())
     rows = conn.execute(t.sql.claim(count, kinds=some, checked=True), params).fetchall()
     if rows and rows[0][UPKEEP_DUE]:
         assert len(rows) == 1 and rows[0][0] is None, "a claim that found upkeep due took nothing"
