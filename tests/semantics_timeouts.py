@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from nobroker import Job, JobState, NotLeasedError, Queue, Worker
+from nobroker import Job, JobNotFoundError, JobState, NotLeasedError, Queue, Worker
 
 if TYPE_CHECKING:
     import unittest
@@ -299,3 +299,62 @@ class TimeoutSemantics(_Base):
         self.assertEqual(again, running.attempt_history, "compaction keeps the history and the running attempt")
         q.ack(running)
         self.assertEqual(q.get(job.id).attempt_history[-1]["outcome"], "done")
+
+    # ------------------------------------------------------------ explain
+    def test_explain_gives_the_chain_of_reasons(self) -> None:
+        q = self.make_queue(visibility_timeout=30, max_attempts=2)
+        first = q.enqueue("first", kind="mail")
+        later = q.enqueue("later", kind="mail")
+        urgent = q.enqueue("urgent", kind="mail", priority=5)
+        other = q.enqueue("other kind", kind="report")
+        delayed = q.enqueue("delayed", delay=600)
+
+        def codes(job: Any) -> list[str]:
+            return [reason.code for reason in q.explain(job)]
+
+        self.assertEqual(codes(urgent), ["first_in_line"])
+        self.assertEqual(codes(other), ["first_in_line"], "only jobs of its own kind are ahead")
+        (ahead,) = q.explain(later)
+        self.assertEqual((ahead.code, ahead.facts["ahead"]), ("work_ahead", 2))
+        self.assertIn("2 ready job(s) of kind 'mail'", ahead)
+        self.assertEqual(codes(first), ["work_ahead"])
+        self.assertEqual(codes(delayed), ["delayed"])
+        self.assertTrue(q.explain(delayed)[0].startswith("delayed until "))
+
+        leased = q.lease_one(kinds=["mail"])
+        assert leased is not None and leased.id == urgent.id
+        reasons = q.explain(leased)
+        self.assertEqual(reasons[0].code, "leased")
+        self.assertIn(f"with token {leased.lease_token}", reasons[0])
+        self.assertIn(f":{os.getpid()} (attempt 1 of 2)", reasons[0])
+        self.assertEqual(codes(later), ["work_ahead"], "the leased job is no longer ahead")
+        q.cancel(leased.id)
+        self.assertIn("cancel_requested", codes(leased))
+        q.cancel(leased, stopped=True)
+        self.assertEqual(codes(leased), ["cancelled"])
+
+        failing = q.lease_one(kinds=["mail"])
+        assert failing is not None
+        q.nack(failing, error="smtp down\ntraceback follows", delay=120)
+        (backing_off,) = q.explain(failing.id)
+        self.assertEqual(backing_off.code, "backing_off")
+        self.assertIn("after attempt 1 of 2 (last error: smtp down)", backing_off)
+        self.advance(300)
+        again = q.lease_one(kinds=["mail"])
+        assert again is not None and again.id == failing.id
+        q.nack(again, error="still down")
+        self.assertEqual(codes(again), ["dead"])
+        self.assertIn("dead after 2 attempt(s) of 2 (last error: still down)", q.explain(again)[0])
+
+        expiring = q.lease_one(kinds=["mail"])
+        assert expiring is not None
+        self.advance(60)  # past its deadline: a read shows it as the reclaim will record it
+        reasons = q.explain(expiring)
+        self.assertEqual([r.code for r in reasons], ["last_attempt_expired", "first_in_line"])
+        self.assertIn("expired at", reasons[0])
+        done = q.lease_one(kinds=["mail"])
+        assert done is not None
+        q.ack(done)
+        self.assertEqual(codes(done), ["done"])
+        with self.assertRaises(JobNotFoundError):
+            q.explain("no-such-job")

@@ -127,6 +127,9 @@ class Storage(Protocol):
     # ---- control of jobs (issue 15): each a record of the log / a change of a row
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job: ...
 
+    # ---- explain (issue 15): the storage's own clock, which its reads are "as of"
+    def now(self) -> float: ...
+
     @property
     def location(self) -> str: ...
 

@@ -152,6 +152,17 @@ def cmd_get(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def cmd_why(args: argparse.Namespace, out: Output) -> int:
+    with open_queue(args) as queue:
+        reasons = queue.explain(args.id)
+    if out.as_json:
+        out.document([reason.to_dict() for reason in reasons])
+    else:
+        for reason in reasons:
+            out.line(f"- {safe(str(reason))}")
+    return EXIT_OK
+
+
 def _list_limit(value: int) -> int | None:
     return None if value == 0 else value
 

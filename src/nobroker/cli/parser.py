@@ -26,7 +26,7 @@ from .bench import DEFAULT_SECONDS as BENCH_SECONDS
 from .bench import MAX_SECONDS as BENCH_MAX_SECONDS
 from .bench import MIN_SECONDS as BENCH_MIN_SECONDS
 from .job_commands import (
-    DEFAULT_LIST_LIMIT, MAX_ENQUEUE_COUNT, cmd_ack, cmd_dlq, cmd_enqueue, cmd_extend, cmd_get, cmd_lease, cmd_list,
+    DEFAULT_LIST_LIMIT, MAX_ENQUEUE_COUNT, cmd_ack, cmd_dlq, cmd_enqueue, cmd_extend, cmd_get, cmd_lease, cmd_list, cmd_why,
     cmd_nack,
 )  # fmt: skip
 from .location import DEFAULT_DIR, DEFAULT_QUEUE, ENV_DSN
@@ -205,8 +205,12 @@ def _add_looking(add: _Add) -> None:
     p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N", help="skip the first N")
     p.add_argument("--kind", metavar="KIND", help="only jobs of this kind")
 
-    p = add("get", "show one job in full (payload, attempts, error, stage, result)",
+    p = add("get", "show one job in full (payload, attempts and their history, error, stage, result)",
             "  nobroker get 01J9ZQ3F6Y", cmd_get)
+    p.add_argument("id", metavar="ID")
+
+    p = add("why", "say why a job is where it is (delayed, backing off, leased by whom, work ahead, ...)",
+            "  nobroker why 01J9ZQ3F6Y\n  nobroker why 01J9ZQ3F6Y --json", cmd_why)
     p.add_argument("id", metavar="ID")
 
     p = add("dlq", "list the dead-letter queue, or requeue it (all, or one id)",

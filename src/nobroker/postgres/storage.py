@@ -256,6 +256,10 @@ class PostgresStorage:
         ops.check_text(stage, "stage")
         return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
 
+    def now(self) -> float:
+        """This host's clock plus the test-only offset (the database's clock is the truth; they agree closely)."""
+        return time.time() + self._target.clock_offset
+
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
         ops.check_text(job_id, "job_id")
