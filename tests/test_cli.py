@@ -806,6 +806,18 @@ class DlqPurgeTests(CliTestCase):
         self.assert_one_line_error(again)
         self.assertIn("already cancelled", again.err)
 
+    def test_why_says_why_and_get_shows_the_attempts(self) -> None:
+        job = self.enqueue("a", "--timeout", "90")
+        self.assertIn("ready and first in line", self.ok("why", job["id"]).out)
+        self.ok("lease")
+        why = self.ok_json("why", job["id"])
+        self.assertEqual(why[0]["code"], "leased")  # type: ignore[index]
+        self.assertIn(f":{os.getpid()}", why[0]["by"])  # type: ignore[index]
+        shown = self.ok("get", job["id"]).out
+        self.assertIn("time limit   90 s", shown)
+        self.assertIn("attempt 1    running at", shown)
+        self.assert_one_line_error(self.cli("why", "no-such-job"))
+
     def test_purge_with_yes(self) -> None:
         for n in range(3):
             self.enqueue(str(n))

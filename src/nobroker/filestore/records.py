@@ -191,11 +191,15 @@ def cancel(job_id: str, at: float, *, requested: bool = False) -> Record:
 # Each reads every field it returns before replay changes anything, so a
 # refused record leaves the state as it was.
 def decode_lease(body: dict[str, Any]) -> tuple[int, float, Any, float | None, str | None]:
-    """(attempts, deadline, token, at (None if absent), by (None if absent))."""
-    at, by = body.get("at"), body.get("by")
+    """(attempts, deadline, token, at, by); at and by None for a lease without its worker.
+
+    An attempt's history starts with a lease that names its worker: a log an
+    older nobroker wrote (or the docs' playground) has none, and shows none.
+    """
+    by = body.get("by")
     return (
         check_int(body["attempts"], "attempts"), check_time(body["deadline"], "deadline"), body["token"],
-        None if at is None else check_time(at, "at"), None if by is None else check_text(by, "by"),
+        None if by is None else check_time(body["at"], "at"), None if by is None else check_text(by, "by"),
     )  # fmt: skip
 
 
