@@ -358,3 +358,17 @@ class TimeoutSemantics(_Base):
         self.assertEqual(codes(done), ["done"])
         with self.assertRaises(JobNotFoundError):
             q.explain("no-such-job")
+
+    def test_a_worker_that_abandoned_too_many_threads_stops(self) -> None:
+        from unittest import mock
+
+        q = self.make_queue(visibility_timeout=60)
+        q.enqueue_many(["stuck"] * 3, timeout=LIMIT)
+        release = threading.Event()
+        self.addCleanup(release.set)
+        with mock.patch("nobroker.worker.timeouts.MAX_ABANDONED_THREADS", 2):
+            worker = Worker(q, lambda job: release.wait(WAIT_SECONDS), concurrency=1, handle_signals=False)
+            with self.assertRaisesRegex(RuntimeError, "2 handler threads were abandoned"):
+                worker.run()
+        self.assertEqual((worker.stats.timed_out, worker.stats.abandoned), (2, 2))
+        self.assertEqual(len(q.list_jobs("ready")), 3, "two timed out (back for a retry), one never leased")

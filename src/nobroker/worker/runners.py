@@ -160,6 +160,9 @@ class HandlerThreads:
                 self._threads.remove(thread)
         self._start_thread()  # before the slot is free: the drain then knows every live thread
         self._limits.counted(entry, abandoned=True)
+        too_many = self._limits.too_many_abandoned()
+        if too_many is not None:
+            self._fail(too_many, "time limits")
         self._finished(entry)
 
     def run(self, entries: list[Running]) -> None:

@@ -43,6 +43,9 @@ from .settle import Settler
 
 logger = logging.getLogger("nobroker.worker")
 
+#: Most handler threads one Worker abandons: past it, it stops (run() raises), for each one
+#: left holds a thread and whatever its handler holds until the process ends.
+MAX_ABANDONED_THREADS = 256
 #: Longest a Watchdog sleeps between looks at its deadlines (a safety net: a new
 #: earlier deadline wakes it at once).
 WATCHDOG_SLICE = 1.0
@@ -127,6 +130,7 @@ class TimeLimits:
         self._name = name
         self._on_abandon = on_abandon
         self._watchdog = Watchdog(name)
+        self.abandoned = 0  # only the watchdog's thread counts them
 
     def of(self, job: Job) -> float | None:
         """The job's own limit if it has one (``job.timeout``), else the Worker's; None: no limit."""
@@ -152,7 +156,17 @@ class TimeLimits:
         how = "its thread is abandoned (it cannot be stopped) and a new one takes its place" if abandoned else "cancelled"
         logger.warning("job %s: its handler ran past its time limit (%g s); %s", entry.job.id, entry.limit, how)
         if abandoned:
+            self.abandoned += 1
             self._on_abandon()
+
+    def too_many_abandoned(self) -> BaseException | None:
+        """The error that stops the Worker once MAX_ABANDONED_THREADS threads were abandoned (None before)."""
+        if self.abandoned < MAX_ABANDONED_THREADS:
+            return None
+        return RuntimeError(
+            f"{self.abandoned} handler threads were abandoned past their time limits and may still run; "
+            "stopping: restart the process to free them (or use async handlers, or processes=, which can be stopped)"
+        )
 
     async def run_task(self, entry: Running, handler_call: Awaitable[Any]) -> tuple[Any, bool]:
         """Await an async handler's call within its limit: (what it returned, whether it ran past the limit)."""
