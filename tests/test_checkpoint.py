@@ -321,6 +321,37 @@ class CheckpointsAsTheLogGrows(TempDirTestCase):
                 q2.close()
                 q.close()
 
+    def test_close_waits_for_a_checkpoint_being_written_before_it_writes_the_newer_snapshot(self) -> None:
+        """Both write the same .snap: the checkpoint thread's older state must never land after close's."""
+        import threading
+
+        real_write = snapshot.write
+        close_wrote = threading.Event()
+        writes: list[tuple[str, int]] = []
+
+        def write(fs: Any, directory: str, name: str, generation: int, offset: int, *rest: Any) -> str:
+            in_thread = threading.current_thread().name == "nobroker-checkpoint"
+            if in_thread:
+                close_wrote.wait(0.5)  # a slow checkpoint: were close not to wait for it, it would write last
+            path = real_write(fs, directory, name, generation, offset, *rest)
+            writes.append(("checkpoint" if in_thread else "close", offset))
+            if not in_thread:
+                close_wrote.set()
+            return path
+
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 5), mock.patch.object(snapshot, "write", write), \
+                mock.patch.object(snapshot, "SNAPSHOT_MIN_RECORDS", 1):  # fmt: skip
+            q = Queue(self.dir, NAME, auto_compact=None)
+            for i in range(6):
+                q.enqueue({"i": i})
+            for i in range(3):
+                q.enqueue({"later": i})
+            q.close()
+        self.assertEqual([who for who, _ in writes][-1], "close", writes)
+        self.assertEqual(writes[-1][1], max(offset for _, offset in writes), writes)
+        with Queue(self.dir, NAME, auto_compact=None) as q2:
+            self.assertEqual(storage_of(q2)._snap_records, 9, "opening replayed records the close had covered")
+
     def test_a_crashed_writer_reopens_from_its_checkpoint(self) -> None:
         code = (
             "import os, sys\n"
