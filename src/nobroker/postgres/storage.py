@@ -197,7 +197,6 @@ class PostgresStorage:
 
     # ================================================================ writes
     def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
-        ops.check_specs(specs)
         t = self._target
         if conn is not None:
             return ops.enqueue_in_transaction(conn, t, specs)
@@ -253,12 +252,10 @@ class PostgresStorage:
         return self._link.run("extend", lambda c: ops.extend(c, self._target, job_id, token, seconds), retry=True)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
-        ops.check_text(stage, "stage")
         return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
 
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
-        ops.check_text(job_id, "job_id")
         return self._link.run("cancel", lambda c: ops.cancel(c, self._target, job_id, token, stopped), retry=True)
 
     def requeue_dead(self, job_id: str | None) -> int:
@@ -278,7 +275,6 @@ class PostgresStorage:
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
-        ops.check_text(job_id, "job_id")
         return self._side.run("get", lambda c: whole.get(c, self._target, job_id), retry=True)
 
     def stats(self) -> QueueStats:
@@ -288,7 +284,6 @@ class PostgresStorage:
         return self._side.run("count", lambda c: whole.count(c, self._target), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
-        ops.check_text(kind, "kind")
         return self._side.run(
             "list_jobs", lambda c: whole.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
         )
