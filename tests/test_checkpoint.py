@@ -93,6 +93,29 @@ class FollowingACompaction(TempDirTestCase):
         snaps = sorted(n for n in os.listdir(self.dir) if n.endswith(".snap"))
         self.assertEqual(snaps, [f"{NAME}.000001.snap"])
 
+    def test_only_following_a_flip_waits_for_a_checkpoint_never_a_reload_of_the_same_generation(self) -> None:
+        """A reload (after a failed write) runs under the exclusive lock: waiting there for a checkpoint of a
+        generation nobody is writing one of would hold every peer up (while a compaction runs: its whole wait)."""
+        from nobroker.filestore import recovery
+
+        self.a.compact()
+        waited: list[int] = []
+        real = recovery.checkpoint.wait_for_checkpoint
+
+        def wait(fs: Any, directory: str, name: str, generation: int, **kwargs: Any) -> bool:
+            waited.append(generation)
+            return real(fs, directory, name, generation, **kwargs)
+
+        with mock.patch.object(recovery.checkpoint, "wait_for_checkpoint", wait):
+            self.b.stats()  # follows the flip to generation 1 (it may wait for the checkpoint there)
+            followed = list(waited)
+            waited.clear()
+            storage_of(self.b)._stale = True  # as after a failed write: reload generation 1 under the lock
+            self.b.enqueue("after the reload")
+        self.assertEqual(waited, [], "a reload of the same generation waited for a checkpoint")
+        self.assertLessEqual(set(followed), {1})
+        self.assertEqual(len(self.b), len(self.a))
+
     def test_a_follower_loads_it_and_reads_only_the_tail_under_the_lock(self) -> None:
         self.a.compact()
         self.a.enqueue("after the flip")  # past the checkpoint: read under the lock

@@ -172,7 +172,7 @@ class Committer(QueueFiles):
             try:
                 if self.durable:
                     self._sync_directory()  # see _open: the flip we follow must be durable
-                state, end, _torn = self._replay_all(new, truncate=exclusive)
+                state, end, _torn = self._replay_all(new, truncate=exclusive, following=True)
             except BaseException:
                 new.close()
                 raise
