@@ -3,13 +3,14 @@
 Imports: the standard library, psycopg (through tests.pgsupport), the public
 ``nobroker`` API and nobroker.postgres.operations. Statements are counted by
 wrapping psycopg's Cursor.execute and Connection.pipeline while an
-operation runs (every statement goes through the first; a pipeline block is
-one round trip). Nothing here is timed.
+operation runs, in the thread that runs it (every statement goes through the
+first; a pipeline block is one round trip). Nothing here is timed.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import unittest
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,8 +42,13 @@ def counted() -> Iterator[Sent]:
 
     sent = Sent()
     execute, pipeline = psycopg.Cursor.execute, psycopg.Connection.pipeline
+    # Only the operation's own thread counts: a queue's background threads (the one that
+    # sends owed NOTIFYs, say) open connections and send statements whenever they do.
+    mine = threading.get_ident()
 
     def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != mine:
+            return execute(self, query, *args, **kwargs)
         sent.statements.append(str(query).strip())
         if not sent.piped:
             sent.round_trips += 1
@@ -50,6 +56,10 @@ def counted() -> Iterator[Sent]:
 
     @contextmanager
     def counted_pipeline(self: Any) -> Iterator[Any]:
+        if threading.get_ident() != mine:
+            with pipeline(self) as pipe:
+                yield pipe
+            return
         sent.piped += 1
         try:
             with pipeline(self) as pipe:
