@@ -45,7 +45,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import LockTimeoutError, StorageError
 from ..jobs import Job, JobState
@@ -338,7 +338,7 @@ def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: fr
     return jobs
 
 
-def _refuse(conn: Any, t: Target, job_id: str, token: str | None, action: str) -> None:
+def _refuse(conn: Any, t: Target, job_id: str, token: str | None, action: str) -> NoReturn:
     """The UPDATE changed nothing: reclaim what expired (as the file storage would have), then say why."""
     upkeep(conn, t)
     row = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
@@ -363,6 +363,20 @@ def ack(conn: Any, t: Target, job_id: str, token: str | None, result_json: str |
     _refuse(conn, t, job_id, token, "ack")
 
 
+def ack_rows(items: list[tuple[str, str | None, str | None]]) -> str:
+    """(job id, token, result JSON) each, as the one JSON parameter ``ack_many`` reads."""
+    rows = ",".join(
+        f'{{"id":{_json_text(job_id)},"token":{_json_text(token)},"result":{"null" if result is None else result}}}'
+        for job_id, token, result in items
+    )
+    return f"[{rows}]"
+
+
+def extend_rows(items: list[tuple[str, str | None]]) -> str:
+    """(job id, token) each, as the one JSON parameter ``extend_many`` reads."""
+    return "[" + ",".join(f'{{"id":{_json_text(job_id)},"token":{_json_text(token)}}}' for job_id, token in items) + "]"
+
+
 def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None]]) -> None:
     """Ack many leased jobs in one statement: (job id, token or None, result JSON or None) each.
 
@@ -370,11 +384,7 @@ def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None
     could not be acked, NotLeasedError (or JobNotFoundError) names the
     first of them after the others were acked.
     """
-    rows = ",".join(
-        f'{{"id":{_json_text(job_id)},"token":{_json_text(token)},"result":{"null" if result is None else result}}}'
-        for job_id, token, result in items
-    )
-    cur = conn.execute(t.sql["ack_many"], t.params(rows=f"[{rows}]"))
+    cur = conn.execute(t.sql["ack_many"], t.params(rows=ack_rows(items)))
     # By (id, token), not by id: a stale copy of a job acked in the same call
     # shares its id, and must be refused as the file storage refuses it.
     acked = {(row[0], row[1]) for row in cur.fetchall()}
@@ -401,6 +411,25 @@ def nack(
 
 def extend(conn: Any, t: Target, job_id: str, token: str | None, seconds: float) -> Job:
     return _change(conn, t, "extend", "extend", job_id, token, secs=seconds)
+
+
+def extend_many(conn: Any, t: Target, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
+    """Renew many leases in one statement; the jobs in the order given, or the first refusal.
+
+    As ack_many: every lease that still holds is renewed when this returns,
+    and a refusal (found out only then, a statement per refused job) names
+    the first job that was not.
+    """
+    rows = conn.execute(t.sql["extend_many"], t.params(rows=extend_rows(items), secs=seconds)).fetchall()
+    renewed = {job.id: job for job in map(row_job, rows)}
+    out = []
+    for job_id, token in items:
+        job = renewed.get(job_id)
+        # A row comes back once per job: a stale copy beside the lease it copies is told by its token.
+        if job is None or (token is not None and job.lease_token != token):
+            _refuse(conn, t, job_id, token, "extend")
+        out.append(job)
+    return out
 
 
 def set_stage(conn: Any, t: Target, job_id: str, token: str | None, stage: str | None) -> Job:

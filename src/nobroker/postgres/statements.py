@@ -24,7 +24,7 @@ parameters, by name:
 - lease: ``vt`` (visibility timeout, seconds) and ``kinds`` (or none);
 - ack: ``result(s)`` (JSON text or NULL); nack: ``error``, ``traceback``,
   ``delay`` (NULL: the backoff's), ``perm`` (PermanentError: straight to
-  dead); extend: ``secs``; set_stage: ``stage``; compact: ``keep`` (retention
+  dead); extend and extend_many: ``secs``; ack_many and extend_many: ``rows`` (JSON); set_stage: ``stage``; compact: ``keep`` (retention
   seconds); listings: ``kind`` (or NULL), ``limit``, ``offset`` and
   ``reach`` (where the page ends: limit + offset, or NULL).
 
@@ -193,6 +193,14 @@ _TEMPLATES: dict[str, str] = {
         UPDATE {{schema}}.jobs AS j SET lease_deadline = {NOW} + %(secs)s::float8 * interval '1 second'
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING {COLUMNS}""",
+    # Heartbeats: every lease of the batch renewed by one statement, each row
+    # found by its primary key; the rows returned say which leases held.
+    "extend_many": f"""
+        UPDATE {{schema}}.jobs AS j SET lease_deadline = {NOW} + %(secs)s::float8 * interval '1 second'
+        FROM json_to_recordset(%(rows)s::json) AS u(id text, token text)
+        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {NOW}
+          AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING {COLUMNS}""",
     "stage": f"""
         UPDATE {{schema}}.jobs AS j SET stage = %(stage)s

@@ -252,6 +252,11 @@ class PostgresStorage:
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
         return self._link.run("extend", lambda c: ops.extend(c, self._target, job_id, token, seconds), retry=True)
 
+    def extend_many(self, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
+        """Renew many leases in one statement (see operations.extend_many)."""
+        t = self._target
+        return self._link.run("extend_many", lambda c: ops.extend_many(c, t, items, seconds), retry=True)
+
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
         ops.check_text(stage, "stage")
         return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)

@@ -6,6 +6,7 @@ together.
 
 The package, in its order (a module imports only modules above it):
 
+    calls.py      the checks of every call's arguments, shared by Queue and AsyncQueue
     base.py       QueueBase: the options checked, the storage opened and held, close
     work.py       enqueue, lease, ack, nack, extend, set_stage; the wait for work
     looking.py    get, stats, listings, the DLQ; requeue_dead, purge, compact
