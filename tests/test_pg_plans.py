@@ -24,6 +24,9 @@ IN_THE_WAY = 20_000
 #: index pages, the rows it takes, the counts' rows. Walking the jobs in the
 #: way costs one page per ~100 of them (200 or more here).
 FEW_PAGES = 60
+#: A batch of ack_many or extend_many, the table it meets, and the most pages each row it changes may
+#: cost (its primary key probed, the row rewritten, the indexes that hold it updated).
+BATCH, SMALL_TABLE, PAGES_PER_ROW_CHANGED = 50, 2000, 15
 
 
 def _buffers(plan: dict[str, Any]) -> int:
@@ -105,6 +108,22 @@ class PlanTests(PostgresTestCase):
         self.fill(IN_THE_WAY, delay=3600)
         plan = self.explain(self.sql["next_due"])
         self.assert_few_pages(plan, "the next due time")
+
+    # ------------------------------------------------------------ batches by primary key
+    def test_ack_many_and_extend_many_find_each_job_by_its_primary_key(self) -> None:
+        # A small table: a join with the batch's rows alone was planned there as a scan of every job.
+        self.fill(SMALL_TABLE)
+        jobs = self.q.lease(BATCH)
+        rows = "[" + ",".join(f'{{"id":"{job.id}","token":"{job.lease_token}","result":null}}' for job in jobs) + "]"
+        for name, values in (("ack_many", {}), ("extend_many", {"secs": 60.0})):
+            with self.subTest(name):
+                plan = self.explain(self.sql[name], rows=rows, **values)
+                self.assertFalse([n for n in _nodes(plan) if n["Node Type"] == "Seq Scan"], f"{name} scans the table")
+                self.assertIn("jobs_pkey", [n.get("Index Name") for n in _nodes(plan)], f"{name} reads the primary key")
+                self.assertLessEqual(_buffers(plan), FEW_PAGES + PAGES_PER_ROW_CHANGED * BATCH, name)
+        self.assertEqual(len(self.q.extend_many(jobs, 60)), BATCH)
+        self.q.ack_many(jobs)
+        self.assertEqual(self.q.stats().done, BATCH)
 
     # ------------------------------------------------------------ counts and listings
     def test_stats_and_len_read_the_counts_not_the_jobs(self) -> None:

@@ -18,6 +18,8 @@ from typing import Any
 from nobroker import JobState, NotLeasedError, Queue
 from tests.pgsupport import PostgresTestCase, fresh_name
 
+#: Running jobs whose leases one heartbeat renews (the issue's figure).
+HEARTBEAT_JOBS = 50
 #: Random operations in the counts test, and its seed (a failure replays from it).
 STEPS, SEED = 300, 19
 
@@ -99,6 +101,15 @@ class RoundTripTests(PostgresTestCase):
         self.assert_one_statement(lambda: self.q.extend(job, 60), "extend")
         self.assert_one_statement(lambda: self.q.nack(job, delay=0), "nack")
         self.assert_one_statement(lambda: self.q.lease(5, kinds=["other"]), "a lease that finds nothing")
+
+    def test_a_heartbeat_of_fifty_running_jobs_is_one_statement(self) -> None:
+        self.q.enqueue_many(list(range(HEARTBEAT_JOBS)))
+        jobs = self.q.lease(HEARTBEAT_JOBS)
+        self.assertEqual(len(jobs), HEARTBEAT_JOBS)
+        renewed = self.assert_one_statement(lambda: self.q.extend_many(jobs, 60), "extend_many of 50 leases")
+        self.assertEqual([job.id for job in renewed], [job.id for job in jobs])
+        _, one_by_one = self.sent_by(lambda: [self.q.extend(job, 60) for job in jobs])
+        self.assertEqual(one_by_one.round_trips, HEARTBEAT_JOBS, "what a tick cost before extend_many")
 
     def test_a_delayed_job_that_came_due_is_moved_first_in_one_more_round_trip(self) -> None:
         plain = self.q.enqueue("plain")

@@ -88,6 +88,12 @@ def check_identifier(name: Any, what: str) -> str:
     return name
 
 
+#: The ids of a batch (the ``rows`` parameter) as one array: ``j.id = ANY(...)`` is a
+#: probe of the primary key per id in every plan, where a join with the rows
+#: alone is planned by a guess of their number and may scan a small table.
+BATCH_IDS = "ARRAY(SELECT r->>'id' FROM json_array_elements(%(rows)s::json) AS r)"
+
+
 # The statements that act on one leased job (ack, nack, extend, set_stage)
 # test "lease_deadline > now" and not "state = 'leased'": the schema makes
 # the two equivalent, and leaving the state out keeps the partial index of
@@ -168,7 +174,8 @@ _TEMPLATES: dict[str, str] = {
             finished_at = {NOW},
             result = coalesce(u.result, j.result)
         FROM json_to_recordset(%(rows)s::json) AS u(id text, token text, result json)
-        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
+        WHERE j.queue = %(q)s AND j.id = ANY({BATCH_IDS}) AND j.id = u.id
+          AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING j.id, u.token
         ), {ACK_TALLY}
@@ -199,7 +206,7 @@ _TEMPLATES: dict[str, str] = {
     "extend_many": f"""
         UPDATE {{schema}}.jobs AS j SET lease_deadline = {NOW} + %(secs)s::float8 * interval '1 second'
         FROM json_to_recordset(%(rows)s::json) AS u(id text, token text)
-        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {NOW}
+        WHERE j.queue = %(q)s AND j.id = ANY({BATCH_IDS}) AND j.id = u.id AND j.lease_deadline > {NOW}
           AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING {COLUMNS}""",
     "stage": f"""
