@@ -160,13 +160,14 @@ class PlanTests(PostgresTestCase):
 
     def test_counts_stay_exact_through_purge_truncate_and_folding(self) -> None:
         from nobroker.postgres import queue_ops as operations
+        from nobroker.postgres.steps import drive
 
         self.fill(3000)
         self.q.ack_many(self.q.lease(1000))
         with self.q.storage._side.held() as conn:  # type: ignore[attr-defined]
             rows = conn.execute(f'SELECT count(*) FROM "{self.schema}".counts WHERE queue = %s', (self.name,)).fetchone()[0]
             self.assertGreater(rows, 2)
-            operations.fold_counts(conn, self.q.storage._target)  # type: ignore[attr-defined]
+            drive(conn, operations.fold_counts(self.q.storage._target))  # type: ignore[attr-defined]
             rows = conn.execute(f'SELECT count(*) FROM "{self.schema}".counts WHERE queue = %s', (self.name,)).fetchone()[0]
         self.assertEqual(rows, 1, "one row after folding")
         self.assertEqual((self.q.stats().ready, self.q.stats().done), (2000, 1000))

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from ..errors import LockTimeoutError, NobrokerError, StorageError
 from ..storage import dsn_parameters, parse_keyword_dsn
-from .driver import pg_errors, psycopg, require_psycopg
+from .driver import pg_errors, psycopg, require_psycopg, tuple_row
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -247,7 +247,7 @@ class Session:
             return self.conn.execute(query, params)
         cursor = self._cursor
         if cursor is None or cursor.closed:
-            cursor = self._cursor = self.conn.cursor()
+            cursor = self._cursor = self.conn.cursor(row_factory=tuple_row)  # a caller's may make dicts
         return cursor.execute(query, params)
 
     def __getattr__(self, name: str) -> Any:

@@ -2,7 +2,7 @@
 
 Owns: ScheduleStatements (the SQL text for one schema), and one function per
 schedule operation on a live connection: ``put``, ``remove``, ``listed`` and
-``fire``. Imports: jobs, schedules, storage, driver, statements, operations.
+``fire``. Imports: jobs, schedules, storage, driver, statements, steps, operations.
 
 Times are epoch seconds of the database clock plus the queue's test-only
 ``clock_offset``, as the jobs table's are, so hosts with skewed clocks agree
@@ -24,6 +24,7 @@ from ..storage import EnqueueSpec
 from . import operations as ops
 from .driver import tuple_row
 from .statements import quote_schema
+from .steps import drive
 
 _COLUMNS = ("name", "payload", "every", "cron", "kind", "priority", "tz", "catch_up", "anchor", "next_run")
 _NOW = "SELECT extract(epoch FROM now())::float8 + %(off)s::float8"
@@ -110,6 +111,6 @@ def fire(conn: Any, t: ops.Target, sql: ScheduleStatements, max_attempts: int) -
             held = {r[0] for r in conn.execute(sql.text["held"], t.params(ids=[s.job_id for s in specs])).fetchall()}
             fresh = [s for s in specs if s.job_id not in held]
             if fresh:
-                added.extend(ops.enqueue(conn, t, fresh, own=False, notify=True))
+                added.extend(drive(conn, ops.enqueue(t, fresh, own=False, notify=True)))
             conn.execute(sql.text["advance"], t.params(next=ticks.next_run, name=spec.name))
     return added

@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops.
+steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -74,6 +74,7 @@ from .connection import (
 from .driver import require_psycopg
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
+from .steps import drive
 from .wakeups import NotifyGate
 
 logger = logging.getLogger("nobroker.postgres")
@@ -205,13 +206,13 @@ class PostgresStorage:
         notify = runnable and self._gate.take()
         jobs: list[Job] | None = None
         if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
-            job = self._link.run("enqueue", lambda c: ops.insert_one_fresh(c, t, specs[0], notify), retry=False)
+            job = self._link.run("enqueue", lambda c: drive(c, ops.insert_one_fresh(t, specs[0], notify)), retry=False)
             if job is not None:
                 jobs = [job]
         if jobs is None:
             # Enqueue twice is harmless only when every job names its id.
             safe = all(spec.job_id is not None for spec in specs)
-            jobs = self._link.run("enqueue", lambda c: ops.enqueue_retrying(c, t, specs, notify=notify), retry=safe)
+            jobs = self._link.run("enqueue", lambda c: drive(c, ops.enqueue_retrying(t, specs, notify=notify)), retry=safe)
         if runnable and not notify:
             self._gate.owe()
         return jobs
@@ -221,16 +222,16 @@ class PostgresStorage:
         t = self._target
         if time.monotonic() >= self._prune_at:
             self._start_pruning()
-        return self._link.run("lease", lambda c: ops.lease(c, t, count, visibility_timeout, kinds), retry=True)
+        return self._link.run("lease", lambda c: drive(c, ops.lease(t, count, visibility_timeout, kinds)), retry=True)
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         # Twice is harmless: the second ack finds the job done under the same token.
-        self._link.run("ack", lambda c: ops.ack(c, self._target, job_id, token, result_json), retry=True)
+        self._link.run("ack", lambda c: drive(c, ops.ack(self._target, job_id, token, result_json)), retry=True)
 
     def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
         """Ack many leased jobs in one statement (see operations.ack_many)."""
         if items:
-            self._link.run("ack_many", lambda c: ops.ack_many(c, self._target, items), retry=True)
+            self._link.run("ack_many", lambda c: drive(c, ops.ack_many(self._target, items)), retry=True)
 
     def nack(
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
@@ -239,10 +240,10 @@ class PostgresStorage:
         notify = (delay is None or delay <= 0) and not permanent and self._gate.take()
 
         def run(conn: Any) -> tuple[Job, bool]:
-            return ops.nack(
-                conn, self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
+            return drive(conn, ops.nack(
+                self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
                 notify=notify,
-            )  # fmt: skip
+            ))  # fmt: skip
 
         job, owed = self._link.run("nack", run, retry=False)
         if owed:
@@ -250,52 +251,52 @@ class PostgresStorage:
         return job
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
-        return self._link.run("extend", lambda c: ops.extend(c, self._target, job_id, token, seconds), retry=True)
+        return self._link.run("extend", lambda c: drive(c, ops.extend(self._target, job_id, token, seconds)), retry=True)
 
     def extend_many(self, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
         """Renew many leases in one statement (see operations.extend_many)."""
         t = self._target
-        return self._link.run("extend_many", lambda c: ops.extend_many(c, t, items, seconds), retry=True)
+        return self._link.run("extend_many", lambda c: drive(c, ops.extend_many(t, items, seconds)), retry=True)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
         ops.check_text(stage, "stage")
-        return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
+        return self._link.run(ops.SET_STAGE, lambda c: drive(c, ops.set_stage(self._target, job_id, token, stage)), retry=True)
 
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
         ops.check_text(job_id, "job_id")
-        return self._link.run("cancel", lambda c: ops.cancel(c, self._target, job_id, token, stopped), retry=True)
+        return self._link.run("cancel", lambda c: drive(c, ops.cancel(self._target, job_id, token, stopped)), retry=True)
 
     def requeue_dead(self, job_id: str | None) -> int:
         notify = self._gate.take()
-        count = self._side.run("requeue_dead", lambda c: whole.requeue_dead(c, self._target, job_id, notify), retry=False)
+        count = self._side.run("requeue_dead", lambda c: drive(c, whole.requeue_dead(self._target, job_id, notify)), retry=False)
         if count and not notify:
             self._gate.owe()
         return count
 
     def purge(self) -> int:
-        return self._side.run("purge", lambda c: whole.purge(c, self._target), retry=False)
+        return self._side.run("purge", lambda c: drive(c, whole.purge(self._target)), retry=False)
 
     def compact(self) -> CompactionResult:
         started = time.perf_counter()
-        dropped, kept = self._side.run("compact", lambda c: whole.compact(c, self._target, self.retention), retry=True)
+        dropped, kept = self._side.run("compact", lambda c: drive(c, whole.compact(self._target, self.retention)), retry=True)
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
         ops.check_text(job_id, "job_id")
-        return self._side.run("get", lambda c: whole.get(c, self._target, job_id), retry=True)
+        return self._side.run("get", lambda c: drive(c, whole.get(self._target, job_id)), retry=True)
 
     def stats(self) -> QueueStats:
-        return self._side.run("stats", lambda c: whole.stats(c, self._target), retry=True)
+        return self._side.run("stats", lambda c: drive(c, whole.stats(self._target)), retry=True)
 
     def count(self) -> int:
-        return self._side.run("count", lambda c: whole.count(c, self._target), retry=True)
+        return self._side.run("count", lambda c: drive(c, whole.count(self._target)), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         ops.check_text(kind, "kind")
         return self._side.run(
-            "list_jobs", lambda c: whole.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
+            "list_jobs", lambda c: drive(c, whole.list_jobs(self._target, listing, limit, offset, kind)), retry=True
         )
 
     # ================================================================ waiting and closing
@@ -361,8 +362,8 @@ class PostgresStorage:
             dropped = 0
             for states, keep in ((whole.FINISHED_KEPT_AS_DONE, self.done_retention), (("dead",), self.dead_retention)):
                 if keep is not None:
-                    dropped += whole.prune(conn, t, states, keep, batches=PRUNE_BATCHES)
-            whole.fold_counts(conn, t)
+                    dropped += drive(conn, whole.prune(t, states, keep, batches=PRUNE_BATCHES))
+            drive(conn, whole.fold_counts(t))
             return dropped
 
         try:
