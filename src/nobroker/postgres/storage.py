@@ -52,7 +52,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
 from ..schedules import Schedule, ScheduleSpec
@@ -74,10 +75,12 @@ from .connection import (
 from .driver import require_psycopg
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
-from .steps import drive
+from .steps import Steps, drive
 from .wakeups import NotifyGate
 
 logger = logging.getLogger("nobroker.postgres")
+
+T = TypeVar("T")
 
 #: Longest queue name, in characters.
 MAX_QUEUE_NAME = 256
@@ -114,6 +117,23 @@ def _check_seconds(limit: float = MAX_TIMEOUT, **values: Any) -> None:
         number = finite_float(value)
         if number is None or number < 0 or number > limit:
             raise ValueError(f"{what} must be a finite number of seconds from 0 to {limit:g}, got {shown(value)}")
+
+
+#: A storage operation of several runs on a connection, with decisions between them: it yields
+#: (what, the steps of a run, may they run twice) and is sent each run's result (see carry).
+Plan = Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, T]
+
+
+def carry(link: Link, plan: Plan[T]) -> T:
+    """Carry out each run of ``plan`` on ``link`` (asyncstorage awaits the same plans on an AsyncLink)."""
+    reply: Any = None
+    while True:
+        try:
+            what, steps, retry = plan.send(reply)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        reply = link.run(what, lambda c: drive(c, steps()), retry=retry)
 
 
 class PostgresStorage:
@@ -199,29 +219,37 @@ class PostgresStorage:
     # ================================================================ writes
     def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
         ops.check_specs(specs)
-        t = self._target
         if conn is not None:
-            return ops.enqueue_in_transaction(conn, t, specs)
+            return ops.enqueue_in_transaction(conn, self._target, specs)
+        return carry(self._link, self.enqueue_plan(specs))
+
+    def enqueue_plan(self, specs: list[EnqueueSpec]) -> Plan[list[Job]]:
+        """The runs of an enqueue on our connection, and the NOTIFY it sends or owes (see carry)."""
+        t = self._target
         runnable = any(spec.delay <= 0 for spec in specs)
         notify = runnable and self._gate.take()
         jobs: list[Job] | None = None
         if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
-            job = self._link.run("enqueue", lambda c: drive(c, ops.insert_one_fresh(t, specs[0], notify)), retry=False)
+            job = yield "enqueue", lambda: ops.insert_one_fresh(t, specs[0], notify), False
             if job is not None:
                 jobs = [job]
         if jobs is None:
             # Enqueue twice is harmless only when every job names its id.
             safe = all(spec.job_id is not None for spec in specs)
-            jobs = self._link.run("enqueue", lambda c: drive(c, ops.enqueue_retrying(t, specs, notify=notify)), retry=safe)
+            jobs = yield "enqueue", lambda: ops.enqueue_retrying(t, specs, notify=notify), safe
         if runnable and not notify:
             self._gate.owe()
         return jobs
 
+    def upkeep_due(self) -> None:
+        """Start a round of pruning when one is due (a lease starts it; it runs in a thread of its own)."""
+        if time.monotonic() >= self._prune_at:
+            self._start_pruning()
+
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
         t = self._target
-        if time.monotonic() >= self._prune_at:
-            self._start_pruning()
+        self.upkeep_due()
         return self._link.run("lease", lambda c: drive(c, ops.lease(t, count, visibility_timeout, kinds)), retry=True)
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
@@ -237,15 +265,22 @@ class PostgresStorage:
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
         traceback: str | None = None,
     ) -> Job:  # fmt: skip
+        return carry(self._link, self.nack_plan(job_id, token, error, delay, permanent, traceback))
+
+    def nack_plan(
+        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None,
+    ) -> Plan[Job]:  # fmt: skip
+        """The run of a nack, and the NOTIFY it sends or owes (see carry)."""
         notify = (delay is None or delay <= 0) and not permanent and self._gate.take()
 
-        def run(conn: Any) -> tuple[Job, bool]:
-            return drive(conn, ops.nack(
+        def steps() -> Steps[tuple[Job, bool]]:
+            return ops.nack(
                 self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
                 notify=notify,
-            ))  # fmt: skip
+            )  # fmt: skip
 
-        job, owed = self._link.run("nack", run, retry=False)
+        job, owed = yield "nack", steps, False
         if owed:
             self._gate.owe()
         return job
@@ -377,6 +412,11 @@ class PostgresStorage:
     def _send_owed_notify(self) -> None:
         t = self._target
         self._side.run("notify", lambda c: whole.notify(c, t), retry=True)
+
+    def release_connections(self) -> None:
+        """Close the connections for now; each opens again when next used (AsyncPostgresStorage works on its own)."""
+        self._link.release()
+        self._side.release()
 
     def close(self) -> None:
         self._gate.close()

@@ -1,6 +1,6 @@
 """The public Queue: one facade, two storages.
 
-Owns nothing itself: it names the package's face, Queue. Each part of the
+Owns nothing itself: it names the package's faces, Queue and AsyncQueue. Each part of the
 Queue is a class of its own module, over QueueBase; facade.py puts them
 together.
 
@@ -13,12 +13,25 @@ The package, in its order (a module imports only modules above it):
     periodic.py   schedule, unschedule, schedules, enqueue_due
     control.py    cancel
     facade.py     Queue: the parts put together
+    asyncqueue.py  AsyncQueue: the same calls awaited (PostgreSQL natively, files off the loop)
 
-Imports: facade.
+Imports: facade, asyncqueue.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from .facade import Queue
 
-__all__ = ["Queue"]
+
+def __getattr__(name: str) -> Any:
+    # AsyncQueue pulls in asyncio, which a Queue never needs.
+    if name == "AsyncQueue":
+        from .asyncqueue import AsyncQueue
+
+        return AsyncQueue
+    raise AttributeError(f"module 'nobroker.queue' has no attribute {name!r}")
+
+
+__all__ = ["AsyncQueue", "Queue"]
