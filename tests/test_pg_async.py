@@ -20,14 +20,13 @@ from typing import Any
 from nobroker import (
     AsyncQueue,
     BackoffPolicy,
-    Job,
     JobNotFoundError,
     JobState,
     NotLeasedError,
     Queue,
     QueueClosedError,
 )
-from tests.pgsupport import connect, drop_schema, fresh_name, require_postgres
+from tests.pgsupport import PostgresTestCase, connect, fresh_name
 from tests.support import FakeClock
 
 #: Backoff without jitter, so a retry's time is exact.
@@ -200,21 +199,8 @@ class FileAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase):
             await q.enqueue("x", conn=object())
 
 
-class PostgresAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase):
-    """AsyncQueue on PostgreSQL: the Queue's statements awaited on AsyncConnections."""
-
-    dsn: str
-    schema: str
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.dsn = require_postgres(cls)
-        from nobroker.postgres import migrate
-
-        cls.schema = fresh_name("nbtest")
-        migrate(cls.dsn, schema=cls.schema)
-        cls.addClassCleanup(drop_schema, cls.schema)
+class PostgresAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase, PostgresTestCase):
+    """AsyncQueue on PostgreSQL: the Queue's statements awaited on AsyncConnections (a schema per class)."""
 
     def setUp(self) -> None:
         self.offset = 0.0

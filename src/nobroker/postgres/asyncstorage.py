@@ -32,7 +32,7 @@ from . import operations as ops
 from . import queue_ops as whole
 from .asynclink import AsyncLink, AsyncSession
 from .driver import psycopg
-from .steps import drive_async
+from .steps import advance, drive_async
 from .storage import Plan, PostgresStorage
 
 T = TypeVar("T")
@@ -40,14 +40,12 @@ T = TypeVar("T")
 
 async def carry_async(link: AsyncLink, plan: Plan[T]) -> T:
     """storage.carry, awaited: each run of ``plan`` on ``link``."""
-    reply: Any = None
-    while True:
-        try:
-            what, steps, retry = plan.send(reply)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        reply = await link.run(what, steps, retry=retry)
+    done, run = advance(plan, None, None)
+    while not done:
+        what, steps, retry = run
+        done, run = advance(plan, await link.run(what, steps, retry=retry), None)
+    result: T = run
+    return result
 
 
 class AsyncPostgresStorage:

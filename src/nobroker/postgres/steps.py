@@ -2,7 +2,7 @@
 
 Owns: the steps an operation yields (``one``, ``every``, ``run``, ``piped``,
 ``pause``), ``Steps`` (the type of an operation written as a generator of
-them), and the two drivers that carry the steps out: ``drive`` on a psycopg
+them), ``advance`` (one move of such a generator), and the two drivers that carry the steps out: ``drive`` on a psycopg
 Connection (or connection.Session) and ``drive_async`` on an
 AsyncConnection's session (asynclink.AsyncSession). Imports: nothing from
 nobroker.
@@ -57,8 +57,8 @@ def pause(seconds: float) -> tuple[Any, ...]:
     return (PAUSE, seconds)
 
 
-def _advance(steps: Steps[Any], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
-    """(True, the result) once the operation returned; else (False, its next step)."""
+def advance(steps: Generator[Any, Any, Any], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """(True, the result) once the operation (or any generator driven so) returned; else (False, its next step)."""
     try:
         return False, (steps.send(reply) if error is None else steps.throw(error))
     except StopIteration as stop:
@@ -67,13 +67,13 @@ def _advance(steps: Steps[Any], reply: Any, error: BaseException | None) -> tupl
 
 def drive(session: Any, steps: Steps[T]) -> T:
     """Carry ``steps`` out on a synchronous connection (a Session: ``execute`` and ``pipeline``)."""
-    done, step = _advance(steps, None, None)
+    done, step = advance(steps, None, None)
     while not done:
         try:
             reply, error = _do(session, step), None
         except Exception as exc:  # the statement's error, to the operation, which may handle it
             reply, error = None, exc
-        done, step = _advance(steps, reply, error)
+        done, step = advance(steps, reply, error)
     result: T = step
     return result
 
@@ -96,13 +96,13 @@ def _do(session: Any, step: tuple[Any, ...]) -> Any:
 
 async def drive_async(session: Any, steps: Steps[T]) -> T:
     """Carry ``steps`` out on an AsyncConnection's session, awaiting each statement: the event loop runs meanwhile."""
-    done, step = _advance(steps, None, None)
+    done, step = advance(steps, None, None)
     while not done:
         try:
             reply, error = await _do_async(session, step), None
         except Exception as exc:  # as drive: to the operation
             reply, error = None, exc
-        done, step = _advance(steps, reply, error)
+        done, step = advance(steps, reply, error)
     result: T = step
     return result
 

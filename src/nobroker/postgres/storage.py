@@ -75,7 +75,7 @@ from .connection import (
 from .driver import require_psycopg
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
-from .steps import Steps, drive
+from .steps import Steps, advance, drive
 from .wakeups import NotifyGate
 
 logger = logging.getLogger("nobroker.postgres")
@@ -126,14 +126,12 @@ Plan = Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, T]
 
 def carry(link: Link, plan: Plan[T]) -> T:
     """Carry out each run of ``plan`` on ``link`` (asyncstorage awaits the same plans on an AsyncLink)."""
-    reply: Any = None
-    while True:
-        try:
-            what, steps, retry = plan.send(reply)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        reply = link.run(what, lambda c: drive(c, steps()), retry=retry)
+    done, run = advance(plan, None, None)
+    while not done:
+        what, steps, retry = run
+        done, run = advance(plan, link.run(what, lambda c: drive(c, steps()), retry=retry), None)
+    result: T = run
+    return result
 
 
 class PostgresStorage:

@@ -27,12 +27,12 @@ from typing import Any, Self
 
 from .. import checks
 from ..checks import JobRef
-from ..jobs import DEFAULT_KIND, BackoffPolicy, CompactionResult, Job, JobState, QueueStats
+from ..jobs import DEFAULT_KIND, CompactionResult, Job, JobState, QueueStats
 from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
-from ..storage import Storage, queue_closed, storage_kind
+from ..storage import Storage, StorageOptions, queue_closed, storage_kind
 from . import calls
-from .base import checked_options, open_storage
+from .base import Opening, open_storage
 
 
 class OffLoop:
@@ -56,7 +56,7 @@ class OffLoop:
         return self.storage.location
 
 
-class AsyncQueue:
+class AsyncQueue(Opening):
     """A durable job queue for asyncio code: Queue's API, each call awaited.
 
     ``AsyncQueue("./jobs")`` or ``AsyncQueue("postgresql://...")`` takes the
@@ -65,33 +65,16 @@ class AsyncQueue:
     closes it. ``await q.count()`` is ``len(queue)``.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        name: str = "default",
-        *,
-        fsync: bool = True,
-        visibility_timeout: float = 30.0,
-        max_attempts: int = 5,
-        backoff: BackoffPolicy | None = None,
-        lock_timeout: float = 10.0,
-        clock: Callable[[], float] | None = None,
-        auto_compact: float | None = 0.5,
-        create: bool = True,
-        **storage_options: Any,
-    ) -> None:
-        self._options = checked_options(
-            path, name, fsync=fsync, visibility_timeout=visibility_timeout, max_attempts=max_attempts,
-            backoff=backoff, lock_timeout=lock_timeout, clock=clock, auto_compact=auto_compact,
-        )  # fmt: skip
+    def _open(
+        self, path: str | os.PathLike[str], options: StorageOptions, auto_compact: float | None, create: bool,
+        storage_options: dict[str, Any],
+    ) -> None:  # fmt: skip
+        # Only kept: opening blocks (it reads the log, or connects), so the first await does it.
         self._path = path
+        self._options = options
         self._opening = (auto_compact, create, dict(storage_options))
-        self.visibility_timeout = self._options.visibility_timeout
-        self.max_attempts = self._options.max_attempts
-        self.backoff = self._options.backoff
         self._storage: Any = None  # OffLoop, or postgres.asyncstorage.AsyncPostgresStorage, once open
         self._open_lock: asyncio.Lock | None = None
-        self._closed = False
 
     # ------------------------------------------------------------ lifetime
     async def open(self) -> Self:
@@ -130,10 +113,6 @@ class AsyncQueue:
 
     def __repr__(self) -> str:
         return f"<nobroker.AsyncQueue {self._options.name!r} ({'closed' if self._closed else 'open'})>"
-
-    @property
-    def name(self) -> str:
-        return self._options.name
 
     @property
     def storage(self) -> Any:

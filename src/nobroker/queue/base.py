@@ -1,9 +1,9 @@
 """The Queue's opening and lifetime: the storage chosen and held.
 
-Owns: QueueBase (the options checked, FileStorage or PostgresStorage opened,
-close, the context manager, the properties every part of the Queue shares),
-and the two steps of its opening that AsyncQueue takes too: checked_options
-and open_storage.
+Owns: Opening (a Queue's arguments checked, for Queue and AsyncQueue alike:
+checked_options), QueueBase (FileStorage or PostgresStorage opened by
+open_storage, close, the context manager, the properties every part of the
+Queue shares).
 Imports: checks, errors, jobs, storage, locations, filestore, postgres (only
 when a DSN is given: it needs psycopg).
 """
@@ -60,8 +60,8 @@ def open_storage(
     return FileStorage(path, options, auto_compact=auto_compact, **storage_options)
 
 
-class QueueBase:
-    """What every part of the Queue stands on: its storage, open or closed (see Queue)."""
+class Opening:
+    """A Queue's or an AsyncQueue's arguments, checked once; ``_open`` then opens (or keeps) the storage."""
 
     def __init__(
         self,
@@ -82,12 +82,32 @@ class QueueBase:
             path, name, fsync=fsync, visibility_timeout=visibility_timeout, max_attempts=max_attempts,
             backoff=backoff, lock_timeout=lock_timeout, clock=clock, auto_compact=auto_compact,
         )  # fmt: skip
-        self._storage: Storage = open_storage(path, options, auto_compact, create, storage_options)
         self._name = name
         self.visibility_timeout = options.visibility_timeout
         self.max_attempts = options.max_attempts
         self.backoff = options.backoff
         self._closed = False
+        self._open(path, options, auto_compact, create, storage_options)
+
+    def _open(
+        self, path: str | os.PathLike[str], options: StorageOptions, auto_compact: float | None, create: bool,
+        storage_options: dict[str, Any],
+    ) -> None:  # fmt: skip
+        raise NotImplementedError  # pragma: no cover - each face opens in its own way
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+
+class QueueBase(Opening):
+    """What every part of the Queue stands on: its storage, open or closed (see Queue)."""
+
+    def _open(
+        self, path: str | os.PathLike[str], options: StorageOptions, auto_compact: float | None, create: bool,
+        storage_options: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self._storage: Storage = open_storage(path, options, auto_compact, create, storage_options)
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -113,10 +133,6 @@ class QueueBase:
     def path(self) -> str:
         """The folder (file storage) or the DSN without its password (PostgreSQL)."""
         return self._storage.location
-
-    @property
-    def name(self) -> str:
-        return self._name
 
     @property
     def durable(self) -> bool:
