@@ -93,7 +93,11 @@ class AsyncQueue(Opening):
             if self._storage is None:
                 auto_compact, create, options = self._opening
                 opened = await asyncio.to_thread(open_storage, self._path, self._options, auto_compact, create, options)
-                self._storage = _async_storage(self._path, opened)
+                storage = _async_storage(self._path, opened)
+                if self._closed:  # closed while it opened
+                    await storage.close()
+                    raise queue_closed(self._options.name, str(self._path))
+                self._storage = storage
         return self._storage
 
     async def close(self) -> None:
