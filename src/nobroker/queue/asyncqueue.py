@@ -9,8 +9,9 @@ On PostgreSQL the work and the reads are native async: the same statements
 the Queue sends (postgres/operations.py), awaited on psycopg's
 AsyncConnection (postgres/asyncstorage.py), so no thread is held while the
 server works; ``enqueue(conn=AsyncConnection)`` joins the caller's open
-transaction. On the file storage each call is the Queue's own call run in a
-thread of the loop's default executor (asyncio.to_thread), so the loop never
+transaction. On the file storage each call's storage work (the file
+storage's own method, as a Queue calls it once the arguments are checked)
+runs in a thread of the loop's default executor (asyncio.to_thread), so the loop never
 blocks on the file lock or an fsync, and code written for AsyncQueue runs on
 both storages. A call cancelled while it awaits (a timeout, a cancelled
 task) raises CancelledError in the caller; what it had sent finishes or not
