@@ -2,18 +2,20 @@
 
 Owns: AsyncPostgresStorage (the Storage protocol with ``await``) and
 ``carry_async`` (a storage Plan awaited run by run). Imports: jobs,
-schedules, storage, driver, steps, asynclink, operations, queue_ops.
+schedules, storage, driver, steps, asynclink, operations, queue_ops,
+schedule_ops.
 
 Opening is the Queue's (the options checked, the schema brought up to date),
 run in a thread once; the PostgresStorage it opened keeps the queue's
 settings, its NOTIFY gate and its pruning, and this wraps it. Then the work (enqueue, lease,
 ack, ack_many, nack, extend, extend_many, set_stage, cancel) is awaited on
-one AsyncConnection, and the reads (get, stats, count, list_jobs) on a
-second, opened on first use, so a heartbeat never waits behind a read; both
-send exactly the steps the Queue sends (operations.py, queue_ops.py). The
-operator's bulk writes (requeue_dead, purge, compact), the schedules and the
-idle wait are rare or long: they run the Queue's own call in a thread
-(asyncio.to_thread), on a connection opened when first needed.
+one AsyncConnection, the reads (get, stats, count, list_jobs) and the
+operator's writes (requeue_dead, purge, compact) on a second, opened on
+first use, so a heartbeat never waits behind them; the schedules as the
+Queue places them. Every one sends exactly the steps the Queue sends
+(operations.py, queue_ops.py, schedule_ops.py). Only the idle wait
+(wait_for_jobs: LISTEN, then a long sleep) runs the Queue's own call in a
+thread (asyncio.to_thread), on its listening connection.
 
 ``enqueue(conn=AsyncConnection)`` runs the INSERT inside the caller's open
 transaction on that connection and never commits: the job is visible to
@@ -30,6 +32,7 @@ from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec
 from . import operations as ops
 from . import queue_ops as whole
+from . import schedule_ops
 from .asynclink import AsyncLink, AsyncSession
 from .driver import psycopg
 from .steps import advance, drive_async
@@ -132,28 +135,34 @@ class AsyncPostgresStorage:
         t = self._target
         return await self._side.run("list_jobs", lambda: whole.list_jobs(t, listing, limit, offset, kind), retry=True)
 
-    # ================================================================ rare or long: the Queue's call, in a thread
+    # ================================================================ the operator's writes, on the second connection
     async def requeue_dead(self, job_id: str | None) -> int:
-        return await asyncio.to_thread(self.sync.requeue_dead, job_id)
+        return await carry_async(self._side, self.sync.requeue_plan(job_id))
 
     async def purge(self) -> int:
-        return await asyncio.to_thread(self.sync.purge)
+        return await self._side.run("purge", lambda: whole.purge(self._target), retry=False)
 
     async def compact(self) -> CompactionResult:
-        return await asyncio.to_thread(self.sync.compact)
+        return await carry_async(self._side, self.sync.compact_plan())
 
+    # ================================================================ schedules (each one statement or one transaction)
     async def put_schedule(self, spec: ScheduleSpec) -> Schedule:
-        return await asyncio.to_thread(self.sync.put_schedule, spec)
+        t, sql = self._target, self.sync.schedule_sql()
+        return await self._work.run("schedule", lambda: schedule_ops.put(t, sql, spec), retry=True)
 
     async def remove_schedule(self, name: str) -> bool:
-        return await asyncio.to_thread(self.sync.remove_schedule, name)
+        t, sql = self._target, self.sync.schedule_sql()
+        return await self._work.run("unschedule", lambda: schedule_ops.remove(t, sql, name), retry=True)
 
     async def list_schedules(self) -> list[Schedule]:
-        return await asyncio.to_thread(self.sync.list_schedules)
+        t, sql = self._target, self.sync.schedule_sql()
+        return await self._side.run("list schedules", lambda: schedule_ops.listed(t, sql), retry=True)
 
     async def fire_schedules(self) -> list[Job]:
-        return await asyncio.to_thread(self.sync.fire_schedules)
+        t, sql, most = self._target, self.sync.schedule_sql(), self.sync.max_attempts
+        return await self._work.run("enqueue due ticks", lambda: schedule_ops.fire(t, sql, most), retry=True)
 
+    # ================================================================ the idle wait: long, in a thread
     async def wait_for_jobs(self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None) -> bool:
         return await asyncio.to_thread(self.sync.wait_for_jobs, timeout, interrupt, kinds)
 

@@ -1,7 +1,7 @@
 """An operation as the statements it sends, written once: run on a Connection, or awaited on an AsyncConnection.
 
 Owns: the steps an operation yields (``one``, ``every``, ``run``, ``piped``,
-``pause``), ``Steps`` (the type of an operation written as a generator of
+``pause``, ``atomic``), ``Steps`` (the type of an operation written as a generator of
 them), ``advance`` (one move of such a generator), and the two drivers that carry the steps out: ``drive`` on a psycopg
 Connection (or connection.Session) and ``drive_async`` on an
 AsyncConnection's session (asynclink.AsyncSession). Imports: nothing from
@@ -29,7 +29,7 @@ T = TypeVar("T")
 Steps = Generator[tuple[Any, ...], Any, T]
 
 #: The kinds of step (the first item of each).
-ONE, EVERY, RUN, PIPED, PAUSE = range(5)
+ONE, EVERY, RUN, PIPED, PAUSE, ATOMIC = range(6)
 
 
 def one(sql: str, params: Any) -> tuple[Any, ...]:
@@ -55,6 +55,11 @@ def piped(first: str, sql: str, params: Any) -> tuple[Any, ...]:
 def pause(seconds: float) -> tuple[Any, ...]:
     """Wait ``seconds`` before the next step (time.sleep, or asyncio.sleep awaited)."""
     return (PAUSE, seconds)
+
+
+def atomic(steps: Steps[Any]) -> tuple[Any, ...]:
+    """Carry ``steps`` out in one transaction (committed when they return, rolled back when they raise); the reply is their result."""
+    return (ATOMIC, steps)
 
 
 def advance(steps: Generator[Any, Any, Any], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
@@ -83,6 +88,9 @@ def _do(session: Any, step: tuple[Any, ...]) -> Any:
     if kind == PAUSE:
         time.sleep(step[1])
         return None
+    if kind == ATOMIC:
+        with session.conn.transaction():
+            return drive(session, step[1])
     if kind == PIPED:
         with session.pipeline():
             session.execute(step[3], step[2])
@@ -112,6 +120,9 @@ async def _do_async(session: Any, step: tuple[Any, ...]) -> Any:
     if kind == PAUSE:
         await asyncio.sleep(step[1])
         return None
+    if kind == ATOMIC:
+        async with session.conn.transaction():
+            return await drive_async(session, step[1])
     if kind == PIPED:
         return await session.piped(step[3], step[1], step[2])
     cur = await session.execute(step[1], step[2])

@@ -301,8 +301,12 @@ class PostgresStorage:
         return self._link.run("cancel", lambda c: drive(c, ops.cancel(self._target, job_id, token, stopped)), retry=True)
 
     def requeue_dead(self, job_id: str | None) -> int:
+        return carry(self._side, self.requeue_plan(job_id))
+
+    def requeue_plan(self, job_id: str | None) -> Plan[int]:
+        """The run of requeue_dead (on the side connection), and the NOTIFY it sends or owes."""
         notify = self._gate.take()
-        count = self._side.run("requeue_dead", lambda c: drive(c, whole.requeue_dead(self._target, job_id, notify)), retry=False)
+        count = yield "requeue_dead", lambda: whole.requeue_dead(self._target, job_id, notify), False
         if count and not notify:
             self._gate.owe()
         return count
@@ -311,8 +315,11 @@ class PostgresStorage:
         return self._side.run("purge", lambda c: drive(c, whole.purge(self._target)), retry=False)
 
     def compact(self) -> CompactionResult:
+        return carry(self._side, self.compact_plan())
+
+    def compact_plan(self) -> Plan[CompactionResult]:
         started = time.perf_counter()
-        dropped, kept = self._side.run("compact", lambda c: drive(c, whole.compact(self._target, self.retention)), retry=True)
+        dropped, kept = yield "compact", lambda: whole.compact(self._target, self.retention), True
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
     # ================================================================ reads (each safe to run twice)
@@ -335,23 +342,23 @@ class PostgresStorage:
     # ================================================================ waiting and closing
     # ================================================================ schedules (periodic jobs)
     def put_schedule(self, spec: ScheduleSpec) -> Schedule:
-        sql, t = self._schedule_sql(), self._target
-        return self._link.run("schedule", lambda c: schedule_ops.put(c, t, sql, spec), retry=True)
+        sql, t = self.schedule_sql(), self._target
+        return self._link.run("schedule", lambda c: drive(c, schedule_ops.put(t, sql, spec)), retry=True)
 
     def remove_schedule(self, name: str) -> bool:
-        sql, t = self._schedule_sql(), self._target
-        return self._link.run("unschedule", lambda c: schedule_ops.remove(c, t, sql, name), retry=True)
+        sql, t = self.schedule_sql(), self._target
+        return self._link.run("unschedule", lambda c: drive(c, schedule_ops.remove(t, sql, name)), retry=True)
 
     def list_schedules(self) -> list[Schedule]:
-        sql, t = self._schedule_sql(), self._target
-        return self._side.run("list schedules", lambda c: schedule_ops.listed(c, t, sql), retry=True)
+        sql, t = self.schedule_sql(), self._target
+        return self._side.run("list schedules", lambda c: drive(c, schedule_ops.listed(t, sql)), retry=True)
 
     def fire_schedules(self) -> list[Job]:
         # Safe twice: a transaction lost with its connection enqueued nothing and moved nothing.
-        sql, t, most = self._schedule_sql(), self._target, self.max_attempts
-        return self._link.run("enqueue due ticks", lambda c: schedule_ops.fire(c, t, sql, most), retry=True)
+        sql, t, most = self.schedule_sql(), self._target, self.max_attempts
+        return self._link.run("enqueue due ticks", lambda c: drive(c, schedule_ops.fire(t, sql, most)), retry=True)
 
-    def _schedule_sql(self) -> schedule_ops.ScheduleStatements:
+    def schedule_sql(self) -> schedule_ops.ScheduleStatements:
         sql: schedule_ops.ScheduleStatements | None = getattr(self, "_schedule_statements", None)
         if sql is None:
             sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
