@@ -74,6 +74,11 @@ class AsyncSemantics:
         self.assertEqual(await q.count(), 3)
         self.assertIsNone(await q.lease_one())
         self.assertEqual([j.id for j in await q.list_jobs(JobState.DONE)], [job.id, more[0].id, more[1].id])
+        await q.enqueue("stays")
+        compacted = await q.compact()
+        self.assertEqual((compacted.jobs_dropped, compacted.jobs_kept), (3, 1))
+        self.assertEqual(await q.purge(), 1)
+        self.assertEqual(await q.count(), 0)
 
     async def test_nack_retries_after_the_backoff_then_dead(self) -> None:
         q = await self.make_queue(backoff=EXACT, max_attempts=2)
