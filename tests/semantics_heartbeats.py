@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nobroker import Job, JobNotFoundError, JobState, NotLeasedError, Queue, Worker
 from nobroker.jobs import MAX_BATCH_JOBS
-from tests.semantics_control import SHORT_LEASE, WAIT_SECONDS, wait_until
+from tests.semantics_control import WAIT_SECONDS, wait_until
 
 if TYPE_CHECKING:
     from tests.semantics import QueueSemantics
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
-#: Jobs a Worker runs at once in the heartbeat tests.
-RUNNING = 4
+#: Jobs a Worker runs at once in the heartbeat tests, and their lease: a renewal every half second, with a
+#: second of slack before a lease would expire (a loaded machine may stall the heartbeat thread that long).
+RUNNING, LEASE = 4, 1.5
 
 
 class HeartbeatSemantics(_Base):
@@ -140,7 +141,7 @@ class HeartbeatSemantics(_Base):
         return batches, singles
 
     def test_a_worker_renews_all_its_leases_with_one_call_per_tick(self) -> None:
-        q = self.make_queue(visibility_timeout=SHORT_LEASE)
+        q = self.make_queue(visibility_timeout=LEASE)
         batches, singles = self.record_renewals(q)
         ids = {job.id for job in q.enqueue_many([f"slow {i}" for i in range(RUNNING)])}
         release = threading.Event()
@@ -159,7 +160,7 @@ class HeartbeatSemantics(_Base):
         self.assertEqual((stats.succeeded, stats.lost_leases), (RUNNING, 0))
 
     def test_a_lease_lost_in_a_batch_is_found_and_only_that_job_is_lost(self) -> None:
-        q = self.make_queue(visibility_timeout=SHORT_LEASE)
+        q = self.make_queue(visibility_timeout=LEASE)
         batches, singles = self.record_renewals(q)
         jobs = q.enqueue_many([f"slow {i}" for i in range(RUNNING)])
         ids = {job.id for job in jobs}

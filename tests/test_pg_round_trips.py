@@ -119,7 +119,7 @@ class RoundTripTests(PostgresTestCase):
     def test_a_workers_heartbeat_tick_is_one_statement_whatever_it_runs(self) -> None:
         from nobroker import Worker
 
-        q = Queue(self.q.storage.dsn, fresh_name("q"), schema=self.schema, migrate=False, visibility_timeout=0.6)  # type: ignore[attr-defined]
+        q = Queue(self.q.storage.dsn, fresh_name("q"), schema=self.schema, migrate=False, visibility_timeout=3.0)  # type: ignore[attr-defined]
         self.addCleanup(q.close)
         extend_many, extend = q.storage._target.sql["extend_many"].strip(), q.storage._target.sql["extend"].strip()  # type: ignore[attr-defined]
         q.enqueue_many(list(range(WORKER_JOBS)))
