@@ -264,21 +264,22 @@ class PostgresAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase, 
         self.assertEqual(await q.count(), 0)
 
     async def test_a_call_cancelled_mid_statement_leaves_no_broken_connection(self) -> None:
-        q = await self.make_queue()
+        q = await self.make_queue(lock_timeout=PATIENCE)
         await q.enqueue("held")
         job = await q.lease_one()
         assert job is not None
+        work = q.storage._work
+        backend = work._conn.info.backend_pid  # the connection the ack will wait on
         locker = connect(autocommit=False)
         self.addCleanup(locker.close)
         locker.execute(f'SELECT 1 FROM "{self.schema}".jobs WHERE queue = %s FOR UPDATE', (q.name,))
-        work = q.storage._work
         acking = asyncio.create_task(q.ack(job))
         # Cancel only once the ack is seen waiting for the row lock in the server.
         watcher = connect()
         self.addCleanup(watcher.close)
         for _ in range(int(PATIENCE / 0.05)):
             row = watcher.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = 'nobroker'"
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = %s", (backend,)
             ).fetchone()
             if row[0]:
                 break
