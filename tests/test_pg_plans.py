@@ -27,6 +27,9 @@ IN_THE_WAY = 20_000
 FEW_PAGES = 60
 #: How long a listing's plan may take to settle to a page's reads (a transaction held elsewhere delays it).
 SETTLE_SECONDS = 120.0
+#: A batch of ack_many or extend_many, the table it meets, and the most pages finding one of its jobs
+#: may read (a probe of the primary key: its levels and the heap page; about 5 measured).
+BATCH, SMALL_TABLE, PAGES_PER_LOOKUP = 50, 2000, 8
 
 
 def _buffers(plan: dict[str, Any]) -> int:
@@ -109,6 +112,25 @@ class PlanTests(PostgresTestCase):
         plan = self.explain(self.sql["next_due"])
         self.assert_few_pages(plan, "the next due time")
 
+    # ------------------------------------------------------------ batches by primary key
+    def test_ack_many_and_extend_many_find_each_job_by_its_primary_key(self) -> None:
+        # A small table: a join with the batch's rows alone was planned there as a scan of every job.
+        self.fill(SMALL_TABLE)
+        jobs = self.q.lease(BATCH)
+        rows = "[" + ",".join(f'{{"id":"{job.id}","token":"{job.lease_token}","result":null}}' for job in jobs) + "]"
+        for name, values in (("ack_many", {}), ("extend_many", {"secs": 60.0})):
+            with self.subTest(name):
+                plan = self.explain(self.sql[name], rows=rows, **values)
+                self.assertFalse([n for n in _nodes(plan) if n["Node Type"] == "Seq Scan"], f"{name} scans the table")
+                probes = [n for n in _nodes(plan) if n.get("Index Name") == "jobs_pkey"]
+                self.assertEqual(len(probes), 1, f"{name} reads the primary key")
+                # What finding the rows reads (the pages a change then writes depend on the indexes' upkeep).
+                self.assertLessEqual(_buffers(probes[0]), PAGES_PER_LOOKUP * BATCH, name)
+                self.assertEqual(probes[0]["Actual Rows"] * probes[0]["Actual Loops"], BATCH, name)
+        self.assertEqual(len(self.q.extend_many(jobs, 60)), BATCH)
+        self.q.ack_many(jobs)
+        self.assertEqual(self.q.stats().done, BATCH)
+
     # ------------------------------------------------------------ counts and listings
     def test_stats_and_len_read_the_counts_not_the_jobs(self) -> None:
         self.fill(IN_THE_WAY)
@@ -151,13 +173,14 @@ class PlanTests(PostgresTestCase):
 
     def test_counts_stay_exact_through_purge_truncate_and_folding(self) -> None:
         from nobroker.postgres import queue_ops as operations
+        from nobroker.postgres.steps import drive
 
         self.fill(3000)
         self.q.ack_many(self.q.lease(1000))
         with self.q.storage._side.held() as conn:  # type: ignore[attr-defined]
             rows = conn.execute(f'SELECT count(*) FROM "{self.schema}".counts WHERE queue = %s', (self.name,)).fetchone()[0]
             self.assertGreater(rows, 2)
-            operations.fold_counts(conn, self.q.storage._target)  # type: ignore[attr-defined]
+            drive(conn, operations.fold_counts(self.q.storage._target))  # type: ignore[attr-defined]
             rows = conn.execute(f'SELECT count(*) FROM "{self.schema}".counts WHERE queue = %s', (self.name,)).fetchone()[0]
         self.assertEqual(rows, 1, "one row after folding")
         self.assertEqual((self.q.stats().ready, self.q.stats().done), (2000, 1000))
