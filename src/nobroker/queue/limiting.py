@@ -1,0 +1,59 @@
+"""The Queue's limits per kind: set_limit, clear_limit, limits.
+
+Owns: LimitMethods (the limit checked in limits.py, then stored).
+Imports: checks, jobs, limits, base.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import checks
+from .. import limits as _limits
+from ..jobs import MAX_NAME_CHARS
+from ..limits import Limit
+from .base import QueueBase
+
+
+class LimitMethods(QueueBase):
+    """Limits that hold for the whole queue, across processes and hosts (see Queue)."""
+
+    def set_limit(
+        self, kind: str, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0,
+        burst: int | None = None,
+    ) -> Limit | None:  # fmt: skip
+        """Limit the jobs of ``kind``: at most ``concurrency`` leased at once, at most ``rate`` leases per ``per`` seconds.
+
+        Stored in the queue: every process, on every host, obeys it from its
+        next lease, and it survives restarts. Enforced inside the lease
+        itself, so it holds with any number of workers; a lease that expired
+        frees its slot. ``burst``: how many leases the rate lets through at
+        once (a token bucket of that size, refilled at ``rate / per`` a
+        second; default ``rate``). Other kinds are never held back, and
+        priorities still order the jobs of the kind. Setting the same limit
+        again changes nothing; a different one replaces it (a rate keeps the
+        tokens it had, up to the new burst). Neither ``concurrency`` nor
+        ``rate``: the kind's limit is cleared (as ``clear_limit``), and None
+        is returned. Bad input raises TypeError or ValueError, and nothing
+        is written.
+        """
+        if concurrency is None and rate is None and burst is None:
+            self.clear_limit(kind)
+            return None
+        limit = _limits.define(kind, concurrency, rate, per, burst)
+        return self._open_storage().put_limit(limit)
+
+    def clear_limit(self, kind: str) -> bool:
+        """Remove the limit of ``kind``; False if it had none."""
+        return self._open_storage().remove_limit(checks.text(kind, "kind", MAX_NAME_CHARS))
+
+    def limits(self) -> list[Limit]:
+        """Every limit of the queue, by kind."""
+        return self._open_storage().list_limits()
+
+    def seconds_to_slot(self, kinds: Any = None) -> float | None:
+        """Seconds until a spent rate limit (of these ``kinds``) lets a lease through again; None if none is spent.
+
+        An idle Worker's wait ends then (a concurrency slot that frees wakes it at once).
+        """
+        return self._open_storage().seconds_to_slot(checks.kind_set(kinds))
