@@ -4,7 +4,8 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops.
+connection, listener, schema, operations, wakeups, schedules, schedule_ops,
+limits, limit_ops, queue_ops.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -55,11 +56,12 @@ import time
 from typing import Any
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
 from . import queue_ops as whole
-from . import schedule_ops
+from . import limit_ops, schedule_ops
 from .listener import Listener
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
@@ -221,7 +223,13 @@ class PostgresStorage:
         t = self._target
         if time.monotonic() >= self._prune_at:
             self._start_pruning()
-        return self._link.run("lease", lambda c: ops.lease(c, t, count, visibility_timeout, kinds), retry=True)
+        return self._link.run("lease", lambda c: self._lease(c, t, count, visibility_timeout, kinds), retry=True)
+
+    def _lease(self, conn: Any, t: Any, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
+        jobs = ops.lease(conn, t, count, visibility_timeout, kinds)
+        if jobs is None:  # the queue has limits: lease under them
+            jobs = limit_ops.lease(conn, t, self._limit_sql(), count, visibility_timeout, kinds)
+        return jobs
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         # Twice is harmless: the second ack finds the job done under the same token.
@@ -318,6 +326,29 @@ class PostgresStorage:
             sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
         return sql
 
+    # ================================================================ limits per kind
+    def put_limit(self, limit: Limit) -> Limit:
+        sql, t = self._limit_sql(), self._target
+        return self._link.run("set a limit", lambda c: limit_ops.put(c, t, sql, limit), retry=True)
+
+    def remove_limit(self, kind: str) -> bool:
+        sql, t = self._limit_sql(), self._target
+        return self._link.run("clear a limit", lambda c: limit_ops.remove(c, t, sql, kind), retry=True)
+
+    def list_limits(self) -> list[Limit]:
+        sql, t = self._limit_sql(), self._target
+        return self._side.run("list limits", lambda c: limit_ops.listed(c, t, sql), retry=True)
+
+    def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
+        sql, t = self._limit_sql(), self._target
+        return self._side.run("next slot", lambda c: limit_ops.seconds_to_slot(c, t, sql, kinds), retry=True)
+
+    def _limit_sql(self) -> limit_ops.LimitStatements:
+        sql: limit_ops.LimitStatements | None = getattr(self, "_limit_statements", None)
+        if sql is None:
+            sql = self._limit_statements = limit_ops.LimitStatements(self.schema)
+        return sql
+
     def wakes_waiters(self) -> bool:
         """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
         return True
@@ -331,14 +362,20 @@ class PostgresStorage:
         transaction (at most once per NOTIFY_WINDOW, see wakeups.py), so the
         wake-up comes when the job is visible. Delayed jobs send no NOTIFY:
         the wait asks the queue when its next scheduled job or lease comes
-        due and ends then, asking again every DUE_RECHECK seconds for those
-        others add meanwhile. If the listening connection cannot be had,
-        this sleeps (polling fallback). ``interrupt``: a descriptor that ends
-        the wait (returning False) as soon as it is readable; it is never
-        read. ``kinds`` changes nothing: every listener hears every NOTIFY.
+        due, or a spent rate limit (of ``kinds``) has a token again, and
+        ends then, asking again every DUE_RECHECK seconds for those others
+        add meanwhile. If the listening connection cannot be had, this
+        sleeps (polling fallback). ``interrupt``: a descriptor that ends the
+        wait (returning False) as soon as it is readable; it is never read.
+        Every listener hears every NOTIFY, whatever its ``kinds``.
         """
-        t = self._target
-        return self._listener.wait(timeout, interrupt, lambda conn: whole.next_due(conn, t))
+        t, sql = self._target, self._limit_sql()
+
+        def due(conn: Any) -> float | None:
+            times = [s for s in (whole.next_due(conn, t), limit_ops.seconds_to_slot(conn, t, sql, kinds)) if s is not None]
+            return min(times) if times else None
+
+        return self._listener.wait(timeout, interrupt, due)
 
     def _start_pruning(self) -> None:
         """Prune in the background, on the second connection: leases never wait for it."""
