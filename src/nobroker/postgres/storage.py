@@ -51,6 +51,7 @@ storage option so no server-side prepared statements are used.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -370,9 +371,13 @@ class PostgresStorage:
         Every listener hears every NOTIFY, whatever its ``kinds``.
         """
         t, sql = self._target, self._limit_sql()
+        slot_at: list[float] = []  # when a rate limit spent as the wait began has a token again (monotonic)
 
         def due(conn: Any) -> float | None:
-            times = [s for s in (whole.next_due(conn, t), limit_ops.seconds_to_slot(conn, t, sql, kinds)) if s is not None]
+            if not slot_at:
+                wait = limit_ops.seconds_to_slot(conn, t, sql, kinds)
+                slot_at.append(math.inf if wait is None else time.monotonic() + wait)
+            times = [s for s in (whole.next_due(conn, t), slot_at[0] - time.monotonic()) if s is not None and s < math.inf]
             return min(times) if times else None
 
         return self._listener.wait(timeout, interrupt, due)
