@@ -4,7 +4,8 @@ Owns: Limit (a kind's concurrency and rate limit, as a caller defines it,
 checked by ``define``), Bucket (a rate limit's tokens as of a time), the
 stored form both storages keep (``to_fields`` and ``from_fields``), the
 token bucket (``filled``, ``taken``, ``seconds_to_token``, ``carried``),
-``budget`` (how many jobs of a kind one lease may still take) and
+``budget`` (how many jobs of a kind one lease may still take), ``spent``
+(whether that is none) and
 ``holding`` (the text that names the limit holding a job back, for
 ``explain``). Imports: jobs, checks. Pure: no clock, no I/O; every function
 takes the time.
@@ -174,6 +175,16 @@ def budget(limit: Limit, bucket: Bucket | None, leased: int, now: float) -> int:
         assert bucket is not None, "a rate limit keeps a bucket"
         room = min(room, int(filled(limit, bucket, now) + TOKEN_SLACK))
     return room
+
+
+def spent(limit: Limit, leased: int, bucket: Bucket | None, now: float) -> bool:
+    """Is either limit spent now (``budget`` is 0)? The lease's check, once per pick: the cheap tests first."""
+    concurrency = limit.concurrency
+    if concurrency is not None and leased >= concurrency:
+        return True
+    if bucket is None or bucket.tokens >= 1.0 - TOKEN_SLACK:  # a bucket only fills as time passes
+        return False
+    return filled(limit, bucket, now) < 1.0 - TOKEN_SLACK
 
 
 def holding(limit: Limit | None, bucket: Bucket | None, leased: int, now: float) -> str | None:

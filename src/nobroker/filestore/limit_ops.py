@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import MAX_LIMITS, Limit, budget, carried, has_token, seconds_to_token
+from ..limits import MAX_LIMITS, Limit, carried, has_token, seconds_to_token, spent
 from .. import limits as _limits
 from .entry import Entry
 from .limit_records import limit, unlimit
@@ -56,14 +56,15 @@ def listed(state: QueueState) -> list[Limit]:
 
 def lease_kinds(state: QueueState, now: float, kinds: frozenset[str] | None) -> frozenset[str] | None:
     """The kinds a lease may take now: ``kinds`` (None: all) without those whose limit is spent."""
-    spent = [
+    leased = state.leased_kinds
+    out = [
         kind for kind, (held, bucket) in state.limits.items()
-        if (kinds is None or kind in kinds) and budget(held, bucket, state.leased_kinds.get(kind, 0), now) <= 0
+        if (kinds is None or kind in kinds) and spent(held, leased.get(kind, 0), bucket, now)
     ]  # fmt: skip
-    if not spent:
+    if not out:
         return kinds
     present = kinds if kinds is not None else state.ready.keys() | state.cold_kinds()
-    return frozenset(present).difference(spent)
+    return frozenset(present).difference(out)
 
 
 def frees_slot(state: QueueState, entry: Entry) -> bool:
