@@ -5,7 +5,7 @@ checked by ``define``), Bucket (a rate limit's tokens as of a time), the
 stored form both storages keep (``to_fields`` and ``from_fields``), the
 token bucket (``filled``, ``taken``, ``seconds_to_token``, ``carried``),
 ``budget`` (how many jobs of a kind one lease may still take), ``spent``
-(whether that is none) and
+(whether that is none), ``seconds_to_slot`` (the end of an idle wait) and
 ``holding`` (the text that names the limit holding a job back, for
 ``explain``). Imports: jobs, checks. Pure: no clock, no I/O; every function
 takes the time.
@@ -185,6 +185,20 @@ def spent(limit: Limit, leased: int, bucket: Bucket | None, now: float) -> bool:
     if bucket is None or bucket.tokens >= 1.0 - TOKEN_SLACK:  # a bucket only fills as time passes
         return False
     return filled(limit, bucket, now) < 1.0 - TOKEN_SLACK
+
+
+def seconds_to_slot(limit: Limit, bucket: Bucket | None, leased: int, runnable: bool, now: float) -> float | None:
+    """When a waiting job of the kind may next be leased as far as its rate is concerned; None: no time to wait for.
+
+    None when no job of the kind is runnable, when its concurrency limit is
+    spent (the end of a lease frees a slot, not the clock), or when it has
+    no rate limit; 0 when a token is there now.
+    """
+    if not runnable or bucket is None:
+        return None
+    if limit.concurrency is not None and leased >= limit.concurrency:
+        return None
+    return seconds_to_token(limit, bucket, now)
 
 
 def holding(limit: Limit | None, bucket: Bucket | None, leased: int, now: float) -> str | None:

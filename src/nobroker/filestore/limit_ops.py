@@ -3,8 +3,8 @@
 Owns: ``put`` (a kind's limit set, or changed), ``remove``, ``listed``;
 ``lease_kinds`` (the kinds a lease may take from now, with every spent
 limit's kind left out), ``frees_slot`` (does the end of this lease free a
-slot someone may be waiting for), ``seconds_to_slot`` (when the next spent
-rate limit has a token again: the end of an idle wait) and ``holding`` (the
+slot someone may be waiting for), ``seconds_to_slot`` (when a runnable job
+of a rate-limited kind may be leased again: the end of an idle wait) and ``holding`` (the
 limit holding a kind back, in words). Each runs under the file lock, after
 the read forward, with the state as every earlier write left it, like the
 decisions in leases.py. Imports: limits, entry, limit_records, replay.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import MAX_LIMITS, Limit, carried, has_token, seconds_to_token, spent
+from ..limits import MAX_LIMITS, Limit, carried, spent
 from .. import limits as _limits
 from .entry import Entry
 from .limit_records import limit, unlimit
@@ -74,11 +74,14 @@ def frees_slot(state: QueueState, entry: Entry) -> bool:
 
 
 def seconds_to_slot(state: QueueState, now: float, kinds: frozenset[str] | None) -> float | None:
-    """Seconds until the first spent rate limit (of ``kinds``) has a token again; None if none is spent."""
-    waits = [
-        seconds_to_token(held, bucket, now) for kind, (held, bucket) in state.limits.items()
-        if bucket is not None and (kinds is None or kind in kinds) and not has_token(held, bucket, now)
-    ]  # fmt: skip
+    """Seconds until a runnable job of a rate-limited kind (of ``kinds``) may be leased (0: now); None: no such wait."""
+    leased = state.leased_kinds
+    waits = []
+    for kind, (held, bucket) in state.limits.items():
+        if bucket is not None and (kinds is None or kind in kinds):
+            wait = _limits.seconds_to_slot(held, bucket, leased.get(kind, 0), state.has_runnable(kind), now)
+            if wait is not None:
+                waits.append(wait)
     return min(waits) if waits else None
 
 

@@ -393,6 +393,10 @@ class QueueState(JobRows):
                 continue
             return entry
 
+    def has_runnable(self, kind: str) -> bool:
+        """Is a job of ``kind`` runnable (after ``promote``)? A hint: a stale heap item may say yes once."""
+        return bool(self.ready.get(kind)) or self.has_cold(kind)
+
     def expired(self, now: float) -> list[Entry]:
         """Leased jobs whose deadline has passed, earliest first.
 

@@ -2,7 +2,8 @@
 
 Owns: LimitStatements (the SQL text for one schema), and one function per
 limit operation on a live connection: ``put``, ``remove``, ``listed``,
-``seconds_to_slot``, and ``lease``, the lease of a queue that has limits.
+``look``, ``seconds_to_slot`` and ``slot_freed`` (what an idle wait
+watches), and ``lease``, the lease of a queue that has limits.
 Imports: jobs, codec, limits, driver, fragments, statements, operations.
 
 Race-free across processes and hosts: a lease of a queue with limits is
@@ -23,7 +24,8 @@ from typing import Any
 
 from ..codec import load_json
 from ..jobs import Job
-from ..limits import MAX_LIMITS, Bucket, Limit, budget, carried, from_fields, has_token, seconds_to_token, taken, to_fields
+from ..limits import MAX_LIMITS, Bucket, Limit, budget, carried, from_fields, taken, to_fields
+from ..limits import seconds_to_slot as slot_wait
 from . import operations as ops
 from .driver import tuple_row
 from .fragments import CLAIM_SET, COLUMNS, NOW
@@ -77,6 +79,11 @@ class LimitStatements:
             "delete": f"DELETE FROM {table} WHERE queue = %(q)s AND kind = %(kind)s RETURNING 1",
             "all": f"SELECT {cols}, {_CLOCK} FROM {table} WHERE queue = %(q)s ORDER BY kind",
             "lock": f"SELECT {cols} FROM {table} WHERE queue = %(q)s ORDER BY kind FOR UPDATE",
+            # An idle wait's look: each limit with its kind's leased jobs and whether one is runnable.
+            "look": f"""SELECT {", ".join("l." + c for c in _COLUMNS)}, {_CLOCK},
+                (SELECT count(*) FROM {quoted}.jobs WHERE queue = l.queue AND state = 'leased' AND kind = l.kind),
+                EXISTS (SELECT 1 FROM {quoted}.jobs WHERE {_RUNNABLE.replace("%(q)s", "l.queue")} AND kind = l.kind)
+                FROM {table} AS l WHERE l.queue = %(q)s ORDER BY l.kind""",
             "spend": f"UPDATE {table} SET tokens = %(tokens)s, tokens_at = %(at)s WHERE queue = %(q)s AND kind = %(kind)s",
             "clock": f"SELECT {_CLOCK}",
             "leased": _LEASED.replace("{schema}", quoted),
@@ -116,16 +123,32 @@ def listed(conn: Any, t: ops.Target, sql: LimitStatements) -> list[Limit]:
     return [_held(row[:-1])[0] for row in cur.execute(sql.text["all"], t.params()).fetchall()]
 
 
-def seconds_to_slot(conn: Any, t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> float | None:
-    """Seconds until the first spent rate limit (of ``kinds``) has a token again; None if none is spent."""
+def look(conn: Any, t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> tuple[float | None, list[str]]:
+    """What an idle wait watches: (seconds until a runnable job of a rate-limited kind may be leased, or
+    None; the kinds with runnable jobs whose concurrency limit is spent, whose next freed slot ends the wait)."""
     cur = conn.cursor(row_factory=tuple_row)
-    waits = []
-    for row in cur.execute(sql.text["all"], t.params()).fetchall():
-        held, bucket = _held(row[:-1])
-        now = float(row[-1])
-        if bucket is not None and (kinds is None or held.kind in kinds) and not has_token(held, bucket, now):
-            waits.append(seconds_to_token(held, bucket, now))
-    return min(waits) if waits else None
+    waits, spent = [], []
+    for row in cur.execute(sql.text["look"], t.params()).fetchall():
+        held, bucket = _held(row[: len(_COLUMNS)])
+        now, leased, runnable = float(row[-3]), int(row[-2]), bool(row[-1])
+        if kinds is not None and held.kind not in kinds:
+            continue
+        if runnable and held.concurrency is not None and leased >= held.concurrency:
+            spent.append(held.kind)
+        wait = slot_wait(held, bucket, leased, runnable, now)
+        if wait is not None:
+            waits.append(wait)
+    return (min(waits) if waits else None), spent
+
+
+def seconds_to_slot(conn: Any, t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> float | None:
+    """Seconds until a runnable job of a rate-limited kind (of ``kinds``) may be leased (0: now); None: no such wait."""
+    return look(conn, t, sql, kinds)[0]
+
+
+def slot_freed(conn: Any, t: ops.Target, sql: LimitStatements, spent: list[str]) -> bool:
+    """Has a slot of one of these spent kinds freed (or its limit gone) since?"""
+    return bool(spent) and look(conn, t, sql, frozenset(spent))[1] != spent
 
 
 def lease(

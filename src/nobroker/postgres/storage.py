@@ -365,18 +365,23 @@ class PostgresStorage:
         the wait asks the queue when its next scheduled job or lease comes
         due, or a spent rate limit (of ``kinds``) has a token again, and
         ends then, asking again every DUE_RECHECK seconds for those others
-        add meanwhile. If the listening connection cannot be had, this
+        add meanwhile, and whether a concurrency limit spent as the wait
+        began has a free slot again (an ack sends no NOTIFY). If the listening connection cannot be had, this
         sleeps (polling fallback). ``interrupt``: a descriptor that ends the
         wait (returning False) as soon as it is readable; it is never read.
         Every listener hears every NOTIFY, whatever its ``kinds``.
         """
         t, sql = self._target, self._limit_sql()
         slot_at: list[float] = []  # when a rate limit spent as the wait began has a token again (monotonic)
+        spent: list[str] = []  # the kinds whose concurrency limit was spent as the wait began
 
         def due(conn: Any) -> float | None:
             if not slot_at:
-                wait = limit_ops.seconds_to_slot(conn, t, sql, kinds)
+                wait, spent_now = limit_ops.look(conn, t, sql, kinds)
                 slot_at.append(math.inf if wait is None else time.monotonic() + wait)
+                spent.extend(spent_now)
+            elif limit_ops.slot_freed(conn, t, sql, spent):
+                return 0.0  # an ack sends no NOTIFY: a freed slot is seen at the next recheck
             times = [s for s in (whole.next_due(conn, t), slot_at[0] - time.monotonic()) if s is not None and s < math.inf]
             return min(times) if times else None
 

@@ -52,8 +52,10 @@ class LimitMethods(QueueBase):
         return self._open_storage().list_limits()
 
     def seconds_to_slot(self, kinds: Any = None) -> float | None:
-        """Seconds until a spent rate limit (of these ``kinds``) lets a lease through again; None if none is spent.
+        """Seconds until a ready job of a rate-limited kind (of these ``kinds``) may be leased: 0 now; None: no such wait.
 
-        An idle Worker's wait ends then (a concurrency slot that frees wakes it at once).
+        None also when no job of a rate-limited kind waits, or when its
+        concurrency limit is spent (the end of a lease frees the slot, not
+        the clock). An idle Worker's wait ends then.
         """
         return self._open_storage().seconds_to_slot(checks.kind_set(kinds))
