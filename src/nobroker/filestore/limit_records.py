@@ -63,8 +63,9 @@ def leased(limits: dict[str, Held], kind: str, body: dict[str, Any]) -> None:
     if held is None or held[1] is None:
         return
     at = body.get("at")
-    if isinstance(at, float):  # a writer always records its time; a record without one takes nothing
-        limits[kind] = (held[0], taken(held[0], held[1], at))
+    # A writer always records its time (a clock= that gives ints too); a record without one takes nothing.
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        limits[kind] = (held[0], taken(held[0], held[1], float(at)))
 
 
 def replayed(limits: dict[str, Held], at: float) -> list[Record]:
