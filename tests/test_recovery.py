@@ -25,14 +25,16 @@ def snapshot(q: Queue) -> dict[str, dict]:
     """Every job, every schedule with its cursor (as ``schedule:<name>``), every limit and when its rate frees.
 
     The reader's clock is the writer's last, so "when" is an absolute time
-    (now + seconds_to_slot), the same whenever it is asked.
+    (now + seconds_to_slot), the same whenever it is asked (the rate here is
+    one an hour: no token comes back while the test runs).
     """
     state = {job.id: job.to_dict() for job in q.list_jobs()}
     state.update({f"schedule:{s.name}": s.to_dict() for s in q.schedules()})
     now = q.storage.clock()  # type: ignore[attr-defined]
     for lim in q.limits():
         slot = q.seconds_to_slot([lim.kind])
-        state[f"limit:{lim.kind}"] = dict(lim.to_dict(), slot_at=None if slot is None else round(now + slot, 6))
+        at = slot if not slot else round(now + slot, 6)  # None (no wait), 0 (a token now), or when one is due
+        state[f"limit:{lim.kind}"] = dict(lim.to_dict(), slot_at=at)
     return state
 
 
