@@ -1,8 +1,10 @@
 """The pure parts of limits per kind: the token bucket's arithmetic, the budget, and the words of ``holding``.
 
-Owns: unit tests of nobroker.limits (no storage) and one of the file
-storage's replay of a limited lease under a clock that gives ints.
-Imports: the standard library, nobroker.limits and the public API, tests.support.
+Owns: unit tests of nobroker.limits (no storage), one of the file
+storage's replay of a limited lease under a clock that gives ints, and
+``limit_holding`` (the text explain will show) on both storages.
+Imports: the standard library, nobroker.limits and the public API,
+tests.support / tests.pgsupport.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import unittest
 
 from nobroker import Queue
 from nobroker.limits import Bucket, budget, carried, define, filled, holding, seconds_to_slot, seconds_to_token, spent, taken
+from tests.pgsupport import drop_schema, fresh_name, require_postgres
 from tests.support import TempDirTestCase
 
 
@@ -88,6 +91,41 @@ class IntegerClock(TempDirTestCase):
         self.assertEqual(q.lease(5), [])
         now[0] = 110
         self.assertEqual(len(q.lease(5)), 1)
+
+
+class StorageSaysWhichLimitHolds:
+    """``storage.limit_holding(kind)``: what explain will show for a ready job held back by its kind's limit."""
+
+    def open(self) -> Queue:  # pragma: no cover - the storage's class has it
+        raise NotImplementedError
+
+    def test_the_storage_names_the_limit_that_holds_a_kind_back(self) -> None:
+        q = self.open()
+        q.set_limit("a", concurrency=1)
+        q.enqueue_many([1, 2], kind="a")
+        storage = q.storage  # type: ignore[attr-defined]
+        self.assertIsNone(storage.limit_holding("a"))  # type: ignore[attr-defined]
+        self.assertEqual(len(q.lease(5)), 1)
+        text = storage.limit_holding("a")
+        self.assertIn("concurrency limit of kind 'a': 1 of 1", text)  # type: ignore[attr-defined]
+        self.assertIsNone(storage.limit_holding("b"))  # type: ignore[attr-defined]
+
+
+class FileStorageSays(StorageSaysWhichLimitHolds, TempDirTestCase):
+    def open(self) -> Queue:
+        q = Queue(self.dir)
+        self.addCleanup(q.close)
+        return q
+
+
+class PostgresStorageSays(StorageSaysWhichLimitHolds, unittest.TestCase):
+    def open(self) -> Queue:
+        dsn = require_postgres(self)
+        schema = fresh_name("nbhold")
+        self.addCleanup(drop_schema, schema)
+        q = Queue(dsn, schema=schema, name="hold")
+        self.addCleanup(q.close)
+        return q
 
 
 if __name__ == "__main__":

@@ -132,6 +132,8 @@ class Storage(Protocol):
 
     def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None: ...
 
+    def limit_holding(self, kind: str) -> str | None: ...  # the limit holding a ready job of the kind back (explain)
+
     # ---- control of jobs (issue 15): each a record of the log / a change of a row
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job: ...
 

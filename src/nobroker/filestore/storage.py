@@ -176,6 +176,9 @@ class FileStorage(Compactor):
     def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
         return self._read(lambda now: limit_ops.seconds_to_slot(self._state, now, kinds))
 
+    def limit_holding(self, kind: str) -> str | None:
+        return self._read(lambda now: limit_ops.holding(self._state, kind, now))
+
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
         """Does wait_for_jobs hear of every change that can make a job leasable?

@@ -3,7 +3,8 @@
 Owns: LimitStatements (the SQL text for one schema), and one function per
 limit operation on a live connection: ``put``, ``remove``, ``listed``,
 ``look``, ``seconds_to_slot`` and ``slot_freed`` (what an idle wait
-watches), and ``lease``, the lease of a queue that has limits.
+watches), ``holding`` (the limit holding a kind back, in words, for
+explain), and ``lease``, the lease of a queue that has limits.
 Imports: jobs, codec, limits, driver, fragments, statements, operations.
 
 Race-free across processes and hosts: a lease of a queue with limits is
@@ -25,6 +26,7 @@ from typing import Any
 from ..codec import load_json
 from ..jobs import Job
 from ..limits import MAX_LIMITS, Bucket, Limit, budget, carried, from_fields, taken, to_fields
+from ..limits import holding as limit_holding
 from ..limits import seconds_to_slot as slot_wait
 from . import operations as ops
 from .driver import tuple_row
@@ -149,6 +151,16 @@ def seconds_to_slot(conn: Any, t: ops.Target, sql: LimitStatements, kinds: froze
 def slot_freed(conn: Any, t: ops.Target, sql: LimitStatements, spent: list[str]) -> bool:
     """Has a slot of one of these spent kinds freed (or its limit gone) since?"""
     return bool(spent) and look(conn, t, sql, frozenset(spent))[1] != spent
+
+
+def holding(conn: Any, t: ops.Target, sql: LimitStatements, kind: str) -> str | None:
+    """The limit holding a ready job of ``kind`` back now, in words (for explain); None if none does."""
+    cur = conn.cursor(row_factory=tuple_row)
+    for row in cur.execute(sql.text["look"], t.params()).fetchall():
+        held, bucket = _held(row[: len(_COLUMNS)])
+        if held.kind == kind:
+            return limit_holding(held, bucket, int(row[-2]), float(row[-3]))
+    return None
 
 
 def lease(

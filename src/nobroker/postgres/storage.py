@@ -344,6 +344,10 @@ class PostgresStorage:
         sql, t = self._limit_sql(), self._target
         return self._side.run("next slot", lambda c: limit_ops.seconds_to_slot(c, t, sql, kinds), retry=True)
 
+    def limit_holding(self, kind: str) -> str | None:
+        sql, t = self._limit_sql(), self._target
+        return self._side.run("limit holding", lambda c: limit_ops.holding(c, t, sql, kind), retry=True)
+
     def _limit_sql(self) -> limit_ops.LimitStatements:
         sql: limit_ops.LimitStatements | None = getattr(self, "_limit_statements", None)
         if sql is None:
