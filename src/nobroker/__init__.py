@@ -10,8 +10,9 @@ The default storage is a folder on local disk (standard library only); give
 a ``postgresql://`` DSN instead to run the same API on PostgreSQL.
 
 Owns: the public names, which the modules below define (README's
-"Development" section draws the tree). Imports: errors, jobs, limits,
-schedules, locations, queue, worker (on first use of Worker: a producer never needs it).
+"Development" section draws the tree). Imports: errors, jobs, limits, schedules,
+locations, queue, queue.asyncqueue (on first use of AsyncQueue), worker (on first use of
+Worker: a producer never needs it).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .limits import Limit
 from .schedules import Schedule
 
 if TYPE_CHECKING:
+    from .queue.asyncqueue import AsyncQueue
     from .worker import Worker, WorkerStats, WorkQueue
 
     def _a_queue_is_a_work_queue(queue: Queue) -> WorkQueue:
@@ -59,11 +61,16 @@ def __getattr__(name: str) -> Any:
         from . import worker
 
         return getattr(worker, name)
+    if name == "AsyncQueue":  # asyncio, too, only for those who use it
+        from .queue import asyncqueue
+
+        return asyncqueue.AsyncQueue
     raise AttributeError(f"module 'nobroker' has no attribute {name!r}")
 
 
 __all__ = [
     "Queue",
+    "AsyncQueue",
     "list_queues",
     "Worker",
     "WorkerStats",

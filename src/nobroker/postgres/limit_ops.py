@@ -1,11 +1,14 @@
 """Limits per kind on PostgreSQL: the limits table (sql/007_limits.sql) and the lease under limits.
 
 Owns: LimitStatements (the SQL text for one schema), and one function per
-limit operation on a live connection: ``put``, ``remove``, ``listed``,
-``look``, ``seconds_to_slot`` and ``slot_freed`` (what an idle wait
-watches), ``holding`` (the limit holding a kind back, in words, for
-explain), and ``lease``, the lease of a queue that has limits.
-Imports: jobs, codec, limits, driver, fragments, statements, operations.
+limit operation, written as the steps it sends (steps.py, as operations.py's
+are: a Queue drives them, an AsyncQueue awaits them): ``put``, ``remove``,
+``listed``, ``look``, ``seconds_to_slot`` and ``slot_freed`` (what an idle
+wait watches), ``holding`` (the limit holding a kind back, in words, for
+explain), ``lease``, the lease of a queue that has limits, and ``claim``,
+the lease of any queue (operations.lease, then ``lease`` when it found
+limits). Imports: jobs, codec, limits, fragments, statements, steps,
+operations.
 
 Race-free across processes and hosts: a lease of a queue with limits is
 one transaction that (1) reclaims expired leases (their slots free), (2)
@@ -29,9 +32,9 @@ from ..limits import MAX_LIMITS, Bucket, Limit, budget, carried, from_fields, ta
 from ..limits import holding as limit_holding
 from ..limits import seconds_to_slot as slot_wait
 from . import operations as ops
-from .driver import tuple_row
 from .fragments import CLAIM_SET, COLUMNS, NOW
 from .statements import quote_schema, row_job
+from .steps import Steps, atomic, every, one, run
 
 _COLUMNS = ("kind", "concurrency", "rate", "per", "burst", "tokens", "tokens_at")
 _CLOCK = "extract(epoch FROM clock_timestamp())::float8 + %(off)s::float8"
@@ -97,40 +100,38 @@ def _held(row: tuple[Any, ...]) -> tuple[Limit, Bucket | None]:
     return from_fields({name: value for name, value in zip(_COLUMNS, row) if value is not None})
 
 
-def put(conn: Any, t: ops.Target, sql: LimitStatements, spec: Limit) -> Limit:
+def put(t: ops.Target, sql: LimitStatements, spec: Limit) -> Steps[Limit]:
     """Limit ``spec.kind``; the same limit again writes nothing (its bucket keeps its tokens)."""
-    ops.check_text(spec.kind, "kind")
-    with conn.transaction():
-        cur = conn.cursor(row_factory=tuple_row)
-        found = cur.execute(sql.text["one"], t.params(kind=spec.kind)).fetchone()
-        old = None if found is None else _held(found)
-        if old is not None and old[0] == spec:
-            return spec
-        if old is None and cur.execute(sql.text["count"], t.params()).fetchone()[0] >= MAX_LIMITS:
-            raise ValueError(f"a queue limits at most {MAX_LIMITS:,} kinds; clear one first")
-        now = float(cur.execute(sql.text["clock"], t.params()).fetchone()[0])
-        fields: dict[str, Any] = dict.fromkeys(_COLUMNS)
-        fields.update(to_fields(spec, carried(spec, old, now)))
-        cur.execute(sql.text["upsert"], t.params(**fields))
+    return (yield atomic(_put(t, sql, spec)))
+
+
+def _put(t: ops.Target, sql: LimitStatements, spec: Limit) -> Steps[Limit]:
+    found = yield one(sql.text["one"], t.params(kind=spec.kind))
+    old = None if found is None else _held(found)
+    if old is not None and old[0] == spec:
+        return spec
+    if old is None and (yield one(sql.text["count"], t.params()))[0] >= MAX_LIMITS:
+        raise ValueError(f"a queue limits at most {MAX_LIMITS:,} kinds; clear one first")
+    now = float((yield one(sql.text["clock"], t.params()))[0])
+    fields: dict[str, Any] = dict.fromkeys(_COLUMNS)
+    fields.update(to_fields(spec, carried(spec, old, now)))
+    yield run(sql.text["upsert"], t.params(**fields))
     return spec
 
 
-def remove(conn: Any, t: ops.Target, sql: LimitStatements, kind: str) -> bool:
-    ops.check_text(kind, "kind")
-    return conn.execute(sql.text["delete"], t.params(kind=kind)).fetchone() is not None
+def remove(t: ops.Target, sql: LimitStatements, kind: str) -> Steps[bool]:
+    return (yield one(sql.text["delete"], t.params(kind=kind))) is not None
 
 
-def listed(conn: Any, t: ops.Target, sql: LimitStatements) -> list[Limit]:
-    cur = conn.cursor(row_factory=tuple_row)
-    return [_held(row[:-1])[0] for row in cur.execute(sql.text["all"], t.params()).fetchall()]
+def listed(t: ops.Target, sql: LimitStatements) -> Steps[list[Limit]]:
+    return [_held(row[:-1])[0] for row in (yield every(sql.text["all"], t.params()))]
 
 
-def look(conn: Any, t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> tuple[float | None, list[str]]:
+def look(t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> Steps[tuple[float | None, list[str]]]:
     """What an idle wait watches: (seconds until a runnable job of a rate-limited kind may be leased, or
     None; the kinds with runnable jobs whose concurrency limit is spent, whose next freed slot ends the wait)."""
-    cur = conn.cursor(row_factory=tuple_row)
     waits, spent = [], []
-    for row in cur.execute(sql.text["look"], t.params()).fetchall():
+    for row in (yield every(sql.text["look"], t.params())):
         held, bucket = _held(row[: len(_COLUMNS)])
         now, leased, runnable = float(row[-3]), int(row[-2]), bool(row[-1])
         if kinds is not None and held.kind not in kinds:
@@ -143,52 +144,66 @@ def look(conn: Any, t: ops.Target, sql: LimitStatements, kinds: frozenset[str] |
     return (min(waits) if waits else None), spent
 
 
-def seconds_to_slot(conn: Any, t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> float | None:
+def seconds_to_slot(t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> Steps[float | None]:
     """Seconds until a runnable job of a rate-limited kind (of ``kinds``) may be leased (0: now); None: no such wait."""
-    return look(conn, t, sql, kinds)[0]
+    return (yield from look(t, sql, kinds))[0]
 
 
-def slot_freed(conn: Any, t: ops.Target, sql: LimitStatements, spent: list[str]) -> bool:
+def slot_freed(t: ops.Target, sql: LimitStatements, spent: list[str]) -> Steps[bool]:
     """Has a slot of one of these spent kinds freed (or its limit gone) since?"""
-    return bool(spent) and look(conn, t, sql, frozenset(spent))[1] != spent
+    return bool(spent) and (yield from look(t, sql, frozenset(spent)))[1] != spent
 
 
-def holding(conn: Any, t: ops.Target, sql: LimitStatements, kind: str) -> str | None:
+def holding(t: ops.Target, sql: LimitStatements, kind: str) -> Steps[str | None]:
     """The limit holding a ready job of ``kind`` back now, in words (for explain); None if none does."""
-    cur = conn.cursor(row_factory=tuple_row)
-    for row in cur.execute(sql.text["look"], t.params()).fetchall():
+    for row in (yield every(sql.text["look"], t.params())):
         held, bucket = _held(row[: len(_COLUMNS)])
         if held.kind == kind:
             return limit_holding(held, bucket, int(row[-2]), float(row[-3]))
     return None
 
 
+def claim(
+    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
+) -> Steps[list[Job]]:
+    """The lease of any queue: operations.lease's one statement, or, when it found limits, ``lease``."""
+    jobs = yield from ops.lease(t, count, visibility_timeout, kinds)
+    if jobs is None:  # the queue has limits: lease under them
+        jobs = yield from lease(t, sql, count, visibility_timeout, kinds)
+    return jobs
+
+
 def lease(
-    conn: Any, t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
-) -> list[Job]:
+    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
+) -> Steps[list[Job]]:
     """Up to ``count`` jobs as ops.lease takes them, none of a kind beyond what its limits allow now."""
-    with conn.transaction():
-        ops.upkeep(conn, t)
-        cur = conn.cursor(row_factory=tuple_row)
-        limits = dict((held.kind, (held, bucket)) for held, bucket in map(_held, cur.execute(sql.text["lock"], t.params())))
-        mine = sorted(kind for kind in limits if kinds is None or kind in kinds)
-        clock, leased_json = cur.execute(sql.text["leased"], t.params(lk=mine)).fetchone()
-        now, leased = float(clock), load_json(leased_json)
-        caps = {kind: min(budget(*limits[kind], leased.get(kind, 0), now), count) for kind in mine}
-        free = [kind for kind in mine if caps[kind] > 0]
-        params = t.params(
-            vt=visibility_timeout, all=kinds is None, kinds=sorted(kinds or ()), held=sorted(limits), lk=free,
-            caps=[caps[kind] for kind in free], count=count,
-        )  # fmt: skip
-        jobs = [row_job(row) for row in cur.execute(sql.text["claim"], params).fetchall()]
-        for kind in free:
-            held, bucket = limits[kind]
-            n = sum(1 for job in jobs if job.kind == kind)
-            assert n <= caps[kind], "a limited kind never takes beyond its budget"
-            if bucket is None or n == 0:
-                continue
-            for _ in range(n):
-                bucket = taken(held, bucket, now)
-            cur.execute(sql.text["spend"], t.params(tokens=bucket.tokens, at=bucket.at, kind=kind))
+    jobs: list[Job] = yield atomic(_lease(t, sql, count, visibility_timeout, kinds))
     jobs.sort(key=lambda job: (-job.priority, job.seq))
+    return jobs
+
+
+def _lease(
+    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
+) -> Steps[list[Job]]:
+    yield from ops.upkeep(t)
+    limits = dict((held.kind, (held, bucket)) for held, bucket in map(_held, (yield every(sql.text["lock"], t.params()))))
+    mine = sorted(kind for kind in limits if kinds is None or kind in kinds)
+    clock, leased_json = yield one(sql.text["leased"], t.params(lk=mine))
+    now, leased = float(clock), load_json(leased_json)
+    caps = {kind: min(budget(*limits[kind], leased.get(kind, 0), now), count) for kind in mine}
+    free = [kind for kind in mine if caps[kind] > 0]
+    params = t.params(
+        vt=visibility_timeout, all=kinds is None, kinds=sorted(kinds or ()), held=sorted(limits), lk=free,
+        caps=[caps[kind] for kind in free], count=count,
+    )  # fmt: skip
+    jobs = [row_job(row) for row in (yield every(sql.text["claim"], params))]
+    for kind in free:
+        held, bucket = limits[kind]
+        n = sum(1 for job in jobs if job.kind == kind)
+        assert n <= caps[kind], "a limited kind never takes beyond its budget"
+        if bucket is None or n == 0:
+            continue
+        for _ in range(n):
+            bucket = taken(held, bucket, now)
+        yield run(sql.text["spend"], t.params(tokens=bucket.tokens, at=bucket.at, kind=kind))
     return jobs

@@ -1,7 +1,7 @@
 """The Queue's limits per kind: set_limit, clear_limit, limits.
 
-Owns: LimitMethods (the limit checked in limits.py, then stored).
-Imports: checks, jobs, limits, base.
+Owns: LimitMethods (the limit checked by calls.py, then stored; AsyncQueue
+has the same methods, awaited). Imports: checks, limits, calls, base.
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import checks
-from .. import limits as _limits
-from ..jobs import MAX_NAME_CHARS
 from ..limits import Limit
+from . import calls
 from .base import QueueBase
 
 
@@ -37,15 +36,15 @@ class LimitMethods(QueueBase):
         is returned. Bad input raises TypeError or ValueError, and nothing
         is written.
         """
-        if concurrency is None and rate is None and burst is None:
-            self.clear_limit(kind)
+        kind, limit = calls.limit(kind, concurrency, rate, per, burst)
+        if limit is None:
+            self._open_storage().remove_limit(kind)
             return None
-        limit = _limits.define(kind, concurrency, rate, per, burst)
         return self._open_storage().put_limit(limit)
 
     def clear_limit(self, kind: str) -> bool:
         """Remove the limit of ``kind``; False if it had none."""
-        return self._open_storage().remove_limit(checks.text(kind, "kind", MAX_NAME_CHARS))
+        return self._open_storage().remove_limit(calls.limit_kind(kind))
 
     def limits(self) -> list[Limit]:
         """Every limit of the queue, by kind."""
