@@ -4,7 +4,8 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops.
+steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops,
+limits, limit_ops, queue_ops.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -50,17 +51,19 @@ storage option so no server-side prepared statements are used.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
 from . import queue_ops as whole
-from . import schedule_ops
+from . import limit_ops, schedule_ops
 from .listener import Listener
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
@@ -247,7 +250,10 @@ class PostgresStorage:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
         t = self._target
         self.upkeep_due()
-        return self._link.run("lease", lambda c: drive(c, ops.lease(t, count, visibility_timeout, kinds)), retry=True)
+        sql = self.limit_sql()
+        return self._link.run(
+            "lease", lambda c: drive(c, limit_ops.claim(t, sql, count, visibility_timeout, kinds)), retry=True
+        )
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         # Twice is harmless: the second ack finds the job done under the same token.
@@ -363,6 +369,33 @@ class PostgresStorage:
             sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
         return sql
 
+    # ================================================================ limits per kind
+    def put_limit(self, limit: Limit) -> Limit:
+        sql, t = self.limit_sql(), self._target
+        return self._link.run("set a limit", lambda c: drive(c, limit_ops.put(t, sql, limit)), retry=True)
+
+    def remove_limit(self, kind: str) -> bool:
+        sql, t = self.limit_sql(), self._target
+        return self._link.run("clear a limit", lambda c: drive(c, limit_ops.remove(t, sql, kind)), retry=True)
+
+    def list_limits(self) -> list[Limit]:
+        sql, t = self.limit_sql(), self._target
+        return self._side.run("list limits", lambda c: drive(c, limit_ops.listed(t, sql)), retry=True)
+
+    def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
+        sql, t = self.limit_sql(), self._target
+        return self._side.run("next slot", lambda c: drive(c, limit_ops.seconds_to_slot(t, sql, kinds)), retry=True)
+
+    def limit_holding(self, kind: str) -> str | None:
+        sql, t = self.limit_sql(), self._target
+        return self._side.run("limit holding", lambda c: drive(c, limit_ops.holding(t, sql, kind)), retry=True)
+
+    def limit_sql(self) -> limit_ops.LimitStatements:
+        sql: limit_ops.LimitStatements | None = getattr(self, "_limit_statements", None)
+        if sql is None:
+            sql = self._limit_statements = limit_ops.LimitStatements(self.schema)
+        return sql
+
     def wakes_waiters(self) -> bool:
         """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
         return True
@@ -376,14 +409,29 @@ class PostgresStorage:
         transaction (at most once per NOTIFY_WINDOW, see wakeups.py), so the
         wake-up comes when the job is visible. Delayed jobs send no NOTIFY:
         the wait asks the queue when its next scheduled job or lease comes
-        due and ends then, asking again every DUE_RECHECK seconds for those
-        others add meanwhile. If the listening connection cannot be had,
-        this sleeps (polling fallback). ``interrupt``: a descriptor that ends
-        the wait (returning False) as soon as it is readable; it is never
-        read. ``kinds`` changes nothing: every listener hears every NOTIFY.
+        due, or a spent rate limit (of ``kinds``) has a token again, and
+        ends then, asking again every DUE_RECHECK seconds for those others
+        add meanwhile, and whether a concurrency limit spent as the wait
+        began has a free slot again (an ack sends no NOTIFY). If the listening connection cannot be had, this
+        sleeps (polling fallback). ``interrupt``: a descriptor that ends the
+        wait (returning False) as soon as it is readable; it is never read.
+        Every listener hears every NOTIFY, whatever its ``kinds``.
         """
-        t = self._target
-        return self._listener.wait(timeout, interrupt, lambda conn: whole.next_due(conn, t))
+        t, sql = self._target, self.limit_sql()
+        slot_at: list[float] = []  # when a rate limit spent as the wait began has a token again (monotonic)
+        spent: list[str] = []  # the kinds whose concurrency limit was spent as the wait began
+
+        def due(conn: Any) -> float | None:
+            if not slot_at:
+                wait, spent_now = drive(conn, limit_ops.look(t, sql, kinds))
+                slot_at.append(math.inf if wait is None else time.monotonic() + wait)
+                spent.extend(spent_now)
+            elif drive(conn, limit_ops.slot_freed(t, sql, spent)):
+                return 0.0  # an ack sends no NOTIFY: a freed slot is seen at the next recheck
+            times = [s for s in (whole.next_due(conn, t), slot_at[0] - time.monotonic()) if s is not None and s < math.inf]
+            return min(times) if times else None
+
+        return self._listener.wait(timeout, interrupt, due)
 
     def _start_pruning(self) -> None:
         """Prune in the background, on the second connection: leases never wait for it."""

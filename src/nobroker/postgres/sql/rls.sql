@@ -44,3 +44,15 @@ DROP POLICY IF EXISTS {role_policy} ON {schema}.schedules;
 CREATE POLICY {role_policy} ON {schema}.schedules TO {role} USING (true) WITH CHECK (true);
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.schedules TO {role};
+
+-- Limits per kind (version 7): the same rule.
+ALTER TABLE {schema}.limits ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.limits FORCE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS {owner_policy} ON {schema}.limits;
+CREATE POLICY {owner_policy} ON {schema}.limits TO {owner} USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS {role_policy} ON {schema}.limits;
+CREATE POLICY {role_policy} ON {schema}.limits TO {role} USING (true) WITH CHECK (true);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.limits TO {role};
