@@ -359,6 +359,32 @@ class TimeoutSemantics(_Base):
         with self.assertRaises(JobNotFoundError):
             q.explain("no-such-job")
 
+    def test_explain_names_the_limit_that_holds_a_ready_job_back(self) -> None:
+        q = self.make_queue(visibility_timeout=60)
+        q.set_limit("mail", concurrency=1)
+        running, waiting = q.enqueue("running", kind="mail"), q.enqueue("waiting", kind="mail")
+        other = q.enqueue("other kind", kind="sms")
+        self.assertEqual([r.code for r in q.explain(waiting)], ["work_ahead"], "a free slot holds nothing back")
+        leased = q.lease_one(kinds=["mail"])
+        assert leased is not None and leased.id == running.id
+        (held,) = q.explain(waiting)
+        self.assertEqual((held.code, held.facts["kind"]), ("limit", "mail"))
+        self.assertIn("held back by the concurrency limit of kind 'mail': 1 of 1 allowed are leased", held)
+        self.assertEqual([r.code for r in q.explain(other)], ["first_in_line"], "a limit holds only its own kind")
+        q.ack(leased)
+        self.assertEqual([r.code for r in q.explain(waiting)], ["first_in_line"], "the slot freed")
+
+        q.set_limit("api", rate=1, per=3600.0, burst=1)
+        first, second = q.enqueue("first", kind="api"), q.enqueue("second", kind="api")
+        took = q.lease_one(kinds=["api"])
+        assert took is not None and took.id == first.id
+        q.ack(took)
+        (rated,) = q.explain(second)
+        self.assertEqual(rated.code, "limit")
+        self.assertIn("held back by the rate limit of kind 'api': 1 per 3600 s is spent", rated)
+        q.clear_limit("api")
+        self.assertEqual([r.code for r in q.explain(second)], ["first_in_line"], "no limit, nothing held back")
+
     def test_a_worker_that_abandoned_too_many_threads_stops(self) -> None:
         from unittest import mock
 

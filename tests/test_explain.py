@@ -54,6 +54,16 @@ class ExplainTests(unittest.TestCase):
         self.assertEqual([r.code for r in explain(job, Facts(now=NOW, ahead=0, extra={"paused": {"mail"}}))], ["paused"])
         self.assertEqual(reasons[0].to_dict(), {"code": "paused", "text": "kind 'mail' is paused", "kind": "mail"})
 
+    def test_the_limit_blocker_names_the_words_the_queue_gathered(self) -> None:
+        job = Job("j3", None, kind="mail", available_at=NOW - 1)
+        words = "the concurrency limit of kind 'mail': 2 of 2 allowed are leased; a slot frees when one of them ends"
+        (held,) = explain(job, Facts(now=NOW, ahead=0, extra={explaining.LIMIT: words}))
+        self.assertEqual(held.to_dict(), {"code": "limit", "text": f"held back by {words}", "kind": "mail", "limit": words})
+        self.assertEqual([r.code for r in explain(job, Facts(now=NOW, ahead=1, extra={explaining.LIMIT: words}))],
+                         ["limit", "work_ahead"])  # fmt: skip
+        self.assertEqual([r.code for r in explain(job, Facts(now=NOW, ahead=0, extra={explaining.LIMIT: None}))],
+                         ["first_in_line"])  # fmt: skip
+
     def test_every_reason_is_a_plain_string_too(self) -> None:
         for job in (Job("d", None, state=JobState.DONE, attempts=1), Job("x", None, state=JobState.DEAD, attempts=5,
                     last_error="boom\nline two"), Job("c", None, state=JobState.CANCELLED)):  # fmt: skip

@@ -61,8 +61,20 @@ class Facts:
 
 
 Blocker = Callable[[Job, Facts], "Reason | None"]
+#: The key of ``Facts.extra`` that holds the words of the limit holding the job's kind back (None: none does).
+LIMIT = "limit"
+
+
+def held_by_limit(job: Job, facts: Facts) -> Reason | None:
+    """A concurrency or rate limit of the job's kind that holds it back now (storage.limit_holding's words)."""
+    words = facts.extra.get(LIMIT)
+    if words is None:
+        return None
+    return Reason("limit", f"held back by {words}", kind=job.kind, limit=words)
+
+
 #: What else can hold a ready job back, asked in this order (the hook: one line each).
-BLOCKERS: list[Blocker] = []
+BLOCKERS: list[Blocker] = [held_by_limit]
 
 
 def _when(t: float | None) -> str:

@@ -3,7 +3,7 @@
 Owns: AsyncQueue (the Queue's API, each call a coroutine, its arguments
 checked by calls.py exactly as Queue checks them) and OffLoop (a storage
 whose calls run in a thread, awaited). Imports: checks, jobs, schedules,
-limits, storage, calls, base, postgres.asyncstorage (only for a DSN: it needs psycopg).
+limits, explain, storage, calls, base, explaining, postgres.asyncstorage (only for a DSN: it needs psycopg).
 
 On PostgreSQL the work and the reads are native async: the same statements
 the Queue sends (postgres/operations.py), awaited on psycopg's
@@ -32,8 +32,9 @@ from ..jobs import DEFAULT_KIND, CompactionResult, Job, JobState, QueueStats
 from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
 from ..limits import Limit
+from ..explain import Reason, explain
 from ..storage import Storage, StorageOptions, queue_closed, storage_kind
-from . import calls
+from . import calls, explaining
 from .base import Opening, open_storage
 
 
@@ -222,6 +223,17 @@ class AsyncQueue(Opening):
 
     async def compact(self) -> CompactionResult:
         return await (await self._open_storage()).compact()  # type: ignore[no-any-return]
+
+    async def explain(self, job: JobRef) -> list[Reason]:
+        """As Queue.explain: the same facts, each read awaited."""
+        found = await self.get(checks.job_ref(job)[0])
+        storage = await self._open_storage()
+        now = float(await storage.now())
+        listed, holding = None, None
+        if explaining.runnable(found, now):
+            listed = await self.list_jobs("runnable", kind=found.kind, limit=explaining.MAX_AHEAD_SCANNED)
+            holding = await storage.limit_holding(found.kind)
+        return explain(found, explaining.facts_of(found, now, listed, holding, self.visibility_timeout))
 
     # ------------------------------------------------------------ control and periodic jobs
     async def cancel(self, job: JobRef, *, stopped: bool = False) -> Job:
