@@ -18,9 +18,11 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nobroker import Job, JobNotFoundError, JobState, NotLeasedError, Queue, Worker
+from tests.semantics_control import sleep_until_cancelled, wait_until
 
 if TYPE_CHECKING:
     import unittest
@@ -37,25 +39,13 @@ LIMIT = 0.5
 TIMED_OUT = "timed out after 0.5 s"
 
 
-def wait_until(predicate: Any, what: str, timeout: float = WAIT_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.01)
-
-
 class TimeoutSemantics(_Base):
     """Time limits: what each storage stores, and what a Worker does at a limit, through the public Queue only."""
 
-    def make_queue(self, **options: Any) -> Queue:  # pragma: no cover - the storage's class has it
-        raise NotImplementedError
-
-    def reopen(self, q: Queue) -> Queue:  # pragma: no cover
-        raise NotImplementedError
-
-    def advance(self, seconds: float) -> None:  # pragma: no cover
-        raise NotImplementedError
+    # The storage's class has these hooks (see QueueSemantics).
+    make_queue: Callable[..., Queue]
+    reopen: Callable[[Queue], Queue]
+    advance: Callable[[float], None]
 
     def _run_in_thread(self, worker: Worker) -> list[Any]:
         results: list[Any] = []
@@ -169,12 +159,7 @@ class TimeoutSemantics(_Base):
             if job.payload == "patient":
                 await asyncio.sleep(LIMIT * 3)  # past the Worker's limit, well within its own
                 return "patient done"
-            started.set()
-            try:
-                await asyncio.sleep(WAIT_SECONDS)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
+            await sleep_until_cancelled(started, cancelled)
             return "never"
 
         worker = Worker(q, handler, concurrency=2, max_jobs=2, timeout=LIMIT, handle_signals=False, poll_interval=0.01)

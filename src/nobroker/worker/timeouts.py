@@ -96,20 +96,22 @@ class Watchdog:
             self._heap.clear()
             self._wake.notify()
 
+    def _next_expired(self) -> tuple[Running, Callable[[Running], None]] | None:
+        """The next job past its limit (with what ends it), once its time comes; None once stopped."""
+        with self._lock:
+            while not self._stop:
+                while self._heap and self._heap[0][2].claimed:  # settled by its handler in time
+                    heapq.heappop(self._heap)
+                now = time.monotonic()
+                if self._heap and self._heap[0][0] <= now:
+                    _, _, entry, expire = heapq.heappop(self._heap)
+                    return entry, expire
+                self._wake.wait(WATCHDOG_SLICE if not self._heap else min(WATCHDOG_SLICE, self._heap[0][0] - now))
+        return None
+
     def _main(self) -> None:
-        while True:
-            with self._lock:
-                while True:
-                    if self._stop:
-                        return
-                    while self._heap and self._heap[0][2].claimed:  # settled by its handler in time
-                        heapq.heappop(self._heap)
-                    now = time.monotonic()
-                    if self._heap and self._heap[0][0] <= now:
-                        _, _, entry, expire = heapq.heappop(self._heap)
-                        break
-                    wait = WATCHDOG_SLICE if not self._heap else min(WATCHDOG_SLICE, self._heap[0][0] - now)
-                    self._wake.wait(wait)
+        while (due := self._next_expired()) is not None:
+            entry, expire = due
             if entry.claim():
                 try:
                     expire(entry)
