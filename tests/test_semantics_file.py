@@ -18,6 +18,7 @@ from typing import Any
 from nobroker import JobState, NotLeasedError, Queue
 from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics_control import ControlSemantics
+from tests.semantics_timeouts import TimeoutSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
 from tests.semantics_limits import LimitSemantics
 from nobroker.filestore.log import JOB_READ_GUESS
@@ -25,7 +26,9 @@ from tests.semantics import EXACT, QueueSemantics
 from tests.support import FakeClock, TempDirTestCase
 
 
-class FileQueueSemantics(ControlSemantics, HeartbeatSemantics, LimitSemantics, QueueSemantics, ScheduleSemantics, TempDirTestCase):
+class FileQueueSemantics(
+    ControlSemantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics, QueueSemantics, ScheduleSemantics, TempDirTestCase
+):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 
     def setUp(self) -> None:
