@@ -45,7 +45,7 @@ def figures(root: str, plan: Plan) -> list[Figure]:
 
 def measure(root: str, plan: Plan, *, durable: bool) -> tuple[float, float, float]:
     """(microseconds per lease + ack without limits, under limits, the median of the runs' ratios)."""
-    n = max(plan.jobs // SHARE, BLOCK) if durable else plan.jobs
+    n = max(plan.jobs // SHARE if durable else plan.jobs, BLOCK)  # at least one timed block each
     plains, limiteds, ratios = [], [], []
     for _ in range(plan.runs):
         with Queue(fresh(root), fsync=durable) as plain, Queue(fresh(root), fsync=durable) as limited:
