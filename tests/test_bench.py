@@ -65,6 +65,10 @@ FILE_FIGURES = [
     "pickup by an idle worker, median",
     "pickup by an idle worker, p99",
     "idle worker CPU",
+    "lease + ack without limits",
+    "lease + ack under limits",
+    "lease + ack without limits, fsync=False",
+    "lease + ack under limits, fsync=False",
 ]
 
 
