@@ -1020,11 +1020,44 @@ class WorkTests(CliTestCase):
         ok_job = self.enqueue("hello")
         self.enqueue("fail", "--max-attempts", "1")
         self.enqueue("permanent")
-        stats = self.ok_json("work", f"{self.module}:handle", "--max-jobs", "3", "-c", "2")
-        self.assertEqual(stats["succeeded"], 1)  # type: ignore[index]
-        self.assertEqual(stats["leased"], 3)  # type: ignore[index]
+        lines = [json.loads(line) for line in self.ok("--json", "work", f"{self.module}:handle", "--max-jobs", "3",
+                                                      "-c", "2").out.splitlines()]  # fmt: skip
+        *jobs, stats = lines
+        self.assertEqual(stats["succeeded"], 1)
+        self.assertEqual(stats["leased"], 3)
         self.assertEqual(self.queue().get(ok_job["id"]).result, {"echo": "hello"})
         self.assertEqual(self.queue().stats().dead, 2)
+        # One JSON line per job, with its outcome, kind, attempt and duration.
+        by_id = {line["id"]: line for line in jobs}
+        self.assertEqual(len(jobs), 3)
+        self.assertEqual(by_id[ok_job["id"]]["outcome"], "succeeded")
+        self.assertEqual(sorted(line["outcome"] for line in jobs), ["dead", "dead", "succeeded"])
+        for line in jobs:
+            self.assertEqual((line["kind"], line["attempts"]), ("default", 1))
+            self.assertGreaterEqual(line["duration"], 0.0)
+            self.assertRegex(line["time"], r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
+        self.assertIn("never works", [line for line in jobs if "never works" in line.get("error", "")][0]["error"])
+
+    def test_work_prints_a_line_per_job_and_q_prints_none(self) -> None:
+        job = self.enqueue("hello", "--kind", "mail")
+        failing = self.enqueue("fail", "--max-attempts", "2")
+        result = self.ok("work", f"{self.module}:handle", "--max-jobs", "2")
+        lines = result.out.splitlines()
+        self.assertEqual(len(lines), 3, result.out)
+        self.assertRegex(lines[0] + lines[1], rf"\d\d:\d\d:\d\d\.\d{{3}}  {job['id']}  mail  succeeded  [\d.]+ ms")
+        self.assertIn(f"  {failing['id']}  default  failed     ", lines[0] + lines[1])
+        self.assertIn("RuntimeError: it failed", lines[0] + lines[1])
+        self.assertTrue(lines[2].startswith("worker stopped: leased 2"))
+        # -q: only the counts.
+        self.enqueue("hello")
+        quiet = self.ok("work", f"{self.module}:handle", "--max-jobs", "1", "-q")
+        self.assertEqual(quiet.out.splitlines(), ["worker stopped: leased 1, succeeded 1, failed 0, dead 0, lost leases 0"])
+
+    def test_a_job_line_shows_control_characters_escaped(self) -> None:
+        self.enqueue("hello", "--kind", "k\x1b[2Jx")
+        out = self.ok("work", f"{self.module}:handle", "--max-jobs", "1").out
+        self.assertNotIn("\x1b", out)
+        self.assertIn("k\\x1b[2Jx", out)
 
     def test_work_idle_timeout_and_kinds_and_dotted_callable(self) -> None:
         self.enqueue("skip", "--kind", "other")

@@ -261,7 +261,9 @@ def _add_running(add: _Add) -> None:
             "The current folder is importable. Ctrl-C finishes running jobs and exits 130;\n"
             "a second Ctrl-C exits at once. SIGTERM finishes running jobs and exits 0.\n"
             "--processes N forks N worker processes (each runs --concurrency handlers);\n"
-            "one that dies is replaced, and a stop reaches them all."
+            "one that dies is replaced, and a stop reaches them all.\n"
+            "Prints one line per finished job (time, id, kind, outcome, duration);\n"
+            "--json prints JSON lines (the last one: the run's counts); -q prints none."
         ),
     )
     p.add_argument("handler", metavar="MODULE:CALLABLE")
@@ -273,6 +275,7 @@ def _add_running(add: _Add) -> None:
     p.add_argument("--idle-timeout", type=nonneg_float, default=None, metavar="SECONDS",
                    help="stop after this long with no work (each process)")
     p.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeat for several)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no line per job (only the final counts)")
 
     p = add(
         "serve", "serve the live dashboard and its JSON API over HTTP",

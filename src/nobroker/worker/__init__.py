@@ -4,7 +4,7 @@ Owns nothing itself: it names the package's face (Worker, WorkerStats,
 WorkQueue). The Worker speaks only the public Queue API, through the typed
 protocol in protocol.py, so it runs unchanged on the file storage, on the
 PostgreSQL storage and on any object that offers lease, ack, nack and
-extend. Imports: protocol, outcome, worker.
+extend. Imports: protocol, outcome, joblines, worker.
 
 The package, in its order (a module imports only modules above it):
 
@@ -12,6 +12,7 @@ The package, in its order (a module imports only modules above it):
     signals.py    StopSignals: the two-stage Ctrl-C / SIGTERM, shared with `nobroker work`
     interrupt.py  InterruptPipe: stop() ends an idle wait at once
     outcome.py    WorkerStats; a handler's Outcome (result, or error and traceback)
+    joblines.py   JobReport: what an on_job listener is told of each finished job
     options.py    the checks of a Worker's options and their limits
     asyncloop.py  EventLoopThread: the one event loop of async handlers
     heartbeat.py  Running jobs and the thread that renews their leases
@@ -53,8 +54,9 @@ jobs belong with the runners and the heartbeat.
 
 from __future__ import annotations
 
+from .joblines import JobReport
 from .outcome import WorkerStats
 from .protocol import WorkQueue
 from .worker import Worker
 
-__all__ = ["Worker", "WorkerStats", "WorkQueue"]
+__all__ = ["JobReport", "Worker", "WorkerStats", "WorkQueue"]

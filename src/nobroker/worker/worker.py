@@ -9,7 +9,8 @@ With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
 interrupt, outcome, asyncloop, heartbeat, settle, runners, budget, pool,
-ticks (which enqueues the queue's due periodic jobs).
+ticks (which enqueues the queue's due periodic jobs), joblines (the
+reports to an ``on_job`` listener).
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -40,6 +41,7 @@ from .asyncloop import EventLoopThread
 from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
 from .interrupt import InterruptPipe
+from .joblines import Listener, Teller
 from .outcome import Handler, WorkerStats, is_async_handler
 from .options import check_options
 from .pool import ProcessPool
@@ -95,7 +97,11 @@ class Worker:
     SIGINT/SIGTERM stops leasing and lets running jobs finish; a second SIGINT
     raises KeyboardInterrupt at once (those leases then expire normally).
     ``kinds``: lease only jobs of these kinds. ``name``: used in logs and
-    thread names.
+    thread names. ``on_job``: called with a JobReport (time, id, kind,
+    outcome, duration, attempts, error) for each job once its outcome was
+    recorded, on the thread that recorded it (keep it quick; what it raises
+    is logged and ignored). With ``processes`` each child calls it in its
+    own process.
 
     ``processes``: run in that many pre-forked worker processes instead, each
     with ``concurrency`` jobs at once (for CPU-bound handlers; POSIX only: it
@@ -124,6 +130,7 @@ class Worker:
         kinds: Iterable[str] | str | None = None,
         name: str | None = None,
         processes: int | None = None,
+        on_job: Listener | None = None,
         _heartbeat: bool = True,
         _budget: LeaseBudget | None = None,
     ) -> None:
@@ -158,6 +165,9 @@ class Worker:
 
         self._heartbeat = Heartbeat(self._access, self._fail, f"{self.name}-heartbeat")
         self._settler = Settler(self._access, self._heartbeat, self._fail)
+        self._on_job = on_job
+        if on_job is not None:
+            self._settler.teller = Teller(on_job)
         self._loop = EventLoopThread(f"{self.name}-asyncio")
         self._pipe = InterruptPipe()
         self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
@@ -303,7 +313,8 @@ class Worker:
         return Worker(
             self._queue, self._handler, concurrency=self._concurrency, poll_interval=self._poll_interval,
             idle_timeout=self._idle_timeout, handle_signals=True, kinds=self._kinds,
-            name=f"{self.name}-{slot}" if self._named else None, _heartbeat=self._use_heartbeat, _budget=budget,
+            name=f"{self.name}-{slot}" if self._named else None, on_job=self._on_job, _heartbeat=self._use_heartbeat,
+            _budget=budget,
         )  # fmt: skip
 
     # ------------------------------------------------------------ leasing (the run() thread)
