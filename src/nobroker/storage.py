@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import JobCancelledError, JobFinishedError, JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
-from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .jobs import BackoffPolicy, CompactionResult, Counters, Job, JobState, QueueStats, RecoveryReport
 from .schedules import Schedule, ScheduleSpec
 
 
@@ -92,6 +92,8 @@ class Storage(Protocol):
     def get(self, job_id: str) -> Job: ...
 
     def stats(self) -> QueueStats: ...
+
+    def counters(self) -> Counters: ...
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]: ...
 

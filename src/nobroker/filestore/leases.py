@@ -6,7 +6,7 @@ leases that precedes them all), each a function of the state, the time and
 the operation's arguments that adds records to a batch; and the rules behind
 them: ids, fencing tokens, deadlines, jittered retry and reclaim times, when
 a job is dead. Imports: errors, jobs, codec, storage, framing, entry,
-records, index, replay. Ids, tokens and the refusals both storages share come from
+records, index, replay, expiry. Ids, tokens and the refusals both storages share come from
 nobroker.storage.
 
 A decision runs under the file lock, after the read forward, with the state
@@ -29,6 +29,7 @@ from ..errors import JobNotFoundError, NotLeasedError
 from ..jobs import BackoffPolicy, Job, JobState
 from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, new_token, refusal
 from . import records
+from .expiry import expired
 from .entry import CANCELLED, DEAD, DONE, LEASED, READY, Entry
 from .framing import RecordType, frame
 from .index import ID_TEXT, id_number
@@ -55,7 +56,7 @@ class Batch(Protocol):
 # ---------------------------------------------------------------- the decisions
 def reclaim(batch: Batch, now: float, backoff: BackoffPolicy) -> None:
     """Beat three: every lease whose deadline passed counts as a failed attempt."""
-    for entry in batch.state.expired(now):
+    for entry in expired(batch.state, now):
         if entry.cancel_requested:  # a cancelled job's lease ends cancelled, never in a retry
             batch.add(records.cancel(entry.id, now))
         elif exhausted(entry):

@@ -5,8 +5,9 @@ cheap, with a small mapping-like API: get, hold, in, len, entries) and
 ``apply``, which folds one decoded record into the state; also the state's
 own snapshot representation (``to_snapshot`` and ``from_snapshot``;
 snapshot.py frames and checks the file); the schedules (periodic jobs) by
-name, which schedule_records.py folds records into. Imports: jobs,
-schedules, framing, entry, records, schedule_records, index.
+name, which schedule_records.py folds records into; the counters by kind,
+counted as the records are applied (counting.py). Imports: jobs,
+schedules, framing, entry, records, schedule_records, counting, index.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -34,9 +35,9 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from ..jobs import DEFAULT_KIND, JobState, QueueStats
+from ..jobs import DEFAULT_KIND, Counters, JobState, QueueStats
 from ..schedules import Schedule, from_fields, to_fields
-from . import records, schedule_records
+from . import counting, records, schedule_records
 from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
@@ -61,6 +62,8 @@ class QueueState(JobRows):
         self.orphans = 0
         #: Periodic jobs by name (schedule_records.py); a PURGE keeps them.
         self.schedules: dict[str, Schedule] = {}
+        #: Counters by kind (counting.py): derived from the records, kept by a PURGE.
+        self.counters: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
@@ -132,6 +135,7 @@ class QueueState(JobRows):
             "ints": {name: value for name, value in vars(self).items() if type(value) is int},
             "active_keys": [[kind, key, job_id] for (kind, key), job_id in self.active_keys.items()],
             "schedules": [to_fields(sched) for sched in self.schedules.values()],
+            "counters": self.counters,
         })  # fmt: skip
         return fields, blocks
 
@@ -170,6 +174,7 @@ class QueueState(JobRows):
         self._counts = dict(zip(JobState, fields["counts"], strict=True))
         self.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
         self.schedules = {sched.name: sched for sched in map(from_fields, fields.get("schedules", []))}
+        self.counters = counting.checked(fields["counters"])  # a snapshot from before counters: replay instead
         if len(hot) + gone + self.n_cold != len(rows) or sum(self._counts.values()) != len(hot):
             raise ValueError("snapshot counts do not add up")
         return self
@@ -181,9 +186,13 @@ class QueueState(JobRows):
         self.records += 1
         if rtype == RecordType.ENQUEUE:
             self._enqueue(body, offset, size)
+            counting.add(self.counters, body.get("kind", DEFAULT_KIND))  # a kind that is not a string never gets here
             return
         if rtype == RecordType.PURGE:
             self.clear()
+            carried = body.get(counting.CARRIED)
+            if carried is not None:  # a compacted generation's first record: the counters so far
+                self.counters = counting.checked(carried)
             return
         if rtype in schedule_records.SCHEDULE_TYPES:
             schedule_records.apply(self.schedules, rtype, body)
@@ -235,6 +244,8 @@ class QueueState(JobRows):
                 entry.cancel_requested = True
             elif entry.state is READY and entry.heap == NOWHERE:  # warmed from a cold row: index it again
                 self._push_ready(entry, entry.available_at)
+        if rtype in counting.COUNTED:  # once the record was applied: a refused one counts nothing
+            counting.count_outcome(self.counters, rtype, body, entry.kind)
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
@@ -283,6 +294,7 @@ class QueueState(JobRows):
 
         ``number``: ``id_number(entry.id)`` when the writer made the id from it (-2: parse it here).
         """
+        counting.add(self.counters, entry.kind)
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
@@ -394,10 +406,10 @@ class QueueState(JobRows):
         entry.state = state
 
     def clear(self) -> None:
-        """After a PURGE: no jobs, but the counts of what the log held so far, and the schedules, carry on."""
-        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules
+        """After a PURGE: no jobs, but the counts of what the log held so far, the counters and the schedules carry on."""
+        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.counters
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules = kept
+        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.counters = kept
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:
@@ -443,33 +455,6 @@ class QueueState(JobRows):
                 heapq.heappush(self.delayed, (entry.available_at, entry.seq, entry.id))
                 continue
             return entry
-
-    def expired(self, now: float) -> list[Entry]:
-        """Leased jobs whose deadline has passed, earliest first.
-
-        Non-destructive: the heap items go stale once the caller records the
-        reclaim, so a failed write leaves the index intact for the next try.
-        """
-        leases, jobs = self.leases, self.hot  # a leased job is always hot
-        while leases:  # drop stale items at the top so the walk below stays short
-            deadline, _seq, job_id = leases[0]
-            entry = jobs.get(job_id)
-            if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
-                break
-            heapq.heappop(leases)
-        found: dict[str, Entry] = {}
-        stack = [0]
-        while stack:
-            i = stack.pop()
-            if i >= len(leases) or leases[i][0] > now:
-                continue  # heap order: nothing below an item later than now is due
-            deadline, _seq, job_id = leases[i]
-            entry = jobs.get(job_id)
-            if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
-                found[job_id] = entry
-            stack.append(2 * i + 1)
-            stack.append(2 * i + 2)
-        return sorted(found.values(), key=lambda e: (e.lease_deadline, e.seq))
 
     def stats(self, now: float) -> QueueStats:
         self.promote(now)

@@ -5,7 +5,7 @@ constructor, one short method per operation of the Storage protocol (the
 decision from leases.py or the query from reads.py, run through the four
 beats of commit.py), the folder fsync, waiting for work, closing, and giving
 every storage fresh locks in a forked child. Imports: errors, jobs, storage,
-fs, wake, leases, reads, compactor, schedules, schedule_ops.
+fs, wake, counting, leases, reads, compactor, schedules, schedule_ops.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from functools import partial
 from typing import Any, TypeVar
 
 from ..errors import StorageError
-from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport
+from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
-from . import leases, reads, schedule_ops
+from . import counting, leases, reads, schedule_ops
 from .compactor import Compactor
 from .fs import OS_FILESYSTEM, FileSystem, storage_error
 from .wake import wait_for_change
@@ -135,6 +135,9 @@ class FileStorage(Compactor):
 
     def count(self) -> int:
         return self._read(lambda now: len(self._state))
+
+    def counters(self) -> Counters:
+        return self._read(lambda now: counting.by_kind(self._state.counters))
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         return self._read(
