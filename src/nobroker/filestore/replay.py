@@ -35,7 +35,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from ..jobs import DEFAULT_KIND, Counters, JobState, QueueStats
+from ..jobs import DEFAULT_KIND, JobState, QueueStats
 from ..schedules import Schedule, from_fields, to_fields
 from . import counting, records, schedule_records
 from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry

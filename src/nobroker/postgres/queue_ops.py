@@ -1,7 +1,7 @@
 """The operations on a whole queue, and the reads: what an operator runs beside the work.
 
 Owns: requeue_dead, purge, the bounded pruning of finished jobs, compaction,
-folding the kept counts, and the reads (get, stats, count, listings, the next
+folding the kept counts, and the reads (get, stats, counters, count, listings, the next
 due time, a NOTIFY owed), each on one live connection as operations.py's are;
 storage.py runs them on the side connection, so the work's connection never
 waits behind them. Imports: errors, jobs, storage, driver, statements, operations.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import StorageError
-from ..jobs import Job, QueueStats
+from ..jobs import COUNTER_NAMES, Counters, Job, QueueStats
 from ..storage import job_not_found
 from . import operations as ops
 from .driver import pg_errors
@@ -101,6 +101,14 @@ def stats(conn: Any, t: Target) -> QueueStats:
         ready=int(ready), delayed=int(delayed), leased=int(leased), done=int(done), dead=int(dead),
         cancelled=int(cancelled),
     )
+
+
+def counters(conn: Any, t: Target) -> Counters:
+    """The counters per kind (sql/010), the queue's rows of differences folded once they are many."""
+    rows = conn.execute(t.sql["counters"], t.params()).fetchall()
+    if sum(row[-1] for row in rows) > FOLD_COUNTS_AT:
+        conn.execute(t.sql["fold_counters"], t.params())
+    return {row[0]: dict(zip(COUNTER_NAMES, (int(n) for n in row[1:-1]))) for row in rows}
 
 
 def count(conn: Any, t: Target) -> int:

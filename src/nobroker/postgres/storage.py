@@ -54,7 +54,7 @@ import threading
 import time
 from typing import Any
 
-from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport, finite_float, shown
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
@@ -286,6 +286,9 @@ class PostgresStorage:
 
     def count(self) -> int:
         return self._side.run("count", lambda c: whole.count(c, self._target), retry=True)
+
+    def counters(self) -> Counters:
+        return self._side.run("counters", lambda c: whole.counters(c, self._target), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         ops.check_text(kind, "kind")

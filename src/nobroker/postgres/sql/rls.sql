@@ -44,3 +44,26 @@ DROP POLICY IF EXISTS {role_policy} ON {schema}.schedules;
 CREATE POLICY {role_policy} ON {schema}.schedules TO {role} USING (true) WITH CHECK (true);
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.schedules TO {role};
+
+-- Counters and worker announcements (version 10): the same rule.
+ALTER TABLE {schema}.counters ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.counters FORCE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS {owner_policy} ON {schema}.counters;
+CREATE POLICY {owner_policy} ON {schema}.counters TO {owner} USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS {role_policy} ON {schema}.counters;
+CREATE POLICY {role_policy} ON {schema}.counters TO {role} USING (true) WITH CHECK (true);
+
+GRANT SELECT, INSERT, DELETE ON {schema}.counters TO {role};
+
+ALTER TABLE {schema}.workers ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.workers FORCE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS {owner_policy} ON {schema}.workers;
+CREATE POLICY {owner_policy} ON {schema}.workers TO {owner} USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS {role_policy} ON {schema}.workers;
+CREATE POLICY {role_policy} ON {schema}.workers TO {role} USING (true) WITH CHECK (true);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
