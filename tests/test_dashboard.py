@@ -964,6 +964,29 @@ class MetricsTest(DashboardCase):
         self.assertGreaterEqual(samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))], 90.0)
         self.assertEqual(queue.list_calls, 1)
 
+    def test_the_storage_counters_are_prometheus_counters_per_kind(self) -> None:
+        self.queue.enqueue_many(["a", "b"], kind="mail")
+        self.queue.enqueue("c")
+        self.queue.ack(self.lease())
+        self.make_dead()  # one more job (default kind), leased and failed for good
+        text = self.request("GET", "/metrics").text
+        self.assertIn("# TYPE nobroker_jobs_enqueued_total counter", text)
+        samples = parse_metrics(text)
+        counters = self.queue.counters()
+        q = ("queue", self.queue.name)
+        for kind, row in counters.items():
+            for name in ("enqueued", "succeeded", "failed", "dead", "cancelled"):
+                self.assertEqual(samples[(f"nobroker_jobs_{name}_total", (q, ("kind", kind)))], row[name], (kind, name))
+        self.assertEqual(samples[("nobroker_jobs_enqueued_total", (q, ("kind", "mail")))], 2)
+        self.assertEqual(sum(v for (n, _), v in samples.items() if n == "nobroker_jobs_succeeded_total"), 1)
+        self.assertEqual(sum(v for (n, _), v in samples.items() if n == "nobroker_jobs_dead_total"), 1)
+
+    def test_kind_names_are_escaped_as_label_values(self) -> None:
+        self.queue.enqueue("x", kind='k"ind\\with\nnewline')
+        samples = parse_metrics(self.request("GET", "/metrics").text)
+        kind = 'k\\"ind\\\\with\\nnewline'
+        self.assertEqual(samples[("nobroker_jobs_enqueued_total", (("queue", self.queue.name), ("kind", kind)))], 1)
+
     def test_queue_names_are_escaped_as_label_values(self) -> None:
         self.server.queue = _RenamedQueue(self.queue, 'we"ird\\name')  # type: ignore[assignment]
         samples = parse_metrics(self.request("GET", "/metrics").text)
