@@ -9,6 +9,7 @@ The package, bottom up (each module imports only those above it):
 
     queues.py   the queues one dashboard offers: listed on demand, opened on first use, never created
     metrics.py  /metrics: one queue's state in the Prometheus text format
+    history.py  the last hour of each open queue's counters, sampled in memory for the chart
     listing.py  the job lists: by state and kind, searched, oldest or newest first, paged
     page.py     the page: page.html, page.css and its scripts, read once, rendered with each answer's nonce
     api.py      the JSON routes: each one public Queue call under the dashboard's lock; queue errors as statuses
