@@ -91,7 +91,9 @@ def metrics_text(queue: Queue, lock: threading.Lock) -> str:
     metric("nobroker_leases_active", "gauge", "Jobs leased right now.", [(f'queue="{name}"', counts["leased"])])
     metric("nobroker_dead_jobs", "gauge", "Jobs in the dead-letter queue.", [(f'queue="{name}"', counts["dead"])])
     for counter, help_text in METRIC_COUNTERS.items():
-        samples = [(f'queue="{name}",kind="{_escape_label(kind)}"', row[counter]) for kind, row in counters.items()]
+        samples: list[tuple[str, float]] = [
+            (f'queue="{name}",kind="{_escape_label(kind)}"', row[counter]) for kind, row in counters.items()
+        ]
         metric(f"nobroker_jobs_{counter}_total", "counter", help_text, samples)
     return "\n".join(lines) + "\n"
 
