@@ -6,7 +6,7 @@ location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
 ids and fencing tokens, and what a refused ack/nack/extend says
-(``refusal``). Imports: errors, jobs, schedules.
+(``refusal``). Imports: errors, jobs, schedules, announcements.
 
 The Queue facade validates arguments and turns ``Job | id`` into
 ``(id, token)``; a storage only stores. Two siblings implement it:
@@ -25,6 +25,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import JobCancelledError, JobFinishedError, JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
+from .announcements import WorkerInfo
 from .jobs import BackoffPolicy, CompactionResult, Counters, Job, JobState, QueueStats, RecoveryReport
 from .schedules import Schedule, ScheduleSpec
 
@@ -94,6 +95,12 @@ class Storage(Protocol):
     def stats(self) -> QueueStats: ...
 
     def counters(self) -> Counters: ...
+
+    def announce_worker(self, info: WorkerInfo) -> None: ...
+
+    def retire_worker(self, worker_id: str) -> None: ...
+
+    def workers(self) -> list[WorkerInfo]: ...
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]: ...
 

@@ -26,6 +26,7 @@ The package, in its order (a module imports only modules above it):
     commit.py      Committer: the four beats, the group commit, roll-back, the read beat
     compactor.py   Compactor: the online compaction, mostly without the file lock
     reads.py       the read-only queries (get, stats, listings) as of now
+    roster.py      the worker announcements: one small file per Worker in <name>.workers/
     storage.py     FileStorage, wiring only: one short method per operation
     admin.py       inspect, verify and repair, from outside a queue
 

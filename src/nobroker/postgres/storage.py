@@ -4,7 +4,8 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops.
+connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops,
+roster, announcements.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -54,12 +55,13 @@ import threading
 import time
 from typing import Any
 
+from ..announcements import WorkerInfo
 from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport, finite_float, shown
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
 from . import queue_ops as whole
-from . import schedule_ops
+from . import roster, schedule_ops
 from .listener import Listener
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
@@ -314,6 +316,25 @@ class PostgresStorage:
         # Safe twice: a transaction lost with its connection enqueued nothing and moved nothing.
         sql, t, most = self._schedule_sql(), self._target, self.max_attempts
         return self._link.run("enqueue due ticks", lambda c: schedule_ops.fire(c, t, sql, most), retry=True)
+
+    # ------------------------------------------------------------ worker announcements (roster.py)
+    def announce_worker(self, info: WorkerInfo) -> None:
+        sql, t = self._roster_sql(), self._target
+        self._side.run("announce worker", lambda c: roster.announce(c, t, sql, info), retry=True)
+
+    def retire_worker(self, worker_id: str) -> None:
+        sql, t = self._roster_sql(), self._target
+        self._side.run("retire worker", lambda c: roster.retire(c, t, sql, worker_id), retry=True)
+
+    def workers(self) -> list[WorkerInfo]:
+        sql, t = self._roster_sql(), self._target
+        return self._side.run("list workers", lambda c: roster.listed(c, t, sql), retry=True)
+
+    def _roster_sql(self) -> roster.RosterStatements:
+        sql: roster.RosterStatements | None = getattr(self, "_roster_statements", None)
+        if sql is None:
+            sql = self._roster_statements = roster.RosterStatements(self.schema)
+        return sql
 
     def _schedule_sql(self) -> schedule_ops.ScheduleStatements:
         sql: schedule_ops.ScheduleStatements | None = getattr(self, "_schedule_statements", None)

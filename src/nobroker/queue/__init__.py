@@ -11,6 +11,7 @@ The package, in its order (a module imports only modules above it):
     looking.py    get, stats, listings, the DLQ; requeue_dead, purge, compact
     periodic.py   schedule, unschedule, schedules, enqueue_due
     control.py    cancel
+    roster.py     announce_worker, retire_worker, workers: who works the queue
     facade.py     Queue: the parts put together
 
 Imports: facade.

@@ -1,7 +1,7 @@
 """The public Queue: one facade, two storages.
 
 Owns: Queue, the parts put together (each part is a module of this package).
-Imports: work, looking, periodic, control.
+Imports: work, looking, periodic, control, roster.
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 from .control import ControlMethods
 from .looking import LookMethods
 from .periodic import ScheduleMethods
+from .roster import RosterMethods
 from .work import WorkMethods
 
 
-class Queue(WorkMethods, LookMethods, ScheduleMethods, ControlMethods):
+class Queue(WorkMethods, LookMethods, ScheduleMethods, ControlMethods, RosterMethods):
     """A durable job queue. Enqueue work, lease it, ack it.
 
     ``Queue("./jobs")`` keeps the queue in a folder on local disk (created if

@@ -23,6 +23,7 @@ The package, in its order (a module imports only modules above it):
     child.py      one forked worker process, from fork to exit; its reports
     pool.py       ProcessPool: forks, supervises and stops the worker processes
     ticks.py      the thread that enqueues due schedule ticks
+    announce.py   Announcer: the worker's announcement, heartbeated, taken back at a clean stop
     worker.py     Worker: options, the leasing loop, stopping; processes= hands run() to the pool
 
 Threads inside one running Worker:

@@ -10,7 +10,7 @@ ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
 interrupt, outcome, asyncloop, heartbeat, settle, runners, budget, pool,
 ticks (which enqueues the queue's due periodic jobs), joblines (the
-reports to an ``on_job`` listener).
+reports to an ``on_job`` listener), announce (the worker's announcement).
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -38,6 +38,7 @@ from collections.abc import Iterable
 
 from ..jobs import Job
 from .asyncloop import EventLoopThread
+from .announce import Announcer
 from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
 from .interrupt import InterruptPipe
@@ -178,6 +179,8 @@ class Worker:
             self.name, self._job_finished, self._fail,
         )  # fmt: skip
         self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
+        running = lambda: self._inflight  # noqa: E731 - for the announcement only: a glance, no lock needed
+        self._announcer = Announcer(queue, self.name, self._kinds, concurrency, running) if Announcer.wanted(queue) else None
 
     # ------------------------------------------------------------ public
     def __repr__(self) -> str:
@@ -275,12 +278,16 @@ class Worker:
             kinds = "all" if self._kinds is None else ",".join(self._kinds)
             logger.info("%s started: concurrency %d, kinds %s", self.name, self._concurrency, kinds)
             self._start_threads()
+            if self._announcer is not None:
+                self._announcer.start()
             if self._ticks is not None:
                 self._ticks.maybe_start()
             self._lease_loop()
             self._drain()
             finished = True
         finally:
+            if self._announcer is not None:
+                self._announcer.stop(retire=finished)
             if self._ticks is not None:
                 self._ticks.stop()
             if not finished:

@@ -1,0 +1,62 @@
+"""Worker announcements on PostgreSQL: the workers table (sql/010_counters_and_workers.sql).
+
+Owns: RosterStatements (the SQL text for one schema) and one function per
+operation on a live connection: ``announce`` (an upsert of the worker's row,
+and the removal of rows PRUNE_AFTER old), ``retire`` and ``listed``.
+Imports: announcements, statements, operations.
+
+A row is written with the worker's own wall-clock times, as the file
+storage writes them (nobroker.announcements), so both storages say "gone" by
+the same rule. Kinds are kept as a JSON array (NULL: every kind).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ..announcements import MAX_WORKERS_LISTED, PRUNE_AFTER, WorkerInfo, from_dict
+from .operations import Target
+from .statements import quote_schema
+
+_COLUMNS = ("id", "name", "host", "pid", "kinds", "concurrency", "started_at", "running", "heartbeat_at")
+
+
+class RosterStatements:
+    """The statements on one schema's workers table, by name."""
+
+    def __init__(self, schema: str) -> None:
+        table = f"{quote_schema(schema)}.workers"
+        cols = ", ".join(_COLUMNS)
+        values = ", ".join(f"%({c})s" for c in _COLUMNS).replace("%(kinds)s", "%(kinds)s::json")
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS[1:])
+        self.text = {
+            "upsert": f"INSERT INTO {table} (queue, {cols}) VALUES (%(q)s, {values}) "
+                      f"ON CONFLICT (queue, id) DO UPDATE SET {updates}",
+            "prune": f"DELETE FROM {table} WHERE queue = %(q)s AND heartbeat_at <= %(before)s",
+            "delete": f"DELETE FROM {table} WHERE queue = %(q)s AND id = %(id)s",
+            "all": f"SELECT {cols.replace('kinds', 'kinds::text', 1)} FROM {table} WHERE queue = %(q)s "
+                   f"ORDER BY started_at, id LIMIT {MAX_WORKERS_LISTED}",
+        }  # fmt: skip
+
+
+def announce(conn: Any, t: Target, sql: RosterStatements, info: WorkerInfo) -> None:
+    row = info.to_dict()
+    row["kinds"] = None if info.kinds is None else json.dumps(list(info.kinds))
+    with conn.transaction():
+        conn.execute(sql.text["upsert"], t.params(**row))
+        conn.execute(sql.text["prune"], t.params(before=time.time() - PRUNE_AFTER))
+
+
+def retire(conn: Any, t: Target, sql: RosterStatements, worker_id: str) -> None:
+    conn.execute(sql.text["delete"], t.params(id=worker_id))
+
+
+def listed(conn: Any, t: Target, sql: RosterStatements) -> list[WorkerInfo]:
+    out = []
+    for row in conn.execute(sql.text["all"], t.params()).fetchall():
+        fields = dict(zip(_COLUMNS, row))
+        fields["kinds"] = None if fields["kinds"] is None else json.loads(fields["kinds"])
+        out.append(from_dict(fields))
+    return out
