@@ -146,7 +146,7 @@ class ParserTests(CliTestCase):
         top = run_main(["--help"])
         self.assertEqual(top.code, 0)
         commands = ["enqueue", "lease", "ack", "nack", "extend", "stats", "list", "get", "dlq", "purge",
-                    "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg"]
+                    "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg", "workers"]
         for name in commands:
             self.assertIn(name, top.out)
         for argv in [[name, "--help"] for name in commands] + [["pg", "migrate", "--help"]]:
@@ -1066,6 +1066,35 @@ class WorkTests(CliTestCase):
         self.assertIn("worker stopped: leased 1, succeeded 1", result.out)
         self.assertEqual(self.queue().get(wanted["id"]).state, JobState.DONE)
         self.assertEqual(self.queue().stats().ready, 1)
+
+    def test_workers_lists_the_announcements_and_shows_the_gone_ones(self) -> None:
+        import dataclasses
+        import time
+
+        from nobroker.announcements import GONE_AFTER
+        from tests.semantics_roster import info
+
+        self.enqueue("x")
+        self.assertIn("no worker has announced itself", self.ok("workers").out)
+        q = self.queue()
+        now = time.time()
+        live = info(name="mailer\x1b[2J", host="box-1", kinds=("mail",), heartbeat_at=now, started_at=now - 90)
+        gone = dataclasses.replace(info(name="old", host="box-2", kinds=None), heartbeat_at=now - GONE_AFTER - 5,
+                                   started_at=now - 600)  # fmt: skip
+        q.announce_worker(live)
+        q.announce_worker(gone)
+        out = self.ok("workers").out
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 3, out)
+        self.assertTrue(lines[1].startswith("old "), lines)  # the oldest start first
+        self.assertIn("GONE", lines[1])
+        self.assertNotIn("GONE", lines[2])
+        self.assertIn("mailer\\x1b[2J", lines[2])  # a control character is shown escaped, never sent
+        self.assertNotIn("\x1b", out)
+        self.assertIn("2/4", lines[2])
+        listed = self.ok_json("workers")
+        self.assertEqual([(w["name"], w["gone"], w["kinds"]) for w in listed["workers"]],  # type: ignore[index]
+                         [("old", True, None), ("mailer\x1b[2J", False, ["mail"])])  # fmt: skip
 
     def test_bad_handler_specs(self) -> None:
         self.assertEqual(self.cli("work", "no_colon_here").code, 2)

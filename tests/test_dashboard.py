@@ -450,6 +450,19 @@ class ApiTest(DashboardCase):
                 self.assertError(self.request("POST", "/api/bulk", body=body), 400)
         self.assertIs(self.queue.get(job.id).state, JobState.READY)
 
+    def test_workers_lists_the_announcements_with_gone(self) -> None:
+        from nobroker.announcements import GONE_AFTER
+        from tests.semantics_roster import info
+
+        self.assertEqual(self.get_json("/api/workers")["workers"], [])
+        live, old = info(name="<b>w</b>"), info(heartbeat_at=time.time() - GONE_AFTER - 1, started_at=time.time() - 99)
+        self.queue.announce_worker(live)
+        self.queue.announce_worker(old)
+        listed = self.get_json("/api/workers")["workers"]
+        self.assertEqual([(w["id"], w["gone"]) for w in listed], [(old.id, True), (live.id, False)])
+        self.assertEqual(listed[1]["name"], "<b>w</b>")
+        self.assertEqual(listed[1]["kinds"], ["mail", "sms"])
+
     def test_history_has_a_sample_at_once_and_the_counters_totals(self) -> None:
         self.queue.enqueue_many(["a", "b"], kind="mail")
         self.queue.ack(self.lease())
@@ -703,6 +716,7 @@ class SafetyTest(DashboardCase):
             "/api/dlq",
             "/metrics",
             "/api/history",
+            "/api/workers",
             # The state-changing routes must not act on GET or HEAD.
             f"/api/jobs/{dead}/requeue",
             f"/api/jobs/{dead}/cancel",
@@ -881,6 +895,7 @@ class TokenTest(DashboardCase):
             ("POST", f"/api/jobs/{dead}/cancel"),
             ("POST", "/api/bulk"),
             ("GET", "/api/history"),
+            ("GET", "/api/workers"),
             ("POST", "/api/compact"),
         ):
             with self.subTest(method=method, path=path):
@@ -1045,6 +1060,20 @@ class MetricsTest(DashboardCase):
         samples = parse_metrics(self.request("GET", "/metrics").text)
         kind = 'k\\"ind\\\\with\\nnewline'
         self.assertEqual(samples[("nobroker_jobs_enqueued_total", (("queue", self.queue.name), ("kind", kind)))], 1)
+
+    def test_workers_are_gauges_live_and_gone(self) -> None:
+        from nobroker.announcements import GONE_AFTER
+        from tests.semantics_roster import info
+
+        now = time.time()
+        self.queue.announce_worker(info(running=3))
+        self.queue.announce_worker(info(running=1))
+        self.queue.announce_worker(info(running=5, heartbeat_at=now - GONE_AFTER - 1))
+        samples = parse_metrics(self.request("GET", "/metrics").text)
+        q = ("queue", self.queue.name)
+        self.assertEqual(samples[("nobroker_workers", (q, ("state", "live")))], 2)
+        self.assertEqual(samples[("nobroker_workers", (q, ("state", "gone")))], 1)
+        self.assertEqual(samples[("nobroker_worker_jobs_running", (q,))], 4)
 
     def test_queue_names_are_escaped_as_label_values(self) -> None:
         self.server.queue = _RenamedQueue(self.queue, 'we"ird\\name')  # type: ignore[assignment]

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..jobs import LISTINGS
 from .admin_commands import (
-    INSPECT_BODY_CHARS, cmd_compact, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify,
+    INSPECT_BODY_CHARS, cmd_compact, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify, cmd_workers,
 )  # fmt: skip
 from .control_commands import add_control
 from .bench import DEFAULT_SECONDS as BENCH_SECONDS
@@ -193,6 +193,8 @@ def _add_producing_and_consuming(add: _Add) -> None:
 
 def _add_looking(add: _Add) -> None:
     add("stats", "count jobs by state", "  nobroker --dir ./jobs stats --json", cmd_stats)
+    add("workers", "list the workers working the queue (gone: no heartbeat for 30 s)",
+        "  nobroker workers\n  nobroker --dsn postgresql://localhost/app workers --json", cmd_workers)
 
     p = add("list", "list jobs, oldest first",
             "  nobroker list --state ready --limit 20 --offset 40", cmd_list)

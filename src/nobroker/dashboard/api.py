@@ -14,7 +14,8 @@ of each, and the errors of those that could not be counted); ``GET /api/stats``;
 runnable/delayed, a kind, a search of ids and payloads, oldest or newest
 first: see listing.py); ``GET /api/jobs/<id>``;
 ``GET /api/dlq?limit=``; ``GET /api/history`` (the counters' samples of the
-last hour, for the chart: history.py); ``POST /api/jobs/<id>/requeue``;
+last hour, for the chart: history.py); ``GET /api/workers`` (the workers'
+announcements, each with ``gone``); ``POST /api/jobs/<id>/requeue``;
 ``POST /api/jobs/<id>/cancel`` (a ready or delayed job is cancelled, a leased
 one marked: ``Queue.cancel``); ``POST /api/bulk`` (body ``{"action":
 "cancel" | "requeue", "ids": [...]}``, at most MAX_BULK_IDS: each id acted on
@@ -396,6 +397,12 @@ class Api:
             "window": HISTORY_SECONDS, "gap": GAP_SECONDS, "counters": list(COUNTER_NAMES), "samples": samples,
         })  # fmt: skip
 
+    def workers(self, call: Call) -> Answer:
+        with self.lock:
+            workers = call.queue.workers()
+        now = time.time()
+        return json_answer({"queue": call.queue.name, "now": now, "workers": [w.to_dict(now) for w in workers]})
+
     def metrics(self, call: Call) -> Answer:
         return Answer(200, metrics_text(call.queue, self.lock).encode("utf-8"), METRICS_TYPE)
 
@@ -411,6 +418,7 @@ _ROUTES: tuple[tuple[tuple[str, ...], str, Callable[[Api, Call], Answer]], ...] 
     (("api", "jobs", "*", "cancel"), "POST", Api.cancel_one),
     (("api", "dlq"), "GET", Api.dlq),
     (("api", "history"), "GET", Api.history),
+    (("api", "workers"), "GET", Api.workers),
     (("api", "dlq", "requeue"), "POST", Api.requeue_all),
     (("api", "purge"), "POST", Api.purge),
     (("api", "compact"), "POST", Api.compact),

@@ -3,8 +3,8 @@
 Owns: metrics_text and render_metrics (the samples, their HELP and TYPE lines, label
 escaping) and the scan for the longest-waiting runnable job. Imports: jobs,
 queue. The queue is used through the public Queue API only (name, stats,
-counters, list_jobs), so the figures mean the same on both storages: gauges
-of the jobs by state, and the counters the storage keeps (jobs enqueued,
+counters, workers, list_jobs), so the figures mean the same on both storages:
+gauges of the jobs by state and of the workers announced, and the counters the storage keeps (jobs enqueued,
 succeeded, failed, dead, cancelled per kind), which only grow, so
 Prometheus can take a ``rate()`` of them.
 """
@@ -64,6 +64,7 @@ def metrics_text(queue: Queue, lock: threading.Lock) -> str:
     with lock:
         stats = queue.stats()
         counters = queue.counters()
+        workers = queue.workers()
         oldest = _earliest_runnable(queue, now) if stats.ready else None
     oldest_age = max(0.0, now - oldest) if oldest is not None else 0.0
     counts = stats.to_dict()
@@ -90,6 +91,15 @@ def metrics_text(queue: Queue, lock: threading.Lock) -> str:
     )
     metric("nobroker_leases_active", "gauge", "Jobs leased right now.", [(f'queue="{name}"', counts["leased"])])
     metric("nobroker_dead_jobs", "gauge", "Jobs in the dead-letter queue.", [(f'queue="{name}"', counts["dead"])])
+    gone = sum(1 for w in workers if w.gone(now))
+    metric(
+        "nobroker_workers", "gauge", "Workers that announced themselves (gone: no heartbeat for a while).",
+        [(f'queue="{name}",state="live"', len(workers) - gone), (f'queue="{name}",state="gone"', gone)],
+    )  # fmt: skip
+    metric(
+        "nobroker_worker_jobs_running", "gauge", "Jobs the live workers said they were running at their last heartbeat.",
+        [(f'queue="{name}"', sum(w.running for w in workers if not w.gone(now)))],
+    )  # fmt: skip
     for counter, help_text in METRIC_COUNTERS.items():
         samples: list[tuple[str, float]] = [
             (f'queue="{name}",kind="{_escape_label(kind)}"', row[counter]) for kind, row in counters.items()
