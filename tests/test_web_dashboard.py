@@ -60,7 +60,9 @@ document.addEventListener("DOMContentLoaded", function () {
 });
 """
 #: The only elements the page itself creates after loading (table rows, detail fields).
-PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "OPTION"}
+PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "OPTION", "INPUT", "DIV", "svg", "line", "text", "path", "title"}
+#: The chart's own SVG elements (page-panels.js): the only SVG in the page, drawn from numbers alone.
+CHART_ELEMENTS = {"svg", "line", "text", "path", "title"}
 
 
 class WebDashboardTest(TempDirTestCase):
@@ -304,7 +306,7 @@ class WebDashboardTest(TempDirTestCase):
         self.wait_listed(ids[::-1][:20], "newest first starts again at the first page")
         self.js("document.querySelector('#tabs button[data-state=delayed]').click()")
         self.wait_listed([later], "the delayed tab lists the delayed job apart from the ready ones")
-        self.assertEqual(self.js(self.row(later) + ".children[2].textContent"), "delayed")
+        self.assertEqual(self.js(self.row(later) + ".children[3].textContent"), "delayed")
         self.assertCleanPage()
 
     def test_a_failed_jobs_page_shows_its_fields_stage_error_and_traceback(self) -> None:
@@ -375,7 +377,7 @@ class WebDashboardTest(TempDirTestCase):
             self.assertTrue(text.startswith(local(t) + " ("), f"{name}: {text!r} is not local time {local(t)}")
             self.assertEqual(hover, utc(t), name)
         self.wait_js(self.row("timed") + " !== null", "the delayed job was listed")
-        info = self.js(self.row("timed") + ".children[5].title")
+        info = self.js(self.row("timed") + ".children[6].title")
         self.assertEqual(info, local(job.available_at) + " · " + utc(job.available_at))
         self.assertNotRegex(self.js("document.body.innerText"), r"\d\d:\d\d:\d\dZ", "no UTC time shown as text")
         self.assertCleanPage()
@@ -411,7 +413,7 @@ class WebDashboardTest(TempDirTestCase):
                 with self.subTest(width=width, state=state):
                     self.js(f"document.querySelector('#tabs button[data-state={state}]').click()")
                     # Until the rows are this tab's (the address changes at once, the rows a moment later).
-                    states = "Array.from(document.querySelectorAll('#jobs tr.job'), (r) => r.children[2].textContent)"
+                    states = "Array.from(document.querySelectorAll('#jobs tr.job'), (r) => r.children[3].textContent)"
                     self.wait_js(f"(s => s.length > 0 && ('{state}' === 'all' ? s.length === 4 : s.every(x => x === '{state}')))({states})",
                                  f"the {state} tab listed its jobs")
                     self.js("document.querySelector('#jobs tr.job').click()")
@@ -431,7 +433,12 @@ class WebDashboardTest(TempDirTestCase):
         self.assertIsNone(self.js("window.__pwned"), "a hostile value ran as script")
         self.assertEqual(self.js("window.__dialogs"), [])
         self.assertEqual(self.js("document.scripts.length"), 1)
-        self.assertEqual(self.js("document.images.length + document.querySelectorAll('svg, iframe, object, embed, a').length"), 0)
+        self.assertEqual(self.js("document.images.length + document.querySelectorAll('iframe, object, embed, a').length"), 0)
+        # The one SVG is the chart, where it belongs, made of the chart's own elements only.
+        svg = "Array.from(document.querySelectorAll('svg'), (s) => s.parentElement.id + ':' + s.className.baseVal)"
+        self.assertLessEqual(set(self.js(svg)), {"chart:chart"})
+        inside = set(self.js("Array.from(document.querySelectorAll('svg *, svg'), (n) => n.tagName)"))
+        self.assertLessEqual(inside, CHART_ELEMENTS)
         added = set(self.js("window.__added"))
         self.assertTrue(added, "the observer saw no rows being built")
         self.assertLessEqual(added, PAGE_MADE_ELEMENTS)
@@ -466,15 +473,15 @@ class WebDashboardTest(TempDirTestCase):
         self.js("document.querySelector('#tabs button[data-state=all]').click()")
         self.wait_js(self.row(values["id"]) + " !== null", "the hostile job was listed")
         row = self.row(values["id"])
-        self.assertEqual(self.js(row + ".children[0].textContent"), values["id"])
-        self.assertEqual(self.js(row + ".children[0].firstChild.title"), values["id"])
-        self.assertEqual(self.js(row + ".children[1].textContent"), values["kind"])
+        self.assertEqual(self.js(row + ".children[1].textContent"), values["id"])
+        self.assertEqual(self.js(row + ".children[1].firstChild.title"), values["id"])
+        self.assertEqual(self.js(row + ".children[2].textContent"), values["kind"])
         as_json = json.dumps({"html": values["payload"]}, ensure_ascii=False, separators=(",", ":"))
         self.assertEqual(self.js(row + ".querySelector('td.payload').textContent"), as_json)
         self.assertEqual(self.js(row + ".querySelector('td.payload').title"), as_json)
         self.assertIn(values["stage"], self.js(self.row(values["leased-id"]) + ".textContent"))
         self.assertIn(values["error"], self.js(self.row(values["dead-id"]) + ".textContent"))
-        self.assertEqual(self.js(self.row(values["dead-id"]) + ".children[5].title"), values["error"])
+        self.assertEqual(self.js(self.row(values["dead-id"]) + ".children[6].title"), values["error"])
         # The filters and the search take them back as text, and the address carries them.
         self.type_into("filter-kind", values["kind"])
         self.type_into("filter-q", values["payload"])
