@@ -37,7 +37,7 @@ const pagePanels = (function () {
     return 10 * p;
   }
 
-  const fmt = (n) => (n >= 100 ? Math.round(n).toLocaleString() : n >= 10 ? n.toFixed(1) : n.toFixed(2));
+  const fmt = (n) => (n === 0 ? "0" : n >= 100 ? Math.round(n).toLocaleString() : n >= 10 ? n.toFixed(1) : n.toFixed(2));
 
   // Draw the last ``data.window`` seconds of throughput (succeeded) and failures (failed and dead) into ``box``.
   function drawChart(box, data) {
