@@ -3,6 +3,7 @@
 const pagePanels = (function () {
   const SVG = "http://www.w3.org/2000/svg";
   const W = 600, H = 150, PAD_L = 44, PAD_B = 20, PAD_T = 8, PAD_R = 8;
+  const MIN_SPAN = 120;  // seconds: the narrowest the chart's time axis gets while its samples are few
   const { el, clockTime, utcTime, duration } = pageFormat;
 
   function svg(tag, attrs, text) {
@@ -39,30 +40,37 @@ const pagePanels = (function () {
 
   const fmt = (n) => (n === 0 ? "0" : n >= 100 ? Math.round(n).toLocaleString() : n >= 10 ? n.toFixed(1) : n.toFixed(2));
 
-  // Draw the last ``data.window`` seconds of throughput (succeeded) and failures (failed and dead) into ``box``.
+  // Draw throughput (succeeded) and failures (failed and dead) into ``box``: the last ``data.window``
+  // seconds, or since the first sample when there is less (at least MIN_SPAN): a dashboard just started
+  // shows what it has across the chart, not squeezed at its right edge.
   function drawChart(box, data) {
     const points = rates(data.samples, data.gap);
-    const now = data.now, from = now - data.window;
+    const now = data.now;
+    const first = data.samples.length ? data.samples[0].at : now;
+    const span = Math.min(data.window, Math.max(MIN_SPAN, now - first));
+    const from = now - span;
     const top = niceTop(Math.max(0, ...points.map((p) => Math.max(p.succeeded, p.failed))));
-    const x = (t) => PAD_L + (W - PAD_L - PAD_R) * Math.min(1, Math.max(0, (t - from) / data.window));
+    const x = (t) => PAD_L + (W - PAD_L - PAD_R) * Math.min(1, Math.max(0, (t - from) / span));
     const y = (v) => PAD_T + (H - PAD_T - PAD_B) * (1 - v / top);
     const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, class: "chart", role: "img",
-      "aria-label": "jobs per minute over the last " + duration(data.window) });
+      "aria-label": "jobs per minute over the last " + duration(span) });
     for (const v of [0, top / 2, top]) {
       chart.append(svg("line", { x1: PAD_L, x2: W - PAD_R, y1: y(v), y2: y(v), class: "grid" }));
       chart.append(svg("text", { x: PAD_L - 4, y: y(v) + 4, "text-anchor": "end", class: "tick" }, fmt(v)));
     }
-    const ticks = [[from, duration(data.window) + " ago"], [from + data.window / 2, duration(data.window / 2) + " ago"], [now, "now"]];
+    const ticks = [[from, duration(span) + " ago"], [from + span / 2, duration(span / 2) + " ago"], [now, "now"]];
     for (const [t, label] of ticks) {
       const tick = svg("text", { x: x(t), y: H - 4, "text-anchor": t === now ? "end" : t === from ? "start" : "middle", class: "tick" }, label);
       tick.append(svg("title", {}, clockTime(t) + " · " + utcTime(t)));
       chart.append(tick);
     }
     for (const [key, cls] of [["succeeded", "ok"], ["failed", "bad"]]) {
-      // One path per run of samples without a gap.
+      // Each rate held over the interval it was measured in (steps); a new run after a gap.
       let d = "", last = null;
       for (const p of points) {
-        d += (last !== null && p.since === last ? " L" : " M") + x(p.at).toFixed(1) + " " + y(p[key]).toFixed(1);
+        const level = y(p[key]).toFixed(1);
+        d += (last !== null && p.since === last ? " L" : " M") + x(p.since).toFixed(1) + " " + level;
+        d += " L" + x(p.at).toFixed(1) + " " + level;
         last = p.at;
       }
       if (d) chart.append(svg("path", { d: d.trim(), class: "series " + cls, "data-series": key }));
