@@ -16,12 +16,12 @@ The package, bottom up (each module imports only those above it):
     server.py   the HTTP server: request reading and every security rule (Host, token, CSRF, CSP, headers, limits)
     launch.py   make_server (checked, then bound) and serve (until Ctrl-C)
 
-Waiting for the storage (issue 17), and so not here at all: counters that
-survive compaction (throughput over the last hour, ``rate()``-able counters in
-/metrics), workers that announce themselves, and per-job cancel, run now and
-delete. Each needs a public Queue call first (say ``queue.counters(since=...)``,
-``queue.workers()``, ``queue.cancel(id)``); then a route in api.py's table, a
-POST behind the same CSRF and token checks as requeue, and its part of the page.
+The operator's view (issue 17): counters from ``queue.counters()`` (as
+Prometheus counters in /metrics, and sampled in memory for the page's chart:
+history.py), workers from ``queue.workers()`` (a panel, /api/workers,
+nobroker_workers), and per-job cancel and requeue, alone or on a selection
+(POST routes behind the same CSRF and token checks as every other). Run now
+and delete wait for ``queue.run_now`` and ``queue.delete``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Owns: ``announce`` (write ``<name>.workers/<id>.json`` atomically: a temp
 file, fsync, rename; the folder made private, 0700, on first use; old
 announcements pruned), ``retire`` (remove one: a clean stop) and ``listed``
-(read them all back). Imports: errors, announcements, layout, fs, folder.
+(read them all back). Imports: errors, announcements, layout, fs.
 
 Announcements are not jobs: they live outside the log, are never replayed,
 and losing one (a power cut before the rename reached the disk) loses only
@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import time
 
 from ..announcements import MAX_ANNOUNCE_BYTES, MAX_WORKERS_LISTED, PRUNE_AFTER, WorkerInfo, checked, from_dict
-from ..errors import NobrokerError
-from .folder import prepare_directory
+from ..errors import NobrokerError, UnsafeQueueError
 from .fs import FileSystem, storage_error, write_fully
 from .layout import temp_path, workers_path
 
@@ -46,8 +46,7 @@ def announce(fs: FileSystem, directory: str, name: str, info: WorkerInfo, *, pru
     final = os.path.join(folder, info.id + SUFFIX)
     tmp = temp_path(final)
     try:
-        if not fs.exists(folder):
-            prepare_directory(fs, folder)
+        _ensure_folder(fs, folder)
         fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             write_fully(fs, fd, data, 0)
@@ -59,6 +58,21 @@ def announce(fs: FileSystem, directory: str, name: str, info: WorkerInfo, *, pru
         raise storage_error(exc, "writing the worker announcement", final) from None
     if prune:
         _prune(fs, folder, time.time())
+
+
+def _ensure_folder(fs: FileSystem, folder: str) -> None:
+    """The announcements' folder, made private (0700, whatever the umask) if missing; a non-folder there is refused."""
+    try:
+        st = fs.lstat(folder)
+    except FileNotFoundError:
+        try:
+            fs.mkdir(folder, 0o700)
+            fs.chmod(folder, 0o700)
+        except FileExistsError:
+            pass
+        st = fs.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode):  # a symlink or a file planted at the name: never written through
+        raise UnsafeQueueError(f"{folder} is not a folder: move it away so workers can announce themselves")
 
 
 def retire(fs: FileSystem, directory: str, name: str, worker_id: str) -> None:
