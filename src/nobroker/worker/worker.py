@@ -102,7 +102,8 @@ class Worker:
     outcome, duration, attempts, error) for each job once its outcome was
     recorded, on the thread that recorded it (keep it quick; what it raises
     is logged and ignored). With ``processes`` each child calls it in its
-    own process.
+    own process. A running Worker announces itself to its queue (host, pid,
+    kinds, jobs running; ``queue.workers()``) and takes that back at a clean stop.
 
     ``processes``: run in that many pre-forked worker processes instead, each
     with ``concurrency`` jobs at once (for CPU-bound handlers; POSIX only: it
