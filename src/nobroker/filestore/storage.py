@@ -110,6 +110,10 @@ class FileStorage(Compactor):
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
         return self._write(partial(leases.extend, queue=self.name, job_id=job_id, token=token, seconds=seconds, job_of=self._job))
 
+    def extend_many(self, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
+        """Renew many leases in one write (one fsync); see leases.extend_many."""
+        return self._write(partial(leases.extend_many, queue=self.name, items=items, seconds=seconds, job_of=self._job))
+
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
         return self._write(partial(leases.set_stage, queue=self.name, job_id=job_id, token=token, stage=stage, job_of=self._job))
 
@@ -239,6 +243,9 @@ class FileStorage(Compactor):
             if self._closed:
                 return
             self._closed = True
+            # First: a checkpoint being written goes to the same .snap as the snapshot
+            # below, and its state is older; it must not land after it.
+            self._close_checkpoints()
             if self._log is not None:
                 if self.durable and os.getpid() == self._pid and self._log.failed is None and self.read_only is None:
                     try:
@@ -248,7 +255,6 @@ class FileStorage(Compactor):
                     else:
                         self._save_snapshot()
                 self._log.close()
-            self._close_checkpoints()
             if self._lock is not None:
                 self._lock.close()
             self._wake.close()

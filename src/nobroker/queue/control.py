@@ -1,13 +1,13 @@
 """The Queue's control of jobs already queued or running: cancel.
 
-Owns: ControlMethods. Imports: checks, jobs, base.
+Owns: ControlMethods. Imports: checks, jobs, calls, base.
 """
 
 from __future__ import annotations
 
-from .. import checks
-from ..jobs import Job
 from ..checks import JobRef
+from ..jobs import Job
+from . import calls
 from .base import QueueBase
 
 
@@ -27,5 +27,4 @@ class ControlMethods(QueueBase):
         ``stopped=True`` by id ends a leased job's attempt now, whoever runs it.
         A done, dead or cancelled job raises JobFinishedError naming its state.
         """
-        job_id, token = checks.job_ref(job)
-        return self._open_storage().cancel(job_id, token, bool(stopped))
+        return self._open_storage().cancel(*calls.cancel(job, stopped))
