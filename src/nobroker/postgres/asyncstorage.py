@@ -3,13 +3,13 @@
 Owns: AsyncPostgresStorage (the Storage protocol with ``await``) and
 ``carry_async`` (a storage Plan awaited run by run). Imports: jobs,
 schedules, storage, driver, steps, asynclink, operations, queue_ops,
-schedule_ops.
+schedule_ops, roster, announcements.
 
 Opening is the Queue's (the options checked, the schema brought up to date),
 run in a thread once; the PostgresStorage it opened keeps the queue's
 settings, its NOTIFY gate and its pruning, and this wraps it. Then the work (enqueue, lease,
 ack, ack_many, nack, extend, extend_many, set_stage, cancel) is awaited on
-one AsyncConnection, the reads (get, stats, count, list_jobs) and the
+one AsyncConnection, the reads (get, stats, count, counters, workers, list_jobs) and the
 operator's writes (requeue_dead, purge, compact) on a second, opened on
 first use, so a heartbeat never waits behind them; the schedules as the
 Queue places them. Every one sends exactly the steps the Queue sends
@@ -27,12 +27,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any, TypeVar
 
-from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport
+from ..announcements import WorkerInfo
+from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec
 from . import operations as ops
 from . import queue_ops as whole
-from . import schedule_ops
+from . import roster, schedule_ops
 from .asynclink import AsyncLink, AsyncSession
 from .driver import psycopg
 from .steps import advance, drive_async
@@ -125,6 +126,13 @@ class AsyncPostgresStorage:
 
     async def count(self) -> int:
         return await self._side.run("count", lambda: whole.count(self._target), retry=True)
+
+    async def counters(self) -> Counters:
+        return await self._side.run("counters", lambda: whole.counters(self._target), retry=True)
+
+    async def workers(self) -> list[WorkerInfo]:
+        t, sql = self._target, self.sync.roster_sql()
+        return await self._side.run("list workers", lambda: roster.listed(t, sql), retry=True)
 
     async def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         t = self._target
