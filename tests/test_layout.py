@@ -41,6 +41,7 @@ UNIT_RANKS = {
     "checks": 4,
     "schedules": 5,
     "announcements": 5,
+    "limits": 5,
     "storage": 6,
     "filestore": 7,
     "postgres": 7,

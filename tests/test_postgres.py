@@ -637,13 +637,13 @@ class PostgresSchemaTests(unittest.TestCase):
         self.assertEqual(
             migrate(self.dsn, schema=self.schema),
             ["001_init.sql", "002_retries_and_finished_jobs.sql", "003_claim_paths_counts_and_upkeep.sql",
-             "004_counts_kept_by_the_statements.sql", "005_schedules.sql", "006_control_of_jobs.sql",
+             "004_counts_kept_by_the_statements.sql", "005_schedules.sql", "006_control_of_jobs.sql", "007_limits.sql",
              "010_counters_and_workers.sql"],
         )
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
-        self.assertEqual([r[0] for r in rows], [*range(1, 7), latest_version()])  # 7 to 9: other branches
+        self.assertEqual([r[0] for r in rows], [*range(1, 8), latest_version()])  # 8 and 9: other branches
         other = fresh_name("nbmig")
         self.addCleanup(drop_schema, other)
         with Queue(self.dsn, schema=other) as q:  # migrate=True by default

@@ -20,6 +20,7 @@ from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics_control import ControlSemantics
 from tests.semantics_counters import CounterSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
+from tests.semantics_limits import LimitSemantics
 from tests.semantics_roster import RosterSemantics
 from nobroker.filestore.log import JOB_READ_GUESS
 from tests.semantics import EXACT, QueueSemantics
@@ -27,8 +28,8 @@ from tests.support import FakeClock, TempDirTestCase
 
 
 class FileQueueSemantics(
-    ControlSemantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, QueueSemantics, ScheduleSemantics,
-    TempDirTestCase,
+    ControlSemantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, LimitSemantics, QueueSemantics,
+    ScheduleSemantics, TempDirTestCase,
 ):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 

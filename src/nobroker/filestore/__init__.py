@@ -10,13 +10,15 @@ The package, in its order (a module imports only modules above it):
     entry.py       Entry (one job in memory) and the checks of a record's fields
     records.py     one encoder and one decoder per record type
     schedule_records.py  the schedule records (SCHEDULE, UNSCHEDULE, TICK) and how they fold
+    limit_records.py  the limit records (LIMIT, UNLIMIT), how they fold, a limited lease's token
     counting.py    the counters per kind: what each record adds, the PURGE that carries them through compaction
     log.py         one generation file: scan, append, group fsync; the .current pointer
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)
     replay.py      QueueState and apply: records in, state out (pure)
-    expiry.py      the leases that have run out, walked from the lease heap
+    state_form.py  QueueState as a snapshot's fields and blocks, and back
+    limit_ops.py   a limit's writes, which kinds a lease may take, when the next slot frees
     leases.py      the writer's decisions, one per operation: records out
     schedule_ops.py  a schedule's writes and its due ticks, decided under the lock
     snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)

@@ -4,8 +4,8 @@ Owns: what get, stats and list_jobs answer from a replayed state at a
 read's ``now``. Reads never write, yet show the queue as of now: a lease
 whose deadline passed shows as the reclaim a writer will record
 (leases.as_reclaimed), though no writer has come by yet. Only those leases
-cost anything extra: expiry.expired walks just the top of the lease heap.
-Imports: jobs, storage, entry, replay, expiry, leases.
+cost anything extra: state.expired walks just the top of the lease heap.
+Imports: jobs, storage, entry, replay, leases.
 
 These are functions of the state, the time and the backoff; the storage
 runs them under the shared lock after reading forward (Committer._read) and
@@ -22,7 +22,6 @@ from operator import attrgetter
 from ..jobs import BackoffPolicy, Job, JobState, QueueStats
 from ..storage import job_not_found
 from . import leases
-from . import expiry
 from .entry import CANCELLED, DEAD, READY, Entry
 from .leases import JobOf
 from .replay import QueueState
@@ -50,7 +49,7 @@ def get(state: QueueState, queue: str, job_id: str, now: float, backoff: Backoff
 def stats(state: QueueState, now: float, backoff: BackoffPolicy) -> QueueStats:
     """The counts per state, expired leases counted where their reclaim will put them."""
     counted = state.stats(now)
-    expired = expiry.expired(state, now)
+    expired = state.expired(now)
     if not expired:
         return counted
     counts = dataclasses.asdict(counted)  # every state, cancelled too (to_dict leaves it out at 0)
@@ -93,7 +92,7 @@ def listed(state: QueueState, listing: str | None, now: float, backoff: BackoffP
         own = (e for e in state.entries(READY) if not state.is_delayed(e))
     else:
         own = state.entries(None if listing is None else JobState(listing))
-    expired = expiry.expired(state, now)
+    expired = state.expired(now)
     if listing in (None, "done") or not expired:
         return own
     if listing == "leased":

@@ -2,12 +2,13 @@
 
 Owns: QueueState (every job plus the indexes that make lease and stats
 cheap, with a small mapping-like API: get, hold, in, len, entries) and
-``apply``, which folds one decoded record into the state; also the state's
-own snapshot representation (``to_snapshot`` and ``from_snapshot``;
-snapshot.py frames and checks the file); the schedules (periodic jobs) by
-name, which schedule_records.py folds records into; the counters by kind,
-counted as the records are applied (counting.py). Imports: jobs,
-schedules, framing, entry, records, schedule_records, counting, index.
+``apply``, which folds one decoded record into the state; also the
+schedules (periodic jobs) by name, which schedule_records.py folds records
+into; the limits by kind, which limit_records.py folds records into, and how
+many jobs of each kind are leased; the counters by kind, counted as the
+records are applied (counting.py) (the state's snapshot form is
+state_form.py's). Imports: jobs, schedules, framing, entry, records,
+schedule_records, limit_records, counting, index.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -25,20 +26,20 @@ Indexes (lazy: stale heap items are skipped when popped, never searched for):
   delayed      heap of (available_at, seq, id) ready jobs whose time has not come
   leases       heap of (deadline, seq, id)     leased jobs, for reclaiming
   active_keys  (kind, dedupe_key) -> id        for ready/leased jobs only
+  leased_kinds kind -> leased jobs of it        what a concurrency limit counts
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
-from ..schedules import Schedule, from_fields, to_fields
-from . import counting, records, schedule_records
-from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
+from ..schedules import Schedule
+from . import counting, limit_records, records, schedule_records
+from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
 
@@ -62,8 +63,11 @@ class QueueState(JobRows):
         self.orphans = 0
         #: Periodic jobs by name (schedule_records.py); a PURGE keeps them.
         self.schedules: dict[str, Schedule] = {}
+        #: Limits by kind, each with its bucket (limit_records.py); a PURGE keeps them.
+        self.limits: dict[str, limit_records.Held] = {}
         #: Counters by kind (counting.py): derived from the records, kept by a PURGE.
         self.counters: dict[str, list[int]] = {}
+        self.leased_kinds: dict[str, int] = {}
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
@@ -110,75 +114,6 @@ class QueueState(JobRows):
         self._drop_gone_rows()
         return unsound
 
-    # ------------------------------------------------------------ snapshots
-    def to_snapshot(self) -> tuple[dict[str, Any], list[Any]]:
-        """The state as (JSON-able fields, raw blocks) for snapshot.py; ``from_snapshot`` undoes it.
-
-        The blocks are the cold store's arrays as they are (ids, columns, id
-        table, every fifo's rows, the gone rows): buffers, written and read
-        without a Python object per job. Hot Entries go as JSON (they are few).
-        The lazy heaps are not kept: ``from_snapshot`` rebuilds them from the
-        Entries with exactly their valid items, which pop in the same order.
-        """
-        assert set(vars(self)) == _SNAPSHOT_FIELDS, "a new QueueState field must be added to the snapshot"
-        fields, blocks = self._rows_to_snapshot()
-        hot = []
-        for entry in self.hot.values():
-            assert self._rows[entry.row] is entry, "a hot Entry sits in its own row"
-            values = list(_entry_fields(entry))
-            values[_STATE_FIELD] = entry.state.value
-            hot.append(values)
-        fields.update({
-            "hot": hot,
-            "counts": [self._counts[state] for state in JobState],
-            # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_bytes and the table's sizes
-            "ints": {name: value for name, value in vars(self).items() if type(value) is int},
-            "active_keys": [[kind, key, job_id] for (kind, key), job_id in self.active_keys.items()],
-            "schedules": [to_fields(sched) for sched in self.schedules.values()],
-            "counters": self.counters,
-        })  # fmt: skip
-        return fields, blocks
-
-    @classmethod
-    def from_snapshot(cls, fields: dict[str, Any], blocks: list[Any]) -> QueueState:
-        """The state ``to_snapshot`` described. ValueError (or another plain error) if it does not add up."""
-        self = cls()
-        ints = fields["ints"]
-        if set(ints) != _SNAPSHOT_INTS or not all(type(value) is int for value in ints.values()):
-            raise ValueError("snapshot counters do not match")
-        for name, value in ints.items():
-            setattr(self, name, value)
-        gone = self._rows_from_snapshot(fields, blocks)
-        rows, hot = self._rows, self.hot
-        ready, delayed, leases = self.ready, self.delayed, self.leases
-        for values in fields["hot"]:
-            if len(values) != len(Entry.__slots__):
-                raise ValueError("a snapshot entry has the wrong number of fields")
-            entry = new_entry(Entry)
-            for name, value in zip(Entry.__slots__, values):
-                setattr(entry, name, value)
-            entry.state = STATES[entry.state]  # type: ignore[index]
-            if rows[entry.row] is not None or entry.id in hot:
-                raise ValueError("a snapshot row is claimed twice")
-            rows[entry.row] = hot[entry.id] = entry
-            if entry.heap == IN_READY:
-                ready.setdefault(entry.kind, []).append((-entry.priority, entry.seq, entry.id))
-            elif entry.heap == IN_DELAYED:
-                delayed.append((entry.available_at, entry.seq, entry.id))
-            if entry.state is LEASED and entry.lease_deadline is not None:
-                leases.append((entry.lease_deadline, entry.seq, entry.id))
-        for heap_list in ready.values():
-            heapq.heapify(heap_list)
-        heapq.heapify(delayed)
-        heapq.heapify(leases)
-        self._counts = dict(zip(JobState, fields["counts"], strict=True))
-        self.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
-        self.schedules = {sched.name: sched for sched in map(from_fields, fields.get("schedules", []))}
-        self.counters = counting.checked(fields["counters"])  # a snapshot from before counters: replay instead
-        if len(hot) + gone + self.n_cold != len(rows) or sum(self._counts.values()) != len(hot):
-            raise ValueError("snapshot counts do not add up")
-        return self
-
     # ------------------------------------------------------------ apply
     def apply(self, rtype: int, body: dict[str, Any], offset: int, size: int = 0) -> None:
         """Fold one record into the state. ``offset`` is where the record starts, ``size`` its
@@ -197,6 +132,9 @@ class QueueState(JobRows):
         if rtype in schedule_records.SCHEDULE_TYPES:
             schedule_records.apply(self.schedules, rtype, body)
             return
+        if rtype in limit_records.LIMIT_TYPES:
+            limit_records.apply(self.limits, rtype, body)
+            return
         job_id = body.get("id")
         entry = self.hot.get(job_id)  # type: ignore[arg-type]
         if entry is None:
@@ -212,6 +150,8 @@ class QueueState(JobRows):
             self._set_state(entry, LEASED)
             entry.attempts, entry.lease_token, entry.lease_deadline, entry.stage = attempts, token, deadline, None
             heapq.heappush(self.leases, (deadline, entry.seq, entry.id))
+            if self.limits:
+                limit_records.leased(self.limits, entry.kind, body)
         elif rtype == RecordType.ACK:
             has_result, result = records.decode_ack(body)
             self._set_state(entry, DONE)
@@ -350,8 +290,10 @@ class QueueState(JobRows):
             self.next_seq = entry.seq + 1
         if entry.state is READY:
             self._push_ready(entry, entry.enqueued_at)
-        elif entry.state is LEASED and entry.lease_deadline is not None:
-            heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
+        elif entry.state is LEASED:
+            self.leased_kinds[entry.kind] = self.leased_kinds.get(entry.kind, 0) + 1
+            if entry.lease_deadline is not None:
+                heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         if entry.dedupe_key is not None and entry.state in (READY, LEASED):
             self.active_keys.setdefault((entry.kind, entry.dedupe_key), entry.id)
 
@@ -401,15 +343,20 @@ class QueueState(JobRows):
             key = (entry.kind, entry.dedupe_key)
             if self.active_keys.get(key) == entry.id:
                 del self.active_keys[key]
+        if old is LEASED:
+            self.leased_kinds[entry.kind] -= 1
+        if state is LEASED:
+            kinds = self.leased_kinds
+            kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
         self._counts[old] -= 1
         self._counts[state] += 1
         entry.state = state
 
     def clear(self) -> None:
-        """After a PURGE: no jobs, but the counts of what the log held so far, the counters and the schedules carry on."""
-        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.counters
+        """After a PURGE: no jobs, but the counts of what the log held so far, schedules, limits, counters carry on."""
+        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.counters
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.counters = kept
+        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.counters = kept
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:
@@ -456,6 +403,37 @@ class QueueState(JobRows):
                 continue
             return entry
 
+    def has_runnable(self, kind: str) -> bool:
+        """Is a job of ``kind`` runnable (after ``promote``)? A hint: a stale heap item may say yes once."""
+        return bool(self.ready.get(kind)) or self.has_cold(kind)
+
+    def expired(self, now: float) -> list[Entry]:
+        """Leased jobs whose deadline has passed, earliest first.
+
+        Non-destructive: the heap items go stale once the caller records the
+        reclaim, so a failed write leaves the index intact for the next try.
+        """
+        leases, jobs = self.leases, self.hot  # a leased job is always hot
+        while leases:  # drop stale items at the top so the walk below stays short
+            deadline, _seq, job_id = leases[0]
+            entry = jobs.get(job_id)
+            if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
+                break
+            heapq.heappop(leases)
+        found: dict[str, Entry] = {}
+        stack = [0]
+        while stack:
+            i = stack.pop()
+            if i >= len(leases) or leases[i][0] > now:
+                continue  # heap order: nothing below an item later than now is due
+            deadline, _seq, job_id = leases[i]
+            entry = jobs.get(job_id)
+            if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
+                found[job_id] = entry
+            stack.append(2 * i + 1)
+            stack.append(2 * i + 2)
+        return sorted(found.values(), key=lambda e: (e.lease_deadline, e.seq))
+
     def stats(self, now: float) -> QueueStats:
         self.promote(now)
         c = self._counts
@@ -469,9 +447,3 @@ class QueueState(JobRows):
 _HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)
-#: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.
-_SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
-_SNAPSHOT_INTS = frozenset(name for name, value in vars(QueueState()).items() if type(value) is int)
-#: A hot Entry in a snapshot: every slot, in order (its state as the text value).
-_entry_fields = attrgetter(*Entry.__slots__)
-_STATE_FIELD = Entry.__slots__.index("state")

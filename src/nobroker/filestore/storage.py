@@ -6,7 +6,7 @@ decision from leases.py or the query from reads.py, run through the four
 beats of commit.py), the folder fsync, waiting for work, closing, and giving
 every storage fresh locks in a forked child. Imports: errors, jobs, storage,
 fs, wake, counting, leases, reads, roster, compactor, schedules,
-schedule_ops, announcements.
+schedule_ops, limits, limit_ops, announcements.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 from ..announcements import WorkerInfo
 from ..errors import StorageError
 from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
+from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
-from . import counting, leases, reads, roster, schedule_ops
+from . import counting, leases, limit_ops, reads, roster, schedule_ops
 from .compactor import Compactor
 from .fs import OS_FILESYSTEM, FileSystem, storage_error
 from .wake import wait_for_change
@@ -187,6 +188,22 @@ class FileStorage(Compactor):
             return []
         return self._write(partial(schedule_ops.fire, max_attempts=self.max_attempts, job_of=self._job))
 
+    # ================================================================ limits per kind
+    def put_limit(self, limit: Limit) -> Limit:
+        return self._write(partial(limit_ops.put, spec=limit))
+
+    def remove_limit(self, kind: str) -> bool:
+        return self._write(partial(limit_ops.remove, kind=kind))
+
+    def list_limits(self) -> list[Limit]:
+        return self._read(lambda now: limit_ops.listed(self._state))
+
+    def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
+        return self._read(lambda now: limit_ops.seconds_to_slot(self._state, now, kinds))
+
+    def limit_holding(self, kind: str) -> str | None:
+        return self._read(lambda now: limit_ops.holding(self._state, kind, now))
+
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
         """Does wait_for_jobs hear of every change that can make a job leasable?
@@ -224,6 +241,10 @@ class FileStorage(Compactor):
             due = [state.delayed[0][0]] if state.delayed else []
             if state.leases:
                 due.append(state.leases[0][0])
+            if state.limits:  # a spent rate limit has a token again (as of what this process last read)
+                wait = limit_ops.seconds_to_slot(state, now, kinds)
+                if wait is not None:
+                    due.append(now + wait)
         if due:
             deadline = min(deadline, time.monotonic() + max(min(due) - now, 0.0))
 

@@ -16,6 +16,7 @@ The package, in its order (a module imports only modules above it):
     schema.py      the numbered migrations in sql/, row level security, the version check
     operations.py  each operation on one connection (the statements it sends, what the rows mean)
     schedule_ops.py  the schedules table and the tick transaction
+    limit_ops.py   the limits table and the lease under limits
     queue_ops.py   the whole queue's operations (requeue, purge, pruning, compaction) and the reads
     roster.py      the workers table: the worker announcements
     storage.py     PostgresStorage, wiring only

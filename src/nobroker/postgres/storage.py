@@ -4,8 +4,8 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops,
-roster, announcements.
+steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops,
+limits, limit_ops, queue_ops, roster, announcements.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -51,18 +51,21 @@ storage option so no server-side prepared statements are used.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Generator
+from functools import cached_property
 from typing import Any, TypeVar
 
 from ..announcements import WorkerInfo
 from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
 from . import queue_ops as whole
-from . import roster, schedule_ops
+from . import limit_ops, roster, schedule_ops
 from .listener import Listener
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
@@ -134,6 +137,11 @@ def carry(link: Link, plan: Plan[T]) -> T:
         done, run = advance(plan, link.run(what, lambda c: drive(c, steps()), retry=retry), None)
     result: T = run
     return result
+
+
+def twice(link: Link, what: str, steps: Callable[[], Steps[T]]) -> T:
+    """Drive the steps ``steps()`` makes (afresh on each try) on ``link``: an operation safe to run twice."""
+    return link.run(what, lambda c: drive(c, steps()), retry=True)
 
 
 class PostgresStorage:
@@ -249,7 +257,10 @@ class PostgresStorage:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
         t = self._target
         self.upkeep_due()
-        return self._link.run("lease", lambda c: drive(c, ops.lease(t, count, visibility_timeout, kinds)), retry=True)
+        sql = self.limit_sql
+        return self._link.run(
+            "lease", lambda c: drive(c, limit_ops.claim(t, sql, count, visibility_timeout, kinds)), retry=True
+        )
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         # Twice is harmless: the second ack finds the job done under the same token.
@@ -323,66 +334,74 @@ class PostgresStorage:
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
-        return self._side.run("get", lambda c: drive(c, whole.get(self._target, job_id)), retry=True)
+        return twice(self._side, "get", lambda: whole.get(self._target, job_id))
 
     def stats(self) -> QueueStats:
-        return self._side.run("stats", lambda c: drive(c, whole.stats(self._target)), retry=True)
+        return twice(self._side, "stats", lambda: whole.stats(self._target))
 
     def count(self) -> int:
-        return self._side.run("count", lambda c: drive(c, whole.count(self._target)), retry=True)
+        return twice(self._side, "count", lambda: whole.count(self._target))
 
     def counters(self) -> Counters:
-        return self._side.run("counters", lambda c: drive(c, whole.counters(self._target)), retry=True)
+        return twice(self._side, "counters", lambda: whole.counters(self._target))
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
-        return self._side.run(
-            "list_jobs", lambda c: drive(c, whole.list_jobs(self._target, listing, limit, offset, kind)), retry=True
-        )
+        return twice(self._side, "list_jobs", lambda: whole.list_jobs(self._target, listing, limit, offset, kind))
 
-    # ================================================================ waiting and closing
     # ================================================================ schedules (periodic jobs)
     def put_schedule(self, spec: ScheduleSpec) -> Schedule:
-        sql, t = self.schedule_sql(), self._target
-        return self._link.run("schedule", lambda c: drive(c, schedule_ops.put(t, sql, spec)), retry=True)
+        return twice(self._link, "schedule", lambda: schedule_ops.put(self._target, self.schedule_sql, spec))
 
     def remove_schedule(self, name: str) -> bool:
-        sql, t = self.schedule_sql(), self._target
-        return self._link.run("unschedule", lambda c: drive(c, schedule_ops.remove(t, sql, name)), retry=True)
+        return twice(self._link, "unschedule", lambda: schedule_ops.remove(self._target, self.schedule_sql, name))
 
     def list_schedules(self) -> list[Schedule]:
-        sql, t = self.schedule_sql(), self._target
-        return self._side.run("list schedules", lambda c: drive(c, schedule_ops.listed(t, sql)), retry=True)
+        return twice(self._side, "list schedules", lambda: schedule_ops.listed(self._target, self.schedule_sql))
 
     def fire_schedules(self) -> list[Job]:
         # Safe twice: a transaction lost with its connection enqueued nothing and moved nothing.
-        sql, t, most = self.schedule_sql(), self._target, self.max_attempts
+        sql, t, most = self.schedule_sql, self._target, self.max_attempts
         return self._link.run("enqueue due ticks", lambda c: drive(c, schedule_ops.fire(t, sql, most)), retry=True)
 
     # ------------------------------------------------------------ worker announcements (roster.py)
     def announce_worker(self, info: WorkerInfo) -> None:
-        sql, t = self.roster_sql(), self._target
-        self._side.run("announce worker", lambda c: drive(c, roster.announce(t, sql, info)), retry=True)
+        twice(self._side, "announce worker", lambda: roster.announce(self._target, self.roster_sql, info))
 
     def retire_worker(self, worker_id: str) -> None:
-        sql, t = self.roster_sql(), self._target
-        self._side.run("retire worker", lambda c: drive(c, roster.retire(t, sql, worker_id)), retry=True)
+        twice(self._side, "retire worker", lambda: roster.retire(self._target, self.roster_sql, worker_id))
 
     def workers(self) -> list[WorkerInfo]:
-        sql, t = self.roster_sql(), self._target
-        return self._side.run("list workers", lambda c: drive(c, roster.listed(t, sql)), retry=True)
+        return twice(self._side, "list workers", lambda: roster.listed(self._target, self.roster_sql))
 
+    @cached_property
     def roster_sql(self) -> roster.RosterStatements:
-        sql: roster.RosterStatements | None = getattr(self, "_roster_statements", None)
-        if sql is None:
-            sql = self._roster_statements = roster.RosterStatements(self.schema)
-        return sql
+        return roster.RosterStatements(self.schema)
 
+    @cached_property
     def schedule_sql(self) -> schedule_ops.ScheduleStatements:
-        sql: schedule_ops.ScheduleStatements | None = getattr(self, "_schedule_statements", None)
-        if sql is None:
-            sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
-        return sql
+        return schedule_ops.ScheduleStatements(self.schema)
 
+    # ================================================================ limits per kind
+    def put_limit(self, limit: Limit) -> Limit:
+        return twice(self._link, "set a limit", lambda: limit_ops.put(self._target, self.limit_sql, limit))
+
+    def remove_limit(self, kind: str) -> bool:
+        return twice(self._link, "clear a limit", lambda: limit_ops.remove(self._target, self.limit_sql, kind))
+
+    def list_limits(self) -> list[Limit]:
+        return twice(self._side, "list limits", lambda: limit_ops.listed(self._target, self.limit_sql))
+
+    def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
+        return twice(self._side, "next slot", lambda: limit_ops.seconds_to_slot(self._target, self.limit_sql, kinds))
+
+    def limit_holding(self, kind: str) -> str | None:
+        return twice(self._side, "limit holding", lambda: limit_ops.holding(self._target, self.limit_sql, kind))
+
+    @cached_property
+    def limit_sql(self) -> limit_ops.LimitStatements:
+        return limit_ops.LimitStatements(self.schema)
+
+    # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
         """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
         return True
@@ -396,14 +415,29 @@ class PostgresStorage:
         transaction (at most once per NOTIFY_WINDOW, see wakeups.py), so the
         wake-up comes when the job is visible. Delayed jobs send no NOTIFY:
         the wait asks the queue when its next scheduled job or lease comes
-        due and ends then, asking again every DUE_RECHECK seconds for those
-        others add meanwhile. If the listening connection cannot be had,
-        this sleeps (polling fallback). ``interrupt``: a descriptor that ends
-        the wait (returning False) as soon as it is readable; it is never
-        read. ``kinds`` changes nothing: every listener hears every NOTIFY.
+        due, or a spent rate limit (of ``kinds``) has a token again, and
+        ends then, asking again every DUE_RECHECK seconds for those others
+        add meanwhile, and whether a concurrency limit spent as the wait
+        began has a free slot again (an ack sends no NOTIFY). If the listening connection cannot be had, this
+        sleeps (polling fallback). ``interrupt``: a descriptor that ends the
+        wait (returning False) as soon as it is readable; it is never read.
+        Every listener hears every NOTIFY, whatever its ``kinds``.
         """
-        t = self._target
-        return self._listener.wait(timeout, interrupt, lambda conn: whole.next_due(conn, t))
+        t, sql = self._target, self.limit_sql
+        slot_at: list[float] = []  # when a rate limit spent as the wait began has a token again (monotonic)
+        spent: list[str] = []  # the kinds whose concurrency limit was spent as the wait began
+
+        def due(conn: Any) -> float | None:
+            if not slot_at:
+                wait, spent_now = drive(conn, limit_ops.look(t, sql, kinds))
+                slot_at.append(math.inf if wait is None else time.monotonic() + wait)
+                spent.extend(spent_now)
+            elif drive(conn, limit_ops.slot_freed(t, sql, spent)):
+                return 0.0  # an ack sends no NOTIFY: a freed slot is seen at the next recheck
+            times = [s for s in (whole.next_due(conn, t), slot_at[0] - time.monotonic()) if s is not None and s < math.inf]
+            return min(times) if times else None
+
+        return self._listener.wait(timeout, interrupt, due)
 
     def _start_pruning(self) -> None:
         """Prune in the background, on the second connection: leases never wait for it."""

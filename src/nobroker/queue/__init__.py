@@ -13,6 +13,7 @@ The package, in its order (a module imports only modules above it):
     periodic.py   schedule, unschedule, schedules, enqueue_due
     control.py    cancel
     roster.py     announce_worker, retire_worker, workers: who works the queue
+    limiting.py   set_limit, clear_limit, limits: limits per kind
     facade.py     Queue: the parts put together
     asyncqueue.py  AsyncQueue: the same calls awaited (PostgreSQL natively, files off the loop)
 
