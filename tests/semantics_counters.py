@@ -8,15 +8,15 @@ their QueueSemantics class, whose hooks it uses: ``make_queue``, ``reopen``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nobroker import BackoffPolicy, JobState, Queue
 from nobroker.jobs import COUNTER_NAMES
 
 if TYPE_CHECKING:
-    import unittest
+    from tests.semantics import QueueSemantics
 
-    _Base = unittest.TestCase
+    _Base = QueueSemantics  # its hooks: make_queue, reopen, advance
 else:
     _Base = object
 
@@ -29,15 +29,6 @@ def row(enqueued: int = 0, succeeded: int = 0, failed: int = 0, dead: int = 0, c
 
 class CounterSemantics(_Base):
     """Counters: what each storage must count, and keep, through the public Queue only."""
-
-    def make_queue(self, **options: Any) -> Queue:  # pragma: no cover - the storage's class has it
-        raise NotImplementedError
-
-    def reopen(self, q: Queue) -> Queue:  # pragma: no cover
-        raise NotImplementedError
-
-    def advance(self, seconds: float) -> None:  # pragma: no cover
-        raise NotImplementedError
 
     def busy_queue(self) -> tuple[Queue, dict[str, dict[str, int]]]:
         """A queue where every counter has moved, and what its counters must say."""
