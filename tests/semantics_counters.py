@@ -82,6 +82,36 @@ class CounterSemantics(_Base):
         q.compact()
         self.assertEqual(self.reopen(q).counters(), expected)
 
+    def test_counters_hold_through_the_lease_under_limits(self) -> None:
+        # A queue with limits leases under them (PostgreSQL: limit_ops.lease, its own upkeep first):
+        # the expired leases it reclaims count as they do on a queue without limits.
+        q = self.make_queue(max_attempts=2, backoff=NO_BACKOFF, visibility_timeout=5)
+        q.set_limit("mail", concurrency=1)
+        q.set_limit("sms", rate=1, per=1)
+        q.enqueue_many(["a", "b", "c"], kind="mail")
+        q.enqueue("s", kind="sms")
+        taken = q.lease(4)
+        self.assertEqual(sorted(job.kind for job in taken), ["mail", "sms"], "one slot of mail, sms's one token")
+        a = next(job for job in taken if job.kind == "mail")
+        q.ack(next(job for job in taken if job.kind == "sms"))
+        self.assertEqual(q.lease(4), [], "mail's slot is held")
+        self.advance(10)  # a's lease expires: the lease under limits reclaims it first (a failure, retried)
+        [again] = q.lease(4)
+        self.assertEqual((again.id, again.attempts), (a.id, 2))
+        q.ack(again)
+        [b] = q.lease(4)
+        q.nack(b, permanent=True, error="never")  # dead
+        [c] = q.lease(4)
+        q.nack(c, error="once")  # failed, retried
+        [c] = q.lease(4)
+        self.advance(10)  # its second attempt expires: dead when the next lease under limits reclaims it
+        self.assertEqual(q.lease(4), [])
+        expected = {"mail": row(enqueued=3, succeeded=1, failed=2, dead=2), "sms": row(enqueued=1, succeeded=1)}
+        self.assertEqual(q.counters(), expected)
+        q = self.reopen(q)
+        q.compact()
+        self.assertEqual(self.reopen(q).counters(), expected, "and kept through a reopen and a compaction")
+
     def test_requeue_and_an_idempotent_enqueue_count_nothing(self) -> None:
         q = self.make_queue(max_attempts=1, backoff=NO_BACKOFF)
         q.enqueue("a", job_id="a")
