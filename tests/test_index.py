@@ -16,7 +16,6 @@ import unittest
 from typing import Any
 
 from nobroker import Queue
-from nobroker.filestore.expiry import expired
 from nobroker.filestore.framing import RecordType
 from nobroker.jobs import JobState
 from nobroker.filestore.index import id_number
@@ -343,7 +342,7 @@ class Differential(unittest.TestCase):
                     )
                     self.assertEqual(job_id in state, job_id in reference)
             self.assertEqual(view(state, now), view(reference, now))
-            self.assertEqual([e.id for e in expired(state, now)], [e.id for e in expired(reference, now)])
+            self.assertEqual([e.id for e in state.expired(now)], [e.id for e in reference.expired(now)])
         self.assertGreater(state.records, 0)
 
 
