@@ -19,6 +19,7 @@ from nobroker import JobState, NotLeasedError, Queue
 from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics_control import ControlSemantics
 from tests.semantics_counters import CounterSemantics
+from tests.semantics_timeouts import TimeoutSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
 from tests.semantics_limits import LimitSemantics
 from tests.semantics_roster import RosterSemantics
@@ -28,8 +29,8 @@ from tests.support import FakeClock, TempDirTestCase
 
 
 class FileQueueSemantics(
-    ControlSemantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, LimitSemantics, QueueSemantics,
-    ScheduleSemantics, TempDirTestCase,
+    ControlSemantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics,
+    QueueSemantics, ScheduleSemantics, TempDirTestCase,
 ):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 

@@ -5,7 +5,7 @@ add, already validated and encoded), and the choice of storage from a
 location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
-ids and fencing tokens, and what a refused ack/nack/extend says
+ids and fencing tokens, the worker label a lease records (``worker_label``), and what a refused ack/nack/extend says
 (``refusal``). Imports: errors, jobs, limits, schedules, announcements.
 
 The Queue facade validates arguments and turns ``Job | id`` into
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
@@ -26,7 +27,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .errors import JobCancelledError, JobFinishedError, JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
 from .announcements import WorkerInfo
-from .jobs import BackoffPolicy, CompactionResult, Counters, Job, JobState, QueueStats, RecoveryReport
+from .jobs import MAX_WORKER_CHARS, BackoffPolicy, CompactionResult, Counters, Job, JobState, QueueStats, RecoveryReport
 from .limits import Limit
 from .schedules import Schedule, ScheduleSpec
 
@@ -66,6 +67,8 @@ class EnqueueSpec(NamedTuple):
     job_id: str | None
     kind: str
     dedupe_key: str | None
+    #: The job's time limit in seconds (None: the Worker's), stored with the job.
+    timeout: float | None = None
 
 
 class Storage(Protocol):
@@ -147,6 +150,9 @@ class Storage(Protocol):
 
     # ---- control of jobs (issue 15): each a record of the log / a change of a row
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job: ...
+
+    # ---- explain (issue 15): the storage's own clock, which its reads are "as of"
+    def now(self) -> float: ...
 
     @property
     def location(self) -> str: ...
@@ -285,6 +291,16 @@ def dsn_parameters(dsn: str) -> dict[str, str]:
 def new_job_id() -> str:
     """16 hex digits of randomness: unique without coordination between processes."""
     return os.urandom(8).hex()
+
+
+_LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def worker_label() -> str:
+    """This process as a lease records it: ``host:pid``, ASCII only, at most MAX_WORKER_CHARS (a long host cut)."""
+    pid = str(os.getpid())
+    host = _LABEL_UNSAFE.sub("_", socket.gethostname())[: MAX_WORKER_CHARS - len(pid) - 1] or "host"
+    return f"{host}:{pid}"
 
 
 def new_token() -> str:

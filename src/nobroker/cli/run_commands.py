@@ -114,6 +114,7 @@ def cmd_work(args: argparse.Namespace, out: Output) -> int:
             worker = Worker(
                 queue, handler, concurrency=args.concurrency, max_jobs=args.max_jobs, idle_timeout=args.idle_timeout,
                 handle_signals=False, kinds=args.kind, processes=processes, on_job=on_job,
+                timeout=getattr(args, "timeout", None),
             )  # fmt: skip
         except NotImplementedError as exc:  # --processes where there is no fork
             raise UsageError(str(exc)) from None

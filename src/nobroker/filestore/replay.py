@@ -145,8 +145,9 @@ class QueueState(JobRows):
                 return
             # Only these two records leave a job READY without indexing it again.
             entry = self._warm(row, IN_READY if rtype in _KEEPS_READY else NOWHERE)
+        deadline = entry.lease_deadline if entry.state is LEASED else None
         if rtype == RecordType.LEASE:
-            attempts, deadline, token = records.decode_lease(body)
+            attempts, deadline, token, entry.leased_at, entry.leased_by = records.decode_lease(body)
             self._set_state(entry, LEASED)
             entry.attempts, entry.lease_token, entry.lease_deadline, entry.stage = attempts, token, deadline, None
             heapq.heappush(self.leases, (deadline, entry.seq, entry.id))
@@ -184,6 +185,8 @@ class QueueState(JobRows):
                 entry.cancel_requested = True
             elif entry.state is READY and entry.heap == NOWHERE:  # warmed from a cold row: index it again
                 self._push_ready(entry, entry.available_at)
+        if deadline is not None and entry.state is not LEASED:  # the attempt ended: into its history (bounded)
+            entry.end_attempt(body.get("at"), deadline)
         if rtype in counting.COUNTED:  # once the record was applied: a refused one counts nothing
             counting.count_outcome(self.counters, rtype, body, entry.kind)
 
@@ -238,7 +241,7 @@ class QueueState(JobRows):
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
-            and entry.result is None and entry.traceback is None
+            and entry.result is None and entry.traceback is None and entry.timeout is None and not entry.history
         ):  # fmt: skip
             if number == -2:
                 number = id_number(entry.id)
@@ -444,6 +447,6 @@ class QueueState(JobRows):
 
 
 #: Fields a writer includes only when set (to something a cold row cannot hold).
-_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested"})
+_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested", "timeout", "attempt_history", "leased_at"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)

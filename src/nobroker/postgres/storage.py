@@ -277,18 +277,15 @@ class PostgresStorage:
     ) -> Job:  # fmt: skip
         return carry(self._link, self.nack_plan(job_id, token, error, delay, permanent, traceback))
 
-    def nack_plan(
-        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
-        traceback: str | None,
-    ) -> Plan[Job]:  # fmt: skip
+    def nack_plan(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+                  traceback: str | None) -> Plan[Job]:  # fmt: skip
         """The run of a nack, and the NOTIFY it sends or owes (see carry)."""
         notify = (delay is None or delay <= 0) and not permanent and self._gate.take()
 
         def steps() -> Steps[tuple[Job, bool]]:
-            return ops.nack(
-                self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
-                notify=notify,
-            )  # fmt: skip
+            t = self._target
+            return ops.nack(t, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
+                            notify=notify)  # fmt: skip
 
         job, owed = yield "nack", steps, False
         if owed:
@@ -305,6 +302,10 @@ class PostgresStorage:
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
         return self._link.run(ops.SET_STAGE, lambda c: drive(c, ops.set_stage(self._target, job_id, token, stage)), retry=True)
+
+    def now(self) -> float:
+        """This host's clock plus the test-only offset (the database's clock is the truth; they agree closely)."""
+        return time.time() + self._target.clock_offset
 
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
@@ -406,9 +407,7 @@ class PostgresStorage:
         """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
         return True
 
-    def wait_for_jobs(
-        self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None
-    ) -> bool:
+    def wait_for_jobs(self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None) -> bool:
         """Sleep until a NOTIFY says work arrived, the next delayed job or lease comes due, or ``timeout`` passes.
 
         A hint, not a promise. Enqueue, nack and requeue notify in their own

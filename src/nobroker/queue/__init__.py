@@ -14,6 +14,7 @@ The package, in its order (a module imports only modules above it):
     control.py    cancel
     roster.py     announce_worker, retire_worker, workers: who works the queue
     limiting.py   set_limit, clear_limit, limits: limits per kind
+    explaining.py  explain: why a job is where it is (the reasons from explain.py)
     facade.py     Queue: the parts put together
     asyncqueue.py  AsyncQueue: the same calls awaited (PostgreSQL natively, files off the loop)
 

@@ -14,10 +14,12 @@ The package, in its order (a module imports only modules above it):
     outcome.py    WorkerStats; a handler's Outcome (result, or error and traceback)
     joblines.py   JobReport: what an on_job listener is told of each finished job
     options.py    the checks of a Worker's options and their limits
+    madewith.py   MadeWith: the Worker's options, read back as read-only properties
     asyncloop.py  EventLoopThread: the one event loop of async handlers
     heartbeat.py  Running jobs and the thread that renews their leases
     acks.py       ack_batch: the acks of many finished jobs in one ack_many
     settle.py     Settler: ack or nack each job, count it in exactly one bucket
+    timeouts.py   TimeLimits and the Watchdog: a handler past its time limit fails its attempt
     runners.py    HandlerThreads, or LoopTasks (async handlers as tasks); the SettlingThread
     budget.py     max_jobs shared by the processes of a pool: a pipe of tokens
     child.py      one forked worker process, from fork to exit; its reports
@@ -49,8 +51,8 @@ Threads inside one running Worker:
 
 With ``processes=N`` the thread that called ``run()`` forks N children and
 supervises them (pool.py); each child runs a Worker of its own, with the
-threads above. Later homes: per-job time limits and cancellation of running
-jobs belong with the runners and the heartbeat.
+threads above. With time limits (timeouts.py), one watchdog thread more ends
+the attempts of handler threads that run past theirs.
 """
 
 from __future__ import annotations

@@ -37,6 +37,11 @@ class WorkerStats:
     operator finished the job), so the outcome was not recorded by us.
     ``cancelled``: the job was cancelled while its handler ran (``q.cancel``),
     and its attempt ended cancelled, whatever the handler did.
+    Not buckets of their own (such a job is counted failed or dead too):
+    ``timed_out``, handlers that ran past their time limit (the attempt
+    failed with "timed out after S s"), and of those ``abandoned``, the ones on
+    a thread that could not be stopped (left to finish in the background; a
+    new thread took its place and its late outcome is ignored).
     """
 
     leased: int = 0
@@ -45,12 +50,15 @@ class WorkerStats:
     dead: int = 0
     lost_leases: int = 0
     cancelled: int = 0
+    timed_out: int = 0
+    abandoned: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        """The counts as a JSON-ready dict (``cancelled`` only when some job was)."""
+        """The counts as a JSON-ready dict (``cancelled``, ``timed_out``, ``abandoned`` only when not 0)."""
         out = dataclasses.asdict(self)
-        if not self.cancelled:
-            del out["cancelled"]
+        for name in ("cancelled", "timed_out", "abandoned"):
+            if not out[name]:
+                del out[name]
         return out
 
 

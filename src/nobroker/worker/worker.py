@@ -8,8 +8,8 @@ that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
-interrupt, outcome, asyncloop, heartbeat, settle, runners, budget, pool,
-ticks (which enqueues the queue's due periodic jobs), joblines (the
+interrupt, outcome, madewith, asyncloop, heartbeat, settle, timeouts, runners,
+budget, pool, ticks (which enqueues the queue's due periodic jobs), joblines (the
 reports to an ``on_job`` listener), announce (the worker's announcement).
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
@@ -43,6 +43,7 @@ from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
 from .interrupt import InterruptPipe
 from .joblines import Listener, Teller
+from .madewith import MadeWith
 from .outcome import Handler, WorkerStats, is_async_handler
 from .options import check_options
 from .pool import ProcessPool
@@ -51,6 +52,7 @@ from .runners import runner_for
 from .settle import Settler
 from .signals import StopSignals
 from .ticks import TickThread
+from .timeouts import TimeLimits, check_timeout
 
 logger = logging.getLogger("nobroker.worker")
 
@@ -73,7 +75,7 @@ IDLE_RECHECK = 2.0
 LEASE_GATHER_SECONDS = 0.002
 
 
-class Worker:
+class Worker(MadeWith):
     """Runs ``handler(job)`` for every job it leases from ``queue``.
 
     The handler's return value is stored as the job's result (when it is not
@@ -98,7 +100,9 @@ class Worker:
     SIGINT/SIGTERM stops leasing and lets running jobs finish; a second SIGINT
     raises KeyboardInterrupt at once (those leases then expire normally).
     ``kinds``: lease only jobs of these kinds. ``name``: used in logs and
-    thread names. ``on_job``: called with a JobReport (time, id, kind,
+    thread names. ``timeout``: the time limit in seconds of every job that
+    has none of its own (``enqueue(..., timeout=)``); see timeouts.py.
+    ``on_job``: called with a JobReport (time, id, kind,
     outcome, duration, attempts, error) for each job once its outcome was
     recorded, on the thread that recorded it (keep it quick; what it raises
     is logged and ignored). With ``processes`` each child calls it in its
@@ -132,11 +136,17 @@ class Worker:
         kinds: Iterable[str] | str | None = None,
         name: str | None = None,
         processes: int | None = None,
+        timeout: float | None = None,
         on_job: Listener | None = None,
         _heartbeat: bool = True,
         _budget: LeaseBudget | None = None,
+        _child: bool = False,
     ) -> None:
         check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout, processes)
+        self._timeout = check_timeout(timeout)
+        #: A worker process of a pool that abandoned a thread: it stops, and the pool replaces it.
+        self.replace_me = False
+        self._child = _child
         if isinstance(kinds, str):
             kinds = [kinds]
         self._queue = queue
@@ -175,9 +185,10 @@ class Worker:
         self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
         #: The signal handler run() installs (with handle_signals, in the main thread).
         self._on_signal = self._signals.handle
+        limits = TimeLimits(self._timeout, self._settler, self.name, self._abandoned_a_thread)
         self._runner = runner_for(
             handler, is_async_handler(handler), self._settler, self._loop, concurrency, self._access.acks_many,
-            self.name, self._job_finished, self._fail,
+            self.name, self._job_finished, self._fail, limits,
         )  # fmt: skip
         self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
         running = lambda: self._inflight  # noqa: E731 - for the announcement only: a glance, no lock needed
@@ -208,36 +219,6 @@ class Worker:
         """With ``processes``: how many children died (killed, crashed) and were replaced."""
         pool = self._pool
         return 0 if pool is None else pool.replaced
-
-    @property
-    def concurrency(self) -> int:
-        """How many jobs this worker runs at once."""
-        return self._concurrency
-
-    # What it was made with, read-only (nobroker 0.1.2's Worker had them as attributes).
-    @property
-    def queue(self) -> WorkQueue:
-        return self._queue
-
-    @property
-    def handler(self) -> Handler:
-        return self._handler
-
-    @property
-    def poll_interval(self) -> float:
-        return self._poll_interval
-
-    @property
-    def max_jobs(self) -> int | None:
-        return self._max_jobs
-
-    @property
-    def idle_timeout(self) -> float | None:
-        return self._idle_timeout
-
-    @property
-    def handle_signals(self) -> bool:
-        return self._handle_signals
 
     def stop(self) -> None:
         """Stop leasing; ``run()`` returns once the running jobs finished. Any thread.
@@ -321,8 +302,8 @@ class Worker:
         return Worker(
             self._queue, self._handler, concurrency=self._concurrency, poll_interval=self._poll_interval,
             idle_timeout=self._idle_timeout, handle_signals=True, kinds=self._kinds,
-            name=f"{self.name}-{slot}" if self._named else None, on_job=self._on_job, _heartbeat=self._use_heartbeat,
-            _budget=budget,
+            name=f"{self.name}-{slot}" if self._named else None, _heartbeat=self._use_heartbeat, _budget=budget,
+            timeout=self._timeout, on_job=self._on_job, _child=True,
         )  # fmt: skip
 
     # ------------------------------------------------------------ leasing (the run() thread)
@@ -467,6 +448,12 @@ class Worker:
             if self._inflight == 0:
                 self._idle_since = time.monotonic()
             self._slot_freed.notify_all()
+
+    def _abandoned_a_thread(self) -> None:
+        """A handler thread ran past its limit and was left running: a pool's process retires (timeouts.py)."""
+        if self._child:
+            self.replace_me = True
+            self.stop()
 
     # ------------------------------------------------------------ errors and signals
     def _fail(self, exc: BaseException, what: str) -> None:
