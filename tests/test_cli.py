@@ -1144,8 +1144,13 @@ class WorkTests(CliTestCase):
         self.assertEqual(by_job["timeout"], 0.2)
         self.assertNotIn("timeout", by_worker)
         self.addCleanup(lambda: sys.modules[self.module].release.set() if self.module in sys.modules else None)
-        stats = self.ok_json("work", f"{self.module}:handle", "--max-jobs", "2", "--timeout", "0.3")
-        self.assertEqual((stats["timed_out"], stats["abandoned"], stats["dead"]), (2, 2, 2))  # type: ignore[index]
+        out = self.ok("--json", "work", f"{self.module}:handle", "--max-jobs", "2", "--timeout", "0.3").out
+        *jobs, stats = [json.loads(line) for line in out.splitlines()]  # a JSON line per job, then the counts
+        self.assertEqual((stats["timed_out"], stats["abandoned"], stats["dead"]), (2, 2, 2))
+        # A timed-out attempt's line says it failed its last attempt: dead, with the time limit's error.
+        self.assertEqual(sorted((line["id"], line["outcome"], line["error"]) for line in jobs),
+                         sorted([(by_worker["id"], "dead", "timed out after 0.3 s"),
+                                 (by_job["id"], "dead", "timed out after 0.2 s")]))  # fmt: skip
         self.assertEqual(self.queue().get(by_worker["id"]).last_error, "timed out after 0.3 s")
         self.assertEqual(self.queue().get(by_job["id"]).last_error, "timed out after 0.2 s", "the job's own wins")
         self.assertEqual(self.cli("work", f"{self.module}:handle", "--timeout", "0").code, 2)
