@@ -148,6 +148,9 @@ class TimeoutSemantics(_Base):
         stats = Worker(q, handler, max_jobs=1, handle_signals=False, poll_interval=0.01).run()
         self.assertEqual(stats.succeeded, 1)
         self.assertEqual(q.get(job.id).result, "attempt 2")
+        # The storage counts the timed-out attempt as any failure (retried), then the success.
+        counts = {"enqueued": 1, "succeeded": 1, "failed": 1, "dead": 0, "cancelled": 0}
+        self.assertEqual(q.counters(), {"default": counts})
 
     def test_an_async_handler_past_the_workers_limit_is_cancelled_and_a_jobs_own_limit_wins(self) -> None:
         q = self.make_queue(visibility_timeout=60)
@@ -172,6 +175,9 @@ class TimeoutSemantics(_Base):
         self.assertEqual(q.get(patient.id).result, "patient done")
         (stats,) = results
         self.assertEqual((stats.dead, stats.succeeded, stats.timed_out, stats.abandoned), (1, 1, 1, 0))
+        # A timed-out last attempt counts as dead in the storage's counters.
+        counts = {"enqueued": 2, "succeeded": 1, "failed": 0, "dead": 1, "cancelled": 0}
+        self.assertEqual(q.counters(), {"default": counts})
 
     def test_a_handler_within_its_limit_is_untouched(self) -> None:
         q = self.make_queue()

@@ -146,7 +146,7 @@ class ParserTests(CliTestCase):
         top = run_main(["--help"])
         self.assertEqual(top.code, 0)
         commands = ["enqueue", "lease", "ack", "nack", "extend", "stats", "list", "get", "dlq", "purge",
-                    "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg"]
+                    "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg", "workers"]
         for name in commands:
             self.assertIn(name, top.out)
         for argv in [[name, "--help"] for name in commands] + [["pg", "migrate", "--help"]]:
@@ -1062,11 +1062,44 @@ class WorkTests(CliTestCase):
         ok_job = self.enqueue("hello")
         self.enqueue("fail", "--max-attempts", "1")
         self.enqueue("permanent")
-        stats = self.ok_json("work", f"{self.module}:handle", "--max-jobs", "3", "-c", "2")
-        self.assertEqual(stats["succeeded"], 1)  # type: ignore[index]
-        self.assertEqual(stats["leased"], 3)  # type: ignore[index]
+        lines = [json.loads(line) for line in self.ok("--json", "work", f"{self.module}:handle", "--max-jobs", "3",
+                                                      "-c", "2").out.splitlines()]  # fmt: skip
+        *jobs, stats = lines
+        self.assertEqual(stats["succeeded"], 1)
+        self.assertEqual(stats["leased"], 3)
         self.assertEqual(self.queue().get(ok_job["id"]).result, {"echo": "hello"})
         self.assertEqual(self.queue().stats().dead, 2)
+        # One JSON line per job, with its outcome, kind, attempt and duration.
+        by_id = {line["id"]: line for line in jobs}
+        self.assertEqual(len(jobs), 3)
+        self.assertEqual(by_id[ok_job["id"]]["outcome"], "succeeded")
+        self.assertEqual(sorted(line["outcome"] for line in jobs), ["dead", "dead", "succeeded"])
+        for line in jobs:
+            self.assertEqual((line["kind"], line["attempts"]), ("default", 1))
+            self.assertGreaterEqual(line["duration"], 0.0)
+            self.assertRegex(line["time"], r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
+        self.assertIn("never works", [line for line in jobs if "never works" in line.get("error", "")][0]["error"])
+
+    def test_work_prints_a_line_per_job_and_q_prints_none(self) -> None:
+        job = self.enqueue("hello", "--kind", "mail")
+        failing = self.enqueue("fail", "--max-attempts", "2")
+        result = self.ok("work", f"{self.module}:handle", "--max-jobs", "2")
+        lines = result.out.splitlines()
+        self.assertEqual(len(lines), 3, result.out)
+        self.assertRegex(lines[0] + lines[1], rf"\d\d:\d\d:\d\d\.\d{{3}}  {job['id']}  mail  succeeded  [\d.]+ ms")
+        self.assertIn(f"  {failing['id']}  default  failed     ", lines[0] + lines[1])
+        self.assertIn("RuntimeError: it failed", lines[0] + lines[1])
+        self.assertTrue(lines[2].startswith("worker stopped: leased 2"))
+        # -q: only the counts.
+        self.enqueue("hello")
+        quiet = self.ok("work", f"{self.module}:handle", "--max-jobs", "1", "-q")
+        self.assertEqual(quiet.out.splitlines(), ["worker stopped: leased 1, succeeded 1, failed 0, dead 0, lost leases 0"])
+
+    def test_a_job_line_shows_control_characters_escaped(self) -> None:
+        self.enqueue("hello", "--kind", "k\x1b[2Jx")
+        out = self.ok("work", f"{self.module}:handle", "--max-jobs", "1").out
+        self.assertNotIn("\x1b", out)
+        self.assertIn("k\\x1b[2Jx", out)
 
     def test_work_idle_timeout_and_kinds_and_dotted_callable(self) -> None:
         self.enqueue("skip", "--kind", "other")
@@ -1076,14 +1109,48 @@ class WorkTests(CliTestCase):
         self.assertEqual(self.queue().get(wanted["id"]).state, JobState.DONE)
         self.assertEqual(self.queue().stats().ready, 1)
 
+    def test_workers_lists_the_announcements_and_shows_the_gone_ones(self) -> None:
+        import dataclasses
+        import time
+
+        from nobroker.announcements import GONE_AFTER
+        from tests.semantics_roster import info
+
+        self.enqueue("x")
+        self.assertIn("no worker has announced itself", self.ok("workers").out)
+        q = self.queue()
+        now = time.time()
+        live = info(name="mailer\x1b[2J", host="box-1", kinds=("mail",), heartbeat_at=now, started_at=now - 90)
+        gone = dataclasses.replace(info(name="old", host="box-2", kinds=None), heartbeat_at=now - GONE_AFTER - 5,
+                                   started_at=now - 600)  # fmt: skip
+        q.announce_worker(live)
+        q.announce_worker(gone)
+        out = self.ok("workers").out
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 3, out)
+        self.assertTrue(lines[1].startswith("old "), lines)  # the oldest start first
+        self.assertIn("GONE", lines[1])
+        self.assertNotIn("GONE", lines[2])
+        self.assertIn("mailer\\x1b[2J", lines[2])  # a control character is shown escaped, never sent
+        self.assertNotIn("\x1b", out)
+        self.assertIn("2/4", lines[2])
+        listed = self.ok_json("workers")
+        self.assertEqual([(w["name"], w["gone"], w["kinds"]) for w in listed["workers"]],  # type: ignore[index]
+                         [("old", True, None), ("mailer\x1b[2J", False, ["mail"])])  # fmt: skip
+
     def test_work_timeout_and_enqueue_timeout(self) -> None:
         by_worker = self.enqueue("slow", "--max-attempts", "1")
         by_job = self.enqueue("slow", "--max-attempts", "1", "--timeout", "0.2")
         self.assertEqual(by_job["timeout"], 0.2)
         self.assertNotIn("timeout", by_worker)
         self.addCleanup(lambda: sys.modules[self.module].release.set() if self.module in sys.modules else None)
-        stats = self.ok_json("work", f"{self.module}:handle", "--max-jobs", "2", "--timeout", "0.3")
-        self.assertEqual((stats["timed_out"], stats["abandoned"], stats["dead"]), (2, 2, 2))  # type: ignore[index]
+        out = self.ok("--json", "work", f"{self.module}:handle", "--max-jobs", "2", "--timeout", "0.3").out
+        *jobs, stats = [json.loads(line) for line in out.splitlines()]  # a JSON line per job, then the counts
+        self.assertEqual((stats["timed_out"], stats["abandoned"], stats["dead"]), (2, 2, 2))
+        # A timed-out attempt's line says it failed its last attempt: dead, with the time limit's error.
+        self.assertEqual(sorted((line["id"], line["outcome"], line["error"]) for line in jobs),
+                         sorted([(by_worker["id"], "dead", "timed out after 0.3 s"),
+                                 (by_job["id"], "dead", "timed out after 0.2 s")]))  # fmt: skip
         self.assertEqual(self.queue().get(by_worker["id"]).last_error, "timed out after 0.3 s")
         self.assertEqual(self.queue().get(by_job["id"]).last_error, "timed out after 0.2 s", "the job's own wins")
         self.assertEqual(self.cli("work", f"{self.module}:handle", "--timeout", "0").code, 2)

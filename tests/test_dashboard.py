@@ -410,6 +410,71 @@ class ApiTest(DashboardCase):
         self.assertError(self.request("POST", f"/api/jobs/{job.id}/requeue"), 409, "not dead")
         self.assertEqual(self.queue.get(job.id).state, JobState.READY)
 
+    def test_cancel_one_cancels_a_ready_job_marks_a_leased_one_and_refuses_a_finished_one(self) -> None:
+        ready = self.queue.enqueue("ready")
+        resp = self.request("POST", f"/api/jobs/{ready.id}/cancel")
+        self.assertEqual(resp.status, 200, resp.body)
+        self.assertEqual(resp.json()["job"]["state"], "cancelled")
+        self.assertNotIn("lease_token", resp.json()["job"])
+        self.assertIs(self.queue.get(ready.id).state, JobState.CANCELLED)
+        leased = self.queue.enqueue("leased")
+        self.assertEqual(self.lease().id, leased.id)
+        marked = self.request("POST", f"/api/jobs/{leased.id}/cancel").json()["job"]
+        self.assertEqual((marked["state"], marked["cancel_requested"]), ("leased", True))
+        done = self.make_done()
+        self.assertError(self.request("POST", f"/api/jobs/{done}/cancel"), 409, "done")
+        self.assertError(self.request("POST", f"/api/jobs/{ready.id}/cancel"), 409, "cancelled")
+        self.assertError(self.request("POST", "/api/jobs/no-such-job/cancel"), 404)
+        self.assertEqual(self.queue.counters()["default"]["cancelled"], 1)
+
+    def test_bulk_acts_on_each_id_and_lists_what_it_refused(self) -> None:
+        jobs = [self.queue.enqueue(n) for n in range(3)]
+        dead = self.make_dead()
+        resp = self.request("POST", "/api/bulk", body={"action": "cancel", "ids": [jobs[0].id, jobs[2].id, dead, "nope", jobs[0].id]})
+        self.assertEqual(resp.status, 200, resp.body)
+        answer = resp.json()
+        self.assertEqual(answer["done"], [jobs[0].id, jobs[2].id])
+        self.assertEqual(set(answer["refused"]), {dead, "nope"})
+        self.assertIn("dead", answer["refused"][dead])
+        self.assertEqual([self.queue.get(j.id).state for j in jobs], [JobState.CANCELLED, JobState.READY, JobState.CANCELLED])
+        again = self.request("POST", "/api/bulk", body={"action": "requeue", "ids": [dead, jobs[1].id]}).json()
+        self.assertEqual((again["done"], list(again["refused"])), ([dead], [jobs[1].id]))
+        self.assertIs(self.queue.get(dead).state, JobState.READY)
+
+    def test_bulk_refuses_a_bad_request_before_acting(self) -> None:
+        job = self.queue.enqueue("x")
+        for body in ({"action": "delete", "ids": [job.id]}, {"action": "cancel", "ids": []},
+                     {"action": "cancel", "ids": job.id}, {"action": "cancel", "ids": [1]},
+                     {"action": "cancel", "ids": ["j"] * 501}):  # fmt: skip
+            with self.subTest(body=str(body)[:60]):
+                self.assertError(self.request("POST", "/api/bulk", body=body), 400)
+        self.assertIs(self.queue.get(job.id).state, JobState.READY)
+
+    def test_workers_lists_the_announcements_with_gone(self) -> None:
+        from nobroker.announcements import GONE_AFTER
+        from tests.semantics_roster import info
+
+        self.assertEqual(self.get_json("/api/workers")["workers"], [])
+        live, old = info(name="<b>w</b>"), info(heartbeat_at=time.time() - GONE_AFTER - 1, started_at=time.time() - 99)
+        self.queue.announce_worker(live)
+        self.queue.announce_worker(old)
+        listed = self.get_json("/api/workers")["workers"]
+        self.assertEqual([(w["id"], w["gone"]) for w in listed], [(old.id, True), (live.id, False)])
+        self.assertEqual(listed[1]["name"], "<b>w</b>")
+        self.assertEqual(listed[1]["kinds"], ["mail", "sms"])
+
+    def test_history_has_a_sample_at_once_and_the_counters_totals(self) -> None:
+        self.queue.enqueue_many(["a", "b"], kind="mail")
+        self.queue.ack(self.lease())
+        data = self.get_json("/api/history")
+        self.assertEqual(data["queue"], self.queue.name)
+        self.assertEqual(data["window"], 3600)
+        self.assertEqual(len(data["samples"]), 1)
+        sample = data["samples"][0]
+        self.assertEqual((sample["enqueued"], sample["succeeded"], sample["failed"]), (2, 1, 0))
+        self.assertLessEqual(abs(sample["at"] - data["now"]), 60)
+        self.assertEqual(len(self.get_json("/api/history")["samples"]), 1, "no second sample within the interval")
+
     def test_requeue_all(self) -> None:
         ids = [self.make_dead(n) for n in range(3)]
         resp = self.request("POST", "/api/dlq/requeue")
@@ -617,10 +682,11 @@ class SafetyTest(DashboardCase):
     def test_post_without_or_with_a_wrong_csrf_token_is_refused(self) -> None:
         dead = self.make_dead()
         self.make_done()
+        ready = self.queue.enqueue("ready")
         before = self.snapshot()
-        paths = (*self.POSTS, f"/api/jobs/{dead}/requeue")
+        paths = (*self.POSTS, f"/api/jobs/{dead}/requeue", f"/api/jobs/{ready.id}/cancel", "/api/bulk")
         for path in paths:
-            body = {"confirm": self.queue.name}
+            body = {"confirm": self.queue.name, "action": "cancel", "ids": [ready.id, dead]}
             for csrf in (False, "0" * 64, self.server.csrf_token[:-1], self.server.csrf_token + "0"):
                 with self.subTest(path=path, csrf=csrf):
                     self.assertError(self.request("POST", path, body=body, csrf=csrf), 403, CSRF_HEADER)
@@ -649,8 +715,12 @@ class SafetyTest(DashboardCase):
             f"/api/jobs/{dead}",
             "/api/dlq",
             "/metrics",
+            "/api/history",
+            "/api/workers",
             # The state-changing routes must not act on GET or HEAD.
             f"/api/jobs/{dead}/requeue",
+            f"/api/jobs/{dead}/cancel",
+            "/api/bulk",
             "/api/dlq/requeue",
             "/api/purge",
             "/api/compact",
@@ -822,6 +892,10 @@ class TokenTest(DashboardCase):
             ("GET", "/metrics"),
             ("POST", "/api/dlq/requeue"),
             ("POST", f"/api/jobs/{dead}/requeue"),
+            ("POST", f"/api/jobs/{dead}/cancel"),
+            ("POST", "/api/bulk"),
+            ("GET", "/api/history"),
+            ("GET", "/api/workers"),
             ("POST", "/api/compact"),
         ):
             with self.subTest(method=method, path=path):
@@ -963,6 +1037,43 @@ class MetricsTest(DashboardCase):
             samples = parse_metrics(self.request("GET", "/metrics").text)
         self.assertGreaterEqual(samples[("nobroker_oldest_ready_age_seconds", (("queue", self.queue.name),))], 90.0)
         self.assertEqual(queue.list_calls, 1)
+
+    def test_the_storage_counters_are_prometheus_counters_per_kind(self) -> None:
+        self.queue.enqueue_many(["a", "b"], kind="mail")
+        self.queue.enqueue("c")
+        self.queue.ack(self.lease())
+        self.make_dead()  # one more job (default kind), leased and failed for good
+        text = self.request("GET", "/metrics").text
+        self.assertIn("# TYPE nobroker_jobs_enqueued_total counter", text)
+        samples = parse_metrics(text)
+        counters = self.queue.counters()
+        q = ("queue", self.queue.name)
+        for kind, row in counters.items():
+            for name in ("enqueued", "succeeded", "failed", "dead", "cancelled"):
+                self.assertEqual(samples[(f"nobroker_jobs_{name}_total", (q, ("kind", kind)))], row[name], (kind, name))
+        self.assertEqual(samples[("nobroker_jobs_enqueued_total", (q, ("kind", "mail")))], 2)
+        self.assertEqual(sum(v for (n, _), v in samples.items() if n == "nobroker_jobs_succeeded_total"), 1)
+        self.assertEqual(sum(v for (n, _), v in samples.items() if n == "nobroker_jobs_dead_total"), 1)
+
+    def test_kind_names_are_escaped_as_label_values(self) -> None:
+        self.queue.enqueue("x", kind='k"ind\\with\nnewline')
+        samples = parse_metrics(self.request("GET", "/metrics").text)
+        kind = 'k\\"ind\\\\with\\nnewline'
+        self.assertEqual(samples[("nobroker_jobs_enqueued_total", (("queue", self.queue.name), ("kind", kind)))], 1)
+
+    def test_workers_are_gauges_live_and_gone(self) -> None:
+        from nobroker.announcements import GONE_AFTER
+        from tests.semantics_roster import info
+
+        now = time.time()
+        self.queue.announce_worker(info(running=3))
+        self.queue.announce_worker(info(running=1))
+        self.queue.announce_worker(info(running=5, heartbeat_at=now - GONE_AFTER - 1))
+        samples = parse_metrics(self.request("GET", "/metrics").text)
+        q = ("queue", self.queue.name)
+        self.assertEqual(samples[("nobroker_workers", (q, ("state", "live")))], 2)
+        self.assertEqual(samples[("nobroker_workers", (q, ("state", "gone")))], 1)
+        self.assertEqual(samples[("nobroker_worker_jobs_running", (q,))], 4)
 
     def test_queue_names_are_escaped_as_label_values(self) -> None:
         self.server.queue = _RenamedQueue(self.queue, 'we"ird\\name')  # type: ignore[assignment]

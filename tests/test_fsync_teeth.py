@@ -34,7 +34,7 @@ from tests.simdisk import Fault, SimDisk, SiteSwitch
 from tests.support import IN_CI
 from tests.test_io_errors import FaultRun
 from tests.test_power_loss import Sweep
-from tests.test_power_loss_offpath import repair_sweeps, snapshot_sweep
+from tests.test_power_loss_offpath import repair_sweeps, roster_sweep, snapshot_sweep
 from tests.test_real_seam import CHECKS, strace_unusable
 
 #: Power-loss workloads a switched-off site is tried against: (seed, process kill rate), first failure wins.
@@ -94,6 +94,12 @@ def snapshots(site: Site | None) -> Outcome:
     return (problems[0] if problems else None), setup.sites()
 
 
+def announcements(site: Site | None) -> Outcome:
+    setup = DiskSetup(site)
+    problems = roster_sweep(setup)
+    return (problems[0] if problems else None), setup.sites()
+
+
 def failed_fsyncs(site: Site | None) -> Outcome:
     """EIO from every Nth fsync (once and for good), one handle and two: the rollback paths."""
     setup = DiskSetup(site)
@@ -124,7 +130,8 @@ def real(name: str) -> Callable[[Site | None], Outcome]:
 def probes() -> list[Probe]:
     """Cheapest first: each switched-off site is tried against the probes that reach it, in this order."""
     found = [Probe(name, real(name)) for name in CHECKS if name != "real seam, under strace"]
-    found += [Probe("snapshot sweep", snapshots), Probe("repair sweep", repair), Probe("failed fsyncs", failed_fsyncs),
+    found += [Probe("announcement sweep", announcements), Probe("snapshot sweep", snapshots), Probe("repair sweep", repair),
+              Probe("failed fsyncs", failed_fsyncs),
               Probe("power-loss sweep", power_loss)]  # fmt: skip
     if strace_unusable() is None:
         found.append(Probe("real seam, under strace", real("real seam, under strace")))

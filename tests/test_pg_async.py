@@ -151,6 +151,21 @@ class AsyncSemantics:
         self.assertTrue(await q.unschedule(schedule.spec.name))
         self.assertEqual(await q.schedules(), [])
 
+    async def test_counters_and_workers_as_a_queue_reads_them(self) -> None:
+        from tests.semantics_roster import info
+
+        q = await self.make_queue()
+        await q.enqueue_many(["a", "b"], kind="mail")
+        [job] = await q.lease(1)
+        await q.ack(job)
+        counted = await q.counters()
+        self.assertEqual(counted["mail"], {"enqueued": 2, "succeeded": 1, "failed": 0, "dead": 0, "cancelled": 0})
+        twin = self.sync_twin(q)
+        self.assertEqual(twin.counters(), counted)
+        worker = info()
+        twin.announce_worker(worker)
+        self.assertEqual(await q.workers(), [worker])
+
     async def test_limits_are_set_obeyed_listed_and_cleared(self) -> None:
         q = await self.make_queue()
         self.assertIsNone(await q.set_limit("mail"), "neither concurrency nor rate: cleared (there was none)")

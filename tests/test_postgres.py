@@ -595,7 +595,7 @@ class StatementTextTests(unittest.TestCase):
 
         for name, text in build("nb_text").items():
             with self.subTest(name):
-                self.assertRegex(text, r'"nb_text"\.(jobs|counts)')
+                self.assertRegex(text, r'"nb_text"\.(jobs|counts|counters)')
                 self.assertNotIn("{schema}", text)
                 holes = set(re.findall(r"\{[a-z_]+\}", text))
                 self.assertEqual(holes, {"{count}"} if name.startswith("claim") else set())
@@ -616,6 +616,13 @@ class StatementTextTests(unittest.TestCase):
                 Statements(bad)
 
 
+def migrate_names() -> list[str]:
+    """The migration files shipped, in order."""
+    from nobroker.postgres.schema import _migration_files
+
+    return [name for _, name, _ in _migration_files()]
+
+
 class PostgresSchemaTests(unittest.TestCase):
     """Migrations and row level security, each in a schema of its own."""
 
@@ -625,21 +632,19 @@ class PostgresSchemaTests(unittest.TestCase):
         self.addCleanup(drop_schema, self.schema)
 
     def test_migrate_is_idempotent_and_queue_open_migrates(self) -> None:
-        from nobroker.postgres import migrate
+        from nobroker.postgres import latest_version, migrate
 
         self.assertEqual(
             migrate(self.dsn, schema=self.schema),
             ["001_init.sql", "002_retries_and_finished_jobs.sql", "003_claim_paths_counts_and_upkeep.sql",
              "004_counts_kept_by_the_statements.sql", "005_schedules.sql", "006_control_of_jobs.sql", "007_limits.sql",
-             "009_time_limits_and_attempts.sql"],
+             "009_time_limits_and_attempts.sql", "010_counters_and_workers.sql"],
         )
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
-        # Every shipped version, in order (numbers may skip one another branch holds).
-        from nobroker.postgres.schema import _migration_files
-
-        self.assertEqual([r[0] for r in rows], [version for version, _, _ in _migration_files()])
+        self.assertEqual([r[0] for r in rows], [*range(1, 8), 9, 10])  # 8: another branch's
+        self.assertEqual(latest_version(), 10)
         other = fresh_name("nbmig")
         self.addCleanup(drop_schema, other)
         with Queue(self.dsn, schema=other) as q:  # migrate=True by default
@@ -704,10 +709,12 @@ class PostgresSchemaTests(unittest.TestCase):
             p.join(PATIENCE)
         self.assertEqual([r[0] for r in results], ["ok"] * 4, results)
 
+        from nobroker.postgres import latest_version
         from nobroker.postgres.schema import _migration_files
 
         applied = sorted(len(r[1]) for r in results)
         self.assertEqual(applied, [0, 0, 0, len(_migration_files())], "exactly one process applied the schema")
+        self.assertEqual(latest_version(), int(migrate_names()[-1][:3]))
 
     def test_row_level_security_hides_rows_from_roles_outside_the_policy(self) -> None:
         from nobroker.postgres import migrate

@@ -133,6 +133,8 @@ class Sweep:
         self.before: dict[str, dict[str, Any]] = {}
         self.pending_cuts: list[tuple[str, dict[str, dict[str, Any]] | None]] = []
         self.schedule_cuts: list[tuple[str, dict[str, dict[str, Any]]]] = []
+        self.counter_cuts: list[tuple[str, dict[str, dict[str, int]]]] = []
+        self.counters_before: dict[str, dict[str, int]] = {}
         self.schedules_before: dict[str, dict[str, Any]] = {}
         self.schedule_fallbacks: list[dict[str, dict[str, Any]]] = []  # as unsynced_fallbacks, for the schedules
         self.tag = 0
@@ -156,6 +158,7 @@ class Sweep:
                 try:
                     state = snapshot(q)
                     scheds = schedule_view(q)
+                    counted = q.counters()
                     # A recovered queue must also take new work.
                     q.enqueue({"tag": "after-recovery"})
                 finally:
@@ -165,6 +168,7 @@ class Sweep:
                 continue
             self.pending_cuts.append((f"seed {self.seed}, {mode} cut before {op}", state))
             self.schedule_cuts.append((f"seed {self.seed}, {mode} cut before {op}", scheds))
+            self.counter_cuts.append((f"seed {self.seed}, {mode} cut before {op}", counted))
         if self.kill_rate and not self.kills_paused and self.kill_rng.random() < self.kill_rate:
             # The process dies here; the disk (and its page cache) lives on.
             self.process_kills += 1
@@ -172,10 +176,11 @@ class Sweep:
 
     def settle(
         self, what: str, after: dict[str, dict[str, Any]], inflight_tags: set[str],
-        schedules_after: dict[str, dict[str, Any]] | None = None,
+        schedules_after: dict[str, dict[str, Any]] | None = None, counters_after: dict[str, dict[str, int]] | None = None,
     ) -> None:  # fmt: skip
         """The operation ``what`` returned: check every state cut while it ran."""
         now = self.clock()
+        self.settle_counters(what, counters_after)
         self.settle_schedules(what, self.schedules_before if schedules_after is None else schedules_after)
         for where, state in self.pending_cuts:
             assert state is not None
@@ -207,6 +212,27 @@ class Sweep:
                         self.violations.lost_enqueues.append(f"{where}: job {job_id} is gone")
         self.pending_cuts.clear()
         self.before = after
+
+    def settle_counters(self, what: str, after: dict[str, dict[str, int]] | None) -> None:
+        """A cut never counts what did not happen: each counter at most what the queue counts after the operation.
+
+        Counters only grow, so a cut (which can only lose records) shows each at
+        most its value after the operation; a compaction that counted its live
+        jobs again, or lost the carried counts, shows as more, or as less than before.
+        """
+        for where, cut in self.counter_cuts if after is not None else ():
+            for kind, row in cut.items():
+                for name, value in row.items():
+                    if value > after.get(kind, {}).get(name, 0):  # type: ignore[union-attr]
+                        self.violations.inexact.append(
+                            f"{where} during {what}: counter {name} of kind {kind} is {value}, after {after.get(kind)}"  # type: ignore[union-attr]
+                        )  # fmt: skip
+            if what == "compact" and not self.unsynced_fallbacks and cut not in (self.counters_before, after):
+                # Compaction counts nothing (its reclaim of expired leases aside): exactly before or after.
+                self.violations.inexact.append(f"{where} during {what}: counters {cut}, before {self.counters_before}, after {after}")
+        self.counter_cuts.clear()
+        if after is not None:
+            self.counters_before = after
 
     def settle_schedules(self, what: str, after: dict[str, dict[str, Any]]) -> None:
         """Each schedule a cut shows is as it was before the operation or after it; none acknowledged is lost."""
@@ -347,7 +373,7 @@ class Sweep:
             before_op = self.before
             self.kills_paused = True  # the workload's own look at the queue is not part of the test
             try:
-                self.settle(op, snapshot(q), inflight, schedule_view(q))
+                self.settle(op, snapshot(q), inflight, schedule_view(q), q.counters())
             finally:
                 self.kills_paused = False
             if op == "lease":

@@ -1,4 +1,4 @@
-"""Power cuts in the writers off the hot path: `repair`, and the snapshot a clean close writes.
+"""Power cuts in the writers off the hot path: `repair`, the snapshot a clean close writes, worker announcements.
 
 Owns: the repair sweep (damaged queues of several kinds, cut at every
 mutating disk call of `repair` and after it returns) and the snapshot sweep
@@ -16,6 +16,9 @@ What a cut may leave:
   * once repair has returned: exactly the repaired state, and the damaged
     file under the name the report gave. A repair that says it is done
     must stay done;
+  * around a worker's announcement (a file of its own, temp + fsync +
+    rename, no folder fsync): one of the announcements written so far, or
+    none, each whole; never a file that does not read;
   * around a snapshot: exactly the acknowledged state. The snapshot is a
     checked cache written without an fsync, so a cut can leave it missing,
     empty or torn under its final name; it is then ignored and the log
@@ -213,6 +216,60 @@ def snapshot_sweep(setup: Callable[[SimDisk], None] | None = None) -> tuple[list
         if got != expected:
             problems.append(f"{where}: the queue is not the acknowledged state")
     return problems, ignored
+
+
+def roster_sweep(setup: Callable[[SimDisk], None] | None = None) -> list[str]:
+    """Cuts at every disk call of three announcements of one worker (the first, two heartbeats) and a retirement."""
+    import dataclasses
+
+    from tests.semantics_roster import info
+
+    problems: list[str] = []
+    disk = SimDisk()
+    if setup is not None:
+        setup(disk)
+    path = fresh_queue_path(disk, random.Random(7))
+    rng = random.Random(8)
+    q = Queue(path, filesystem=disk, clock=FakeClock(), auto_compact=None)
+    q.enqueue("x")
+    first = info(running=0)
+    steps = [("announce", first), ("heartbeat", dataclasses.replace(first, running=3, heartbeat_at=first.heartbeat_at + 5)),
+             ("heartbeat", dataclasses.replace(first, running=1, heartbeat_at=first.heartbeat_at + 10)), ("retire", None)]  # fmt: skip
+    # Announcements are not made durable (no folder fsync: a lost one is a lost heartbeat), so a cut
+    # may show any announcement written so far, or none; never one that does not read.
+    seen: list[list[Any]] = [[]]
+    cuts: list[tuple[str, SimDisk, list[list[Any]]]] = []
+    for what, announced in steps:
+        after = [] if announced is None else [announced]
+        allowed = [*seen, after]
+        disk.before_mutation = lambda d, op, allowed=allowed, what=what: cuts.extend(  # type: ignore[misc]
+            (f"{mode} cut before {op} in {what}", d.power_cut(mode, rng), allowed) for mode in CUT_MODES)
+        if announced is None:
+            q.retire_worker(first.id)
+        else:
+            q.announce_worker(announced)
+        disk.before_mutation = None
+        cuts.extend((f"{mode} cut after {what}", disk.power_cut(mode, rng), allowed) for mode in CUT_MODES)
+        seen.append(after)
+    q.close()
+    for where, cut, allowed in cuts:
+        try:
+            with Queue(path, filesystem=cut, clock=FakeClock(), auto_compact=None) as again:
+                with mock.patch("nobroker.filestore.roster.logger") as logged:
+                    got = again.workers()
+                if logged.warning.called:
+                    problems.append(f"{where}: an announcement does not read: {logged.warning.call_args}")
+        except Exception as exc:  # noqa: BLE001 - any failure is the finding
+            problems.append(f"{where}: {type(exc).__name__}: {exc}")
+            continue
+        if got not in allowed:
+            problems.append(f"{where}: workers {got}, not one of {allowed}")
+    return problems
+
+
+class RosterUnderPowerCuts(unittest.TestCase):
+    def test_an_announcement_is_the_old_one_or_the_new_one_whole(self) -> None:
+        self.assertEqual(roster_sweep(), [])
 
 
 class RepairUnderPowerCuts(unittest.TestCase):

@@ -18,16 +18,19 @@ from typing import Any
 from nobroker import JobState, NotLeasedError, Queue
 from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics_control import ControlSemantics
+from tests.semantics_counters import CounterSemantics
 from tests.semantics_timeouts import TimeoutSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
 from tests.semantics_limits import LimitSemantics
+from tests.semantics_roster import RosterSemantics
 from nobroker.filestore.log import JOB_READ_GUESS
 from tests.semantics import EXACT, QueueSemantics
 from tests.support import FakeClock, TempDirTestCase
 
 
 class FileQueueSemantics(
-    ControlSemantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics, QueueSemantics, ScheduleSemantics, TempDirTestCase
+    ControlSemantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics,
+    QueueSemantics, ScheduleSemantics, TempDirTestCase,
 ):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 

@@ -15,15 +15,18 @@ from typing import Any
 from nobroker import Queue
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 from tests.semantics_control import ControlSemantics
+from tests.semantics_counters import CounterSemantics
 from tests.semantics_timeouts import TimeoutSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
 from tests.semantics_limits import LimitSemantics
+from tests.semantics_roster import RosterSemantics
 from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics import QueueSemantics
 
 
 class PostgresQueueSemantics(
-    ControlSemantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics, QueueSemantics, ScheduleSemantics, PostgresTestCase
+    ControlSemantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics,
+    QueueSemantics, ScheduleSemantics, PostgresTestCase,
 ):
     """Every shared semantic test, on a fresh queue in a shared test schema."""
 

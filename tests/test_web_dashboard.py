@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import unittest
 import urllib.parse
 from typing import Any
@@ -60,7 +61,9 @@ document.addEventListener("DOMContentLoaded", function () {
 });
 """
 #: The only elements the page itself creates after loading (table rows, detail fields).
-PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "OPTION"}
+PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "OPTION", "INPUT", "DIV", "svg", "line", "text", "path", "title"}
+#: The chart's own SVG elements (page-panels.js): the only SVG in the page, drawn from numbers alone.
+CHART_ELEMENTS = {"svg", "line", "text", "path", "title"}
 
 
 class WebDashboardTest(TempDirTestCase):
@@ -304,7 +307,7 @@ class WebDashboardTest(TempDirTestCase):
         self.wait_listed(ids[::-1][:20], "newest first starts again at the first page")
         self.js("document.querySelector('#tabs button[data-state=delayed]').click()")
         self.wait_listed([later], "the delayed tab lists the delayed job apart from the ready ones")
-        self.assertEqual(self.js(self.row(later) + ".children[2].textContent"), "delayed")
+        self.assertEqual(self.js(self.row(later) + ".children[3].textContent"), "delayed")
         self.assertCleanPage()
 
     def test_a_failed_jobs_page_shows_its_fields_stage_error_and_traceback(self) -> None:
@@ -375,7 +378,7 @@ class WebDashboardTest(TempDirTestCase):
             self.assertTrue(text.startswith(local(t) + " ("), f"{name}: {text!r} is not local time {local(t)}")
             self.assertEqual(hover, utc(t), name)
         self.wait_js(self.row("timed") + " !== null", "the delayed job was listed")
-        info = self.js(self.row("timed") + ".children[5].title")
+        info = self.js(self.row("timed") + ".children[6].title")
         self.assertEqual(info, local(job.available_at) + " · " + utc(job.available_at))
         self.assertNotRegex(self.js("document.body.innerText"), r"\d\d:\d\d:\d\dZ", "no UTC time shown as text")
         self.assertCleanPage()
@@ -411,7 +414,7 @@ class WebDashboardTest(TempDirTestCase):
                 with self.subTest(width=width, state=state):
                     self.js(f"document.querySelector('#tabs button[data-state={state}]').click()")
                     # Until the rows are this tab's (the address changes at once, the rows a moment later).
-                    states = "Array.from(document.querySelectorAll('#jobs tr.job'), (r) => r.children[2].textContent)"
+                    states = "Array.from(document.querySelectorAll('#jobs tr.job'), (r) => r.children[3].textContent)"
                     self.wait_js(f"(s => s.length > 0 && ('{state}' === 'all' ? s.length === 4 : s.every(x => x === '{state}')))({states})",
                                  f"the {state} tab listed its jobs")
                     self.js("document.querySelector('#jobs tr.job').click()")
@@ -431,7 +434,12 @@ class WebDashboardTest(TempDirTestCase):
         self.assertIsNone(self.js("window.__pwned"), "a hostile value ran as script")
         self.assertEqual(self.js("window.__dialogs"), [])
         self.assertEqual(self.js("document.scripts.length"), 1)
-        self.assertEqual(self.js("document.images.length + document.querySelectorAll('svg, iframe, object, embed, a').length"), 0)
+        self.assertEqual(self.js("document.images.length + document.querySelectorAll('iframe, object, embed, a').length"), 0)
+        # The one SVG is the chart, where it belongs, made of the chart's own elements only.
+        svg = "Array.from(document.querySelectorAll('svg'), (s) => s.parentElement.id + ':' + s.className.baseVal)"
+        self.assertLessEqual(set(self.js(svg)), {"chart:chart"})
+        inside = set(self.js("Array.from(document.querySelectorAll('svg *, svg'), (n) => n.tagName)"))
+        self.assertLessEqual(inside, CHART_ELEMENTS)
         added = set(self.js("window.__added"))
         self.assertTrue(added, "the observer saw no rows being built")
         self.assertLessEqual(added, PAGE_MADE_ELEMENTS)
@@ -466,15 +474,15 @@ class WebDashboardTest(TempDirTestCase):
         self.js("document.querySelector('#tabs button[data-state=all]').click()")
         self.wait_js(self.row(values["id"]) + " !== null", "the hostile job was listed")
         row = self.row(values["id"])
-        self.assertEqual(self.js(row + ".children[0].textContent"), values["id"])
-        self.assertEqual(self.js(row + ".children[0].firstChild.title"), values["id"])
-        self.assertEqual(self.js(row + ".children[1].textContent"), values["kind"])
+        self.assertEqual(self.js(row + ".children[1].textContent"), values["id"])
+        self.assertEqual(self.js(row + ".children[1].firstChild.title"), values["id"])
+        self.assertEqual(self.js(row + ".children[2].textContent"), values["kind"])
         as_json = json.dumps({"html": values["payload"]}, ensure_ascii=False, separators=(",", ":"))
         self.assertEqual(self.js(row + ".querySelector('td.payload').textContent"), as_json)
         self.assertEqual(self.js(row + ".querySelector('td.payload').title"), as_json)
         self.assertIn(values["stage"], self.js(self.row(values["leased-id"]) + ".textContent"))
         self.assertIn(values["error"], self.js(self.row(values["dead-id"]) + ".textContent"))
-        self.assertEqual(self.js(self.row(values["dead-id"]) + ".children[5].title"), values["error"])
+        self.assertEqual(self.js(self.row(values["dead-id"]) + ".children[6].title"), values["error"])
         # The filters and the search take them back as text, and the address carries them.
         self.type_into("filter-kind", values["kind"])
         self.type_into("filter-q", values["payload"])
@@ -576,6 +584,111 @@ class WebDashboardTest(TempDirTestCase):
         self.wait_js(button + " !== null", "the DLQ listed the dead job")
         self.js(button + ".click()")
         self.assertTrue(wait_until(lambda: self.queue.get("dead-1").state == JobState.READY, timeout=PAGE_TIMEOUT))
+        self.browser.errors.clear()  # the refused fetches are logged by the browser as failed requests
+
+    # ------------------------------------------------------------ issue 17: chart, workers, actions, cancelled
+    def test_the_chart_draws_throughput_and_failures_from_the_counters_samples(self) -> None:
+        history = self.server.api.sampler.history
+        now = time.time()
+        zero = {"default": {"enqueued": 0, "succeeded": 0, "failed": 0, "dead": 0, "cancelled": 0}}
+        busy = {"default": {"enqueued": 30, "succeeded": 20, "failed": 3, "dead": 2, "cancelled": 0}}
+        self.assertTrue(history.add(self.queue.name, zero, now - 20))
+        self.assertTrue(history.add(self.queue.name, busy, now - 10))
+        history.interval = 3600.0  # no new sample during the test: the seeded ones are the chart
+        self.open_dashboard()
+        self.wait_js("document.querySelector('#chart path[data-series=succeeded]') !== null", "the chart was drawn")
+        self.assertIsNotNone(self.js("document.querySelector('#chart path[data-series=failed]')"))
+        # 20 successes and 5 failures (3 retried, 2 dead) in 10 s: 120 and 30 a minute.
+        self.assertEqual(self.js("document.getElementById('chart-summary').textContent"),
+                         "last 5 min: 120 succeeded/min, 30.0 failed/min")  # fmt: skip
+        ticks = self.js("Array.from(document.querySelectorAll('#chart text.tick'), (t) => t.firstChild.textContent)")
+        self.assertIn("now", ticks)
+        self.assertIn("2 min ago", ticks, "a short history spans the chart (MIN_SPAN), not its last few pixels")
+        self.assertEqual(ticks[:3], ["0", "100", "200"], "the scale tops at a round number over the highest rate")
+        when = self.js("document.querySelector('#chart text.tick:last-of-type title').textContent")
+        self.assertTrue(when.endswith(" UTC"), when)
+        self.assertCleanPage()
+
+    def test_the_workers_panel_shows_each_worker_and_the_gone_ones(self) -> None:
+        from nobroker.announcements import GONE_AFTER
+        from tests.semantics_roster import info
+
+        now = time.time()
+        live = info(name=hostile("worker-name"), host=hostile("worker-host"), kinds=(hostile("worker-kind"), "b"))
+        gone = info(name="old", kinds=None, heartbeat_at=now - GONE_AFTER - 5, started_at=now - 999)
+        self.queue.announce_worker(live)
+        self.queue.announce_worker(gone)
+        self.queue.enqueue("x")
+        self.open_dashboard()
+        row = f"document.querySelector('tr.worker[data-worker-id=\"{live.id}\"]')"
+        self.wait_js(row + " !== null", "the workers were listed")
+        self.assertEqual(self.js(row + ".children[0].textContent"), live.name)
+        self.assertEqual(self.js(row + ".children[1].textContent"), live.host + " · pid 4242")
+        self.assertEqual(self.js(row + ".children[2].textContent"), ", ".join(live.kinds or ()))
+        self.assertEqual(self.js(row + ".children[3].textContent"), "2 of 4")
+        old = f"document.querySelector('tr.worker[data-worker-id=\"{gone.id}\"]')"
+        self.assertTrue(self.js(old + ".classList.contains('gone')"))
+        self.assertTrue(self.js(old + ".children[5].textContent.startsWith('gone: ')"))
+        self.assertEqual(self.js(old + ".children[2].textContent"), "all")
+        self.assertEqual(self.js("document.getElementById('workers-note').textContent"), "1 live, 1 gone")
+        self.assertNoHostileMarkup({"name": live.name, "host": live.host, "kind": (live.kinds or ("",))[0]})
+        self.assertCleanPage()
+
+    def test_cancel_by_a_click_and_the_cancelled_tab(self) -> None:
+        self.queue.enqueue("a", job_id="to-cancel")
+        self.queue.enqueue("b", job_id="stays")
+        self.open_dashboard()
+        button = "document.querySelector('button[data-action=cancel][data-job-id=\"to-cancel\"]')"
+        self.wait_js(button + " !== null", "the ready job has a Cancel button")
+        self.js("window.__confirmAnswer = false")
+        self.js(button + ".click()")
+        self.assertIs(self.queue.get("to-cancel").state, JobState.READY, "a declined confirmation cancels nothing")
+        self.js("window.__confirmAnswer = true")
+        self.js(button + ".click()")
+        self.assertTrue(wait_until(lambda: self.queue.get("to-cancel").state == JobState.CANCELLED, timeout=PAGE_TIMEOUT))
+        self.wait_js("document.getElementById('count-cancelled').textContent === '1'", "the cancelled card counts it")
+        self.js("document.querySelector('#tabs button[data-state=cancelled]').click()")
+        self.wait_listed(["to-cancel"], "the cancelled tab lists it")
+        self.assertEqual(self.url_param("state"), "cancelled")
+        self.assertIs(self.queue.get("stays").state, JobState.READY)
+        self.assertCleanPage(dialogs=2)
+
+    def test_a_selection_is_cancelled_or_requeued_in_bulk(self) -> None:
+        for n in range(4):
+            self.queue.enqueue(n, job_id=f"j-{n}")
+        self.make_dead("d1", "dead-1")
+        self.make_dead("d2", "dead-2")
+        self.open_dashboard()
+        self.js("document.querySelector('#tabs button[data-state=runnable]').click()")
+        self.wait_listed(["j-0", "j-1", "j-2", "j-3"], "the ready jobs were listed")
+        self.assertTrue(self.js("document.getElementById('bulk-actions').hidden"))
+        for job_id in ("j-1", "j-3"):
+            self.js(self.row(job_id) + ".querySelector('input[data-pick]').click()")
+        self.assertEqual(self.js("document.getElementById('picked-count').textContent"), "2 selected")
+        self.assertTrue(self.js("document.getElementById('pick-all').indeterminate"))
+        self.js("window.__confirmAnswer = true")
+        self.js("document.getElementById('bulk-cancel').click()")
+        self.assertTrue(wait_until(lambda: [self.queue.get(f"j-{n}").state for n in range(4)] == [
+            JobState.READY, JobState.CANCELLED, JobState.READY, JobState.CANCELLED], timeout=PAGE_TIMEOUT))
+        self.wait_js("document.getElementById('message').textContent === 'Cancelled 2 job(s).'", "the page said so")
+        self.js("document.querySelector('#tabs button[data-state=dead]').click()")
+        self.wait_listed(["dead-1", "dead-2"], "the dead jobs were listed")
+        self.js("document.getElementById('pick-all').click()")
+        self.assertEqual(self.js("document.getElementById('picked-count').textContent"), "2 selected")
+        self.js("document.getElementById('bulk-requeue').click()")
+        self.assertTrue(wait_until(lambda: self.queue.get("dead-1").state == self.queue.get("dead-2").state == JobState.READY,
+                                   timeout=PAGE_TIMEOUT))  # fmt: skip
+        self.assertCleanPage(dialogs=2)
+
+    def test_the_new_actions_need_the_csrf_token_from_the_page_too(self) -> None:
+        self.queue.enqueue("a", job_id="keep")
+        self.open_dashboard()
+        for path, body in (("api/jobs/keep/cancel", "{}"), ("api/bulk", json.dumps({"action": "cancel", "ids": ["keep"]}))):
+            target = json.dumps(self.server.url + path)
+            refused = self.js(f"fetch({target}, {{ method: 'POST', body: {json.dumps(body)} }}).then((r) => r.status)")
+            wrong = self.js(f"fetch({target}, {{ method: 'POST', headers: {{ 'X-CSRF-Token': 'wrong' }}, body: {json.dumps(body)} }}).then((r) => r.status)")
+            self.assertEqual((refused, wrong), (403, 403), path)
+        self.assertIs(self.queue.get("keep").state, JobState.READY)
         self.browser.errors.clear()  # the refused fetches are logged by the browser as failed requests
 
     def test_compact_asks_first(self) -> None:

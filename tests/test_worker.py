@@ -35,6 +35,7 @@ from nobroker import (
     Worker,
 )
 from nobroker.worker.signals import StopSignals
+from nobroker.worker import JobReport
 from tests.pgsupport import PostgresTestCase, fresh_name
 from tests.semantics_control import sleep_until_cancelled
 from tests.support import TempDirTestCase, ThreadedRun, wait_until
@@ -146,6 +147,47 @@ class OutcomeTests(QueueTestCase):
             stored = queue.get(job.id)
             self.assertEqual(stored.state, JobState.DONE)
             self.assertEqual(stored.result, {"double": n * 2})
+
+    def test_on_job_hears_every_outcome_once_with_its_duration(self) -> None:
+        for concurrency in (1, 3):  # the handler thread settles; or the settling thread does
+            with self.subTest(concurrency=concurrency):
+                queue = Queue(os.path.join(self.dir, f"q{concurrency}"), fsync=False, max_attempts=2, backoff=NO_BACKOFF)
+                self.addCleanup(queue.close)
+                ok, flaky = queue.enqueue("ok", kind="mail"), queue.enqueue("flaky")
+                doomed = queue.enqueue("doomed")
+                reports: list[JobReport] = []
+
+                def handler(job: Any) -> str:
+                    if job.payload == "doomed" or (job.payload == "flaky" and job.attempts == 1):
+                        time.sleep(0.01)
+                        raise ValueError(job.payload)
+                    return "fine"
+
+                Worker(queue, handler, concurrency=concurrency, max_jobs=5, on_job=reports.append,
+                       handle_signals=False).run()  # fmt: skip
+                seen = sorted((r.id, r.attempts, r.outcome) for r in reports)
+                self.assertEqual(seen, sorted([
+                    (ok.id, 1, "succeeded"), (flaky.id, 1, "failed"), (flaky.id, 2, "succeeded"),
+                    (doomed.id, 1, "failed"), (doomed.id, 2, "dead"),
+                ]))  # fmt: skip
+                self.assertEqual({r.kind for r in reports if r.id == ok.id}, {"mail"})
+                failed = [r for r in reports if r.outcome in ("failed", "dead")]
+                self.assertTrue(all(r.error == f"ValueError: {queue.get(r.id).payload}" for r in failed), failed)
+                self.assertTrue(all(r.duration >= 0.01 for r in failed), [r.duration for r in failed])
+                self.assertTrue(all(abs(r.at - time.time()) < 60 for r in reports))
+
+    def test_a_failing_on_job_listener_is_logged_once_and_never_stops_the_worker(self) -> None:
+        queue = self.open_queue()
+        for n in range(3):
+            queue.enqueue(n)
+
+        def listener(report: JobReport) -> None:
+            raise RuntimeError("listener broke")
+
+        with self.assertLogs("nobroker.worker", "ERROR") as logs:
+            stats = Worker(queue, lambda job: None, max_jobs=3, on_job=listener, handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 3)
+        self.assertEqual(sum("on_job listener failed" in line for line in logs.output), 1)
 
     def test_none_result_acks_without_a_result(self) -> None:
         queue = self.open_queue()
@@ -306,8 +348,8 @@ class AsyncHandlerTests(QueueTestCase):
         for job in jobs:
             stored = queue.get(job.id)
             self.assertEqual((stored.state, stored.result, stored.attempts), (JobState.DONE, job.payload * 2, 1))
-        # The loop, the settling thread and the heartbeat: no thread per job.
-        self.assertLessEqual(max(threads_while_running), threads_before + 3, threads_while_running)
+        # The loop, the settling thread, the heartbeat and the announcement's: no thread per job.
+        self.assertLessEqual(max(threads_while_running), threads_before + 4, threads_while_running)
         self.assertEqual(threading.active_count(), threads_before, "every thread of the worker is gone")
         self.assertEqual(sum(ack_calls), 50)
         self.assertLess(len(ack_calls), 50, "jobs that finished together share an ack_many")

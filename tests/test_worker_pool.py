@@ -370,8 +370,11 @@ class CommandLineTests(TempDirTestCase):
         with open(self.stderr_path, encoding="utf-8") as fh:
             err = fh.read()
         self.assertEqual(proc.returncode, 0, err)
-        report = json.loads(out)
+        *job_lines, last = [json.loads(line) for line in out.splitlines()]
+        report = last
         self.assertEqual((report["leased"], report["succeeded"], report["processes_replaced"]), (2, 2, 0))
+        # Each child wrote its job's line to the shared stdout, whole.
+        self.assertEqual(sorted(line["id"] for line in job_lines), sorted(job.id for job in jobs[:2]))
         states = sorted(self.queue.get(job.id).state for job in jobs)
         self.assertEqual(states, [JobState.DONE, JobState.DONE, JobState.READY])
         self.assertEqual(self.queue.get("three").attempts, 0)

@@ -10,7 +10,9 @@ Chromium driver the page tests use).
 The docs site is shot in light and dark mode; the playground after a recipe
 has torn a record (so the hex view shows the torn bytes); the dashboard over a
 sample folder of two queues with jobs in every state, served by ``nobroker
-serve`` on a free loopback port, with a failed job's page open, once at the
+serve`` on a free loopback port, with a failed job's page open, a worker
+working ``ping`` jobs meanwhile so the throughput chart has a line and the
+workers' panel a worker (it waits about 20 s for two samples), once at the
 desktop viewport and once at a phone's width (dashboard-phone.png). Without a dashboard in this copy, that shot is skipped with a
 message. The server started here is always stopped.
 """
@@ -25,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -43,6 +46,9 @@ PHONE_VIEWPORT = (375, 812)
 #: Seconds to wait for the dashboard server to answer, and for its first live refresh.
 SERVER_START_TIMEOUT = 20.0
 DASHBOARD_SETTLE_TIMEOUT = 10.0
+#: Seconds to wait for the chart's first line (two samples of the counters, 10 s apart), and the jobs worked meanwhile.
+CHART_TIMEOUT = 60.0
+BACKGROUND_JOBS = 3000
 #: The playground recipe shown, and how many of its steps run (3 = just after the torn write).
 PLAYGROUND_RECIPE = "crash-and-recover"
 PLAYGROUND_STEPS = 3
@@ -146,17 +152,24 @@ def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
             err = server.stderr.read().decode(errors="replace") if server.poll() is not None and server.stderr else ""
             say(f"skipping the dashboard: `nobroker serve` did not answer within {SERVER_START_TIMEOUT:.0f}s {err.strip()}")
             return []
-        set_color_scheme(browser, "light")
-        browser.open(url + address)
-        wait_for_dashboard(browser)
-        shots = [pathlib.Path(browser.screenshot(out / "dashboard.png"))]
-        set_viewport(browser, PHONE_VIEWPORT, mobile=True)
+        busy = BackgroundWork(directory)
+        busy.start()
         try:
-            browser.open(url + "?queue=default&state=all")
+            set_color_scheme(browser, "light")
+            browser.open(url + address)
             wait_for_dashboard(browser)
-            shots.append(pathlib.Path(browser.screenshot(out / "dashboard-phone.png")))
+            wait_for_chart(browser)
+            shots = [pathlib.Path(browser.screenshot(out / "dashboard.png"))]
+            set_viewport(browser, PHONE_VIEWPORT, mobile=True)
+            try:
+                browser.open(url + "?queue=default&state=all")
+                wait_for_dashboard(browser)
+                wait_for_chart(browser)
+                shots.append(pathlib.Path(browser.screenshot(out / "dashboard-phone.png")))
+            finally:
+                set_viewport(browser, VIEWPORT, mobile=False)
         finally:
-            set_viewport(browser, VIEWPORT, mobile=False)
+            busy.stop()
         return shots
     finally:
         if server is not None:
@@ -169,6 +182,43 @@ def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
             if server.stderr:
                 server.stderr.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+class BackgroundWork:
+    """A Worker on the sample queue's ``ping`` jobs while the shot is taken: the chart has a line, the workers' panel a worker."""
+
+    def __init__(self, directory: str) -> None:
+        from nobroker import Queue, Worker
+
+        self.queue = Queue(directory, fsync=False)
+        self.queue.enqueue_many([{"ping": n} for n in range(BACKGROUND_JOBS)], kind="ping")
+
+        def handle(job: object) -> None:
+            time.sleep(0.05)
+            if getattr(job, "payload", {}).get("ping", 0) % 7 == 0:  # type: ignore[union-attr]
+                raise RuntimeError("every seventh ping fails (a sample failure for the chart)")
+
+        self.worker = Worker(self.queue, handle, concurrency=4, kinds=["ping"], name="shots-worker", handle_signals=False)
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.thread.join(timeout=30)
+        self.queue.close()
+
+
+def wait_for_chart(browser: Browser) -> None:
+    """Until the chart has a line (the server samples every 10 s: a rate needs two samples)."""
+    deadline = time.monotonic() + CHART_TIMEOUT
+    while time.monotonic() < deadline:
+        if browser.evaluate("document.querySelector('#chart path') !== null && document.querySelectorAll('tr.worker').length > 0"):
+            time.sleep(0.3)
+            return
+        time.sleep(0.5)
+    say("the chart had no line in time; taking the shot anyway")
 
 
 def wait_for_http(url: str, server: subprocess.Popen[bytes]) -> bool:

@@ -264,6 +264,15 @@ class QueueStats:
         return out
 
 
+#: The counters a queue keeps per kind (``Queue.counters()``), in the order the storages store them:
+#: jobs enqueued; attempts that succeeded, that failed and will be retried (a nack, or an
+#: expired lease, back to ready), that ended dead; jobs cancelled. They only grow: compaction,
+#: purge, requeue and restarts never lower them.
+COUNTER_NAMES = ("enqueued", "succeeded", "failed", "dead", "cancelled")
+#: Counters by kind: ``{kind: {"enqueued": n, "succeeded": n, ...}}``.
+Counters = dict[str, dict[str, int]]
+
+
 @dataclass(frozen=True)
 class BackoffPolicy:
     """Retry delay: ``min(base * factor**(attempts-1), max_delay)``, then jitter.

@@ -6,7 +6,7 @@ location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
 ids and fencing tokens, the worker label a lease records (``worker_label``), and what a refused ack/nack/extend says
-(``refusal``). Imports: errors, jobs, limits, schedules.
+(``refusal``). Imports: errors, jobs, limits, schedules, announcements.
 
 The Queue facade validates arguments and turns ``Job | id`` into
 ``(id, token)``; a storage only stores. Two siblings implement it:
@@ -26,7 +26,8 @@ from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import JobCancelledError, JobFinishedError, JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
-from .jobs import MAX_WORKER_CHARS, BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .announcements import WorkerInfo
+from .jobs import MAX_WORKER_CHARS, BackoffPolicy, CompactionResult, Counters, Job, JobState, QueueStats, RecoveryReport
 from .limits import Limit
 from .schedules import Schedule, ScheduleSpec
 
@@ -98,6 +99,14 @@ class Storage(Protocol):
     def get(self, job_id: str) -> Job: ...
 
     def stats(self) -> QueueStats: ...
+
+    def counters(self) -> Counters: ...
+
+    def announce_worker(self, info: WorkerInfo) -> None: ...
+
+    def retire_worker(self, worker_id: str) -> None: ...
+
+    def workers(self) -> list[WorkerInfo]: ...
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]: ...
 

@@ -1,10 +1,10 @@
-"""The commands that look after a queue: stats, compact, purge, inspect, verify, recover, repair.
+"""The commands that look after a queue: stats, workers, compact, purge, inspect, verify, recover, repair.
 
 Owns: each command's call into the library (the Queue, or
 nobroker.filestore.admin for the file storage's inspect, verify and repair)
 and its text or JSON; the confirmation before purge and repair.
-Later homes: ``schedule`` and ``limit`` (settings stored in the queue) and
-``workers`` (the workers a queue has seen) belong here.
+``workers`` lists the workers' announcements (nobroker.announcements). Later
+homes: ``limit`` (settings stored in the queue) belongs here.
 Imports: filestore.admin, output, location.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,37 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> int:
         if key in counts:  # cancelled: only once some job is
             out.line(f"  {key:<8}{counts[key]:>10,}")
     return EXIT_OK
+
+
+def cmd_workers(args: argparse.Namespace, out: Output) -> int:
+    """The workers that announced themselves to the queue; one whose heartbeat is old is shown as gone."""
+    with open_queue(args) as queue:
+        workers = queue.workers()
+    now = time.time()
+    if out.as_json:
+        out.document({"workers": [w.to_dict(now) for w in workers], "now": now})
+        return EXIT_OK
+    if not workers:
+        out.line(f"no worker has announced itself to queue {safe(args.queue)!s}")
+        return EXIT_OK
+    out.line(f"{'worker':<24} {'host':<20} {'pid':>7} {'running':>9}  {'kinds':<16} {'started':>9}  heartbeat")
+    for w in workers:
+        kinds = "all" if w.kinds is None else ",".join(w.kinds)
+        beat = f"{_ago(now - w.heartbeat_at)} ago" + ("  GONE" if w.gone(now) else "")
+        out.line(
+            f"{safe(w.name):<24} {safe(w.host):<20} {w.pid:>7} {f'{w.running}/{w.concurrency}':>9}  {safe(kinds):<16} "
+            f"{_ago(now - w.started_at):>9}  {beat}"
+        )
+    return EXIT_OK
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def cmd_purge(args: argparse.Namespace, out: Output) -> int:

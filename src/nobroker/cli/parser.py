@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..jobs import LISTINGS
 from .admin_commands import (
-    INSPECT_BODY_CHARS, cmd_compact, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify,
+    INSPECT_BODY_CHARS, cmd_compact, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify, cmd_workers,
 )  # fmt: skip
 from .control_commands import add_control
 from .limit_commands import add_limits
@@ -198,6 +198,8 @@ def _add_producing_and_consuming(add: _Add) -> None:
 
 def _add_looking(add: _Add) -> None:
     add("stats", "count jobs by state", "  nobroker --dir ./jobs stats --json", cmd_stats)
+    add("workers", "list the workers working the queue (gone: no heartbeat for 30 s)",
+        "  nobroker workers\n  nobroker --dsn postgresql://localhost/app workers --json", cmd_workers)
 
     p = add("list", "list jobs, oldest first",
             "  nobroker list --state ready --limit 20 --offset 40", cmd_list)
@@ -270,7 +272,9 @@ def _add_running(add: _Add) -> None:
             "The current folder is importable. Ctrl-C finishes running jobs and exits 130;\n"
             "a second Ctrl-C exits at once. SIGTERM finishes running jobs and exits 0.\n"
             "--processes N forks N worker processes (each runs --concurrency handlers);\n"
-            "one that dies is replaced, and a stop reaches them all."
+            "one that dies is replaced, and a stop reaches them all.\n"
+            "Prints one line per finished job (time, id, kind, outcome, duration);\n"
+            "--json prints JSON lines (the last one: the run's counts); -q prints none."
         ),
     )
     p.add_argument("handler", metavar="MODULE:CALLABLE")
@@ -284,6 +288,7 @@ def _add_running(add: _Add) -> None:
     p.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
                    help="time limit of each job without its own: an attempt that runs longer fails")
     p.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeat for several)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no line per job (only the final counts)")
 
     p = add(
         "serve", "serve the live dashboard and its JSON API over HTTP",

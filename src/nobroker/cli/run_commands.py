@@ -9,8 +9,9 @@ missing optional part never breaks the rest.
 ``work --processes N`` is ``Worker(..., processes=N)``: the Worker forks
 and supervises the children, and this command's stop signals reach them
 through ``Worker.stop()`` (a second Ctrl-C: KeyboardInterrupt, which kills
-them). Later homes: the per-job output lines of ``work`` belong here, in a
-module of their own once they grow.
+them). ``work`` prints one line per finished job on stdout (the Worker's
+``on_job`` reports: time, id, kind, outcome, duration), JSON lines with
+``--json`` (the last line is the run's counts), none with ``-q``.
 Imports: nobroker, errors, locations, worker.signals, dashboard, values,
 output, location, bench.
 """
@@ -19,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import re
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -80,17 +83,38 @@ def _import_failed(module_name: str, exc: BaseException) -> CommandError:
     )
 
 
+def job_lines(out: Output) -> Callable[[Any], None]:
+    """The Worker's ``on_job`` listener of ``nobroker work``: one line per job on stdout, written whole.
+
+    Handler threads report at once, and with ``--processes`` every child
+    writes to the same stdout: each line is one write and one flush (shorter
+    than a pipe's atomic write), under a lock for this process's threads.
+    """
+    lock = threading.Lock()
+    stream = out.out
+
+    def tell(report: Any) -> None:
+        text = json.dumps(report.to_dict(), ensure_ascii=True) if out.as_json else report.text_line()
+        with lock:
+            stream.write(text + "\n")
+            stream.flush()
+
+    return tell
+
+
 def cmd_work(args: argparse.Namespace, out: Output) -> int:
     from .. import Worker
     from ..worker.signals import StopSignals
 
     handler = load_handler(args.handler)
     processes = getattr(args, "processes", None)
+    on_job = None if args.quiet else job_lines(out)
     with open_queue(args, create=True) as queue:
         try:
             worker = Worker(
                 queue, handler, concurrency=args.concurrency, max_jobs=args.max_jobs, idle_timeout=args.idle_timeout,
-                handle_signals=False, kinds=args.kind, processes=processes, timeout=getattr(args, "timeout", None),
+                handle_signals=False, kinds=args.kind, processes=processes, on_job=on_job,
+                timeout=getattr(args, "timeout", None),
             )  # fmt: skip
         except NotImplementedError as exc:  # --processes where there is no fork
             raise UsageError(str(exc)) from None
@@ -106,8 +130,8 @@ def cmd_work(args: argparse.Namespace, out: Output) -> int:
         with StopSignals(stopping, name="nobroker-cli-signals") as stop_signals:
             stats = worker.run()
     replaced = {} if processes is None else {"processes_replaced": worker.processes_replaced}
-    if out.as_json:
-        out.document({**stats.to_dict(), **replaced})
+    if out.as_json:  # one line, the last of the JSON lines
+        out.line(json.dumps({**stats.to_dict(), **replaced}, ensure_ascii=True))
     else:
         out.line(
             f"worker stopped: leased {stats.leased}, succeeded {stats.succeeded}, failed {stats.failed}, "

@@ -9,18 +9,19 @@ The package, bottom up (each module imports only those above it):
 
     queues.py   the queues one dashboard offers: listed on demand, opened on first use, never created
     metrics.py  /metrics: one queue's state in the Prometheus text format
+    history.py  the last hour of each open queue's counters, sampled in memory for the chart
     listing.py  the job lists: by state and kind, searched, oldest or newest first, paged
     page.py     the page: page.html, page.css and its scripts, read once, rendered with each answer's nonce
     api.py      the JSON routes: each one public Queue call under the dashboard's lock; queue errors as statuses
     server.py   the HTTP server: request reading and every security rule (Host, token, CSRF, CSP, headers, limits)
     launch.py   make_server (checked, then bound) and serve (until Ctrl-C)
 
-Waiting for the storage (issue 17), and so not here at all: counters that
-survive compaction (throughput over the last hour, ``rate()``-able counters in
-/metrics), workers that announce themselves, and per-job cancel, run now and
-delete. Each needs a public Queue call first (say ``queue.counters(since=...)``,
-``queue.workers()``, ``queue.cancel(id)``); then a route in api.py's table, a
-POST behind the same CSRF and token checks as requeue, and its part of the page.
+The operator's view (issue 17): counters from ``queue.counters()`` (as
+Prometheus counters in /metrics, and sampled in memory for the page's chart:
+history.py), workers from ``queue.workers()`` (a panel, /api/workers,
+nobroker_workers), and per-job cancel and requeue, alone or on a selection
+(POST routes behind the same CSRF and token checks as every other). Run now
+and delete wait for ``queue.run_now`` and ``queue.delete``.
 """
 
 from __future__ import annotations

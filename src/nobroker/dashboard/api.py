@@ -3,7 +3,7 @@
 Owns: the route table, the checking of query parameters, the JSON shape of a
 job (the lease token never leaves), the mapping of queue errors to HTTP
 statuses (HTTPError), and the JSON encoding every answer uses.
-Imports: errors, jobs, queue, queues, listing, metrics. Queues are used through the
+Imports: errors, jobs, queue, queues, listing, metrics, history. Queues are used through the
 methods of the public Queue only, so every route works the same on the file
 storage and on PostgreSQL.
 
@@ -13,13 +13,19 @@ of each, and the errors of those that could not be counted); ``GET /api/stats``;
 ``GET /api/jobs?state=&kind=&q=&sort=&limit=&offset=`` (a state or
 runnable/delayed, a kind, a search of ids and payloads, oldest or newest
 first: see listing.py); ``GET /api/jobs/<id>``;
-``GET /api/dlq?limit=``; ``POST /api/jobs/<id>/requeue``;
+``GET /api/dlq?limit=``; ``GET /api/history`` (the counters' samples of the
+last hour, for the chart: history.py); ``GET /api/workers`` (the workers'
+announcements, each with ``gone``); ``POST /api/jobs/<id>/requeue``;
+``POST /api/jobs/<id>/cancel`` (a ready or delayed job is cancelled, a leased
+one marked: ``Queue.cancel``); ``POST /api/bulk`` (body ``{"action":
+"cancel" | "requeue", "ids": [...]}``, at most MAX_BULK_IDS: each id acted on
+as its own route would, the refusals listed by id);
 ``POST /api/dlq/requeue``; ``POST /api/purge`` (body ``{"confirm": "<queue name>"}``);
 ``POST /api/compact``; ``GET /metrics`` (Prometheus text format 0.0.4). Each
 but /api/queues acts on the queue named by ``?queue=`` (default: the first).
 Errors are JSON ``{"error": "..."}``: 400 bad parameters or request, 403 token/CSRF/Host/Origin,
 404 unknown job, queue or route, 405 wrong method, 409 requeue of a job that is not
-dead, 411 Transfer-Encoding, 413 body too large, 503 queue lock busy.
+dead or cancel of a finished one, 411 Transfer-Encoding, 413 body too large, 503 queue lock busy.
 
 Requests arrive on many threads and take turns at the queue under one lock.
 Both storages are safe across threads on their own; the lock is for the
@@ -37,8 +43,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
-from ..jobs import LISTINGS, MAX_NAME_CHARS, Job, JobState, QueueStats
+from ..errors import JobFinishedError, JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
+from ..jobs import COUNTER_NAMES, LISTINGS, MAX_NAME_CHARS, Job, JobState, QueueStats
+from .history import GAP_SECONDS, HISTORY_SECONDS, CounterHistory, Sampler
 from .listing import MAX_SEARCH_CHARS, SORTS, JobQuery, list_page, page_fields
 from .metrics import metrics_text
 from .queues import MAX_COUNTED_QUEUES, QueueSet, UnknownQueueError
@@ -55,6 +62,10 @@ MAX_PAGE_JOBS = 500
 MAX_OFFSET = 10_000_000
 #: Characters of payload, result and error text shown in lists (the detail shows all).
 PREVIEW_CHARS = 200
+#: Most job ids one bulk action takes (a page of the list is at most MAX_PAGE_JOBS).
+MAX_BULK_IDS = 500
+#: The bulk actions, each the route it repeats per id.
+BULK_ACTIONS = ("cancel", "requeue")
 #: Most list counts remembered as hints for the next answer (see listing.count_listed).
 MAX_COUNT_HINTS = 256
 
@@ -215,6 +226,8 @@ class Api:
     def __init__(self, queues: QueueSet, lock: threading.Lock) -> None:
         self.queues = queues
         self.lock = lock
+        #: Samples the open queues' counters for the chart (the server starts and stops its thread).
+        self.sampler = Sampler(CounterHistory(), queues.open_queues, lock)
         # The count of each (queue, state, kind) list last read newest first: usually confirmed by one read.
         self._count_hints: dict[tuple[str, str | None, str | None], int] = {}
 
@@ -299,12 +312,56 @@ class Api:
         call.read_body()
         job_id = call.args[0]
         with self.lock:
-            job = call.queue.get(job_id)
-            if job.state != JobState.DEAD:
-                raise HTTPError(409, f"job {job_id} is {job.state.value}, not dead: only dead jobs are requeued")
-            count = call.queue.requeue_dead(job_id)
+            count = self._requeue(call.queue, job_id)
         logger.info("dashboard: requeued dead job %s", job_id)
         return json_answer({"requeued": count})
+
+    def cancel_one(self, call: Call) -> Answer:
+        call.read_body()
+        job_id = call.args[0]
+        with self.lock:
+            job = self._cancel(call.queue, job_id)
+        logger.info("dashboard: cancel of job %s (now %s)", job_id, job.state.value)
+        return json_answer({"job": job_detail(job)})
+
+    def _cancel(self, queue: Queue, job_id: str) -> Job:
+        try:
+            return queue.cancel(job_id)
+        except JobFinishedError as exc:
+            raise HTTPError(409, f"job {job_id} is {exc.state}: only ready, delayed and leased jobs are cancelled") from None
+
+    def _requeue(self, queue: Queue, job_id: str) -> int:
+        job = queue.get(job_id)
+        if job.state != JobState.DEAD:
+            raise HTTPError(409, f"job {job_id} is {job.state.value}, not dead: only dead jobs are requeued")
+        return queue.requeue_dead(job_id)
+
+    def bulk(self, call: Call) -> Answer:
+        """One action over many ids, each as its own route would do it; what was refused, by id, with why."""
+        body = call.read_body()
+        action, ids = body.get("action"), body.get("ids")
+        if action not in BULK_ACTIONS:
+            raise HTTPError(400, f"action must be one of {', '.join(BULK_ACTIONS)}, got {action!r}")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+            raise HTTPError(400, "ids must be a non-empty list of job ids")
+        if len(ids) > MAX_BULK_IDS:
+            raise HTTPError(400, f"at most {MAX_BULK_IDS} ids at once, got {len(ids)}")
+        done: list[str] = []
+        refused: dict[str, str] = {}
+        for job_id in dict.fromkeys(ids):  # each once, in the order given
+            try:
+                with self.lock:  # per id: a long selection lets other requests in between
+                    if action == "cancel":
+                        self._cancel(call.queue, job_id)
+                    else:
+                        self._requeue(call.queue, job_id)
+                done.append(job_id)
+            except HTTPError as exc:
+                refused[job_id] = exc.message
+            except JobNotFoundError as exc:
+                refused[job_id] = str(exc)
+        logger.info("dashboard: bulk %s of %d job(s), %d refused", action, len(done), len(refused))
+        return json_answer({"action": action, "done": done, "refused": refused})
 
     def requeue_all(self, call: Call) -> Answer:
         call.read_body()
@@ -330,6 +387,22 @@ class Api:
         logger.info("dashboard: compacted (%s)", result)
         return json_answer({"compaction": dataclasses.asdict(result)})
 
+    def history(self, call: Call) -> Answer:
+        """The counters' samples of the last hour (each the totals over the kinds), oldest first."""
+        self.sampler.sample(call.queue)  # a sample now if one is owed: a new page draws at once
+        now = time.time()
+        samples = [{"at": at, **values} for at, values in self.sampler.history.samples(call.queue.name, now)]
+        return json_answer({
+            "queue": call.queue.name, "now": now, "interval": self.sampler.history.interval,
+            "window": HISTORY_SECONDS, "gap": GAP_SECONDS, "counters": list(COUNTER_NAMES), "samples": samples,
+        })  # fmt: skip
+
+    def workers(self, call: Call) -> Answer:
+        with self.lock:
+            workers = call.queue.workers()
+        now = time.time()
+        return json_answer({"queue": call.queue.name, "now": now, "workers": [w.to_dict(now) for w in workers]})
+
     def metrics(self, call: Call) -> Answer:
         return Answer(200, metrics_text(call.queue, self.lock).encode("utf-8"), METRICS_TYPE)
 
@@ -340,8 +413,12 @@ _ROUTES: tuple[tuple[tuple[str, ...], str, Callable[[Api, Call], Answer]], ...] 
     (("api", "stats"), "GET", Api.stats),
     (("api", "jobs"), "GET", Api.jobs),
     (("api", "jobs", "*"), "GET", Api.job),
+    (("api", "bulk"), "POST", Api.bulk),
     (("api", "jobs", "*", "requeue"), "POST", Api.requeue_one),
+    (("api", "jobs", "*", "cancel"), "POST", Api.cancel_one),
     (("api", "dlq"), "GET", Api.dlq),
+    (("api", "history"), "GET", Api.history),
+    (("api", "workers"), "GET", Api.workers),
     (("api", "dlq", "requeue"), "POST", Api.requeue_all),
     (("api", "purge"), "POST", Api.purge),
     (("api", "compact"), "POST", Api.compact),

@@ -3,7 +3,10 @@
 Owns: metrics_text and render_metrics (the samples, their HELP and TYPE lines, label
 escaping) and the scan for the longest-waiting runnable job. Imports: jobs,
 queue. The queue is used through the public Queue API only (name, stats,
-list_jobs), so the figures mean the same on both storages.
+counters, workers, list_jobs), so the figures mean the same on both storages:
+gauges of the jobs by state and of the workers announced, and the counters the storage keeps (jobs enqueued,
+succeeded, failed, dead, cancelled per kind), which only grow, so
+Prometheus can take a ``rate()`` of them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ METRICS_SCAN_PAGE = 1_000
 METRICS_SCAN_JOBS = 100_000
 #: The states /metrics counts, in the order its samples appear (delayed: ready, not yet runnable).
 METRIC_STATES = ("ready", "delayed", "leased", "done", "dead")
+#: The counters /metrics exports (``nobroker_jobs_<name>_total{queue=,kind=}``), with their help.
+METRIC_COUNTERS = {
+    "enqueued": "Jobs enqueued, by kind (an idempotent enqueue of an id the queue holds adds none).",
+    "succeeded": "Attempts that succeeded (acks), by kind.",
+    "failed": "Attempts that failed and went back to be retried (nacks, expired leases), by kind.",
+    "dead": "Jobs moved to the dead-letter queue, by kind.",
+    "cancelled": "Jobs cancelled, by kind.",
+}
 
 
 class Served(Protocol):
@@ -43,16 +54,17 @@ def render_metrics(server: Served, queue: Queue | None = None) -> str:
 def metrics_text(queue: Queue, lock: threading.Lock) -> str:
     """The Prometheus text exposition (format 0.0.4) of ``queue``'s state right now, read under ``lock``.
 
-    Gauges only: counters (jobs enqueued, acknowledged) derived from the
-    counts by state would be wrong after every compaction or purge, so they
-    wait for a storage that keeps them. Gauges per kind wait too: the public
-    Queue counts by state only, and counting by kind would read every job
-    (its payload with it) at each scrape.
+    Gauges by state, and the storage's counters by kind (``queue.counters()``:
+    kept through restarts, compaction and purge). Gauges per kind wait: the
+    public Queue counts by state only, and counting by kind would read every
+    job (its payload with it) at each scrape.
     """
     name = _escape_label(queue.name)
     now = time.time()
     with lock:
         stats = queue.stats()
+        counters = queue.counters()
+        workers = queue.workers()
         oldest = _earliest_runnable(queue, now) if stats.ready else None
     oldest_age = max(0.0, now - oldest) if oldest is not None else 0.0
     counts = stats.to_dict()
@@ -79,6 +91,20 @@ def metrics_text(queue: Queue, lock: threading.Lock) -> str:
     )
     metric("nobroker_leases_active", "gauge", "Jobs leased right now.", [(f'queue="{name}"', counts["leased"])])
     metric("nobroker_dead_jobs", "gauge", "Jobs in the dead-letter queue.", [(f'queue="{name}"', counts["dead"])])
+    gone = sum(1 for w in workers if w.gone(now))
+    metric(
+        "nobroker_workers", "gauge", "Workers that announced themselves (gone: no heartbeat for a while).",
+        [(f'queue="{name}",state="live"', len(workers) - gone), (f'queue="{name}",state="gone"', gone)],
+    )  # fmt: skip
+    metric(
+        "nobroker_worker_jobs_running", "gauge", "Jobs the live workers said they were running at their last heartbeat.",
+        [(f'queue="{name}"', sum(w.running for w in workers if not w.gone(now)))],
+    )  # fmt: skip
+    for counter, help_text in METRIC_COUNTERS.items():
+        samples: list[tuple[str, float]] = [
+            (f'queue="{name}",kind="{_escape_label(kind)}"', row[counter]) for kind, row in counters.items()
+        ]
+        metric(f"nobroker_jobs_{counter}_total", "counter", help_text, samples)
     return "\n".join(lines) + "\n"
 
 
@@ -121,4 +147,4 @@ def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-__all__ = ["render_metrics", "metrics_text", "METRICS_SCAN_PAGE", "METRICS_SCAN_JOBS", "METRIC_STATES"]
+__all__ = ["render_metrics", "metrics_text", "METRICS_SCAN_PAGE", "METRICS_SCAN_JOBS", "METRIC_STATES", "METRIC_COUNTERS"]

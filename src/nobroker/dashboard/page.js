@@ -1,4 +1,5 @@
-// The page's behaviour: the live counts, the lists, a job in full, the actions. page-format.js comes first.
+// The page's behaviour: the live counts, the chart and the workers, the lists, a job in full, the actions.
+// page-format.js and page-panels.js come first.
 (function () {
   "use strict";
   const { el, clockTime, utcTime, zoneLabel, duration, stamp, moment } = pageFormat;
@@ -7,16 +8,18 @@
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
   const QUEUES_EVERY = 3;  // rounds between reads of every queue's counts (and of queues added meanwhile)
   const HEAVY_EVERY = 5;  // rounds between rereads of a costly list: a search, or newest first with a kind
+  const CHART_EVERY = 5;  // rounds between redraws of the chart (the server samples every 10 s)
+  const WORKERS_EVERY = 3;  // rounds between reads of the workers' announcements
   const TYPING_MS = 300;  // quiet time after typing in a filter before the list follows
   const MAX_KINDS = 200;  // kinds remembered for the kind filter's suggestions
-  const STATES = ["runnable", "delayed", "leased", "done", "dead", "all"];
+  const STATES = ["runnable", "delayed", "leased", "done", "dead", "cancelled", "all"];
   const SORTS = ["oldest", "newest"];
   const PAGE_SIZES = [20, 50, 100, 500];
   const DEFAULTS = { state: "runnable", limit: 50, sort: "oldest" };
   const $ = (id) => document.getElementById(id);
   const view = {
     state: DEFAULTS.state, kind: "", q: "", sort: DEFAULTS.sort, offset: 0, limit: DEFAULTS.limit,
-    selected: null, queue: "", defaultQueue: "", kinds: new Set(),
+    selected: null, queue: "", defaultQueue: "", kinds: new Set(), picked: new Set(), shown: [],
     lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000,
   };
 
@@ -77,8 +80,8 @@
       view.queue = data.queue;
       $("queue-name").textContent = data.queue;
       $("durable").textContent = data.durable ? "durable (fsync on)" : "NOT durable (fsync off)";
-      for (const key of ["ready", "delayed", "leased", "done", "dead", "total"]) {
-        $("count-" + key).textContent = String(data.stats[key]);
+      for (const key of ["ready", "delayed", "leased", "done", "dead", "cancelled", "total"]) {
+        $("count-" + key).textContent = String(data.stats[key] || 0);  // cancelled: absent while 0
       }
       const shownAt = Date.now() / 1000;
       $("updated").textContent = clockTime(shownAt);
@@ -93,6 +96,8 @@
       const heavy = view.q || (view.kind && view.sort === "newest");
       if (!heavy || view.ticks % HEAVY_EVERY === 0) await refreshJobs();
       const signature = JSON.stringify(data.stats);
+      if (view.ticks % CHART_EVERY === 0) await refreshChart();
+      if (view.ticks % WORKERS_EVERY === 0) await refreshWorkers();
       view.ticks += 1;
       if (view.ticks % QUEUES_EVERY === 0) await loadQueues();
       if (view.selected && (signature !== view.lastStats || view.ticks % DETAIL_EVERY === 0)) {
@@ -109,6 +114,33 @@
       $("status").textContent = "disconnected: " + err.message;
       $("status").className = "bad";
     }
+  }
+
+  // ---------------------------------------------------------------- chart and workers
+  async function refreshChart() {
+    const queue = view.queue;
+    try {
+      const data = await api("/api/history");
+      if (data.queue === queue) pagePanels.drawChart($("chart"), data);
+    } catch (err) {
+      // the counts say when the server is gone
+    }
+  }
+
+  async function refreshWorkers() {
+    const queue = view.queue;
+    let data;
+    try {
+      data = await api("/api/workers");
+    } catch (err) {
+      return;
+    }
+    if (data.queue !== queue) return;
+    $("workers").replaceChildren(...pagePanels.workerRows(data.workers, data.now));
+    $("workers-empty").hidden = data.workers.length !== 0;
+    const gone = data.workers.filter((w) => w.gone).length;
+    $("workers-note").textContent = data.workers.length
+      ? (data.workers.length - gone) + " live" + (gone ? ", " + gone + " gone" : "") : "";
   }
 
   // ---------------------------------------------------------------- queues
@@ -148,6 +180,8 @@
     view.queue = name;
     view.offset = 0;
     view.lastStats = "";
+    view.ticks = 0;  // the chart and the workers of the new queue at once
+    view.picked.clear();
     view.listSeq += 1;  // answers still coming for the previous queue must not draw
     view.detailSeq += 1;
     clearDetail(true);  // the address changes just below
@@ -235,7 +269,9 @@
       ? document.activeElement.closest("tr.job") : null;
     const focusId = focused ? focused.getAttribute("data-job-id") : null;
     const rows = data.jobs.map(jobRow);
+    view.shown = data.jobs.map((job) => job.id);
     $("jobs").replaceChildren(...rows);
+    showPicked();
     // Redrawing must not steal the keyboard user's place in the list.
     const again = focusId === null ? null : rows.find((row) => row.getAttribute("data-job-id") === focusId);
     if (again) again.focus();
@@ -263,7 +299,14 @@
   function jobRow(job) {
     const info = infoOf(job);
     // Each cell is labelled for the phone layout, where the row becomes a card.
+    const pick = el("input", {
+      type: "checkbox", "aria-label": "select job " + job.id, "data-pick": job.id,
+      onclick: (ev) => ev.stopPropagation(),
+      onchange: (ev) => { if (ev.target.checked) view.picked.add(job.id); else view.picked.delete(job.id); showPicked(); },
+    });
+    pick.checked = view.picked.has(job.id);
     const cells = [
+      el("td", { class: "pick", "data-label": "select" }, [pick]),
       el("td", { class: "mono id", "data-label": "id" }, [el("span", { class: "cut", text: job.id, title: job.id })]),
       el("td", { class: "kind", "data-label": "kind" }, [el("span", { class: "cut", text: job.kind, title: job.kind })]),
       el("td", { "data-label": "state", text: job.state === "ready" && job.available_at > view.now ? "delayed" : job.state }),
@@ -277,6 +320,12 @@
       actions.append(el("button", {
         text: "Requeue", "data-action": "requeue", "data-job-id": job.id,
         onclick: (ev) => { ev.stopPropagation(); requeueOne(job.id); },
+      }));
+    }
+    if ((job.state === "ready" || job.state === "leased") && !job.cancel_requested) {
+      actions.append(el("button", {
+        text: "Cancel", "data-action": "cancel", "data-job-id": job.id,
+        onclick: (ev) => { ev.stopPropagation(); cancelOne(job.id); },
       }));
     }
     cells.push(actions);
@@ -332,6 +381,7 @@
     $("detail-traceback").hidden = $("detail-traceback-label").hidden = job.traceback == null;
     $("detail-result").textContent = job.result == null ? "–" : JSON.stringify(job.result, null, 2);
     $("detail-requeue").hidden = job.state !== "dead";
+    $("detail-cancel").hidden = !((job.state === "ready" || job.state === "leased") && !job.cancel_requested);
     $("detail").hidden = false;
   }
 
@@ -360,6 +410,49 @@
   function requeueOne(id) {
     return act("/api/jobs/" + encodeURIComponent(id) + "/requeue", null,
       (data) => "Requeued " + data.requeued + " job: " + id, "Requeue failed");
+  }
+
+  function cancelOne(id) {
+    if (!window.confirm("Cancel job " + id + "? A ready job is cancelled at once; a running one is told to stop.")) return;
+    return act("/api/jobs/" + encodeURIComponent(id) + "/cancel", null,
+      (data) => (data.job.state === "cancelled" ? "Cancelled job: " : "Asked the worker running it to stop: ") + id,
+      "Cancel failed");
+  }
+
+  // The selection: ids picked on this page (and kept across its redraws); cleared on another tab or queue.
+  function showPicked() {
+    const n = view.picked.size;
+    $("bulk-actions").hidden = n === 0;
+    $("picked-count").textContent = n + " selected";
+    const onPage = view.shown.filter((id) => view.picked.has(id)).length;
+    $("pick-all").checked = view.shown.length > 0 && onPage === view.shown.length;
+    $("pick-all").indeterminate = onPage > 0 && onPage < view.shown.length;
+  }
+
+  function pickAll() {
+    const all = $("pick-all").checked;
+    for (const id of view.shown) { if (all) view.picked.add(id); else view.picked.delete(id); }
+    for (const box of document.querySelectorAll("#jobs input[data-pick]")) box.checked = all;
+    showPicked();
+  }
+
+  function clearPicked() {
+    view.picked.clear();
+    for (const box of document.querySelectorAll("#jobs input[data-pick]")) box.checked = false;
+    showPicked();
+  }
+
+  async function bulk(action) {
+    const ids = Array.from(view.picked);
+    if (!ids.length || !window.confirm((action === "cancel" ? "Cancel " : "Requeue ") + ids.length + " selected job(s)?")) return;
+    await act("/api/bulk", { action: action, ids: ids }, (data) => {
+      const refused = Object.keys(data.refused);
+      for (const id of data.done) view.picked.delete(id);
+      return (action === "cancel" ? "Cancelled " : "Requeued ") + data.done.length + " job(s)"
+        + (refused.length ? "; refused " + refused.length + " (" + refused.slice(0, 3).map((id) => id + ": " + data.refused[id]).join("; ")
+          + (refused.length > 3 ? "; …" : "") + ")" : "") + ".";
+    }, (action === "cancel" ? "Cancel" : "Requeue") + " failed");
+    showPicked();
   }
 
   function requeueAll() {
@@ -401,6 +494,7 @@
     button.addEventListener("click", () => {
       view.state = button.getAttribute("data-state");
       view.offset = 0;
+      view.picked.clear();
       showControls();
       relist();
     });
@@ -427,6 +521,11 @@
   $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; relist(); });
   $("requeue-all").addEventListener("click", requeueAll);
   $("detail-requeue").addEventListener("click", () => { if (view.selected) requeueOne(view.selected); });
+  $("detail-cancel").addEventListener("click", () => { if (view.selected) cancelOne(view.selected); });
+  $("pick-all").addEventListener("change", pickAll);
+  $("bulk-clear").addEventListener("click", clearPicked);
+  $("bulk-cancel").addEventListener("click", () => bulk("cancel"));
+  $("bulk-requeue").addEventListener("click", () => bulk("requeue"));
   $("detail-refresh").addEventListener("click", () => { if (view.selected) showJob(view.selected, false); });
   $("compact").addEventListener("click", compact);
   $("purge").addEventListener("click", openPurge);

@@ -1,4 +1,4 @@
-"""The dashboard's one page: page.html, page.css, page-format.js and page.js, shipped as package data files.
+"""The dashboard's one page: page.html, page.css and its scripts, shipped as package data files.
 
 Owns: reading the files (once, with importlib.resources, so they load
 from a source tree, a wheel or the single-file zipapp alike) and rendering
@@ -6,8 +6,9 @@ the page for one answer. Imports: nothing from nobroker.
 
 page.html names its holes ``{{NAME}}``: ``STYLE`` and ``SCRIPT`` take
 page.css and the scripts, inlined, so the page needs no second request and no
-network; page-format.js and page.js go into the one script, in that order (the first
-makes elements and formats times, the second uses it). ``NONCE`` (drawn
+network; page-format.js, page-panels.js and page.js go into the one script, in that
+order (the first makes elements and formats times, the second draws the chart and
+the workers' table, the third runs the page with both). ``NONCE`` (drawn
 afresh for each answer) sits on the one ``<style>``
 and the one ``<script>``, the only ones the Content-Security-Policy lets run;
 ``CSRF`` is the server's token, which the script sends back with every POST.
@@ -30,7 +31,7 @@ HOLES = frozenset({"STYLE", "SCRIPT", "NONCE", "CSRF"})
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 #: The files, in this package, that make the page (the scripts in the order they run).
 HTML_FILE, STYLE_FILE = "page.html", "page.css"
-SCRIPT_FILES = ("page-format.js", "page.js")
+SCRIPT_FILES = ("page-format.js", "page-panels.js", "page.js")
 
 
 class Page:

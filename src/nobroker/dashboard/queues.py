@@ -96,6 +96,11 @@ class QueueSet:
             self._opened[name] = queue
             return queue
 
+    def open_queues(self) -> list[Queue]:
+        """The queues open now: the first, and those opened since (what the counters' sampler samples)."""
+        with self._lock:
+            return [self.first, *self._opened.values()]
+
     def close(self) -> None:
         """Close the queues this set opened (the first belongs to the caller)."""
         with self._lock:

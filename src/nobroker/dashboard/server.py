@@ -171,6 +171,7 @@ class DashboardServer(http.server.ThreadingHTTPServer):
             host = "127.0.0.1"
         self.address_family = family
         super().__init__((host.strip("[]"), port), _Handler)
+        self.api.sampler.start()  # bound: from here on server_close() stops it
 
     @property
     def queue(self) -> Queue:
@@ -191,6 +192,7 @@ class DashboardServer(http.server.ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
+        self.api.sampler.stop()
         self.queues.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:

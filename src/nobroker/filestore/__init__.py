@@ -11,6 +11,7 @@ The package, in its order (a module imports only modules above it):
     records.py     one encoder and one decoder per record type
     schedule_records.py  the schedule records (SCHEDULE, UNSCHEDULE, TICK) and how they fold
     limit_records.py  the limit records (LIMIT, UNLIMIT), how they fold, a limited lease's token
+    counting.py    the counters per kind: what each record adds, the PURGE that carries them through compaction
     log.py         one generation file: scan, append, group fsync; the .current pointer
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
@@ -27,6 +28,7 @@ The package, in its order (a module imports only modules above it):
     commit.py      Committer: the four beats, the group commit, roll-back, the read beat
     compactor.py   Compactor: the online compaction, mostly without the file lock
     reads.py       the read-only queries (get, stats, listings) as of now
+    roster.py      the worker announcements: one small file per Worker in <name>.workers/
     storage.py     FileStorage, wiring only: one short method per operation
     admin.py       inspect, verify and repair, from outside a queue
 

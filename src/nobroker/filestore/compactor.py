@@ -4,7 +4,7 @@ Owns: Compactor, the layer of FileStorage above Committer: the whole online
 compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
 jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
-limit_records, compaction, checkpoint, commit.
+limit_records, counting, compaction, checkpoint, commit.
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from ..errors import CompactionError, StorageError
 from ..jobs import CompactionResult
 from ..storage import StorageOptions
-from . import checkpoint, leases, limit_records, schedule_records
+from . import checkpoint, counting, leases, limit_records, schedule_records
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .commit import Batch, Committer
 from .entry import DROPPED
@@ -218,9 +218,11 @@ class Compactor(Committer):
             # threads wait on the mutex, so the state stays exactly that.
             live = [e for e in self._state.entries() if e.state not in DROPPED]
             at = self.clock()
-            carried = new.write_records(
-                schedule_records.replayed(self._state.schedules, at) + limit_records.replayed(self._state.limits, at)
-            )
+            carried = new.write_records([
+                counting.carried_record(self._state.counters, live, at),  # first: over the jobs dropped
+                *schedule_records.replayed(self._state.schedules, at),
+                *limit_records.replayed(self._state.limits, at),
+            ])  # fmt: skip
             offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
             del live
             tail = new.pos

@@ -5,9 +5,10 @@ cheap, with a small mapping-like API: get, hold, in, len, entries) and
 ``apply``, which folds one decoded record into the state; also the
 schedules (periodic jobs) by name, which schedule_records.py folds records
 into; the limits by kind, which limit_records.py folds records into, and how
-many jobs of each kind are leased (the state's snapshot form is
+many jobs of each kind are leased; the counters by kind, counted as the
+records are applied (counting.py) (the state's snapshot form is
 state_form.py's). Imports: jobs, schedules, framing, entry, records,
-schedule_records, limit_records, index.
+schedule_records, limit_records, counting, index.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -37,7 +38,7 @@ from typing import Any
 
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
 from ..schedules import Schedule
-from . import limit_records, records, schedule_records
+from . import counting, limit_records, records, schedule_records
 from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
@@ -64,6 +65,8 @@ class QueueState(JobRows):
         self.schedules: dict[str, Schedule] = {}
         #: Limits by kind, each with its bucket (limit_records.py); a PURGE keeps them.
         self.limits: dict[str, limit_records.Held] = {}
+        #: Counters by kind (counting.py): derived from the records, kept by a PURGE.
+        self.counters: dict[str, list[int]] = {}
         self.leased_kinds: dict[str, int] = {}
 
     # ------------------------------------------------------------ the jobs, as a mapping
@@ -118,9 +121,13 @@ class QueueState(JobRows):
         self.records += 1
         if rtype == RecordType.ENQUEUE:
             self._enqueue(body, offset, size)
+            counting.add(self.counters, body.get("kind", DEFAULT_KIND))  # a kind that is not a string never gets here
             return
         if rtype == RecordType.PURGE:
             self.clear()
+            carried = body.get(counting.CARRIED)
+            if carried is not None:  # a compacted generation's first record: the counters so far
+                self.counters = counting.checked(carried)
             return
         if rtype in schedule_records.SCHEDULE_TYPES:
             schedule_records.apply(self.schedules, rtype, body)
@@ -180,6 +187,8 @@ class QueueState(JobRows):
                 self._push_ready(entry, entry.available_at)
         if deadline is not None and entry.state is not LEASED:  # the attempt ended: into its history (bounded)
             entry.end_attempt(body.get("at"), deadline)
+        if rtype in counting.COUNTED:  # once the record was applied: a refused one counts nothing
+            counting.count_outcome(self.counters, rtype, body, entry.kind)
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
@@ -228,6 +237,7 @@ class QueueState(JobRows):
 
         ``number``: ``id_number(entry.id)`` when the writer made the id from it (-2: parse it here).
         """
+        counting.add(self.counters, entry.kind)
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
@@ -346,10 +356,10 @@ class QueueState(JobRows):
         entry.state = state
 
     def clear(self) -> None:
-        """After a PURGE: no jobs, but the counts of what the log held so far, the schedules and limits, carry on."""
-        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits
+        """After a PURGE: no jobs, but the counts of what the log held so far, schedules, limits, counters carry on."""
+        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.counters
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits = kept
+        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.counters = kept
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:

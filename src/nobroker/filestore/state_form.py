@@ -2,7 +2,7 @@
 
 Owns: ``to_snapshot`` and ``from_snapshot`` (snapshot.py frames and checks
 the file; this module says what goes in it). Imports: jobs, schedules,
-entry, framing, limit_records, replay.
+entry, framing, limit_records, counting, replay.
 
 Every attribute of a QueueState must be named here: to_snapshot refuses a
 state with one it does not know, so a new field cannot be left out of the
@@ -17,7 +17,7 @@ from typing import Any
 
 from ..jobs import JobState
 from ..schedules import from_fields, to_fields
-from . import limit_records
+from . import counting, limit_records
 from .entry import IN_DELAYED, IN_READY, LEASED, STATES, Entry, new_entry
 from .framing import RecordType
 from .replay import QueueState
@@ -48,6 +48,7 @@ def to_snapshot(state: QueueState) -> tuple[dict[str, Any], list[Any]]:
         "active_keys": [[kind, key, job_id] for (kind, key), job_id in state.active_keys.items()],
         "schedules": [to_fields(sched) for sched in state.schedules.values()],
         "limits": [body for _rtype, body in limit_records.replayed(state.limits, 0.0)],
+        "counters": state.counters,
     })  # fmt: skip
     return fields, blocks
 
@@ -90,6 +91,7 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
     state.schedules = {sched.name: sched for sched in map(from_fields, fields.get("schedules", []))}
     for body in fields.get("limits", []):
         limit_records.apply(state.limits, RecordType.LIMIT, body)
+    state.counters = counting.checked(fields["counters"])  # a snapshot from before counters: replay instead
     if len(hot) + gone + state.n_cold != len(rows) or sum(state._counts.values()) != len(hot):
         raise ValueError("snapshot counts do not add up")
     return state

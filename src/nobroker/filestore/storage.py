@@ -5,8 +5,8 @@ constructor, one short method per operation of the Storage protocol (the
 decision from leases.py or the query from reads.py, run through the four
 beats of commit.py), the folder fsync, waiting for work, closing, and giving
 every storage fresh locks in a forked child. Imports: errors, jobs, storage,
-fs, wake, leases, reads, compactor, schedules, schedule_ops, limits,
-limit_ops.
+fs, wake, counting, leases, reads, roster, compactor, schedules,
+schedule_ops, limits, limit_ops, announcements.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
+from ..announcements import WorkerInfo
 from ..errors import StorageError
-from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport
+from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
 from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
-from . import leases, limit_ops, reads, schedule_ops
+from . import counting, leases, limit_ops, reads, roster, schedule_ops
 from .compactor import Compactor
 from .fs import OS_FILESYSTEM, FileSystem, storage_error
 from .wake import wait_for_change
@@ -144,6 +145,26 @@ class FileStorage(Compactor):
 
     def count(self) -> int:
         return self._read(lambda now: len(self._state))
+
+    def counters(self) -> Counters:
+        return self._read(lambda now: counting.by_kind(self._state.counters))
+
+    # Worker announcements live beside the log, not in it (roster.py): no lock, no replay.
+    def announce_worker(self, info: WorkerInfo) -> None:
+        self._check_usable()
+        now = time.monotonic()
+        prune = now - getattr(self, "_roster_pruned", -roster.PRUNE_EVERY) >= roster.PRUNE_EVERY
+        roster.announce(self.fs, self.directory, self.name, info, prune=prune)
+        if prune:
+            self._roster_pruned = now
+
+    def retire_worker(self, worker_id: str) -> None:
+        self._check_usable()
+        roster.retire(self.fs, self.directory, self.name, worker_id)
+
+    def workers(self) -> list[WorkerInfo]:
+        self._check_usable()
+        return roster.listed(self.fs, self.directory, self.name)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         return self._read(

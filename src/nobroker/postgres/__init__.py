@@ -18,6 +18,7 @@ The package, in its order (a module imports only modules above it):
     schedule_ops.py  the schedules table and the tick transaction
     limit_ops.py   the limits table and the lease under limits
     queue_ops.py   the whole queue's operations (requeue, purge, pruning, compaction) and the reads
+    roster.py      the workers table: the worker announcements
     storage.py     PostgresStorage, wiring only
     asyncstorage.py  AsyncPostgresStorage: the same statements awaited, for AsyncQueue
 

@@ -3,13 +3,13 @@
 Owns: AsyncPostgresStorage (the Storage protocol with ``await``) and
 ``carry_async`` (a storage Plan awaited run by run). Imports: jobs,
 schedules, limits, storage, driver, steps, asynclink, operations, queue_ops,
-schedule_ops, limit_ops.
+schedule_ops, limit_ops, roster, announcements.
 
 Opening is the Queue's (the options checked, the schema brought up to date),
 run in a thread once; the PostgresStorage it opened keeps the queue's
 settings, its NOTIFY gate and its pruning, and this wraps it. Then the work (enqueue, lease,
 ack, ack_many, nack, extend, extend_many, set_stage, cancel) is awaited on
-one AsyncConnection, the reads (get, stats, count, list_jobs) and the
+one AsyncConnection, the reads (get, stats, count, counters, workers, list_jobs) and the
 operator's writes (requeue_dead, purge, compact) on a second, opened on
 first use, so a heartbeat never waits behind them; the schedules as the
 Queue places them, and the limits per kind likewise (a lease of a queue
@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, TypeVar
 
-from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport
+from ..announcements import WorkerInfo
+from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
 from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec
 from . import operations as ops
 from . import queue_ops as whole
-from . import limit_ops, schedule_ops
+from . import limit_ops, roster, schedule_ops
 from .asynclink import AsyncLink, AsyncSession
 from .driver import psycopg
 from .steps import advance, drive_async
@@ -89,7 +90,7 @@ class AsyncPostgresStorage:
             raise ops.transaction_error(exc) from None
 
     async def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
-        t, sql = self._target, self.sync.limit_sql()
+        t, sql = self._target, self.sync.limit_sql
         self.sync.upkeep_due()
         return await self._work.run("lease", lambda: limit_ops.claim(t, sql, count, visibility_timeout, kinds), retry=True)
 
@@ -128,6 +129,13 @@ class AsyncPostgresStorage:
     async def count(self) -> int:
         return await self._side.run("count", lambda: whole.count(self._target), retry=True)
 
+    async def counters(self) -> Counters:
+        return await self._side.run("counters", lambda: whole.counters(self._target), retry=True)
+
+    async def workers(self) -> list[WorkerInfo]:
+        t, sql = self._target, self.sync.roster_sql
+        return await self._side.run("list workers", lambda: roster.listed(t, sql), retry=True)
+
     async def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         t = self._target
         return await self._side.run("list_jobs", lambda: whole.list_jobs(t, listing, limit, offset, kind), retry=True)
@@ -144,43 +152,43 @@ class AsyncPostgresStorage:
 
     # ================================================================ schedules (each one statement or one transaction)
     async def put_schedule(self, spec: ScheduleSpec) -> Schedule:
-        t, sql = self._target, self.sync.schedule_sql()
+        t, sql = self._target, self.sync.schedule_sql
         return await self._work.run("schedule", lambda: schedule_ops.put(t, sql, spec), retry=True)
 
     async def remove_schedule(self, name: str) -> bool:
-        t, sql = self._target, self.sync.schedule_sql()
+        t, sql = self._target, self.sync.schedule_sql
         return await self._work.run("unschedule", lambda: schedule_ops.remove(t, sql, name), retry=True)
 
     async def list_schedules(self) -> list[Schedule]:
-        t, sql = self._target, self.sync.schedule_sql()
+        t, sql = self._target, self.sync.schedule_sql
         return await self._side.run("list schedules", lambda: schedule_ops.listed(t, sql), retry=True)
 
     async def fire_schedules(self) -> list[Job]:
-        t, sql, most = self._target, self.sync.schedule_sql(), self.sync.max_attempts
+        t, sql, most = self._target, self.sync.schedule_sql, self.sync.max_attempts
         return await self._work.run("enqueue due ticks", lambda: schedule_ops.fire(t, sql, most), retry=True)
 
     # ================================================================ limits per kind (as the Queue places them)
     async def put_limit(self, limit: Limit) -> Limit:
-        t, sql = self._target, self.sync.limit_sql()
+        t, sql = self._target, self.sync.limit_sql
         return await self._work.run("set a limit", lambda: limit_ops.put(t, sql, limit), retry=True)
 
     async def remove_limit(self, kind: str) -> bool:
-        t, sql = self._target, self.sync.limit_sql()
+        t, sql = self._target, self.sync.limit_sql
         return await self._work.run("clear a limit", lambda: limit_ops.remove(t, sql, kind), retry=True)
 
     async def list_limits(self) -> list[Limit]:
-        t, sql = self._target, self.sync.limit_sql()
+        t, sql = self._target, self.sync.limit_sql
         return await self._side.run("list limits", lambda: limit_ops.listed(t, sql), retry=True)
 
     async def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
-        t, sql = self._target, self.sync.limit_sql()
+        t, sql = self._target, self.sync.limit_sql
         return await self._side.run("next slot", lambda: limit_ops.seconds_to_slot(t, sql, kinds), retry=True)
 
     async def now(self) -> float:
         return self.sync.now()
 
     async def limit_holding(self, kind: str) -> str | None:
-        t, sql = self._target, self.sync.limit_sql()
+        t, sql = self._target, self.sync.limit_sql
         return await self._side.run("limit holding", lambda: limit_ops.holding(t, sql, kind), retry=True)
 
     # ================================================================ the idle wait: long, in a thread

@@ -4,8 +4,8 @@ Owns: the SQL fragments that statements.py puts together, one per idea: the
 database clock with the test-only offset (``NOW``), the columns a job is read
 back in (``COLUMNS``, in ``row_job``'s order), the backoff, how a read shows
 an expired or cancelled lease (``SHOWN``), the parts of each listing, the
-upkeep and the claim, a batch's rows, and the count tallies each write adds
-(``*_TALLY``). Plain text, no driver. Imports: nothing from nobroker.
+upkeep and the claim, a batch's rows, the count tallies each write adds
+(``*_TALLY``) and its counters (``*_COUNTED``). Plain text, no driver. Imports: nothing from nobroker.
 """
 
 from __future__ import annotations
@@ -91,6 +91,44 @@ LISTED: dict[str | None, tuple[str, ...]] = {
     "cancelled": ("j.state = 'cancelled'", CANCELS),
 }
 
+#: Every statement that ends an attempt or adds jobs adds, in the same
+#: statement, its rows of differences to the counters (sql/010): one row per
+#: kind it touched, from the rows it changed (``{source}``, a CTE that
+#: returns each row's kind). Counters only grow: nothing else writes them.
+COUNTED = """counted AS (
+            INSERT INTO {{schema}}.counters (queue, kind, enqueued, succeeded, failed, dead, cancelled)
+            SELECT %(q)s, {source}.kind, {enqueued}, {succeeded}, {failed}, {dead}, {cancelled}
+            FROM {source} GROUP BY {source}.kind
+        )"""
+
+
+def counted(source: str, *, enqueued: str = "0", succeeded: str = "0", failed: str = "0", dead: str = "0",
+            cancelled: str = "0") -> str:  # fmt: skip
+    """The COUNTED CTE over ``source``: each argument, an aggregate of its rows (a column of zeros by default)."""
+    return COUNTED.format(
+        source=source, enqueued=enqueued, succeeded=succeeded, failed=failed, dead=dead, cancelled=cancelled
+    )
+
+
+def _filtered(source: str, condition: str) -> str:
+    return f"count(*) FILTER (WHERE {source}.{condition})"
+
+
+#: The upkeep's (``reclaimed``): an expired lease retried is a failure; dead or cancelled, one of those.
+RECLAIM_COUNTED = counted(
+    "reclaimed", failed=_filtered("reclaimed", "state = 'ready'"), dead=_filtered("reclaimed", "state = 'dead'"),
+    cancelled=_filtered("reclaimed", "state = 'cancelled'"),
+)
+#: An insert's (``i``): each row a job enqueued.
+INSERT_COUNTED = counted("i", enqueued="count(*)")
+#: An ack's (``a``): each row an attempt that succeeded.
+ACK_COUNTED = counted("a", succeeded="count(*)")
+#: A nack's (``n``): back to ready (scheduled or not) a failure, else dead.
+NACK_COUNTED = counted("n", failed=_filtered("n", "state = 'ready'"), dead=_filtered("n", "state = 'dead'"))
+#: A cancel's (``c``): the rows it ended (a mark counts nothing: the end of that lease does).
+CANCEL_COUNTED = counted("c", cancelled=_filtered("c", "ends"))
+
+
 # The upkeep every claim sends first (one statement): expired leases back
 # to ready (or dead at max_attempts), and scheduled jobs that came due into
 # the claim's index. Each part takes a bounded batch; the next claim takes the
@@ -117,7 +155,7 @@ UPKEEP = f"""
                 lease_deadline = NULL, lease_token = NULL
             FROM expired AS x
             WHERE j.queue = x.queue AND j.id = x.id
-            RETURNING j.state, j.scheduled
+            RETURNING j.state, j.scheduled, j.kind
         ), promoted AS (
             UPDATE {{schema}}.jobs AS j SET scheduled = false
             FROM (SELECT queue, id FROM {{schema}}.jobs
@@ -133,7 +171,7 @@ UPKEEP = f"""
                          count(*) FILTER (WHERE scheduled) AS scheduled FROM reclaimed) AS r,
                  (SELECT count(*) AS promoted FROM promoted) AS p
             WHERE r.dead <> 0 OR r.cancelled <> 0 OR r.scheduled <> p.promoted
-        )
+        ), {RECLAIM_COUNTED}
         SELECT (SELECT count(*) FROM reclaimed), (SELECT count(*) FROM promoted)"""
 CLAIM_SET = f"""
         UPDATE {{schema}}.jobs AS j SET

@@ -1,8 +1,8 @@
 """The operations on a whole queue, and the reads: what an operator runs beside the work.
 
 Owns: requeue_dead, purge, the bounded pruning of finished jobs, compaction,
-folding the kept counts, and the reads (get, stats, count, listings, the next
-due time, a NOTIFY owed), each written as the steps it sends, as
+folding the kept counts, and the reads (get, stats, counters, count, listings,
+the next due time, a NOTIFY owed), each written as the steps it sends, as
 operations.py's are; storage.py runs them on the side connection, so the
 work's connection never waits behind them. Imports: errors, jobs, storage,
 driver, statements, steps, operations.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import StorageError
-from ..jobs import Job, QueueStats
+from ..jobs import COUNTER_NAMES, Counters, Job, QueueStats
 from ..storage import job_not_found
 from . import operations as ops
 from .driver import pg_errors
@@ -103,6 +103,14 @@ def stats(t: Target) -> Steps[QueueStats]:
         ready=int(ready), delayed=int(delayed), leased=int(leased), done=int(done), dead=int(dead),
         cancelled=int(cancelled),
     )
+
+
+def counters(t: Target) -> Steps[Counters]:
+    """The counters per kind (sql/010), the queue's rows of differences folded once they are many."""
+    rows = yield every(t.sql["counters"], t.params())
+    if sum(row[-1] for row in rows) > FOLD_COUNTS_AT:
+        yield run(t.sql["fold_counters"], t.params())
+    return {row[0]: dict(zip(COUNTER_NAMES, (int(n) for n in row[1:-1]))) for row in rows}
 
 
 def count(t: Target) -> Steps[int]:

@@ -17,7 +17,7 @@ databases that ran the old text would never see the new one.
 Row level security: ``migrate(dsn, worker_role="queue_worker")`` creates the
 role if it is missing (NOLOGIN; grant it to the login roles your workers use:
 ``GRANT queue_worker TO app``), turns on FORCE ROW LEVEL SECURITY and adds
-policies (sql/rls.sql, applied on every run) so only that role and the
+policies (RLS_TABLES and sql/rls.sql, applied on every run) so only that role and the
 table's owner see or change the rows; any other role, even one granted
 SELECT on the table, sees none. Roles with BYPASSRLS (superusers) are never
 limited by policies. On Supabase, run the migration as ``postgres`` with
@@ -211,6 +211,29 @@ def _apply(conn: Any, schema: str, worker_role: str | None) -> list[str]:
     return applied
 
 
+#: The tables under row level security, each with what the worker role may do to its rows: the jobs; the
+#: counts the statements keep (they name queues and how many jobs each holds: the role's statements insert
+#: them); the schedules (version 5), the limits per kind (7), the counters and the worker announcements (10).
+RLS_TABLES = (
+    ("jobs", "SELECT, INSERT, UPDATE, DELETE"),
+    ("counts", "SELECT, INSERT, DELETE"),
+    ("schedules", "SELECT, INSERT, UPDATE, DELETE"),
+    ("limits", "SELECT, INSERT, UPDATE, DELETE"),
+    ("counters", "SELECT, INSERT, DELETE"),
+    ("workers", "SELECT, INSERT, UPDATE, DELETE"),
+)
+#: What each of them gets, every statement safe to repeat (sql/rls.sql then adds what the role needs beside).
+RLS_TABLE = (
+    "ALTER TABLE {schema}.{table} ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE {schema}.{table} FORCE ROW LEVEL SECURITY",
+    "DROP POLICY IF EXISTS {owner_policy} ON {schema}.{table}",
+    "CREATE POLICY {owner_policy} ON {schema}.{table} TO {owner} USING (true) WITH CHECK (true)",
+    "DROP POLICY IF EXISTS {role_policy} ON {schema}.{table}",
+    "CREATE POLICY {role_policy} ON {schema}.{table} TO {role} USING (true) WITH CHECK (true)",
+    "GRANT {privileges} ON {schema}.{table} TO {role}",
+)
+
+
 def _apply_rls(conn: Any, schema: str, role: str) -> None:
     if not conn.execute(_ROLE_EXISTS, (role,)).fetchone():
         try:
@@ -226,6 +249,9 @@ def _apply_rls(conn: Any, schema: str, role: str) -> None:
         "role_policy": sql.Identifier(f"nobroker_role_{role}"[:63]),
         "owner_policy": sql.Identifier("nobroker_owner"),
     }
+    for table, privileges in RLS_TABLES:
+        for statement in RLS_TABLE:  # privileges: a constant of this module, never a caller's text
+            conn.execute(sql.SQL(statement).format(table=sql.Identifier(table), privileges=sql.SQL(privileges), **names))
     for statement in split_statements(_sql_file("rls.sql")):
         conn.execute(sql.SQL(statement).format(**names))  # type: ignore[arg-type]
 

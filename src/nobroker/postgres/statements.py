@@ -42,9 +42,11 @@ from typing import Any
 from ..codec import load_json
 from ..jobs import BackoffPolicy, Job, JobState, attempt_history
 from .fragments import (
+    ACK_COUNTED,
     ACK_TALLY,
     BACKOFF,
     BY_DUE_TIME,
+    CANCEL_COUNTED,
     CANCEL_TALLY,
     CLAIM,
     CLAIM_KINDS,
@@ -55,8 +57,10 @@ from .fragments import (
     INSERTED,
     INSERT_COLUMNS,
     INSERT_RETURNS,
+    INSERT_COUNTED,
     INSERT_TALLY,
     LISTED,
+    NACK_COUNTED,
     NACK_TALLY,
     NOMINAL,
     NOTIFY,
@@ -120,8 +124,8 @@ _TEMPLATES: dict[str, str] = {
         VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {NOW} + %(delay)s::float8 * interval '1 second',
                 {NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0, %(timeout)s::float8)
         {{conflict}}
-        RETURNING {INSERTED}, j.scheduled
-        ), {INSERT_TALLY}{INSERT_RETURNS}""",
+        RETURNING {INSERTED}, j.scheduled, j.kind
+        ), {INSERT_TALLY}, {INSERT_COUNTED}{INSERT_RETURNS}""",
     "insert_many": f"""
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {INSERT_COLUMNS}
@@ -130,8 +134,8 @@ _TEMPLATES: dict[str, str] = {
         FROM {batch_of("u")}
         ORDER BY u.ord
         {{conflict}}
-        RETURNING {INSERTED}, j.scheduled
-        ), {INSERT_TALLY}{INSERT_RETURNS}""",
+        RETURNING {INSERTED}, j.scheduled, j.kind
+        ), {INSERT_TALLY}, {INSERT_COUNTED}{INSERT_RETURNS}""",
     # A batch that may conflict (job ids, dedupe keys) inserts its rows in
     # key order, so two batches with the same keys in different orders wait
     # for each other instead of deadlocking; each row still gets its seq in
@@ -146,8 +150,8 @@ _TEMPLATES: dict[str, str] = {
                   SELECT * FROM {batch_of("w")} ORDER BY w.ord) AS v) AS u
         ORDER BY u.kind, u.key, u.id, u.ord
         ON CONFLICT DO NOTHING
-        RETURNING {INSERTED}, j.scheduled
-        ), {INSERT_TALLY}{INSERT_RETURNS}""",
+        RETURNING {INSERTED}, j.scheduled, j.kind
+        ), {INSERT_TALLY}, {INSERT_COUNTED}{INSERT_RETURNS}""",
     # Two index lookups (primary key; dedupe index) rather than one OR, which
     # no index can answer and would scan the whole queue.
     "existing": f"""
@@ -166,8 +170,8 @@ _TEMPLATES: dict[str, str] = {
             result = coalesce(%(result)s::json, j.result)
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
-        RETURNING 1 AS acked
-        ), {ACK_TALLY}
+        RETURNING 1 AS acked, j.kind
+        ), {ACK_TALLY}, {ACK_COUNTED}
         SELECT acked FROM a""",
     "ack_many": f"""
         WITH a AS (
@@ -179,8 +183,8 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.id = ANY({BATCH_IDS}) AND j.id = u.id
           AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (u.token IS NULL OR j.lease_token = u.token)
-        RETURNING j.id, u.token
-        ), {ACK_TALLY}
+        RETURNING j.id, u.token, j.kind
+        ), {ACK_TALLY}, {ACK_COUNTED}
         SELECT id, token FROM a""",
     "nack": f"""
         WITH n AS (
@@ -197,7 +201,7 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {COLUMNS}, j.state = 'ready' AND NOT j.scheduled AS runnable, j.scheduled AS sched
-        ), {NACK_TALLY}
+        ), {NACK_TALLY}, {NACK_COUNTED}
         SELECT n.*, CASE WHEN n.runnable THEN coalesce({NOTIFY}, 0) END FROM n""",
     "extend": f"""
         UPDATE {{schema}}.jobs AS j SET lease_deadline = {NOW} + %(secs)s::float8 * interval '1 second'
@@ -239,7 +243,7 @@ _TEMPLATES: dict[str, str] = {
           AND (j.state = 'ready' OR (j.lease_deadline > {NOW}
                AND (NOT %(stopped)s OR %(token)s::text IS NULL OR j.lease_token = %(token)s::text)))
         RETURNING {COLUMNS}, j.state = 'cancelled' AS ends, o.was_scheduled
-        ), {CANCEL_TALLY}
+        ), {CANCEL_TALLY}, {CANCEL_COUNTED}
         SELECT c.* FROM c""",
     "requeue": f"""
         WITH r AS (
@@ -320,6 +324,16 @@ _TEMPLATES: dict[str, str] = {
         INSERT INTO {schema}.counts (queue, active, scheduled, done, dead, cancelled)
         SELECT %(q)s, sum(active), sum(scheduled), sum(done), sum(dead), sum(cancelled) FROM gone
         HAVING sum(active) <> 0 OR sum(scheduled) <> 0 OR sum(done) <> 0 OR sum(dead) <> 0 OR sum(cancelled) <> 0""",
+    # The counters (sql/010): the rows of differences summed per kind, and how many rows there were.
+    "counters": """
+        SELECT kind, sum(enqueued), sum(succeeded), sum(failed), sum(dead), sum(cancelled), count(*)
+        FROM {schema}.counters WHERE queue = %(q)s GROUP BY kind ORDER BY kind""",
+    "fold_counters": """
+        WITH gone AS (DELETE FROM {schema}.counters WHERE queue = %(q)s
+                      RETURNING kind, enqueued, succeeded, failed, dead, cancelled)
+        INSERT INTO {schema}.counters (queue, kind, enqueued, succeeded, failed, dead, cancelled)
+        SELECT %(q)s, kind, sum(enqueued), sum(succeeded), sum(failed), sum(dead), sum(cancelled)
+        FROM gone GROUP BY kind""",
     # Seconds until the queue's next scheduled job or lease comes due (NULL: none), for an idle wait.
     "next_due": f"""
         SELECT date_part('epoch', least(

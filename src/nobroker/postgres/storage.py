@@ -5,7 +5,7 @@ checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
 steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops,
-limits, limit_ops, queue_ops.
+limits, limit_ops, queue_ops, roster, announcements.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -55,15 +55,17 @@ import math
 import threading
 import time
 from collections.abc import Callable, Generator
+from functools import cached_property
 from typing import Any, TypeVar
 
-from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..announcements import WorkerInfo
+from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport, finite_float, shown
 from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import operations as ops
 from . import queue_ops as whole
-from . import limit_ops, schedule_ops
+from . import limit_ops, roster, schedule_ops
 from .listener import Listener
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
@@ -135,6 +137,11 @@ def carry(link: Link, plan: Plan[T]) -> T:
         done, run = advance(plan, link.run(what, lambda c: drive(c, steps()), retry=retry), None)
     result: T = run
     return result
+
+
+def twice(link: Link, what: str, steps: Callable[[], Steps[T]]) -> T:
+    """Drive the steps ``steps()`` makes (afresh on each try) on ``link``: an operation safe to run twice."""
+    return link.run(what, lambda c: drive(c, steps()), retry=True)
 
 
 class PostgresStorage:
@@ -250,7 +257,7 @@ class PostgresStorage:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
         t = self._target
         self.upkeep_due()
-        sql = self.limit_sql()
+        sql = self.limit_sql
         return self._link.run(
             "lease", lambda c: drive(c, limit_ops.claim(t, sql, count, visibility_timeout, kinds)), retry=True
         )
@@ -270,18 +277,15 @@ class PostgresStorage:
     ) -> Job:  # fmt: skip
         return carry(self._link, self.nack_plan(job_id, token, error, delay, permanent, traceback))
 
-    def nack_plan(
-        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
-        traceback: str | None,
-    ) -> Plan[Job]:  # fmt: skip
+    def nack_plan(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+                  traceback: str | None) -> Plan[Job]:  # fmt: skip
         """The run of a nack, and the NOTIFY it sends or owes (see carry)."""
         notify = (delay is None or delay <= 0) and not permanent and self._gate.take()
 
         def steps() -> Steps[tuple[Job, bool]]:
-            return ops.nack(
-                self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
-                notify=notify,
-            )  # fmt: skip
+            t = self._target
+            return ops.nack(t, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
+                            notify=notify)  # fmt: skip
 
         job, owed = yield "nack", steps, False
         if owed:
@@ -331,78 +335,79 @@ class PostgresStorage:
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
-        return self._side.run("get", lambda c: drive(c, whole.get(self._target, job_id)), retry=True)
+        return twice(self._side, "get", lambda: whole.get(self._target, job_id))
 
     def stats(self) -> QueueStats:
-        return self._side.run("stats", lambda c: drive(c, whole.stats(self._target)), retry=True)
+        return twice(self._side, "stats", lambda: whole.stats(self._target))
 
     def count(self) -> int:
-        return self._side.run("count", lambda c: drive(c, whole.count(self._target)), retry=True)
+        return twice(self._side, "count", lambda: whole.count(self._target))
+
+    def counters(self) -> Counters:
+        return twice(self._side, "counters", lambda: whole.counters(self._target))
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
-        return self._side.run(
-            "list_jobs", lambda c: drive(c, whole.list_jobs(self._target, listing, limit, offset, kind)), retry=True
-        )
+        return twice(self._side, "list_jobs", lambda: whole.list_jobs(self._target, listing, limit, offset, kind))
 
-    # ================================================================ waiting and closing
     # ================================================================ schedules (periodic jobs)
     def put_schedule(self, spec: ScheduleSpec) -> Schedule:
-        sql, t = self.schedule_sql(), self._target
-        return self._link.run("schedule", lambda c: drive(c, schedule_ops.put(t, sql, spec)), retry=True)
+        return twice(self._link, "schedule", lambda: schedule_ops.put(self._target, self.schedule_sql, spec))
 
     def remove_schedule(self, name: str) -> bool:
-        sql, t = self.schedule_sql(), self._target
-        return self._link.run("unschedule", lambda c: drive(c, schedule_ops.remove(t, sql, name)), retry=True)
+        return twice(self._link, "unschedule", lambda: schedule_ops.remove(self._target, self.schedule_sql, name))
 
     def list_schedules(self) -> list[Schedule]:
-        sql, t = self.schedule_sql(), self._target
-        return self._side.run("list schedules", lambda c: drive(c, schedule_ops.listed(t, sql)), retry=True)
+        return twice(self._side, "list schedules", lambda: schedule_ops.listed(self._target, self.schedule_sql))
 
     def fire_schedules(self) -> list[Job]:
         # Safe twice: a transaction lost with its connection enqueued nothing and moved nothing.
-        sql, t, most = self.schedule_sql(), self._target, self.max_attempts
+        sql, t, most = self.schedule_sql, self._target, self.max_attempts
         return self._link.run("enqueue due ticks", lambda c: drive(c, schedule_ops.fire(t, sql, most)), retry=True)
 
+    # ------------------------------------------------------------ worker announcements (roster.py)
+    def announce_worker(self, info: WorkerInfo) -> None:
+        twice(self._side, "announce worker", lambda: roster.announce(self._target, self.roster_sql, info))
+
+    def retire_worker(self, worker_id: str) -> None:
+        twice(self._side, "retire worker", lambda: roster.retire(self._target, self.roster_sql, worker_id))
+
+    def workers(self) -> list[WorkerInfo]:
+        return twice(self._side, "list workers", lambda: roster.listed(self._target, self.roster_sql))
+
+    @cached_property
+    def roster_sql(self) -> roster.RosterStatements:
+        return roster.RosterStatements(self.schema)
+
+    @cached_property
     def schedule_sql(self) -> schedule_ops.ScheduleStatements:
-        sql: schedule_ops.ScheduleStatements | None = getattr(self, "_schedule_statements", None)
-        if sql is None:
-            sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
-        return sql
+        return schedule_ops.ScheduleStatements(self.schema)
 
     # ================================================================ limits per kind
     def put_limit(self, limit: Limit) -> Limit:
-        sql, t = self.limit_sql(), self._target
-        return self._link.run("set a limit", lambda c: drive(c, limit_ops.put(t, sql, limit)), retry=True)
+        return twice(self._link, "set a limit", lambda: limit_ops.put(self._target, self.limit_sql, limit))
 
     def remove_limit(self, kind: str) -> bool:
-        sql, t = self.limit_sql(), self._target
-        return self._link.run("clear a limit", lambda c: drive(c, limit_ops.remove(t, sql, kind)), retry=True)
+        return twice(self._link, "clear a limit", lambda: limit_ops.remove(self._target, self.limit_sql, kind))
 
     def list_limits(self) -> list[Limit]:
-        sql, t = self.limit_sql(), self._target
-        return self._side.run("list limits", lambda c: drive(c, limit_ops.listed(t, sql)), retry=True)
+        return twice(self._side, "list limits", lambda: limit_ops.listed(self._target, self.limit_sql))
 
     def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
-        sql, t = self.limit_sql(), self._target
-        return self._side.run("next slot", lambda c: drive(c, limit_ops.seconds_to_slot(t, sql, kinds)), retry=True)
+        return twice(self._side, "next slot", lambda: limit_ops.seconds_to_slot(self._target, self.limit_sql, kinds))
 
     def limit_holding(self, kind: str) -> str | None:
-        sql, t = self.limit_sql(), self._target
-        return self._side.run("limit holding", lambda c: drive(c, limit_ops.holding(t, sql, kind)), retry=True)
+        return twice(self._side, "limit holding", lambda: limit_ops.holding(self._target, self.limit_sql, kind))
 
+    @cached_property
     def limit_sql(self) -> limit_ops.LimitStatements:
-        sql: limit_ops.LimitStatements | None = getattr(self, "_limit_statements", None)
-        if sql is None:
-            sql = self._limit_statements = limit_ops.LimitStatements(self.schema)
-        return sql
+        return limit_ops.LimitStatements(self.schema)
 
+    # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
         """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
         return True
 
-    def wait_for_jobs(
-        self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None
-    ) -> bool:
+    def wait_for_jobs(self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None) -> bool:
         """Sleep until a NOTIFY says work arrived, the next delayed job or lease comes due, or ``timeout`` passes.
 
         A hint, not a promise. Enqueue, nack and requeue notify in their own
@@ -417,7 +422,7 @@ class PostgresStorage:
         wait (returning False) as soon as it is readable; it is never read.
         Every listener hears every NOTIFY, whatever its ``kinds``.
         """
-        t, sql = self._target, self.limit_sql()
+        t, sql = self._target, self.limit_sql
         slot_at: list[float] = []  # when a rate limit spent as the wait began has a token again (monotonic)
         spent: list[str] = []  # the kinds whose concurrency limit was spent as the wait began
 

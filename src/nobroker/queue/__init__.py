@@ -12,6 +12,7 @@ The package, in its order (a module imports only modules above it):
     looking.py    get, stats, listings, the DLQ; requeue_dead, purge, compact
     periodic.py   schedule, unschedule, schedules, enqueue_due
     control.py    cancel
+    roster.py     announce_worker, retire_worker, workers: who works the queue
     limiting.py   set_limit, clear_limit, limits: limits per kind
     explaining.py  explain: why a job is where it is (the reasons from explain.py)
     facade.py     Queue: the parts put together

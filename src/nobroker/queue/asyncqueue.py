@@ -3,7 +3,7 @@
 Owns: AsyncQueue (the Queue's API, each call a coroutine, its arguments
 checked by calls.py exactly as Queue checks them) and OffLoop (a storage
 whose calls run in a thread, awaited). Imports: checks, jobs, schedules,
-limits, explain, storage, calls, base, explaining, postgres.asyncstorage (only for a DSN: it needs psycopg).
+limits, explain, storage, announcements, calls, base, explaining, postgres.asyncstorage (only for a DSN: it needs psycopg).
 
 On PostgreSQL the work and the reads are native async: the same statements
 the Queue sends (postgres/operations.py), awaited on psycopg's
@@ -28,7 +28,8 @@ from typing import Any, Self
 
 from .. import checks
 from ..checks import JobRef
-from ..jobs import DEFAULT_KIND, CompactionResult, Job, JobState, QueueStats
+from ..announcements import WorkerInfo
+from ..jobs import DEFAULT_KIND, CompactionResult, Counters, Job, JobState, QueueStats
 from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
 from ..limits import Limit
@@ -203,6 +204,14 @@ class AsyncQueue(Opening):
     async def count(self) -> int:
         """Every job the queue holds (``len(queue)`` of a Queue)."""
         return await (await self._open_storage()).count()  # type: ignore[no-any-return]
+
+    async def counters(self) -> Counters:
+        """``Queue.counters()``: per kind, jobs enqueued, succeeded, failed (retried), dead, cancelled."""
+        return await (await self._open_storage()).counters()  # type: ignore[no-any-return]
+
+    async def workers(self) -> list[WorkerInfo]:
+        """``Queue.workers()``: the workers that announced themselves, oldest first."""
+        return await (await self._open_storage()).workers()  # type: ignore[no-any-return]
 
     async def list_jobs(
         self, state: JobState | str | None = None, *, limit: int | None = None, offset: int = 0, kind: str | None = None

@@ -1,7 +1,7 @@
 """The public Queue: one facade, two storages.
 
 Owns: Queue, the parts put together (each part is a module of this package).
-Imports: work, looking, periodic, control, limiting, explaining.
+Imports: work, looking, periodic, control, roster, limiting, explaining.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from .explaining import ExplainMethods
 from .limiting import LimitMethods
 from .looking import LookMethods
 from .periodic import ScheduleMethods
+from .roster import RosterMethods
 from .work import WorkMethods
 
 
-class Queue(WorkMethods, ExplainMethods, LookMethods, ScheduleMethods, ControlMethods, LimitMethods):
+class Queue(WorkMethods, ExplainMethods, LookMethods, ScheduleMethods, ControlMethods, RosterMethods, LimitMethods):
     """A durable job queue. Enqueue work, lease it, ack it.
 
     ``Queue("./jobs")`` keeps the queue in a folder on local disk (created if

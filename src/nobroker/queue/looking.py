@@ -5,7 +5,7 @@ Owns: LookMethods. Imports: jobs, calls, base.
 
 from __future__ import annotations
 
-from ..jobs import CompactionResult, Job, JobState, QueueStats
+from ..jobs import CompactionResult, Counters, Job, JobState, QueueStats
 from . import calls
 from .base import QueueBase
 
@@ -21,6 +21,18 @@ class LookMethods(QueueBase):
     def stats(self) -> QueueStats:
         """Counts by state: ready (runnable now), delayed, leased, done, dead, cancelled, total."""
         return self._open_storage().stats()
+
+    def counters(self) -> Counters:
+        """What happened to the queue's jobs so far, per kind: ``{kind: {"enqueued": n, "succeeded": n,
+        "failed": n, "dead": n, "cancelled": n}}`` (COUNTER_NAMES).
+
+        Kept by the storage itself, so they survive restarts, compaction and
+        purge, and only grow (a Prometheus counter; take a ``rate()`` of it).
+        ``failed`` counts attempts that failed and went back to be retried (a
+        nack, or an expired lease once it is reclaimed); ``dead`` jobs whose last
+        attempt failed; ``succeeded`` acks; ``cancelled`` jobs ended cancelled.
+        """
+        return self._open_storage().counters()
 
     def list_jobs(
         self, state: JobState | str | None = None, *, limit: int | None = None, offset: int = 0, kind: str | None = None

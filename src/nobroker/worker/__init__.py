@@ -4,7 +4,7 @@ Owns nothing itself: it names the package's face (Worker, WorkerStats,
 WorkQueue). The Worker speaks only the public Queue API, through the typed
 protocol in protocol.py, so it runs unchanged on the file storage, on the
 PostgreSQL storage and on any object that offers lease, ack, nack and
-extend. Imports: protocol, outcome, worker.
+extend. Imports: protocol, outcome, joblines, worker.
 
 The package, in its order (a module imports only modules above it):
 
@@ -12,7 +12,9 @@ The package, in its order (a module imports only modules above it):
     signals.py    StopSignals: the two-stage Ctrl-C / SIGTERM, shared with `nobroker work`
     interrupt.py  InterruptPipe: stop() ends an idle wait at once
     outcome.py    WorkerStats; a handler's Outcome (result, or error and traceback)
+    joblines.py   JobReport: what an on_job listener is told of each finished job
     options.py    the checks of a Worker's options and their limits
+    madewith.py   MadeWith: the Worker's options, read back as read-only properties
     asyncloop.py  EventLoopThread: the one event loop of async handlers
     heartbeat.py  Running jobs and the thread that renews their leases
     acks.py       ack_batch: the acks of many finished jobs in one ack_many
@@ -23,6 +25,7 @@ The package, in its order (a module imports only modules above it):
     child.py      one forked worker process, from fork to exit; its reports
     pool.py       ProcessPool: forks, supervises and stops the worker processes
     ticks.py      the thread that enqueues due schedule ticks
+    announce.py   Announcer: the worker's announcement, heartbeated, taken back at a clean stop
     worker.py     Worker: options, the leasing loop, stopping; processes= hands run() to the pool
 
 Threads inside one running Worker:
@@ -54,8 +57,9 @@ the attempts of handler threads that run past theirs.
 
 from __future__ import annotations
 
+from .joblines import JobReport
 from .outcome import WorkerStats
 from .protocol import WorkQueue
 from .worker import Worker
 
-__all__ = ["Worker", "WorkerStats", "WorkQueue"]
+__all__ = ["JobReport", "Worker", "WorkerStats", "WorkQueue"]

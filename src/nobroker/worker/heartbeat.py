@@ -50,13 +50,16 @@ LOST_ERRORS: tuple[type[BaseException], ...] = (NotLeasedError, JobNotFoundError
 class Running:
     """One leased job between lease and ack/nack: what the heartbeat renews."""
 
-    __slots__ = ("job", "timeout", "interval", "renew_at", "lost", "cancelled", "limit", "claimed", "_task", "_task_lock")
+    __slots__ = (
+        "job", "timeout", "interval", "leased_at", "renew_at", "lost", "cancelled", "limit", "claimed", "_task", "_task_lock",
+    )  # fmt: skip
 
     def __init__(self, job: Job, timeout: float, leased_at: float) -> None:
         assert timeout > 0, "a lease length is positive"
         self.job = job
         self.timeout = timeout
         self.interval = max(timeout * RENEW_FRACTION, MIN_RENEW_INTERVAL)
+        self.leased_at = leased_at  # monotonic clock: a finished job's duration counts from here
         self.renew_at = leased_at + self.interval  # monotonic clock
         #: Set (under the heartbeat's lock) when a renewal found the lease gone.
         self.lost = False

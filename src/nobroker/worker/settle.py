@@ -5,7 +5,9 @@ returned is acked (``settle_many``: the acks of a batch in one write); one
 whose handler raised, or whose result the queue refused, is
 nacked (with its traceback where the queue keeps one). A lease found lost,
 on the way or by the heartbeat meanwhile, is counted as lost, never as
-done. Imports: errors, protocol, outcome, heartbeat, acks.
+done. Each outcome is told to the Teller, when the Worker was given a
+listener (joblines.py). Imports: errors, protocol, outcome, heartbeat,
+acks, joblines.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from ..errors import JobCancelledError, JobFinishedError, SerializationError
 from .acks import ack_batch
 from .heartbeat import LOST_ERRORS, Heartbeat, Running
+from .joblines import Teller
 from .outcome import Outcome, WorkerStats, unstorable
 from .protocol import QueueAccess
 
@@ -41,6 +44,8 @@ class Settler:
         self._lock = threading.Lock()
         self._stats = WorkerStats()  # guarded by _lock
         self.aborted = False
+        #: Told each job's outcome (Worker(on_job=...)); None: nothing is built.
+        self.teller: Teller | None = None
 
     def stats(self) -> WorkerStats:
         """A snapshot of the counts so far."""
@@ -108,6 +113,8 @@ class Settler:
             if self._recorded(entry):
                 with self._lock:
                     self._stats.succeeded += 1
+                if self.teller is not None:
+                    self.teller.tell(entry.job, entry.leased_at, "succeeded")
         elif isinstance(error, JobCancelledError):  # cancelled after the last renewal: the ack is refused
             self._end_cancelled(entry)
         elif isinstance(error, LOST_ERRORS):
@@ -139,6 +146,8 @@ class Settler:
                 self._stats.dead += 1
             else:
                 self._stats.failed += 1
+        if self.teller is not None:
+            self.teller.tell(job, entry.leased_at, "dead" if went_dead else "failed", outcome.error)
         # The handler's traceback goes with the line (exc_info), as it is kept with the job.
         if went_dead:
             logger.warning("job %s moved to the dead-letter queue: %s", job.id, outcome.error, exc_info=outcome.exc)
@@ -161,6 +170,8 @@ class Settler:
             return
         with self._lock:
             self._stats.cancelled += 1
+        if self.teller is not None:
+            self.teller.tell(entry.job, entry.leased_at, "cancelled")
         logger.info("job %s: cancelled; its attempt ended cancelled", entry.job.id)
 
     def _recorded(self, entry: Running) -> bool:
@@ -173,6 +184,8 @@ class Settler:
     def _count_lost(self, entry: Running, exc: BaseException | None) -> None:
         with self._lock:
             self._stats.lost_leases += 1
+        if self.teller is not None:
+            self.teller.tell(entry.job, entry.leased_at, "lost")
         reason = f"{exc}" if exc is not None else "its lease had already been lost"
         logger.warning(
             "job %s: lease lost before the outcome was recorded (%s); it may run again elsewhere", entry.job.id, reason

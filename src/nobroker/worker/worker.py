@@ -8,8 +8,9 @@ that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
-interrupt, outcome, asyncloop, heartbeat, settle, timeouts, runners, budget,
-pool, ticks (which enqueues the queue's due periodic jobs).
+interrupt, outcome, madewith, asyncloop, heartbeat, settle, timeouts, runners,
+budget, pool, ticks (which enqueues the queue's due periodic jobs), joblines (the
+reports to an ``on_job`` listener), announce (the worker's announcement).
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -37,9 +38,12 @@ from collections.abc import Iterable
 
 from ..jobs import Job
 from .asyncloop import EventLoopThread
+from .announce import Announcer
 from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
 from .interrupt import InterruptPipe
+from .joblines import Listener, Teller
+from .madewith import MadeWith
 from .outcome import Handler, WorkerStats, is_async_handler
 from .options import check_options
 from .pool import ProcessPool
@@ -71,7 +75,7 @@ IDLE_RECHECK = 2.0
 LEASE_GATHER_SECONDS = 0.002
 
 
-class Worker:
+class Worker(MadeWith):
     """Runs ``handler(job)`` for every job it leases from ``queue``.
 
     The handler's return value is stored as the job's result (when it is not
@@ -98,6 +102,12 @@ class Worker:
     ``kinds``: lease only jobs of these kinds. ``name``: used in logs and
     thread names. ``timeout``: the time limit in seconds of every job that
     has none of its own (``enqueue(..., timeout=)``); see timeouts.py.
+    ``on_job``: called with a JobReport (time, id, kind,
+    outcome, duration, attempts, error) for each job once its outcome was
+    recorded, on the thread that recorded it (keep it quick; what it raises
+    is logged and ignored). With ``processes`` each child calls it in its
+    own process. A running Worker announces itself to its queue (host, pid,
+    kinds, jobs running; ``queue.workers()``) and takes that back at a clean stop.
 
     ``processes``: run in that many pre-forked worker processes instead, each
     with ``concurrency`` jobs at once (for CPU-bound handlers; POSIX only: it
@@ -127,6 +137,7 @@ class Worker:
         name: str | None = None,
         processes: int | None = None,
         timeout: float | None = None,
+        on_job: Listener | None = None,
         _heartbeat: bool = True,
         _budget: LeaseBudget | None = None,
         _child: bool = False,
@@ -166,6 +177,9 @@ class Worker:
 
         self._heartbeat = Heartbeat(self._access, self._fail, f"{self.name}-heartbeat")
         self._settler = Settler(self._access, self._heartbeat, self._fail)
+        self._on_job = on_job
+        if on_job is not None:
+            self._settler.teller = Teller(on_job)
         self._loop = EventLoopThread(f"{self.name}-asyncio")
         self._pipe = InterruptPipe()
         self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
@@ -177,6 +191,8 @@ class Worker:
             self.name, self._job_finished, self._fail, limits,
         )  # fmt: skip
         self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
+        running = lambda: self._inflight  # noqa: E731 - for the announcement only: a glance, no lock needed
+        self._announcer = Announcer(queue, self.name, self._kinds, concurrency, running) if Announcer.wanted(queue) else None
 
     # ------------------------------------------------------------ public
     def __repr__(self) -> str:
@@ -203,40 +219,6 @@ class Worker:
         """With ``processes``: how many children died (killed, crashed) and were replaced."""
         pool = self._pool
         return 0 if pool is None else pool.replaced
-
-    @property
-    def concurrency(self) -> int:
-        """How many jobs this worker runs at once."""
-        return self._concurrency
-
-    # What it was made with, read-only (nobroker 0.1.2's Worker had them as attributes).
-    @property
-    def queue(self) -> WorkQueue:
-        return self._queue
-
-    @property
-    def handler(self) -> Handler:
-        return self._handler
-
-    @property
-    def poll_interval(self) -> float:
-        return self._poll_interval
-
-    @property
-    def max_jobs(self) -> int | None:
-        return self._max_jobs
-
-    @property
-    def idle_timeout(self) -> float | None:
-        return self._idle_timeout
-
-    @property
-    def handle_signals(self) -> bool:
-        return self._handle_signals
-
-    @property
-    def timeout(self) -> float | None:
-        return self._timeout
 
     def stop(self) -> None:
         """Stop leasing; ``run()`` returns once the running jobs finished. Any thread.
@@ -278,12 +260,16 @@ class Worker:
             kinds = "all" if self._kinds is None else ",".join(self._kinds)
             logger.info("%s started: concurrency %d, kinds %s", self.name, self._concurrency, kinds)
             self._start_threads()
+            if self._announcer is not None:
+                self._announcer.start()
             if self._ticks is not None:
                 self._ticks.maybe_start()
             self._lease_loop()
             self._drain()
             finished = True
         finally:
+            if self._announcer is not None:
+                self._announcer.stop(retire=finished)
             if self._ticks is not None:
                 self._ticks.stop()
             if not finished:
@@ -317,7 +303,7 @@ class Worker:
             self._queue, self._handler, concurrency=self._concurrency, poll_interval=self._poll_interval,
             idle_timeout=self._idle_timeout, handle_signals=True, kinds=self._kinds,
             name=f"{self.name}-{slot}" if self._named else None, _heartbeat=self._use_heartbeat, _budget=budget,
-            timeout=self._timeout, _child=True,
+            timeout=self._timeout, on_job=self._on_job, _child=True,
         )  # fmt: skip
 
     # ------------------------------------------------------------ leasing (the run() thread)
