@@ -25,6 +25,7 @@ from .errors import (
     JobCancelledError,
     JobFinishedError,
     JobNotFoundError,
+    JobStateError,
     LockTimeoutError,
     NobrokerError,
     NotLeasedError,
@@ -32,6 +33,7 @@ from .errors import (
     QueueClosedError,
     QueueNotFoundError,
     SerializationError,
+    Snooze,
     StorageError,
     UnknownStorageError,
     UnsafeQueueError,
@@ -88,5 +90,7 @@ __all__ = [
     "PermanentError",
     "JobCancelledError",
     "JobFinishedError",
+    "JobStateError",
+    "Snooze",
     "__version__",
 ]

@@ -10,6 +10,7 @@ The package, in its order (a module imports only modules above it):
     entry.py       Entry (one job in memory) and the checks of a record's fields
     records.py     one encoder and one decoder per record type
     schedule_records.py  the schedule records (SCHEDULE, UNSCHEDULE, TICK) and how they fold
+    control_records.py  the control records (SNOOZE, PAUSE, RESUME, RUN_NOW, DELETE): bodies, decoders
     log.py         one generation file: scan, append, group fsync; the .current pointer
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
@@ -17,6 +18,7 @@ The package, in its order (a module imports only modules above it):
     replay.py      QueueState and apply: records in, state out (pure)
     leases.py      the writer's decisions, one per operation: records out
     schedule_ops.py  a schedule's writes and its due ticks, decided under the lock
+    control_ops.py  snooze, pause, resume, run_now and delete, decided under the lock
     snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)
     compaction.py  the next generation's file, written and flipped to (repair uses it too)
     checkpoint.py  replaying what no longer changes without the lock; the compactor's checkpoint

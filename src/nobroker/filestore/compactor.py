@@ -4,7 +4,7 @@ Owns: Compactor, the layer of FileStorage above Committer: the whole online
 compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
 jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
-compaction, checkpoint, commit.
+control_records (the pauses carried over), compaction, checkpoint, commit.
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from ..errors import CompactionError, StorageError
 from ..jobs import CompactionResult
 from ..storage import StorageOptions
-from . import checkpoint, leases, schedule_records
+from . import checkpoint, control_records, leases, schedule_records
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .commit import Batch, Committer
 from .entry import DROPPED
@@ -217,7 +217,10 @@ class Compactor(Committer):
             # (2) Without the lock: stream the live jobs as of the base. This process's
             # threads wait on the mutex, so the state stays exactly that.
             live = [e for e in self._state.entries() if e.state not in DROPPED]
-            carried = new.write_records(schedule_records.replayed(self._state.schedules, self.clock()))
+            carried = new.write_records(
+                schedule_records.replayed(self._state.schedules, self.clock())
+                + control_records.replayed(self._state.paused, self.clock())
+            )
             offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
             del live
             tail = new.pos

@@ -15,6 +15,7 @@ For a queue named ``emails``::
     emails.000003.snap         a snapshot of generation 3's replayed state (a cache)
     emails.wake                a named pipe: writers wake idle workers through it
     emails.wake-kinds          the same, for workers limited to some kinds
+    emails.wake-finished       a named pipe: writers that finish a job wake Queue.wait through it
     <any of them>.<pid>.tmp    being written by process <pid>; renamed into place when whole
     <a log>.damaged-<time>     kept aside by repair, never deleted by nobroker
 """
@@ -71,6 +72,11 @@ def snapshot_path(directory: str, name: str, generation: int) -> str:
 def wake_path(directory: str, name: str, *, some_kinds: bool = False) -> str:
     """The named pipe idle workers wait on (``some_kinds``: those that take only some kinds)."""
     return os.path.join(directory, f"{name}.wake-kinds" if some_kinds else f"{name}.wake")
+
+
+def finished_wake_path(directory: str, name: str) -> str:
+    """The named pipe ``Queue.wait`` waits on: a write that finishes a job (done, dead, cancelled) wakes it."""
+    return os.path.join(directory, f"{name}.wake-finished")
 
 
 def temp_path(final: str) -> str:

@@ -5,8 +5,9 @@ cheap, with a small mapping-like API: get, hold, in, len, entries) and
 ``apply``, which folds one decoded record into the state; also the state's
 own snapshot representation (``to_snapshot`` and ``from_snapshot``;
 snapshot.py frames and checks the file); the schedules (periodic jobs) by
-name, which schedule_records.py folds records into. Imports: jobs,
-schedules, framing, entry, records, schedule_records, index.
+name, which schedule_records.py folds records into, and the paused kinds
+(control_records.py). Imports: jobs, schedules, framing, entry, records,
+schedule_records, control_records, index.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -36,7 +37,7 @@ from typing import Any
 
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
 from ..schedules import Schedule, from_fields, to_fields
-from . import records, schedule_records
+from . import control_records, records, schedule_records
 from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
@@ -61,6 +62,8 @@ class QueueState(JobRows):
         self.orphans = 0
         #: Periodic jobs by name (schedule_records.py); a PURGE keeps them.
         self.schedules: dict[str, Schedule] = {}
+        #: The paused kinds (None: the whole queue), from PAUSE and RESUME records; a PURGE keeps them.
+        self.paused: set[str | None] = set()
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
@@ -87,14 +90,12 @@ class QueueState(JobRows):
     ) -> int:
         """After compaction: point every job at its record in the new generation.
 
-        A job whose ENQUEUE record lay before ``base`` (all jobs, without a
-        ``base``) moved to ``offsets[id]``; one missing there was done at
-        ``base`` and is dropped. A record at or after ``base`` (copied after
-        the live jobs) moved by ``shift``. ``offsets`` lists the new records in
-        the order they were written, back to back up to ``end`` (default:
-        ``base + shift``, where the copied records begin), which gives each its
-        new size; without either, the last one keeps its old size. Returns
-        how many dropped jobs were not done: a sound compaction drops none.
+        A job whose ENQUEUE lay before ``base`` (all, without one) moved to
+        ``offsets[id]``; one missing there was done and is dropped. A record at or
+        after ``base`` moved by ``shift``. ``offsets`` lists the new records back
+        to back up to ``end`` (default ``base + shift``), which gives each its new
+        size (without either, the last keeps its old one). Returns how many
+        dropped jobs were not done: a sound compaction drops none.
         """
         unsound = 0
         for entry in self._move_rows(offsets, base, shift, end):
@@ -111,11 +112,9 @@ class QueueState(JobRows):
     def to_snapshot(self) -> tuple[dict[str, Any], list[Any]]:
         """The state as (JSON-able fields, raw blocks) for snapshot.py; ``from_snapshot`` undoes it.
 
-        The blocks are the cold store's arrays as they are (ids, columns, id
-        table, every fifo's rows, the gone rows): buffers, written and read
-        without a Python object per job. Hot Entries go as JSON (they are few).
-        The lazy heaps are not kept: ``from_snapshot`` rebuilds them from the
-        Entries with exactly their valid items, which pop in the same order.
+        The blocks are the cold store's arrays as they are (buffers: no Python
+        object per job); hot Entries go as JSON (they are few). The lazy heaps
+        are rebuilt by ``from_snapshot`` with exactly their valid items.
         """
         assert set(vars(self)) == _SNAPSHOT_FIELDS, "a new QueueState field must be added to the snapshot"
         fields, blocks = self._rows_to_snapshot()
@@ -132,18 +131,17 @@ class QueueState(JobRows):
             "ints": {name: value for name, value in vars(self).items() if type(value) is int},
             "active_keys": [[kind, key, job_id] for (kind, key), job_id in self.active_keys.items()],
             "schedules": [to_fields(sched) for sched in self.schedules.values()],
+            "paused": list(self.paused),
         })  # fmt: skip
         return fields, blocks
 
     @classmethod
     def from_snapshot(cls, fields: dict[str, Any], blocks: list[Any]) -> QueueState:
         """The state ``to_snapshot`` described. ValueError (or another plain error) if it does not add up."""
-        self = cls()
-        ints = fields["ints"]
+        self, ints = cls(), fields["ints"]
         if set(ints) != _SNAPSHOT_INTS or not all(type(value) is int for value in ints.values()):
             raise ValueError("snapshot counters do not match")
-        for name, value in ints.items():
-            setattr(self, name, value)
+        self.__dict__.update(ints)
         gone = self._rows_from_snapshot(fields, blocks)
         rows, hot = self._rows, self.hot
         ready, delayed, leases = self.ready, self.delayed, self.leases
@@ -163,13 +161,12 @@ class QueueState(JobRows):
                 delayed.append((entry.available_at, entry.seq, entry.id))
             if entry.state is LEASED and entry.lease_deadline is not None:
                 leases.append((entry.lease_deadline, entry.seq, entry.id))
-        for heap_list in ready.values():
-            heapq.heapify(heap_list)
-        heapq.heapify(delayed)
-        heapq.heapify(leases)
+        for heap_list in (*ready.values(), delayed, leases):
+            heapq.heapify(heap_list)  # type: ignore[arg-type]
         self._counts = dict(zip(JobState, fields["counts"], strict=True))
         self.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
         self.schedules = {sched.name: sched for sched in map(from_fields, fields.get("schedules", []))}
+        self.paused = set(fields.get("paused", []))
         if len(hot) + gone + self.n_cold != len(rows) or sum(self._counts.values()) != len(hot):
             raise ValueError("snapshot counts do not add up")
         return self
@@ -188,6 +185,8 @@ class QueueState(JobRows):
         if rtype in schedule_records.SCHEDULE_TYPES:
             schedule_records.apply(self.schedules, rtype, body)
             return
+        if rtype in control_records.PAUSE_TYPES:
+            return control_records.fold_pause(self.paused, rtype, body)
         job_id = body.get("id")
         entry = self.hot.get(job_id)  # type: ignore[arg-type]
         if entry is None:
@@ -211,7 +210,7 @@ class QueueState(JobRows):
         elif rtype == RecordType.NACK:
             available_at, at, entry.attempts, entry.last_error, entry.traceback = records.decode_nack(body, entry.attempts)
             self._make_ready(entry, available_at, at)
-        elif rtype == RecordType.RECLAIM:
+        elif rtype == RecordType.RECLAIM or rtype == RecordType.RUN_NOW:  # (RUN_NOW: control_records.py)
             self._make_ready(entry, *records.decode_reclaim(body))
         elif rtype == RecordType.DEAD:
             error = records.decode_dead(body)
@@ -235,13 +234,16 @@ class QueueState(JobRows):
                 entry.cancel_requested = True
             elif entry.state is READY and entry.heap == NOWHERE:  # warmed from a cold row: index it again
                 self._push_ready(entry, entry.available_at)
+        elif rtype == RecordType.SNOOZE:
+            available_at, at, entry.attempts = control_records.decode_snooze(body)
+            self._make_ready(entry, available_at, at)
+        elif rtype == RecordType.DELETE:
+            self._drop(entry)
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
-        # become cold rows. Checks are inlined, cheapest first; a writer leaves out
-        # the fields at their defaults (the same defaults as Entry's), and any other
-        # miss or odd value takes the Entry path, which applies defaults and
-        # explains bad fields exactly as it always has.
+        # become cold rows. Checks are inlined, cheapest first; any miss or odd
+        # value takes the Entry path, which applies defaults and explains bad fields.
         get = body.get
         try:
             job_id, priority, seq = body["id"], get("priority", 0), body["seq"]
@@ -325,10 +327,7 @@ class QueueState(JobRows):
         old = self.hold(entry.id)
         if old is not None:  # a sound writer never repeats an id; last one wins
             self.anomalies += 1
-            self._set_state(old, DONE)
-            self._counts[DONE] -= 1
-            del self.hot[old.id]
-            self._rows[old.row] = GONE
+            self._drop(old)
         self.hot[entry.id] = entry
         self._append_hot_row(entry)
         self._counts[entry.state] += 1
@@ -342,6 +341,13 @@ class QueueState(JobRows):
             heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         if entry.dedupe_key is not None and entry.state in (READY, LEASED):
             self.active_keys.setdefault((entry.kind, entry.dedupe_key), entry.id)
+
+    def _drop(self, entry: Entry) -> None:
+        """Forget a hot job (a DELETE, or an ENQUEUE that repeats its id): its count, dedupe key and row go."""
+        self._set_state(entry, DONE)
+        self._counts[DONE] -= 1
+        del self.hot[entry.id]
+        self._rows[entry.row] = GONE
 
     def _warm(self, row: int, heap: int) -> Entry:
         """Move a cold row's job to ``hot``; indexed in its kind's ready heap if ``heap`` says so."""
@@ -395,9 +401,9 @@ class QueueState(JobRows):
 
     def clear(self) -> None:
         """After a PURGE: no jobs, but the counts of what the log held so far, and the schedules, carry on."""
-        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules
+        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.paused
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules = kept
+        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.paused = kept
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:
@@ -412,12 +418,12 @@ class QueueState(JobRows):
             entry.heap = IN_READY
             heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
 
-    def pop_ready(self, now: float, kinds: frozenset[str] | None) -> Entry | None:
-        """Remove and return the best runnable job (highest priority, then oldest)."""
+    def pop_ready(self, now: float, kinds: frozenset[str] | None, skip: frozenset[str] = frozenset()) -> Entry | None:
+        """Remove and return the best runnable job (highest priority, then oldest) of ``kinds``, none of ``skip``."""
         while True:
             best_heap = None
             for kind, heap in self.ready.items():
-                if kinds is not None and kind not in kinds:
+                if (kinds is not None and kind not in kinds) or kind in skip:
                     continue
                 while heap:
                     entry = self.hot.get(heap[0][2])
@@ -426,7 +432,7 @@ class QueueState(JobRows):
                     heapq.heappop(heap)  # stale
                 if heap and (best_heap is None or heap[0] < best_heap[0]):
                     best_heap = heap
-            cold = self._best_cold(kinds)
+            cold = self._best_cold(kinds, skip)
             if cold is not None and (best_heap is None or cold[0] < best_heap[0]):
                 fifo = cold[1]
                 row = fifo.rows[fifo.head]
@@ -438,9 +444,7 @@ class QueueState(JobRows):
             else:
                 return None
             if entry.available_at > now:  # a peer's clock ran ahead of ours: not yet
-                entry.heap = IN_DELAYED
-                self.n_delayed += 1
-                heapq.heappush(self.delayed, (entry.available_at, entry.seq, entry.id))
+                self._push_ready(entry, now)
                 continue
             return entry
 
@@ -467,8 +471,7 @@ class QueueState(JobRows):
             entry = jobs.get(job_id)
             if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
                 found[job_id] = entry
-            stack.append(2 * i + 1)
-            stack.append(2 * i + 2)
+            stack += (2 * i + 1, 2 * i + 2)
         return sorted(found.values(), key=lambda e: (e.lease_deadline, e.seq))
 
     def stats(self, now: float) -> QueueStats:

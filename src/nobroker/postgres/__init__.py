@@ -15,6 +15,7 @@ The package, in its order (a module imports only modules above it):
     operations.py  each operation on one connection (the statements it sends, what the rows mean)
     schedule_ops.py  the schedules table and the tick transaction
     queue_ops.py   the whole queue's operations (requeue, purge, pruning, compaction) and the reads
+    control_ops.py  snooze, pause and resume, run_now, delete, and the channel Queue.wait listens on
     storage.py     PostgresStorage, wiring only
 
 Imports: connection, schema, statements, storage.

@@ -350,6 +350,10 @@ def _refuse(conn: Any, t: Target, job_id: str, token: str | None, action: str) -
     raise refusal(action, job_id, state, token, finished)
 
 
+#: The refusal, for the operations of other modules (control_ops.snooze).
+refuse = _refuse
+
+
 def _already_done(conn: Any, t: Target, job_id: str, token: str | None) -> bool:
     row = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
     return row is not None and row[0] == "done" and (token is None or row[1] == token)

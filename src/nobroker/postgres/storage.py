@@ -4,7 +4,8 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops.
+connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops,
+control_ops.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -56,7 +57,8 @@ from typing import Any
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
 from ..schedules import Schedule, ScheduleSpec
-from ..storage import EnqueueSpec, StorageOptions
+from ..storage import EnqueueSpec, StorageOptions, wait_until_finished
+from . import control_ops
 from . import operations as ops
 from . import queue_ops as whole
 from . import schedule_ops
@@ -177,6 +179,8 @@ class PostgresStorage:
         self._link = link()
         self._side = link()
         self._listener = Listener(dsn, channel, connect_options)
+        # Queue.wait's: the finished channel, its own connection (opened the first time a wait LISTENs).
+        self._finished_listener = Listener(dsn, control_ops.finished_channel(self.schema, self.name), connect_options)
         self._gate = NotifyGate(self._send_owed_notify)
         started = time.perf_counter()
         with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
@@ -260,6 +264,61 @@ class PostgresStorage:
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
         ops.check_text(job_id, "job_id")
         return self._link.run("cancel", lambda c: ops.cancel(c, self._target, job_id, token, stopped), retry=True)
+
+    def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:
+        # Not retried: a snooze that went through before the connection died would be refused the second time.
+        ops.check_text(job_id, "job_id")
+        sql, t = self._control_sql(), self._target
+        return self._link.run("snooze", lambda c: control_ops.snooze(c, t, sql, job_id, token, seconds), retry=False)
+
+    def pause(self, kind: str | None, resume: bool) -> None:
+        ops.check_text(kind, "kind")
+        sql, t = self._control_sql(), self._target
+        self._side.run("resume" if resume else "pause", lambda c: control_ops.pause(c, t, sql, kind, resume), retry=True)
+
+    def paused(self) -> list[str | None]:
+        sql, t = self._control_sql(), self._target
+        return self._side.run("paused", lambda c: control_ops.paused(c, t, sql), retry=True)
+
+    def run_now(self, job_id: str) -> Job:
+        ops.check_text(job_id, "job_id")
+        sql, t = self._control_sql(), self._target
+        return self._side.run("run_now", lambda c: control_ops.run_now(c, t, sql, job_id), retry=True)
+
+    def delete(self, job_id: str) -> Job:
+        # Not retried: a delete that went through before the connection died would say "not found" the second time.
+        ops.check_text(job_id, "job_id")
+        sql, t = self._control_sql(), self._target
+        return self._side.run("delete", lambda c: control_ops.delete(c, t, sql, job_id), retry=False)
+
+    def wait_finished(self, job_id: str, timeout: float) -> Job:
+        """The job once it is done, dead or cancelled; TimeoutError at ``timeout`` (see storage.wait_until_finished).
+
+        LISTENs (a connection of its own, opened on first use) on the queue's
+        finished channel, then marks the job waited for: sql/008's triggers
+        NOTIFY that channel when such a job finishes, whichever statement or
+        host finishes it. If the listening connection cannot be had, it looks
+        again every FINISH_RECHECK seconds (the polling fallback).
+        """
+        ops.check_text(job_id, "job_id")
+        sql, t = self._control_sql(), self._target
+        listener = self._finished_listener
+        listener.listen()  # before the first look: a finish after it is heard
+        marked: list[bool] = []
+
+        def look() -> Job:
+            if not marked:
+                self._side.run("wait", lambda c: control_ops.mark_waited(c, t, sql, job_id), retry=True)
+                marked.append(True)
+            return self.get(job_id)
+
+        return wait_until_finished(job_id, timeout, look, lambda seconds: listener.wait(seconds, None))
+
+    def _control_sql(self) -> control_ops.ControlStatements:
+        sql: control_ops.ControlStatements | None = getattr(self, "_control_statements", None)
+        if sql is None:
+            sql = self._control_statements = control_ops.ControlStatements(self.schema)
+        return sql
 
     def requeue_dead(self, job_id: str | None) -> int:
         notify = self._gate.take()
@@ -377,6 +436,7 @@ class PostgresStorage:
         self._link.close()
         self._side.close()
         self._listener.close()
+        self._finished_listener.close()
 
     @property
     def location(self) -> str:

@@ -10,7 +10,7 @@ The package, in its order (a module imports only modules above it):
     work.py       enqueue, lease, ack, nack, extend, set_stage; the wait for work
     looking.py    get, stats, listings, the DLQ; requeue_dead, purge, compact
     periodic.py   schedule, unschedule, schedules, enqueue_due
-    control.py    cancel
+    control.py    cancel, snooze, pause, resume, paused, run_now, delete, wait
     facade.py     Queue: the parts put together
 
 Imports: facade.

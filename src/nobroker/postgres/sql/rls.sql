@@ -44,3 +44,15 @@ DROP POLICY IF EXISTS {role_policy} ON {schema}.schedules;
 CREATE POLICY {role_policy} ON {schema}.schedules TO {role} USING (true) WITH CHECK (true);
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.schedules TO {role};
+
+-- Pauses (version 8): the same rule.
+ALTER TABLE {schema}.pauses ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.pauses FORCE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS {owner_policy} ON {schema}.pauses;
+CREATE POLICY {owner_policy} ON {schema}.pauses TO {owner} USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS {role_policy} ON {schema}.pauses;
+CREATE POLICY {role_policy} ON {schema}.pauses TO {role} USING (true) WITH CHECK (true);
+
+GRANT SELECT, INSERT, DELETE ON {schema}.pauses TO {role};
