@@ -6,7 +6,8 @@ Imports: the standard library, nobroker's public API, tests.simdisk and
 tests.support.
 
 How one sweep works: a seeded workload (enqueue, enqueue_many, lease, ack,
-nack, extend, set_stage, cancel, compact, purge, requeue_dead, clock ticks) runs on
+nack, extend, set_stage, cancel, snooze, pause and resume, run_now, delete,
+compact, purge, requeue_dead, clock ticks) runs on
 a SimDisk. Before every mutating call (write, truncate, fsync, rename,
 unlink, folder fsync, mkdir, create) the hook builds several power-cut
 disks (modes drop, prefix, garbage, reorder), opens a fresh Queue on each
@@ -32,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from nobroker import JobFinishedError, JobNotFoundError, NotLeasedError, Queue
+from nobroker import JobNotFoundError, JobStateError, NotLeasedError, Queue
 from tests.simdisk import POWER_CUT_MODES, SimDisk, SiteSwitch, fresh_queue_path
 from tests.support import LONG, FakeClock
 
@@ -70,8 +71,16 @@ def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
 
 
 def schedule_view(q: Queue) -> dict[str, dict[str, Any]]:
-    """Every schedule with its cursor (periodic jobs: SCHEDULE, UNSCHEDULE and TICK records)."""
-    return {s.name: s.to_dict() for s in q.schedules()}
+    """Every schedule with its cursor (periodic jobs: SCHEDULE, UNSCHEDULE and TICK records), and the pauses.
+
+    The paused kinds (PAUSE and RESUME records) are checked as one more
+    schedule would be: as before the operation or after it, never lost.
+    """
+    view = {s.name: s.to_dict() for s in q.schedules()}
+    paused = q.paused()
+    if paused:  # absent while nothing is paused, as a schedule never defined is
+        view["(paused)"] = {"kinds": paused}
+    return view
 
 
 #: How much sooner a written reclaim may make a job ready than a read showed: the
@@ -248,6 +257,7 @@ class Sweep:
         choices = (
             ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
             + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge", "cancel", "cancel"] + ["schedule", "enqueue_due", "enqueue_due"]
+            + ["snooze", "pause", "run_now", "delete"]
         )  # fmt: skip
         for _ in range(ops):
             op = rng.choice(choices)
@@ -297,6 +307,21 @@ class Sweep:
                     elif self.acked_enqueue:
                         job_id = rng.choice(sorted(self.acked_enqueue))
                         q.cancel(job_id)
+                elif op == "snooze" and held:
+                    job_id = rng.choice(sorted(held))
+                    q.snooze(held.pop(job_id), rng.choice((0.0, 20.0)))
+                elif op == "pause":
+                    kind = rng.choice((None, "default", "other"))
+                    (q.resume if rng.random() < 0.6 else q.pause)(kind)
+                elif op in ("run_now", "delete") and self.acked_enqueue:
+                    job_id = rng.choice(sorted(self.acked_enqueue))
+                    if op == "run_now":
+                        q.run_now(job_id)
+                    else:
+                        q.delete(job_id)
+                        self.acked_enqueue.pop(job_id, None)
+                        self.acked_done.discard(job_id)
+                        held.pop(job_id, None)
                 elif op == "compact":
                     q.compact()
                 elif op == "requeue_dead":
@@ -319,7 +344,7 @@ class Sweep:
                     inflight.update(s.payload["tag"] for s in q.schedules())
                     for job in q.enqueue_due():
                         self.acked_enqueue[job.id] = job.payload
-            except (NotLeasedError, JobNotFoundError, JobFinishedError):
+            except (NotLeasedError, JobNotFoundError, JobStateError):
                 held.pop(job_id, None)  # our lease expired: a normal outcome, nothing was changed
             except ProcessKilled:
                 # A new process opens the queue where the dead one left the disk.

@@ -22,9 +22,11 @@ from tests.support import FakeClock, TempDirTestCase, slow
 
 
 def snapshot(q: Queue) -> dict[str, dict]:
-    """Every job, and every schedule with its cursor (as ``schedule:<name>``)."""
+    """Every job, every schedule with its cursor (as ``schedule:<name>``), and the pauses (``paused``)."""
     state = {job.id: job.to_dict() for job in q.list_jobs()}
     state.update({f"schedule:{s.name}": s.to_dict() for s in q.schedules()})
+    if q.paused():
+        state["paused"] = {"kinds": q.paused()}
     return state
 
 
@@ -108,7 +110,17 @@ class LogBuilder:
         e = do(q.enqueue, {"e": "after requeue"})
         x = do(q.enqueue, {"x": "cancelled while ready"}, priority=-1)
         do(q.cancel, x)  # CANCEL (issue 15): ready to cancelled
-        del c, d, e, x
+        do(q.pause, "mail")  # PAUSE
+        do(q.pause)
+        ls = do(q.lease_one)
+        assert ls is None, "the whole queue is paused"
+        do(q.resume)  # RESUME
+        ls = do(q.lease_one)
+        do(q.snooze, ls, 30)  # SNOOZE: ready later, its attempt given back
+        do(q.run_now, ls.id)  # RUN_NOW
+        y = do(q.enqueue, {"y": "deleted"})
+        do(q.delete, y.id)  # DELETE
+        del c, d, e, x, y, ls
         with open(log_path(self.dir, "default", 0), "rb") as f:
             self.generation_zero = f.read()  # compaction deletes it; the sweep needs it
         do(q.compact)
@@ -122,6 +134,7 @@ class LogBuilder:
         do(q.cancel, lg.id)  # a CANCEL that marks the lease
         do(q.extend, lg, 30)
         do(q.cancel, lg, stopped=True)  # and the one that ends it cancelled
+        do(q.resume, "mail")  # a pause carried over by the compaction, lifted in generation one
         do(q.enqueue, {"g": "tail"})
         del f
         q.close()
