@@ -806,6 +806,29 @@ class DlqPurgeTests(CliTestCase):
         self.assert_one_line_error(again)
         self.assertIn("already cancelled", again.err)
 
+    def test_pause_resume_run_now_and_delete(self) -> None:
+        later = self.enqueue("a", "--id", "later", "--delay", "600")
+        out = self.ok("pause", "--kind", "email").out
+        self.assertIn("kind 'email' paused", out)
+        self.assertIn("paused now: kind 'email'", out)
+        self.assertEqual(self.ok_json("pause"), {"paused": [None, "email"]})
+        self.assertEqual(self.queue().paused(), [None, "email"])
+        self.assertIn("paused now: kind 'email'", self.ok("resume").out)
+        self.assertEqual(self.ok_json("resume", "--kind", "email"), {"paused": []})
+        self.assertIn("later is runnable now", self.ok("run-now", later["id"]).out)
+        self.assertEqual([j["id"] for j in self.ok_json("lease")], ["later"])  # type: ignore[index,union-attr]
+        refused = self.cli("run-now", "later")
+        self.assert_one_line_error(refused)
+        self.assertIn("leased", refused.err)
+        refused = self.cli("delete", "later")
+        self.assert_one_line_error(refused)
+        self.assertIn("leased", refused.err)
+        gone = self.enqueue("b", "--id", "gone")
+        self.assertIn("gone deleted (it was ready)", self.ok("delete", gone["id"]).out)
+        missing = self.cli("delete", "gone")
+        self.assert_one_line_error(missing)
+        self.assertIn("gone", missing.err)
+
     def test_purge_with_yes(self) -> None:
         for n in range(3):
             self.enqueue(str(n))
