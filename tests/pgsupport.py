@@ -18,6 +18,7 @@ import unittest
 import uuid
 from typing import Any
 
+from nobroker import Queue
 from tests.support import IN_CI
 
 DEFAULT_DSN = "postgresql:///test?host=/var/run/postgresql"
@@ -86,6 +87,20 @@ class PostgresTestCase(unittest.TestCase):
         cls.schema = fresh_name("nbtest")
         migrate(cls.dsn, schema=cls.schema)
         cls.addClassCleanup(drop_schema, cls.schema)
+
+
+class PostgresQueueCase(PostgresTestCase):
+    """A PostgresTestCase whose every test has a fresh queue name (``self.name``) and ``open_queue``."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.name = fresh_name("q")
+
+    def open_queue(self, **options: Any) -> Queue:
+        """A Queue on the class's schema (migrated already), closed when the test ends."""
+        q = Queue(self.dsn, self.name, schema=self.schema, migrate=False, **options)
+        self.addCleanup(q.close)
+        return q
 
 
 class PrivateCluster:

@@ -202,6 +202,28 @@ class QueueSemantics(_Base):
         self.assertEqual(job.to_dict()["state"], "ready")
         self.assert_survives_reopen(q)
 
+    def test_nul_is_refused_in_names_and_mended_in_error_texts_the_same_on_both_storages(self) -> None:
+        q = self.make_queue()
+        refused = {
+            "job_id": lambda: q.enqueue("x", job_id="a\x00b"),
+            "kind": lambda: q.enqueue("x", kind="k\x00"),
+            "dedupe_key": lambda: q.enqueue_many(["x"], dedupe_keys=["\x00"]),
+            "get": lambda: q.get("a\x00"),
+            "list_jobs kind": lambda: q.list_jobs(kind="\x00"),
+            "schedule name": lambda: q.schedule("s\x00", every=60),
+        }
+        for what, call in refused.items():
+            with self.subTest(what), self.assertRaises(ValueError):
+                call()
+        self.assertEqual((len(q), q.schedules()), (0, []), "a refused call wrote something")
+        q.enqueue("x")
+        job = self.only_lease(q)
+        with self.assertRaises(ValueError):
+            q.set_stage(job, "st\x00ge")
+        q.nack(job, error="bad \x00 byte", traceback="line \x00 \ud800 end", delay=0)
+        stored = self.reopen(q).get(job.id)
+        self.assertEqual((stored.last_error, stored.traceback), ("bad \ufffd byte", "line \ufffd \ufffd end"))
+
     def test_enqueue_uses_the_queue_max_attempts_unless_given(self) -> None:
         q = self.make_queue(max_attempts=3)
         self.assertEqual(q.enqueue("a").max_attempts, 3)

@@ -12,7 +12,10 @@ import tempfile
 import threading
 import unittest
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from nobroker import Worker, WorkerStats
 
 T = TypeVar("T")
 
@@ -78,3 +81,28 @@ def wait_until(predicate: Callable[[], bool], timeout: float = WAIT_SECONDS, int
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+#: How long a test waits for a Worker's run() to return after it was told to stop.
+RUN_RETURN_SECONDS = 60.0
+
+
+class ThreadedRun:
+    """Runs ``worker.run()`` in a thread (of the test process) and keeps its return value or exception."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.stats: WorkerStats | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.stats = self.worker.run()
+        except BaseException as exc:  # the test inspects it
+            self.error = exc
+
+    def join(self, testcase: unittest.TestCase, timeout: float = RUN_RETURN_SECONDS) -> None:
+        self.thread.join(timeout)
+        testcase.assertFalse(self.thread.is_alive(), "Worker.run() did not return in time")

@@ -93,6 +93,29 @@ class FollowingACompaction(TempDirTestCase):
         snaps = sorted(n for n in os.listdir(self.dir) if n.endswith(".snap"))
         self.assertEqual(snaps, [f"{NAME}.000001.snap"])
 
+    def test_only_following_a_flip_waits_for_a_checkpoint_never_a_reload_of_the_same_generation(self) -> None:
+        """A reload (after a failed write) runs under the exclusive lock: waiting there for a checkpoint of a
+        generation nobody is writing one of would hold every peer up (while a compaction runs: its whole wait)."""
+        from nobroker.filestore import recovery
+
+        self.a.compact()
+        waited: list[int] = []
+        real = recovery.checkpoint.wait_for_checkpoint
+
+        def wait(fs: Any, directory: str, name: str, generation: int, **kwargs: Any) -> bool:
+            waited.append(generation)
+            return real(fs, directory, name, generation, **kwargs)
+
+        with mock.patch.object(recovery.checkpoint, "wait_for_checkpoint", wait):
+            self.b.stats()  # follows the flip to generation 1 (it may wait for the checkpoint there)
+            followed = list(waited)
+            waited.clear()
+            storage_of(self.b)._stale = True  # as after a failed write: reload generation 1 under the lock
+            self.b.enqueue("after the reload")
+        self.assertEqual(waited, [], "a reload of the same generation waited for a checkpoint")
+        self.assertLessEqual(set(followed), {1})
+        self.assertEqual(len(self.b), len(self.a))
+
     def test_a_follower_loads_it_and_reads_only_the_tail_under_the_lock(self) -> None:
         self.a.compact()
         self.a.enqueue("after the flip")  # past the checkpoint: read under the lock
@@ -320,6 +343,37 @@ class CheckpointsAsTheLogGrows(TempDirTestCase):
             finally:
                 q2.close()
                 q.close()
+
+    def test_close_waits_for_a_checkpoint_being_written_before_it_writes_the_newer_snapshot(self) -> None:
+        """Both write the same .snap: the checkpoint thread's older state must never land after close's."""
+        import threading
+
+        real_write = snapshot.write
+        close_wrote = threading.Event()
+        writes: list[tuple[str, int]] = []
+
+        def write(fs: Any, directory: str, name: str, generation: int, offset: int, *rest: Any) -> str:
+            in_thread = threading.current_thread().name == "nobroker-checkpoint"
+            if in_thread:
+                close_wrote.wait(0.5)  # a slow checkpoint: were close not to wait for it, it would write last
+            path = real_write(fs, directory, name, generation, offset, *rest)
+            writes.append(("checkpoint" if in_thread else "close", offset))
+            if not in_thread:
+                close_wrote.set()
+            return path
+
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 5), mock.patch.object(snapshot, "write", write), \
+                mock.patch.object(snapshot, "SNAPSHOT_MIN_RECORDS", 1):  # fmt: skip
+            q = Queue(self.dir, NAME, auto_compact=None)
+            for i in range(6):
+                q.enqueue({"i": i})
+            for i in range(3):
+                q.enqueue({"later": i})
+            q.close()
+        self.assertEqual([who for who, _ in writes][-1], "close", writes)
+        self.assertEqual(writes[-1][1], max(offset for _, offset in writes), writes)
+        with Queue(self.dir, NAME, auto_compact=None) as q2:
+            self.assertEqual(storage_of(q2)._snap_records, 9, "opening replayed records the close had covered")
 
     def test_a_crashed_writer_reopens_from_its_checkpoint(self) -> None:
         code = (

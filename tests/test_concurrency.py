@@ -13,6 +13,7 @@ import os
 import threading
 import unittest
 from typing import Any
+from unittest import mock
 
 from nobroker import LockTimeoutError, Queue
 from tests.support import TempDirTestCase
@@ -173,6 +174,45 @@ class AfterFork(TempDirTestCase):
         stats = q.stats()
         self.assertEqual((stats.ready, stats.done), (1, 1))
         self.assertEqual(q.lease_one().payload, "child")
+
+
+
+class WakeUpsFromManyThreads(TempDirTestCase):
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "wake-ups need named pipes")
+    def test_threads_notifying_at_once_never_write_or_close_the_pipe_together(self) -> None:
+        """One thread may find every reader gone and close the writer while another is about to
+        write to it: its descriptor number may be a log's by then. Notifies take turns."""
+        from nobroker.filestore import wake
+
+        channel = wake.WakeChannel(os.path.join(self.dir, "q.wake"))
+        self.assertTrue(channel.open_reader())
+        self.addCleanup(channel.close)
+        inside = [0, 0]  # now, most at once
+        guard = threading.Lock()
+        real_write = os.write
+
+        def write(fd: int, data: bytes) -> int:
+            with guard:
+                inside[0] += 1
+                inside[1] = max(inside)
+            try:
+                threading.Event().wait(0.001)  # a write that takes a moment: overlap, were it allowed
+                return real_write(fd, data)
+            finally:
+                with guard:
+                    inside[0] -= 1
+
+        def notify_many() -> None:
+            for _ in range(20):
+                channel.notify()
+
+        with mock.patch.object(wake.os, "write", write):
+            threads = [threading.Thread(target=notify_many) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+        self.assertEqual(inside[1], 1, "two threads wrote to the wake pipe at once")
 
 
 if __name__ == "__main__":

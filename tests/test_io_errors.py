@@ -582,5 +582,30 @@ class RealFilesystem(unittest.TestCase):
             with self.assertRaises(StorageError):
                 reader.enqueue("not here")
 
+
+class InterruptedDecision(unittest.TestCase):
+    def test_an_interrupt_after_a_decision_took_records_leaves_memory_no_further_than_the_disk(self) -> None:
+        """Batch.add applies a record in memory at once; a KeyboardInterrupt before the write must not keep it."""
+        from unittest import mock
+
+        from nobroker.filestore import leases
+
+        real = leases.enqueue
+
+        def then_interrupted(*args: object, **kwargs: object) -> object:
+            real(*args, **kwargs)  # type: ignore[arg-type]
+            raise KeyboardInterrupt
+
+        with tempfile.TemporaryDirectory() as folder, Queue(os.path.join(folder, "q")) as q:
+            q.enqueue("written", job_id="written")
+            with mock.patch.object(leases, "enqueue", then_interrupted):
+                with self.assertRaises(KeyboardInterrupt):
+                    q.enqueue("never written", job_id="ghost")
+            self.assertEqual([job.id for job in q.list_jobs()], ["written"], "memory kept a record never written")
+            self.assertEqual(len(q), 1)
+            with Queue(os.path.join(folder, "q")) as other:
+                self.assertEqual(len(other), 1)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -14,8 +14,8 @@ import unittest
 from typing import Any
 from unittest import mock
 
-from nobroker import BackoffPolicy, Queue
-from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from nobroker import BackoffPolicy
+from tests.pgsupport import PostgresQueueCase, connect
 from tests.support import wait_until
 
 PATIENCE = 60.0
@@ -23,16 +23,7 @@ PATIENCE = 60.0
 SLOW_READ = 3.0
 
 
-class ConnectionTests(PostgresTestCase):
-    def setUp(self) -> None:
-        super().setUp()
-        self.name = fresh_name("q")
-
-    def open_queue(self, **options: Any) -> Queue:
-        q = Queue(self.dsn, self.name, schema=self.schema, migrate=False, **options)
-        self.addCleanup(q.close)
-        return q
-
+class ConnectionTests(PostgresQueueCase):
     def test_a_heartbeat_and_an_ack_never_wait_behind_a_long_operator_read(self) -> None:
         from nobroker.postgres import queue_ops as operations
 

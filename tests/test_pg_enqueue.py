@@ -14,7 +14,7 @@ from typing import Any
 from unittest import mock
 
 from nobroker import Queue, StorageError
-from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from tests.pgsupport import PostgresQueueCase, connect
 
 PATIENCE = 60.0
 #: Rounds of the race, and keys per batch.
@@ -42,16 +42,7 @@ def _race(dsn: str, schema: str, name: str, reverse: bool, barrier: Any, out: An
     out.put(failures)
 
 
-class BatchEnqueueTests(PostgresTestCase):
-    def setUp(self) -> None:
-        super().setUp()
-        self.name = fresh_name("q")
-
-    def open_queue(self, **options: Any) -> Queue:
-        q = Queue(self.dsn, self.name, schema=self.schema, migrate=False, **options)
-        self.addCleanup(q.close)
-        return q
-
+class BatchEnqueueTests(PostgresQueueCase):
     def test_two_batches_of_the_same_keys_in_opposite_orders_never_deadlock(self) -> None:
         barrier, out = _fork.Barrier(2), _fork.Queue()
         procs = [

@@ -11,25 +11,16 @@ import unittest
 from unittest import mock
 from typing import Any
 
-from nobroker import JobNotFoundError, Queue
+from nobroker import JobNotFoundError
 from nobroker.postgres.connection import Session
 from nobroker.postgres.statements import PRUNE_BATCH
-from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from tests.pgsupport import PostgresQueueCase, connect
 from tests.support import wait_until
 
 PATIENCE = 60.0
 
 
-class UpkeepTests(PostgresTestCase):
-    def setUp(self) -> None:
-        super().setUp()
-        self.name = fresh_name("q")
-
-    def open_queue(self, **options: Any) -> Queue:
-        q = Queue(self.dsn, self.name, schema=self.schema, migrate=False, **options)
-        self.addCleanup(q.close)
-        return q
-
+class UpkeepTests(PostgresQueueCase):
     def test_done_and_dead_jobs_past_their_retention_are_pruned_by_the_work_itself(self) -> None:
         q = self.open_queue(done_retention=5, dead_retention=50, max_attempts=1)
         q.enqueue_many(list(range(30)))

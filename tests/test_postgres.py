@@ -397,15 +397,6 @@ class PostgresStorageTests(PostgresTestCase):
                 with self.assertRaises(ValueError):
                     migrate(self.dsn, schema=self.schema, worker_role=bad)
 
-    def test_nul_in_names_is_refused_and_in_error_text_replaced(self) -> None:
-        q = self.open_queue()
-        with self.assertRaises(ValueError):
-            q.enqueue("x", job_id="a\x00b")
-        q.enqueue("x")
-        job = q.lease_one()
-        assert job is not None
-        self.assertEqual(q.nack(job, error="bad \x00 byte", delay=0).last_error, "bad \ufffd byte")
-
     # ------------------------------------------------------------ options and properties
     def test_options_and_properties(self) -> None:
         with self.assertRaises(ValueError):

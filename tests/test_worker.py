@@ -33,11 +33,10 @@ from nobroker import (
     QueueClosedError,
     StorageError,
     Worker,
-    WorkerStats,
 )
 from nobroker.worker.signals import StopSignals
 from tests.pgsupport import PostgresTestCase, fresh_name
-from tests.support import TempDirTestCase, wait_until
+from tests.support import TempDirTestCase, ThreadedRun, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 #: Generous bound for anything that should happen "soon" on a busy shared machine.
@@ -45,27 +44,6 @@ PATIENCE = 60.0
 #: A poll interval no test waits out: what happens sooner came from a wake-up.
 LONG_POLL = 600.0
 NO_BACKOFF = BackoffPolicy(base=0, jitter=0)
-
-
-class ThreadedRun:
-    """Runs ``worker.run()`` in a thread and keeps its return value or exception."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.stats: WorkerStats | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, daemon=True)
-        self.thread.start()
-
-    def _main(self) -> None:
-        try:
-            self.stats = self.worker.run()
-        except BaseException as exc:  # the test inspects it
-            self.error = exc
-
-    def join(self, testcase: unittest.TestCase, timeout: float = PATIENCE) -> None:
-        self.thread.join(timeout)
-        testcase.assertFalse(self.thread.is_alive(), "Worker.run() did not return in time")
 
 
 class QueueTestCase(TempDirTestCase):

@@ -22,11 +22,11 @@ import unittest
 import unittest.mock
 from typing import Any
 
-from nobroker import JobState, Queue, StorageError, Worker, WorkerStats
+from nobroker import JobState, Queue, StorageError, Worker
 from nobroker.worker import budget as budget_module
 from nobroker.worker.budget import BudgetFeed, LeaseBudget
 from tests.pgsupport import PostgresTestCase, fresh_name
-from tests.support import TempDirTestCase, wait_until
+from tests.support import TempDirTestCase, ThreadedRun, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 #: Generous bound for anything that should happen "soon" on a busy shared machine.
@@ -57,27 +57,6 @@ def read(path: str) -> str:
 
 def marks_in(folder: str, prefix: str) -> list[str]:
     return sorted(name for name in os.listdir(folder) if name.startswith(prefix))
-
-
-class ThreadedRun:
-    """``worker.run()`` on a thread of the test process (the pool forks from it)."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.stats: WorkerStats | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, daemon=True)
-        self.thread.start()
-
-    def _main(self) -> None:
-        try:
-            self.stats = self.worker.run()
-        except BaseException as exc:  # the test looks at it
-            self.error = exc
-
-    def join(self, test: unittest.TestCase) -> None:
-        self.thread.join(PATIENCE)
-        test.assertFalse(self.thread.is_alive(), "Worker.run() did not return in time")
 
 
 @unittest.skipUnless(CAN_FORK, "processes= needs os.fork")

@@ -52,11 +52,28 @@ def text(value: Any, what: str, limit: int) -> str:
         raise TypeError(f"{what} must be a string, got {type(value).__name__}")
     if not value or len(value) > limit:
         raise ValueError(f"{what} must be 1 to {limit} characters, got {len(value)}")
+    if "\x00" in value:  # PostgreSQL text cannot hold it, so neither storage takes it
+        raise ValueError(f"{what} cannot contain the NUL character, got {value!r}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"{what} must be valid Unicode text (it contains a lone surrogate)") from None
     return value
+
+
+def informational(value: str | None) -> str | None:
+    """An error text or traceback as both storages keep it: NUL and lone surrogates become U+FFFD.
+
+    Only informational, so it is mended rather than refused.
+    """
+    if value is None:
+        return None
+    text = value.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: UTF-16 keeps it as a unit, its decoder replaces it
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def per_job(values: Sequence[Any] | None, n: int, what: str) -> list[Any]:

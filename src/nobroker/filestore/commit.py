@@ -181,7 +181,7 @@ class Committer(QueueFiles):
             try:
                 if self.durable:
                     self._sync_directory()  # see _open: the flip we follow must be durable
-                state, end, _torn = self._replay_all(new, truncate=exclusive)
+                state, end, _torn = self._replay_all(new, truncate=exclusive, following=True)
             except BaseException:
                 new.close()
                 raise
@@ -273,6 +273,7 @@ class Committer(QueueFiles):
         """Under the mutex: the four beats for every queued operation, as one batch."""
         with self._pending_lock:
             ops, self._pending = self._pending, []
+        ahead_of_disk = False  # has memory taken records (Batch.add applies them) that are not written yet?
         try:
             self._enter()
             lock = self._lock
@@ -286,8 +287,10 @@ class Committer(QueueFiles):
                 assert log is not None
                 if self._offset != self._own_end or log is not self._lazy_log:
                     self._lazy_from = None  # a peer's records follow ours: see _make_durable
+                ahead_of_disk = True
                 batch = self._decide(ops)
                 end = self._append(log, batch, ops)
+                ahead_of_disk = False
                 compact_now = self._should_auto_compact()
             finally:
                 lock.release()
@@ -296,6 +299,8 @@ class Committer(QueueFiles):
                 op.log, op.start, op.end, op.wakes, op.finishes = log, batch.start, end, batch.wakes, batch.finishes
             ops[0].compact = compact_now
         except BaseException as exc:
+            if ahead_of_disk:  # a KeyboardInterrupt in a decision, say: reload before the next operation
+                self._stale = True
             for op in ops:  # nothing of this batch was written: every operation failed
                 op.error = exc
             if not isinstance(exc, Exception):

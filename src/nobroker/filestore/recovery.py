@@ -108,7 +108,7 @@ class QueueFiles(Checkpoints):
             self._locate()
             assert self._log is not None
             # Read-only: a torn tail stays for a writer to cut, leftovers for a writer to remove.
-            state, end, torn = self._replay_all(self._log, truncate=self.read_only is None)
+            state, end, torn = self._replay_all(self._log, truncate=self.read_only is None, following=True)
             self._state, self._offset = state, end
             if self.read_only is None:
                 self._remove_leftovers(self._log.generation)
@@ -184,11 +184,16 @@ class QueueFiles(Checkpoints):
                 self.read_only = exc.errno
         return LogFile.open(self.fs, path, writable=False, expect_generation=generation)
 
-    def _replay_all(self, log: LogFile, *, truncate: bool, use_snapshot: bool = True) -> tuple[QueueState, int, int]:
+    def _replay_all(
+        self, log: LogFile, *, truncate: bool, use_snapshot: bool = True, following: bool = False
+    ) -> tuple[QueueState, int, int]:
         """Replay a whole generation. Returns (state, end of last whole record, torn bytes cut).
 
         A snapshot of the generation whose log prefix still matches stands in
         for replaying that prefix (snapshot.py); anything wrong with it: ignored.
+        ``following``: the generation is one a peer may have just flipped to
+        (opening, or a switch to a newer one), whose checkpoint may be coming;
+        a reload of the same generation never waits for one.
         """
         prepared, self._prepared = self._prepared, None
         if prepared is not None and (prepared.log is not log or not use_snapshot):
@@ -200,7 +205,7 @@ class QueueFiles(Checkpoints):
             loaded = (prepared.state, prepared.end, prepared.crc or 0)
             self._snap_loaded, self._snap_records = prepared.loaded, prepared.loaded_records
         else:
-            if use_snapshot and log.generation > 0 and not self._compacting_here():
+            if following and use_snapshot and log.generation > 0 and not self._compacting_here():
                 # A peer's flip seen while we waited for the lock: its checkpoint comes
                 # shortly (written without the lock), and loading it beats replaying here.
                 checkpoint.wait_for_checkpoint(

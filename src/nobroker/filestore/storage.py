@@ -267,6 +267,9 @@ class FileStorage(Compactor):
             if self._closed:
                 return
             self._closed = True
+            # First: a checkpoint being written goes to the same .snap as the snapshot
+            # below, and its state is older; it must not land after it.
+            self._close_checkpoints()
             if self._log is not None:
                 if self.durable and os.getpid() == self._pid and self._log.failed is None and self.read_only is None:
                     try:
@@ -276,7 +279,6 @@ class FileStorage(Compactor):
                     else:
                         self._save_snapshot()
                 self._log.close()
-            self._close_checkpoints()
             if self._lock is not None:
                 self._lock.close()
             self._wake.close()

@@ -34,6 +34,7 @@ import logging
 import os
 import select
 import stat
+import threading
 import time
 from collections.abc import Callable
 
@@ -52,6 +53,10 @@ class WakeChannel:
         self.path = path
         self._reader: int | None = None
         self._writer: int | None = None
+        # Guards _writer and _retry_at: threads notify at once, and a writer closed by
+        # one must never be written to (or closed again) by another: its number may
+        # be reused by then, for a log or a snapshot.
+        self._writer_lock = threading.Lock()
         self._retry_at = 0.0
         self._usable = hasattr(os, "mkfifo")
         #: Monotonic time from which every writer's notify reaches our reader.
@@ -64,6 +69,10 @@ class WakeChannel:
         """Wake one waiting worker, if any. Never blocks, never raises."""
         if not self._usable:
             return
+        with self._writer_lock:
+            self._notify()
+
+    def _notify(self) -> None:
         fd = self._writer
         if fd is None:
             now = time.monotonic()
@@ -182,6 +191,7 @@ class WakeChannel:
     # ---------------- lifetime
     def forget_after_fork(self) -> None:
         """In a forked child: the inherited descriptors are the parent's business."""
+        self._writer_lock = threading.Lock()  # a parent's thread may have held it at the fork
         self.close()
 
     def _close_reader(self) -> None:
@@ -194,7 +204,8 @@ class WakeChannel:
 
     def close(self) -> None:
         self._close_reader()
-        self._close_writer()
+        with self._writer_lock:
+            self._close_writer()
 
 
 def _not_our_pipe(st: os.stat_result, check_owner: bool) -> str | None:

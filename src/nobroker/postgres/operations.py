@@ -32,10 +32,10 @@ Semantics are the file storage's, statement by statement:
 - ``cancel`` of a ready job ends it cancelled; of a leased one marks it
   (``cancel_requested``: its ack and nack refused, its lease ends cancelled).
 
-PostgreSQL text cannot hold the NUL character: a job id, kind, dedupe key,
-stage or queue name containing one is refused with ValueError (error texts
-get U+FFFD instead). Payloads and results are unaffected: they are stored as
-JSON text, where NUL is the escape ``\\u0000``.
+PostgreSQL text cannot hold the NUL character: the Queue refuses a job id,
+kind, dedupe key, stage or schedule name holding one on both storages, and
+error texts get U+FFFD instead (checks.py). Payloads and results are
+unaffected: they are stored as JSON text, where NUL is the escape ``\\u0000``.
 """
 
 from __future__ import annotations
@@ -91,20 +91,6 @@ class Target:
         return params
 
 
-# ---------------------------------------------------------------- what text can hold
-def check_text(value: str | None, what: str) -> str | None:
-    if value is not None and "\x00" in value:
-        raise ValueError(f"{what} cannot contain NUL characters in PostgreSQL, got {value!r}")
-    return value
-
-
-def clean_error(error: str | None) -> str | None:
-    """Error text as PostgreSQL can store it: no NUL, valid UTF-8 (it is only informational)."""
-    if error is None:
-        return None
-    return error.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
-
-
 def _json_text(value: str | None) -> str:
     """A string (or None) as JSON text, its characters as they are (the driver sends UTF-8)."""
     return "null" if value is None else _quote(value)
@@ -123,13 +109,6 @@ def batch_rows(specs: list[EnqueueSpec], ids: list[str]) -> str:
         for s, job_id in zip(specs, ids)
     )
     return f"[{rows}]"
-
-
-def check_specs(specs: list[EnqueueSpec]) -> None:
-    for spec in specs:
-        check_text(spec.job_id, "job_id")
-        check_text(spec.kind, "kind")
-        check_text(spec.dedupe_key, "dedupe_key")
 
 
 # ---------------------------------------------------------------- enqueue
@@ -397,7 +376,7 @@ def nack(
 ) -> tuple[Job, bool]:  # fmt: skip
     """The job as the nack left it, and whether it is runnable at once without having notified (owed a NOTIFY)."""
     row = _changed(
-        conn, t, "nack", "nack", job_id, token, error=clean_error(error), traceback=clean_error(traceback),
+        conn, t, "nack", "nack", job_id, token, error=error, traceback=traceback,
         delay=delay, perm=permanent, notify=notify,
     )  # fmt: skip
     return row_job(row), row[NACK_NOTIFIED] == 0

@@ -64,8 +64,6 @@ def _now(conn: Any, t: ops.Target) -> float:
 
 def put(conn: Any, t: ops.Target, sql: ScheduleStatements, spec: ScheduleSpec) -> Schedule:
     """Define ``spec`` (the same definition again: the stored one, unchanged)."""
-    ops.check_text(spec.name, "schedule name")
-    ops.check_text(spec.kind, "kind")
     with conn.transaction():
         cur = conn.cursor(row_factory=tuple_row)
         found = cur.execute(sql.text["one"], t.params(name=spec.name)).fetchone()
@@ -81,7 +79,6 @@ def put(conn: Any, t: ops.Target, sql: ScheduleStatements, spec: ScheduleSpec) -
 
 
 def remove(conn: Any, t: ops.Target, sql: ScheduleStatements, name: str) -> bool:
-    ops.check_text(name, "schedule name")
     return conn.execute(sql.text["delete"], t.params(name=name)).fetchone() is not None
 
 

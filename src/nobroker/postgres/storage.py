@@ -201,7 +201,6 @@ class PostgresStorage:
 
     # ================================================================ writes
     def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
-        ops.check_specs(specs)
         t = self._target
         if conn is not None:
             return ops.enqueue_in_transaction(conn, t, specs)
@@ -257,22 +256,18 @@ class PostgresStorage:
         return self._link.run("extend", lambda c: ops.extend(c, self._target, job_id, token, seconds), retry=True)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
-        ops.check_text(stage, "stage")
         return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
 
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
-        ops.check_text(job_id, "job_id")
         return self._link.run("cancel", lambda c: ops.cancel(c, self._target, job_id, token, stopped), retry=True)
 
     def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:
         # Not retried: a snooze that went through before the connection died would be refused the second time.
-        ops.check_text(job_id, "job_id")
         sql, t = self._control_sql(), self._target
         return self._link.run("snooze", lambda c: control_ops.snooze(c, t, sql, job_id, token, seconds), retry=False)
 
     def pause(self, kind: str | None, resume: bool) -> None:
-        ops.check_text(kind, "kind")
         sql, t = self._control_sql(), self._target
         self._side.run("resume" if resume else "pause", lambda c: control_ops.pause(c, t, sql, kind, resume), retry=True)
 
@@ -281,13 +276,11 @@ class PostgresStorage:
         return self._side.run("paused", lambda c: control_ops.paused(c, t, sql), retry=True)
 
     def run_now(self, job_id: str) -> Job:
-        ops.check_text(job_id, "job_id")
         sql, t = self._control_sql(), self._target
         return self._side.run("run_now", lambda c: control_ops.run_now(c, t, sql, job_id), retry=True)
 
     def delete(self, job_id: str) -> Job:
         # Not retried: a delete that went through before the connection died would say "not found" the second time.
-        ops.check_text(job_id, "job_id")
         sql, t = self._control_sql(), self._target
         return self._side.run("delete", lambda c: control_ops.delete(c, t, sql, job_id), retry=False)
 
@@ -300,7 +293,6 @@ class PostgresStorage:
         host finishes it. If the listening connection cannot be had, it looks
         again every FINISH_RECHECK seconds (the polling fallback).
         """
-        ops.check_text(job_id, "job_id")
         sql, t = self._control_sql(), self._target
         listener = self._finished_listener
         listener.listen()  # before the first look: a finish after it is heard
@@ -337,7 +329,6 @@ class PostgresStorage:
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
-        ops.check_text(job_id, "job_id")
         return self._side.run("get", lambda c: whole.get(c, self._target, job_id), retry=True)
 
     def stats(self) -> QueueStats:
@@ -347,7 +338,6 @@ class PostgresStorage:
         return self._side.run("count", lambda c: whole.count(c, self._target), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
-        ops.check_text(kind, "kind")
         return self._side.run(
             "list_jobs", lambda c: whole.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
         )

@@ -6,7 +6,7 @@ Owns: LookMethods. Imports: checks, jobs, base.
 from __future__ import annotations
 
 from .. import checks
-from ..jobs import LISTINGS, MAX_ID_CHARS, CompactionResult, Job, JobState, QueueStats
+from ..jobs import LISTINGS, MAX_ID_CHARS, MAX_NAME_CHARS, CompactionResult, Job, JobState, QueueStats
 from .base import QueueBase
 
 
@@ -40,6 +40,8 @@ class LookMethods(QueueBase):
             raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        if kind is not None:
+            kind = checks.text(kind, "kind", MAX_NAME_CHARS)
         if limit == 0:
             return []
         return self._open_storage().list_jobs(listing, limit, offset, kind)

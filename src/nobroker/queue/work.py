@@ -182,9 +182,9 @@ class WorkMethods(QueueBase):
         """
         job_id, token = checks.job_ref(job)
         if error is not None:
-            error = str(error)[:MAX_ERROR_CHARS]
+            error = checks.informational(str(error)[:MAX_ERROR_CHARS])
         if traceback is not None:
-            traceback = str(traceback)[-MAX_TRACEBACK_CHARS:]
+            traceback = checks.informational(str(traceback)[-MAX_TRACEBACK_CHARS:])
         if delay is not None:
             delay = checks.seconds(delay, "delay")
         return self._open_storage().nack(job_id, token, error, delay, bool(permanent), traceback)
