@@ -1010,6 +1010,8 @@ HANDLER_MODULE = textwrap.dedent(
             raise RuntimeError("it failed")
         if job.payload == "permanent":
             raise nobroker.PermanentError("never works")
+        if job.payload == "snooze":
+            raise nobroker.Snooze(3600)
         return {"echo": job.payload}
 
     class Holder:
@@ -1048,6 +1050,13 @@ class WorkTests(CliTestCase):
         self.assertEqual(stats["leased"], 3)  # type: ignore[index]
         self.assertEqual(self.queue().get(ok_job["id"]).result, {"echo": "hello"})
         self.assertEqual(self.queue().stats().dead, 2)
+
+    def test_work_reports_a_snoozed_job(self) -> None:
+        later = self.enqueue("snooze")
+        result = self.ok("work", f"{self.module}:handle", "--max-jobs", "1")
+        self.assertIn("worker stopped: leased 1, succeeded 0, failed 0, dead 0, lost leases 0, snoozed 1", result.out)
+        job = self.queue().get(later["id"])
+        self.assertEqual((job.state, job.attempts), (JobState.READY, 0))
 
     def test_work_idle_timeout_and_kinds_and_dotted_callable(self) -> None:
         self.enqueue("skip", "--kind", "other")
