@@ -54,7 +54,20 @@ class Control2Semantics(_Base):
     def now(self) -> float:  # pragma: no cover
         raise NotImplementedError
 
-    def leased(self, q: Queue) -> Job:
+    def run_bounded(self, worker: Worker) -> Any:
+        """``worker.run()``, stopped and failed (never hung) if it has not finished within a generous bound."""
+        results: list[Any] = []
+        thread = threading.Thread(target=lambda: results.append(worker.run()))
+        thread.start()
+        thread.join(2 * WAIT_SECONDS)
+        if thread.is_alive():
+            worker.stop()
+            thread.join(WAIT_SECONDS)
+            self.fail("the Worker did not finish its max_jobs")
+        self.assertEqual(len(results), 1, "run() returned its stats")
+        return results[0]
+
+    def lease_the_one(self, q: Queue) -> Job:
         job = q.lease_one()
         assert job is not None, "a job to lease"
         return job
@@ -63,9 +76,9 @@ class Control2Semantics(_Base):
     def test_snooze_gives_the_attempt_back_and_keeps_the_last_error(self) -> None:
         q = self.make_queue(max_attempts=2)
         q.enqueue("a")
-        first = self.leased(q)
+        first = self.lease_the_one(q)
         q.nack(first, error="boom", delay=0)
-        second = self.leased(q)
+        second = self.lease_the_one(q)
         self.assertEqual(second.attempts, 2)
         before = self.now()
         snoozed = q.snooze(second, 30)
@@ -80,7 +93,7 @@ class Control2Semantics(_Base):
         q = self.reopen(q)
         self.assertEqual(q.get(snoozed.id).attempts, 1)
         self.advance(31)
-        again = self.leased(q)
+        again = self.lease_the_one(q)
         self.assertEqual(again.attempts, 2, "the last attempt is still there to spend")
         q.nack(again, error="boom again")
         self.assertIs(q.get(again.id).state, JobState.DEAD, "and then it is used up as usual")
@@ -88,10 +101,10 @@ class Control2Semantics(_Base):
     def test_snooze_for_zero_seconds_is_runnable_at_once(self) -> None:
         q = self.make_queue()
         q.enqueue("a")
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         self.assertEqual(q.snooze(job.id, 0).attempts, 0)
         self.assertEqual(q.stats().ready, 1)
-        self.assertEqual(self.leased(q).attempts, 1)
+        self.assertEqual(self.lease_the_one(q).attempts, 1)
 
     def test_snooze_is_refused_without_the_lease(self) -> None:
         q = self.make_queue(visibility_timeout=10)
@@ -100,9 +113,9 @@ class Control2Semantics(_Base):
             q.snooze(ready.id, 5)
         with self.assertRaises(JobNotFoundError):
             q.snooze("no-such-job", 5)
-        old = self.leased(q)
+        old = self.lease_the_one(q)
         self.advance(11)
-        new = self.leased(q)
+        new = self.lease_the_one(q)
         with self.assertRaises(NotLeasedError):
             q.snooze(old, 5)
         for bad in (-1, float("nan"), 10**400):
@@ -121,7 +134,7 @@ class Control2Semantics(_Base):
             with self.subTest(label):
                 q = self.make_queue(name=f"snooze-{label}", max_attempts=1)
                 target = q.enqueue({"snooze": LONG})
-                stats = Worker(q, handler, max_jobs=1, handle_signals=False, poll_interval=0.01).run()
+                stats = self.run_bounded(Worker(q, handler, max_jobs=1, handle_signals=False, poll_interval=0.01))
                 self.assertEqual((stats.snoozed, stats.failed, stats.dead, stats.succeeded), (1, 0, 0, 0))
                 self.assertEqual(stats.to_dict()["snoozed"], 1)
                 job = q.get(target.id)
@@ -131,7 +144,7 @@ class Control2Semantics(_Base):
     def test_a_process_pool_snoozes_too(self) -> None:
         q = self.make_queue(name="snooze-pool", max_attempts=1)
         targets = [q.enqueue({"snooze": LONG}) for _ in range(2)]
-        stats = Worker(q, _snoozing, processes=2, max_jobs=2, handle_signals=False, poll_interval=0.01).run()
+        stats = self.run_bounded(Worker(q, _snoozing, processes=2, max_jobs=2, handle_signals=False, poll_interval=0.01))
         self.assertEqual((stats.snoozed, stats.failed, stats.dead), (2, 0, 0))
         for target in targets:
             self.assertEqual(q.get(target.id).attempts, 0)
@@ -139,7 +152,7 @@ class Control2Semantics(_Base):
     def test_a_worker_without_snoozes_keeps_the_old_stats_shape(self) -> None:
         q = self.make_queue()
         q.enqueue("a")
-        stats = Worker(q, lambda job: None, max_jobs=1, handle_signals=False, poll_interval=0.01).run()
+        stats = self.run_bounded(Worker(q, lambda job: None, max_jobs=1, handle_signals=False, poll_interval=0.01))
         self.assertNotIn("snoozed", stats.to_dict())
 
     # ------------------------------------------------------------ pause and resume
@@ -162,7 +175,7 @@ class Control2Semantics(_Base):
     def test_pause_the_whole_queue_and_running_jobs_still_finish(self) -> None:
         q = self.make_queue()
         running = q.enqueue("r")
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         waiting = q.enqueue("w", kind="other")
         q.pause()
         self.assertEqual(q.paused(), [None])
@@ -208,7 +221,7 @@ class Control2Semantics(_Base):
 
         q.lease = counted  # type: ignore[method-assign]
         worker = Worker(q, lambda job: None, handle_signals=False, idle_timeout=1.0)
-        stats = worker.run()
+        stats = self.run_bounded(worker)
         self.assertEqual(stats.leased, 0)
         # A spinning worker leases thousands of times a second; an idle one waits between leases.
         self.assertLess(len(calls), 25, f"{len(calls)} leases in an idle second: the wait returned at once")
@@ -253,7 +266,7 @@ class Control2Semantics(_Base):
         q = self.make_queue()
         runnable = q.enqueue("r")
         self.assertEqual(q.run_now(runnable.id).id, runnable.id, "runnable already: unchanged")
-        leased = self.leased(q)
+        leased = self.lease_the_one(q)
         with self.assertRaises(JobStateError) as caught:
             q.run_now(leased.id)
         self.assertEqual(caught.exception.state, "leased")
@@ -270,9 +283,9 @@ class Control2Semantics(_Base):
         q = self.make_queue(max_attempts=1)
         dead, done, keep = q.enqueue("x"), q.enqueue("y"), q.enqueue("keep")
         ready, delayed = q.enqueue("r", dedupe_key="k"), q.enqueue("d", delay=600)
-        q.nack(self.leased(q), error="boom")
-        q.ack(self.leased(q))
-        leased = self.leased(q)
+        q.nack(self.lease_the_one(q), error="boom")
+        q.ack(self.lease_the_one(q))
+        leased = self.lease_the_one(q)
         self.assertEqual([q.get(j.id).state for j in (dead, done, leased)], [JobState.DEAD, JobState.DONE, JobState.LEASED])
         with self.assertRaises(JobStateError) as caught:
             q.delete(leased.id)
@@ -305,7 +318,7 @@ class Control2Semantics(_Base):
     def test_delete_of_a_lease_that_expired_deletes(self) -> None:
         q = self.make_queue(visibility_timeout=10)
         q.enqueue("a")
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         self.advance(11)
         self.assertEqual(q.delete(job.id).id, job.id)
         self.assertEqual(q.stats().total, 0)
@@ -314,7 +327,7 @@ class Control2Semantics(_Base):
     def test_wait_returns_once_the_job_is_done(self) -> None:
         q = self.make_queue()
         target = q.enqueue("a")
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         timer = threading.Timer(0.2, lambda: q.ack(job, result={"ok": 1}))
         timer.start()
         self.addCleanup(timer.cancel)
@@ -326,7 +339,7 @@ class Control2Semantics(_Base):
         q = self.make_queue(max_attempts=1)
         other = self.reopen(self.make_queue(max_attempts=1))  # a second object on the same queue
         dies, cancelled = q.enqueue("d"), q.enqueue("c", delay=600)
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         self.assertEqual(job.id, dies.id)
         for target, finish, state in (
             (dies, lambda: other.nack(job.id, error="boom"), JobState.DEAD),
