@@ -54,7 +54,7 @@ class Control2Semantics(_Base):
     def now(self) -> float:  # pragma: no cover
         raise NotImplementedError
 
-    def leased(self, q: Queue) -> Job:
+    def lease_the_one(self, q: Queue) -> Job:
         job = q.lease_one()
         assert job is not None, "a job to lease"
         return job
@@ -63,9 +63,9 @@ class Control2Semantics(_Base):
     def test_snooze_gives_the_attempt_back_and_keeps_the_last_error(self) -> None:
         q = self.make_queue(max_attempts=2)
         q.enqueue("a")
-        first = self.leased(q)
+        first = self.lease_the_one(q)
         q.nack(first, error="boom", delay=0)
-        second = self.leased(q)
+        second = self.lease_the_one(q)
         self.assertEqual(second.attempts, 2)
         before = self.now()
         snoozed = q.snooze(second, 30)
@@ -80,7 +80,7 @@ class Control2Semantics(_Base):
         q = self.reopen(q)
         self.assertEqual(q.get(snoozed.id).attempts, 1)
         self.advance(31)
-        again = self.leased(q)
+        again = self.lease_the_one(q)
         self.assertEqual(again.attempts, 2, "the last attempt is still there to spend")
         q.nack(again, error="boom again")
         self.assertIs(q.get(again.id).state, JobState.DEAD, "and then it is used up as usual")
@@ -88,10 +88,10 @@ class Control2Semantics(_Base):
     def test_snooze_for_zero_seconds_is_runnable_at_once(self) -> None:
         q = self.make_queue()
         q.enqueue("a")
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         self.assertEqual(q.snooze(job.id, 0).attempts, 0)
         self.assertEqual(q.stats().ready, 1)
-        self.assertEqual(self.leased(q).attempts, 1)
+        self.assertEqual(self.lease_the_one(q).attempts, 1)
 
     def test_snooze_is_refused_without_the_lease(self) -> None:
         q = self.make_queue(visibility_timeout=10)
@@ -100,9 +100,9 @@ class Control2Semantics(_Base):
             q.snooze(ready.id, 5)
         with self.assertRaises(JobNotFoundError):
             q.snooze("no-such-job", 5)
-        old = self.leased(q)
+        old = self.lease_the_one(q)
         self.advance(11)
-        new = self.leased(q)
+        new = self.lease_the_one(q)
         with self.assertRaises(NotLeasedError):
             q.snooze(old, 5)
         for bad in (-1, float("nan"), 10**400):
@@ -162,7 +162,7 @@ class Control2Semantics(_Base):
     def test_pause_the_whole_queue_and_running_jobs_still_finish(self) -> None:
         q = self.make_queue()
         running = q.enqueue("r")
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         waiting = q.enqueue("w", kind="other")
         q.pause()
         self.assertEqual(q.paused(), [None])
@@ -253,7 +253,7 @@ class Control2Semantics(_Base):
         q = self.make_queue()
         runnable = q.enqueue("r")
         self.assertEqual(q.run_now(runnable.id).id, runnable.id, "runnable already: unchanged")
-        leased = self.leased(q)
+        leased = self.lease_the_one(q)
         with self.assertRaises(JobStateError) as caught:
             q.run_now(leased.id)
         self.assertEqual(caught.exception.state, "leased")
@@ -270,9 +270,9 @@ class Control2Semantics(_Base):
         q = self.make_queue(max_attempts=1)
         dead, done, keep = q.enqueue("x"), q.enqueue("y"), q.enqueue("keep")
         ready, delayed = q.enqueue("r", dedupe_key="k"), q.enqueue("d", delay=600)
-        q.nack(self.leased(q), error="boom")
-        q.ack(self.leased(q))
-        leased = self.leased(q)
+        q.nack(self.lease_the_one(q), error="boom")
+        q.ack(self.lease_the_one(q))
+        leased = self.lease_the_one(q)
         self.assertEqual([q.get(j.id).state for j in (dead, done, leased)], [JobState.DEAD, JobState.DONE, JobState.LEASED])
         with self.assertRaises(JobStateError) as caught:
             q.delete(leased.id)
@@ -305,7 +305,7 @@ class Control2Semantics(_Base):
     def test_delete_of_a_lease_that_expired_deletes(self) -> None:
         q = self.make_queue(visibility_timeout=10)
         q.enqueue("a")
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         self.advance(11)
         self.assertEqual(q.delete(job.id).id, job.id)
         self.assertEqual(q.stats().total, 0)
@@ -314,7 +314,7 @@ class Control2Semantics(_Base):
     def test_wait_returns_once_the_job_is_done(self) -> None:
         q = self.make_queue()
         target = q.enqueue("a")
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         timer = threading.Timer(0.2, lambda: q.ack(job, result={"ok": 1}))
         timer.start()
         self.addCleanup(timer.cancel)
@@ -326,7 +326,7 @@ class Control2Semantics(_Base):
         q = self.make_queue(max_attempts=1)
         other = self.reopen(self.make_queue(max_attempts=1))  # a second object on the same queue
         dies, cancelled = q.enqueue("d"), q.enqueue("c", delay=600)
-        job = self.leased(q)
+        job = self.lease_the_one(q)
         self.assertEqual(job.id, dies.id)
         for target, finish, state in (
             (dies, lambda: other.nack(job.id, error="boom"), JobState.DEAD),
