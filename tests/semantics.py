@@ -1408,6 +1408,7 @@ class QueueSemantics(_Base):
             "ack": lambda: q.ack(job.id),
             "nack": lambda: q.nack(job.id),
             "extend": lambda: q.extend(job.id, 10),
+            "extend_many": lambda: q.extend_many([job.id], 10),
             "set_stage": lambda: q.set_stage(job.id, "s"),
             "get": lambda: q.get(job.id),
             "stats": lambda: q.stats(),

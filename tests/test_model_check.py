@@ -224,6 +224,18 @@ class RefModel:
         job.lease_deadline = now + seconds
         return job
 
+    def extend_many(self, now: float, items: list[tuple[str, str | None]], seconds: float) -> list[MJob]:
+        """Every lease that holds renewed; then the first refusal, as the real queue does."""
+        renewed, first = [], None
+        for job_id, token in items:
+            try:
+                renewed.append(self.extend(now, job_id, token, seconds))
+            except ModelError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+        return renewed
+
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> MJob:
         job = self.leased(job_id, token)
         job.stage = stage
@@ -335,7 +347,7 @@ class RefModel:
 # ====================================================================== steps
 OPS = (
     "enqueue", "enqueue", "enqueue", "enqueue_many", "lease", "lease", "ack", "ack", "ack_by_id", "ack_stale",
-    "nack", "nack", "extend", "set_stage", "requeue_dead", "purge", "compact", "tick", "tick", "tick",
+    "nack", "nack", "extend", "extend_many", "set_stage", "requeue_dead", "purge", "compact", "tick", "tick", "tick",
     "reopen", "power_cut", "ack_unknown", "schedule", "enqueue_due", "enqueue_due", "cancel", "cancel",
     "snooze", "pause", "run_now", "delete",
 )  # fmt: skip
@@ -558,6 +570,22 @@ class Runner:
                 self.expect(where, model_op, lambda: q.extend(ref, seconds))
             else:
                 self.expect(where, model_op, lambda: q.set_stage(ref, stage))
+        elif op == "extend_many":
+            refs: list[Any] = []
+            items: list[tuple[str, str | None]] = []
+            for _ in range(r.randint(1, 3)):
+                job_id = self.pick(r, ("leased", "done")) or "no-such-job"
+                held = self.leases.get(job_id)
+                token = None if held is None or r.random() < 0.1 else held.lease_token
+                refs.append(held if token is not None else job_id)
+                items.append((job_id, token))
+            seconds = r.choice((1.0, 30.0, 90.0))
+
+            def model_many() -> Any:
+                m.reclaim(now)
+                return m.extend_many(now, items, seconds)
+
+            self.expect(where, model_many, lambda: q.extend_many(refs, seconds))
         elif op == "ack_stale":
             candidates = [(jid, toks[0]) for jid, toks in self.tokens.items() if len(toks) > 1 or jid not in m.jobs]
             if not candidates:

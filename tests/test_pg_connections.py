@@ -26,6 +26,7 @@ SLOW_READ = 3.0
 class ConnectionTests(PostgresQueueCase):
     def test_a_heartbeat_and_an_ack_never_wait_behind_a_long_operator_read(self) -> None:
         from nobroker.postgres import queue_ops as operations
+        from nobroker.postgres.steps import run
 
         q = self.open_queue()
         q.enqueue_many(["a", "b"])
@@ -33,10 +34,10 @@ class ConnectionTests(PostgresQueueCase):
         real = operations.stats
         reading = threading.Event()
 
-        def slow_stats(conn: Any, t: Any) -> Any:
+        def slow_stats(t: Any) -> Any:
             reading.set()
-            conn.execute("SELECT pg_sleep(%s)", (SLOW_READ,))
-            return real(conn, t)
+            yield run("SELECT pg_sleep(%s)", (SLOW_READ,))
+            return (yield from real(t))
 
         with mock.patch.object(operations, "stats", slow_stats):
             reader = threading.Thread(target=q.stats)
@@ -65,10 +66,14 @@ class ConnectionTests(PostgresQueueCase):
     def test_a_statement_past_statement_timeout_fails_and_the_queue_carries_on(self) -> None:
         from nobroker import StorageError
         from nobroker.postgres import queue_ops as operations
+        from nobroker.postgres.steps import run
 
         q = self.open_queue(statement_timeout=0.2)
         q.enqueue("x")
-        with mock.patch.object(operations, "count", lambda conn, t: conn.execute("SELECT pg_sleep(5)")):
+        def slow_count(t: Any) -> Any:
+            yield run("SELECT pg_sleep(5)", ())
+
+        with mock.patch.object(operations, "count", slow_count):
             with self.assertRaises(StorageError) as caught:
                 len(q)
         self.assertIn("statement timeout", str(caught.exception))

@@ -10,6 +10,8 @@ one round trip). Nothing here is timed.
 from __future__ import annotations
 
 import random
+import threading
+import time
 import unittest
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +20,8 @@ from typing import Any
 from nobroker import JobState, NotLeasedError, Queue
 from tests.pgsupport import PostgresTestCase, fresh_name
 
+#: Running jobs whose leases one heartbeat renews (the issue's figure), and the jobs a Worker runs at once.
+HEARTBEAT_JOBS, WORKER_JOBS = 50, 5
 #: Random operations in the counts test, and its seed (a failure replays from it).
 STEPS, SEED = 300, 19
 
@@ -27,6 +31,7 @@ class Sent:
 
     def __init__(self) -> None:
         self.statements: list[str] = []
+        self.by_thread: list[tuple[str, str]] = []  # (the sending thread's name, the statement)
         self.round_trips = 0
         self.piped = 0
 
@@ -44,6 +49,7 @@ def counted() -> Iterator[Sent]:
 
     def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         sent.statements.append(str(query).strip())
+        sent.by_thread.append((threading.current_thread().name, str(query).strip()))
         if not sent.piped:
             sent.round_trips += 1
         return execute(self, query, *args, **kwargs)
@@ -87,7 +93,8 @@ class RoundTripTests(PostgresTestCase):
         return result
 
     def test_enqueue_lease_ack_and_their_batches_are_one_statement_each(self) -> None:
-        self.q.enqueue("warm")  # the queue's connections are open before counting starts
+        self.q.enqueue("warm")  # the queue's connections are open before counting starts:
+        len(self.q)  # the side one too, where an owed NOTIFY goes out meanwhile
         self.assert_one_statement(lambda: self.q.enqueue("one"), "enqueue")
         self.assert_one_statement(lambda: self.q.enqueue_many(list(range(100))), "enqueue_many")
         job = self.assert_one_statement(self.q.lease_one, "lease")
@@ -99,6 +106,47 @@ class RoundTripTests(PostgresTestCase):
         self.assert_one_statement(lambda: self.q.extend(job, 60), "extend")
         self.assert_one_statement(lambda: self.q.nack(job, delay=0), "nack")
         self.assert_one_statement(lambda: self.q.lease(5, kinds=["other"]), "a lease that finds nothing")
+
+    def test_a_heartbeat_of_fifty_running_jobs_is_one_statement(self) -> None:
+        self.q.enqueue_many(list(range(HEARTBEAT_JOBS)))
+        jobs = self.q.lease(HEARTBEAT_JOBS)
+        self.assertEqual(len(jobs), HEARTBEAT_JOBS)
+        renewed = self.assert_one_statement(lambda: self.q.extend_many(jobs, 60), "extend_many of 50 leases")
+        self.assertEqual([job.id for job in renewed], [job.id for job in jobs])
+        _, one_by_one = self.sent_by(lambda: [self.q.extend(job, 60) for job in jobs])
+        self.assertEqual(one_by_one.round_trips, HEARTBEAT_JOBS, "what a tick cost before extend_many")
+
+    def test_a_workers_heartbeat_tick_is_one_statement_whatever_it_runs(self) -> None:
+        from nobroker import Worker
+
+        q = Queue(self.q.storage.dsn, fresh_name("q"), schema=self.schema, migrate=False, visibility_timeout=3.0)  # type: ignore[attr-defined]
+        self.addCleanup(q.close)
+        extend_many, extend = q.storage._target.sql["extend_many"].strip(), q.storage._target.sql["extend"].strip()  # type: ignore[attr-defined]
+        q.enqueue_many(list(range(WORKER_JOBS)))
+        release, running = threading.Event(), threading.Semaphore(0)
+
+        def handler(job: Any) -> None:
+            running.release()
+            release.wait(60)
+
+        worker = Worker(q, handler, concurrency=WORKER_JOBS, max_jobs=WORKER_JOBS, handle_signals=False, name="hb")
+        thread = threading.Thread(target=worker.run)
+        with counted() as sent:
+            thread.start()
+            self.addCleanup(thread.join, 60)
+            self.addCleanup(release.set)
+            for _ in range(WORKER_JOBS):
+                self.assertTrue(running.acquire(timeout=60), "every job runs at once")
+            deadline = time.monotonic() + 60
+            while sum(1 for who, _ in sent.by_thread if who == "hb-heartbeat") < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            release.set()
+            thread.join(60)
+        ticks = [text for who, text in sent.by_thread if who == "hb-heartbeat"]
+        self.assertGreaterEqual(len(ticks), 4, "four heartbeat ticks while every job ran")
+        self.assertEqual([text for text in ticks if text != extend_many], [], "a tick sends one extend_many, nothing else")
+        self.assertNotIn(extend, ticks)
+        self.assertEqual(q.stats().done, WORKER_JOBS)
 
     def test_a_delayed_job_that_came_due_is_moved_first_in_one_more_round_trip(self) -> None:
         plain = self.q.enqueue("plain")
@@ -181,10 +229,11 @@ class CountsTests(PostgresTestCase):
         stats(): then the two differ by that job, and the next try agrees.
         """
         from nobroker.postgres import operations
+        from nobroker.postgres.steps import drive
 
         storage = self.q.storage
         for _try in range(3):
-            storage._link.run("upkeep", lambda c: operations.upkeep(c, storage._target), retry=False)  # type: ignore[attr-defined]
+            storage._link.run("upkeep", lambda c: drive(c, operations.upkeep(storage._target)), retry=False)  # type: ignore[attr-defined]
             expected = self.recount()
             stats = self.q.stats()
             got = (stats.ready, stats.delayed, stats.leased, stats.done, stats.dead)

@@ -6,7 +6,7 @@ Imports: the standard library, nobroker's public API, tests.simdisk and
 tests.support.
 
 How one sweep works: a seeded workload (enqueue, enqueue_many, lease, ack,
-nack, extend, set_stage, cancel, snooze, pause and resume, run_now, delete,
+nack, extend, extend_many, set_stage, cancel, snooze, pause and resume, run_now, delete,
 compact, purge, requeue_dead, clock ticks) runs on
 a SimDisk. Before every mutating call (write, truncate, fsync, rename,
 unlink, folder fsync, mkdir, create) the hook builds several power-cut
@@ -256,7 +256,7 @@ class Sweep:
         held: dict[str, Any] = {}
         choices = (
             ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
-            + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge", "cancel", "cancel"] + ["schedule", "enqueue_due", "enqueue_due"]
+            + ["extend_many"] + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge", "cancel", "cancel"] + ["schedule", "enqueue_due", "enqueue_due"]
             + ["snooze", "pause", "run_now", "delete"]
         )  # fmt: skip
         for _ in range(ops):
@@ -298,6 +298,11 @@ class Sweep:
                         held[job_id] = q.extend(job, 40)
                     else:
                         held[job_id] = q.set_stage(job, rng.choice(("a", "b")))
+                elif op == "extend_many" and held:
+                    job_id = None  # a refusal names one job of many: the others were renewed, and stay held
+                    batch = rng.sample(sorted(held), min(len(held), rng.randint(2, 4)))
+                    for renewed in q.extend_many([held[j] for j in batch], 40):
+                        held[renewed.id] = renewed
                 elif op == "cancel":
                     job_id = rng.choice(sorted(held)) if held and rng.random() < 0.6 else None
                     if job_id is not None and rng.random() < 0.5:

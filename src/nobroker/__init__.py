@@ -11,7 +11,8 @@ a ``postgresql://`` DSN instead to run the same API on PostgreSQL.
 
 Owns: the public names, which the modules below define (README's
 "Development" section draws the tree). Imports: errors, jobs, schedules, locations,
-queue, worker (on first use of Worker: a producer never needs it).
+queue, queue.asyncqueue (on first use of AsyncQueue), worker (on first use of
+Worker: a producer never needs it).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .queue import Queue
 from .schedules import Schedule
 
 if TYPE_CHECKING:
+    from .queue.asyncqueue import AsyncQueue
     from .worker import Worker, WorkerStats, WorkQueue
 
     def _a_queue_is_a_work_queue(queue: Queue) -> WorkQueue:
@@ -60,11 +62,16 @@ def __getattr__(name: str) -> Any:
         from . import worker
 
         return getattr(worker, name)
+    if name == "AsyncQueue":  # asyncio, too, only for those who use it
+        from .queue import asyncqueue
+
+        return asyncqueue.AsyncQueue
     raise AttributeError(f"module 'nobroker' has no attribute {name!r}")
 
 
 __all__ = [
     "Queue",
+    "AsyncQueue",
     "list_queues",
     "Worker",
     "WorkerStats",

@@ -5,12 +5,13 @@ and with 4 worker processes (one job per claim and batch claims) and the
 idle pickup latency, each for nobroker and for the hand-written loop of
 pg_baseline.py on a plain table in the same database, in the same run, and
 prints one table (figure, value, baseline, ratio, the statements and round
-trips each sends per operation, target, verdict); with ``--full`` the
-1,000,000-job figures of pg_scale.py after it. Also the nobroker contender
+trips each sends per operation, target, verdict), then one heartbeat tick
+of 50 running jobs (pg_heartbeat.py); with ``--full`` the 1,000,000-job
+figures of pg_scale.py after it. Also the nobroker contender
 (Nobroker), a peer (another nobroker source tree measured in the same run,
 ``--peer``) and the measurements every contender goes through. Imports:
 nobroker (Queue), nobroker.postgres (DEFAULT_SCHEMA, migrate), pg_baseline,
-pg_count, pg_scale, report (markdown_table), psycopg. Reached by ``python
+pg_count, pg_heartbeat, pg_scale, report (markdown_table), psycopg. Reached by ``python
 make.py bench --pg`` (file.py hands it the rest of the command line).
 
 Everything lives in throwaway schemas that are dropped at the end. Printing
@@ -461,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
         f"statements and round trips per operation: {order}"
     )
     print(render(rows, markdown=args.md))
+    from tools.bench import pg_heartbeat
+
+    print()
+    print(pg_heartbeat.render(pg_heartbeat.run(args.dsn)))
     missed = [r for r in rows if r["verdict"] == "MISSED"]
     if args.full:
         from tools.bench import pg_scale

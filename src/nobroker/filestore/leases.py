@@ -1,7 +1,7 @@
 """The writer's decisions: what each operation appends, and the values replay must never invent.
 
 Owns: one decision per writing operation (enqueue, lease, ack, ack_many,
-nack, extend, set_stage, cancel, requeue_dead, purge, and the reclaim of expired
+nack, extend, extend_many, set_stage, cancel, requeue_dead, purge, and the reclaim of expired
 leases that precedes them all), each a function of the state, the time and
 the operation's arguments that adds records to a batch; and the rules behind
 them: ids, fencing tokens, deadlines, jittered retry and reclaim times, when
@@ -12,7 +12,7 @@ nobroker.storage.
 A decision runs under the file lock, after the read forward, with the state
 as of that moment (``batch.state``). It refuses (raises) before it adds any
 record of its own; records it added before a refusal (ack_many) are still
-true and are written. It reads the clock value it is given and the random
+true and are written (ack_many, extend_many). It reads the clock value it is given and the random
 source; what it chooses is written into records as absolute values, so
 replay (which only reads records) stays a pure function of the bytes.
 """
@@ -200,6 +200,29 @@ def extend(batch: Batch, now: float, queue: str, job_id: str, token: str | None,
     entry = leased_entry(batch.state, queue, job_id, token, "extend")
     batch.add(records.extend(job_id, now, now + seconds))
     return job_of(entry)
+
+
+def extend_many(
+    batch: Batch, now: float, queue: str, items: list[tuple[str, str | None]], seconds: float, job_of: JobOf
+) -> list[Job]:
+    """Every lease that still holds renewed to ``now + seconds``; then the first refusal, if any.
+
+    One EXTEND record per renewed job, all in one write. The renewals before
+    and after a refused job are written whatever it was refused for.
+    """
+    renewed: list[Job] = []
+    first_refusal: Exception | None = None
+    for job_id, token in items:
+        try:
+            entry = leased_entry(batch.state, queue, job_id, token, "extend")
+        except (NotLeasedError, JobNotFoundError) as exc:
+            first_refusal = first_refusal or exc
+            continue
+        batch.add(records.extend(job_id, now, now + seconds))
+        renewed.append(job_of(entry))
+    if first_refusal is not None:
+        raise first_refusal
+    return renewed
 
 
 def set_stage(batch: Batch, now: float, queue: str, job_id: str, token: str | None, stage: str | None, job_of: JobOf) -> Job:

@@ -8,7 +8,9 @@ The package, in its order (a module imports only modules above it):
     driver.py      the one import of psycopg, and what to install without it
     fragments.py   the SQL pieces statements are made of: the clock, a job's columns, the claim, the tallies
     statements.py  the SQL text of every operation and its parameters; a row as a Job
+    steps.py       an operation as the statements it sends, run on a Connection or awaited on an AsyncConnection
     connection.py  connecting, the connection a storage works on (reconnect, retry once)
+    asynclink.py   the AsyncConnection an AsyncQueue works on (Link's twin)
     listener.py    LISTEN on a second connection, and the idle wait until a NOTIFY or the next due time
     wakeups.py     which writes NOTIFY: at most one per queue per few ms, the last one owed never lost
     schema.py      the numbered migrations in sql/, row level security, the version check
@@ -17,6 +19,7 @@ The package, in its order (a module imports only modules above it):
     queue_ops.py   the whole queue's operations (requeue, purge, pruning, compaction) and the reads
     control_ops.py  snooze, pause and resume, run_now, delete, and the channel Queue.wait listens on
     storage.py     PostgresStorage, wiring only
+    asyncstorage.py  AsyncPostgresStorage: the same statements awaited, for AsyncQueue
 
 Imports: connection, schema, statements, storage.
 """

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from ..errors import LockTimeoutError, NobrokerError, StorageError
 from ..storage import dsn_parameters, parse_keyword_dsn
-from .driver import pg_errors, psycopg, require_psycopg
+from .driver import pg_errors, psycopg, require_psycopg, tuple_row
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -142,27 +142,55 @@ def connect(
     never past ``timeout``.
     """
     require_psycopg()
-    deadline = time.monotonic() + timeout
-    per_attempt = min(CONNECT_TIMEOUT, connect_timeout_of(dsn) or CONNECT_TIMEOUT)
-    attempt = 0
+    tries = Tries(dsn, timeout, location)
     while True:
-        left = deadline - time.monotonic()
-        attempt_timeout = max(LIBPQ_MIN_CONNECT_TIMEOUT, math.ceil(min(per_attempt, max(left, 0.0))))
         try:
-            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=attempt_timeout, **options)
+            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=tries.attempt_timeout(), **options)
             return conn if setup is None else _set_up(conn, setup, location)
         except psycopg.OperationalError as exc:
-            reason = one_line(exc)
-        if time.monotonic() >= deadline:
-            tried = f"tried for {timeout:g} s" if attempt else "tried once"
-            raise StorageError(f"cannot connect to PostgreSQL at {location}: {reason} ({tried})") from None
-        if attempt == 0:
-            logger.warning("cannot reach PostgreSQL at %s (%s); trying again for up to %g s", location, reason, timeout)
+            time.sleep(tries.failed(one_line(exc)))
+
+
+class Tries:
+    """The attempts of one connect (sync or async): how long each may take, the pause after a failure, when to give up."""
+
+    def __init__(self, dsn: str, timeout: float, location: str) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+        self.location = location
+        self.per_attempt = min(CONNECT_TIMEOUT, connect_timeout_of(dsn) or CONNECT_TIMEOUT)
+        self.attempt = 0
+
+    def attempt_timeout(self) -> int:
+        """The next attempt's connect_timeout (whole seconds, as libpq counts them; never past the deadline)."""
+        left = self.deadline - time.monotonic()
+        return max(LIBPQ_MIN_CONNECT_TIMEOUT, math.ceil(min(self.per_attempt, max(left, 0.0))))
+
+    def failed(self, reason: str) -> float:
+        """An attempt failed: the seconds to pause before the next, or StorageError once the time is up."""
+        if time.monotonic() >= self.deadline:
+            tried = f"tried for {self.timeout:g} s" if self.attempt else "tried once"
+            raise StorageError(f"cannot connect to PostgreSQL at {self.location}: {reason} ({tried})") from None
+        if self.attempt == 0:
+            logger.warning(
+                "cannot reach PostgreSQL at %s (%s); trying again for up to %g s", self.location, reason, self.timeout
+            )
         else:
-            logger.debug("cannot reach PostgreSQL at %s (%s); attempt %d", location, reason, attempt + 1)
-        pause = RECONNECT_PAUSES[min(attempt, len(RECONNECT_PAUSES) - 1)]
-        attempt += 1
-        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+            logger.debug("cannot reach PostgreSQL at %s (%s); attempt %d", self.location, reason, self.attempt + 1)
+        pause = RECONNECT_PAUSES[min(self.attempt, len(RECONNECT_PAUSES) - 1)]
+        self.attempt += 1
+        return min(pause, max(self.deadline - time.monotonic(), 0.0))
+
+
+def session_settings(lock_timeout: float, durable: bool, statement_timeout: float) -> tuple[str, tuple[str, ...]]:
+    """The statement (and its parameters) that gives a new connection the queue's session settings."""
+    lock_ms = max(1, int(lock_timeout * 1000))
+    statement_ms = int(statement_timeout * 1000)  # 0: no limit
+    return (
+        "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false),"
+        " set_config('statement_timeout', %s, false)",
+        (f"{lock_ms}ms", "on" if durable else "off", f"{statement_ms}ms"),
+    )
 
 
 def _set_up(conn: Any, setup: Callable[[Any], None], location: str) -> Any:
@@ -247,7 +275,7 @@ class Session:
             return self.conn.execute(query, params)
         cursor = self._cursor
         if cursor is None or cursor.closed:
-            cursor = self._cursor = self.conn.cursor()
+            cursor = self._cursor = self.conn.cursor(row_factory=tuple_row)  # a caller's may make dicts
         return cursor.execute(query, params)
 
     def __getattr__(self, name: str) -> Any:
@@ -292,13 +320,7 @@ class Link(Owned):
         )  # fmt: skip
 
     def _set_session(self, conn: Any) -> None:
-        lock_ms = max(1, int(self._lock_timeout * 1000))
-        statement_ms = int(self._statement_timeout * 1000)  # 0: no limit
-        conn.execute(
-            "SELECT set_config('lock_timeout', %s, false), set_config('synchronous_commit', %s, false),"
-            " set_config('statement_timeout', %s, false)",
-            (f"{lock_ms}ms", "on" if self._durable else "off", f"{statement_ms}ms"),
-        )
+        conn.execute(*session_settings(self._lock_timeout, self._durable, self._statement_timeout))
 
     @staticmethod
     def _usable(conn: Any) -> bool:
@@ -344,27 +366,37 @@ class Link(Owned):
                     return fn(session)
                 except (NobrokerError, ValueError):
                     raise
-                except pg_errors.LockNotAvailable as exc:
-                    raise LockTimeoutError(
-                        f"{what} waited more than lock_timeout={self._lock_timeout:g} s for a row lock: {exc}"
-                    ) from None
-                except psycopg.OperationalError as exc:
-                    if not conn.broken and not conn.closed:
-                        raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}") from None
-                    self._drop()
-                    if retry and attempt == 1:
-                        logger.warning("connection lost during %s (%s); reconnecting and trying again", what, exc)
-                        continue
-                    raise StorageError(
-                        f"the connection to PostgreSQL at {self.location} was lost during {what} ({exc}); "
-                        "it may or may not have been applied"
-                    ) from None
                 except psycopg.Error as exc:
-                    hint = ""
-                    if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName)):
-                        hint = f" (run `nobroker pg migrate --dsn ... --schema {self._schema}`)"
-                    raise StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}{hint}") from None
+                    error = self.failure(exc, what, conn, retry and attempt == 1)
+                    if error is None:
+                        self._drop()
+                        continue
+                    if conn.broken or conn.closed:
+                        self._drop()
+                    raise error from None
             raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def failure(self, exc: Exception, what: str, conn: Any, may_retry: bool) -> Exception | None:
+        """What a driver error during ``what`` becomes (None: the connection died, try once more)."""
+        if isinstance(exc, pg_errors.LockNotAvailable):
+            return LockTimeoutError(f"{what} waited more than lock_timeout={self._lock_timeout:g} s for a row lock: {exc}")
+        if isinstance(exc, psycopg.OperationalError) and (conn.broken or conn.closed):
+            if may_retry:
+                logger.warning("connection lost during %s (%s); reconnecting and trying again", what, exc)
+                return None
+            return StorageError(
+                f"the connection to PostgreSQL at {self.location} was lost during {what} ({exc}); "
+                "it may or may not have been applied"
+            )
+        hint = ""
+        if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName)):
+            hint = f" (run `nobroker pg migrate --dsn ... --schema {self._schema}`)"
+        return StorageError(f"{what} failed in PostgreSQL at {self.location}: {exc}{hint}")
+
+    def release(self) -> None:
+        """Close the connection for now: the next operation opens a new one."""
+        with self._mutex:
+            self._drop()
 
     def close(self) -> None:
         with self._mutex:

@@ -1,10 +1,11 @@
 """Control of jobs on PostgreSQL: snooze, pause and resume, run_now, delete, and what Queue.wait listens to.
 
-Owns: ControlStatements (the SQL text for one schema), one function per
-operation on a live connection (``snooze``, ``pause``, ``paused``,
-``run_now``, ``delete``, ``mark_waited``), and ``finished_channel``, the
-channel sql/008's triggers notify when a job someone waits for finishes.
-Imports: errors, jobs, storage, fragments, statements, operations, queue_ops.
+Owns: ControlStatements (the SQL text for one schema), one operation each,
+written as the statements it sends (steps.py: ``snooze``, ``pause``,
+``paused``, ``run_now``, ``delete``, ``mark_waited``), and
+``finished_channel``, the channel sql/008's triggers notify when a job
+someone waits for finishes. Imports: errors, jobs, storage, steps,
+fragments, statements, operations, queue_ops.
 
 Each statement changes one row and adds its differences to the counts in
 the same statement (fragments.TALLY), as the other operations do. Pauses are
@@ -18,13 +19,12 @@ job is then what the file storage would show.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
-
 from ..errors import JobStateError
 from ..jobs import FINISHED_STATES, Job, JobState
 from ..storage import finished_refusal, job_not_found
 from . import operations as ops
 from . import queue_ops as whole
+from .steps import Steps, every, one, run
 from .fragments import COLUMNS, DELETE_TALLY, NOTIFY, NOW, TALLY
 from .statements import quote_schema, row_job
 
@@ -88,34 +88,35 @@ def finished_channel(schema: str, queue: str) -> str:
     return f"nobroker_done_{digest}"
 
 
-def snooze(conn: Any, t: ops.Target, sql: ControlStatements, job_id: str, token: str | None, seconds: float) -> Job:
+def snooze(t: ops.Target, sql: ControlStatements, job_id: str, token: str | None, seconds: float) -> Steps[Job]:
     params = t.params(id=job_id, token=token, secs=seconds, chan=t.channel, notify=seconds <= 0)
-    row = conn.execute(sql.text["snooze"], params).fetchone()
+    row = yield one(sql.text["snooze"], params)
     if row is None:
-        ops.refuse(conn, t, job_id, token, "snooze")  # raises: NotLeasedError, JobCancelledError, JobNotFoundError
+        yield from ops.refuse(t, job_id, token, "snooze")  # raises: NotLeasedError, JobCancelledError, JobNotFoundError
     return row_job(row)
 
 
-def pause(conn: Any, t: ops.Target, sql: ControlStatements, kind: str | None, resume: bool) -> None:
+def pause(t: ops.Target, sql: ControlStatements, kind: str | None, resume: bool) -> Steps[None]:
     params = t.params(kind=kind or "", chan=t.channel, notify=True)
-    conn.execute(sql.text["resume" if resume else "pause"], params)
+    yield run(sql.text["resume" if resume else "pause"], params)
 
 
-def paused(conn: Any, t: ops.Target, sql: ControlStatements) -> list[str | None]:
-    return [row[0] or None for row in conn.execute(sql.text["paused"], t.params()).fetchall()]
+def paused(t: ops.Target, sql: ControlStatements) -> Steps[list[str | None]]:
+    rows = yield every(sql.text["paused"], t.params())
+    return [row[0] or None for row in rows]
 
 
-def run_now(conn: Any, t: ops.Target, sql: ControlStatements, job_id: str) -> Job:
+def run_now(t: ops.Target, sql: ControlStatements, job_id: str) -> Steps[Job]:
     params = t.params(id=job_id, chan=t.channel, notify=True)
-    row = conn.execute(sql.text["run_now"], params).fetchone()
+    row = yield one(sql.text["run_now"], params)
     if row is None:
-        ops.upkeep(conn, t)  # an expired lease: reclaimed first (then it may be backing off), as the file storage does
-        row = conn.execute(sql.text["run_now"], params).fetchone()
+        yield from ops.upkeep(t)  # an expired lease: reclaimed first (then it may be backing off), as the file storage does
+        row = yield one(sql.text["run_now"], params)
     if row is not None:
         return row_job(row)
-    state = _state(conn, t, sql, job_id)
+    state = yield from _state(t, sql, job_id)
     if state is JobState.READY:  # runnable already: nothing to change
-        return whole.get(conn, t, job_id)
+        return (yield from whole.get(t, job_id))
     if state in FINISHED_STATES:
         raise finished_refusal("run now", job_id, state.value)
     raise JobStateError(
@@ -124,15 +125,15 @@ def run_now(conn: Any, t: ops.Target, sql: ControlStatements, job_id: str) -> Jo
     )
 
 
-def delete(conn: Any, t: ops.Target, sql: ControlStatements, job_id: str) -> Job:
+def delete(t: ops.Target, sql: ControlStatements, job_id: str) -> Steps[Job]:
     params = t.params(id=job_id)
-    row = conn.execute(sql.text["delete"], params).fetchone()
+    row = yield one(sql.text["delete"], params)
     if row is None:
-        ops.upkeep(conn, t)  # an expired lease: reclaimed first, and the job can go
-        row = conn.execute(sql.text["delete"], params).fetchone()
+        yield from ops.upkeep(t)  # an expired lease: reclaimed first, and the job can go
+        row = yield one(sql.text["delete"], params)
     if row is not None:
         return row_job(row)
-    state = _state(conn, t, sql, job_id)
+    state = yield from _state(t, sql, job_id)
     raise JobStateError(
         f"cannot delete job {job_id}: it is {state.value} (a handler may be running it); cancel it, or wait for "
         "it to finish, then delete it",
@@ -140,13 +141,13 @@ def delete(conn: Any, t: ops.Target, sql: ControlStatements, job_id: str) -> Job
     )
 
 
-def mark_waited(conn: Any, t: ops.Target, sql: ControlStatements, job_id: str) -> None:
+def mark_waited(t: ops.Target, sql: ControlStatements, job_id: str) -> Steps[None]:
     """From now on, the job's finish (or its row's going) notifies finished_channel (sql/008's triggers)."""
-    conn.execute(sql.text["mark_waited"], t.params(id=job_id))
+    yield run(sql.text["mark_waited"], t.params(id=job_id))
 
 
-def _state(conn: Any, t: ops.Target, sql: ControlStatements, job_id: str) -> JobState:
-    found = conn.execute(sql.text["state"], t.params(id=job_id)).fetchone()
+def _state(t: ops.Target, sql: ControlStatements, job_id: str) -> Steps[JobState]:
+    found = yield one(sql.text["state"], t.params(id=job_id))
     if found is None:
         raise job_not_found(job_id, t.queue)
     return JobState(found[0])

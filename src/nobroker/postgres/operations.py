@@ -1,12 +1,14 @@
 """Each queue operation on one connection: the statements it sends, in order, and what their rows mean.
 
-Owns: ``Target`` (one queue as the statements address it), a function per
-operation of the Storage protocol taking a live psycopg connection (enqueue,
-lease, ack, nack, extend, set_stage, requeue_dead, purge, compact and the
-reads), the refusals that say why a job was not changed, and what PostgreSQL
-text can hold. Nothing here connects, takes the storage's lock or retries a
-lost connection: storage.py runs these through connection.Link.
-Imports: errors, jobs, storage, driver, statements.
+Owns: ``Target`` (one queue as the statements address it), an operation of
+the Storage protocol per function (enqueue, lease, ack, ack_many, nack,
+extend, extend_many, set_stage, cancel), each written as the steps it sends
+(steps.py: a generator, so the Queue drives it on a Connection and the
+AsyncQueue awaits it on an AsyncConnection), the refusals that say why a job
+was not changed, and what PostgreSQL text can hold. Nothing here connects,
+takes the storage's lock or retries a lost connection: storage.py runs these
+through connection.Link, asyncstorage.py through asynclink.AsyncLink.
+Imports: errors, jobs, storage, driver, statements, steps, connection.
 
 Semantics are the file storage's, statement by statement:
 
@@ -43,16 +45,17 @@ from __future__ import annotations
 import json
 import logging
 import random
-import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import LockTimeoutError, StorageError
 from ..jobs import Job, JobState
 from ..jobs import FINISHED_STATES
 from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal
-from .driver import pg_errors, psycopg, tuple_row
+from .connection import Session
+from .driver import pg_errors, psycopg
 from .statements import Statements, row_job
+from .steps import Steps, drive, every, one, pause, piped, run
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -116,17 +119,28 @@ def enqueue_in_transaction(conn: Any, t: Target, specs: list[EnqueueSpec]) -> li
     """Enqueue on the caller's connection, inside the caller's open transaction, never committing."""
     if not isinstance(conn, psycopg.Connection):
         raise ValueError(
-            f"conn must be a psycopg 3 Connection (synchronous) with an open transaction, got {type(conn).__name__}"
+            "conn must be a psycopg 3 Connection (synchronous) with an open transaction "
+            f"(an AsyncConnection goes to AsyncQueue), got {type(conn).__name__}"
         )
     try:
-        return enqueue(conn, t, specs, own=False, notify=any(spec.delay <= 0 for spec in specs))
-    except pg_errors.LockNotAvailable as exc:
-        raise LockTimeoutError(f"enqueue waited too long for a row lock: {exc}") from None
+        return drive(Session(conn), in_transaction(t, specs))
     except psycopg.Error as exc:
-        raise StorageError(f"enqueue on the caller's connection failed: {exc}") from None
+        raise transaction_error(exc) from None
 
 
-def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec, notify: bool) -> Job | None:
+def in_transaction(t: Target, specs: list[EnqueueSpec]) -> Steps[list[Job]]:
+    """The steps of an enqueue in the caller's transaction (never committed here)."""
+    return enqueue(t, specs, own=False, notify=any(spec.delay <= 0 for spec in specs))
+
+
+def transaction_error(exc: Exception) -> Exception:
+    """What a driver error in the caller's transaction becomes (the caller's to handle: roll back)."""
+    if isinstance(exc, pg_errors.LockNotAvailable):
+        return LockTimeoutError(f"enqueue waited too long for a row lock: {exc}")
+    return StorageError(f"enqueue on the caller's connection failed: {exc}")
+
+
+def insert_one_fresh(t: Target, spec: EnqueueSpec, notify: bool) -> Steps[Job | None]:
     """The common case, kept short: one job, nothing it could conflict with (None: drawn id taken)."""
     job_id = new_job_id()
     params = {
@@ -134,7 +148,7 @@ def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec, notify: bool) -> J
         "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
     }  # fmt: skip
     try:
-        row = conn.execute(t.sql["insert_one_fresh"], params).fetchone()
+        row = yield one(t.sql["insert_one_fresh"], params)
     except pg_errors.UniqueViolation:
         return None
     return Job(
@@ -143,7 +157,7 @@ def insert_one_fresh(conn: Any, t: Target, spec: EnqueueSpec, notify: bool) -> J
     )  # fmt: skip
 
 
-def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool, notify: bool) -> list[Job]:
+def enqueue(t: Target, specs: list[EnqueueSpec], *, own: bool, notify: bool) -> Steps[list[Job]]:
     """Insert what does not conflict, look up what does, until every spec has its job (``own``: our connection).
 
     ``notify``: the inserts NOTIFY the queue's channel (the caller decided
@@ -153,7 +167,7 @@ def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool, notify
     ids = [spec.job_id or new_job_id() for spec in specs]
     pending = list(range(len(specs)))
     for _try in range(ENQUEUE_TRIES):
-        created = _insert(conn, t, [specs[i] for i in pending], [ids[i] for i in pending], own=own, notify=notify)
+        created = yield from _insert(t, [specs[i] for i in pending], [ids[i] for i in pending], own=own, notify=notify)
         unresolved = []
         for i in pending:
             got = created.get(ids[i])
@@ -166,8 +180,8 @@ def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool, notify
         if own:
             # The conflicting job may hold an expired lease on its last attempt: once
             # reclaimed it is dead and its dedupe key free, as the file storage sees it.
-            upkeep(conn, t)
-        found = _find_existing(conn, t, [specs[i] for i in unresolved])
+            yield from upkeep(t)
+        found = yield from _find_existing(t, [specs[i] for i in unresolved])
         pending = []
         for i in unresolved:
             spec = specs[i]
@@ -190,7 +204,7 @@ def enqueue(conn: Any, t: Target, specs: list[EnqueueSpec], *, own: bool, notify
     return out  # type: ignore[return-value]
 
 
-def enqueue_retrying(conn: Any, t: Target, specs: list[EnqueueSpec], *, notify: bool) -> list[Job]:
+def enqueue_retrying(t: Target, specs: list[EnqueueSpec], *, notify: bool) -> Steps[list[Job]]:
     """``enqueue`` on our own connection, tried again after a deadlock or a serialization failure.
 
     Safe: each statement is its own transaction (autocommit), so the one that
@@ -200,18 +214,18 @@ def enqueue_retrying(conn: Any, t: Target, specs: list[EnqueueSpec], *, notify: 
     """
     for attempt in range(1, CONFLICT_TRIES + 1):
         try:
-            return enqueue(conn, t, specs, own=True, notify=notify)
+            return (yield from enqueue(t, specs, own=True, notify=notify))
         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
             if attempt == CONFLICT_TRIES:
                 raise
             logger.info("enqueue: %s; trying again (%d of %d)", type(exc).__name__, attempt + 1, CONFLICT_TRIES)
-            time.sleep(random.uniform(0.0, CONFLICT_PAUSE * attempt))
+            yield pause(random.uniform(0.0, CONFLICT_PAUSE * attempt))
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _insert(
-    conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], *, own: bool, notify: bool
-) -> dict[str, Job]:
+    t: Target, specs: list[EnqueueSpec], ids: list[str], *, own: bool, notify: bool
+) -> Steps[dict[str, Job]]:
     """INSERT what does not conflict; the new jobs by id (the first spec of an id wins)."""
     # Without ids or keys nothing can conflict but a random id, which is
     # astronomically rare: skip ON CONFLICT, and on our own connection
@@ -219,7 +233,7 @@ def _insert(
     fresh = own and all(s.job_id is None and s.dedupe_key is None for s in specs)
     if fresh:
         try:
-            return _insert_as(conn, t, specs, ids, "_fresh", notify)
+            return (yield from _insert_as(t, specs, ids, "_fresh", notify))
         except pg_errors.UniqueViolation:
             return {}  # nothing was inserted; the caller draws new ids
     # One row per id: a later spec of an id already in the batch gets the
@@ -227,12 +241,12 @@ def _insert(
     first: dict[str, EnqueueSpec] = {}
     for spec, job_id in zip(specs, ids):
         first.setdefault(job_id, spec)
-    return _insert_as(conn, t, list(first.values()), list(first), "", notify)
+    return (yield from _insert_as(t, list(first.values()), list(first), "", notify))
 
 
 def _insert_as(
-    conn: Any, t: Target, specs: list[EnqueueSpec], ids: list[str], variant: str, notify: bool
-) -> dict[str, Job]:
+    t: Target, specs: list[EnqueueSpec], ids: list[str], variant: str, notify: bool
+) -> Steps[dict[str, Job]]:
     params = t.params(chan=t.channel, notify=notify)
     if len(specs) == 1:
         spec = specs[0]
@@ -247,13 +261,12 @@ def _insert_as(
         if not variant:
             statement, variant = "insert_sorted", ""
             params["seqname"] = t.sql.sequence
-    cur = conn.cursor(row_factory=tuple_row)  # the caller's connection may make dicts by default
-    cur.execute(t.sql[statement + variant], params)
+    rows = yield every(t.sql[statement + variant], params)
     first: dict[str, Any] = {}
     for spec, job_id in zip(specs, ids):
         first.setdefault(job_id, spec)
     jobs = {}
-    for job_id, seq, available_at, enqueued_at, _notified in cur.fetchall():
+    for job_id, seq, available_at, enqueued_at, _notified in rows:
         spec = first[job_id]
         jobs[job_id] = Job(
             id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
@@ -262,16 +275,14 @@ def _insert_as(
     return jobs
 
 
-def _find_existing(conn: Any, t: Target, specs: list[EnqueueSpec]) -> dict[tuple[str, ...], Job]:
+def _find_existing(t: Target, specs: list[EnqueueSpec]) -> Steps[dict[tuple[str, ...], Job]]:
     params = t.params(
         ids=[s.job_id for s in specs if s.job_id is not None],
         kinds=[s.kind for s in specs if s.dedupe_key is not None],
         keys=[s.dedupe_key for s in specs if s.dedupe_key is not None],
     )
-    cur = conn.cursor(row_factory=tuple_row)
-    cur.execute(t.sql["existing"], params)
     found: dict[tuple[str, ...], Job] = {}
-    for row in cur.fetchall():
+    for row in (yield every(t.sql["existing"], params)):
         job = row_job(row)
         found[("id", job.id)] = job
         if job.dedupe_key is not None and job.state in (JobState.READY, JobState.LEASED):
@@ -280,24 +291,22 @@ def _find_existing(conn: Any, t: Target, specs: list[EnqueueSpec]) -> dict[tuple
 
 
 # ---------------------------------------------------------------- leases
-def upkeep(conn: Any, t: Target) -> None:
+def upkeep(t: Target) -> Steps[None]:
     """Reclaim expired leases and move scheduled jobs that came due into the claim's index (a batch of each)."""
-    conn.execute(t.sql["upkeep"], t.with_backoff())
+    yield run(t.sql["upkeep"], t.with_backoff())
 
 
-def upkeep_then(conn: Any, t: Target, statement: str, params: dict[str, Any]) -> Any:
-    """The upkeep, then ``statement``, in one round trip and one transaction (autocommit)."""
-    with conn.pipeline():
-        conn.execute(t.sql["upkeep"], params)
-        cur = conn.execute(statement, params)
-    return cur
+def upkeep_then(t: Target, statement: str, params: dict[str, Any]) -> Steps[list[Any]]:
+    """The upkeep, then ``statement``, in one round trip and one transaction (autocommit): its rows."""
+    rows: list[Any] = yield piped(t.sql["upkeep"], statement, params)
+    return rows
 
 
 #: Where a checked claim's rows say whether the upkeep has work (fragments.DUE).
 UPKEEP_DUE = 18
 
 
-def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
+def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> Steps[list[Job]]:
     """One statement, one round trip, unless a scheduled job came due or a lease expired: then two.
 
     The checked claim takes nothing while the upkeep has work and says so;
@@ -308,19 +317,19 @@ def lease(conn: Any, t: Target, count: int, visibility_timeout: float, kinds: fr
     """
     some = kinds is not None
     params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds))
-    rows = conn.execute(t.sql.claim(count, kinds=some, checked=True), params).fetchall()
+    rows = yield every(t.sql.claim(count, kinds=some, checked=True), params)
     if rows and rows[0][UPKEEP_DUE]:
         assert len(rows) == 1 and rows[0][0] is None, "a claim that found upkeep due took nothing"
-        rows = upkeep_then(conn, t, t.sql.claim(count, kinds=some), params).fetchall()
+        rows = yield from upkeep_then(t, t.sql.claim(count, kinds=some), params)
     jobs = [row_job(row) for row in rows if row[0] is not None]
     jobs.sort(key=lambda job: (-job.priority, job.seq))
     return jobs
 
 
-def _refuse(conn: Any, t: Target, job_id: str, token: str | None, action: str) -> None:
+def _refuse(t: Target, job_id: str, token: str | None, action: str) -> Steps[NoReturn]:
     """The UPDATE changed nothing: reclaim what expired (as the file storage would have), then say why."""
-    upkeep(conn, t)
-    row = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
+    yield from upkeep(t)
+    row = yield one(t.sql["why"], t.params(id=job_id))
     if row is None:
         raise job_not_found(job_id, t.queue)
     state, finished, cancel_requested, held = row  # finished: the token that finished a done job
@@ -333,37 +342,47 @@ def _refuse(conn: Any, t: Target, job_id: str, token: str | None, action: str) -
 refuse = _refuse
 
 
-def _already_done(conn: Any, t: Target, job_id: str, token: str | None) -> bool:
-    row = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
+def _already_done(t: Target, job_id: str, token: str | None) -> Steps[bool]:
+    row = yield one(t.sql["why"], t.params(id=job_id))
     return row is not None and row[0] == "done" and (token is None or row[1] == token)
 
 
-def ack(conn: Any, t: Target, job_id: str, token: str | None, result_json: str | None) -> None:
-    if conn.execute(t.sql["ack"], t.params(id=job_id, token=token, result=result_json)).fetchone() is not None:
+def ack(t: Target, job_id: str, token: str | None, result_json: str | None) -> Steps[None]:
+    if (yield one(t.sql["ack"], t.params(id=job_id, token=token, result=result_json))) is not None:
         return
-    if _already_done(conn, t, job_id, token):
+    if (yield from _already_done(t, job_id, token)):
         return  # acking a finished job again is harmless
-    _refuse(conn, t, job_id, token, "ack")
+    yield from _refuse(t, job_id, token, "ack")
 
 
-def ack_many(conn: Any, t: Target, items: list[tuple[str, str | None, str | None]]) -> None:
+def ack_rows(items: list[tuple[str, str | None, str | None]]) -> str:
+    """(job id, token, result JSON) each, as the one JSON parameter ``ack_many`` reads."""
+    rows = ",".join(
+        f'{{"id":{_json_text(job_id)},"token":{_json_text(token)},"result":{"null" if result is None else result}}}'
+        for job_id, token, result in items
+    )
+    return f"[{rows}]"
+
+
+def extend_rows(items: list[tuple[str, str | None]]) -> str:
+    """(job id, token) each, as the one JSON parameter ``extend_many`` reads."""
+    return "[" + ",".join(f'{{"id":{_json_text(job_id)},"token":{_json_text(token)}}}' for job_id, token in items) + "]"
+
+
+def ack_many(t: Target, items: list[tuple[str, str | None, str | None]]) -> Steps[None]:
     """Ack many leased jobs in one statement: (job id, token or None, result JSON or None) each.
 
     Every job whose lease still holds is done when this returns; if any
     could not be acked, NotLeasedError (or JobNotFoundError) names the
     first of them after the others were acked.
     """
-    rows = ",".join(
-        f'{{"id":{_json_text(job_id)},"token":{_json_text(token)},"result":{"null" if result is None else result}}}'
-        for job_id, token, result in items
-    )
-    cur = conn.execute(t.sql["ack_many"], t.params(rows=f"[{rows}]"))
+    rows = yield every(t.sql["ack_many"], t.params(rows=ack_rows(items)))
     # By (id, token), not by id: a stale copy of a job acked in the same call
     # shares its id, and must be refused as the file storage refuses it.
-    acked = {(row[0], row[1]) for row in cur.fetchall()}
+    acked = {(row[0], row[1]) for row in rows}
     for job_id, token, _result in items:
-        if (job_id, token) not in acked and not _already_done(conn, t, job_id, token):
-            _refuse(conn, t, job_id, token, "ack")
+        if (job_id, token) not in acked and not (yield from _already_done(t, job_id, token)):
+            yield from _refuse(t, job_id, token, "ack")
 
 
 #: Where a nack's row says whether it notified: 0 runnable at once, not notified; 1 notified; NULL not runnable.
@@ -371,35 +390,55 @@ NACK_NOTIFIED = 20
 
 
 def nack(
-    conn: Any, t: Target, job_id: str, token: str | None, *, error: str | None, traceback: str | None,
+    t: Target, job_id: str, token: str | None, *, error: str | None, traceback: str | None,
     delay: float | None, permanent: bool, notify: bool,
-) -> tuple[Job, bool]:  # fmt: skip
+) -> Steps[tuple[Job, bool]]:  # fmt: skip
     """The job as the nack left it, and whether it is runnable at once without having notified (owed a NOTIFY)."""
-    row = _changed(
-        conn, t, "nack", "nack", job_id, token, error=error, traceback=traceback,
+    row = yield from _changed(
+        t, "nack", "nack", job_id, token, error=error, traceback=traceback,
         delay=delay, perm=permanent, notify=notify,
     )  # fmt: skip
     return row_job(row), row[NACK_NOTIFIED] == 0
 
 
-def extend(conn: Any, t: Target, job_id: str, token: str | None, seconds: float) -> Job:
-    return _change(conn, t, "extend", "extend", job_id, token, secs=seconds)
+def extend(t: Target, job_id: str, token: str | None, seconds: float) -> Steps[Job]:
+    return (yield from _change(t, "extend", "extend", job_id, token, secs=seconds))
 
 
-def set_stage(conn: Any, t: Target, job_id: str, token: str | None, stage: str | None) -> Job:
-    return _change(conn, t, SET_STAGE, "stage", job_id, token, stage=stage)
+def extend_many(t: Target, items: list[tuple[str, str | None]], seconds: float) -> Steps[list[Job]]:
+    """Renew many leases in one statement; the jobs in the order given, or the first refusal.
+
+    As ack_many: every lease that still holds is renewed when this returns,
+    and a refusal (found out only then, a statement per refused job) names
+    the first job that was not.
+    """
+    rows = yield every(t.sql["extend_many"], t.params(rows=extend_rows(items), secs=seconds))
+    renewed = {job.id: job for job in map(row_job, rows)}
+    out = []
+    for job_id, token in items:
+        job = renewed.get(job_id)
+        # A row comes back once per job: a stale copy beside the lease it copies is told by its token.
+        if job is None or (token is not None and job.lease_token != token):
+            yield from _refuse(t, job_id, token, "extend")
+        assert job is not None, "_refuse raised"
+        out.append(job)
+    return out
 
 
-def _change(conn: Any, t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Job:
+def set_stage(t: Target, job_id: str, token: str | None, stage: str | None) -> Steps[Job]:
+    return (yield from _change(t, SET_STAGE, "stage", job_id, token, stage=stage))
+
+
+def _change(t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Steps[Job]:
     """Run one of the statements that change a leased job (extend, stage); refuse if it changed nothing."""
-    return row_job(_changed(conn, t, action, statement, job_id, token, **values))
+    return row_job((yield from _changed(t, action, statement, job_id, token, **values)))
 
 
-def _changed(conn: Any, t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Any:
+def _changed(t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Steps[Any]:
     params = t.with_backoff(id=job_id, token=token, chan=t.channel, **values)
-    row = conn.execute(t.sql[statement], params).fetchone()
+    row = yield one(t.sql[statement], params)
     if row is None:
-        _refuse(conn, t, job_id, token, action)
+        yield from _refuse(t, job_id, token, action)
     return row
 
 
@@ -408,15 +447,15 @@ def _changed(conn: Any, t: Target, action: str, statement: str, job_id: str, tok
 CANCEL_TRIES = 3
 
 
-def cancel(conn: Any, t: Target, job_id: str, token: str | None, stopped: bool) -> Job:
+def cancel(t: Target, job_id: str, token: str | None, stopped: bool) -> Steps[Job]:
     """Ready → cancelled; leased → marked, or with ``stopped`` cancelled (see statements, "cancel")."""
     params = t.params(id=job_id, token=token, stopped=stopped)
     for _try in range(CANCEL_TRIES):
-        row = conn.execute(t.sql["cancel"], params).fetchone()
+        row = yield one(t.sql["cancel"], params)
         if row is not None:
             return row_job(row)
-        upkeep(conn, t)  # an expired lease: reclaimed (or ended cancelled) first, as the file storage does
-        why = conn.execute(t.sql["why"], t.params(id=job_id)).fetchone()
+        yield from upkeep(t)  # an expired lease: reclaimed (or ended cancelled) first, as the file storage does
+        why = yield one(t.sql["why"], t.params(id=job_id))
         if why is None:
             raise job_not_found(job_id, t.queue)
         state = why[0]

@@ -2,9 +2,10 @@
 
 Owns: requeue_dead, purge, the bounded pruning of finished jobs, compaction,
 folding the kept counts, and the reads (get, stats, count, listings, the next
-due time, a NOTIFY owed), each on one live connection as operations.py's are;
-storage.py runs them on the side connection, so the work's connection never
-waits behind them. Imports: errors, jobs, storage, driver, statements, operations.
+due time, a NOTIFY owed), each written as the steps it sends, as
+operations.py's are; storage.py runs them on the side connection, so the
+work's connection never waits behind them. Imports: errors, jobs, storage,
+driver, statements, steps, operations.
 """
 
 from __future__ import annotations
@@ -18,18 +19,19 @@ from . import operations as ops
 from .driver import pg_errors
 from .operations import ENQUEUE_TRIES, Target
 from .statements import PRUNE_BATCH, row_job
+from .steps import Steps, every, one, run
 
 
-def requeue_dead(conn: Any, t: Target, job_id: str | None, notify: bool) -> int:
+def requeue_dead(t: Target, job_id: str | None, notify: bool) -> Steps[int]:
     params = t.with_backoff(id=job_id, chan=t.channel, notify=notify)
     for _try in range(ENQUEUE_TRIES):
         try:
-            count = len(ops.upkeep_then(conn, t, t.sql["requeue"], params).fetchall())
+            count = len((yield from ops.upkeep_then(t, t.sql["requeue"], params)))
         except pg_errors.UniqueViolation:
             continue  # a job with the same dedupe key became active meanwhile: look again
         if count or job_id is None:
             return count
-        row = conn.execute(t.sql["requeue_why"], params).fetchone()
+        row = yield one(t.sql["requeue_why"], params)
         if row is None:
             raise job_not_found(job_id, t.queue)
         state, holder, key = row
@@ -41,12 +43,12 @@ def requeue_dead(conn: Any, t: Target, job_id: str | None, notify: bool) -> int:
     raise StorageError(f"requeue_dead kept conflicting with concurrent enqueues after {ENQUEUE_TRIES} tries")
 
 
-def purge(conn: Any, t: Target) -> int:
-    count: int = conn.execute(t.sql["purge"], t.params()).fetchone()[0]
+def purge(t: Target) -> Steps[int]:
+    count: int = (yield one(t.sql["purge"], t.params()))[0]
     return count
 
 
-def prune(conn: Any, t: Target, states: tuple[str, ...], keep: float, *, batches: int | None = None) -> int:
+def prune(t: Target, states: tuple[str, ...], keep: float, *, batches: int | None = None) -> Steps[int]:
     """Delete jobs in ``states`` (done and cancelled, or dead) finished ``keep`` seconds ago or more, PRUNE_BATCH at a time.
 
     Each batch is its own statement and transaction (autocommit), so no
@@ -57,7 +59,7 @@ def prune(conn: Any, t: Target, states: tuple[str, ...], keep: float, *, batches
     params = t.params(states=list(states), keep=keep)
     dropped, done = 0, 0
     while batches is None or done < batches:
-        deleted = conn.execute(t.sql["prune"], params).fetchone()[0]
+        deleted = (yield one(t.sql["prune"], params))[0]
         dropped += deleted
         done += 1
         if deleted < PRUNE_BATCH:
@@ -69,44 +71,44 @@ def prune(conn: Any, t: Target, states: tuple[str, ...], keep: float, *, batches
 FINISHED_KEPT_AS_DONE = ("done", "cancelled")
 
 
-def compact(conn: Any, t: Target, retention: float) -> tuple[int, int]:
+def compact(t: Target, retention: float) -> Steps[tuple[int, int]]:
     """Delete done (and cancelled) jobs finished ``retention`` seconds ago or more, in bounded batches: (dropped, kept)."""
-    ops.upkeep(conn, t)
-    dropped = prune(conn, t, FINISHED_KEPT_AS_DONE, retention)
-    return dropped, count(conn, t)
+    yield from ops.upkeep(t)
+    dropped = yield from prune(t, FINISHED_KEPT_AS_DONE, retention)
+    return dropped, (yield from count(t))
 
 
 #: Rows of count differences a read sums before it folds them into one per state.
 FOLD_COUNTS_AT = 1000
 
 
-def fold_counts(conn: Any, t: Target) -> None:
+def fold_counts(t: Target) -> Steps[None]:
     """Fold the queue's rows of count differences into one per state (stats stays a sum of a few rows)."""
-    conn.execute(t.sql["fold_counts"], t.params())
+    yield run(t.sql["fold_counts"], t.params())
 
 
 # ---------------------------------------------------------------- reads
-def get(conn: Any, t: Target, job_id: str) -> Job:
-    row = conn.execute(t.sql["get"], t.with_backoff(id=job_id)).fetchone()
+def get(t: Target, job_id: str) -> Steps[Job]:
+    row = yield one(t.sql["get"], t.with_backoff(id=job_id))
     if row is None:
         raise job_not_found(job_id, t.queue)
     return row_job(row)
 
 
-def stats(conn: Any, t: Target) -> QueueStats:
-    ready, delayed, leased, done, dead, cancelled, rows = conn.execute(t.sql["stats"], t.with_backoff()).fetchone()
+def stats(t: Target) -> Steps[QueueStats]:
+    ready, delayed, leased, done, dead, cancelled, rows = yield one(t.sql["stats"], t.with_backoff())
     if rows > FOLD_COUNTS_AT:
-        fold_counts(conn, t)
+        yield from fold_counts(t)
     return QueueStats(
         ready=int(ready), delayed=int(delayed), leased=int(leased), done=int(done), dead=int(dead),
         cancelled=int(cancelled),
     )
 
 
-def count(conn: Any, t: Target) -> int:
-    total, rows = conn.execute(t.sql["count"], t.params()).fetchone()
+def count(t: Target) -> Steps[int]:
+    total, rows = yield one(t.sql["count"], t.params())
     if rows > FOLD_COUNTS_AT:
-        fold_counts(conn, t)
+        yield from fold_counts(t)
     return int(total)
 
 
@@ -121,8 +123,8 @@ def next_due(conn: Any, t: Target) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
-def list_jobs(conn: Any, t: Target, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+def list_jobs(t: Target, listing: str | None, limit: int | None, offset: int, kind: str | None) -> Steps[list[Job]]:
     reach = None if limit is None else limit + offset  # where the page ends
     params = t.with_backoff(kind=kind, limit=limit, offset=offset, reach=reach)
     statement = "list" if listing is None else f"list_{listing}"
-    return [row_job(row) for row in conn.execute(t.sql[statement], params).fetchall()]
+    return [row_job(row) for row in (yield every(t.sql[statement], params))]

@@ -1,8 +1,10 @@
 """Periodic jobs on PostgreSQL: the schedules table (sql/005_schedules.sql) and the tick transaction.
 
 Owns: ScheduleStatements (the SQL text for one schema), and one function per
-schedule operation on a live connection: ``put``, ``remove``, ``listed`` and
-``fire``. Imports: jobs, schedules, storage, driver, statements, operations.
+schedule operation, written as the steps it sends (steps.py, as operations.py's
+are: a Queue drives them, an AsyncQueue awaits them): ``put``, ``remove``,
+``listed`` and ``fire``. Imports: jobs, schedules, storage, statements, steps,
+operations.
 
 Times are epoch seconds of the database clock plus the queue's test-only
 ``clock_offset``, as the jobs table's are, so hosts with skewed clocks agree
@@ -22,8 +24,8 @@ from ..jobs import Job
 from ..schedules import MAX_SCHEDULES, Schedule, ScheduleSpec, first_run, from_fields, plan, tick_id, to_fields
 from ..storage import EnqueueSpec
 from . import operations as ops
-from .driver import tuple_row
 from .statements import quote_schema
+from .steps import Steps, atomic, every, one, run
 
 _COLUMNS = ("name", "payload", "every", "cron", "kind", "priority", "tz", "catch_up", "anchor", "next_run")
 _NOW = "SELECT extract(epoch FROM now())::float8 + %(off)s::float8"
@@ -58,55 +60,58 @@ def _row(row: tuple[Any, ...]) -> Schedule:
     return from_fields(dict(zip(_COLUMNS, row)))
 
 
-def _now(conn: Any, t: ops.Target) -> float:
-    return float(conn.execute(_NOW, t.params()).fetchone()[0])
+def _now(t: ops.Target) -> Steps[float]:
+    return float((yield one(_NOW, t.params()))[0])
 
 
-def put(conn: Any, t: ops.Target, sql: ScheduleStatements, spec: ScheduleSpec) -> Schedule:
+def put(t: ops.Target, sql: ScheduleStatements, spec: ScheduleSpec) -> Steps[Schedule]:
     """Define ``spec`` (the same definition again: the stored one, unchanged)."""
-    with conn.transaction():
-        cur = conn.cursor(row_factory=tuple_row)
-        found = cur.execute(sql.text["one"], t.params(name=spec.name)).fetchone()
-        if found is not None:
-            old = _row(found)
-            if old.spec.same_definition(spec):
-                return old
-        elif cur.execute(sql.text["count"], t.params()).fetchone()[0] >= MAX_SCHEDULES:
-            raise ValueError(f"a queue holds at most {MAX_SCHEDULES:,} schedules; remove one first")
-        sched = first_run(spec, _now(conn, t))
-        cur.execute(sql.text["upsert"], t.params(**to_fields(sched)))
+    return (yield atomic(_put(t, sql, spec)))
+
+
+def _put(t: ops.Target, sql: ScheduleStatements, spec: ScheduleSpec) -> Steps[Schedule]:
+    found = yield one(sql.text["one"], t.params(name=spec.name))
+    if found is not None:
+        old = _row(found)
+        if old.spec.same_definition(spec):
+            return old
+    elif (yield one(sql.text["count"], t.params()))[0] >= MAX_SCHEDULES:
+        raise ValueError(f"a queue holds at most {MAX_SCHEDULES:,} schedules; remove one first")
+    sched = first_run(spec, (yield from _now(t)))
+    yield run(sql.text["upsert"], t.params(**to_fields(sched)))
     return sched
 
 
-def remove(conn: Any, t: ops.Target, sql: ScheduleStatements, name: str) -> bool:
-    return conn.execute(sql.text["delete"], t.params(name=name)).fetchone() is not None
+def remove(t: ops.Target, sql: ScheduleStatements, name: str) -> Steps[bool]:
+    return (yield one(sql.text["delete"], t.params(name=name))) is not None
 
 
-def listed(conn: Any, t: ops.Target, sql: ScheduleStatements) -> list[Schedule]:
-    cur = conn.cursor(row_factory=tuple_row)
-    return [_row(row) for row in cur.execute(sql.text["all"], t.params()).fetchall()]
+def listed(t: ops.Target, sql: ScheduleStatements) -> Steps[list[Schedule]]:
+    return [_row(row) for row in (yield every(sql.text["all"], t.params()))]
 
 
-def fire(conn: Any, t: ops.Target, sql: ScheduleStatements, max_attempts: int) -> list[Job]:
+def fire(t: ops.Target, sql: ScheduleStatements, max_attempts: int) -> Steps[list[Job]]:
     """Enqueue every due tick of every due schedule no other worker holds; returns the jobs this call added."""
-    if conn.execute(sql.text["any_due"], t.params()).fetchone() is None:
+    if (yield one(sql.text["any_due"], t.params())) is None:
         return []  # the common look: nothing due, no transaction
+    return (yield atomic(_fire(t, sql, max_attempts)))
+
+
+def _fire(t: ops.Target, sql: ScheduleStatements, max_attempts: int) -> Steps[list[Job]]:
     added: list[Job] = []
-    with conn.transaction():
-        now = _now(conn, t)
-        cur = conn.cursor(row_factory=tuple_row)
-        for row in cur.execute(sql.text["due"], t.params(now=now)).fetchall():
-            sched = _row(row)
-            ticks = plan(sched, now)
-            spec = sched.spec
-            specs = [
-                EnqueueSpec(spec.payload, spec.payload_json, spec.priority, 0.0, max_attempts,
-                            tick_id(spec.name, due), spec.kind, None)  # fmt: skip
-                for due in ticks.dues
-            ]
-            held = {r[0] for r in conn.execute(sql.text["held"], t.params(ids=[s.job_id for s in specs])).fetchall()}
-            fresh = [s for s in specs if s.job_id not in held]
-            if fresh:
-                added.extend(ops.enqueue(conn, t, fresh, own=False, notify=True))
-            conn.execute(sql.text["advance"], t.params(next=ticks.next_run, name=spec.name))
+    now = yield from _now(t)
+    for row in (yield every(sql.text["due"], t.params(now=now))):
+        sched = _row(row)
+        ticks = plan(sched, now)
+        spec = sched.spec
+        specs = [
+            EnqueueSpec(spec.payload, spec.payload_json, spec.priority, 0.0, max_attempts,
+                        tick_id(spec.name, due), spec.kind, None)  # fmt: skip
+            for due in ticks.dues
+        ]
+        held = {r[0] for r in (yield every(sql.text["held"], t.params(ids=[s.job_id for s in specs])))}
+        fresh = [s for s in specs if s.job_id not in held]
+        if fresh:
+            added.extend((yield from ops.enqueue(t, fresh, own=False, notify=True)))
+        yield run(sql.text["advance"], t.params(next=ticks.next_run, name=spec.name))
     return added

@@ -24,7 +24,7 @@ parameters, by name:
 - lease: ``vt`` (visibility timeout, seconds) and ``kinds`` (or none);
 - ack: ``result(s)`` (JSON text or NULL); nack: ``error``, ``traceback``,
   ``delay`` (NULL: the backoff's), ``perm`` (PermanentError: straight to
-  dead); extend: ``secs``; set_stage: ``stage``; compact: ``keep`` (retention
+  dead); extend and extend_many: ``secs``; ack_many and extend_many: ``rows`` (JSON); set_stage: ``stage``; compact: ``keep`` (retention
   seconds); listings: ``kind`` (or NULL), ``limit``, ``offset`` and
   ``reach`` (where the page ends: limit + offset, or NULL).
 
@@ -86,6 +86,12 @@ def check_identifier(name: Any, what: str) -> str:
             f"at most 63 characters), got {name!r}"
         )
     return name
+
+
+#: The ids of a batch (the ``rows`` parameter) as one array: ``j.id = ANY(...)`` is a
+#: probe of the primary key per id in every plan, where a join with the rows
+#: alone is planned by a guess of their number and may scan a small table.
+BATCH_IDS = "ARRAY(SELECT r->>'id' FROM json_array_elements(%(rows)s::json) AS r)"
 
 
 # The statements that act on one leased job (ack, nack, extend, set_stage)
@@ -168,7 +174,8 @@ _TEMPLATES: dict[str, str] = {
             finished_at = {NOW},
             result = coalesce(u.result, j.result)
         FROM json_to_recordset(%(rows)s::json) AS u(id text, token text, result json)
-        WHERE j.queue = %(q)s AND j.id = u.id AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
+        WHERE j.queue = %(q)s AND j.id = ANY({BATCH_IDS}) AND j.id = u.id
+          AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING j.id, u.token
         ), {ACK_TALLY}
@@ -193,6 +200,14 @@ _TEMPLATES: dict[str, str] = {
         UPDATE {{schema}}.jobs AS j SET lease_deadline = {NOW} + %(secs)s::float8 * interval '1 second'
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {NOW}
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
+        RETURNING {COLUMNS}""",
+    # Heartbeats: every lease of the batch renewed by one statement, each row
+    # found by its primary key; the rows returned say which leases held.
+    "extend_many": f"""
+        UPDATE {{schema}}.jobs AS j SET lease_deadline = {NOW} + %(secs)s::float8 * interval '1 second'
+        FROM json_to_recordset(%(rows)s::json) AS u(id text, token text)
+        WHERE j.queue = %(q)s AND j.id = ANY({BATCH_IDS}) AND j.id = u.id AND j.lease_deadline > {NOW}
+          AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING {COLUMNS}""",
     "stage": f"""
         UPDATE {{schema}}.jobs AS j SET stage = %(stage)s

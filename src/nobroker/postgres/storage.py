@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops,
+steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops,
 control_ops.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
@@ -53,7 +53,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
 from ..schedules import Schedule, ScheduleSpec
@@ -76,9 +77,12 @@ from .connection import (
 from .driver import require_psycopg
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
+from .steps import Steps, advance, drive
 from .wakeups import NotifyGate
 
 logger = logging.getLogger("nobroker.postgres")
+
+T = TypeVar("T")
 
 #: Longest queue name, in characters.
 MAX_QUEUE_NAME = 256
@@ -115,6 +119,21 @@ def _check_seconds(limit: float = MAX_TIMEOUT, **values: Any) -> None:
         number = finite_float(value)
         if number is None or number < 0 or number > limit:
             raise ValueError(f"{what} must be a finite number of seconds from 0 to {limit:g}, got {shown(value)}")
+
+
+#: A storage operation of several runs on a connection, with decisions between them: it yields
+#: (what, the steps of a run, may they run twice) and is sent each run's result (see carry).
+Plan = Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, T]
+
+
+def carry(link: Link, plan: Plan[T]) -> T:
+    """Carry out each run of ``plan`` on ``link`` (asyncstorage awaits the same plans on an AsyncLink)."""
+    done, run = advance(plan, None, None)
+    while not done:
+        what, steps, retry = run
+        done, run = advance(plan, link.run(what, lambda c: drive(c, steps()), retry=retry), None)
+    result: T = run
+    return result
 
 
 class PostgresStorage:
@@ -201,88 +220,108 @@ class PostgresStorage:
 
     # ================================================================ writes
     def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
-        t = self._target
         if conn is not None:
-            return ops.enqueue_in_transaction(conn, t, specs)
+            return ops.enqueue_in_transaction(conn, self._target, specs)
+        return carry(self._link, self.enqueue_plan(specs))
+
+    def enqueue_plan(self, specs: list[EnqueueSpec]) -> Plan[list[Job]]:
+        """The runs of an enqueue on our connection, and the NOTIFY it sends or owes (see carry)."""
+        t = self._target
         runnable = any(spec.delay <= 0 for spec in specs)
         notify = runnable and self._gate.take()
         jobs: list[Job] | None = None
         if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
-            job = self._link.run("enqueue", lambda c: ops.insert_one_fresh(c, t, specs[0], notify), retry=False)
+            job = yield "enqueue", lambda: ops.insert_one_fresh(t, specs[0], notify), False
             if job is not None:
                 jobs = [job]
         if jobs is None:
             # Enqueue twice is harmless only when every job names its id.
             safe = all(spec.job_id is not None for spec in specs)
-            jobs = self._link.run("enqueue", lambda c: ops.enqueue_retrying(c, t, specs, notify=notify), retry=safe)
+            jobs = yield "enqueue", lambda: ops.enqueue_retrying(t, specs, notify=notify), safe
         if runnable and not notify:
             self._gate.owe()
         return jobs
 
+    def upkeep_due(self) -> None:
+        """Start a round of pruning when one is due (a lease starts it; it runs in a thread of its own)."""
+        if time.monotonic() >= self._prune_at:
+            self._start_pruning()
+
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
         t = self._target
-        if time.monotonic() >= self._prune_at:
-            self._start_pruning()
-        return self._link.run("lease", lambda c: ops.lease(c, t, count, visibility_timeout, kinds), retry=True)
+        self.upkeep_due()
+        return self._link.run("lease", lambda c: drive(c, ops.lease(t, count, visibility_timeout, kinds)), retry=True)
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         # Twice is harmless: the second ack finds the job done under the same token.
-        self._link.run("ack", lambda c: ops.ack(c, self._target, job_id, token, result_json), retry=True)
+        self._link.run("ack", lambda c: drive(c, ops.ack(self._target, job_id, token, result_json)), retry=True)
 
     def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
         """Ack many leased jobs in one statement (see operations.ack_many)."""
         if items:
-            self._link.run("ack_many", lambda c: ops.ack_many(c, self._target, items), retry=True)
+            self._link.run("ack_many", lambda c: drive(c, ops.ack_many(self._target, items)), retry=True)
 
     def nack(
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
         traceback: str | None = None,
     ) -> Job:  # fmt: skip
+        return carry(self._link, self.nack_plan(job_id, token, error, delay, permanent, traceback))
+
+    def nack_plan(
+        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None,
+    ) -> Plan[Job]:  # fmt: skip
+        """The run of a nack, and the NOTIFY it sends or owes (see carry)."""
         notify = (delay is None or delay <= 0) and not permanent and self._gate.take()
 
-        def run(conn: Any) -> tuple[Job, bool]:
+        def steps() -> Steps[tuple[Job, bool]]:
             return ops.nack(
-                conn, self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
+                self._target, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
                 notify=notify,
             )  # fmt: skip
 
-        job, owed = self._link.run("nack", run, retry=False)
+        job, owed = yield "nack", steps, False
         if owed:
             self._gate.owe()
         return job
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
-        return self._link.run("extend", lambda c: ops.extend(c, self._target, job_id, token, seconds), retry=True)
+        return self._link.run("extend", lambda c: drive(c, ops.extend(self._target, job_id, token, seconds)), retry=True)
+
+    def extend_many(self, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
+        """Renew many leases in one statement (see operations.extend_many)."""
+        t = self._target
+        return self._link.run("extend_many", lambda c: drive(c, ops.extend_many(t, items, seconds)), retry=True)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
-        return self._link.run(ops.SET_STAGE, lambda c: ops.set_stage(c, self._target, job_id, token, stage), retry=True)
+        return self._link.run(ops.SET_STAGE, lambda c: drive(c, ops.set_stage(self._target, job_id, token, stage)), retry=True)
 
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
-        return self._link.run("cancel", lambda c: ops.cancel(c, self._target, job_id, token, stopped), retry=True)
+        return self._link.run("cancel", lambda c: drive(c, ops.cancel(self._target, job_id, token, stopped)), retry=True)
 
     def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:
         # Not retried: a snooze that went through before the connection died would be refused the second time.
         sql, t = self._control_sql(), self._target
-        return self._link.run("snooze", lambda c: control_ops.snooze(c, t, sql, job_id, token, seconds), retry=False)
+        return self._link.run("snooze", lambda c: drive(c, control_ops.snooze(t, sql, job_id, token, seconds)), retry=False)
 
     def pause(self, kind: str | None, resume: bool) -> None:
         sql, t = self._control_sql(), self._target
-        self._side.run("resume" if resume else "pause", lambda c: control_ops.pause(c, t, sql, kind, resume), retry=True)
+        self._side.run("resume" if resume else "pause", lambda c: drive(c, control_ops.pause(t, sql, kind, resume)), retry=True)
 
     def paused(self) -> list[str | None]:
         sql, t = self._control_sql(), self._target
-        return self._side.run("paused", lambda c: control_ops.paused(c, t, sql), retry=True)
+        return self._side.run("paused", lambda c: drive(c, control_ops.paused(t, sql)), retry=True)
 
     def run_now(self, job_id: str) -> Job:
         sql, t = self._control_sql(), self._target
-        return self._side.run("run_now", lambda c: control_ops.run_now(c, t, sql, job_id), retry=True)
+        return self._side.run("run_now", lambda c: drive(c, control_ops.run_now(t, sql, job_id)), retry=True)
 
     def delete(self, job_id: str) -> Job:
         # Not retried: a delete that went through before the connection died would say "not found" the second time.
         sql, t = self._control_sql(), self._target
-        return self._side.run("delete", lambda c: control_ops.delete(c, t, sql, job_id), retry=False)
+        return self._side.run("delete", lambda c: drive(c, control_ops.delete(t, sql, job_id)), retry=False)
 
     def wait_finished(self, job_id: str, timeout: float) -> Job:
         """The job once it is done, dead or cancelled; TimeoutError at ``timeout`` (see storage.wait_until_finished).
@@ -300,7 +339,7 @@ class PostgresStorage:
 
         def look() -> Job:
             if not marked:
-                self._side.run("wait", lambda c: control_ops.mark_waited(c, t, sql, job_id), retry=True)
+                self._side.run("wait", lambda c: drive(c, control_ops.mark_waited(t, sql, job_id)), retry=True)
                 marked.append(True)
             return self.get(job_id)
 
@@ -313,55 +352,62 @@ class PostgresStorage:
         return sql
 
     def requeue_dead(self, job_id: str | None) -> int:
+        return carry(self._side, self.requeue_plan(job_id))
+
+    def requeue_plan(self, job_id: str | None) -> Plan[int]:
+        """The run of requeue_dead (on the side connection), and the NOTIFY it sends or owes."""
         notify = self._gate.take()
-        count = self._side.run("requeue_dead", lambda c: whole.requeue_dead(c, self._target, job_id, notify), retry=False)
+        count = yield "requeue_dead", lambda: whole.requeue_dead(self._target, job_id, notify), False
         if count and not notify:
             self._gate.owe()
         return count
 
     def purge(self) -> int:
-        return self._side.run("purge", lambda c: whole.purge(c, self._target), retry=False)
+        return self._side.run("purge", lambda c: drive(c, whole.purge(self._target)), retry=False)
 
     def compact(self) -> CompactionResult:
+        return carry(self._side, self.compact_plan())
+
+    def compact_plan(self) -> Plan[CompactionResult]:
         started = time.perf_counter()
-        dropped, kept = self._side.run("compact", lambda c: whole.compact(c, self._target, self.retention), retry=True)
+        dropped, kept = yield "compact", lambda: whole.compact(self._target, self.retention), True
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
     # ================================================================ reads (each safe to run twice)
     def get(self, job_id: str) -> Job:
-        return self._side.run("get", lambda c: whole.get(c, self._target, job_id), retry=True)
+        return self._side.run("get", lambda c: drive(c, whole.get(self._target, job_id)), retry=True)
 
     def stats(self) -> QueueStats:
-        return self._side.run("stats", lambda c: whole.stats(c, self._target), retry=True)
+        return self._side.run("stats", lambda c: drive(c, whole.stats(self._target)), retry=True)
 
     def count(self) -> int:
-        return self._side.run("count", lambda c: whole.count(c, self._target), retry=True)
+        return self._side.run("count", lambda c: drive(c, whole.count(self._target)), retry=True)
 
     def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
         return self._side.run(
-            "list_jobs", lambda c: whole.list_jobs(c, self._target, listing, limit, offset, kind), retry=True
+            "list_jobs", lambda c: drive(c, whole.list_jobs(self._target, listing, limit, offset, kind)), retry=True
         )
 
     # ================================================================ waiting and closing
     # ================================================================ schedules (periodic jobs)
     def put_schedule(self, spec: ScheduleSpec) -> Schedule:
-        sql, t = self._schedule_sql(), self._target
-        return self._link.run("schedule", lambda c: schedule_ops.put(c, t, sql, spec), retry=True)
+        sql, t = self.schedule_sql(), self._target
+        return self._link.run("schedule", lambda c: drive(c, schedule_ops.put(t, sql, spec)), retry=True)
 
     def remove_schedule(self, name: str) -> bool:
-        sql, t = self._schedule_sql(), self._target
-        return self._link.run("unschedule", lambda c: schedule_ops.remove(c, t, sql, name), retry=True)
+        sql, t = self.schedule_sql(), self._target
+        return self._link.run("unschedule", lambda c: drive(c, schedule_ops.remove(t, sql, name)), retry=True)
 
     def list_schedules(self) -> list[Schedule]:
-        sql, t = self._schedule_sql(), self._target
-        return self._side.run("list schedules", lambda c: schedule_ops.listed(c, t, sql), retry=True)
+        sql, t = self.schedule_sql(), self._target
+        return self._side.run("list schedules", lambda c: drive(c, schedule_ops.listed(t, sql)), retry=True)
 
     def fire_schedules(self) -> list[Job]:
         # Safe twice: a transaction lost with its connection enqueued nothing and moved nothing.
-        sql, t, most = self._schedule_sql(), self._target, self.max_attempts
-        return self._link.run("enqueue due ticks", lambda c: schedule_ops.fire(c, t, sql, most), retry=True)
+        sql, t, most = self.schedule_sql(), self._target, self.max_attempts
+        return self._link.run("enqueue due ticks", lambda c: drive(c, schedule_ops.fire(t, sql, most)), retry=True)
 
-    def _schedule_sql(self) -> schedule_ops.ScheduleStatements:
+    def schedule_sql(self) -> schedule_ops.ScheduleStatements:
         sql: schedule_ops.ScheduleStatements | None = getattr(self, "_schedule_statements", None)
         if sql is None:
             sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
@@ -405,8 +451,8 @@ class PostgresStorage:
             dropped = 0
             for states, keep in ((whole.FINISHED_KEPT_AS_DONE, self.done_retention), (("dead",), self.dead_retention)):
                 if keep is not None:
-                    dropped += whole.prune(conn, t, states, keep, batches=PRUNE_BATCHES)
-            whole.fold_counts(conn, t)
+                    dropped += drive(conn, whole.prune(t, states, keep, batches=PRUNE_BATCHES))
+            drive(conn, whole.fold_counts(t))
             return dropped
 
         try:
@@ -420,6 +466,11 @@ class PostgresStorage:
     def _send_owed_notify(self) -> None:
         t = self._target
         self._side.run("notify", lambda c: whole.notify(c, t), retry=True)
+
+    def release_connections(self) -> None:
+        """Close the connections for now; each opens again when next used (AsyncPostgresStorage works on its own)."""
+        self._link.release()
+        self._side.release()
 
     def close(self) -> None:
         self._gate.close()

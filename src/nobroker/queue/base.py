@@ -1,7 +1,9 @@
 """The Queue's opening and lifetime: the storage chosen and held.
 
-Owns: QueueBase (the options checked, FileStorage or PostgresStorage opened,
-close, the context manager, the properties every part of the Queue shares).
+Owns: Opening (a Queue's arguments checked, for Queue and AsyncQueue alike:
+checked_options), QueueBase (FileStorage or PostgresStorage opened by
+open_storage, close, the context manager, the properties every part of the
+Queue shares).
 Imports: checks, errors, jobs, storage, locations, filestore, postgres (only
 when a DSN is given: it needs psycopg).
 """
@@ -19,8 +21,47 @@ from ..storage import Storage, StorageOptions, storage_kind
 from ..locations import require_queue
 
 
-class QueueBase:
-    """What every part of the Queue stands on: its storage, open or closed (see Queue)."""
+def checked_options(
+    path: object, name: str, *, fsync: bool, visibility_timeout: float, max_attempts: int,
+    backoff: BackoffPolicy | None, lock_timeout: float, clock: Callable[[], float] | None,
+    auto_compact: float | None,
+) -> StorageOptions:  # fmt: skip
+    """The options of a Queue (or an AsyncQueue), checked; nothing is opened or created."""
+    visibility_timeout = checks.seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+    max_attempts = checks.attempts(max_attempts)
+    lock_timeout = checks.seconds(lock_timeout, "lock_timeout")
+    if backoff is None:
+        backoff = BackoffPolicy()
+    elif not isinstance(backoff, BackoffPolicy):
+        raise TypeError(f"backoff must be a BackoffPolicy, got {type(backoff).__name__}")
+    if auto_compact is not None and not (isinstance(auto_compact, (int, float)) and 0 < auto_compact <= 1):
+        raise ValueError(f"auto_compact is a share of the log between 0 and 1 (or None for never), got {auto_compact!r}")
+    storage_kind(path)  # refuses a location that names no storage, before anything is made
+    return StorageOptions(
+        name, fsync=bool(fsync), visibility_timeout=visibility_timeout, max_attempts=max_attempts,
+        backoff=backoff, lock_timeout=lock_timeout, clock=clock,
+    )  # fmt: skip
+
+
+def open_storage(
+    path: str | os.PathLike[str], options: StorageOptions, auto_compact: float | None, create: bool,
+    storage_options: dict[str, Any],
+) -> Storage:  # fmt: skip
+    """The storage ``path`` names, opened (``create=False``: only one that is already there)."""
+    if not create:
+        require_queue(path, options.name, schema=storage_options.get("schema"),
+                      connect_timeout=storage_options.get("reconnect_timeout"))  # fmt: skip
+    if storage_kind(path) == "postgresql":
+        from ..postgres import PostgresStorage  # optional: needs psycopg
+
+        return PostgresStorage(str(path), options, **storage_options)
+    from ..filestore import FileStorage
+
+    return FileStorage(path, options, auto_compact=auto_compact, **storage_options)
+
+
+class Opening:
+    """A Queue's or an AsyncQueue's arguments, checked once; ``_open`` then opens (or keeps) the storage."""
 
     def __init__(
         self,
@@ -37,37 +78,36 @@ class QueueBase:
         create: bool = True,
         **storage_options: Any,
     ) -> None:
-        visibility_timeout = checks.seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
-        max_attempts = checks.attempts(max_attempts)
-        lock_timeout = checks.seconds(lock_timeout, "lock_timeout")
-        if backoff is None:
-            backoff = BackoffPolicy()
-        elif not isinstance(backoff, BackoffPolicy):
-            raise TypeError(f"backoff must be a BackoffPolicy, got {type(backoff).__name__}")
-        if auto_compact is not None and not (isinstance(auto_compact, (int, float)) and 0 < auto_compact <= 1):
-            raise ValueError(f"auto_compact is a share of the log between 0 and 1 (or None for never), got {auto_compact!r}")
-        kind = storage_kind(path)
-        if not create:
-            require_queue(path, name, schema=storage_options.get("schema"),
-                          connect_timeout=storage_options.get("reconnect_timeout"))
-        options = StorageOptions(
-            name, fsync=bool(fsync), visibility_timeout=visibility_timeout, max_attempts=max_attempts,
-            backoff=backoff, lock_timeout=lock_timeout, clock=clock,
+        options = checked_options(
+            path, name, fsync=fsync, visibility_timeout=visibility_timeout, max_attempts=max_attempts,
+            backoff=backoff, lock_timeout=lock_timeout, clock=clock, auto_compact=auto_compact,
         )  # fmt: skip
-        self._storage: Storage
-        if kind == "postgresql":
-            from ..postgres import PostgresStorage  # optional: needs psycopg
-
-            self._storage = PostgresStorage(str(path), options, **storage_options)
-        else:
-            from ..filestore import FileStorage
-
-            self._storage = FileStorage(path, options, auto_compact=auto_compact, **storage_options)
         self._name = name
-        self.visibility_timeout = visibility_timeout
-        self.max_attempts = max_attempts
-        self.backoff = backoff
+        self.visibility_timeout = options.visibility_timeout
+        self.max_attempts = options.max_attempts
+        self.backoff = options.backoff
         self._closed = False
+        self._open(path, options, auto_compact, create, storage_options)
+
+    def _open(
+        self, path: str | os.PathLike[str], options: StorageOptions, auto_compact: float | None, create: bool,
+        storage_options: dict[str, Any],
+    ) -> None:  # fmt: skip
+        raise NotImplementedError  # pragma: no cover - each face opens in its own way
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+
+class QueueBase(Opening):
+    """What every part of the Queue stands on: its storage, open or closed (see Queue)."""
+
+    def _open(
+        self, path: str | os.PathLike[str], options: StorageOptions, auto_compact: float | None, create: bool,
+        storage_options: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self._storage: Storage = open_storage(path, options, auto_compact, create, storage_options)
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -93,10 +133,6 @@ class QueueBase:
     def path(self) -> str:
         """The folder (file storage) or the DSN without its password (PostgreSQL)."""
         return self._storage.location
-
-    @property
-    def name(self) -> str:
-        return self._name
 
     @property
     def durable(self) -> bool:

@@ -1,13 +1,13 @@
 """The Queue's control of jobs already queued or running: cancel, snooze, pause, run_now, delete, wait.
 
-Owns: ControlMethods. Imports: checks, jobs, base.
+Owns: ControlMethods. Imports: checks, jobs, calls, base.
 """
 
 from __future__ import annotations
 
-from .. import checks
-from ..jobs import MAX_NAME_CHARS, Job
 from ..checks import JobRef
+from ..jobs import Job
+from . import calls
 from .base import QueueBase
 
 
@@ -27,8 +27,7 @@ class ControlMethods(QueueBase):
         ``stopped=True`` by id ends a leased job's attempt now, whoever runs it.
         A done, dead or cancelled job raises JobFinishedError naming its state.
         """
-        job_id, token = checks.job_ref(job)
-        return self._open_storage().cancel(job_id, token, bool(stopped))
+        return self._open_storage().cancel(*calls.cancel(job, stopped))
 
     def snooze(self, job: JobRef, seconds: float) -> Job:
         """Give a leased job back without spending an attempt: ready again after ``seconds``.
@@ -40,8 +39,7 @@ class ControlMethods(QueueBase):
         cancel was asked for. A handler run by a Worker raises
         ``nobroker.Snooze(seconds)`` instead. ``seconds``: 0 to MAX_SECONDS.
         """
-        job_id, token = checks.job_ref(job)
-        return self._open_storage().snooze(job_id, token, checks.seconds(seconds, "seconds"))
+        return self._open_storage().snooze(*calls.snooze(job, seconds))
 
     def pause(self, kind: str | None = None) -> None:
         """Stop handing out jobs: of ``kind``, or (None) of the whole queue, until ``resume``.
@@ -52,7 +50,7 @@ class ControlMethods(QueueBase):
         nacked, extended; enqueue still works. Pausing what is paused changes
         nothing.
         """
-        self._open_storage().pause(_kind(kind), False)
+        self._open_storage().pause(calls.kind(kind), False)
 
     def resume(self, kind: str | None = None) -> None:
         """Lift the pause of ``kind`` (None: the pause of the whole queue); waiting workers wake.
@@ -61,7 +59,7 @@ class ControlMethods(QueueBase):
         and the other way round: each pause is lifted by its own resume.
         Resuming what is not paused changes nothing.
         """
-        self._open_storage().pause(_kind(kind), True)
+        self._open_storage().pause(calls.kind(kind), True)
 
     def paused(self) -> list[str | None]:
         """What is paused: None for the whole queue (first), then each paused kind by name; [] for nothing."""
@@ -75,8 +73,7 @@ class ControlMethods(QueueBase):
         JobFinishedError (a JobStateError), each naming the state; an unknown
         id JobNotFoundError. Its attempts and priority stay as they are.
         """
-        job_id, _token = checks.job_ref(job)
-        return self._open_storage().run_now(job_id)
+        return self._open_storage().run_now(calls.ref_id(job))
 
     def delete(self, job: JobRef) -> Job:
         """Remove one job that is not leased; returns it as it was.
@@ -85,8 +82,7 @@ class ControlMethods(QueueBase):
         and dedupe key are free again); a leased one raises JobStateError
         (cancel it first, or let it finish); an unknown id JobNotFoundError.
         """
-        job_id, _token = checks.job_ref(job)
-        return self._open_storage().delete(job_id)
+        return self._open_storage().delete(calls.ref_id(job))
 
     def wait(self, job: JobRef, timeout: float) -> Job:
         """Block until the job is done, dead or cancelled, and return it; TimeoutError after ``timeout`` seconds.
@@ -102,10 +98,5 @@ class ControlMethods(QueueBase):
         FINISH_RECHECK. JobNotFoundError if the job is not (or no longer) in
         the queue: deleted, purged, or compacted away after it finished.
         """
-        job_id, _token = checks.job_ref(job)
-        return self._open_storage().wait_finished(job_id, checks.seconds(timeout, "timeout"))
-
-
-def _kind(kind: str | None) -> str | None:
-    return None if kind is None else checks.text(kind, "kind", MAX_NAME_CHARS)
+        return self._open_storage().wait_finished(*calls.wait(job, timeout))
 

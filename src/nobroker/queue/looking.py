@@ -1,12 +1,12 @@
 """The Queue's reads and the operator's writes: get, stats, listings, the DLQ, purge, compact.
 
-Owns: LookMethods. Imports: checks, jobs, base.
+Owns: LookMethods. Imports: jobs, calls, base.
 """
 
 from __future__ import annotations
 
-from .. import checks
-from ..jobs import LISTINGS, MAX_ID_CHARS, MAX_NAME_CHARS, CompactionResult, Job, JobState, QueueStats
+from ..jobs import CompactionResult, Job, JobState, QueueStats
+from . import calls
 from .base import QueueBase
 
 
@@ -16,7 +16,7 @@ class LookMethods(QueueBase):
     # ------------------------------------------------------------ looking
     def get(self, job_id: str) -> Job:
         """The job with this id, in its current state (JobNotFoundError if unknown)."""
-        return self._open_storage().get(checks.text(job_id, "job_id", MAX_ID_CHARS))
+        return self._open_storage().get(calls.job_id(job_id))
 
     def stats(self) -> QueueStats:
         """Counts by state: ready (runnable now), delayed, leased, done, dead, cancelled, total."""
@@ -31,17 +31,7 @@ class LookMethods(QueueBase):
         ready job (as in nobroker 0.1.2), ``"runnable"`` and ``"delayed"``
         the two halves of it that stats() counts as ready and as delayed.
         """
-        listing = None
-        if state is not None:
-            listing = state.value if isinstance(state, JobState) else state
-            if listing not in LISTINGS:
-                raise ValueError(f"state must be one of {', '.join(LISTINGS)} (or None: every job); got {state!r}")
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
-        if kind is not None:
-            kind = checks.text(kind, "kind", MAX_NAME_CHARS)
+        listing, limit, offset, kind = calls.listing(state, limit, offset, kind)
         if limit == 0:
             return []
         return self._open_storage().list_jobs(listing, limit, offset, kind)
@@ -53,7 +43,7 @@ class LookMethods(QueueBase):
     def requeue_dead(self, job_id: str | None = None) -> int:
         """Make dead jobs ready again with attempts reset; None revives the whole DLQ."""
         if job_id is not None:
-            job_id = checks.text(job_id, "job_id", MAX_ID_CHARS)
+            job_id = calls.job_id(job_id)
         return self._open_storage().requeue_dead(job_id)
 
     def purge(self) -> int:

@@ -1,11 +1,10 @@
 """The Queue's work: enqueue, lease, ack, nack, extend, and the wait for work.
 
-Owns: WorkMethods (every argument checked through checks.py, ``Job | id`` →
-``(id, token)``, payloads and results encoded once before a storage sees them).
-Imports: checks, jobs, codec, storage, base.
+Owns: WorkMethods (every argument checked by calls.py, shared with
+AsyncQueue, then passed to the storage). Imports: checks, jobs, calls, base.
 
-Everything a caller can get wrong is caught here, before any storage sees it,
-so both storages refuse bad input identically and nothing is written.
+Everything a caller can get wrong is caught there, before any storage sees
+it, so both storages refuse bad input identically and nothing is written.
 """
 
 from __future__ import annotations
@@ -14,21 +13,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import checks
-from ..jobs import (
-    DEFAULT_KIND,
-    MAX_BATCH_JOBS,
-    MAX_ERROR_CHARS,
-    MAX_ID_CHARS,
-    MAX_NAME_CHARS,
-    MAX_PRIORITY,
-    MAX_RESULT_BYTES,
-    MAX_TRACEBACK_CHARS,
-    MIN_PRIORITY,
-    Job,
-)
-from ..codec import stored_json, stored_json_many
-from ..storage import EnqueueSpec
 from ..checks import JobRef
+from ..jobs import DEFAULT_KIND, Job
+from . import calls
 from .base import QueueBase
 
 
@@ -55,8 +42,8 @@ class WorkMethods(QueueBase):
         a purge), the existing job is returned and nothing is scheduled.
         ``dedupe_key`` allows one ready-or-leased job per (kind, key).
         """
-        spec = self._spec(stored_json(payload), priority, delay, max_attempts, job_id, kind, dedupe_key)
-        return self._open_storage().enqueue([spec], conn)[0]
+        specs = calls.enqueue_one(self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key)
+        return self._open_storage().enqueue(specs, conn)[0]
 
     def enqueue_many(
         self,
@@ -71,46 +58,8 @@ class WorkMethods(QueueBase):
         conn: Any = None,
     ) -> list[Job]:
         """Add many jobs in one durable write (one fsync for the whole batch)."""
-        payloads = list(payloads)
-        if len(payloads) > MAX_BATCH_JOBS:
-            raise ValueError(f"enqueue_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(payloads):,}")
-        job_ids = checks.per_job(job_ids, len(payloads), "job_ids")
-        dedupe_keys = checks.per_job(dedupe_keys, len(payloads), "dedupe_keys")
-        if not payloads:
-            return []
-        texts, stored = stored_json_many(payloads)
-        # What every job of the batch shares is checked once, not once per job.
-        first = self._spec((texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0])
-        specs = [first]
-        for payload, text, job_id, key in zip(stored[1:], texts[1:], job_ids[1:], dedupe_keys[1:]):
-            specs.append(
-                EnqueueSpec(
-                    payload, text, first.priority, first.delay, first.max_attempts,
-                    None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS), first.kind,
-                    None if key is None else checks.text(key, "dedupe_key", MAX_NAME_CHARS),
-                )  # fmt: skip
-            )
-        return self._open_storage().enqueue(specs, conn)
-
-    def _spec(
-        self, stored: tuple[str, Any], priority: int, delay: float, max_attempts: int | None, job_id: str | None,
-        kind: str, dedupe_key: str | None,
-    ) -> EnqueueSpec:  # fmt: skip
-        """One job to add; ``stored``: its payload as stored_json gives it (the text, the value read back)."""
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise TypeError(f"priority must be an int, got {type(priority).__name__}")
-        if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-            raise ValueError(f"priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}")
-        return EnqueueSpec(
-            payload=stored[1],
-            payload_json=stored[0],
-            priority=priority,
-            delay=checks.seconds(delay, "delay"),
-            max_attempts=self.max_attempts if max_attempts is None else checks.attempts(max_attempts),
-            job_id=None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS),
-            kind=checks.text(kind, "kind", MAX_NAME_CHARS),
-            dedupe_key=None if dedupe_key is None else checks.text(dedupe_key, "dedupe_key", MAX_NAME_CHARS),
-        )
+        specs = calls.enqueue_many(self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys)
+        return self._open_storage().enqueue(specs, conn) if specs else []
 
     # ------------------------------------------------------------ consuming
     def lease(
@@ -124,16 +73,8 @@ class WorkMethods(QueueBase):
         the log (your ack's, at the latest): a power cut before that makes
         the job ready again, which at-least-once delivery allows.
         """
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"count must be a non-negative int, got {count!r}")
-        count = min(count, MAX_BATCH_JOBS)
-        timeout = self.visibility_timeout if visibility_timeout is None else checks.seconds(
-            visibility_timeout, "visibility_timeout", allow_zero=False
-        )
-        kind_set = checks.kind_set(kinds)
-        if count == 0:
-            return []
-        return self._open_storage().lease(count, timeout, kind_set)
+        count, timeout, kind_set = calls.lease(self.visibility_timeout, count, visibility_timeout, kinds)
+        return self._open_storage().lease(count, timeout, kind_set) if count else []
 
     def lease_one(self, *, visibility_timeout: float | None = None, kinds: Iterable[str] | None = None) -> Job | None:
         """Lease one job, or return None if none is runnable now."""
@@ -146,11 +87,7 @@ class WorkMethods(QueueBase):
         Raises NotLeasedError if your lease is stale. Acking a job that is
         already done under the same lease (or by id) does nothing.
         """
-        job_id, token = checks.job_ref(job)
-        result_json = None
-        if result is not None:
-            result_json, result = stored_json(result, what="result", limit=MAX_RESULT_BYTES)
-        self._open_storage().ack(job_id, token, result_json, result)
+        self._open_storage().ack(*calls.ack(job, result))
 
     def ack_many(self, jobs: Iterable[JobRef], *, results: Sequence[Any] | None = None) -> None:
         """Ack many leased jobs in one durable write (one fsync, or one statement).
@@ -159,14 +96,7 @@ class WorkMethods(QueueBase):
         could not be acked, NotLeasedError (or JobNotFoundError) names the
         first of them, after the others were acked.
         """
-        refs = [checks.job_ref(job) for job in jobs]
-        if len(refs) > MAX_BATCH_JOBS:
-            raise ValueError(f"ack_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(refs):,}")
-        results = checks.per_job(results, len(refs), "results")
-        items = [
-            (job_id, token, None if result is None else stored_json(result, what="result", limit=MAX_RESULT_BYTES)[0])
-            for (job_id, token), result in zip(refs, results)
-        ]
+        items = calls.ack_many(jobs, results)
         if items:
             self._open_storage().ack_many(items)
 
@@ -180,26 +110,26 @@ class WorkMethods(QueueBase):
         ``error`` (one line, say) becomes ``last_error``; ``traceback``, kept
         beside it, only its last MAX_TRACEBACK_CHARS characters.
         """
-        job_id, token = checks.job_ref(job)
-        if error is not None:
-            error = checks.informational(str(error)[:MAX_ERROR_CHARS])
-        if traceback is not None:
-            traceback = checks.informational(str(traceback)[-MAX_TRACEBACK_CHARS:])
-        if delay is not None:
-            delay = checks.seconds(delay, "delay")
-        return self._open_storage().nack(job_id, token, error, delay, bool(permanent), traceback)
+        return self._open_storage().nack(*calls.nack(job, error, delay, permanent, traceback))
 
     def extend(self, job: JobRef, seconds: float) -> Job:
         """Set a leased job's deadline to now + ``seconds`` (a heartbeat; never accumulates)."""
-        job_id, token = checks.job_ref(job)
-        return self._open_storage().extend(job_id, token, checks.seconds(seconds, "seconds", allow_zero=False))
+        return self._open_storage().extend(*calls.extend(job, seconds))
+
+    def extend_many(self, jobs: Iterable[JobRef], seconds: float) -> list[Job]:
+        """Renew many leases at once (a Worker's heartbeat): one durable write, or one statement.
+
+        Each deadline becomes now + ``seconds``. Returns the jobs as renewed,
+        in the order given. Every lease that still holds is renewed when this
+        returns; if any could not be, NotLeasedError (or JobNotFoundError)
+        names the first of them, after the others were renewed.
+        """
+        items, seconds = calls.extend_many(jobs, seconds)
+        return self._open_storage().extend_many(items, seconds) if items else []
 
     def set_stage(self, job: JobRef, stage: str | None) -> Job:
         """Record what a running handler is doing now (visible in get/list/CLI/dashboard)."""
-        job_id, token = checks.job_ref(job)
-        if stage is not None:
-            stage = checks.text(stage, "stage", MAX_NAME_CHARS)
-        return self._open_storage().set_stage(job_id, token, stage)
+        return self._open_storage().set_stage(*calls.stage(job, stage))
 
     def wait_for_jobs(
         self, timeout: float, *, kinds: Iterable[str] | None = None, interrupt: int | None = None

@@ -6,6 +6,10 @@ renews every running job's lease once RENEW_FRACTION of its visibility
 timeout has passed since the last renewal, marks a lease lost when the
 queue refuses the renewal, and tells the handler when the renewal says the
 job was cancelled: ``job.cancelled`` set, an async handler's task cancelled).
+A tick renews every lease due then, and those due within COALESCE_FRACTION of
+an interval after, with one ``extend_many`` where the queue has it (one
+write, one statement); when that reports a lost lease, each job of the tick
+is renewed on its own, so exactly the jobs that lost theirs are marked.
 Imports: errors, jobs, protocol.
 """
 
@@ -29,6 +33,11 @@ RENEW_FRACTION = 1.0 / 3.0
 #: Shortest gap between two renewals of one lease, so a tiny visibility
 #: timeout cannot turn the heartbeat into a busy loop.
 MIN_RENEW_INTERVAL = 0.05
+#: Leases due within this fraction of their renewal interval after a tick are
+#: renewed early with it (renewing early is harmless: a deadline is now + the
+#: lease length), so the leases of a Worker fall into step and each tick
+#: renews them all with one call.
+COALESCE_FRACTION = 0.5
 #: Longest ``abort()`` waits for the heartbeat's lock: an interrupt may have
 #: landed while another thread held it.
 ABORT_LOCK_SECONDS = 1.0
@@ -144,17 +153,51 @@ class Heartbeat:
                         return
                     now = time.monotonic()
                     live = [entry for entry in self._running if not entry.lost]
-                    due = [entry for entry in live if entry.renew_at <= now]
-                    if due:
+                    if any(entry.renew_at <= now for entry in live):
+                        due = [entry for entry in live if entry.renew_at <= now + entry.interval * COALESCE_FRACTION]
                         break
                     next_at = min((entry.renew_at for entry in live), default=None)
                     self._sleeps_until = next_at
                     self._wake.wait(None if next_at is None else next_at - now)
                     self._sleeps_until = now  # awake: the next add need not wake it
-            for entry in due:
+            for group in self._groups(due):
+                if self._stop:
+                    return
+                if len(group) > 1 and self._access.extends_many:
+                    self._renew_many(group)
+                    continue
+                for entry in group:
+                    if self._stop:
+                        return
+                    self._renew(entry)
+
+    @staticmethod
+    def _groups(due: list[Running]) -> list[list[Running]]:
+        """The due leases by lease length (one call renews a group; a Worker's leases share one length)."""
+        groups: dict[float, list[Running]] = {}
+        for entry in due:
+            groups.setdefault(entry.timeout, []).append(entry)
+        return list(groups.values())
+
+    def _renew_many(self, entries: list[Running]) -> None:
+        """Renew a group in one call; if it reports a lost lease, each on its own to learn which."""
+        started = time.monotonic()
+        try:
+            cancelled = self._access.extend_many([entry.job for entry in entries], entries[0].timeout)
+        except LOST_ERRORS:
+            for entry in entries:  # the renewals the batch made are made again: harmless
                 if self._stop:
                     return
                 self._renew(entry)
+            return
+        except Exception as exc:
+            with self._lock:
+                for entry in entries:
+                    entry.renew_at = started + entry.interval
+            self._on_error(exc, f"lease renewal of {len(entries)} jobs")
+            return
+        for entry, flag in zip(entries, cancelled):
+            self._renewed(entry, started, flag)
 
     def _renew(self, entry: Running) -> None:
         started = time.monotonic()
@@ -175,6 +218,10 @@ class Heartbeat:
                 entry.renew_at = started + entry.interval
             self._on_error(exc, f"lease renewal of job {entry.job.id}")
             return
+        self._renewed(entry, started, cancelled)
+
+    def _renewed(self, entry: Running, started: float, cancelled: bool) -> None:
+        """The lease was renewed at ``started``; tell the handler if the job's cancel was asked for."""
         with self._lock:
             entry.renew_at = started + entry.interval
             still_running = entry in self._running

@@ -2,7 +2,7 @@
 
 Owns: WorkQueue (the four calls every queue a Worker runs on has: lease, ack,
 nack, extend), the optional parts, each a protocol of its own (AcksMany,
-WaitsForJobs, WakesWaiters, HasVisibilityTimeout), and QueueAccess: the one
+ExtendsMany, WaitsForJobs, WakesWaiters, HasVisibilityTimeout), and QueueAccess: the one
 place that learns, once, which parts a queue has and calls each with exactly
 the arguments that part declares. Imports: jobs, queue.
 
@@ -29,7 +29,8 @@ class WorkQueue(Protocol):
     """What a Worker needs of its queue: ``nobroker.Queue`` (either storage), or any object with these.
 
     Used when the object has them too: ``ack_many(jobs, results=)``, to share
-    one write among acks (AcksMany); ``wait_for_jobs(timeout)``, to idle
+    one write among acks (AcksMany); ``extend_many(jobs, seconds)``, to renew
+    every running lease with one call (ExtendsMany); ``wait_for_jobs(timeout)``, to idle
     without polling (WaitsForJobs), and with ``wakes_waiters()`` also
     ``wait_for_jobs(timeout, interrupt=, kinds=)`` (WakesWaiters);
     ``visibility_timeout``, the lease length to renew with
@@ -51,6 +52,13 @@ class AcksMany(Protocol):
     """A queue that acks many jobs in one durable write."""
 
     def ack_many(self, jobs: Sequence[Job], *, results: Sequence[Any] | None = None) -> None: ...
+
+
+@runtime_checkable
+class ExtendsMany(Protocol):
+    """A queue that renews many leases with one call (one write, one statement)."""
+
+    def extend_many(self, jobs: Sequence[Job], seconds: float) -> Sequence[Job]: ...
 
 
 @runtime_checkable
@@ -81,8 +89,10 @@ class HasVisibilityTimeout(Protocol):
 if TYPE_CHECKING:
     from ..queue import Queue
 
-    def _a_queue_has_every_part(queue: Queue) -> tuple[WorkQueue, AcksMany, WakesWaiters, HasVisibilityTimeout]:
-        return queue, queue, queue, queue  # mypy proves here that a Queue offers the Worker everything
+    def _a_queue_has_every_part(
+        queue: Queue,
+    ) -> tuple[WorkQueue, AcksMany, ExtendsMany, WakesWaiters, HasVisibilityTimeout]:
+        return queue, queue, queue, queue, queue  # mypy proves here that a Queue offers the Worker everything
 
 
 def is_positive_number(value: object) -> bool:
@@ -120,6 +130,7 @@ class QueueAccess:
     def __init__(self, queue: WorkQueue) -> None:
         self.queue = queue
         self._many: AcksMany | None = queue if isinstance(queue, AcksMany) else None
+        self._extends: ExtendsMany | None = queue if isinstance(queue, ExtendsMany) else None
         self._waits: WaitsForJobs | None = queue if isinstance(queue, WaitsForJobs) else None
         self._wakes: WakesWaiters | None = queue if isinstance(queue, WakesWaiters) else None
         self._timed: HasVisibilityTimeout | None = queue if isinstance(queue, HasVisibilityTimeout) else None
@@ -176,6 +187,17 @@ class QueueAccess:
         if snooze is None:
             raise TypeError(f"{type(self.queue).__name__} has no snooze(): a handler there cannot raise Snooze")
         snooze(job, seconds)
+
+    @property
+    def extends_many(self) -> bool:
+        return self._extends is not None
+
+    def extend_many(self, jobs: list[Job], seconds: float) -> list[bool]:
+        """Renew every lease with one call; per job, whether the queue says its cancel was asked for."""
+        assert self._extends is not None, "only called when extends_many"
+        renewed = list(self._extends.extend_many(jobs, seconds))
+        assert len(renewed) == len(jobs), "a job per lease renewed, in order"
+        return [getattr(job, "cancel_requested", False) is True for job in renewed]
 
     def end_cancelled(self, job: Job) -> None:
         """End a cancelled job's attempt (the handler stopped): the job is cancelled for good."""

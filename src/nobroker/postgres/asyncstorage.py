@@ -1,0 +1,175 @@
+"""The PostgreSQL storage for an AsyncQueue: the Queue's own statements, awaited on AsyncConnections.
+
+Owns: AsyncPostgresStorage (the Storage protocol with ``await``) and
+``carry_async`` (a storage Plan awaited run by run). Imports: jobs,
+schedules, storage, driver, steps, asynclink, operations, queue_ops,
+schedule_ops.
+
+Opening is the Queue's (the options checked, the schema brought up to date),
+run in a thread once; the PostgresStorage it opened keeps the queue's
+settings, its NOTIFY gate and its pruning, and this wraps it. Then the work (enqueue, lease,
+ack, ack_many, nack, extend, extend_many, set_stage, cancel) is awaited on
+one AsyncConnection, the reads (get, stats, count, list_jobs) and the
+operator's writes (requeue_dead, purge, compact) on a second, opened on
+first use, so a heartbeat never waits behind them; the schedules as the
+Queue places them. Every one sends exactly the steps the Queue sends
+(operations.py, queue_ops.py, schedule_ops.py). Only the idle wait
+(wait_for_jobs: LISTEN, then a long sleep) runs the Queue's own call in a
+thread (asyncio.to_thread), on its listening connection.
+
+``enqueue(conn=AsyncConnection)`` runs the INSERT inside the caller's open
+transaction on that connection and never commits: the job is visible to
+others at the caller's commit, and gone with the caller's rollback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, TypeVar
+
+from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport
+from ..schedules import Schedule, ScheduleSpec
+from ..storage import EnqueueSpec
+from . import operations as ops
+from . import queue_ops as whole
+from . import schedule_ops
+from .asynclink import AsyncLink, AsyncSession
+from .driver import psycopg
+from .steps import advance, drive_async
+from .storage import Plan, PostgresStorage
+
+T = TypeVar("T")
+
+
+async def carry_async(link: AsyncLink, plan: Plan[T]) -> T:
+    """storage.carry, awaited: each run of ``plan`` on ``link``."""
+    done, run = advance(plan, None, None)
+    while not done:
+        what, steps, retry = run
+        done, run = advance(plan, await link.run(what, steps, retry=retry), None)
+    result: T = run
+    return result
+
+
+class AsyncPostgresStorage:
+    """One named queue in PostgreSQL, for an AsyncQueue (see the module's docstring)."""
+
+    def __init__(self, sync: PostgresStorage) -> None:
+        self.sync = sync
+        self._target = sync._target
+        self._work = AsyncLink(sync._link)
+        self._side = AsyncLink(sync._side)
+        self.durable = sync.durable
+        self.visibility_timeout = sync.visibility_timeout
+        sync.release_connections()  # its connections open again only for what runs in a thread
+
+    @property
+    def clock_offset(self) -> float:
+        """Seconds added to the database clock in every statement (tests move time with it)."""
+        return self.sync.clock_offset
+
+    @clock_offset.setter
+    def clock_offset(self, seconds: float) -> None:
+        self.sync.clock_offset = seconds
+
+    # ================================================================ the work, awaited
+    async def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
+        if conn is None:
+            return await carry_async(self._work, self.sync.enqueue_plan(specs))
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise ValueError(
+                "conn must be a psycopg 3 AsyncConnection with an open transaction (a Connection goes to Queue), "
+                f"got {type(conn).__name__}"
+            )
+        try:
+            return await drive_async(AsyncSession(conn), ops.in_transaction(self._target, specs))
+        except psycopg.Error as exc:
+            raise ops.transaction_error(exc) from None
+
+    async def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
+        t = self._target
+        self.sync.upkeep_due()
+        return await self._work.run("lease", lambda: ops.lease(t, count, visibility_timeout, kinds), retry=True)
+
+    async def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
+        await self._work.run("ack", lambda: ops.ack(self._target, job_id, token, result_json), retry=True)
+
+    async def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
+        await self._work.run("ack_many", lambda: ops.ack_many(self._target, items), retry=True)
+
+    async def nack(
+        self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
+        traceback: str | None = None,
+    ) -> Job:  # fmt: skip
+        return await carry_async(self._work, self.sync.nack_plan(job_id, token, error, delay, permanent, traceback))
+
+    async def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
+        return await self._work.run("extend", lambda: ops.extend(self._target, job_id, token, seconds), retry=True)
+
+    async def extend_many(self, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
+        return await self._work.run("extend_many", lambda: ops.extend_many(self._target, items, seconds), retry=True)
+
+    async def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
+        t = self._target
+        return await self._work.run(ops.SET_STAGE, lambda: ops.set_stage(t, job_id, token, stage), retry=True)
+
+    async def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
+        return await self._work.run("cancel", lambda: ops.cancel(self._target, job_id, token, stopped), retry=True)
+
+    # ================================================================ reads, awaited on the second connection
+    async def get(self, job_id: str) -> Job:
+        return await self._side.run("get", lambda: whole.get(self._target, job_id), retry=True)
+
+    async def stats(self) -> QueueStats:
+        return await self._side.run("stats", lambda: whole.stats(self._target), retry=True)
+
+    async def count(self) -> int:
+        return await self._side.run("count", lambda: whole.count(self._target), retry=True)
+
+    async def list_jobs(self, listing: str | None, limit: int | None, offset: int, kind: str | None) -> list[Job]:
+        t = self._target
+        return await self._side.run("list_jobs", lambda: whole.list_jobs(t, listing, limit, offset, kind), retry=True)
+
+    # ================================================================ the operator's writes, on the second connection
+    async def requeue_dead(self, job_id: str | None) -> int:
+        return await carry_async(self._side, self.sync.requeue_plan(job_id))
+
+    async def purge(self) -> int:
+        return await self._side.run("purge", lambda: whole.purge(self._target), retry=False)
+
+    async def compact(self) -> CompactionResult:
+        return await carry_async(self._side, self.sync.compact_plan())
+
+    # ================================================================ schedules (each one statement or one transaction)
+    async def put_schedule(self, spec: ScheduleSpec) -> Schedule:
+        t, sql = self._target, self.sync.schedule_sql()
+        return await self._work.run("schedule", lambda: schedule_ops.put(t, sql, spec), retry=True)
+
+    async def remove_schedule(self, name: str) -> bool:
+        t, sql = self._target, self.sync.schedule_sql()
+        return await self._work.run("unschedule", lambda: schedule_ops.remove(t, sql, name), retry=True)
+
+    async def list_schedules(self) -> list[Schedule]:
+        t, sql = self._target, self.sync.schedule_sql()
+        return await self._side.run("list schedules", lambda: schedule_ops.listed(t, sql), retry=True)
+
+    async def fire_schedules(self) -> list[Job]:
+        t, sql, most = self._target, self.sync.schedule_sql(), self.sync.max_attempts
+        return await self._work.run("enqueue due ticks", lambda: schedule_ops.fire(t, sql, most), retry=True)
+
+    # ================================================================ the idle wait: long, in a thread
+    async def wait_for_jobs(self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None) -> bool:
+        return await asyncio.to_thread(self.sync.wait_for_jobs, timeout, interrupt, kinds)
+
+    async def close(self) -> None:
+        await self._work.close()
+        await self._side.close()
+        await asyncio.to_thread(self.sync.close)
+
+    @property
+    def location(self) -> str:
+        return self.sync.location
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        return self.sync.recovery

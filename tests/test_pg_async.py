@@ -1,0 +1,328 @@
+"""AsyncQueue: the Queue's semantics awaited, on both storages; the caller's AsyncConnection transaction.
+
+Imports: the standard library, the public ``nobroker`` API, tests.support and
+tests.pgsupport (psycopg only inside the PostgreSQL tests, which skip with
+the reason where psycopg or the server is missing). ``AsyncSemantics`` runs
+on the file storage always (a temp folder and a FakeClock) and on PostgreSQL
+(a migrated schema per class, the clock moved by ``clock_offset``). Nothing
+here is timed: a cancelled call is cancelled once it is seen waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import tempfile
+import unittest
+from typing import Any
+
+from nobroker import (
+    AsyncQueue,
+    BackoffPolicy,
+    JobNotFoundError,
+    JobState,
+    NotLeasedError,
+    Queue,
+    QueueClosedError,
+)
+from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from tests.support import FakeClock
+
+#: Backoff without jitter, so a retry's time is exact.
+EXACT = BackoffPolicy(base=1.0, factor=2.0, max_delay=300.0, jitter=0.0)
+#: Generous bound for a call the test waits on (never a timing claim).
+PATIENCE = 60.0
+#: An idle wait the test cancels; its thread ends when a job wakes it (the next enqueue), at the latest then.
+IDLE_WAIT = 10.0
+
+
+class AsyncSemantics:
+    """What an AsyncQueue must do on every storage, through its public API only."""
+
+    # hooks: a fresh queue of this test, its clock moved, a sync Queue on the same queue
+    async def make_queue(self, **options: Any) -> AsyncQueue:  # pragma: no cover
+        raise NotImplementedError
+
+    def advance(self, seconds: float) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def sync_twin(self, q: AsyncQueue) -> Queue:  # pragma: no cover
+        raise NotImplementedError
+
+    # the TestCase's assertions
+    assertEqual: Any
+    assertIs: Any
+    assertIsNone: Any
+    assertRaises: Any
+    assertIn: Any
+    assertTrue: Any
+
+    async def test_enqueue_lease_ack_round_trip(self) -> None:
+        q = await self.make_queue()
+        job = await q.enqueue({"n": 1}, priority=3)
+        self.assertIs(job.state, JobState.READY)
+        more = await q.enqueue_many(["a", "b"])
+        leased = await q.lease(5)
+        self.assertEqual([j.id for j in leased], [job.id, more[0].id, more[1].id], "priority, then FIFO")
+        self.assertEqual({j.attempts for j in leased}, {1})
+        await q.ack(leased[0], result={"ok": True})
+        await q.ack_many(leased[1:])
+        self.assertEqual((await q.get(job.id)).result, {"ok": True})
+        stats = await q.stats()
+        self.assertEqual((stats.done, stats.ready, stats.leased), (3, 0, 0))
+        self.assertEqual(await q.count(), 3)
+        self.assertIsNone(await q.lease_one())
+        self.assertEqual([j.id for j in await q.list_jobs(JobState.DONE)], [job.id, more[0].id, more[1].id])
+        await q.enqueue("stays")
+        compacted = await q.compact()
+        self.assertEqual((compacted.jobs_dropped, compacted.jobs_kept), (3, 1))
+        self.assertEqual(await q.purge(), 1)
+        self.assertEqual(await q.count(), 0)
+
+    async def test_nack_retries_after_the_backoff_then_dead(self) -> None:
+        q = await self.make_queue(backoff=EXACT, max_attempts=2)
+        job = await q.enqueue("flaky")
+        first = await q.lease_one()
+        self.assertIs((await q.nack(first, error="boom")).state, JobState.READY)  # type: ignore[arg-type]
+        self.assertEqual(await q.lease(), [], "not before its backoff")
+        self.advance(1.5)
+        second = await q.lease_one()
+        assert second is not None
+        self.assertEqual(second.attempts, 2)
+        self.assertIs((await q.nack(second, error="boom")).state, JobState.DEAD)
+        self.assertEqual([j.id for j in await q.dlq()], [job.id])
+        self.assertEqual(await q.requeue_dead(), 1)
+        self.assertIs((await q.get(job.id)).state, JobState.READY)
+
+    async def test_extend_and_extend_many_fence_by_token(self) -> None:
+        q = await self.make_queue(visibility_timeout=10)
+        await q.enqueue_many(["a", "b"])
+        a, b = await q.lease(2)
+        self.assertEqual((await q.extend(a, 60)).lease_token, a.lease_token)
+        self.assertEqual([j.id for j in await q.extend_many([b, a], 60)], [b.id, a.id])
+        stale = dataclasses.replace(b, lease_token="never-issued")
+        with self.assertRaises(NotLeasedError):
+            await q.extend_many([a, stale], 60)
+        with self.assertRaises(NotLeasedError):
+            await q.ack(stale)
+        self.advance(30)
+        self.assertEqual(await q.lease(), [], "renewed leases outlive their first deadline")
+        await q.ack_many([a, b])
+
+    async def test_idempotent_enqueue_and_dedupe_keys(self) -> None:
+        q = await self.make_queue()
+        first = await q.enqueue("x", job_id="same")
+        again = await q.enqueue("y", job_id="same")
+        self.assertEqual((again.id, again.payload), (first.id, "x"))
+        keyed = await q.enqueue("k", dedupe_key="key")
+        self.assertEqual((await q.enqueue("k2", dedupe_key="key")).id, keyed.id)
+        self.assertEqual(await q.count(), 2)
+
+    async def test_bad_input_is_refused_before_anything_is_written(self) -> None:
+        q = await self.make_queue()
+        await q.enqueue("keep")
+        for bad, error in (
+            (lambda: q.enqueue("x", priority="high"), TypeError),
+            (lambda: q.enqueue("x", delay=-1), ValueError),
+            (lambda: q.enqueue_many(["x"], job_ids=["a", "b"]), ValueError),
+            (lambda: q.lease(-1), ValueError),
+            (lambda: q.extend_many(["nope"], 0), ValueError),
+            (lambda: q.ack(7), TypeError),
+            (lambda: q.list_jobs("sideways"), ValueError),
+            (lambda: q.enqueue(object()), Exception),
+        ):
+            with self.assertRaises(error):
+                await bad()
+        self.assertEqual(await q.count(), 1)
+        with self.assertRaises(JobNotFoundError):
+            await q.get("no-such-job")
+
+    async def test_cancel_and_schedules(self) -> None:
+        q = await self.make_queue()
+        job = await q.enqueue("stop")
+        self.assertIs((await q.cancel(job.id)).state, JobState.CANCELLED)
+        schedule = await q.schedule("tick", {"t": 1}, every=60)
+        self.assertEqual([s.spec.name for s in await q.schedules()], ["tick"])
+        self.advance(61)
+        added = await q.enqueue_due()
+        self.assertEqual([j.payload for j in added], [{"t": 1}])
+        self.assertTrue(added[0].id.startswith("tick:tick@"))
+        self.assertTrue(await q.unschedule(schedule.spec.name))
+        self.assertEqual(await q.schedules(), [])
+
+    async def test_calls_run_together_and_a_sync_queue_sees_them(self) -> None:
+        q = await self.make_queue()
+        jobs = await asyncio.gather(*(q.enqueue(n) for n in range(20)))
+        self.assertEqual(len({job.id for job in jobs}), 20)
+        twin = self.sync_twin(q)
+        self.assertEqual(len(twin), 20)
+        leased = twin.lease(20)
+        await q.ack_many(leased)
+        self.assertEqual(twin.stats().done, 20)
+
+    async def test_a_cancelled_call_leaves_the_queue_usable(self) -> None:
+        q = await self.make_queue()
+        with self.assertRaises(asyncio.TimeoutError):
+            await asyncio.wait_for(q.wait_for_jobs(IDLE_WAIT), 0.2)  # nothing comes: cancelled while it waits
+        job = await q.enqueue("after")
+        self.assertEqual((await q.lease_one()).id, job.id)  # type: ignore[union-attr]
+
+    async def test_a_closed_queue_refuses_calls(self) -> None:
+        q = await self.make_queue()
+        await q.enqueue("x")
+        await q.close()
+        await q.close()  # twice is harmless
+        with self.assertRaises(QueueClosedError):
+            await q.enqueue("y")
+
+
+class FileAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase):
+    """AsyncQueue on the file storage: each call the Queue's, run off the event loop."""
+
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="nobroker-test-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.clock = FakeClock()
+
+    async def make_queue(self, **options: Any) -> AsyncQueue:
+        q = AsyncQueue(self.dir, clock=self.clock, **options)
+        self.addAsyncCleanup(q.close)
+        return await q.open()
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def sync_twin(self, q: AsyncQueue) -> Queue:
+        twin = Queue(self.dir, q.name, clock=self.clock)
+        self.addCleanup(twin.close)
+        return twin
+
+    async def test_conn_is_refused_on_the_file_storage(self) -> None:
+        q = await self.make_queue()
+        with self.assertRaises(ValueError):
+            await q.enqueue("x", conn=object())
+
+
+class PostgresAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase, PostgresTestCase):
+    """AsyncQueue on PostgreSQL: the Queue's statements awaited on AsyncConnections (a schema per class)."""
+
+    def setUp(self) -> None:
+        self.offset = 0.0
+        self.queues: list[Any] = []
+
+    async def make_queue(self, **options: Any) -> AsyncQueue:
+        q = AsyncQueue(self.dsn, fresh_name("q"), schema=self.schema, migrate=False, **options)
+        self.addAsyncCleanup(q.close)
+        await q.open()
+        self.queues.append(q.storage)
+        return q
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+        for storage in self.queues:
+            storage.clock_offset = self.offset
+
+    def sync_twin(self, q: AsyncQueue) -> Queue:
+        twin = Queue(self.dsn, q.name, schema=self.schema, migrate=False, clock_offset=self.offset)
+        self.addCleanup(twin.close)
+        self.queues.append(twin.storage)
+        return twin
+
+    async def test_enqueue_joins_the_callers_async_transaction(self) -> None:
+        import psycopg
+
+        q = await self.make_queue()
+        twin = self.sync_twin(q)
+        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
+            job = await q.enqueue({"order": 1}, conn=conn)
+            many = await q.enqueue_many(["a", "b"], conn=conn, job_ids=["ja", "jb"])
+            self.assertEqual(twin.lease(5), [], "invisible to others before the commit")
+            with self.assertRaises(JobNotFoundError):
+                twin.get(job.id)
+            await conn.commit()
+        self.assertEqual({j.id for j in twin.lease(5)}, {job.id, many[0].id, many[1].id})
+        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
+            gone = await q.enqueue("rolled back", conn=conn)
+            await conn.rollback()
+        with self.assertRaises(JobNotFoundError):
+            await q.get(gone.id)
+        self.assertEqual(await q.count(), 3)
+
+    async def test_the_wrong_kind_of_connection_is_refused_by_name(self) -> None:
+        import psycopg
+
+        q = await self.make_queue()
+        with psycopg.connect(self.dsn) as sync_conn, self.assertRaises(ValueError) as caught:
+            await q.enqueue("x", conn=sync_conn)
+        self.assertIn("AsyncConnection", str(caught.exception))
+        twin = self.sync_twin(q)
+        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
+            with self.assertRaises(ValueError) as caught:
+                twin.enqueue("x", conn=conn)
+        self.assertIn("AsyncQueue", str(caught.exception))
+        self.assertEqual(await q.count(), 0)
+
+    async def test_a_call_cancelled_mid_statement_leaves_no_broken_connection(self) -> None:
+        q = await self.make_queue(lock_timeout=PATIENCE)
+        await q.enqueue("held")
+        job = await q.lease_one()
+        assert job is not None
+        work = q.storage._work
+        backend = work._conn.info.backend_pid  # the connection the ack will wait on
+        locker = connect(autocommit=False)
+        self.addCleanup(locker.close)
+        locker.execute(f'SELECT 1 FROM "{self.schema}".jobs WHERE queue = %s FOR UPDATE', (q.name,))
+        acking = asyncio.create_task(q.ack(job))
+        # Cancel only once the ack is seen waiting for the row lock in the server.
+        watcher = connect()
+        self.addCleanup(watcher.close)
+        for _ in range(int(PATIENCE / 0.05)):
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = %s", (backend,)
+            ).fetchone()
+            if row[0]:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            self.fail("the ack never waited for the lock")
+        held = work._conn
+        acking.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await acking
+        locker.rollback()
+        self.assertIsNone(work._conn, "the connection a cancelled call left mid-statement is not kept")
+        self.assertTrue(held.closed)
+        extended = await q.extend_many([job], 60) if (await q.get(job.id)).state is JobState.LEASED else None
+        await q.ack(job)  # harmless if the cancelled statement went through when the lock was released
+        self.assertIs((await q.get(job.id)).state, JobState.DONE)
+        self.assertIsNot(work._conn, held)
+        if extended is not None:
+            self.assertEqual(extended[0].id, job.id)
+        self.assertEqual((await q.stats()).done, 1)
+
+    async def test_an_async_lease_is_one_statement(self) -> None:
+        import psycopg
+
+        q = await self.make_queue()
+        await q.enqueue_many(list(range(5)))
+        await q.stats()
+        sent: list[str] = []
+        execute = psycopg.AsyncCursor.execute
+
+        async def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query))
+            return await execute(cursor, query, *args, **kwargs)
+
+        psycopg.AsyncCursor.execute = counted  # type: ignore[method-assign]
+        try:
+            jobs = await q.lease(5)
+            await q.extend_many(jobs, 60)
+            await q.ack_many(jobs)
+        finally:
+            psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+        self.assertEqual(len(sent), 3, sent)
+
+
+if __name__ == "__main__":
+    unittest.main()
