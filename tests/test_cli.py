@@ -829,6 +829,29 @@ class DlqPurgeTests(CliTestCase):
         self.assert_one_line_error(missing)
         self.assertIn("gone", missing.err)
 
+    def test_limit_set_list_clear(self) -> None:
+        self.assertEqual(self.cli("limit", "list").code, 1, "list creates no queue")
+        self.assertIn("at most 3 leased at once", self.ok("limit", "set", "emails", "--concurrency", "3").out)
+        shown = self.ok_json("limit", "set", "api", "--rate", "100", "--per", "60", "--burst", "10")
+        self.assertEqual(shown, {"kind": "api", "concurrency": None, "rate": 100, "per": 60.0, "burst": 10})
+        self.assertEqual([lim.kind for lim in self.queue().limits()], ["api", "emails"])
+        listed = self.ok("limit", "list").out
+        self.assertIn("100 leases per 60 s (burst 10)", listed)
+        self.assertLess(listed.index("api"), listed.index("emails"))
+        self.assertEqual(len(self.ok_json("limit", "list")), 2)  # type: ignore[arg-type]
+        self.assertIn("emails: no limit", self.ok("limit", "clear", "emails").out)
+        missing = self.cli("limit", "clear", "emails")
+        self.assertEqual(missing.code, 1)
+        self.assertIn("has no limit", missing.err)
+        self.assertEqual(self.cli("limit", "set", "x").code, 2, "neither --concurrency nor --rate")
+        self.assertEqual(self.cli("limit", "set", "x", "--concurrency", "0").code, 2)
+        refused = self.cli("limit", "set", "x", "--concurrency", "2", "--burst", "3")
+        self.assertEqual(refused.code, 2)
+        self.assertIn("burst= goes with rate=", refused.err)
+        self.assertEqual([lim.kind for lim in self.queue().limits()], ["api"])
+        self.ok("limit", "clear", "api")
+        self.assertIn("no limits", self.ok("limit", "list").out)
+
     def test_purge_with_yes(self) -> None:
         for n in range(3):
             self.enqueue(str(n))

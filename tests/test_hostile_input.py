@@ -232,6 +232,23 @@ class HostileFiles(Folder):
                 self.put("default.000000.log", log + record(rtype, body) + record(1, enqueue_body("after", seq=5)))
                 self.refused("repair", offset=len(log))
 
+    def test_limit_records_whose_fields_make_no_sense(self) -> None:
+        """A CRC-valid LIMIT or UNLIMIT with fields a writer never writes: refused at its offset, nothing changed."""
+        bad = [
+            (23, {"at": 1.0, "kind": "a", "concurrency": 0}),
+            (23, {"at": 1.0, "kind": 5, "concurrency": 1}),
+            (23, {"at": 1.0, "kind": "a", "rate": 5, "per": 1.0}),  # a rate without its bucket
+            (23, {"at": 1.0, "kind": "a", "rate": 2, "per": 1.0, "tokens": "x", "tokens_at": 1.0}),
+            (23, {"at": 1.0, "kind": "a", "concurrency": 1, "burst": 3}),
+            (24, {"at": 1.0, "kind": ["a"]}),
+            (24, {"at": 1.0}),
+        ]
+        for rtype, body in bad:
+            with self.subTest(rtype=rtype, body=body):
+                first = header() + record(1, enqueue_body("a"))
+                self.put("default.000000.log", first + record(rtype, body) + record(3, {"id": "a", "at": 2.0}))
+                self.refused("repair", offset=len(first))
+
     def test_duplicate_keys_last_one_wins_everywhere(self) -> None:
         body = json.dumps(enqueue_body("a"), separators=(",", ":"))
         body = body[:-1] + ',"payload":{"second":true}}'

@@ -88,6 +88,7 @@ def workload() -> list[Step]:
         ("enqueue b", lambda q, h: q.enqueue({"n": "b"}, job_id="b", priority=2)),
         ("enqueue_many c-e", lambda q, h: q.enqueue_many([{"n": x} for x in "cde"], job_ids=list("cde"))),
         ("schedule", lambda q, h: q.schedule("beat", {"n": "tick"}, every=1.5, catch_up="all")),
+        ("set_limit", lambda q, h: q.set_limit("default", concurrency=10, rate=100, per=3600.0)),
         ("lease 2", lambda q, h: _lease(q, h, 2)),
         ("ack", _ack),
         ("extend", _extend),
@@ -112,6 +113,7 @@ def workload() -> list[Step]:
         ("delete", lambda q, h: q.delete(q.enqueue({"n": "y"}, job_id="y"))),
         ("ticks 2", lambda q, h: q.enqueue_due()),
         ("unschedule", lambda q, h: q.unschedule("beat")),
+        ("clear_limit", lambda q, h: q.clear_limit("default")),
         ("requeue", lambda q, h: q.requeue_dead()),
         ("purge", lambda q, h: q.purge()),
         ("enqueue h", lambda q, h: q.enqueue({"n": "h"}, job_id="h")),
@@ -119,9 +121,10 @@ def workload() -> list[Step]:
 
 
 def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
-    """Every job, every schedule with its cursor (as ``schedule:<name>``), and the pauses (``paused``)."""
+    """Every job, every schedule with its cursor (as ``schedule:<name>``), every limit, and the pauses (``paused``)."""
     state = {j.id: j.to_dict() for j in q.list_jobs()}
     state.update({f"schedule:{s.name}": s.to_dict() for s in q.schedules()})
+    state.update({f"limit:{lim.kind}": lim.to_dict() for lim in q.limits()})
     paused = q.paused()
     if paused:
         state["paused"] = {"kinds": paused}

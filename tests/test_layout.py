@@ -40,6 +40,7 @@ UNIT_RANKS = {
     "codec": 3,
     "checks": 4,
     "schedules": 5,
+    "limits": 5,
     "storage": 6,
     "filestore": 7,
     "postgres": 7,

@@ -118,6 +118,8 @@ class RefModel:
         self.schedules: dict[str, list[Any]] = {}
         #: The paused kinds (None: the whole queue); a purge keeps them.
         self.paused: set[str | None] = set()
+        #: Concurrency limits per kind (issue 16): kind -> most leased at once.
+        self.limits: dict[str, int] = {}
 
     # -------- helpers
     def active_holder(self, kind: str, key: str | None) -> MJob | None:
@@ -141,6 +143,7 @@ class RefModel:
         seen.next_seq = self.next_seq
         seen.schedules = {name: list(s) for name, s in self.schedules.items()}
         seen.paused = set(self.paused)
+        seen.limits = dict(self.limits)
         seen.reclaim(now)
         return seen
 
@@ -185,6 +188,23 @@ class RefModel:
             and j.kind not in self.paused
         ]  # fmt: skip
         return sorted(ready, key=lambda j: (-j.priority, j.seq))
+
+    def leasable(self, now: float, kinds: tuple[str, ...] | None, count: int) -> list[MJob]:
+        """The best ``count`` runnable jobs, none of a kind beyond its concurrency limit (counting those taken)."""
+        leased: dict[str, int] = {}
+        for job in self.jobs.values():
+            if job.state == "leased":
+                leased[job.kind] = leased.get(job.kind, 0) + 1
+        out = []
+        for job in self.runnable(now, kinds):
+            if len(out) == count:
+                break
+            limit = self.limits.get(job.kind)
+            if limit is not None and leased.get(job.kind, 0) >= limit:
+                continue
+            leased[job.kind] = leased.get(job.kind, 0) + 1
+            out.append(job)
+        return out
 
     def lease(self, now: float, job: MJob, vt: float, token: str) -> None:
         job.state = "leased"
@@ -348,7 +368,7 @@ class RefModel:
 OPS = (
     "enqueue", "enqueue", "enqueue", "enqueue_many", "lease", "lease", "ack", "ack", "ack_by_id", "ack_stale",
     "nack", "nack", "extend", "extend_many", "set_stage", "requeue_dead", "purge", "compact", "tick", "tick", "tick",
-    "reopen", "power_cut", "ack_unknown", "schedule", "enqueue_due", "enqueue_due", "cancel", "cancel",
+    "reopen", "power_cut", "ack_unknown", "schedule", "enqueue_due", "enqueue_due", "cancel", "cancel", "limit",
     "snooze", "pause", "run_now", "delete",
 )  # fmt: skip
 
@@ -438,6 +458,9 @@ class Runner:
         schedules = {s.name: s.next_run for s in q.schedules()}
         if schedules != {name: s[2] for name, s in self.model.schedules.items()}:
             raise Mismatch(f"{where}: schedules {schedules}, the model {self.model.schedules}")
+        limits = {lim.kind: lim.concurrency for lim in q.limits()}
+        if limits != self.model.limits:
+            raise Mismatch(f"{where}: limits {limits}, the model {self.model.limits}")
         if len(q) != len(self.model.jobs):
             raise Mismatch(f"{where}: len() is {len(q)}, the model holds {len(self.model.jobs)} jobs")
         real_order = [j.id for j in sorted(real.values(), key=lambda j: j.seq)]
@@ -528,7 +551,7 @@ class Runner:
             kinds = r.choice((None, None, ("mail",), ("default", "report")))
             got = q.lease(count, visibility_timeout=vt, kinds=kinds)
             m.reclaim(now)
-            want = m.runnable(now, kinds)[:count]
+            want = m.leasable(now, kinds, count)
             if [j.id for j in got] != [j.id for j in want]:
                 raise Mismatch(f"{where}: leased {[j.id for j in got]}, model expects {[j.id for j in want]}")
             for real, mj in zip(got, want):
@@ -683,6 +706,16 @@ class Runner:
                 want = m.schedule(now, name, every, payload)
                 if got != want:
                     raise Mismatch(f"{where}: schedule {name} runs next at {got}, the model says {want}")
+        elif op == "limit":
+            kind = r.choice(KINDS)
+            if r.random() < 0.3:
+                q.clear_limit(kind)
+                m.limits.pop(kind, None)
+            else:
+                concurrency = r.randint(1, 3)
+                q.set_limit(kind, concurrency=concurrency)
+                m.limits[kind] = concurrency
+            m.reclaim(now)
         elif op == "enqueue_due":
             added = [j.id for j in q.enqueue_due()]
             due = any(sched[2] <= now for sched in m.schedules.values())

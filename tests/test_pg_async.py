@@ -151,6 +151,45 @@ class AsyncSemantics:
         self.assertTrue(await q.unschedule(schedule.spec.name))
         self.assertEqual(await q.schedules(), [])
 
+    async def test_limits_are_set_obeyed_listed_and_cleared(self) -> None:
+        q = await self.make_queue()
+        self.assertIsNone(await q.set_limit("mail"), "neither concurrency nor rate: cleared (there was none)")
+        limit = await q.set_limit("mail", concurrency=2)
+        assert limit is not None
+        self.assertEqual([(lim.kind, lim.concurrency) for lim in await q.limits()], [("mail", 2)])
+        self.assertEqual(self.sync_twin(q).limits(), await q.limits(), "stored in the queue")
+        await q.enqueue_many(list(range(5)), kind="mail")
+        await q.enqueue("other", kind="sms")
+        leased = await q.lease(10)
+        self.assertEqual(sorted(job.kind for job in leased), ["mail", "mail", "sms"], "the limit, not the count")
+        self.assertEqual(await q.lease(10), [], "both slots held")
+        await q.ack(next(job for job in leased if job.kind == "mail"))
+        self.assertEqual([job.kind for job in await q.lease(10)], ["mail"], "an ack frees one slot")
+        await q.set_limit("rated", rate=1, per=10)
+        await q.enqueue_many(["r1", "r2"], kind="rated")
+        self.assertEqual([job.payload for job in await q.lease(10, kinds=["rated"])], ["r1"], "a burst of one")
+        wait = await q.seconds_to_slot(kinds=["rated"])
+        assert wait is not None
+        self.assertTrue(0 < wait <= 10, wait)
+        self.assertEqual(await q.lease(10, kinds=["rated"]), [], "the token is spent")
+        self.advance(10.5)
+        self.assertEqual([job.payload for job in await q.lease(10, kinds=["rated"])], ["r2"], "a token again")
+        for bad, error in (
+            (lambda: q.set_limit("mail", concurrency=-1), ValueError),
+            (lambda: q.set_limit("mail", concurrency="2"), TypeError),
+            (lambda: q.set_limit("bad\x00kind", concurrency=1), ValueError),
+            (lambda: q.clear_limit("bad\x00kind"), ValueError),
+            (lambda: q.set_limit("mail", concurrency=1, burst=3), ValueError),
+        ):
+            with self.assertRaises(error):
+                await bad()
+        self.assertEqual([lim.kind for lim in await q.limits()], ["mail", "rated"], "nothing written by a refusal")
+        self.assertEqual((await q.limits())[0].concurrency, 2)
+        self.assertTrue(await q.clear_limit("mail"))
+        self.assertFalse(await q.clear_limit("mail"))
+        self.assertIsNone(await q.set_limit("rated", concurrency=None))
+        self.assertEqual(await q.limits(), [])
+
     async def test_calls_run_together_and_a_sync_queue_sees_them(self) -> None:
         q = await self.make_queue()
         jobs = await asyncio.gather(*(q.enqueue(n) for n in range(20)))

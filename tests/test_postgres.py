@@ -631,7 +631,7 @@ class PostgresSchemaTests(unittest.TestCase):
         self.assertEqual(
             migrate(self.dsn, schema=self.schema),
             ["001_init.sql", "002_retries_and_finished_jobs.sql", "003_claim_paths_counts_and_upkeep.sql",
-             "004_counts_kept_by_the_statements.sql", "005_schedules.sql", "006_control_of_jobs.sql",
+             "004_counts_kept_by_the_statements.sql", "005_schedules.sql", "006_control_of_jobs.sql", "007_limits.sql",
              "008_snooze_pause_and_wait.sql"],
         )
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])

@@ -7,7 +7,7 @@ tests.support.
 
 How one sweep works: a seeded workload (enqueue, enqueue_many, lease, ack,
 nack, extend, extend_many, set_stage, cancel, snooze, pause and resume, run_now, delete,
-compact, purge, requeue_dead, clock ticks) runs on
+compact, purge, requeue_dead, limits, clock ticks) runs on
 a SimDisk. Before every mutating call (write, truncate, fsync, rename,
 unlink, folder fsync, mkdir, create) the hook builds several power-cut
 disks (modes drop, prefix, garbage, reorder), opens a fresh Queue on each
@@ -71,12 +71,14 @@ def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
 
 
 def schedule_view(q: Queue) -> dict[str, dict[str, Any]]:
-    """Every schedule with its cursor (periodic jobs: SCHEDULE, UNSCHEDULE and TICK records), and the pauses.
+    """Every schedule with its cursor (periodic jobs: SCHEDULE, UNSCHEDULE and TICK records), every limit
+    (``limit:<kind>``: LIMIT and UNLIMIT records), and the pauses, each checked as the schedules are.
 
     The paused kinds (PAUSE and RESUME records) are checked as one more
     schedule would be: as before the operation or after it, never lost.
     """
     view = {s.name: s.to_dict() for s in q.schedules()}
+    view.update({f"limit:{lim.kind}": lim.to_dict() for lim in q.limits()})
     paused = q.paused()
     if paused:  # absent while nothing is paused, as a schedule never defined is
         view["(paused)"] = {"kinds": paused}
@@ -257,6 +259,7 @@ class Sweep:
         choices = (
             ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
             + ["extend_many"] + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge", "cancel", "cancel"] + ["schedule", "enqueue_due", "enqueue_due"]
+            + ["limit"]
             + ["snooze", "pause", "run_now", "delete"]
         )  # fmt: skip
         for _ in range(ops):
@@ -345,6 +348,12 @@ class Sweep:
                     else:
                         q.schedule(name, self.payload(), every=rng.choice((2.0, 10.0)),
                                    catch_up=rng.choice(("all", "last", "none")))  # fmt: skip
+                elif op == "limit":  # limits that never hold a lease back here: what is checked is the records
+                    kind = rng.choice(("default", "other"))
+                    if rng.random() < 0.3:
+                        q.clear_limit(kind)
+                    else:
+                        q.set_limit(kind, concurrency=rng.choice((500, 1000)), rate=rng.choice((None, 10_000)))
                 elif op == "enqueue_due":
                     inflight.update(s.payload["tag"] for s in q.schedules())
                     for job in q.enqueue_due():

@@ -2,7 +2,7 @@
 
 A crash can only cut the log at a byte boundary, so recovery that is right
 at every cut of a real log is right for any crash that log could suffer.
-The log here holds every record type (the schedule records too), and a compaction: both generations
+The log here holds every record type (the schedule and limit records too), and a compaction: both generations
 are swept. Expected states are snapshots the live queue reported as each
 record was written (full Job dicts), not totals.
 """
@@ -22,9 +22,20 @@ from tests.support import FakeClock, TempDirTestCase, slow
 
 
 def snapshot(q: Queue) -> dict[str, dict]:
-    """Every job, every schedule with its cursor (as ``schedule:<name>``), and the pauses (``paused``)."""
+    """Every job, every schedule with its cursor (as ``schedule:<name>``), every limit and when its rate frees,
+    and the pauses (``paused``).
+
+    The reader's clock is the writer's last, so "when" is an absolute time
+    (now + seconds_to_slot), the same whenever it is asked (the rate here is
+    one an hour: no token comes back while the test runs).
+    """
     state = {job.id: job.to_dict() for job in q.list_jobs()}
     state.update({f"schedule:{s.name}": s.to_dict() for s in q.schedules()})
+    now = q.storage.clock()  # type: ignore[attr-defined]
+    for lim in q.limits():
+        slot = q.seconds_to_slot([lim.kind])
+        at = slot if not slot else round(now + slot, 6)  # None (no wait), 0 (a token now), or when one is due
+        state[f"limit:{lim.kind}"] = dict(lim.to_dict(), slot_at=at)
     if q.paused():
         state["paused"] = {"kinds": q.paused()}
     return state
@@ -120,6 +131,12 @@ class LogBuilder:
         do(q.run_now, ls.id)  # RUN_NOW
         y = do(q.enqueue, {"y": "deleted"})
         do(q.delete, y.id)  # DELETE
+        do(q.set_limit, "api", rate=1, per=3600.0, burst=1)  # LIMIT (issue 16)
+        do(q.set_limit, "spare", concurrency=2)
+        do(q.enqueue, {"api": 1}, kind="api")
+        la = do(q.lease_one, kinds=["api"])  # a LEASE that spends the rate limit's one token
+        do(q.ack, la)
+        do(q.clear_limit, "spare")  # UNLIMIT
         del c, d, e, x, y, ls
         with open(log_path(self.dir, "default", 0), "rb") as f:
             self.generation_zero = f.read()  # compaction deletes it; the sweep needs it
@@ -135,6 +152,7 @@ class LogBuilder:
         do(q.extend, lg, 30)
         do(q.cancel, lg, stopped=True)  # and the one that ends it cancelled
         do(q.resume, "mail")  # a pause carried over by the compaction, lifted in generation one
+        do(q.set_limit, "api", rate=1, per=3600.0, burst=2)  # a LIMIT that carries the spent bucket over
         do(q.enqueue, {"g": "tail"})
         del f
         q.close()

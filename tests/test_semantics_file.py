@@ -20,12 +20,16 @@ from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics_control import ControlSemantics
 from tests.semantics_control2 import Control2Semantics
 from tests.semantics_heartbeats import HeartbeatSemantics
+from tests.semantics_limits import LimitSemantics
 from nobroker.filestore.log import JOB_READ_GUESS
 from tests.semantics import EXACT, QueueSemantics
 from tests.support import FakeClock, TempDirTestCase
 
 
-class FileQueueSemantics(ControlSemantics, Control2Semantics, HeartbeatSemantics, QueueSemantics, ScheduleSemantics, TempDirTestCase):
+class FileQueueSemantics(
+    ControlSemantics, Control2Semantics, HeartbeatSemantics, LimitSemantics, QueueSemantics, ScheduleSemantics,
+    TempDirTestCase,
+):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 
     def setUp(self) -> None:

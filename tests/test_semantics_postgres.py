@@ -17,11 +17,15 @@ from tests.pgsupport import PostgresTestCase, connect, fresh_name
 from tests.semantics_control import ControlSemantics
 from tests.semantics_control2 import Control2Semantics
 from tests.semantics_heartbeats import HeartbeatSemantics
+from tests.semantics_limits import LimitSemantics
 from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics import QueueSemantics
 
 
-class PostgresQueueSemantics(ControlSemantics, Control2Semantics, HeartbeatSemantics, QueueSemantics, ScheduleSemantics, PostgresTestCase):
+class PostgresQueueSemantics(
+    ControlSemantics, Control2Semantics, HeartbeatSemantics, LimitSemantics, QueueSemantics, ScheduleSemantics,
+    PostgresTestCase,
+):
     """Every shared semantic test, on a fresh queue in a shared test schema."""
 
     #: The database clock keeps running between two readings within one check.

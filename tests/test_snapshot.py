@@ -71,6 +71,12 @@ def workload(q: Queue, clock: FakeClock, rng: random.Random, steps: int) -> None
                 q.cancel(job, stopped=rng.random() < 0.5)
             elif roll < 0.89:
                 q.cancel(rng.choice([j.id for j in q.list_jobs("ready", limit=20)] or ["none"]))
+            elif roll < 0.895:
+                kind = rng.choice(("mail", "pdf"))  # LIMIT / UNLIMIT; a lease of a rate-limited kind spends a token
+                if rng.random() < 0.3:
+                    q.clear_limit(kind)
+                else:
+                    q.set_limit(kind, concurrency=rng.choice((None, 1, 3)), rate=rng.choice((2, 10)), per=5.0)
             elif roll < 0.9:
                 q.requeue_dead()
             elif roll < 0.905:
@@ -117,6 +123,8 @@ def picture(directory: str, clock: FakeClock, snapshot_used: bool, leases: int =
         state = storage._state
         out["seq"], out["anomalies"], out["live"] = state.next_seq, state.anomalies, state.live_bytes
         out["keys"] = dict(state.active_keys)
+        out["limits"] = {kind: (held, bucket) for kind, (held, bucket) in state.limits.items()}
+        out["leased_kinds"] = {kind: n for kind, n in state.leased_kinds.items() if n}
         # What happens next: reclaims in deadline order, leases in priority and FIFO order.
         clock.advance(1000.0)
         out["leases"] = [(j.id, j.attempts) for j in q.lease(leases)]

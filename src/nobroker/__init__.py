@@ -10,8 +10,8 @@ The default storage is a folder on local disk (standard library only); give
 a ``postgresql://`` DSN instead to run the same API on PostgreSQL.
 
 Owns: the public names, which the modules below define (README's
-"Development" section draws the tree). Imports: errors, jobs, schedules, locations,
-queue, queue.asyncqueue (on first use of AsyncQueue), worker (on first use of
+"Development" section draws the tree). Imports: errors, jobs, limits, schedules,
+locations, queue, queue.asyncqueue (on first use of AsyncQueue), worker (on first use of
 Worker: a producer never needs it).
 """
 
@@ -42,6 +42,7 @@ from .errors import (
 from .jobs import BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .locations import list_queues
 from .queue import Queue
+from .limits import Limit
 from .schedules import Schedule
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "Job",
+    "Limit",
     "Schedule",
     "JobState",
     "QueueStats",

@@ -7,7 +7,7 @@ and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
 ids and fencing tokens, what a refused ack/nack/extend says
 (``refusal``), and the loop of ``Queue.wait`` (``wait_until_finished``).
-Imports: errors, jobs, schedules.
+Imports: errors, jobs, limits, schedules.
 
 The Queue facade validates arguments and turns ``Job | id`` into
 ``(id, token)``; a storage only stores. Two siblings implement it:
@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .errors import JobCancelledError, JobFinishedError, JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
 from .jobs import FINISHED_STATES, BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .limits import Limit
 from .schedules import Schedule, ScheduleSpec
 
 
@@ -124,6 +125,18 @@ class Storage(Protocol):
     def fire_schedules(self) -> list[Job]: ...
 
     def close(self) -> None: ...
+
+    # Limits per kind (limits.py), enforced inside lease: set (or changed), removed,
+    # listed; and when a ready job of a rate-limited kind may be leased (an idle wait's end).
+    def put_limit(self, limit: Limit) -> Limit: ...
+
+    def remove_limit(self, kind: str) -> bool: ...
+
+    def list_limits(self) -> list[Limit]: ...
+
+    def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None: ...
+
+    def limit_holding(self, kind: str) -> str | None: ...  # the limit holding a ready job of the kind back (explain)
 
     # ---- control of jobs (issue 15): each a record of the log / a change of a row
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job: ...

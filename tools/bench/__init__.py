@@ -13,6 +13,7 @@ from a clone. Bottom up (each module imports only those above it):
     scale.py        the file storage at size: memory, opening with and without a snapshot
     peers.py        what a compaction or an opening costs the other processes, measured from outside (target 5)
     pickup.py       pickup by an idle Worker, and the CPU an idle Worker burns
+    limited.py      the cost of a lease + ack under limits beside the same without, same run (issue 16)
     pg_baseline.py  the hand-written SKIP LOCKED queue the PostgreSQL storage is measured against
     pg.py           the PostgreSQL suite: nobroker beside that baseline, figure by figure (--pg)
     file.py         the command: flags, the file storage's suites in order (SUITES), the header, the table

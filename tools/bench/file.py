@@ -5,7 +5,8 @@ Owns: ``python -m tools.bench`` (what ``python make.py bench`` and
 table of engine.py first, then SUITES), the header line with the machine's
 note, and the two tables; with ``--pg``, every other flag is pg.py's (its
 --quick and --md too).
-Imports: plan, report, engine, throughput, scale, peers, pickup; pg for ``--pg``.
+Imports: plan, report, engine, throughput, scale, peers, pickup, limited; pg
+for ``--pg``.
 ``nobroker bench`` is the quick figure of nobroker.cli.bench, which ships in
 the single-file app; these suites do not.
 
@@ -29,12 +30,17 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from tools.bench import engine, peers, pickup, scale, throughput
+from tools.bench import engine, limited, peers, pickup, scale, throughput
 from tools.bench.plan import Figure, Plan, progress
 from tools.bench.report import render
 
 #: The file storage's suites after the comparison table, in the table's order; each is ``figures(root, plan) -> list[Figure]``.
-SUITES: tuple[Callable[[str, Plan], list[Figure]], ...] = (throughput.figures, scale.figures, peers.figures, pickup.figures)
+SUITES: tuple[Callable[[str, Plan], list[Figure]], ...] = (
+    throughput.figures, scale.figures, peers.figures, pickup.figures, limited.figures,
+)
+#: The suites ``--only`` names, to run one alone (without the comparison table).
+BY_NAME = {"throughput": throughput.figures, "scale": scale.figures, "peers": peers.figures, "pickup": pickup.figures,
+           "limits": limited.figures}
 
 
 def run(root: str, plan: Plan) -> list[Figure]:
@@ -83,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--md", action="store_true", help="print a Markdown table for README.md")
     parser.add_argument("--runs", type=int, default=None, help="repetitions per figure (median reported)")
     parser.add_argument("--dir", default=None, help="where to put the scratch queues (default: a temp folder)")
+    parser.add_argument("--only", choices=sorted(BY_NAME), default=None, help="run this one suite alone")
     # Listed for --help only: a command line with --pg went to the PostgreSQL suite above.
     parser.add_argument("--pg", action="store_true", help="benchmark the PostgreSQL storage instead")
     args = parser.parse_args(argv)
@@ -91,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan.of(quick=args.quick, full=args.full, runs=runs)
     try:
         note = machine(root)
-        contests = engine.contests(root, plan)
-        figures = run(root, plan)
+        contests = None if args.only else engine.contests(root, plan)
+        figures = run(root, plan) if args.only is None else BY_NAME[args.only](root, plan)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     mode = "--full" if args.full else ("--quick" if args.quick else "default")
@@ -103,10 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(("_" + header + "_") if args.md else header)
     print()
-    print(engine.render(contests, markdown=args.md))
-    print()
-    print(engine.NOTE)
-    print()
+    if contests is not None:
+        print(engine.render(contests, markdown=args.md))
+        print()
+        print(engine.NOTE)
+        print()
     print(render(figures, markdown=args.md))
     return 0
 

@@ -24,6 +24,7 @@ The package, in its order (a module imports only modules above it):
     run_commands.py    work, serve, bench, pg migrate (later: work --processes, per-job lines)
     control_commands.py  cancel (control of jobs, issue 15), and its entries in the parser
     schedule_commands.py  nobroker schedule add|list|remove
+    limit_commands.py  nobroker limit set|list|clear, and their entries in the parser
     parser.py          every command's options, help and example: the argparse table
     __init__.py        main
 """

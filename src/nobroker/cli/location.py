@@ -29,7 +29,7 @@ ENV_DSN = "NOBROKER_DSN"
 #: The only commands that may create a queue folder or a queue: ``enqueue``
 #: adds the first job, and ``work`` waits for the first one to arrive. Every
 #: other command refuses a queue that is not there (a mistyped --dir/--queue).
-CREATING_COMMANDS = frozenset({"enqueue", "work", "schedule"})  # schedule: only its add creates
+CREATING_COMMANDS = frozenset({"enqueue", "work", "schedule", "limit"})  # schedule, limit: only add, set create
 #: Queue names a note about a mistyped --queue lists at most.
 LISTED_QUEUES = 20
 #: What to check when a queue is not there, by what QueueNotFoundError says is missing.

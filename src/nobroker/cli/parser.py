@@ -7,7 +7,8 @@ reads top to bottom in the order ``nobroker --help`` lists the commands, in
 four groups of a function each; a new command is one ``add(...)`` call here
 and one cmd_* function in the module of its group.
 Imports: nobroker, jobs, schedules, values, output, location, job_commands,
-admin_commands, bench, run_commands, schedule_commands, control_commands.
+admin_commands, bench, run_commands, schedule_commands, control_commands,
+limit_commands.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .admin_commands import (
     INSPECT_BODY_CHARS, cmd_compact, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify,
 )  # fmt: skip
 from .control_commands import add_control
+from .limit_commands import add_limits
 from .bench import DEFAULT_SECONDS as BENCH_SECONDS
 from .bench import MAX_SECONDS as BENCH_MAX_SECONDS
 from .bench import MIN_SECONDS as BENCH_MIN_SECONDS
@@ -134,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_maintaining(add)
     _add_running(add)
     _add_scheduling(add)
+    add_limits(add)
     return parser
 
 

@@ -11,11 +11,14 @@ The package, in its order (a module imports only modules above it):
     records.py     one encoder and one decoder per record type
     schedule_records.py  the schedule records (SCHEDULE, UNSCHEDULE, TICK) and how they fold
     control_records.py  the control records (SNOOZE, PAUSE, RESUME, RUN_NOW, DELETE): bodies, decoders
+    limit_records.py  the limit records (LIMIT, UNLIMIT), how they fold, a limited lease's token
     log.py         one generation file: scan, append, group fsync; the .current pointer
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)
     replay.py      QueueState and apply: records in, state out (pure)
+    state_form.py  QueueState as a snapshot's fields and blocks, and back
+    limit_ops.py   a limit's writes, which kinds a lease may take, when the next slot frees
     leases.py      the writer's decisions, one per operation: records out
     schedule_ops.py  a schedule's writes and its due ticks, decided under the lock
     control_ops.py  snooze, pause, resume, run_now and delete, decided under the lock

@@ -4,7 +4,8 @@ Owns: Compactor, the layer of FileStorage above Committer: the whole online
 compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
 jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
-control_records (the pauses carried over), compaction, checkpoint, commit.
+limit_records, control_records (the pauses carried over), compaction,
+checkpoint, commit.
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from ..errors import CompactionError, StorageError
 from ..jobs import CompactionResult
 from ..storage import StorageOptions
-from . import checkpoint, control_records, leases, schedule_records
+from . import checkpoint, control_records, leases, limit_records, schedule_records
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .commit import Batch, Committer
 from .entry import DROPPED
@@ -209,7 +210,7 @@ class Compactor(Committer):
 
         Returns the live jobs' new offsets, where the records copied after
         them begin in ``new``, the end of what was copied from ``old``, and
-        how many schedule records (written before the jobs) it carried over.
+        how many schedule and limit records (written before the jobs) it carried over.
         """
         prepared: str | None = None
         flipped = False
@@ -217,9 +218,11 @@ class Compactor(Committer):
             # (2) Without the lock: stream the live jobs as of the base. This process's
             # threads wait on the mutex, so the state stays exactly that.
             live = [e for e in self._state.entries() if e.state not in DROPPED]
+            at = self.clock()
             carried = new.write_records(
-                schedule_records.replayed(self._state.schedules, self.clock())
-                + control_records.replayed(self._state.paused, self.clock())
+                schedule_records.replayed(self._state.schedules, at)
+                + limit_records.replayed(self._state.limits, at)
+                + control_records.replayed(self._state.paused, at)
             )
             offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
             del live

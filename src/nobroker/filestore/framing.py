@@ -49,6 +49,8 @@ class RecordType(enum.IntEnum):
     SCHEDULE = 20  # periodic jobs (schedule_records.py): a schedule defined or redefined
     UNSCHEDULE = 21  # a schedule removed
     TICK = 22  # a schedule's due ticks enqueued: its cursor moves on
+    LIMIT = 23  # limits per kind (limit_records.py): a kind's concurrency or rate limit set
+    UNLIMIT = 24  # a kind's limit removed
     CANCEL = 11  # added in 0.3.0 (control of jobs); written only when cancel is used
     SNOOZE = 12  # a leased job ready again later, its attempt given back (Queue.snooze)
     PAUSE = 13  # the queue, or one kind, paused: leases hand out none of its jobs

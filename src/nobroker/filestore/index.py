@@ -116,6 +116,15 @@ class JobRows:
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.hot or self._cold_row(job_id) >= 0
 
+    def has_cold(self, kind: str) -> bool:
+        """Does ``kind`` have a cold row left (a used-up fifo at the head is tidied away first)?"""
+        heads = self._heads.get(kind)
+        return heads is not None and self._cold_head(heads) is not None
+
+    def cold_kinds(self) -> set[str]:
+        """Every kind with cold rows (or had them: a used-up fifo may linger until it is tidied)."""
+        return set(self._heads)
+
     def holds_number(self, job_id: str, number: int) -> bool:
         """``job_id in self`` for a library-format id whose number the caller has: ``id_number(job_id)``, not parsed again."""
         return job_id in self.hot or self._row_of_number(number) >= 0

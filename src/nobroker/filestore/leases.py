@@ -5,8 +5,9 @@ nack, extend, extend_many, set_stage, cancel, requeue_dead, purge, and the recla
 leases that precedes them all), each a function of the state, the time and
 the operation's arguments that adds records to a batch; and the rules behind
 them: ids, fencing tokens, deadlines, jittered retry and reclaim times, when
-a job is dead. Imports: errors, jobs, codec, storage, framing, entry,
-records, index, replay. Ids, tokens and the refusals both storages share come from
+a job is dead; a lease under limits (which kinds it may take: limit_ops.py).
+Imports: errors, jobs, codec, storage, framing, entry, records, index,
+replay, limit_ops. Ids, tokens and the refusals both storages share come from
 nobroker.storage.
 
 A decision runs under the file lock, after the read forward, with the state
@@ -28,7 +29,7 @@ from ..codec import load_json
 from ..errors import JobNotFoundError, NotLeasedError
 from ..jobs import BackoffPolicy, Job, JobState
 from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, new_token, refusal
-from . import records
+from . import limit_ops, records
 from .entry import CANCELLED, DEAD, DONE, LEASED, READY, Entry
 from .framing import RecordType, frame
 from .index import ID_TEXT, id_number
@@ -57,7 +58,10 @@ class Batch(Protocol):
 # ---------------------------------------------------------------- the decisions
 def reclaim(batch: Batch, now: float, backoff: BackoffPolicy) -> None:
     """Beat three: every lease whose deadline passed counts as a failed attempt."""
-    for entry in batch.state.expired(now):
+    state = batch.state
+    for entry in state.expired(now):
+        if state.limits and limit_ops.frees_slot(state, entry):
+            batch.wakes = True
         if entry.cancel_requested:  # a cancelled job's lease ends cancelled, never in a retry
             batch.add(records.cancel(entry.id, now))
         elif exhausted(entry):
@@ -125,7 +129,8 @@ def lease(
         return taken
     skip = frozenset(k for k in state.paused if k is not None) if state.paused else _NONE_PAUSED
     while len(taken) < count:
-        entry = state.pop_ready(now, kinds, skip)
+        # Under limits, each pick sees the LEASE records the ones before it added.
+        entry = state.pop_ready(now, limit_ops.lease_kinds(state, now, kinds) if state.limits else kinds, skip)
         if entry is None:
             break
         batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token()))
@@ -154,8 +159,10 @@ def ack(batch: Batch, now: float, queue: str, job_id: str, token: str | None, re
     """DONE, with ``result`` (decoded from ``result_json`` by the facade: what replay holds)."""
     if finished_under(batch.state.get(job_id), token):
         return  # acking a finished job again is harmless
-    if leased_entry(batch.state, queue, job_id, token, "ack").cancel_requested:
+    entry = leased_entry(batch.state, queue, job_id, token, "ack")
+    if entry.cancel_requested:
         raise cancel_refusal("ack", job_id)
+    _ending(batch, entry)
     batch.add(records.ack(job_id, now, with_result=result_json is not None, result=result))
 
 
@@ -166,11 +173,13 @@ def ack_many(batch: Batch, now: float, queue: str, items: list[tuple[str, str | 
         if finished_under(batch.state.get(job_id), token):
             continue  # acking a finished job again is harmless
         try:
-            if leased_entry(batch.state, queue, job_id, token, "ack").cancel_requested:
+            entry = leased_entry(batch.state, queue, job_id, token, "ack")
+            if entry.cancel_requested:
                 raise cancel_refusal("ack", job_id)
         except (NotLeasedError, JobNotFoundError) as exc:
             first_refusal = first_refusal or exc
             continue
+        _ending(batch, entry)
         if result_json is None:
             batch.add(records.ack(job_id, now))
         else:
@@ -187,6 +196,7 @@ def nack(
     entry = leased_entry(batch.state, queue, job_id, token, "nack")
     if entry.cancel_requested:
         raise cancel_refusal("nack", job_id)
+    _ending(batch, entry)
     if permanent or exhausted(entry):
         batch.add(records.dead(job_id, now, error, traceback))
     else:
@@ -244,6 +254,8 @@ def cancel(batch: Batch, now: float, queue: str, job_id: str, token: str | None,
         return job_of(entry)
     if entry.state is LEASED and not holds_lease(entry, token):
         raise refusal("end the cancelled attempt of", job_id, entry.state.value, token, entry.lease_token)
+    if entry.state is LEASED:
+        _ending(batch, entry)
     batch.add(records.cancel(job_id, now))
     after = batch.state.get(job_id)  # a cold job's Entry was built for the look only
     assert after is not None and after.state is CANCELLED, "a cancel ends the job cancelled"
@@ -283,6 +295,12 @@ def purge(batch: Batch, now: float) -> int:
     count = len(batch.state)
     batch.add(records.purge(now))
     return count
+
+
+def _ending(batch: Batch, entry: Entry) -> None:
+    """A lease ends: if that frees a slot of a concurrency limit, wake a waiter for it."""
+    if batch.state.limits and limit_ops.frees_slot(batch.state, entry):
+        batch.wakes = True
 
 
 # ---------------------------------------------------------------- the rules

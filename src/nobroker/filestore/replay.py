@@ -2,12 +2,13 @@
 
 Owns: QueueState (every job plus the indexes that make lease and stats
 cheap, with a small mapping-like API: get, hold, in, len, entries) and
-``apply``, which folds one decoded record into the state; also the state's
-own snapshot representation (``to_snapshot`` and ``from_snapshot``;
-snapshot.py frames and checks the file); the schedules (periodic jobs) by
-name, which schedule_records.py folds records into, and the paused kinds
-(control_records.py). Imports: jobs, schedules, framing, entry, records,
-schedule_records, control_records, index.
+``apply``, which folds one decoded record into the state; also the
+schedules (periodic jobs) by name, which schedule_records.py folds records
+into; the limits by kind, which limit_records.py folds records into, and how
+many jobs of each kind are leased; the paused kinds (control_records.py;
+the state's snapshot form is state_form.py's). Imports: jobs, schedules,
+framing, entry, records, schedule_records, limit_records, control_records,
+index.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -25,20 +26,20 @@ Indexes (lazy: stale heap items are skipped when popped, never searched for):
   delayed      heap of (available_at, seq, id) ready jobs whose time has not come
   leases       heap of (deadline, seq, id)     leased jobs, for reclaiming
   active_keys  (kind, dedupe_key) -> id        for ready/leased jobs only
+  leased_kinds kind -> leased jobs of it        what a concurrency limit counts
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
-from ..schedules import Schedule, from_fields, to_fields
-from . import control_records, records, schedule_records
-from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, STATES, Entry, new_entry
+from ..schedules import Schedule
+from . import control_records, limit_records, records, schedule_records
+from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
 
@@ -64,6 +65,9 @@ class QueueState(JobRows):
         self.schedules: dict[str, Schedule] = {}
         #: The paused kinds (None: the whole queue), from PAUSE and RESUME records; a PURGE keeps them.
         self.paused: set[str | None] = set()
+        #: Limits by kind, each with its bucket (limit_records.py); a PURGE keeps them.
+        self.limits: dict[str, limit_records.Held] = {}
+        self.leased_kinds: dict[str, int] = {}
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
@@ -108,69 +112,6 @@ class QueueState(JobRows):
         self._drop_gone_rows()
         return unsound
 
-    # ------------------------------------------------------------ snapshots
-    def to_snapshot(self) -> tuple[dict[str, Any], list[Any]]:
-        """The state as (JSON-able fields, raw blocks) for snapshot.py; ``from_snapshot`` undoes it.
-
-        The blocks are the cold store's arrays as they are (buffers: no Python
-        object per job); hot Entries go as JSON (they are few). The lazy heaps
-        are rebuilt by ``from_snapshot`` with exactly their valid items.
-        """
-        assert set(vars(self)) == _SNAPSHOT_FIELDS, "a new QueueState field must be added to the snapshot"
-        fields, blocks = self._rows_to_snapshot()
-        hot = []
-        for entry in self.hot.values():
-            assert self._rows[entry.row] is entry, "a hot Entry sits in its own row"
-            values = list(_entry_fields(entry))
-            values[_STATE_FIELD] = entry.state.value
-            hot.append(values)
-        fields.update({
-            "hot": hot,
-            "counts": [self._counts[state] for state in JobState],
-            # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_bytes and the table's sizes
-            "ints": {name: value for name, value in vars(self).items() if type(value) is int},
-            "active_keys": [[kind, key, job_id] for (kind, key), job_id in self.active_keys.items()],
-            "schedules": [to_fields(sched) for sched in self.schedules.values()],
-            "paused": list(self.paused),
-        })  # fmt: skip
-        return fields, blocks
-
-    @classmethod
-    def from_snapshot(cls, fields: dict[str, Any], blocks: list[Any]) -> QueueState:
-        """The state ``to_snapshot`` described. ValueError (or another plain error) if it does not add up."""
-        self, ints = cls(), fields["ints"]
-        if set(ints) != _SNAPSHOT_INTS or not all(type(value) is int for value in ints.values()):
-            raise ValueError("snapshot counters do not match")
-        self.__dict__.update(ints)
-        gone = self._rows_from_snapshot(fields, blocks)
-        rows, hot = self._rows, self.hot
-        ready, delayed, leases = self.ready, self.delayed, self.leases
-        for values in fields["hot"]:
-            if len(values) != len(Entry.__slots__):
-                raise ValueError("a snapshot entry has the wrong number of fields")
-            entry = new_entry(Entry)
-            for name, value in zip(Entry.__slots__, values):
-                setattr(entry, name, value)
-            entry.state = STATES[entry.state]  # type: ignore[index]
-            if rows[entry.row] is not None or entry.id in hot:
-                raise ValueError("a snapshot row is claimed twice")
-            rows[entry.row] = hot[entry.id] = entry
-            if entry.heap == IN_READY:
-                ready.setdefault(entry.kind, []).append((-entry.priority, entry.seq, entry.id))
-            elif entry.heap == IN_DELAYED:
-                delayed.append((entry.available_at, entry.seq, entry.id))
-            if entry.state is LEASED and entry.lease_deadline is not None:
-                leases.append((entry.lease_deadline, entry.seq, entry.id))
-        for heap_list in (*ready.values(), delayed, leases):
-            heapq.heapify(heap_list)  # type: ignore[arg-type]
-        self._counts = dict(zip(JobState, fields["counts"], strict=True))
-        self.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
-        self.schedules = {sched.name: sched for sched in map(from_fields, fields.get("schedules", []))}
-        self.paused = set(fields.get("paused", []))
-        if len(hot) + gone + self.n_cold != len(rows) or sum(self._counts.values()) != len(hot):
-            raise ValueError("snapshot counts do not add up")
-        return self
-
     # ------------------------------------------------------------ apply
     def apply(self, rtype: int, body: dict[str, Any], offset: int, size: int = 0) -> None:
         """Fold one record into the state. ``offset`` is where the record starts, ``size`` its
@@ -187,6 +128,9 @@ class QueueState(JobRows):
             return
         if rtype in control_records.PAUSE_TYPES:
             return control_records.fold_pause(self.paused, rtype, body)
+        if rtype in limit_records.LIMIT_TYPES:
+            limit_records.apply(self.limits, rtype, body)
+            return
         job_id = body.get("id")
         entry = self.hot.get(job_id)  # type: ignore[arg-type]
         if entry is None:
@@ -202,6 +146,8 @@ class QueueState(JobRows):
             self._set_state(entry, LEASED)
             entry.attempts, entry.lease_token, entry.lease_deadline, entry.stage = attempts, token, deadline, None
             heapq.heappush(self.leases, (deadline, entry.seq, entry.id))
+            if self.limits:
+                limit_records.leased(self.limits, entry.kind, body)
         elif rtype == RecordType.ACK:
             has_result, result = records.decode_ack(body)
             self._set_state(entry, DONE)
@@ -337,8 +283,10 @@ class QueueState(JobRows):
             self.next_seq = entry.seq + 1
         if entry.state is READY:
             self._push_ready(entry, entry.enqueued_at)
-        elif entry.state is LEASED and entry.lease_deadline is not None:
-            heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
+        elif entry.state is LEASED:
+            self.leased_kinds[entry.kind] = self.leased_kinds.get(entry.kind, 0) + 1
+            if entry.lease_deadline is not None:
+                heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         if entry.dedupe_key is not None and entry.state in (READY, LEASED):
             self.active_keys.setdefault((entry.kind, entry.dedupe_key), entry.id)
 
@@ -395,15 +343,20 @@ class QueueState(JobRows):
             key = (entry.kind, entry.dedupe_key)
             if self.active_keys.get(key) == entry.id:
                 del self.active_keys[key]
+        if old is LEASED:
+            self.leased_kinds[entry.kind] -= 1
+        if state is LEASED:
+            kinds = self.leased_kinds
+            kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
         self._counts[old] -= 1
         self._counts[state] += 1
         entry.state = state
 
     def clear(self) -> None:
-        """After a PURGE: no jobs, but the counts of what the log held so far, and the schedules, carry on."""
-        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.paused
+        """After a PURGE: no jobs, but the counts of what the log held so far, the schedules, limits and pauses, carry on."""
+        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.paused
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.paused = kept
+        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.paused = kept
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:
@@ -448,6 +401,10 @@ class QueueState(JobRows):
                 continue
             return entry
 
+    def has_runnable(self, kind: str) -> bool:
+        """Is a job of ``kind`` runnable (after ``promote``)? A hint: a stale heap item may say yes once."""
+        return bool(self.ready.get(kind)) or self.has_cold(kind)
+
     def expired(self, now: float) -> list[Entry]:
         """Leased jobs whose deadline has passed, earliest first.
 
@@ -487,9 +444,3 @@ class QueueState(JobRows):
 _HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)
-#: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.
-_SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
-_SNAPSHOT_INTS = frozenset(name for name, value in vars(QueueState()).items() if type(value) is int)
-#: A hot Entry in a snapshot: every slot, in order (its state as the text value).
-_entry_fields = attrgetter(*Entry.__slots__)
-_STATE_FIELD = Entry.__slots__.index("state")

@@ -3,7 +3,7 @@
 Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
 private temp file then renaming it into place, reading and checking it,
 removing it, and those of older generations) and the crc32 of a log prefix. Imports: errors, codec, layout,
-fs, log, replay. recovery.py loads one when it opens a queue and saves one
+fs, log, replay, state_form. recovery.py loads one when it opens a queue and saves one
 when it closes it.
 
 A snapshot is never the truth: the log is. A snapshot says "replaying the
@@ -22,7 +22,7 @@ Format (version 2)::
               <I crc32 of log[0, L)><B 1 if little-endian><B itemsize of array('Q')>
               <B itemsize of array('q')><B itemsize of array('i')><H block count N>
     lengths : N x <Q block length>
-    blocks  : block 0 is QueueState.to_snapshot's fields as compact JSON (UTF-8);
+    blocks  : block 0 is state_form.to_snapshot's fields as compact JSON (UTF-8);
               blocks 1.. are its raw arrays (native byte order: hence the header)
     trailer : <I crc32 of everything before it>
 
@@ -50,6 +50,7 @@ from ..codec import load_json, on_fresh_stack
 from .layout import snapshot_generation, snapshot_path, temp_path
 from .log import LogFile
 from .replay import QueueState
+from .state_form import from_snapshot, to_snapshot
 
 logger = logging.getLogger("nobroker")
 
@@ -119,7 +120,7 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
             raise SnapshotError(f"it covers {offset} bytes but the log holds {size}")
         if log_crc(fs, log.fd, 0, offset) != crc:
             raise SnapshotError(f"the log's first {offset} bytes are not those it was taken from")
-        state = QueueState.from_snapshot(fields, blocks)
+        state = from_snapshot(fields, blocks)
     except (
         SnapshotError, NobrokerError, OSError, ValueError, TypeError, KeyError, IndexError, OverflowError,
         AttributeError, RecursionError, MemoryError,
@@ -173,7 +174,7 @@ def save(
 
 def encode(state: QueueState) -> list[bytes]:
     """The blocks of ``state``'s snapshot, copied: ``write`` may run later, in another thread, as the state changes."""
-    fields, arrays = state.to_snapshot()
+    fields, arrays = to_snapshot(state)
     # allow_nan: a log written by hand may hold NaN, and replay keeps it.
     # On a stack of its own: hot jobs' results nest, and close() may be called from deep inside anything.
     meta = on_fresh_stack(lambda: json.dumps(fields, separators=(",", ":"), allow_nan=True)).encode("utf-8")

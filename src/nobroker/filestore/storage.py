@@ -5,8 +5,8 @@ constructor, one short method per operation of the Storage protocol (the
 decision from leases.py or the query from reads.py, run through the four
 beats of commit.py), the folder fsync, waiting for work, closing, and giving
 every storage fresh locks in a forked child. Imports: errors, jobs, storage,
-fs, wake, leases, reads, compactor, schedules, schedule_ops, control_records,
-control_ops.
+fs, wake, leases, reads, compactor, schedules, schedule_ops, limits,
+limit_ops, control_records, control_ops.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 
 from ..errors import StorageError
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport
+from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions, wait_until_finished
-from . import control_ops, control_records, leases, reads, schedule_ops
+from . import control_ops, control_records, leases, limit_ops, reads, schedule_ops
 from .compactor import Compactor
 from .fs import OS_FILESYSTEM, FileSystem, storage_error
 from .wake import wait_for_change
@@ -183,6 +184,22 @@ class FileStorage(Compactor):
             return []
         return self._write(partial(schedule_ops.fire, max_attempts=self.max_attempts, job_of=self._job))
 
+    # ================================================================ limits per kind
+    def put_limit(self, limit: Limit) -> Limit:
+        return self._write(partial(limit_ops.put, spec=limit))
+
+    def remove_limit(self, kind: str) -> bool:
+        return self._write(partial(limit_ops.remove, kind=kind))
+
+    def list_limits(self) -> list[Limit]:
+        return self._read(lambda now: limit_ops.listed(self._state))
+
+    def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
+        return self._read(lambda now: limit_ops.seconds_to_slot(self._state, now, kinds))
+
+    def limit_holding(self, kind: str) -> str | None:
+        return self._read(lambda now: limit_ops.holding(self._state, kind, now))
+
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:
         """Does wait_for_jobs hear of every change that can make a job leasable?
@@ -220,6 +237,10 @@ class FileStorage(Compactor):
             due = [state.delayed[0][0]] if state.delayed else []
             if state.leases:
                 due.append(state.leases[0][0])
+            if state.limits:  # a spent rate limit has a token again (as of what this process last read)
+                wait = limit_ops.seconds_to_slot(state, now, kinds)
+                if wait is not None:
+                    due.append(now + wait)
         if due:
             deadline = min(deadline, time.monotonic() + max(min(due) - now, 0.0))
 

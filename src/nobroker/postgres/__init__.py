@@ -16,8 +16,10 @@ The package, in its order (a module imports only modules above it):
     schema.py      the numbered migrations in sql/, row level security, the version check
     operations.py  each operation on one connection (the statements it sends, what the rows mean)
     schedule_ops.py  the schedules table and the tick transaction
+    limit_ops.py   the limits table and the lease under limits
     queue_ops.py   the whole queue's operations (requeue, purge, pruning, compaction) and the reads
     control_ops.py  snooze, pause and resume, run_now, delete, and the channel Queue.wait listens on
+    control_storage.py  ControlStorage: PostgresStorage's control of jobs, run on its connections
     storage.py     PostgresStorage, wiring only
     asyncstorage.py  AsyncPostgresStorage: the same statements awaited, for AsyncQueue
 

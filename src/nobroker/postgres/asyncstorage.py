@@ -2,8 +2,8 @@
 
 Owns: AsyncPostgresStorage (the Storage protocol with ``await``) and
 ``carry_async`` (a storage Plan awaited run by run). Imports: jobs,
-schedules, storage, driver, steps, asynclink, operations, queue_ops,
-schedule_ops.
+schedules, limits, storage, driver, steps, asynclink, operations, queue_ops,
+schedule_ops, limit_ops.
 
 Opening is the Queue's (the options checked, the schema brought up to date),
 run in a thread once; the PostgresStorage it opened keeps the queue's
@@ -12,8 +12,9 @@ ack, ack_many, nack, extend, extend_many, set_stage, cancel) is awaited on
 one AsyncConnection, the reads (get, stats, count, list_jobs) and the
 operator's writes (requeue_dead, purge, compact) on a second, opened on
 first use, so a heartbeat never waits behind them; the schedules as the
-Queue places them. Every one sends exactly the steps the Queue sends
-(operations.py, queue_ops.py, schedule_ops.py). Only the idle wait
+Queue places them, and the limits per kind likewise (a lease of a queue
+with limits is the Queue's limit_ops.claim). Every one sends exactly the
+steps the Queue sends (operations.py, queue_ops.py, schedule_ops.py, limit_ops.py). Only the idle wait
 (wait_for_jobs: LISTEN, then a long sleep) runs the Queue's own call in a
 thread (asyncio.to_thread), on its listening connection.
 
@@ -28,11 +29,12 @@ import asyncio
 from typing import Any, TypeVar
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport
+from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec
 from . import operations as ops
 from . import queue_ops as whole
-from . import schedule_ops
+from . import limit_ops, schedule_ops
 from .asynclink import AsyncLink, AsyncSession
 from .driver import psycopg
 from .steps import advance, drive_async
@@ -87,9 +89,9 @@ class AsyncPostgresStorage:
             raise ops.transaction_error(exc) from None
 
     async def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
-        t = self._target
+        t, sql = self._target, self.sync.limit_sql()
         self.sync.upkeep_due()
-        return await self._work.run("lease", lambda: ops.lease(t, count, visibility_timeout, kinds), retry=True)
+        return await self._work.run("lease", lambda: limit_ops.claim(t, sql, count, visibility_timeout, kinds), retry=True)
 
     async def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         await self._work.run("ack", lambda: ops.ack(self._target, job_id, token, result_json), retry=True)
@@ -156,6 +158,27 @@ class AsyncPostgresStorage:
     async def fire_schedules(self) -> list[Job]:
         t, sql, most = self._target, self.sync.schedule_sql(), self.sync.max_attempts
         return await self._work.run("enqueue due ticks", lambda: schedule_ops.fire(t, sql, most), retry=True)
+
+    # ================================================================ limits per kind (as the Queue places them)
+    async def put_limit(self, limit: Limit) -> Limit:
+        t, sql = self._target, self.sync.limit_sql()
+        return await self._work.run("set a limit", lambda: limit_ops.put(t, sql, limit), retry=True)
+
+    async def remove_limit(self, kind: str) -> bool:
+        t, sql = self._target, self.sync.limit_sql()
+        return await self._work.run("clear a limit", lambda: limit_ops.remove(t, sql, kind), retry=True)
+
+    async def list_limits(self) -> list[Limit]:
+        t, sql = self._target, self.sync.limit_sql()
+        return await self._side.run("list limits", lambda: limit_ops.listed(t, sql), retry=True)
+
+    async def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
+        t, sql = self._target, self.sync.limit_sql()
+        return await self._side.run("next slot", lambda: limit_ops.seconds_to_slot(t, sql, kinds), retry=True)
+
+    async def limit_holding(self, kind: str) -> str | None:
+        t, sql = self._target, self.sync.limit_sql()
+        return await self._side.run("limit holding", lambda: limit_ops.holding(t, sql, kind), retry=True)
 
     # ================================================================ the idle wait: long, in a thread
     async def wait_for_jobs(self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None) -> bool:

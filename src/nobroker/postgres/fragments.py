@@ -161,7 +161,8 @@ CLAIM_KINDS = f"""{CLAIM_SET}
         RETURNING {COLUMNS}"""
 # A claim as it is sent first: the upkeep has work only when a scheduled job
 # came due or a lease expired, which the head of each of their indexes
-# tells. Then the claim takes nothing and says so (its one row has no job
+# tells; a queue with limits (a probe of the limits table's key) is leased
+# from under its limits' locks instead, and this claim takes nothing. Then the claim takes nothing and says so (its one row has no job
 # and ``upkeep`` true), and the caller sends the upkeep and the plain claim
 # together; otherwise this one statement is the whole lease, and its rows
 # are the jobs (a row without a job, when there is none to take). Each
@@ -175,12 +176,14 @@ DUE = f"""
                              ORDER BY available_at LIMIT 1) <= {NOW}, false)
                 OR coalesce((SELECT lease_deadline FROM {{schema}}.jobs
                              WHERE queue = %(q)s AND state = 'leased'
-                             ORDER BY lease_deadline LIMIT 1) <= {NOW}, false) AS upkeep
+                             ORDER BY lease_deadline LIMIT 1) <= {NOW}, false) AS upkeep,
+                   EXISTS (SELECT 1 FROM {{schema}}.limits WHERE queue = %(q)s) AS limited
         ), claimed AS ({{claim}}
         )
-        SELECT claimed.*, due.upkeep FROM due LEFT JOIN claimed ON true"""
-#: What the checked claim adds to its WHERE: nothing is taken while the upkeep has work.
-UNLESS_DUE = " AND NOT (SELECT upkeep FROM due)"
+        SELECT claimed.*, due.upkeep, due.limited FROM due LEFT JOIN claimed ON true"""
+#: What the checked claim adds to its WHERE: nothing is taken while the upkeep has
+#: work, nor from a queue with limits (its leases lock the limits first: limit_ops.py).
+UNLESS_DUE = " AND NOT (SELECT upkeep OR limited FROM due)"
 #: The NOTIFY a statement sends when ``notify`` is true (an InitPlan: run once, and only when asked).
 NOTIFY = "(SELECT 1 FROM pg_notify(%(chan)s, '') WHERE %(notify)s)"
 #: What an insert returns: the rest of the Job is known to the caller already.

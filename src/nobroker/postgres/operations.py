@@ -302,12 +302,15 @@ def upkeep_then(t: Target, statement: str, params: dict[str, Any]) -> Steps[list
     return rows
 
 
-#: Where a checked claim's rows say whether the upkeep has work (fragments.DUE).
+#: Where a checked claim's rows say whether the upkeep has work, and whether the queue has limits (fragments.DUE).
 UPKEEP_DUE = 18
+LIMITED = 19
 
 
-def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> Steps[list[Job]]:
+def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> Steps[list[Job] | None]:
     """One statement, one round trip, unless a scheduled job came due or a lease expired: then two.
+
+    None: the queue has limits, and took nothing; limit_ops.lease leases under them.
 
     The checked claim takes nothing while the upkeep has work and says so;
     then the upkeep and the plain claim go together (one round trip, one
@@ -318,6 +321,9 @@ def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str
     some = kinds is not None
     params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds))
     rows = yield every(t.sql.claim(count, kinds=some, checked=True), params)
+    if rows and rows[0][LIMITED]:
+        assert len(rows) == 1 and rows[0][0] is None, "a claim that found limits took nothing"
+        return None
     if rows and rows[0][UPKEEP_DUE]:
         assert len(rows) == 1 and rows[0][0] is None, "a claim that found upkeep due took nothing"
         rows = yield from upkeep_then(t, t.sql.claim(count, kinds=some), params)

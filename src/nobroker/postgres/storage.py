@@ -4,8 +4,8 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops, queue_ops,
-control_ops.
+steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops,
+limits, limit_ops, queue_ops, control_ops, control_storage.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -51,18 +51,21 @@ storage option so no server-side prepared statements are used.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 from ..jobs import CompactionResult, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
-from ..storage import EnqueueSpec, StorageOptions, wait_until_finished
+from ..storage import EnqueueSpec, StorageOptions
 from . import control_ops
+from .control_storage import ControlStorage
 from . import operations as ops
 from . import queue_ops as whole
-from . import schedule_ops
+from . import limit_ops, schedule_ops
 from .listener import Listener
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT,
@@ -136,7 +139,7 @@ def carry(link: Link, plan: Plan[T]) -> T:
     return result
 
 
-class PostgresStorage:
+class PostgresStorage(ControlStorage):
     """One named queue in a PostgreSQL schema (``nobroker`` by default)."""
 
     def __init__(
@@ -251,7 +254,10 @@ class PostgresStorage:
         # A retried claim is safe: a lease we never heard of just expires and comes back.
         t = self._target
         self.upkeep_due()
-        return self._link.run("lease", lambda c: drive(c, ops.lease(t, count, visibility_timeout, kinds)), retry=True)
+        sql = self.limit_sql()
+        return self._link.run(
+            "lease", lambda c: drive(c, limit_ops.claim(t, sql, count, visibility_timeout, kinds)), retry=True
+        )
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         # Twice is harmless: the second ack finds the job done under the same token.
@@ -300,56 +306,6 @@ class PostgresStorage:
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
         return self._link.run("cancel", lambda c: drive(c, ops.cancel(self._target, job_id, token, stopped)), retry=True)
-
-    def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:
-        # Not retried: a snooze that went through before the connection died would be refused the second time.
-        sql, t = self._control_sql(), self._target
-        return self._link.run("snooze", lambda c: drive(c, control_ops.snooze(t, sql, job_id, token, seconds)), retry=False)
-
-    def pause(self, kind: str | None, resume: bool) -> None:
-        sql, t = self._control_sql(), self._target
-        self._side.run("resume" if resume else "pause", lambda c: drive(c, control_ops.pause(t, sql, kind, resume)), retry=True)
-
-    def paused(self) -> list[str | None]:
-        sql, t = self._control_sql(), self._target
-        return self._side.run("paused", lambda c: drive(c, control_ops.paused(t, sql)), retry=True)
-
-    def run_now(self, job_id: str) -> Job:
-        sql, t = self._control_sql(), self._target
-        return self._side.run("run_now", lambda c: drive(c, control_ops.run_now(t, sql, job_id)), retry=True)
-
-    def delete(self, job_id: str) -> Job:
-        # Not retried: a delete that went through before the connection died would say "not found" the second time.
-        sql, t = self._control_sql(), self._target
-        return self._side.run("delete", lambda c: drive(c, control_ops.delete(t, sql, job_id)), retry=False)
-
-    def wait_finished(self, job_id: str, timeout: float) -> Job:
-        """The job once it is done, dead or cancelled; TimeoutError at ``timeout`` (see storage.wait_until_finished).
-
-        LISTENs (a connection of its own, opened on first use) on the queue's
-        finished channel, then marks the job waited for: sql/008's triggers
-        NOTIFY that channel when such a job finishes, whichever statement or
-        host finishes it. If the listening connection cannot be had, it looks
-        again every FINISH_RECHECK seconds (the polling fallback).
-        """
-        sql, t = self._control_sql(), self._target
-        listener = self._finished_listener
-        listener.listen()  # before the first look: a finish after it is heard
-        marked: list[bool] = []
-
-        def look() -> Job:
-            if not marked:
-                self._side.run("wait", lambda c: drive(c, control_ops.mark_waited(t, sql, job_id)), retry=True)
-                marked.append(True)
-            return self.get(job_id)
-
-        return wait_until_finished(job_id, timeout, look, lambda seconds: listener.wait(seconds, None))
-
-    def _control_sql(self) -> control_ops.ControlStatements:
-        sql: control_ops.ControlStatements | None = getattr(self, "_control_statements", None)
-        if sql is None:
-            sql = self._control_statements = control_ops.ControlStatements(self.schema)
-        return sql
 
     def requeue_dead(self, job_id: str | None) -> int:
         return carry(self._side, self.requeue_plan(job_id))
@@ -413,6 +369,33 @@ class PostgresStorage:
             sql = self._schedule_statements = schedule_ops.ScheduleStatements(self.schema)
         return sql
 
+    # ================================================================ limits per kind
+    def put_limit(self, limit: Limit) -> Limit:
+        sql, t = self.limit_sql(), self._target
+        return self._link.run("set a limit", lambda c: drive(c, limit_ops.put(t, sql, limit)), retry=True)
+
+    def remove_limit(self, kind: str) -> bool:
+        sql, t = self.limit_sql(), self._target
+        return self._link.run("clear a limit", lambda c: drive(c, limit_ops.remove(t, sql, kind)), retry=True)
+
+    def list_limits(self) -> list[Limit]:
+        sql, t = self.limit_sql(), self._target
+        return self._side.run("list limits", lambda c: drive(c, limit_ops.listed(t, sql)), retry=True)
+
+    def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
+        sql, t = self.limit_sql(), self._target
+        return self._side.run("next slot", lambda c: drive(c, limit_ops.seconds_to_slot(t, sql, kinds)), retry=True)
+
+    def limit_holding(self, kind: str) -> str | None:
+        sql, t = self.limit_sql(), self._target
+        return self._side.run("limit holding", lambda c: drive(c, limit_ops.holding(t, sql, kind)), retry=True)
+
+    def limit_sql(self) -> limit_ops.LimitStatements:
+        sql: limit_ops.LimitStatements | None = getattr(self, "_limit_statements", None)
+        if sql is None:
+            sql = self._limit_statements = limit_ops.LimitStatements(self.schema)
+        return sql
+
     def wakes_waiters(self) -> bool:
         """True: a job runnable at once wakes idle workers (NOTIFY), and an idle wait ends when the next comes due."""
         return True
@@ -426,14 +409,29 @@ class PostgresStorage:
         transaction (at most once per NOTIFY_WINDOW, see wakeups.py), so the
         wake-up comes when the job is visible. Delayed jobs send no NOTIFY:
         the wait asks the queue when its next scheduled job or lease comes
-        due and ends then, asking again every DUE_RECHECK seconds for those
-        others add meanwhile. If the listening connection cannot be had,
-        this sleeps (polling fallback). ``interrupt``: a descriptor that ends
-        the wait (returning False) as soon as it is readable; it is never
-        read. ``kinds`` changes nothing: every listener hears every NOTIFY.
+        due, or a spent rate limit (of ``kinds``) has a token again, and
+        ends then, asking again every DUE_RECHECK seconds for those others
+        add meanwhile, and whether a concurrency limit spent as the wait
+        began has a free slot again (an ack sends no NOTIFY). If the listening connection cannot be had, this
+        sleeps (polling fallback). ``interrupt``: a descriptor that ends the
+        wait (returning False) as soon as it is readable; it is never read.
+        Every listener hears every NOTIFY, whatever its ``kinds``.
         """
-        t = self._target
-        return self._listener.wait(timeout, interrupt, lambda conn: whole.next_due(conn, t))
+        t, sql = self._target, self.limit_sql()
+        slot_at: list[float] = []  # when a rate limit spent as the wait began has a token again (monotonic)
+        spent: list[str] = []  # the kinds whose concurrency limit was spent as the wait began
+
+        def due(conn: Any) -> float | None:
+            if not slot_at:
+                wait, spent_now = drive(conn, limit_ops.look(t, sql, kinds))
+                slot_at.append(math.inf if wait is None else time.monotonic() + wait)
+                spent.extend(spent_now)
+            elif drive(conn, limit_ops.slot_freed(t, sql, spent)):
+                return 0.0  # an ack sends no NOTIFY: a freed slot is seen at the next recheck
+            times = [s for s in (whole.next_due(conn, t), slot_at[0] - time.monotonic()) if s is not None and s < math.inf]
+            return min(times) if times else None
+
+        return self._listener.wait(timeout, interrupt, due)
 
     def _start_pruning(self) -> None:
         """Prune in the background, on the second connection: leases never wait for it."""

@@ -12,6 +12,7 @@ The package, in its order (a module imports only modules above it):
     looking.py    get, stats, listings, the DLQ; requeue_dead, purge, compact
     periodic.py   schedule, unschedule, schedules, enqueue_due
     control.py    cancel, snooze, pause, resume, paused, run_now, delete, wait
+    limiting.py   set_limit, clear_limit, limits: limits per kind
     facade.py     Queue: the parts put together
     asyncqueue.py  AsyncQueue: the same calls awaited (PostgreSQL natively, files off the loop)
 

@@ -3,7 +3,7 @@
 Owns: AsyncQueue (the Queue's API, each call a coroutine, its arguments
 checked by calls.py exactly as Queue checks them) and OffLoop (a storage
 whose calls run in a thread, awaited). Imports: checks, jobs, schedules,
-storage, calls, base, postgres.asyncstorage (only for a DSN: it needs psycopg).
+limits, storage, calls, base, postgres.asyncstorage (only for a DSN: it needs psycopg).
 
 On PostgreSQL the work and the reads are native async: the same statements
 the Queue sends (postgres/operations.py), awaited on psycopg's
@@ -31,6 +31,7 @@ from ..checks import JobRef
 from ..jobs import DEFAULT_KIND, CompactionResult, Job, JobState, QueueStats
 from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
+from ..limits import Limit
 from ..storage import Storage, StorageOptions, queue_closed, storage_kind
 from . import calls
 from .base import Opening, open_storage
@@ -240,6 +241,29 @@ class AsyncQueue(Opening):
 
     async def enqueue_due(self) -> list[Job]:
         return await (await self._open_storage()).fire_schedules()  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------ limits per kind
+    async def set_limit(
+        self, kind: str, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0,
+        burst: int | None = None,
+    ) -> Limit | None:  # fmt: skip
+        """As Queue.set_limit (None: the kind's limit cleared)."""
+        kind, limit = calls.limit(kind, concurrency, rate, per, burst)
+        if limit is None:
+            await (await self._open_storage()).remove_limit(kind)
+            return None
+        return await (await self._open_storage()).put_limit(limit)  # type: ignore[no-any-return]
+
+    async def clear_limit(self, kind: str) -> bool:
+        """As Queue.clear_limit."""
+        return await (await self._open_storage()).remove_limit(calls.limit_kind(kind))  # type: ignore[no-any-return]
+
+    async def limits(self) -> list[Limit]:
+        return await (await self._open_storage()).list_limits()  # type: ignore[no-any-return]
+
+    async def seconds_to_slot(self, kinds: Iterable[str] | None = None) -> float | None:
+        """As Queue.seconds_to_slot."""
+        return await (await self._open_storage()).seconds_to_slot(checks.kind_set(kinds))  # type: ignore[no-any-return]
 
 
 def _async_storage(path: object, storage: Storage) -> Any:

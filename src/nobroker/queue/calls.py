@@ -4,7 +4,7 @@ Owns: one function per call that takes what a caller passed and returns
 exactly what the storage is called with (``Job | id`` → ``(id, token)``,
 payloads and results encoded once, defaults filled in), or raises the
 TypeError or ValueError the caller should see. Imports: checks, jobs, codec,
-storage.
+limits, storage.
 
 Queue (work.py, looking.py, control.py) and AsyncQueue (asyncqueue.py) both
 call these and then their storage, so the two refuse bad input identically,
@@ -31,6 +31,7 @@ from ..jobs import (
     MIN_PRIORITY,
     JobState,
 )
+from ..limits import Limit, define
 from ..storage import EnqueueSpec
 
 #: What ``nack`` passes on: id, token, error, delay, permanent, traceback.
@@ -203,3 +204,16 @@ def ref_id(job: JobRef) -> str:
 
 def wait(job: JobRef, timeout: float) -> tuple[str, float]:
     return ref_id(job), checks.seconds(timeout, "timeout")
+
+
+def limit(kind: str, concurrency: Any, rate: Any, per: Any, burst: Any) -> tuple[str, Limit | None]:
+    """set_limit's arguments: the kind, and its limit (None: neither a concurrency, a rate nor a burst: clear it)."""
+    if concurrency is None and rate is None and burst is None:
+        return limit_kind(kind), None
+    checked = define(kind, concurrency, rate, per, burst)
+    return checked.kind, checked
+
+
+def limit_kind(kind: str) -> str:
+    """clear_limit's kind."""
+    return checks.text(kind, "kind", MAX_NAME_CHARS)

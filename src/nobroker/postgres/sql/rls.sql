@@ -45,6 +45,18 @@ CREATE POLICY {role_policy} ON {schema}.schedules TO {role} USING (true) WITH CH
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.schedules TO {role};
 
+-- Limits per kind (version 7): the same rule.
+ALTER TABLE {schema}.limits ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.limits FORCE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS {owner_policy} ON {schema}.limits;
+CREATE POLICY {owner_policy} ON {schema}.limits TO {owner} USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS {role_policy} ON {schema}.limits;
+CREATE POLICY {role_policy} ON {schema}.limits TO {role} USING (true) WITH CHECK (true);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.limits TO {role};
+
 -- Pauses (version 8): the same rule.
 ALTER TABLE {schema}.pauses ENABLE ROW LEVEL SECURITY;
 ALTER TABLE {schema}.pauses FORCE ROW LEVEL SECURITY;

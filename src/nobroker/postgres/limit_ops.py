@@ -1,0 +1,211 @@
+"""Limits per kind on PostgreSQL: the limits table (sql/007_limits.sql) and the lease under limits.
+
+Owns: LimitStatements (the SQL text for one schema), and one function per
+limit operation, written as the steps it sends (steps.py, as operations.py's
+are: a Queue drives them, an AsyncQueue awaits them): ``put``, ``remove``,
+``listed``, ``look``, ``seconds_to_slot`` and ``slot_freed`` (what an idle
+wait watches), ``holding`` (the limit holding a kind back, in words, for
+explain), ``lease``, the lease of a queue that has limits, and ``claim``,
+the lease of any queue (operations.lease, then ``lease`` when it found
+limits). Imports: jobs, codec, limits, fragments, statements, steps,
+operations.
+
+Race-free across processes and hosts: a lease of a queue with limits is
+one transaction that (1) reclaims expired leases (their slots free), (2)
+locks every limit row of the queue (``FOR UPDATE``, in kind order), (3)
+counts the leased jobs of each limited kind in a statement of its own (under
+READ COMMITTED it sees every lease committed before the lock was granted:
+each holder of the lock commits its claim before it lets go), (4) claims at
+most what each limit allows, the other kinds as usual, and (5) spends the
+tokens. Two leases never see the same free slot or token. Times are epoch
+seconds of the database clock (``clock_timestamp()``, the moment the lock is
+held, plus the test-only ``clock_offset``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..codec import load_json
+from ..jobs import Job
+from ..limits import MAX_LIMITS, Bucket, Limit, budget, carried, from_fields, taken, to_fields
+from ..limits import holding as limit_holding
+from ..limits import seconds_to_slot as slot_wait
+from . import operations as ops
+from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED
+from .statements import quote_schema, row_job
+from .steps import Steps, atomic, every, one, run
+
+_COLUMNS = ("kind", "concurrency", "rate", "per", "burst", "tokens", "tokens_at")
+_CLOCK = "extract(epoch FROM clock_timestamp())::float8 + %(off)s::float8"
+_RUNNABLE = f"queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}"
+#: What the limited claim may take: runnable and not paused (control_ops.pause), as the plain claim.
+_CLAIMABLE = _RUNNABLE + UNPAUSED
+# The kinds without a limit as a plain claim does (of some kinds, or of all
+# but the limited ones), and each limited kind with a free slot up to what
+# its limits allow; the best of all of them, up to the lease's count. Rows
+# locked but not taken are free again when the transaction commits.
+_CLAIM = f"""{CLAIM_SET}
+        FROM (SELECT c.queue, c.id FROM (
+                SELECT * FROM (
+                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                    WHERE {_CLAIMABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
+                    ORDER BY priority DESC, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED) AS o
+                UNION ALL
+                (SELECT l.queue, l.id, l.priority, l.seq
+                 FROM unnest(%(lk)s::text[], %(caps)s::int4[]) AS k(kind, cap)
+                 CROSS JOIN LATERAL (
+                     SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                     WHERE {_CLAIMABLE} AND kind = k.kind
+                     ORDER BY priority DESC, seq LIMIT k.cap FOR UPDATE SKIP LOCKED) AS l)
+              ) AS c ORDER BY c.priority DESC, c.seq LIMIT %(count)s) AS x
+        WHERE j.queue = x.queue AND j.id = x.id
+        RETURNING {COLUMNS}"""
+_LEASED = f"""
+        SELECT {_CLOCK}, coalesce((
+            SELECT json_object_agg(kind, n) FROM (
+                SELECT kind, count(*) AS n FROM {{schema}}.jobs
+                WHERE queue = %(q)s AND state = 'leased' AND kind = ANY(%(lk)s::text[]) GROUP BY kind) AS c
+        ), '{{}}'::json)::text"""
+
+
+class LimitStatements:
+    """The statements on one schema's limits table, by name."""
+
+    def __init__(self, schema: str) -> None:
+        quoted = quote_schema(schema)
+        table = f"{quoted}.limits"
+        cols = ", ".join(_COLUMNS)
+        values = ", ".join(f"%({c})s" for c in _COLUMNS)
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS[1:])
+        self.text = {
+            "one": f"SELECT {cols} FROM {table} WHERE queue = %(q)s AND kind = %(kind)s FOR UPDATE",
+            "count": f"SELECT count(*) FROM {table} WHERE queue = %(q)s",
+            "upsert": f"INSERT INTO {table} (queue, {cols}) VALUES (%(q)s, {values}) "
+                      f"ON CONFLICT (queue, kind) DO UPDATE SET {updates}",
+            "delete": f"DELETE FROM {table} WHERE queue = %(q)s AND kind = %(kind)s RETURNING 1",
+            "all": f"SELECT {cols}, {_CLOCK} FROM {table} WHERE queue = %(q)s ORDER BY kind",
+            "lock": f"SELECT {cols} FROM {table} WHERE queue = %(q)s ORDER BY kind FOR UPDATE",
+            # An idle wait's look: each limit with its kind's leased jobs and whether one is runnable.
+            "look": f"""SELECT {", ".join("l." + c for c in _COLUMNS)}, {_CLOCK},
+                (SELECT count(*) FROM {quoted}.jobs WHERE queue = l.queue AND state = 'leased' AND kind = l.kind),
+                EXISTS (SELECT 1 FROM {quoted}.jobs WHERE {_RUNNABLE.replace("%(q)s", "l.queue")} AND kind = l.kind)
+                FROM {table} AS l WHERE l.queue = %(q)s ORDER BY l.kind""",
+            "spend": f"UPDATE {table} SET tokens = %(tokens)s, tokens_at = %(at)s WHERE queue = %(q)s AND kind = %(kind)s",
+            "clock": f"SELECT {_CLOCK}",
+            "leased": _LEASED.replace("{schema}", quoted),
+            "claim": _CLAIM.replace("{schema}", quoted),
+        }  # fmt: skip
+
+
+def _held(row: tuple[Any, ...]) -> tuple[Limit, Bucket | None]:
+    return from_fields({name: value for name, value in zip(_COLUMNS, row) if value is not None})
+
+
+def put(t: ops.Target, sql: LimitStatements, spec: Limit) -> Steps[Limit]:
+    """Limit ``spec.kind``; the same limit again writes nothing (its bucket keeps its tokens)."""
+    return (yield atomic(_put(t, sql, spec)))
+
+
+def _put(t: ops.Target, sql: LimitStatements, spec: Limit) -> Steps[Limit]:
+    found = yield one(sql.text["one"], t.params(kind=spec.kind))
+    old = None if found is None else _held(found)
+    if old is not None and old[0] == spec:
+        return spec
+    if old is None and (yield one(sql.text["count"], t.params()))[0] >= MAX_LIMITS:
+        raise ValueError(f"a queue limits at most {MAX_LIMITS:,} kinds; clear one first")
+    now = float((yield one(sql.text["clock"], t.params()))[0])
+    fields: dict[str, Any] = dict.fromkeys(_COLUMNS)
+    fields.update(to_fields(spec, carried(spec, old, now)))
+    yield run(sql.text["upsert"], t.params(**fields))
+    return spec
+
+
+def remove(t: ops.Target, sql: LimitStatements, kind: str) -> Steps[bool]:
+    return (yield one(sql.text["delete"], t.params(kind=kind))) is not None
+
+
+def listed(t: ops.Target, sql: LimitStatements) -> Steps[list[Limit]]:
+    return [_held(row[:-1])[0] for row in (yield every(sql.text["all"], t.params()))]
+
+
+def look(t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> Steps[tuple[float | None, list[str]]]:
+    """What an idle wait watches: (seconds until a runnable job of a rate-limited kind may be leased, or
+    None; the kinds with runnable jobs whose concurrency limit is spent, whose next freed slot ends the wait)."""
+    waits, spent = [], []
+    for row in (yield every(sql.text["look"], t.params())):
+        held, bucket = _held(row[: len(_COLUMNS)])
+        now, leased, runnable = float(row[-3]), int(row[-2]), bool(row[-1])
+        if kinds is not None and held.kind not in kinds:
+            continue
+        if runnable and held.concurrency is not None and leased >= held.concurrency:
+            spent.append(held.kind)
+        wait = slot_wait(held, bucket, leased, runnable, now)
+        if wait is not None:
+            waits.append(wait)
+    return (min(waits) if waits else None), spent
+
+
+def seconds_to_slot(t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> Steps[float | None]:
+    """Seconds until a runnable job of a rate-limited kind (of ``kinds``) may be leased (0: now); None: no such wait."""
+    return (yield from look(t, sql, kinds))[0]
+
+
+def slot_freed(t: ops.Target, sql: LimitStatements, spent: list[str]) -> Steps[bool]:
+    """Has a slot of one of these spent kinds freed (or its limit gone) since?"""
+    return bool(spent) and (yield from look(t, sql, frozenset(spent)))[1] != spent
+
+
+def holding(t: ops.Target, sql: LimitStatements, kind: str) -> Steps[str | None]:
+    """The limit holding a ready job of ``kind`` back now, in words (for explain); None if none does."""
+    for row in (yield every(sql.text["look"], t.params())):
+        held, bucket = _held(row[: len(_COLUMNS)])
+        if held.kind == kind:
+            return limit_holding(held, bucket, int(row[-2]), float(row[-3]))
+    return None
+
+
+def claim(
+    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
+) -> Steps[list[Job]]:
+    """The lease of any queue: operations.lease's one statement, or, when it found limits, ``lease``."""
+    jobs = yield from ops.lease(t, count, visibility_timeout, kinds)
+    if jobs is None:  # the queue has limits: lease under them
+        jobs = yield from lease(t, sql, count, visibility_timeout, kinds)
+    return jobs
+
+
+def lease(
+    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
+) -> Steps[list[Job]]:
+    """Up to ``count`` jobs as ops.lease takes them, none of a kind beyond what its limits allow now."""
+    jobs: list[Job] = yield atomic(_lease(t, sql, count, visibility_timeout, kinds))
+    jobs.sort(key=lambda job: (-job.priority, job.seq))
+    return jobs
+
+
+def _lease(
+    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
+) -> Steps[list[Job]]:
+    yield from ops.upkeep(t)
+    limits = dict((held.kind, (held, bucket)) for held, bucket in map(_held, (yield every(sql.text["lock"], t.params()))))
+    mine = sorted(kind for kind in limits if kinds is None or kind in kinds)
+    clock, leased_json = yield one(sql.text["leased"], t.params(lk=mine))
+    now, leased = float(clock), load_json(leased_json)
+    caps = {kind: min(budget(*limits[kind], leased.get(kind, 0), now), count) for kind in mine}
+    free = [kind for kind in mine if caps[kind] > 0]
+    params = t.params(
+        vt=visibility_timeout, all=kinds is None, kinds=sorted(kinds or ()), held=sorted(limits), lk=free,
+        caps=[caps[kind] for kind in free], count=count,
+    )  # fmt: skip
+    jobs = [row_job(row) for row in (yield every(sql.text["claim"], params))]
+    for kind in free:
+        held, bucket = limits[kind]
+        n = sum(1 for job in jobs if job.kind == kind)
+        assert n <= caps[kind], "a limited kind never takes beyond its budget"
+        if bucket is None or n == 0:
+            continue
+        for _ in range(n):
+            bucket = taken(held, bucket, now)
+        yield run(sql.text["spend"], t.params(tokens=bucket.tokens, at=bucket.at, kind=kind))
+    return jobs
