@@ -21,6 +21,7 @@ from nobroker import (
     AsyncQueue,
     BackoffPolicy,
     JobNotFoundError,
+    JobStateError,
     JobState,
     NotLeasedError,
     Queue,
@@ -150,6 +151,42 @@ class AsyncSemantics:
         self.assertTrue(added[0].id.startswith("tick:tick@"))
         self.assertTrue(await q.unschedule(schedule.spec.name))
         self.assertEqual(await q.schedules(), [])
+
+    async def test_snooze_pause_run_now_delete_and_wait(self) -> None:
+        q = await self.make_queue()
+        job = await q.enqueue("nap", kind="mail")
+        leased = await q.lease_one()
+        assert leased is not None
+        snoozed = await q.snooze(leased, 600)
+        self.assertEqual((snoozed.state, snoozed.attempts), (JobState.READY, 0), "no attempt spent")
+        with self.assertRaises(NotLeasedError):
+            await q.snooze(leased, 5)  # its lease is gone
+        self.assertIsNone(await q.lease_one(), "snoozed: not before its time")
+        self.assertEqual((await q.run_now(job.id)).id, job.id)
+        await q.pause("mail")
+        await q.pause()
+        self.assertEqual(await q.paused(), [None, "mail"])
+        self.assertEqual(self.sync_twin(q).paused(), [None, "mail"], "stored in the queue")
+        await q.resume()
+        self.assertIsNone(await q.lease_one(), "the kind stays paused")
+        await q.resume("mail")
+        self.assertEqual(await q.paused(), [])
+        again = await q.lease_one()
+        assert again is not None and again.id == job.id
+        with self.assertRaises(JobStateError):
+            await q.delete(job.id)  # leased
+        waiting = asyncio.create_task(q.wait(job.id, PATIENCE))
+        await asyncio.sleep(0)
+        await q.ack(again)
+        self.assertIs((await asyncio.wait_for(waiting, PATIENCE)).state, JobState.DONE)
+        pending = await q.enqueue("never")
+        with self.assertRaises(TimeoutError):
+            await q.wait(pending, 0.2)
+        self.assertIs((await q.delete(pending.id)).state, JobState.READY)
+        with self.assertRaises(JobNotFoundError):
+            await q.delete(pending.id)
+        with self.assertRaises(ValueError):
+            await q.pause("")
 
     async def test_limits_are_set_obeyed_listed_and_cleared(self) -> None:
         q = await self.make_queue()

@@ -369,9 +369,18 @@ def wait_until_finished(
     deadline = time.monotonic() + timeout
     while True:
         job = look()
-        if job.state in FINISHED_STATES:
+        pause = seconds_to_block(job, timeout, deadline)
+        if pause is None:
             return job
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"job {job_id} is still {job.state.value} after {timeout:g} s of waiting")
-        block(min(remaining, FINISH_RECHECK))
+        block(pause)
+
+
+def seconds_to_block(job: Job, timeout: float, deadline: float) -> float | None:
+    """One step of a wait's loop (the AsyncQueue's awaits the same): None once ``job`` is finished,
+    else how long to block before the next look; TimeoutError at ``deadline`` (time.monotonic)."""
+    if job.state in FINISHED_STATES:
+        return None
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError(f"job {job.id} is still {job.state.value} after {timeout:g} s of waiting")
+    return min(remaining, FINISH_RECHECK)

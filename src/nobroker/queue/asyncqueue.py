@@ -223,6 +223,38 @@ class AsyncQueue(Opening):
         """As Queue.cancel."""
         return await (await self._open_storage()).cancel(*calls.cancel(job, stopped))  # type: ignore[no-any-return]
 
+    async def snooze(self, job: JobRef, seconds: float) -> Job:
+        """As Queue.snooze."""
+        return await (await self._open_storage()).snooze(*calls.snooze(job, seconds))  # type: ignore[no-any-return]
+
+    async def pause(self, kind: str | None = None) -> None:
+        """As Queue.pause."""
+        await (await self._open_storage()).pause(calls.kind(kind), False)
+
+    async def resume(self, kind: str | None = None) -> None:
+        """As Queue.resume."""
+        await (await self._open_storage()).pause(calls.kind(kind), True)
+
+    async def paused(self) -> list[str | None]:
+        """As Queue.paused."""
+        return await (await self._open_storage()).paused()  # type: ignore[no-any-return]
+
+    async def run_now(self, job: JobRef) -> Job:
+        """As Queue.run_now."""
+        return await (await self._open_storage()).run_now(calls.ref_id(job))  # type: ignore[no-any-return]
+
+    async def delete(self, job: JobRef) -> Job:
+        """As Queue.delete."""
+        return await (await self._open_storage()).delete(calls.ref_id(job))  # type: ignore[no-any-return]
+
+    async def wait(self, job: JobRef, timeout: float) -> Job:
+        """As Queue.wait: the job once it is done, dead or cancelled; TimeoutError after ``timeout`` seconds.
+
+        PostgreSQL: its looks awaited, the sleep between them on the finished
+        channel's LISTEN in a thread; files: the Queue's wait in a thread.
+        """
+        return await (await self._open_storage()).wait_finished(*calls.wait(job, timeout))  # type: ignore[no-any-return]
+
     async def schedule(
         self, name: str, payload: Any = None, *, every: float | None = None, cron: str | None = None,
         kind: str = DEFAULT_KIND, priority: int = 0, tz: str | None = None, catch_up: str = DEFAULT_CATCH_UP,
