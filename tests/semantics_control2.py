@@ -193,6 +193,26 @@ class Control2Semantics(_Base):
         q.resume("other")
         self.assertEqual([j.id for j in q.lease(5)], [waiting.id])
 
+    def test_pause_holds_in_a_queue_with_limits(self) -> None:
+        """A queue with limits leases under them (its own claim on PostgreSQL): paused kinds are skipped there too."""
+        q = self.make_queue()
+        q.set_limit("api", concurrency=5)
+        q.set_limit("mail", rate=100, per=1.0)
+        api = q.enqueue("a", kind="api", priority=9)
+        mail = q.enqueue("m", kind="mail", priority=8)
+        free = q.enqueue("f")
+        q.pause("api")
+        q.pause("mail")
+        self.assertEqual([j.id for j in q.lease(5)], [free.id], "limited and paused: skipped")
+        self.assertEqual(q.lease(5, kinds=["api", "mail"]), [])
+        q.resume("mail")
+        q.pause()
+        self.assertEqual(q.lease(5), [], "the whole queue paused")
+        q.resume()
+        self.assertEqual([j.id for j in q.lease(5)], [mail.id])
+        q.resume("api")
+        self.assertEqual([j.id for j in q.lease(5)], [api.id])
+
     def test_pause_survives_compaction_and_purge(self) -> None:
         q = self.make_queue()
         q.pause("k")
