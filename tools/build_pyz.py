@@ -47,9 +47,10 @@ ENTRY_POINT = "nobroker.cli:main"
 #: The three files of the zip: its entry point, the importer, and the package as one blob.
 MAIN_FILE = "__main__.py"
 IMPORTER_FILE = "_nobroker_bundle.py"
-#: The promise in README: the whole tool in under 144 KB. The build fails past it. (128 KB held the
-#: layout's split; periodic jobs, cancel, the process pool and checkpoints came after it.)
-MAX_BYTES = 144 * 1024
+#: The promise in README: the whole tool in under 160 KB. The build fails past it. (128 KB held the
+#: layout's split; periodic jobs, cancel, the process pool and checkpoints came after it, then 144 KB
+#: held until AsyncQueue, limits and the control of jobs (snooze, pause, run_now, delete, wait): 148 KB.)
+MAX_BYTES = 160 * 1024
 #: ``./nobroker.pyz`` runs directly on POSIX; ``python nobroker.pyz`` works everywhere.
 INTERPRETER = "/usr/bin/env python3"
 
