@@ -274,6 +274,18 @@ class FileAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase):
         self.addCleanup(twin.close)
         return twin
 
+    async def test_a_wait_runs_in_slices_and_still_returns_the_finished_job(self) -> None:
+        """Off the loop, a wait is the Queue's in slices of FINISH_RECHECK (a cancelled one holds its thread that long)."""
+        q = await self.make_queue()
+        job = await q.enqueue("later")
+        leased = await q.lease_one()
+        assert leased is not None
+        waiting = asyncio.create_task(q.wait(job.id, PATIENCE))
+        await asyncio.sleep(1.5)  # past the first slice: its TimeoutError is not the caller's
+        self.assertFalse(waiting.done(), "still waiting: the job is leased")
+        await q.ack(leased)
+        self.assertIs((await asyncio.wait_for(waiting, PATIENCE)).state, JobState.DONE)
+
     async def test_conn_is_refused_on_the_file_storage(self) -> None:
         q = await self.make_queue()
         with self.assertRaises(ValueError):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self
 
@@ -32,7 +33,7 @@ from ..jobs import DEFAULT_KIND, CompactionResult, Job, JobState, QueueStats
 from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
 from ..limits import Limit
-from ..storage import Storage, StorageOptions, queue_closed, storage_kind
+from ..storage import FINISH_RECHECK, Storage, StorageOptions, queue_closed, seconds_to_block, storage_kind
 from . import calls
 from .base import Opening, open_storage
 
@@ -52,6 +53,18 @@ class OffLoop:
             return await asyncio.to_thread(method, *args)
 
         return off_the_loop
+
+    async def wait_finished(self, job_id: str, timeout: float) -> Job:
+        """The storage's wait in slices of FINISH_RECHECK, so a cancelled wait leaves its thread that long at most."""
+        deadline = time.monotonic() + timeout
+        while True:
+            slice_ = max(0.0, min(deadline - time.monotonic(), FINISH_RECHECK))
+            try:
+                return await asyncio.to_thread(self.storage.wait_finished, job_id, slice_)  # type: ignore[attr-defined,no-any-return]
+            except TimeoutError:
+                job = await asyncio.to_thread(self.storage.get, job_id)
+                if seconds_to_block(job, timeout, deadline) is None:  # TimeoutError at the deadline
+                    return job
 
     @property
     def location(self) -> str:
