@@ -46,6 +46,18 @@ def wait_until(predicate: Any, what: str, timeout: float = WAIT_SECONDS) -> None
         time.sleep(0.01)
 
 
+async def sleep_until_cancelled(
+    started: threading.Event, cancelled: threading.Event, seconds: float = WAIT_SECONDS
+) -> None:
+    """An async handler's body: say it started, then sleep until its task is cancelled, and say that too."""
+    started.set()
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
 class ControlSemantics(_Base):
     """Cancel: what each storage must do, through the public Queue only."""
 
@@ -221,12 +233,7 @@ class ControlSemantics(_Base):
         started, cancelled = threading.Event(), threading.Event()
 
         async def handler(job: Job) -> None:
-            started.set()
-            try:
-                await asyncio.sleep(WAIT_SECONDS)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
+            await sleep_until_cancelled(started, cancelled)
 
         worker = Worker(q, handler, max_jobs=1, handle_signals=False, poll_interval=0.01)
         results: list[Any] = []

@@ -829,6 +829,18 @@ class DlqPurgeTests(CliTestCase):
         self.assert_one_line_error(missing)
         self.assertIn("gone", missing.err)
 
+    def test_why_says_why_and_get_shows_the_attempts(self) -> None:
+        job = self.enqueue("a", "--timeout", "90")
+        self.assertIn("ready and first in line", self.ok("why", job["id"]).out)
+        self.ok("lease")
+        why = self.ok_json("why", job["id"])
+        self.assertEqual(why[0]["code"], "leased")  # type: ignore[index]
+        self.assertIn(f":{os.getpid()}", why[0]["by"])  # type: ignore[index]
+        shown = self.ok("get", job["id"]).out
+        self.assertIn("time limit   90 s", shown)
+        self.assertIn("attempt 1    running at", shown)
+        self.assert_one_line_error(self.cli("why", "no-such-job"))
+
     def test_limit_set_list_clear(self) -> None:
         self.assertEqual(self.cli("limit", "list").code, 1, "list creates no queue")
         self.assertIn("at most 3 leased at once", self.ok("limit", "set", "emails", "--concurrency", "3").out)
@@ -1026,9 +1038,16 @@ class MaintenanceTests(CliTestCase):
 # ---------------------------------------------------------------- work
 HANDLER_MODULE = textwrap.dedent(
     """
+    import threading
+
     import nobroker
 
+    #: What a "slow" job waits on: set by the test once it is done with the abandoned thread.
+    release = threading.Event()
+
     def handle(job):
+        if job.payload == "slow":
+            release.wait(30)
         if job.payload == "fail":
             raise RuntimeError("it failed")
         if job.payload == "permanent":
@@ -1088,6 +1107,19 @@ class WorkTests(CliTestCase):
         self.assertIn("worker stopped: leased 1, succeeded 1", result.out)
         self.assertEqual(self.queue().get(wanted["id"]).state, JobState.DONE)
         self.assertEqual(self.queue().stats().ready, 1)
+
+    def test_work_timeout_and_enqueue_timeout(self) -> None:
+        by_worker = self.enqueue("slow", "--max-attempts", "1")
+        by_job = self.enqueue("slow", "--max-attempts", "1", "--timeout", "0.2")
+        self.assertEqual(by_job["timeout"], 0.2)
+        self.assertNotIn("timeout", by_worker)
+        self.addCleanup(lambda: sys.modules[self.module].release.set() if self.module in sys.modules else None)
+        stats = self.ok_json("work", f"{self.module}:handle", "--max-jobs", "2", "--timeout", "0.3")
+        self.assertEqual((stats["timed_out"], stats["abandoned"], stats["dead"]), (2, 2, 2))  # type: ignore[index]
+        self.assertEqual(self.queue().get(by_worker["id"]).last_error, "timed out after 0.3 s")
+        self.assertEqual(self.queue().get(by_job["id"]).last_error, "timed out after 0.2 s", "the job's own wins")
+        self.assertEqual(self.cli("work", f"{self.module}:handle", "--timeout", "0").code, 2)
+        self.assertEqual(self.cli("enqueue", "x", "--timeout", "-1").code, 2)
 
     def test_bad_handler_specs(self) -> None:
         self.assertEqual(self.cli("work", "no_colon_here").code, 2)

@@ -248,7 +248,8 @@ class ReadsVersionOne(TempDirTestCase):
         names = ["", "ENQUEUE", *V012_KEYS]  # record types 1 to 9, in order
         for rtype, body in records + compacted:
             known = set(V012_ENQUEUE_KEYS) if rtype == 1 else V012_KEYS[names[rtype]]
-            self.assertLessEqual(set(body) - known, {"traceback"}, body)
+            # The traceback; and each attempt's worker and history (issue 15), which 0.1.2 reads past too.
+            self.assertLessEqual(set(body) - known, {"traceback", "by", "attempt_history"}, body)
         self.assertIn("traceback", compacted[0][1])
         self.assertEqual(v012_states(records), ours)
         self.assertEqual(v012_states(compacted), ours)
@@ -290,6 +291,8 @@ class WritesVersionOne(TempDirTestCase):
                 self.assertEqual(list(view.body), [k for k in V012_ENQUEUE_KEYS if k in view.body])
                 for key in set(V012_ENQUEUE_KEYS) - set(view.body):
                     self.assertIn(key, LEFT_OUT_AT_DEFAULT)
+            elif view.type_name == "LEASE":  # and the leasing worker (issue 15), a key 0.1.2 reads past
+                self.assertEqual(set(view.body), V012_KEYS[view.type_name] | {"by"}, view.type_name)
             else:
                 self.assertEqual(set(view.body), V012_KEYS[view.type_name], view.type_name)
         self.assertEqual(seen, {"ENQUEUE", "LEASE", "ACK", "NACK", "RECLAIM", "DEAD", "REQUEUE", "PURGE", "EXTEND"})

@@ -25,11 +25,16 @@ import tempfile
 import tracemalloc
 import unittest
 import zlib
+from unittest import mock
 from typing import Any
 
 from nobroker import CompactionError, CorruptLogError, Queue, SerializationError
 from nobroker.jobs import (
+    MAX_ATTEMPT_HISTORY,
+    MAX_ATTEMPTS_LIMIT,
     MAX_ERROR_CHARS,
+    MAX_SECONDS,
+    MAX_WORKER_CHARS,
     MAX_TRACEBACK_CHARS,
     MAX_ID_CHARS,
     MAX_JSON_DEPTH,
@@ -520,9 +525,18 @@ class HostilePayloads(Folder):
         result = [emoji * ((MAX_RESULT_BYTES - 4) // 12)]
         self.q.close()
         q = Queue(self.dir, auto_compact=None)  # the done job must still be there for repair to rewrite
-        q.enqueue(payload, job_id=emoji * MAX_ID_CHARS, kind=name, dedupe_key=name)
+        q.enqueue(payload, job_id=emoji * MAX_ID_CHARS, kind=name, dedupe_key=name, max_attempts=MAX_ATTEMPTS_LIMIT,
+                  timeout=MAX_SECONDS)  # fmt: skip
         with self.assertRaises(SerializationError):
             q.enqueue(payload + "p")
+        # A full attempt history (issue 15), each attempt by a worker label at its longest.
+        label = mock.patch("nobroker.filestore.leases.worker_label", return_value="w" * MAX_WORKER_CHARS)
+        label.start()
+        self.addCleanup(label.stop)
+        for _ in range(MAX_ATTEMPT_HISTORY):
+            job = q.lease_one(kinds=[name])
+            assert job is not None
+            q.nack(job, delay=0)
         job = q.lease_one(kinds=[name])
         assert job is not None
         q.nack(job, error=emoji * MAX_ERROR_CHARS, traceback=emoji * MAX_TRACEBACK_CHARS, delay=0)
@@ -530,6 +544,7 @@ class HostilePayloads(Folder):
         assert job is not None
         q.set_stage(job, name)
         before = q.get(job.id)
+        self.assertEqual(len(before.attempt_history), MAX_ATTEMPT_HISTORY)
         q.compact()  # writes the live job's whole state into one record
         with Queue(self.dir) as again:
             self.assertEqual(again.get(job.id), before)

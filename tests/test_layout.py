@@ -45,6 +45,7 @@ UNIT_RANKS = {
     "filestore": 7,
     "postgres": 7,
     "locations": 8,
+    "explain": 8,
     "queue": 9,
     "maintenance": 10,
     "worker": 11,

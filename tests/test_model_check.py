@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from nobroker import BackoffPolicy, JobNotFoundError, JobStateError, NotLeasedError, Queue
+from nobroker.jobs import MAX_ATTEMPT_HISTORY
 from tests.simdisk import POWER_CUT_MODES, SimDisk, fresh_queue_path
 from tests.support import LONG, FakeClock
 
@@ -64,6 +65,8 @@ class MJob:
     finished_token: str | None = None
     #: A leased job whose cancel was asked for (issue 15): its lease ends cancelled.
     cancel_requested: bool = False
+    #: The job's time limit (issue 15), stored with it: an ENQUEUE key written only when set.
+    timeout: float | None = None
 
     def view(self) -> dict[str, Any]:
         out = {
@@ -75,6 +78,8 @@ class MJob:
         }  # fmt: skip
         if self.cancel_requested:  # Job.to_dict shows it only when set
             out["cancel_requested"] = True
+        if self.timeout is not None:  # likewise
+            out["timeout"] = self.timeout
         return out
 
 
@@ -173,7 +178,7 @@ class RefModel:
         job = MJob(
             id=spec["job_id"] or new_id, payload=spec["payload"], priority=spec["priority"],
             max_attempts=spec["max_attempts"], available_at=now + spec["delay"], enqueued_at=now,
-            seq=self.next_seq, kind=spec["kind"], dedupe_key=spec["dedupe_key"],
+            seq=self.next_seq, kind=spec["kind"], dedupe_key=spec["dedupe_key"], timeout=spec.get("timeout"),
         )  # fmt: skip
         self.next_seq += 1
         self.jobs[job.id] = job
@@ -430,6 +435,13 @@ class Runner:
         for job_id, expected in want.items():
             got = real[job_id].to_dict()
             got.pop("seq")
+            # The attempt history (issue 15) is not modelled field by field: its invariants are.
+            history = got.pop("attempt_history", [])
+            running = [a for a in history if a["outcome"] == "running"]
+            if len(history) > MAX_ATTEMPT_HISTORY or (running and history[-1]["outcome"] != "running") or (
+                bool(running) != (got["state"] == "leased")  # every lease is recorded with its worker
+            ) or len(running) > 1:
+                raise Mismatch(f"{where}: job {job_id} has an attempt history that cannot be: {history}")
             if got != expected:
                 diff = {k: (got.get(k), expected.get(k)) for k in expected if got.get(k) != expected.get(k)}
                 raise Mismatch(f"{where}: job {job_id} differs (real, model): {diff}")
@@ -522,23 +534,24 @@ class Runner:
                     "job_id": reuse or (f"id-{r.randrange(50)}" if r.random() < 0.2 else None),
                     "kind": r.choice(KINDS),
                     "dedupe_key": r.choice((None, None, None, "k1", "k2")),
+                    "timeout": r.choice((None, None, 2.5)),
                 })  # fmt: skip
             # Everything in one batch shares the kind/priority/delay/max_attempts of enqueue_many's signature.
             if op == "enqueue_many":
                 for s in specs[1:]:
-                    for key in ("priority", "delay", "max_attempts", "kind"):
+                    for key in ("priority", "delay", "max_attempts", "kind", "timeout"):
                         s[key] = specs[0][key]
                 first = specs[0]
                 real_jobs = q.enqueue_many(
                     [s["payload"] for s in specs], priority=first["priority"], delay=first["delay"],
                     max_attempts=first["max_attempts"], job_ids=[s["job_id"] for s in specs], kind=first["kind"],
-                    dedupe_keys=[s["dedupe_key"] for s in specs],
+                    dedupe_keys=[s["dedupe_key"] for s in specs], timeout=first["timeout"],
                 )  # fmt: skip
             else:
                 s = specs[0]
                 real_jobs = [q.enqueue(
                     s["payload"], priority=s["priority"], delay=s["delay"], max_attempts=s["max_attempts"],
-                    job_id=s["job_id"], kind=s["kind"], dedupe_key=s["dedupe_key"],
+                    job_id=s["job_id"], kind=s["kind"], dedupe_key=s["dedupe_key"], timeout=s["timeout"],
                 )]  # fmt: skip
             m.reclaim(now)
             for s, real in zip(specs, real_jobs):
@@ -747,6 +760,8 @@ class Runner:
         if not self.unsynced:
             return
         real = {j.id: j.to_dict() for j in self.queues[0].list_jobs()}
+        for view in real.values():
+            view.pop("attempt_history", None)
         for job_id, job in self.model.jobs.items():
             got = real.get(job_id)
             if got is None:

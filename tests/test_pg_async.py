@@ -227,6 +227,24 @@ class AsyncSemantics:
         self.assertIsNone(await q.set_limit("rated", concurrency=None))
         self.assertEqual(await q.limits(), [])
 
+    async def test_explain_is_awaited_and_names_a_limit_as_the_queue_does(self) -> None:
+        q = await self.make_queue()
+        await q.set_limit("mail", concurrency=1)
+        first, second = await q.enqueue("first", kind="mail"), await q.enqueue("second", kind="mail")
+        self.assertEqual([r.code for r in await q.explain(first)], ["first_in_line"])
+        self.assertEqual([r.code for r in await q.explain(second.id)], ["work_ahead"])
+        leased = await q.lease_one()
+        assert leased is not None and leased.id == first.id
+        self.assertEqual((await q.explain(leased))[0].code, "leased")
+        reasons = await q.explain(second)
+        self.assertEqual([r.code for r in reasons], ["limit"])
+        self.assertIn("the concurrency limit of kind 'mail'", reasons[0])
+        self.assertEqual(reasons, self.sync_twin(q).explain(second), "the same words as the Queue's")
+        await q.ack(leased)
+        self.assertEqual([r.code for r in await q.explain(first)], ["done"])
+        with self.assertRaises(JobNotFoundError):
+            await q.explain("no-such-job")
+
     async def test_calls_run_together_and_a_sync_queue_sees_them(self) -> None:
         q = await self.make_queue()
         jobs = await asyncio.gather(*(q.enqueue(n) for n in range(20)))

@@ -81,10 +81,10 @@ class PlanTests(PostgresTestCase):
         ready = self.q.enqueue("now")
         upkeep = self.explain(self.sql["upkeep"])
         self.assert_few_pages(upkeep, "the upkeep before a claim")
-        claim = self.explain(self.sql.claim(1, kinds=False), vt=30.0, kinds=None)
+        claim = self.explain(self.sql.claim(1, kinds=False), vt=30.0, kinds=None, by="plans:1")
         self.assert_few_pages(claim, "a claim")
         self.assertEqual(claim["Actual Rows"], 1)
-        checked = self.explain(self.sql.claim(1, kinds=False, checked=True), vt=30.0, kinds=None)
+        checked = self.explain(self.sql.claim(1, kinds=False, checked=True), vt=30.0, kinds=None, by="plans:1")
         self.assert_few_pages(checked, "a claim that checks whether the upkeep has work")
         self.assertEqual(checked["Actual Rows"], 1)
         self.assertEqual([job.id for job in self.q.lease(5)], [ready.id])
@@ -95,7 +95,7 @@ class PlanTests(PostgresTestCase):
         for kinds in (["email"], ["email", "sms"]):
             with self.subTest(kinds=kinds):
                 for checked in (False, True):
-                    plan = self.explain(self.sql.claim(1, kinds=True, checked=checked), vt=30.0, kinds=kinds)
+                    plan = self.explain(self.sql.claim(1, kinds=True, checked=checked), vt=30.0, kinds=kinds, by="plans:1")
                     self.assert_few_pages(plan, f"a claim of {kinds}")
                     self.assertEqual(plan["Actual Rows"], 1)
         self.assertEqual([job.id for job in self.q.lease(5, kinds=["email"])], [email.id])

@@ -277,7 +277,7 @@ class Sweep:
                     inflight.add(payload["tag"])
                     job_id = f"j{self.tag}" if rng.random() < 0.3 else None
                     job = q.enqueue(payload, priority=rng.choice((0, 1)), job_id=job_id,
-                                    delay=rng.choice((0.0, 0.0, 30.0)))  # fmt: skip
+                                    delay=rng.choice((0.0, 0.0, 30.0)), timeout=rng.choice((None, None, 2.5)))  # fmt: skip
                     self.acked_enqueue[job.id] = job.payload
                 elif op == "enqueue_many":
                     payloads = [self.payload() for _ in range(rng.randint(2, 5))]

@@ -152,6 +152,7 @@ class LogBuilder:
         do(q.extend, lg, 30)
         do(q.cancel, lg, stopped=True)  # and the one that ends it cancelled
         do(q.resume, "mail")  # a pause carried over by the compaction, lifted in generation one
+        do(q.enqueue, {"t": "with a time limit"}, timeout=2.5)  # an ENQUEUE's optional timeout key
         do(q.set_limit, "api", rate=1, per=3600.0, burst=2)  # a LIMIT that carries the spent bucket over
         do(q.enqueue, {"g": "tail"})
         del f

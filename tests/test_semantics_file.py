@@ -19,6 +19,7 @@ from nobroker import JobState, NotLeasedError, Queue
 from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics_control import ControlSemantics
 from tests.semantics_control2 import Control2Semantics
+from tests.semantics_timeouts import TimeoutSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
 from tests.semantics_limits import LimitSemantics
 from nobroker.filestore.log import JOB_READ_GUESS
@@ -27,8 +28,8 @@ from tests.support import FakeClock, TempDirTestCase
 
 
 class FileQueueSemantics(
-    ControlSemantics, Control2Semantics, HeartbeatSemantics, LimitSemantics, QueueSemantics, ScheduleSemantics,
-    TempDirTestCase,
+    ControlSemantics, Control2Semantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics, QueueSemantics,
+    ScheduleSemantics, TempDirTestCase,
 ):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 

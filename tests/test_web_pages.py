@@ -26,6 +26,7 @@ import subprocess
 import sys
 import unittest
 from typing import Any
+from unittest import mock
 
 import nobroker
 from nobroker import Queue
@@ -494,6 +495,10 @@ class PlaygroundTest(_PageTest):
         """Python's Queue and the page, driven through one script with the same clock, ids and tokens."""
         start = 1_700_000_000.0
         clock = FakeClock(start)
+        # The page writes 0.1.2's LEASE records: no worker label, so no attempt history either.
+        no_label = mock.patch("nobroker.filestore.leases.worker_label", return_value=None)
+        no_label.start()
+        self.addCleanup(no_label.stop)
         with Queue(self.dir, clock=clock, auto_compact=None) as q:
             q.enqueue({"to": "ada@example.com", "n": 1.25}, job_id="a", priority=1)
             q.enqueue(["x", 1.5, "\u00e9"], job_id="b", kind="email", dedupe_key="k", delay=2.0)

@@ -36,6 +36,7 @@ from nobroker import (
 )
 from nobroker.worker.signals import StopSignals
 from tests.pgsupport import PostgresTestCase, fresh_name
+from tests.semantics_control import sleep_until_cancelled
 from tests.support import TempDirTestCase, ThreadedRun, wait_until
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -326,12 +327,7 @@ class AsyncHandlerTests(QueueTestCase):
         queue.lease = lease  # type: ignore[method-assign]
 
         async def handler(job: Any) -> None:
-            started.set()
-            try:
-                await asyncio.sleep(PATIENCE)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
+            await sleep_until_cancelled(started, cancelled, PATIENCE)
 
         worker = Worker(queue, handler, concurrency=2, poll_interval=0.01, handle_signals=False)
         with self.assertLogs("nobroker.worker", "WARNING"), self.assertRaises(KeyboardInterrupt):

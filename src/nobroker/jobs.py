@@ -48,15 +48,21 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 MAX_ESCAPED_CHAR_BYTES = 12
 #: Room in a job's record for its field names, numbers and lease token (they take under 1 KiB).
 RECORD_FIXED_BYTES = 4 * 1024
+#: Attempts a job remembers (its ``attempt_history``): the last this many, oldest first.
+MAX_ATTEMPT_HISTORY = 20
+#: Longest worker label ("host:pid") kept with an attempt; an ASCII-only label (worker_label).
+MAX_WORKER_CHARS = 64
+#: The most one remembered attempt takes in a record: ``[n,started,finished,"<label>","cancelled"],``.
+ATTEMPT_RECORD_BYTES = 192
 #: The most a job's record can hold besides its payload, whichever writer writes it (an
 #: enqueue, compaction, repair): the id, kind, dedupe key, stage, error text and traceback
 #: at their longest, every character in its costliest escape, and the result at its limit.
 RECORD_FIELDS_BYTES = (
     (MAX_ID_CHARS + 3 * MAX_NAME_CHARS + MAX_ERROR_CHARS + MAX_TRACEBACK_CHARS) * MAX_ESCAPED_CHAR_BYTES
-    + MAX_RESULT_BYTES + RECORD_FIXED_BYTES
+    + MAX_RESULT_BYTES + RECORD_FIXED_BYTES + MAX_ATTEMPT_HISTORY * ATTEMPT_RECORD_BYTES
 )
 #: Largest payload, as compact JSON: what a record leaves once every other field is at its
-#: limit, so whatever each operation accepts, the job's record always fits (15,417,344).
+#: limit, so whatever each operation accepts, the job's record always fits (15,413,504).
 MAX_PAYLOAD_BYTES = MAX_RECORD_BYTES - RECORD_FIELDS_BYTES
 
 DEFAULT_KIND = "default"
@@ -138,6 +144,14 @@ class Job:
     #: A leased job that ``cancel`` was asked for: its lease ends cancelled (its ack
     #: and nack are refused), and the Worker sets ``cancelled`` for the handler.
     cancel_requested: bool = False
+    #: The job's own time limit in seconds (``enqueue(..., timeout=)``): a Worker fails an
+    #: attempt that runs longer. None: the Worker's ``timeout``, if it has one.
+    timeout: float | None = None
+    #: Its last MAX_ATTEMPT_HISTORY attempts, oldest first, each a dict: ``attempt`` (its number),
+    #: ``started`` and ``finished`` (epoch seconds; finished None while it runs), ``seconds``,
+    #: ``by`` (the leasing worker, "host:pid") and ``outcome`` (running, done, failed, dead,
+    #: expired, cancelled, snoozed).
+    attempt_history: tuple[dict[str, Any], ...] = ()
 
     @property
     def cancelled(self) -> CancelFlag:
@@ -156,13 +170,20 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (state as its string value).
 
-        ``cancel_requested`` only when true: a job never cancelled keeps the
-        shape of nobroker 0.1.2 and 0.2 (the log's newer fields work the same way).
+        ``cancel_requested`` only when true, ``timeout`` only when set: a job
+        that uses neither keeps the shape of nobroker 0.1.2 and 0.2 (the log's
+        newer fields work the same way).
         """
         out = dataclasses.asdict(self)
         out["state"] = self.state.value
         if not self.cancel_requested:
             del out["cancel_requested"]
+        if self.timeout is None:
+            del out["timeout"]
+        if self.attempt_history:
+            out["attempt_history"] = [dict(attempt) for attempt in self.attempt_history]
+        else:
+            del out["attempt_history"]
         return out
 
     @classmethod
@@ -176,6 +197,9 @@ class Job:
         for name in ("available_at", "enqueued_at"):
             if name in known:
                 known[name] = float(known[name])
+        if known.get("timeout") is not None:
+            known["timeout"] = float(known["timeout"])
+        known["attempt_history"] = tuple(dict(attempt) for attempt in known.get("attempt_history") or ())
         return cls(**known)
 
     def snapshot(self) -> Job:
@@ -188,6 +212,23 @@ class Job:
 
 
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+#: An attempt as both storages keep it: [attempt, started, finished, by, outcome].
+AttemptRow = list[Any]
+
+
+def attempt_view(row: AttemptRow) -> dict[str, Any]:
+    """One remembered attempt (a stored row) as Job.attempt_history shows it."""
+    attempt, started, finished, by, outcome = row
+    seconds = None if finished is None or started is None else round(max(finished - started, 0.0), 6)
+    return {"attempt": attempt, "started": started, "finished": finished, "seconds": seconds, "by": by, "outcome": outcome}
+
+
+def attempt_history(rows: Any, running: AttemptRow | None) -> tuple[dict[str, Any], ...]:
+    """The attempts a job shows: its stored rows (a list, or None), then the one that runs now, if any."""
+    shown = [attempt_view(row) for row in rows or ()]
+    if running is not None:
+        shown.append(attempt_view(running))
+    return tuple(shown[-MAX_ATTEMPT_HISTORY:])
 #: The final states: a job in one of them never runs again.
 FINISHED_STATES = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
 
@@ -382,6 +423,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_PAYLOAD_BYTES",
     "MAX_RESULT_BYTES",
+    "MAX_ATTEMPT_HISTORY",
     "MAX_BATCH_JOBS",
     "MAX_JSON_DEPTH",
     "DEFAULT_KIND",

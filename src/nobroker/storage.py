@@ -5,9 +5,9 @@ add, already validated and encoded), and the choice of storage from a
 location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
-ids and fencing tokens, what a refused ack/nack/extend says
-(``refusal``), and the loop of ``Queue.wait`` (``wait_until_finished``).
-Imports: errors, jobs, limits, schedules.
+ids and fencing tokens, the worker label a lease records (``worker_label``), what a
+refused ack/nack/extend says (``refusal``), and the loop of ``Queue.wait``
+(``wait_until_finished``). Imports: errors, jobs, limits, schedules.
 
 The Queue facade validates arguments and turns ``Job | id`` into
 ``(id, token)``; a storage only stores. Two siblings implement it:
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import JobCancelledError, JobFinishedError, JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
-from .jobs import FINISHED_STATES, BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .jobs import FINISHED_STATES, MAX_WORKER_CHARS, BackoffPolicy, CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .limits import Limit
 from .schedules import Schedule, ScheduleSpec
 
@@ -67,6 +68,8 @@ class EnqueueSpec(NamedTuple):
     job_id: str | None
     kind: str
     dedupe_key: str | None
+    #: The job's time limit in seconds (None: the Worker's), stored with the job.
+    timeout: float | None = None
 
 
 class Storage(Protocol):
@@ -152,6 +155,9 @@ class Storage(Protocol):
     def delete(self, job_id: str) -> Job: ...
 
     def wait_finished(self, job_id: str, timeout: float) -> Job: ...
+
+    # ---- explain (issue 15): the storage's own clock, which its reads are "as of"
+    def now(self) -> float: ...
 
     @property
     def location(self) -> str: ...
@@ -290,6 +296,16 @@ def dsn_parameters(dsn: str) -> dict[str, str]:
 def new_job_id() -> str:
     """16 hex digits of randomness: unique without coordination between processes."""
     return os.urandom(8).hex()
+
+
+_LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def worker_label() -> str:
+    """This process as a lease records it: ``host:pid``, ASCII only, at most MAX_WORKER_CHARS (a long host cut)."""
+    pid = str(os.getpid())
+    host = _LABEL_UNSAFE.sub("_", socket.gethostname())[: MAX_WORKER_CHARS - len(pid) - 1] or "host"
+    return f"{host}:{pid}"
 
 
 def new_token() -> str:

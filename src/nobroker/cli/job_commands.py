@@ -37,6 +37,8 @@ def cmd_enqueue(args: argparse.Namespace, out: Output) -> int:
     options: dict[str, Any] = {"priority": args.priority, "delay": args.delay, "kind": args.kind}
     if args.max_attempts is not None:
         options["max_attempts"] = args.max_attempts
+    if args.timeout is not None:
+        options["timeout"] = args.timeout
     with open_queue(args, create=True) as queue:
         if args.count == 1 and not args.count_given:
             job = queue.enqueue(payload, job_id=args.id, dedupe_key=args.dedupe_key, **options)
@@ -147,6 +149,17 @@ def cmd_get(args: argparse.Namespace, out: Output) -> int:
         out.document(job.to_dict())
     else:
         job_detail(out, job)
+    return EXIT_OK
+
+
+def cmd_why(args: argparse.Namespace, out: Output) -> int:
+    with open_queue(args) as queue:
+        reasons = queue.explain(args.id)
+    if out.as_json:
+        out.document([reason.to_dict() for reason in reasons])
+    else:
+        for reason in reasons:
+            out.line(f"- {safe(str(reason))}")
     return EXIT_OK
 
 

@@ -203,6 +203,15 @@ def job_table(out: Output, jobs: Sequence[Job]) -> None:
         out.line(_job_row(job, now))
 
 
+def attempt_text(attempt: dict[str, Any]) -> str:
+    """One attempt of a job's history: its outcome, when, how long, by which worker."""
+    started = attempt.get("started")
+    when = "" if started is None else f" at {utc(started)}"
+    took = "" if attempt.get("seconds") is None else f", {attempt['seconds']:.3f} s"
+    by = "" if attempt.get("by") is None else f", by {safe(attempt['by'])}"
+    return f"{safe(str(attempt.get('outcome')))}{when}{took}{by}"
+
+
 def job_detail(out: Output, job: Job) -> None:
     now = time.time()
 
@@ -228,6 +237,10 @@ def job_detail(out: Output, job: Job) -> None:
         field("dedupe key", safe(job.dedupe_key))
     if job.stage is not None:
         field("stage", safe(job.stage))
+    if job.timeout is not None:
+        field("time limit", f"{job.timeout:g} s")
+    for attempt in job.attempt_history:
+        field(f"attempt {attempt['attempt']}", attempt_text(attempt))
     if job.last_error:
         multiline("last error", safe(job.last_error, keep_newlines=True))
     if job.traceback:

@@ -28,7 +28,7 @@ from .bench import DEFAULT_SECONDS as BENCH_SECONDS
 from .bench import MAX_SECONDS as BENCH_MAX_SECONDS
 from .bench import MIN_SECONDS as BENCH_MIN_SECONDS
 from .job_commands import (
-    DEFAULT_LIST_LIMIT, MAX_ENQUEUE_COUNT, cmd_ack, cmd_dlq, cmd_enqueue, cmd_extend, cmd_get, cmd_lease, cmd_list,
+    DEFAULT_LIST_LIMIT, MAX_ENQUEUE_COUNT, cmd_ack, cmd_dlq, cmd_enqueue, cmd_extend, cmd_get, cmd_lease, cmd_list, cmd_why,
     cmd_nack,
 )  # fmt: skip
 from .location import DEFAULT_DIR, DEFAULT_QUEUE, ENV_DSN
@@ -160,6 +160,8 @@ def _add_producing_and_consuming(add: _Add) -> None:
     p.add_argument("--id", metavar="JOB_ID", help="idempotent: if the queue still holds this id, nothing new is scheduled")
     p.add_argument("--kind", default="default", help="the job's type; workers may lease only some kinds (default: default)")
     p.add_argument("--dedupe-key", metavar="KEY", help="at most one ready/leased job per (kind, key)")
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="the job's time limit: a worker fails an attempt that runs longer")
     p.add_argument("--count", type=int_in(1, MAX_ENQUEUE_COUNT), default=None, metavar="N",
                    help="enqueue N copies in batches (prints the ids; --json prints a list)")
 
@@ -206,8 +208,12 @@ def _add_looking(add: _Add) -> None:
     p.add_argument("--offset", type=int_at_least(0), default=0, metavar="N", help="skip the first N")
     p.add_argument("--kind", metavar="KIND", help="only jobs of this kind")
 
-    p = add("get", "show one job in full (payload, attempts, error, stage, result)",
+    p = add("get", "show one job in full (payload, attempts and their history, error, stage, result)",
             "  nobroker get 01J9ZQ3F6Y", cmd_get)
+    p.add_argument("id", metavar="ID")
+
+    p = add("why", "say why a job is where it is (delayed, backing off, leased by whom, work ahead, ...)",
+            "  nobroker why 01J9ZQ3F6Y\n  nobroker why 01J9ZQ3F6Y --json", cmd_why)
     p.add_argument("id", metavar="ID")
 
     p = add("dlq", "list the dead-letter queue, or requeue it (all, or one id)",
@@ -275,6 +281,8 @@ def _add_running(add: _Add) -> None:
     p.add_argument("--max-jobs", type=int_at_least(1), default=None, metavar="N", help="stop after N jobs (in total)")
     p.add_argument("--idle-timeout", type=nonneg_float, default=None, metavar="SECONDS",
                    help="stop after this long with no work (each process)")
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="time limit of each job without its own: an attempt that runs longer fails")
     p.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeat for several)")
 
     p = add(

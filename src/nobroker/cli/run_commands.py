@@ -90,7 +90,7 @@ def cmd_work(args: argparse.Namespace, out: Output) -> int:
         try:
             worker = Worker(
                 queue, handler, concurrency=args.concurrency, max_jobs=args.max_jobs, idle_timeout=args.idle_timeout,
-                handle_signals=False, kinds=args.kind, processes=processes,
+                handle_signals=False, kinds=args.kind, processes=processes, timeout=getattr(args, "timeout", None),
             )  # fmt: skip
         except NotImplementedError as exc:  # --processes where there is no fork
             raise UsageError(str(exc)) from None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jobs import DEFAULT_KIND, Job, JobState
+from ..jobs import DEFAULT_KIND, MAX_ATTEMPT_HISTORY, Job, JobState, attempt_history
 
 READY, LEASED, DONE, DEAD = JobState.READY, JobState.LEASED, JobState.DONE, JobState.DEAD
 CANCELLED = JobState.CANCELLED
@@ -26,6 +26,8 @@ NOWHERE, IN_READY, IN_DELAYED = 0, 1, 2
 #: The job states by their text in a record.
 STATES = {s.value: s for s in JobState}
 _NUMBERS = frozenset({int, float})
+#: An attempt that ended before its deadline, by the job's new state (READY: it failed, for a retry).
+_ENDED_AS = {DONE: "done", DEAD: "dead", CANCELLED: "cancelled"}
 
 
 class Entry:
@@ -35,6 +37,7 @@ class Entry:
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
         "result", "offset", "size", "heap", "row", "finished_token", "traceback", "cancel_requested",
+        "timeout", "history", "leased_by", "leased_at",
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int, size: int = 0) -> None:
@@ -64,6 +67,12 @@ class Entry:
         self.finished_token: Any = self.lease_token if self.state is DONE else None
         self.traceback: str | None = get("traceback")
         self.cancel_requested: bool = get("cancel_requested", False) is True
+        self.timeout: float | None = get("timeout")
+        # Attempts that ended ([attempt, started, finished, by, outcome] each), and who leased
+        # the running one when (a compaction writes them; a LEASE record sets the lease's).
+        self.history: list[Any] | None = get("attempt_history")
+        self.leased_by: str | None = get("leased_by")
+        self.leased_at: float | None = get("leased_at")
         self.offset = offset
         self.size = size  # bytes of the framed ENQUEUE record at ``offset``
         self.heap = NOWHERE
@@ -76,6 +85,9 @@ class Entry:
             and (self.lease_deadline is None or type(self.lease_deadline) in _NUMBERS)
             and (self.dedupe_key is None or type(self.dedupe_key) is str)
             and (self.traceback is None or type(self.traceback) is str)
+            and (self.timeout is None or type(self.timeout) in _NUMBERS)
+            and (self.history is None or type(self.history) is list)
+            and (self.leased_at is None or type(self.leased_at) in _NUMBERS)
         ):  # fmt: skip
             self._explain(body)
 
@@ -89,8 +101,11 @@ class Entry:
         for name in ("enqueued_at", "available_at"):
             if name in body:
                 check_time(body[name], name)
-        if body.get("lease_deadline") is not None:
-            check_time(body["lease_deadline"], "lease_deadline")
+        if body.get("attempt_history") is not None and type(body["attempt_history"]) is not list:
+            raise TypeError(f"field attempt_history is {body['attempt_history']!r}, expected a list")
+        for name in ("lease_deadline", "timeout", "leased_at"):
+            if body.get(name) is not None:
+                check_time(body[name], name)
         check_text(body.get("kind", DEFAULT_KIND), "kind")
         for name in ("dedupe_key", "traceback"):
             if body.get(name) is not None:
@@ -100,7 +115,7 @@ class Entry:
     @classmethod
     def fresh(
         cls, job_id: str, priority: int, max_attempts: int, available_at: float, enqueued_at: float,
-        seq: int, kind: str, dedupe_key: str | None, offset: int,
+        seq: int, kind: str, dedupe_key: str | None, offset: int, timeout: float | None = None,
     ) -> Entry:  # fmt: skip
         """A just-enqueued job, built from values instead of a decoded body (the writer's fast path)."""
         self = cls.__new__(cls)
@@ -109,6 +124,8 @@ class Entry:
         self.lease_deadline = self.lease_token = self.last_error = self.stage = self.result = None
         self.finished_token = self.traceback = None
         self.cancel_requested = False
+        self.timeout = timeout
+        self.history = self.leased_by = self.leased_at = None
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, NOWHERE
         self.size, self.row = 0, -1  # the writer sets the size once the record is framed
         return self
@@ -120,8 +137,35 @@ class Entry:
             self.id, payload, self.priority, self.state, self.attempts, self.max_attempts,
             self.available_at, self.enqueued_at, self.lease_deadline, self.lease_token,
             self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result, self.traceback,
-            self.cancel_requested,
+            self.cancel_requested, self.timeout,
+            attempt_history(self.history, self.running_attempt()) if self.history or self.leased_at is not None else (),
         )  # fmt: skip
+
+    def running_attempt(self) -> list[Any] | None:
+        """The attempt that runs now, as a history row (None unless leased with its start known)."""
+        if self.state is not LEASED or self.leased_at is None:
+            return None
+        return [self.attempts, self.leased_at, None, self.leased_by, "running"]
+
+    def ended_attempt(self, at: Any, deadline: float, state: JobState, ended_as: str | None = None) -> list[Any]:
+        """The running attempt as a history row, ended at ``at`` with the job now in ``state``.
+
+        ``ended_as`` names an ending the state does not tell (a snooze: "snoozed").
+
+        Past the lease's ``deadline`` it expired (its worker went away): it
+        finished at the deadline, whatever wrote it down later.
+        """
+        expired = type(at) not in _NUMBERS or at >= deadline
+        outcome = "cancelled" if state is CANCELLED else "expired" if expired else ended_as or _ENDED_AS.get(state, "failed")
+        return [self.attempts, self.leased_at, deadline if expired else at, self.leased_by, outcome]
+
+    def end_attempt(self, at: Any, deadline: float, ended_as: str | None = None) -> None:
+        """The running attempt ended (a record at ``at`` left the job in its new state): into its history."""
+        if self.leased_at is None:
+            return
+        row, history = self.ended_attempt(at, deadline, self.state, ended_as), self.history
+        self.history = [*history[1 - MAX_ATTEMPT_HISTORY :], row] if history else [row]
+        self.leased_at = self.leased_by = None
 
 
 #: An Entry with no field set, for code that fills every slot itself (the cold rows, snapshots).

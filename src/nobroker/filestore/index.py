@@ -286,6 +286,7 @@ class JobRows:
         entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
         entry.finished_token = entry.traceback = None
         entry.cancel_requested = False
+        entry.timeout = entry.history = entry.leased_by = entry.leased_at = None
         entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
         entry.size, entry.heap, entry.row = size, IN_READY, row
         return entry

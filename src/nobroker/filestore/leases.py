@@ -28,7 +28,16 @@ from typing import Any, Protocol
 from ..codec import load_json
 from ..errors import JobNotFoundError, NotLeasedError
 from ..jobs import BackoffPolicy, Job, JobState
-from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, new_token, refusal
+from ..storage import (
+    EnqueueSpec,
+    cancel_refusal,
+    finished_refusal,
+    job_not_found,
+    new_job_id,
+    new_token,
+    refusal,
+    worker_label,
+)
 from . import limit_ops, records
 from .entry import CANCELLED, DEAD, DONE, LEASED, READY, Entry
 from .framing import RecordType, frame
@@ -98,7 +107,7 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
         available_at = now + spec.delay if spec.delay else now
         entry = Entry.fresh(
             job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
-            spec.kind, spec.dedupe_key, 0,
+            spec.kind, spec.dedupe_key, 0, spec.timeout,
         )  # fmt: skip
         batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times)), number)
         created[job_id] = spec.payload
@@ -128,12 +137,13 @@ def lease(
     if None in state.paused:  # the whole queue is paused (control_ops.pause)
         return taken
     skip = frozenset(k for k in state.paused if k is not None) if state.paused else _NONE_PAUSED
+    by = worker_label()
     while len(taken) < count:
         # Under limits, each pick sees the LEASE records the ones before it added.
         entry = state.pop_ready(now, limit_ops.lease_kinds(state, now, kinds) if state.limits else kinds, skip)
         if entry is None:
             break
-        batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token()))
+        batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token(), by))
         # Read the payload now, while the file lock pins the generation
         # that entry.offset points into.
         taken.append(job_of(entry))

@@ -19,7 +19,7 @@ import heapq
 from collections.abc import Iterator
 from operator import attrgetter
 
-from ..jobs import BackoffPolicy, Job, JobState, QueueStats
+from ..jobs import BackoffPolicy, Job, JobState, QueueStats, attempt_history
 from ..storage import job_not_found
 from . import leases
 from .entry import CANCELLED, DEAD, READY, Entry
@@ -35,7 +35,11 @@ def shown(entry: Entry, now: float, backoff: BackoffPolicy, job_of: JobOf) -> Jo
     """The job as a read at ``now`` shows it."""
     job = job_of(entry)
     if leases.lease_expired(entry, now):
-        return dataclasses.replace(job, **leases.as_reclaimed(entry, backoff))
+        fields = leases.as_reclaimed(entry, backoff)
+        if entry.leased_at is not None:  # the attempt shows as the reclaim will record it: expired at the deadline
+            ended = entry.ended_attempt(now, entry.lease_deadline, fields["state"])  # type: ignore[arg-type]
+            fields["attempt_history"] = attempt_history(entry.history, ended)
+        return dataclasses.replace(job, **fields)
     return job
 
 

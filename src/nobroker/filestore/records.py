@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from ..jobs import DEFAULT_KIND
-from .entry import Entry, check_int, check_time, check_traceback
+from .entry import Entry, check_int, check_text, check_time, check_traceback
 from .framing import RecordType
 
 Record = tuple[RecordType, dict[str, Any]]
@@ -40,7 +40,7 @@ _ENQUEUE_TEXT_PRIORITY = (
 )
 _HEX_ID = frozenset("0123456789abcdef")
 #: Keys a rewritten job body never keeps from its older body: each is written only when set.
-_ONLY_WHEN_SET = ("stage", "result", "cancel_requested")
+_ONLY_WHEN_SET = ("stage", "result", "cancel_requested", "timeout", "attempt_history", "leased_at", "leased_by")
 
 
 # ---------------------------------------------------------------- ENQUEUE
@@ -75,6 +75,8 @@ def enqueue_body(entry: Entry, payload_json: str, times: dict[int, str] | None =
         text += ',"kind":' + json.dumps(entry.kind)
     if entry.dedupe_key is not None:
         text += ',"dedupe_key":' + json.dumps(entry.dedupe_key)
+    if entry.timeout is not None:  # a key 0.1.2 ignores; left out when unused
+        text += ',"timeout":' + repr(entry.timeout)
     return (text + "}").encode("ascii")
 
 
@@ -99,6 +101,12 @@ def job_fields(entry: Entry) -> dict[str, Any]:
         out["traceback"] = entry.traceback
     if entry.cancel_requested:
         out["cancel_requested"] = True
+    if entry.timeout is not None:
+        out["timeout"] = entry.timeout
+    if entry.history:
+        out["attempt_history"] = entry.history
+    if entry.leased_at is not None and entry.state.value == "leased":  # who runs it, and since when
+        out["leased_at"], out["leased_by"] = entry.leased_at, entry.leased_by
     return out
 
 
@@ -122,8 +130,12 @@ def rewritten_job(entry: Entry, body: dict[str, Any]) -> Record:
 
 
 # ---------------------------------------------------------------- encoders of the other types
-def lease(job_id: str, at: float, deadline: float, attempts: int, token: str) -> Record:
-    return RecordType.LEASE, {"id": job_id, "at": at, "deadline": deadline, "attempts": attempts, "token": token}
+def lease(job_id: str, at: float, deadline: float, attempts: int, token: str, by: str | None = None) -> Record:
+    """LEASE; ``by``: the leasing worker ("host:pid"), a key 0.1.2 ignores (its attempt history)."""
+    body = {"id": job_id, "at": at, "deadline": deadline, "attempts": attempts, "token": token}
+    if by is not None:
+        body["by"] = by
+    return RecordType.LEASE, body
 
 
 def ack(job_id: str, at: float, *, with_result: bool = False, result: Any = None) -> Record:
@@ -178,9 +190,17 @@ def cancel(job_id: str, at: float, *, requested: bool = False) -> Record:
 # ---------------------------------------------------------------- decoders
 # Each reads every field it returns before replay changes anything, so a
 # refused record leaves the state as it was.
-def decode_lease(body: dict[str, Any]) -> tuple[int, float, Any]:
-    """(attempts, deadline, token)."""
-    return check_int(body["attempts"], "attempts"), check_time(body["deadline"], "deadline"), body["token"]
+def decode_lease(body: dict[str, Any]) -> tuple[int, float, Any, float | None, str | None]:
+    """(attempts, deadline, token, at, by); at and by None for a lease without its worker.
+
+    An attempt's history starts with a lease that names its worker: a log an
+    older nobroker wrote (or the docs' playground) has none, and shows none.
+    """
+    by = body.get("by")
+    return (
+        check_int(body["attempts"], "attempts"), check_time(body["deadline"], "deadline"), body["token"],
+        None if by is None else check_time(body["at"], "at"), None if by is None else check_text(by, "by"),
+    )  # fmt: skip
 
 
 def decode_ack(body: dict[str, Any]) -> tuple[bool, Any]:

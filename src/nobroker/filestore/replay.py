@@ -141,8 +141,9 @@ class QueueState(JobRows):
                 return
             # Only these two records leave a job READY without indexing it again.
             entry = self._warm(row, IN_READY if rtype in _KEEPS_READY else NOWHERE)
+        deadline = entry.lease_deadline if entry.state is LEASED else None
         if rtype == RecordType.LEASE:
-            attempts, deadline, token = records.decode_lease(body)
+            attempts, deadline, token, entry.leased_at, entry.leased_by = records.decode_lease(body)
             self._set_state(entry, LEASED)
             entry.attempts, entry.lease_token, entry.lease_deadline, entry.stage = attempts, token, deadline, None
             heapq.heappush(self.leases, (deadline, entry.seq, entry.id))
@@ -181,10 +182,15 @@ class QueueState(JobRows):
             elif entry.state is READY and entry.heap == NOWHERE:  # warmed from a cold row: index it again
                 self._push_ready(entry, entry.available_at)
         elif rtype == RecordType.SNOOZE:
-            available_at, at, entry.attempts = control_records.decode_snooze(body)
+            available_at, at, attempts = control_records.decode_snooze(body)
             self._make_ready(entry, available_at, at)
+            if deadline is not None:  # the attempt (by the number it ran as) ended snoozed
+                entry.end_attempt(at, deadline, "snoozed")
+            entry.attempts = attempts
         elif rtype == RecordType.DELETE:
             self._drop(entry)
+        if deadline is not None and entry.state is not LEASED:  # the attempt ended: into its history (bounded)
+            entry.end_attempt(body.get("at"), deadline)
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
@@ -234,7 +240,7 @@ class QueueState(JobRows):
         if (
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
-            and entry.result is None and entry.traceback is None
+            and entry.result is None and entry.traceback is None and entry.timeout is None and not entry.history
         ):  # fmt: skip
             if number == -2:
                 number = id_number(entry.id)
@@ -441,6 +447,6 @@ class QueueState(JobRows):
 
 
 #: Fields a writer includes only when set (to something a cold row cannot hold).
-_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested"})
+_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested", "timeout", "attempt_history", "leased_at"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)

@@ -123,6 +123,9 @@ class FileStorage(Compactor):
     def purge(self) -> int:
         return self._write(leases.purge)
 
+    def now(self) -> float:
+        return self.clock()
+
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
         return self._write(partial(leases.cancel, queue=self.name, job_id=job_id, token=token, stopped=stopped, job_of=self._job))
 

@@ -181,6 +181,9 @@ class AsyncPostgresStorage:
         t, sql = self._target, self.sync.limit_sql()
         return await self._side.run("next slot", lambda: limit_ops.seconds_to_slot(t, sql, kinds), retry=True)
 
+    async def now(self) -> float:
+        return self.sync.now()
+
     async def limit_holding(self, kind: str) -> str | None:
         t, sql = self._target, self.sync.limit_sql()
         return await self._side.run("limit holding", lambda: limit_ops.holding(t, sql, kind), retry=True)

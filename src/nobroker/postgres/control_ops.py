@@ -25,7 +25,7 @@ from ..storage import finished_refusal, job_not_found
 from . import operations as ops
 from . import queue_ops as whole
 from .steps import Steps, every, one, run
-from .fragments import COLUMNS, DELETE_TALLY, NOTIFY, NOW, TALLY
+from .fragments import COLUMNS, DELETE_TALLY, NOTIFY, NOW, TALLY, ended
 from .statements import quote_schema, row_job
 
 #: A snooze's (``s``): leased to ready, or to scheduled when it comes back later.
@@ -36,13 +36,14 @@ _RUN_NOW_TALLY = TALLY.format(source="r", active="0", scheduled="-count(*) FILTE
                               dead="0", cancelled="0", having="bool_or(r.was)")  # fmt: skip
 _TEMPLATES = {
     # The holder's lease (token NULL: an operator), its cancel not asked for: ready at
-    # now + secs with the attempt given back; its last error stays.
+    # now + secs with the attempt given back; its last error stays; the attempt ends
+    # in the history as "snoozed" (by the number it ran as: SET reads the old row).
     "snooze": f"""
         WITH s AS (
         UPDATE {{schema}}.jobs AS j SET
             state = 'ready', attempts = j.attempts - 1,
             available_at = {NOW} + %(secs)s::float8 * interval '1 second', scheduled = %(secs)s::float8 > 0,
-            lease_deadline = NULL, lease_token = NULL
+            lease_deadline = NULL, lease_token = NULL, {ended(NOW, "'snoozed'")}
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {COLUMNS}, j.scheduled AS sched

@@ -24,7 +24,8 @@ COLUMNS = (
     "j.id, j.payload::text, j.priority, j.state, j.attempts, j.max_attempts, "
     "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
     "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
-    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback, j.cancel_requested"
+    "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback, j.cancel_requested, j.timeout, "
+    "j.attempt_history::text, j.leased_by, date_part('epoch', j.leased_at), date_part('epoch', j.lease_deadline)"
 )
 NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
 BACKOFF = f"{NOMINAL} * (1 - %(b_jitter)s * random())"
@@ -54,8 +55,17 @@ SHOWN = (
     f"CASE WHEN {EXPIRED} AND {DIES} THEN {EXPIRY_ERROR} ELSE j.last_error END, "
     "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
     f"CASE WHEN {EXPIRED} AND {DIES} THEN NULL ELSE j.traceback END, "
-    f"j.cancel_requested AND NOT {LAPSED}"
+    f"j.cancel_requested AND NOT {LAPSED}, j.timeout, "
+    "j.attempt_history::text, j.leased_by, date_part('epoch', j.leased_at), date_part('epoch', j.lease_deadline)"
 )
+
+
+def ended(finished: str, outcome: str) -> str:
+    """What a statement that ends the running attempt sets: its history, one attempt longer (sql/009)."""
+    return (
+        "attempt_history = {schema}.attempt_appended(j.attempt_history, j.attempts, j.leased_at, "
+        f"{finished}, j.leased_by, {outcome}), leased_at = NULL, leased_by = NULL"
+    )
 #: Marks a part read by due time (jobs_scheduled, a short range that the next
 #: claim empties) and sorted after, rather than walked in seq order through
 #: every scheduled job whose time has not come.
@@ -103,6 +113,7 @@ UPKEEP = f"""
                 cancel_requested = false,
                 last_error = CASE WHEN x.dies THEN {EXPIRY_ERROR} ELSE j.last_error END,
                 traceback = CASE WHEN x.dies THEN NULL ELSE j.traceback END,
+                {ended("j.lease_deadline", "CASE WHEN x.cancels THEN 'cancelled' ELSE 'expired' END")},
                 lease_deadline = NULL, lease_token = NULL
             FROM expired AS x
             WHERE j.queue = x.queue AND j.id = x.id
@@ -132,7 +143,7 @@ UNPAUSED = (
 )
 CLAIM_SET = f"""
         UPDATE {{schema}}.jobs AS j SET
-            state = 'leased', attempts = j.attempts + 1, stage = NULL,
+            state = 'leased', attempts = j.attempts + 1, stage = NULL, leased_by = %(by)s, leased_at = {NOW},
             lease_token = replace(gen_random_uuid()::text, '-', ''),
             lease_deadline = {NOW} + %(vt)s::float8 * interval '1 second'"""
 # The claim reads only the claim's index: ready jobs whose time has come
@@ -199,10 +210,11 @@ def batch_of(alias: str) -> str:
     """
     # A payload that is JSON null comes out of json_to_recordset as SQL NULL:
     # coalesce gives it back its JSON text, as the column (NOT NULL) stores it.
-    return f"""(SELECT r.id, r.kind, r.prio, r.max, r.delay, r.key, coalesce(r.payload, 'null'::json) AS payload, r.ord
+    return f"""(SELECT r.id, r.kind, r.prio, r.max, r.delay, r.key, coalesce(r.payload, 'null'::json) AS payload,
+                    r.timeout, r.ord
              FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
-                 id text, kind text, prio int4, max int4, delay float8, key text, payload json))
-             WITH ORDINALITY AS r(id, kind, prio, max, delay, key, payload, ord)) AS {alias}"""
+                 id text, kind text, prio int4, max int4, delay float8, key text, payload json, timeout float8))
+             WITH ORDINALITY AS r(id, kind, prio, max, delay, key, payload, timeout, ord)) AS {alias}"""
 
 
 #: Every statement that moves jobs between the counted sets (active: ready,
@@ -220,7 +232,9 @@ INSERT_TALLY = TALLY.format(cancelled="0",
 )
 INSERT_RETURNS = f"""
         SELECT i.id, i.seq, i.available, i.enqueued, {NOTIFY} FROM i"""
-INSERT_COLUMNS = "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload, scheduled)"
+INSERT_COLUMNS = (
+    "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload, scheduled, timeout)"
+)
 
 #: An ack's (``a``): leased to done.
 ACK_TALLY = TALLY.format(cancelled="0", source="a", active="-count(*)", scheduled="0", done="count(*)", dead="0",

@@ -7,8 +7,8 @@ are: a Queue drives them, an AsyncQueue awaits them): ``put``, ``remove``,
 wait watches), ``holding`` (the limit holding a kind back, in words, for
 explain), ``lease``, the lease of a queue that has limits, and ``claim``,
 the lease of any queue (operations.lease, then ``lease`` when it found
-limits). Imports: jobs, codec, limits, fragments, statements, steps,
-operations.
+limits). Imports: jobs, codec, limits, storage, fragments, statements,
+steps, operations.
 
 Race-free across processes and hosts: a lease of a queue with limits is
 one transaction that (1) reclaims expired leases (their slots free), (2)
@@ -31,6 +31,7 @@ from ..jobs import Job
 from ..limits import MAX_LIMITS, Bucket, Limit, budget, carried, from_fields, taken, to_fields
 from ..limits import holding as limit_holding
 from ..limits import seconds_to_slot as slot_wait
+from ..storage import worker_label
 from . import operations as ops
 from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED
 from .statements import quote_schema, row_job
@@ -195,8 +196,8 @@ def _lease(
     caps = {kind: min(budget(*limits[kind], leased.get(kind, 0), now), count) for kind in mine}
     free = [kind for kind in mine if caps[kind] > 0]
     params = t.params(
-        vt=visibility_timeout, all=kinds is None, kinds=sorted(kinds or ()), held=sorted(limits), lk=free,
-        caps=[caps[kind] for kind in free], count=count,
+        vt=visibility_timeout, by=worker_label(), all=kinds is None, kinds=sorted(kinds or ()), held=sorted(limits),
+        lk=free, caps=[caps[kind] for kind in free], count=count,
     )  # fmt: skip
     jobs = [row_job(row) for row in (yield every(sql.text["claim"], params))]
     for kind in free:

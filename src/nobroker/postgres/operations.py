@@ -51,10 +51,10 @@ from typing import Any, NoReturn
 from ..errors import LockTimeoutError, StorageError
 from ..jobs import Job, JobState
 from ..jobs import FINISHED_STATES
-from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal
+from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal, worker_label
 from .connection import Session
 from .driver import pg_errors, psycopg
-from .statements import Statements, row_job
+from .statements import JOB_COLUMNS, Statements, row_job
 from .steps import Steps, drive, every, one, pause, piped, run
 
 logger = logging.getLogger("nobroker.postgres")
@@ -108,7 +108,8 @@ def batch_rows(specs: list[EnqueueSpec], ids: list[str]) -> str:
     assert len(specs) == len(ids), "an id per job"
     rows = ",".join(
         f'{{"id":{_json_text(job_id)},"kind":{_json_text(s.kind)},"prio":{s.priority},"max":{s.max_attempts},'
-        f'"delay":{s.delay!r},"key":{_json_text(s.dedupe_key)},"payload":{s.payload_json}}}'
+        f'"delay":{s.delay!r},"key":{_json_text(s.dedupe_key)},"payload":{s.payload_json}'
+        + ("}" if s.timeout is None else f',"timeout":{s.timeout!r}}}')
         for s, job_id in zip(specs, ids)
     )
     return f"[{rows}]"
@@ -146,6 +147,7 @@ def insert_one_fresh(t: Target, spec: EnqueueSpec, notify: bool) -> Steps[Job | 
     params = {
         "q": t.queue, "off": t.clock_offset, "chan": t.channel, "notify": notify, "id": job_id, "kind": spec.kind,
         "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
+        "timeout": spec.timeout,
     }  # fmt: skip
     try:
         row = yield one(t.sql["insert_one_fresh"], params)
@@ -153,7 +155,7 @@ def insert_one_fresh(t: Target, spec: EnqueueSpec, notify: bool) -> Steps[Job | 
         return None
     return Job(
         id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
-        available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind,
+        available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind, timeout=spec.timeout,
     )  # fmt: skip
 
 
@@ -252,7 +254,7 @@ def _insert_as(
         spec = specs[0]
         params.update(
             id=ids[0], kind=spec.kind, prio=spec.priority, max=spec.max_attempts, delay=spec.delay,
-            key=spec.dedupe_key, payload=spec.payload_json,
+            key=spec.dedupe_key, payload=spec.payload_json, timeout=spec.timeout,
         )  # fmt: skip
         statement = "insert_one"
     else:
@@ -271,6 +273,7 @@ def _insert_as(
         jobs[job_id] = Job(
             id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
             available_at=available_at, enqueued_at=enqueued_at, seq=seq, kind=spec.kind, dedupe_key=spec.dedupe_key,
+            timeout=spec.timeout,
         )  # fmt: skip
     return jobs
 
@@ -303,8 +306,8 @@ def upkeep_then(t: Target, statement: str, params: dict[str, Any]) -> Steps[list
 
 
 #: Where a checked claim's rows say whether the upkeep has work, and whether the queue has limits (fragments.DUE).
-UPKEEP_DUE = 18
-LIMITED = 19
+UPKEEP_DUE = JOB_COLUMNS
+LIMITED = JOB_COLUMNS + 1
 
 
 def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> Steps[list[Job] | None]:
@@ -319,7 +322,7 @@ def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str
     rows the upkeep changed only as a statement after it.
     """
     some = kinds is not None
-    params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds))
+    params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds), by=worker_label())
     rows = yield every(t.sql.claim(count, kinds=some, checked=True), params)
     if rows and rows[0][LIMITED]:
         assert len(rows) == 1 and rows[0][0] is None, "a claim that found limits took nothing"
@@ -392,7 +395,7 @@ def ack_many(t: Target, items: list[tuple[str, str | None, str | None]]) -> Step
 
 
 #: Where a nack's row says whether it notified: 0 runnable at once, not notified; 1 notified; NULL not runnable.
-NACK_NOTIFIED = 20
+NACK_NOTIFIED = JOB_COLUMNS + 2
 
 
 def nack(

@@ -20,7 +20,8 @@ parameters, by name:
 - ``id`` / ``ids`` job ids; ``token`` / ``tokens`` fencing tokens (NULL: an
   operator acting by id, no check);
 - enqueue: ``kind(s)``, ``prio(s)``, ``max(s)`` (max_attempts),
-  ``delay(s)`` (seconds), ``key(s)`` (dedupe keys), ``payload(s)`` (JSON text);
+  ``delay(s)`` (seconds), ``key(s)`` (dedupe keys), ``payload(s)`` (JSON text),
+  ``timeout`` (seconds or NULL);
 - lease: ``vt`` (visibility timeout, seconds) and ``kinds`` (or none);
 - ack: ``result(s)`` (JSON text or NULL); nack: ``error``, ``traceback``,
   ``delay`` (NULL: the backoff's), ``perm`` (PermanentError: straight to
@@ -39,7 +40,7 @@ import re
 from typing import Any
 
 from ..codec import load_json
-from ..jobs import BackoffPolicy, Job, JobState
+from ..jobs import BackoffPolicy, Job, JobState, attempt_history
 from .fragments import (
     ACK_TALLY,
     BACKOFF,
@@ -66,6 +67,7 @@ from .fragments import (
     UNLESS_DUE,
     UPKEEP,
     batch_of,
+    ended,
 )
 
 #: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
@@ -116,7 +118,7 @@ _TEMPLATES: dict[str, str] = {
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {INSERT_COLUMNS}
         VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {NOW} + %(delay)s::float8 * interval '1 second',
-                {NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0)
+                {NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0, %(timeout)s::float8)
         {{conflict}}
         RETURNING {INSERTED}, j.scheduled
         ), {INSERT_TALLY}{INSERT_RETURNS}""",
@@ -124,7 +126,7 @@ _TEMPLATES: dict[str, str] = {
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {INSERT_COLUMNS}
         SELECT %(q)s, u.id, u.kind, u.prio, u.max, {NOW} + u.delay * interval '1 second', {NOW}, u.key,
-               u.payload, u.delay > 0
+               u.payload, u.delay > 0, u.timeout
         FROM {batch_of("u")}
         ORDER BY u.ord
         {{conflict}}
@@ -139,7 +141,7 @@ _TEMPLATES: dict[str, str] = {
         INSERT INTO {{schema}}.jobs AS j (seq, {INSERT_COLUMNS[1:]}
         OVERRIDING SYSTEM VALUE
         SELECT u.seq, %(q)s, u.id, u.kind, u.prio, u.max, {NOW} + u.delay * interval '1 second', {NOW}, u.key,
-               u.payload, u.delay > 0
+               u.payload, u.delay > 0, u.timeout
         FROM (SELECT v.*, nextval(%(seqname)s::regclass) AS seq FROM (
                   SELECT * FROM {batch_of("w")} ORDER BY w.ord) AS v) AS u
         ORDER BY u.kind, u.key, u.id, u.ord
@@ -160,7 +162,7 @@ _TEMPLATES: dict[str, str] = {
         WITH a AS (
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
-            finished_at = {NOW},
+            finished_at = {NOW}, {ended(NOW, "'done'")},
             result = coalesce(%(result)s::json, j.result)
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
@@ -171,7 +173,7 @@ _TEMPLATES: dict[str, str] = {
         WITH a AS (
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
-            finished_at = {NOW},
+            finished_at = {NOW}, {ended(NOW, "'done'")},
             result = coalesce(u.result, j.result)
         FROM json_to_recordset(%(rows)s::json) AS u(id text, token text, result json)
         WHERE j.queue = %(q)s AND j.id = ANY({BATCH_IDS}) AND j.id = u.id
@@ -190,7 +192,8 @@ _TEMPLATES: dict[str, str] = {
             scheduled = NOT (%(perm)s OR j.attempts >= j.max_attempts)
                         AND coalesce(%(delay)s::float8, {NOMINAL}) > 0,
             finished_at = CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN {NOW} END,
-            last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL
+            last_error = %(error)s, traceback = %(traceback)s, lease_deadline = NULL, lease_token = NULL,
+            {ended(NOW, "CASE WHEN %(perm)s OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'failed' END")}
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING {COLUMNS}, j.state = 'ready' AND NOT j.scheduled AS runnable, j.scheduled AS sched
@@ -226,7 +229,10 @@ _TEMPLATES: dict[str, str] = {
             scheduled = false,
             finished_at = CASE WHEN j.state = 'ready' OR %(stopped)s THEN {NOW} END,
             lease_deadline = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_deadline END,
-            lease_token = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_token END
+            lease_token = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_token END,
+            attempt_history = CASE WHEN %(stopped)s THEN {{schema}}.attempt_appended(
+                j.attempt_history, j.attempts, j.leased_at, {NOW}, j.leased_by, 'cancelled') ELSE j.attempt_history END,
+            leased_at = CASE WHEN %(stopped)s THEN NULL ELSE j.leased_at END
         FROM (SELECT queue, id, scheduled AS was_scheduled FROM {{schema}}.jobs
               WHERE queue = %(q)s AND id = %(id)s FOR UPDATE) AS o
         WHERE j.queue = o.queue AND j.id = o.id
@@ -423,16 +429,24 @@ def backoff_parameters(policy: BackoffPolicy) -> dict[str, float]:
 
 
 _STATES = {s.value: s for s in JobState}
+#: How many columns COLUMNS (and SHOWN) are: what a statement returns after them starts here.
+JOB_COLUMNS = 23
 
 
 def row_job(row: Any) -> Job:
     """The Job a row of COLUMNS (or of SHOWN, their read-only twin) makes; columns past them are ignored."""
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result, traceback, cancel_requested) = row[:18]  # fmt: skip
+     deadline, token, error, seq, kind, key, stage, result, traceback, cancel_requested, timeout,
+     history, leased_by, leased_at, raw_deadline) = row[:JOB_COLUMNS]  # fmt: skip
+    running = None
+    if leased_at is not None:  # leased; or a lease that expired, which a read shows as its reclaim will record it
+        outcome = "running" if state == "leased" else "cancelled" if state == "cancelled" else "expired"
+        running = [attempts, leased_at, None if state == "leased" else raw_deadline, leased_by, outcome]
     return Job(
         id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
         max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
         result=None if result is None else load_json(result), traceback=traceback,
-        cancel_requested=bool(cancel_requested),
+        cancel_requested=bool(cancel_requested), timeout=timeout,
+        attempt_history=attempt_history(None if history is None else load_json(history), running),
     )  # fmt: skip

@@ -303,6 +303,10 @@ class PostgresStorage(ControlStorage):
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
         return self._link.run(ops.SET_STAGE, lambda c: drive(c, ops.set_stage(self._target, job_id, token, stage)), retry=True)
 
+    def now(self) -> float:
+        """This host's clock plus the test-only offset (the database's clock is the truth; they agree closely)."""
+        return time.time() + self._target.clock_offset
+
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
         return self._link.run("cancel", lambda c: drive(c, ops.cancel(self._target, job_id, token, stopped)), retry=True)

@@ -13,6 +13,7 @@ The package, in its order (a module imports only modules above it):
     periodic.py   schedule, unschedule, schedules, enqueue_due
     control.py    cancel, snooze, pause, resume, paused, run_now, delete, wait
     limiting.py   set_limit, clear_limit, limits: limits per kind
+    explaining.py  explain: why a job is where it is (the reasons from explain.py)
     facade.py     Queue: the parts put together
     asyncqueue.py  AsyncQueue: the same calls awaited (PostgreSQL natively, files off the loop)
 

@@ -3,7 +3,7 @@
 Owns: AsyncQueue (the Queue's API, each call a coroutine, its arguments
 checked by calls.py exactly as Queue checks them) and OffLoop (a storage
 whose calls run in a thread, awaited). Imports: checks, jobs, schedules,
-limits, storage, calls, base, postgres.asyncstorage (only for a DSN: it needs psycopg).
+limits, explain, storage, calls, base, explaining, postgres.asyncstorage (only for a DSN: it needs psycopg).
 
 On PostgreSQL the work and the reads are native async: the same statements
 the Queue sends (postgres/operations.py), awaited on psycopg's
@@ -33,8 +33,9 @@ from ..jobs import DEFAULT_KIND, CompactionResult, Job, JobState, QueueStats
 from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
 from ..limits import Limit
+from ..explain import Reason, explain
 from ..storage import FINISH_RECHECK, Storage, StorageOptions, queue_closed, seconds_to_block, storage_kind
-from . import calls
+from . import calls, explaining
 from .base import Opening, open_storage
 
 
@@ -142,19 +143,24 @@ class AsyncQueue(Opening):
     async def enqueue(
         self, payload: Any, *, priority: int = 0, delay: float = 0.0, max_attempts: int | None = None,
         job_id: str | None = None, kind: str = DEFAULT_KIND, dedupe_key: str | None = None, conn: Any = None,
+        timeout: float | None = None,
     ) -> Job:  # fmt: skip
         """As Queue.enqueue; ``conn``: a psycopg AsyncConnection whose open transaction the job joins."""
-        specs = calls.enqueue_one(self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key)
+        specs = calls.enqueue_one(
+            self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout
+        )  # fmt: skip
         jobs = await (await self._open_storage()).enqueue(specs, conn)
         return jobs[0]  # type: ignore[no-any-return]
 
     async def enqueue_many(
         self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0, max_attempts: int | None = None,
         job_ids: Sequence[str | None] | None = None, kind: str = DEFAULT_KIND,
-        dedupe_keys: Sequence[str | None] | None = None, conn: Any = None,
+        dedupe_keys: Sequence[str | None] | None = None, conn: Any = None, timeout: float | None = None,
     ) -> list[Job]:  # fmt: skip
         """As Queue.enqueue_many: one durable write (one fsync, or one statement) for the batch."""
-        specs = calls.enqueue_many(self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys)
+        specs = calls.enqueue_many(
+            self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys, timeout
+        )  # fmt: skip
         return await (await self._open_storage()).enqueue(specs, conn) if specs else []  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ consuming
@@ -230,6 +236,18 @@ class AsyncQueue(Opening):
 
     async def compact(self) -> CompactionResult:
         return await (await self._open_storage()).compact()  # type: ignore[no-any-return]
+
+    async def explain(self, job: JobRef) -> list[Reason]:
+        """As Queue.explain: the same facts, each read awaited."""
+        found = await self.get(checks.job_ref(job)[0])
+        storage = await self._open_storage()
+        now = float(await storage.now())
+        listed, holding, paused = None, None, []
+        if explaining.runnable(found, now):
+            listed = await self.list_jobs("runnable", kind=found.kind, limit=explaining.MAX_AHEAD_SCANNED)
+            holding = await storage.limit_holding(found.kind)
+            paused = await storage.paused()
+        return explain(found, explaining.facts_of(found, now, listed, holding, self.visibility_timeout, paused))
 
     # ------------------------------------------------------------ control and periodic jobs
     async def cancel(self, job: JobRef, *, stopped: bool = False) -> Job:

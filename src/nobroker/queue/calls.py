@@ -40,7 +40,7 @@ NackArgs = tuple[str, str | None, str | None, float | None, bool, str | None]
 
 def spec(
     default_attempts: int, stored: tuple[str, Any], priority: int, delay: float, max_attempts: int | None,
-    job_id: str | None, kind: str, dedupe_key: str | None,
+    job_id: str | None, kind: str, dedupe_key: str | None, timeout: float | None = None,
 ) -> EnqueueSpec:  # fmt: skip
     """One job to add; ``stored``: its payload as stored_json gives it (the text, the value read back)."""
     if not isinstance(priority, int) or isinstance(priority, bool):
@@ -56,20 +56,23 @@ def spec(
         job_id=None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS),
         kind=checks.text(kind, "kind", MAX_NAME_CHARS),
         dedupe_key=None if dedupe_key is None else checks.text(dedupe_key, "dedupe_key", MAX_NAME_CHARS),
+        timeout=None if timeout is None else checks.seconds(timeout, "timeout", allow_zero=False),
     )
 
 
 def enqueue_one(
     default_attempts: int, payload: Any, priority: int, delay: float, max_attempts: int | None,
-    job_id: str | None, kind: str, dedupe_key: str | None,
+    job_id: str | None, kind: str, dedupe_key: str | None, timeout: float | None = None,
 ) -> list[EnqueueSpec]:  # fmt: skip
-    """The one job ``enqueue`` adds, as the storage's list of one."""
-    return [spec(default_attempts, stored_json(payload), priority, delay, max_attempts, job_id, kind, dedupe_key)]
+    """The one job ``enqueue`` adds, as the storage's list of one (``timeout``: its time limit, or None)."""
+    stored = stored_json(payload)
+    return [spec(default_attempts, stored, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout)]
 
 
 def enqueue_many(
     default_attempts: int, payloads: Iterable[Any], priority: int, delay: float, max_attempts: int | None,
     job_ids: Sequence[str | None] | None, kind: str, dedupe_keys: Sequence[str | None] | None,
+    timeout: float | None = None,
 ) -> list[EnqueueSpec]:  # fmt: skip
     """The jobs ``enqueue_many`` adds (an empty list: nothing to do)."""
     payloads = list(payloads)
@@ -81,14 +84,16 @@ def enqueue_many(
         return []
     texts, stored = stored_json_many(payloads)
     # What every job of the batch shares is checked once, not once per job.
-    first = spec(default_attempts, (texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0])
+    first = spec(
+        default_attempts, (texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0], timeout
+    )  # fmt: skip
     specs = [first]
     for payload, text, job_id, key in zip(stored[1:], texts[1:], job_ids[1:], dedupe_keys[1:]):
         specs.append(
             EnqueueSpec(
                 payload, text, first.priority, first.delay, first.max_attempts,
                 None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS), first.kind,
-                None if key is None else checks.text(key, "dedupe_key", MAX_NAME_CHARS),
+                None if key is None else checks.text(key, "dedupe_key", MAX_NAME_CHARS), first.timeout,
             )  # fmt: skip
         )
     return specs

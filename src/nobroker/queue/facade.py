@@ -1,19 +1,20 @@
 """The public Queue: one facade, two storages.
 
 Owns: Queue, the parts put together (each part is a module of this package).
-Imports: work, looking, periodic, control, limiting.
+Imports: work, looking, periodic, control, limiting, explaining.
 """
 
 from __future__ import annotations
 
 from .control import ControlMethods
+from .explaining import ExplainMethods
 from .limiting import LimitMethods
 from .looking import LookMethods
 from .periodic import ScheduleMethods
 from .work import WorkMethods
 
 
-class Queue(WorkMethods, LookMethods, ScheduleMethods, ControlMethods, LimitMethods):
+class Queue(WorkMethods, ExplainMethods, LookMethods, ScheduleMethods, ControlMethods, LimitMethods):
     """A durable job queue. Enqueue work, lease it, ack it.
 
     ``Queue("./jobs")`` keeps the queue in a folder on local disk (created if

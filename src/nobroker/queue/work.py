@@ -34,6 +34,7 @@ class WorkMethods(QueueBase):
         kind: str = DEFAULT_KIND,
         dedupe_key: str | None = None,
         conn: Any = None,
+        timeout: float | None = None,
     ) -> Job:
         """Add one job and return it once it is durable.
 
@@ -41,8 +42,13 @@ class WorkMethods(QueueBase):
         with that id (in any state, until a compaction drops it once done, or
         a purge), the existing job is returned and nothing is scheduled.
         ``dedupe_key`` allows one ready-or-leased job per (kind, key).
+        ``timeout``: the job's time limit in seconds, stored with it: a Worker
+        fails an attempt that runs longer ("timed out after S s"), as it does
+        with its own ``timeout`` for jobs without one.
         """
-        specs = calls.enqueue_one(self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key)
+        specs = calls.enqueue_one(
+            self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout
+        )  # fmt: skip
         return self._open_storage().enqueue(specs, conn)[0]
 
     def enqueue_many(
@@ -56,9 +62,12 @@ class WorkMethods(QueueBase):
         kind: str = DEFAULT_KIND,
         dedupe_keys: Sequence[str | None] | None = None,
         conn: Any = None,
+        timeout: float | None = None,
     ) -> list[Job]:
-        """Add many jobs in one durable write (one fsync for the whole batch)."""
-        specs = calls.enqueue_many(self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys)
+        """Add many jobs in one durable write (one fsync for the whole batch); ``timeout`` as in enqueue, for each."""
+        specs = calls.enqueue_many(
+            self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys, timeout
+        )  # fmt: skip
         return self._open_storage().enqueue(specs, conn) if specs else []
 
     # ------------------------------------------------------------ consuming

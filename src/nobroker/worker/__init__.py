@@ -17,6 +17,7 @@ The package, in its order (a module imports only modules above it):
     heartbeat.py  Running jobs and the thread that renews their leases
     acks.py       ack_batch: the acks of many finished jobs in one ack_many
     settle.py     Settler: ack or nack each job, count it in exactly one bucket
+    timeouts.py   TimeLimits and the Watchdog: a handler past its time limit fails its attempt
     runners.py    HandlerThreads, or LoopTasks (async handlers as tasks); the SettlingThread
     budget.py     max_jobs shared by the processes of a pool: a pipe of tokens
     child.py      one forked worker process, from fork to exit; its reports
@@ -47,8 +48,8 @@ Threads inside one running Worker:
 
 With ``processes=N`` the thread that called ``run()`` forks N children and
 supervises them (pool.py); each child runs a Worker of its own, with the
-threads above. Later homes: per-job time limits and cancellation of running
-jobs belong with the runners and the heartbeat.
+threads above. With time limits (timeouts.py), one watchdog thread more ends
+the attempts of handler threads that run past theirs.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ logger = logging.getLogger("nobroker.worker")
 #: handler), said on the pipe first. INTERRUPTED: a second SIGINT reached it.
 #: BROKEN: the child failed outside its Worker (a bug).
 EXIT_OK, EXIT_FAILED, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 70, 71, 130
+#: REPLACE: its Worker abandoned a handler thread past its time limit and stopped (the stuck
+#: thread ends with the process): the pool starts another in its place.
+EXIT_REPLACE = 72
 #: How often a running child sends its counts (only when they changed).
 REPORT_SECONDS = 0.5
 #: The signals a child takes back to their defaults until its Worker installs its own.
@@ -209,6 +212,8 @@ def _child_main(spec: ChildSpec) -> int:
     code = EXIT_OK
     try:
         worker.run()
+        if getattr(worker, "replace_me", False) is True:
+            code = EXIT_REPLACE
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except BaseException as exc:

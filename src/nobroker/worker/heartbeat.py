@@ -50,7 +50,7 @@ LOST_ERRORS: tuple[type[BaseException], ...] = (NotLeasedError, JobNotFoundError
 class Running:
     """One leased job between lease and ack/nack: what the heartbeat renews."""
 
-    __slots__ = ("job", "timeout", "interval", "renew_at", "lost", "cancelled", "_task", "_task_lock")
+    __slots__ = ("job", "timeout", "interval", "renew_at", "lost", "cancelled", "limit", "claimed", "_task", "_task_lock")
 
     def __init__(self, job: Job, timeout: float, leased_at: float) -> None:
         assert timeout > 0, "a lease length is positive"
@@ -62,6 +62,10 @@ class Running:
         self.lost = False
         #: Set when a renewal found the job's cancel asked for: the attempt ends cancelled.
         self.cancelled = False
+        #: The handler's time limit in seconds (timeouts.py), once it started; None: no limit.
+        self.limit: float | None = None
+        #: Taken by whoever settles a job with a limit first: its handler, or the watchdog at the limit.
+        self.claimed = False
         self._task: Any = None  # the concurrent future of an async handler's task, once it runs
         self._task_lock = threading.Lock()
 
@@ -72,6 +76,12 @@ class Running:
             cancel = self.cancelled
         if cancel:
             task.cancel()
+
+    def claim(self) -> bool:
+        """Take the right to settle this job; False if the other side (handler or watchdog) took it first."""
+        with self._task_lock:
+            taken, self.claimed = self.claimed, True
+        return not taken
 
     def cancel(self) -> None:
         """Tell the handler: ``job.cancelled`` set (where the Job has one), its async task cancelled."""

@@ -39,6 +39,11 @@ class WorkerStats:
     and its attempt ended cancelled, whatever the handler did. ``snoozed``:
     the handler raised ``Snooze(seconds)`` and the job went back to ready
     for later without spending an attempt (``q.snooze``).
+    Not buckets of their own (such a job is counted failed or dead too):
+    ``timed_out``, handlers that ran past their time limit (the attempt
+    failed with "timed out after S s"), and of those ``abandoned``, the ones on
+    a thread that could not be stopped (left to finish in the background; a
+    new thread took its place and its late outcome is ignored).
     """
 
     leased: int = 0
@@ -48,13 +53,15 @@ class WorkerStats:
     lost_leases: int = 0
     cancelled: int = 0
     snoozed: int = 0
+    timed_out: int = 0
+    abandoned: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        """The counts as a JSON-ready dict (``cancelled`` and ``snoozed`` only when some job was)."""
+        """The counts as a JSON-ready dict (``cancelled``, ``snoozed``, ``timed_out``, ``abandoned`` only when not 0)."""
         out = dataclasses.asdict(self)
-        for newer in ("cancelled", "snoozed"):
-            if not out[newer]:
-                del out[newer]
+        for name in ("cancelled", "snoozed", "timed_out", "abandoned"):
+            if not out[name]:
+                del out[name]
         return out
 
 

@@ -34,6 +34,7 @@ from .budget import BudgetFeed
 from .child import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_REPLACE,
     STOP_SIGNALS,
     ChildSpec,
     MakeWorker,
@@ -260,6 +261,11 @@ class ProcessPool:
             logger.info("%s: worker process %d finished", self._name, child.pid)
         elif self._stop_asked.is_set():
             logger.info("%s: worker process %d ended while stopping (%s)", self._name, child.pid, how)
+        elif code == EXIT_REPLACE:  # it left a handler thread past its time limit running: a new process
+            with self._lock:
+                self._replaced += 1
+            logger.warning("%s: worker process %d retired after a handler timed out; starting another", self._name, child.pid)
+            self._respawn.append((max(time.monotonic(), child.started + RESPAWN_PAUSE), child.slot))
         else:
             with self._lock:
                 self._replaced += 1

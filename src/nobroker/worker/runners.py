@@ -12,8 +12,10 @@ a write with (one job at a time) or no ``ack_many`` to share it in (acks
 from many threads then run at once, as before). Runners take leased jobs with
 ``run(entries)`` and call ``finished(entry)`` once per job, after it was
 settled (after an abort nothing more is settled or counted); the Worker
-counts its free slots from that.
-Imports: outcome, asyncloop, heartbeat, settle.
+counts its free slots from that. A handler past its time limit (timeouts.py):
+an async one's task is cancelled; a handler thread is abandoned and a new one
+takes its place.
+Imports: outcome, asyncloop, heartbeat, settle, timeouts.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from __future__ import annotations
 import queue as queue_module
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from .asyncloop import EventLoopThread
 from .heartbeat import Running
 from .outcome import Handler, Outcome, call_async_handler, call_handler
 from .settle import Settler
+from .timeouts import TimeLimits
 
 #: Called once per job, after it was settled (or given up on).
 Finished = Callable[[Running], None]
@@ -118,7 +121,7 @@ class HandlerThreads:
 
     def __init__(
         self, handler: Handler, settler: Settler, loop: EventLoopThread, concurrency: int, batch_acks: bool,
-        name: str, finished: Finished, fail: Fail,
+        name: str, finished: Finished, fail: Fail, limits: TimeLimits,
     ) -> None:  # fmt: skip
         self._handler = handler
         self._settler = settler
@@ -127,42 +130,71 @@ class HandlerThreads:
         self._name = name
         self._finished = finished
         self._fail = fail
+        self._limits = limits
         shared = concurrency > 1 and batch_acks
         self._settling = SettlingThread(settler, name, finished, fail) if shared else None
         self._work: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # the live ones: an abandoned thread leaves this list
+        self._threads_lock = threading.Lock()
+        self._started = 0
 
     def start(self) -> None:
         if self._settling is not None:
             self._settling.start()
-        for index in range(self._concurrency):
-            thread = threading.Thread(target=self._main, name=f"{self._name}-handler-{index}", daemon=True)
-            thread.start()
+        for _ in range(self._concurrency):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        with self._threads_lock:
+            thread = threading.Thread(target=self._main, name=f"{self._name}-handler-{self._started}", daemon=True)
+            self._started += 1
             self._threads.append(thread)
+        thread.start()
+
+    def _expire(self, entry: Running) -> None:
+        """On the watchdog's thread, at the limit of a job it claimed: fail the attempt, abandon its thread."""
+        self._settler.settle(entry, self._limits.outcome(entry))
+        with self._threads_lock:
+            stuck = [thread for thread in self._threads if getattr(thread, "nobroker_running", None) is entry]
+            for thread in stuck:
+                self._threads.remove(thread)
+        self._start_thread()  # before the slot is free: the drain then knows every live thread
+        self._limits.counted(entry, abandoned=True)
+        too_many = self._limits.too_many_abandoned()
+        if too_many is not None:
+            self._fail(too_many, "time limits")
+        self._finished(entry)
 
     def run(self, entries: list[Running]) -> None:
         for entry in entries:
             self._work.put(entry)
 
     def stop(self) -> None:
-        """Every job has finished: let the threads go, and wait for them."""
-        for _ in self._threads:
+        """Every job has finished: let the threads go, and wait for them (not for abandoned ones)."""
+        with self._threads_lock:
+            threads = list(self._threads)
+        for _ in threads:
             self._work.put(None)
-        for thread in self._threads:
+        for thread in threads:
             thread.join()
+        self._limits.stop()
         if self._settling is not None:
             self._settling.stop()
         self._loop.stop()
 
     def abort(self) -> None:
         """Let go at once: running handlers finish in the background, nothing new starts or is settled."""
-        for _ in self._threads:
+        with self._threads_lock:
+            threads = list(self._threads)
+        for _ in threads:
             self._work.put(None)
+        self._limits.stop()
         if self._settling is not None:
             self._settling.abort()
         self._loop.abort()
 
     def _main(self) -> None:
+        me: Any = threading.current_thread()
         while True:
             entry = self._work.get()
             if entry is None:
@@ -170,7 +202,13 @@ class HandlerThreads:
             handed_over = False
             try:
                 if not self._settler.aborted:  # after a second Ctrl-C nothing new starts
+                    me.nobroker_running = entry
+                    limited = self._limits.watch(entry, self._expire)
                     outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
+                    if limited and not entry.claim():  # past its limit: the watchdog settled it
+                        handed_over = True
+                        return  # this thread was abandoned; a new one took its place
+                    me.nobroker_running = None
                     if self._settling is not None and outcome.error is None:
                         self._settling.put((entry, outcome, None))  # its ack shares the next write
                         handed_over = True
@@ -193,10 +231,11 @@ class LoopTasks:
     """
 
     def __init__(self, handler: Handler, settler: Settler, loop: EventLoopThread, name: str,
-                 finished: Finished, fail: Fail) -> None:  # fmt: skip
+                 finished: Finished, fail: Fail, limits: TimeLimits) -> None:  # fmt: skip
         self._handler = handler
         self._settler = settler
         self._loop = loop
+        self._limits = limits
         self._settling = SettlingThread(settler, name, finished, fail)
 
     def start(self) -> None:
@@ -220,22 +259,26 @@ class LoopTasks:
         if self._settler.aborted:
             return
         try:
-            done: Done = (entry, *await call_async_handler(self._handler, entry.job))
+            returned, timed_out = await self._limits.run_task(entry, call_async_handler(self._handler, entry.job))
+            done: Done = (entry, self._limits.outcome(entry), None) if timed_out else (entry, *returned)
         except BaseException as exc:  # a bug here (or a cancel at the first step): still settled, and it stops the worker
             outcome = Outcome()
             outcome.failed(exc)
             done = (entry, outcome, exc)
+            timed_out = False
         self._settling.put(done)
+        if timed_out:
+            self._limits.counted(entry, abandoned=False)
 
 
 def runner_for(
     handler: Handler, is_async: bool, settler: Settler, loop: EventLoopThread, concurrency: int, batch_acks: bool,
-    name: str, finished: Finished, fail: Fail,
+    name: str, finished: Finished, fail: Fail, limits: TimeLimits,
 ) -> Runner:  # fmt: skip
     """The runner a handler needs: tasks on the loop for an async one, else threads.
 
     ``batch_acks``: the queue has ``ack_many``, so acks are worth sharing a write.
     """
     if is_async:
-        return LoopTasks(handler, settler, loop, name, finished, fail)
-    return HandlerThreads(handler, settler, loop, concurrency, batch_acks, name, finished, fail)
+        return LoopTasks(handler, settler, loop, name, finished, fail, limits)
+    return HandlerThreads(handler, settler, loop, concurrency, batch_acks, name, finished, fail, limits)

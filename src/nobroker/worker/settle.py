@@ -59,6 +59,12 @@ class Settler:
     def abort(self) -> None:
         self.aborted = True
 
+    def count_timed_out(self, abandoned: bool) -> None:
+        """A handler ran past its time limit (timeouts.py); ``abandoned``: on a thread left running."""
+        with self._lock:
+            self._stats.timed_out += 1
+            self._stats.abandoned += abandoned
+
     def settle(self, entry: Running, outcome: Outcome) -> None:
         """One job, settled by the thread that ran it (a worker that runs one job at a time)."""
         # Unregistered first, so a renewal racing with this ack cannot

@@ -8,8 +8,8 @@ that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
-interrupt, outcome, asyncloop, heartbeat, settle, runners, budget, pool,
-ticks (which enqueues the queue's due periodic jobs).
+interrupt, outcome, asyncloop, heartbeat, settle, timeouts, runners, budget,
+pool, ticks (which enqueues the queue's due periodic jobs).
 
 Idling: with nothing to lease, the run() thread blocks in the queue's
 ``wait_for_jobs``. When the queue says writers wake its waiters
@@ -48,6 +48,7 @@ from .runners import runner_for
 from .settle import Settler
 from .signals import StopSignals
 from .ticks import TickThread
+from .timeouts import TimeLimits, check_timeout
 
 logger = logging.getLogger("nobroker.worker")
 
@@ -95,7 +96,8 @@ class Worker:
     SIGINT/SIGTERM stops leasing and lets running jobs finish; a second SIGINT
     raises KeyboardInterrupt at once (those leases then expire normally).
     ``kinds``: lease only jobs of these kinds. ``name``: used in logs and
-    thread names.
+    thread names. ``timeout``: the time limit in seconds of every job that
+    has none of its own (``enqueue(..., timeout=)``); see timeouts.py.
 
     ``processes``: run in that many pre-forked worker processes instead, each
     with ``concurrency`` jobs at once (for CPU-bound handlers; POSIX only: it
@@ -124,10 +126,16 @@ class Worker:
         kinds: Iterable[str] | str | None = None,
         name: str | None = None,
         processes: int | None = None,
+        timeout: float | None = None,
         _heartbeat: bool = True,
         _budget: LeaseBudget | None = None,
+        _child: bool = False,
     ) -> None:
         check_options(handler, concurrency, poll_interval, max_jobs, idle_timeout, processes)
+        self._timeout = check_timeout(timeout)
+        #: A worker process of a pool that abandoned a thread: it stops, and the pool replaces it.
+        self.replace_me = False
+        self._child = _child
         if isinstance(kinds, str):
             kinds = [kinds]
         self._queue = queue
@@ -163,9 +171,10 @@ class Worker:
         self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
         #: The signal handler run() installs (with handle_signals, in the main thread).
         self._on_signal = self._signals.handle
+        limits = TimeLimits(self._timeout, self._settler, self.name, self._abandoned_a_thread)
         self._runner = runner_for(
             handler, is_async_handler(handler), self._settler, self._loop, concurrency, self._access.acks_many,
-            self.name, self._job_finished, self._fail,
+            self.name, self._job_finished, self._fail, limits,
         )  # fmt: skip
         self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
 
@@ -224,6 +233,10 @@ class Worker:
     @property
     def handle_signals(self) -> bool:
         return self._handle_signals
+
+    @property
+    def timeout(self) -> float | None:
+        return self._timeout
 
     def stop(self) -> None:
         """Stop leasing; ``run()`` returns once the running jobs finished. Any thread.
@@ -304,6 +317,7 @@ class Worker:
             self._queue, self._handler, concurrency=self._concurrency, poll_interval=self._poll_interval,
             idle_timeout=self._idle_timeout, handle_signals=True, kinds=self._kinds,
             name=f"{self.name}-{slot}" if self._named else None, _heartbeat=self._use_heartbeat, _budget=budget,
+            timeout=self._timeout, _child=True,
         )  # fmt: skip
 
     # ------------------------------------------------------------ leasing (the run() thread)
@@ -448,6 +462,12 @@ class Worker:
             if self._inflight == 0:
                 self._idle_since = time.monotonic()
             self._slot_freed.notify_all()
+
+    def _abandoned_a_thread(self) -> None:
+        """A handler thread ran past its limit and was left running: a pool's process retires (timeouts.py)."""
+        if self._child:
+            self.replace_me = True
+            self.stop()
 
     # ------------------------------------------------------------ errors and signals
     def _fail(self, exc: BaseException, what: str) -> None:
