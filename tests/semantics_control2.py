@@ -98,6 +98,41 @@ class Control2Semantics(_Base):
         q.nack(again, error="boom again")
         self.assertIs(q.get(again.id).state, JobState.DEAD, "and then it is used up as usual")
 
+    def test_a_snooze_ends_its_attempt_in_the_history(self) -> None:
+        q = self.make_queue()
+        job = q.enqueue("a")
+        leased = self.lease_the_one(q)
+        q.snooze(leased, 0)
+        (snoozed,) = q.get(job.id).attempt_history
+        self.assertEqual((snoozed["attempt"], snoozed["outcome"]), (1, "snoozed"), "the attempt that ran, ended snoozed")
+        self.assertIsNotNone(snoozed["finished"])
+        self.assertIn(":", snoozed["by"])
+        q = self.reopen(q)
+        self.assertEqual(q.get(job.id).attempt_history, (snoozed,), "durable")
+        again = self.lease_the_one(q)
+        self.assertEqual(again.attempts, 1, "the snooze spent no attempt")
+        q.ack(again)
+        q = self.reopen(q)
+        self.assertEqual([(a["attempt"], a["outcome"]) for a in q.get(job.id).attempt_history], [(1, "snoozed"), (1, "done")])
+
+    def test_explain_names_a_paused_kind_or_queue(self) -> None:
+        q = self.make_queue()
+        mail, other = q.enqueue("m", kind="mail"), q.enqueue("o")
+        self.assertEqual([r.code for r in q.explain(mail)], ["first_in_line"])
+        q.pause("mail")
+        (reason,) = q.explain(mail)
+        self.assertEqual((reason.code, reason.facts["kind"]), ("paused", "mail"))
+        self.assertIn("its kind 'mail' is paused", reason)
+        self.assertEqual([r.code for r in q.explain(other)], ["first_in_line"], "another kind is not held back")
+        q.pause()
+        (reason,) = q.explain(other)
+        self.assertEqual(reason.code, "paused")
+        self.assertIn("the whole queue is paused", reason)
+        self.assertEqual([r.code for r in q.explain(mail)], ["paused"], "one reason for both pauses")
+        q.resume()
+        q.resume("mail")
+        self.assertEqual([r.code for r in q.explain(mail)], ["first_in_line"])
+
     def test_snooze_for_zero_seconds_is_runnable_at_once(self) -> None:
         q = self.make_queue()
         q.enqueue("a")

@@ -245,6 +245,16 @@ class AsyncSemantics:
         with self.assertRaises(JobNotFoundError):
             await q.explain("no-such-job")
 
+    async def test_explain_names_a_pause_as_the_queue_does(self) -> None:
+        q = await self.make_queue()
+        job = await q.enqueue("m", kind="mail")
+        await q.pause("mail")
+        reasons = await q.explain(job)
+        self.assertEqual([r.code for r in reasons], ["paused"])
+        self.assertEqual(reasons, self.sync_twin(q).explain(job), "the same words as the Queue's")
+        await q.resume("mail")
+        self.assertEqual([r.code for r in await q.explain(job)], ["first_in_line"])
+
     async def test_calls_run_together_and_a_sync_queue_sees_them(self) -> None:
         q = await self.make_queue()
         jobs = await asyncio.gather(*(q.enqueue(n) for n in range(20)))

@@ -182,11 +182,7 @@ class QueueState(JobRows):
             elif entry.state is READY and entry.heap == NOWHERE:  # warmed from a cold row: index it again
                 self._push_ready(entry, entry.available_at)
         elif rtype == RecordType.SNOOZE:
-            available_at, at, attempts = control_records.decode_snooze(body)
-            self._make_ready(entry, available_at, at)
-            if deadline is not None:  # the attempt (by the number it ran as) ended snoozed
-                entry.end_attempt(at, deadline, "snoozed")
-            entry.attempts = attempts
+            self._snooze(entry, body, deadline)
         elif rtype == RecordType.DELETE:
             self._drop(entry)
         if deadline is not None and entry.state is not LEASED:  # the attempt ended: into its history (bounded)
@@ -314,6 +310,13 @@ class QueueState(JobRows):
         if heap == IN_READY:
             heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
         return entry
+
+    def _snooze(self, entry: Entry, body: dict[str, Any], deadline: float | None) -> None:
+        available_at, at, attempts = control_records.decode_snooze(body)
+        self._make_ready(entry, available_at, at)
+        if deadline is not None:  # the attempt (by the number it ran as) ended snoozed
+            entry.end_attempt(at, deadline, "snoozed")
+        entry.attempts = attempts  # what it had before the lease: a snooze spends none
 
     def _make_ready(self, entry: Entry, available_at: float, at: float) -> None:
         self._set_state(entry, READY)
