@@ -54,7 +54,7 @@ class ExplainMethods(LookMethods):
 
         Each is an ``explain.Reason``: ``reason.code`` names it
         (``delayed``, ``backing_off``, ``leased``, ``lease_past_due``,
-        ``heartbeat``, ``cancel_requested``, ``work_ahead``,
+        ``heartbeat``, ``cancel_requested``, ``paused``, ``limit``, ``work_ahead``,
         ``first_in_line``, ``done``, ``dead``, ...) and ``reason.to_dict()``
         gives its numbers. JobNotFoundError for an id the queue does not hold.
         """
