@@ -4,7 +4,7 @@ Run as ``python -m tests.crashchild DIR MODE SEED``. Every line it prints
 is flushed at once: ``enq ID`` after enqueue returned and ``ack ID`` after
 ack returned are promises the queue made; ``acking ID`` comes before an ack
 is attempted (after it, a compaction may rightly drop the job). Modes:
-  loop              enqueue/lease/ack/nack/compact until the parent SIGKILLs it
+  loop              enqueue/lease/ack/nack/snooze/pause/resume/compact until the parent SIGKILLs it
   die-in-write:N    the N-th pwrite writes half its bytes, then the process dies
   die-in-compact:N  during a compaction, the N-th file operation kills the process
 """
@@ -93,9 +93,13 @@ def main() -> None:
                     say(f"acking {job.id}")  # from here on, compaction may drop it
                     q.ack(job)
                     say(f"ack {job.id}")
-                else:
+                elif rng.random() < 0.5:
                     q.nack(job, error="retry", delay=0.0)
-        elif mode.startswith("die-in-compact:") or roll < 0.93:
+                else:
+                    q.snooze(job, 0.0)  # SNOOZE: ready again, its attempt given back
+        elif not mode.startswith("die-in-compact:") and roll < 0.92:
+            (q.pause if rng.random() < 0.5 else q.resume)("other")  # PAUSE, RESUME (of a kind no job has)
+        elif mode.startswith("die-in-compact:") or roll < 0.95:
             fs.counting_ops = mode.startswith("die-in-compact:")
             q.compact()
             fs.counting_ops = False

@@ -806,6 +806,29 @@ class DlqPurgeTests(CliTestCase):
         self.assert_one_line_error(again)
         self.assertIn("already cancelled", again.err)
 
+    def test_pause_resume_run_now_and_delete(self) -> None:
+        later = self.enqueue("a", "--id", "later", "--delay", "600")
+        out = self.ok("pause", "--kind", "email").out
+        self.assertIn("kind 'email' paused", out)
+        self.assertIn("paused now: kind 'email'", out)
+        self.assertEqual(self.ok_json("pause"), {"paused": [None, "email"]})
+        self.assertEqual(self.queue().paused(), [None, "email"])
+        self.assertIn("paused now: kind 'email'", self.ok("resume").out)
+        self.assertEqual(self.ok_json("resume", "--kind", "email"), {"paused": []})
+        self.assertIn("later is runnable now", self.ok("run-now", later["id"]).out)
+        self.assertEqual([j["id"] for j in self.ok_json("lease")], ["later"])  # type: ignore[index,union-attr]
+        refused = self.cli("run-now", "later")
+        self.assert_one_line_error(refused)
+        self.assertIn("leased", refused.err)
+        refused = self.cli("delete", "later")
+        self.assert_one_line_error(refused)
+        self.assertIn("leased", refused.err)
+        gone = self.enqueue("b", "--id", "gone")
+        self.assertIn("gone deleted (it was ready)", self.ok("delete", gone["id"]).out)
+        missing = self.cli("delete", "gone")
+        self.assert_one_line_error(missing)
+        self.assertIn("gone", missing.err)
+
     def test_why_says_why_and_get_shows_the_attempts(self) -> None:
         job = self.enqueue("a", "--timeout", "90")
         self.assertIn("ready and first in line", self.ok("why", job["id"]).out)
@@ -1029,6 +1052,8 @@ HANDLER_MODULE = textwrap.dedent(
             raise RuntimeError("it failed")
         if job.payload == "permanent":
             raise nobroker.PermanentError("never works")
+        if job.payload == "snooze":
+            raise nobroker.Snooze(3600)
         return {"echo": job.payload}
 
     class Holder:
@@ -1100,6 +1125,13 @@ class WorkTests(CliTestCase):
         out = self.ok("work", f"{self.module}:handle", "--max-jobs", "1").out
         self.assertNotIn("\x1b", out)
         self.assertIn("k\\x1b[2Jx", out)
+
+    def test_work_reports_a_snoozed_job(self) -> None:
+        later = self.enqueue("snooze")
+        result = self.ok("work", f"{self.module}:handle", "--max-jobs", "1")
+        self.assertIn("worker stopped: leased 1, succeeded 0, failed 0, dead 0, lost leases 0, snoozed 1", result.out)
+        job = self.queue().get(later["id"])
+        self.assertEqual((job.state, job.attempts), (JobState.READY, 0))
 
     def test_work_idle_timeout_and_kinds_and_dotted_callable(self) -> None:
         self.enqueue("skip", "--kind", "other")

@@ -41,18 +41,31 @@ class ExplainTests(unittest.TestCase):
         job = Job("j2", None, kind="mail", available_at=NOW - 1)
         self.assertEqual([r.code for r in explain(job, Facts(now=NOW, ahead=0))], ["first_in_line"])
 
-        def paused(job: Job, facts: Facts) -> Reason | None:
-            if job.kind in facts.extra.get("paused", ()):
-                return Reason("paused", f"kind {job.kind!r} is paused", kind=job.kind)
+        def frozen(job: Job, facts: Facts) -> Reason | None:
+            if job.kind in facts.extra.get("frozen", ()):
+                return Reason("frozen", f"kind {job.kind!r} is frozen", kind=job.kind)
             return None
 
-        explaining.BLOCKERS.append(paused)
-        self.addCleanup(explaining.BLOCKERS.remove, paused)
-        reasons = explain(job, Facts(now=NOW, ahead=3, ahead_exact=False, extra={"paused": {"mail"}}))
-        self.assertEqual([r.code for r in reasons], ["paused", "work_ahead"])
+        explaining.BLOCKERS.append(frozen)
+        self.addCleanup(explaining.BLOCKERS.remove, frozen)
+        reasons = explain(job, Facts(now=NOW, ahead=3, ahead_exact=False, extra={"frozen": {"mail"}}))
+        self.assertEqual([r.code for r in reasons], ["frozen", "work_ahead"])
         self.assertIn("at least 3 ready job(s)", reasons[1])
-        self.assertEqual([r.code for r in explain(job, Facts(now=NOW, ahead=0, extra={"paused": {"mail"}}))], ["paused"])
-        self.assertEqual(reasons[0].to_dict(), {"code": "paused", "text": "kind 'mail' is paused", "kind": "mail"})
+        self.assertEqual([r.code for r in explain(job, Facts(now=NOW, ahead=0, extra={"frozen": {"mail"}}))], ["frozen"])
+        self.assertEqual(reasons[0].to_dict(), {"code": "frozen", "text": "kind 'mail' is frozen", "kind": "mail"})
+
+    def test_the_pause_blocker_names_a_paused_kind_or_the_whole_queue(self) -> None:
+        job = Job("j4", None, kind="mail", available_at=NOW - 1)
+        (held,) = explain(job, Facts(now=NOW, ahead=0, extra={explaining.PAUSED: ["mail"]}))
+        self.assertEqual((held.code, held.facts), ("paused", {"kind": "mail"}))
+        self.assertIn("its kind 'mail' is paused", held)
+        (whole,) = explain(job, Facts(now=NOW, ahead=0, extra={explaining.PAUSED: [None, "mail"]}))
+        self.assertEqual((whole.code, whole.facts), ("paused", {"kind": None}))
+        self.assertIn("the whole queue is paused", whole)
+        self.assertEqual([r.code for r in explain(job, Facts(now=NOW, ahead=0, extra={explaining.PAUSED: ["other"]}))],
+                         ["first_in_line"])  # fmt: skip
+        both = {explaining.PAUSED: ["mail"], explaining.LIMIT: "the concurrency limit of kind 'mail'"}
+        self.assertEqual([r.code for r in explain(job, Facts(now=NOW, ahead=1, extra=both))], ["paused", "limit", "work_ahead"])
 
     def test_the_limit_blocker_names_the_words_the_queue_gathered(self) -> None:
         job = Job("j3", None, kind="mail", available_at=NOW - 1)

@@ -218,6 +218,25 @@ class HostileFiles(Folder):
             self.assertEqual(after, before)
         self.verified()
 
+    def test_control_records_with_bad_fields_are_refused_with_their_offset(self) -> None:
+        """SNOOZE, PAUSE, RESUME and RUN_NOW (issue 15) check every field before replay changes anything."""
+        bad_bodies = [
+            (12, {"id": "j0", "at": 1, "attempts": "x", "available_at": 2}),
+            (12, {"id": "j0", "at": 1, "attempts": -1, "available_at": 2}),
+            (12, {"id": "j0", "at": 1, "attempts": 0}),
+            (13, {"at": 1, "kind": 5}),
+            (13, {"at": 1, "kind": ""}),
+            (14, {"at": 1}),
+            (15, {"id": "j0", "at": 1, "available_at": "now"}),
+        ]
+        for rtype, body in bad_bodies:
+            with self.subTest(rtype=rtype, body=body):
+                for name in os.listdir(self.dir):
+                    os.unlink(os.path.join(self.dir, name))
+                log = good_log(1)
+                self.put("default.000000.log", log + record(rtype, body) + record(1, enqueue_body("after", seq=5)))
+                self.refused("repair", offset=len(log))
+
     def test_limit_records_whose_fields_make_no_sense(self) -> None:
         """A CRC-valid LIMIT or UNLIMIT with fields a writer never writes: refused at its offset, nothing changed."""
         bad = [

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from nobroker import BackoffPolicy, CompactionError, CorruptLogError, NobrokerError, Queue, StorageError
+from nobroker import BackoffPolicy, CompactionError, CorruptLogError, NobrokerError, NotLeasedError, Queue, StorageError
 from nobroker.filestore.admin import repair, verify
 from tests.simdisk import FAULTABLE, Fault, SimDisk, fresh_queue_path
 from tests.support import LONG, FakeClock
@@ -68,6 +68,14 @@ def _nack(q: Queue, held: dict[str, Any]) -> None:
     held.pop(job.id)
 
 
+def _snooze(q: Queue, held: dict[str, Any]) -> None:
+    job = held.pop(_first(held).id)
+    try:
+        q.snooze(job, 5)
+    except NotLeasedError:  # a step that failed on a read after its write (nack dead) finished it already
+        pass
+
+
 def _extend(q: Queue, held: dict[str, Any]) -> None:
     job = _first(held)
     held[job.id] = q.extend(job, 60)
@@ -98,6 +106,11 @@ def workload() -> list[Step]:
         ("cancel mark", lambda q, h: q.cancel(_first(h).id)),
         ("cancel stopped", lambda q, h: q.cancel(h.pop(_first(h).id), stopped=True)),
         ("nack dead", lambda q, h: q.nack(_first(h), permanent=True) and h.pop(_first(h).id)),
+        ("pause", lambda q, h: q.pause("default")),
+        ("snooze", _snooze),
+        ("run_now", lambda q, h: q.run_now(q.enqueue({"n": "r"}, job_id="r", delay=60))),
+        ("resume", lambda q, h: q.resume("default")),
+        ("delete", lambda q, h: q.delete(q.enqueue({"n": "y"}, job_id="y"))),
         ("ticks 2", lambda q, h: q.enqueue_due()),
         ("unschedule", lambda q, h: q.unschedule("beat")),
         ("clear_limit", lambda q, h: q.clear_limit("default")),
@@ -108,10 +121,13 @@ def workload() -> list[Step]:
 
 
 def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
-    """Every job, every schedule with its cursor (as ``schedule:<name>``), and every limit."""
+    """Every job, every schedule with its cursor (as ``schedule:<name>``), every limit, and the pauses (``paused``)."""
     state = {j.id: j.to_dict() for j in q.list_jobs()}
     state.update({f"schedule:{s.name}": s.to_dict() for s in q.schedules()})
     state.update({f"limit:{lim.kind}": lim.to_dict() for lim in q.limits()})
+    paused = q.paused()
+    if paused:
+        state["paused"] = {"kinds": paused}
     return state
 
 
@@ -162,7 +178,7 @@ class FaultRun:
         for k, (what, step) in enumerate(workload() if queues else []):
             clock.advance(1.0)
             if not held and what in ("ack", "extend", "nack", "set_stage", "ack 2", "nack dead", "cancel mark",
-                                     "cancel stopped"):
+                                     "cancel stopped", "snooze"):
                 continue
             index = k % len(queues)  # with two handles (think: two processes) they take turns
             q = queues[index]

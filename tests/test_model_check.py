@@ -27,7 +27,7 @@ import unittest
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nobroker import BackoffPolicy, JobFinishedError, JobNotFoundError, NotLeasedError, Queue
+from nobroker import BackoffPolicy, JobNotFoundError, JobStateError, NotLeasedError, Queue
 from nobroker.jobs import MAX_ATTEMPT_HISTORY
 from tests.simdisk import POWER_CUT_MODES, SimDisk, fresh_queue_path
 from tests.support import LONG, FakeClock
@@ -121,6 +121,8 @@ class RefModel:
         self.next_seq = 1
         #: Periodic jobs (catch_up="all" only): name -> [every, payload, next due time].
         self.schedules: dict[str, list[Any]] = {}
+        #: The paused kinds (None: the whole queue); a purge keeps them.
+        self.paused: set[str | None] = set()
         #: Concurrency limits per kind (issue 16): kind -> most leased at once.
         self.limits: dict[str, int] = {}
 
@@ -145,6 +147,7 @@ class RefModel:
         seen.jobs = {job_id: replace(job) for job_id, job in self.jobs.items()}
         seen.next_seq = self.next_seq
         seen.schedules = {name: list(s) for name, s in self.schedules.items()}
+        seen.paused = set(self.paused)
         seen.limits = dict(self.limits)
         seen.reclaim(now)
         return seen
@@ -182,9 +185,12 @@ class RefModel:
         return job
 
     def runnable(self, now: float, kinds: tuple[str, ...] | None) -> list[MJob]:
+        if None in self.paused:
+            return []
         ready = [
             j for j in self.jobs.values()
             if j.state == "ready" and j.available_at <= now and (kinds is None or j.kind in kinds)
+            and j.kind not in self.paused
         ]  # fmt: skip
         return sorted(ready, key=lambda j: (-j.priority, j.seq))
 
@@ -275,6 +281,31 @@ class RefModel:
         job.lease_deadline = job.lease_token = None
         return job
 
+    def snooze(self, now: float, job_id: str, token: str | None, seconds: float) -> MJob:
+        job = self.not_cancelled(self.leased(job_id, token))
+        job.state, job.attempts, job.available_at = "ready", job.attempts - 1, now + seconds
+        job.lease_deadline = job.lease_token = None
+        return job
+
+    def run_now(self, now: float, job_id: str) -> MJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise ModelError("JobNotFoundError")
+        if job.state in ("done", "dead", "cancelled"):
+            raise ModelError("JobFinishedError")
+        if job.state == "leased":
+            raise ModelError("JobStateError")
+        job.available_at = min(job.available_at, now)
+        return job
+
+    def delete(self, job_id: str) -> MJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise ModelError("JobNotFoundError")
+        if job.state == "leased":
+            raise ModelError("JobStateError")
+        return self.jobs.pop(job_id)
+
     def requeue_dead(self, now: float, job_id: str | None) -> int:
         if job_id is not None:
             job = self.jobs.get(job_id)
@@ -343,6 +374,7 @@ OPS = (
     "enqueue", "enqueue", "enqueue", "enqueue_many", "lease", "lease", "ack", "ack", "ack_by_id", "ack_stale",
     "nack", "nack", "extend", "extend_many", "set_stage", "requeue_dead", "purge", "compact", "tick", "tick", "tick",
     "reopen", "power_cut", "ack_unknown", "schedule", "enqueue_due", "enqueue_due", "cancel", "cancel", "limit",
+    "snooze", "pause", "run_now", "delete",
 )  # fmt: skip
 
 
@@ -432,6 +464,9 @@ class Runner:
         page = [j.id for j in q.list_jobs("ready", limit=2, offset=1)]
         if page != ready[1:3]:
             raise Mismatch(f"{where}: list_jobs('ready', limit=2, offset=1) is {page}, the model {ready[1:3]}")
+        paused = sorted(self.model.paused, key=lambda k: (k is not None, k or ""))
+        if q.paused() != paused:
+            raise Mismatch(f"{where}: paused() is {q.paused()}, the model {paused}")
         schedules = {s.name: s.next_run for s in q.schedules()}
         if schedules != {name: s[2] for name, s in self.model.schedules.items()}:
             raise Mismatch(f"{where}: schedules {schedules}, the model {self.model.schedules}")
@@ -444,6 +479,21 @@ class Runner:
         if real_order != self.model.order():
             raise Mismatch(f"{where}: seq order differs: real {real_order}, model {self.model.order()}")
 
+    @staticmethod
+    def assertRaisesLike(kind: type[BaseException], where: str) -> Any:
+        """A context that requires ``kind`` to be raised (a Mismatch if it is not)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def check() -> Any:
+            try:
+                yield
+            except kind:
+                return
+            raise Mismatch(f"{where}: expected {kind.__name__}, the call went through")
+
+        return check()
+
     def expect(self, where: str, model_call: Any, real_call: Any) -> tuple[Any, Any]:
         """Run the model and the real call; both must succeed, or raise the same error class."""
         try:
@@ -454,7 +504,7 @@ class Runner:
         try:
             got = real_call()
             got_err = None
-        except (NotLeasedError, JobNotFoundError, JobFinishedError, ValueError) as exc:
+        except (NotLeasedError, JobNotFoundError, JobStateError, ValueError) as exc:
             got, got_err = None, type(exc).__name__
         if want_err != got_err:
             raise Mismatch(f"{where}: model says {want_err or 'success'}, real queue says {got_err or 'success'}")
@@ -604,6 +654,39 @@ class Runner:
                 return m.cancel(job_id, token, stopped)
 
             self.expect(where, model_cancel, lambda: q.cancel(ref, stopped=stopped))
+        elif op == "snooze":
+            job_id = self.pick(r, ("leased",)) if r.random() < 0.9 else self.pick(r)
+            job_id = job_id or "no-such-job"
+            held = self.leases.get(job_id)
+            token = held.lease_token if held is not None and r.random() < 0.85 else None
+            ref = held if token is not None else job_id
+            seconds = r.choice((0.0, 5.0, 60.0, -1.0))
+            if seconds < 0:  # refused by the Queue before anything is written: no write, no fsync
+                with self.assertRaisesLike(ValueError, where):
+                    q.snooze(ref, seconds)
+                op = "tick"
+            else:
+
+                def model_snooze() -> MJob:
+                    m.reclaim(now)
+                    return m.snooze(now, job_id, token, seconds)
+
+                self.expect(where, model_snooze, lambda: q.snooze(ref, seconds))
+        elif op == "pause":
+            kind = r.choice((None, "mail", "report", "default", "mail"))
+            resume = r.random() < 0.6
+            (q.resume if resume else q.pause)(kind)
+            m.reclaim(now)
+            (m.paused.discard if resume else m.paused.add)(kind)
+        elif op in ("run_now", "delete"):
+            job_id = self.pick(r, ("ready",)) if r.random() < 0.7 else self.pick(r)
+            job_id = job_id or "no-such-job"
+
+            def model_control() -> MJob:
+                m.reclaim(now)
+                return m.run_now(now, job_id) if op == "run_now" else m.delete(job_id)
+
+            self.expect(where, model_control, lambda: q.run_now(job_id) if op == "run_now" else q.delete(job_id))
         elif op == "requeue_dead":
             job_id = self.pick(r, ("dead",)) if r.random() < 0.6 else None
 

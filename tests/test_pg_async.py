@@ -21,6 +21,7 @@ from nobroker import (
     AsyncQueue,
     BackoffPolicy,
     JobNotFoundError,
+    JobStateError,
     JobState,
     NotLeasedError,
     Queue,
@@ -165,6 +166,41 @@ class AsyncSemantics:
         worker = info()
         twin.announce_worker(worker)
         self.assertEqual(await q.workers(), [worker])
+    async def test_snooze_pause_run_now_delete_and_wait(self) -> None:
+        q = await self.make_queue()
+        job = await q.enqueue("nap", kind="mail")
+        leased = await q.lease_one()
+        assert leased is not None
+        snoozed = await q.snooze(leased, 600)
+        self.assertEqual((snoozed.state, snoozed.attempts), (JobState.READY, 0), "no attempt spent")
+        with self.assertRaises(NotLeasedError):
+            await q.snooze(leased, 5)  # its lease is gone
+        self.assertIsNone(await q.lease_one(), "snoozed: not before its time")
+        self.assertEqual((await q.run_now(job.id)).id, job.id)
+        await q.pause("mail")
+        await q.pause()
+        self.assertEqual(await q.paused(), [None, "mail"])
+        self.assertEqual(self.sync_twin(q).paused(), [None, "mail"], "stored in the queue")
+        await q.resume()
+        self.assertIsNone(await q.lease_one(), "the kind stays paused")
+        await q.resume("mail")
+        self.assertEqual(await q.paused(), [])
+        again = await q.lease_one()
+        assert again is not None and again.id == job.id
+        with self.assertRaises(JobStateError):
+            await q.delete(job.id)  # leased
+        waiting = asyncio.create_task(q.wait(job.id, PATIENCE))
+        await asyncio.sleep(0)
+        await q.ack(again)
+        self.assertIs((await asyncio.wait_for(waiting, PATIENCE)).state, JobState.DONE)
+        pending = await q.enqueue("never")
+        with self.assertRaises(TimeoutError):
+            await q.wait(pending, 0.2)
+        self.assertIs((await q.delete(pending.id)).state, JobState.READY)
+        with self.assertRaises(JobNotFoundError):
+            await q.delete(pending.id)
+        with self.assertRaises(ValueError):
+            await q.pause("")
 
     async def test_limits_are_set_obeyed_listed_and_cleared(self) -> None:
         q = await self.make_queue()
@@ -223,6 +259,16 @@ class AsyncSemantics:
         with self.assertRaises(JobNotFoundError):
             await q.explain("no-such-job")
 
+    async def test_explain_names_a_pause_as_the_queue_does(self) -> None:
+        q = await self.make_queue()
+        job = await q.enqueue("m", kind="mail")
+        await q.pause("mail")
+        reasons = await q.explain(job)
+        self.assertEqual([r.code for r in reasons], ["paused"])
+        self.assertEqual(reasons, self.sync_twin(q).explain(job), "the same words as the Queue's")
+        await q.resume("mail")
+        self.assertEqual([r.code for r in await q.explain(job)], ["first_in_line"])
+
     async def test_calls_run_together_and_a_sync_queue_sees_them(self) -> None:
         q = await self.make_queue()
         jobs = await asyncio.gather(*(q.enqueue(n) for n in range(20)))
@@ -269,6 +315,18 @@ class FileAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase):
         twin = Queue(self.dir, q.name, clock=self.clock)
         self.addCleanup(twin.close)
         return twin
+
+    async def test_a_wait_runs_in_slices_and_still_returns_the_finished_job(self) -> None:
+        """Off the loop, a wait is the Queue's in slices of FINISH_RECHECK (a cancelled one holds its thread that long)."""
+        q = await self.make_queue()
+        job = await q.enqueue("later")
+        leased = await q.lease_one()
+        assert leased is not None
+        waiting = asyncio.create_task(q.wait(job.id, PATIENCE))
+        await asyncio.sleep(1.5)  # past the first slice: its TimeoutError is not the caller's
+        self.assertFalse(waiting.done(), "still waiting: the job is leased")
+        await q.ack(leased)
+        self.assertIs((await asyncio.wait_for(waiting, PATIENCE)).state, JobState.DONE)
 
     async def test_conn_is_refused_on_the_file_storage(self) -> None:
         q = await self.make_queue()

@@ -6,7 +6,8 @@ Imports: the standard library, nobroker's public API, tests.simdisk and
 tests.support.
 
 How one sweep works: a seeded workload (enqueue, enqueue_many, lease, ack,
-nack, extend, extend_many, set_stage, cancel, compact, purge, requeue_dead, limits, clock ticks) runs on
+nack, extend, extend_many, set_stage, cancel, snooze, pause and resume, run_now, delete,
+compact, purge, requeue_dead, limits, clock ticks) runs on
 a SimDisk. Before every mutating call (write, truncate, fsync, rename,
 unlink, folder fsync, mkdir, create) the hook builds several power-cut
 disks (modes drop, prefix, garbage, reorder), opens a fresh Queue on each
@@ -32,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from nobroker import JobFinishedError, JobNotFoundError, NotLeasedError, Queue
+from nobroker import JobNotFoundError, JobStateError, NotLeasedError, Queue
 from tests.simdisk import POWER_CUT_MODES, SimDisk, SiteSwitch, fresh_queue_path
 from tests.support import LONG, FakeClock
 
@@ -70,10 +71,17 @@ def snapshot(q: Queue) -> dict[str, dict[str, Any]]:
 
 
 def schedule_view(q: Queue) -> dict[str, dict[str, Any]]:
-    """Every schedule with its cursor (periodic jobs: SCHEDULE, UNSCHEDULE and TICK records), and every limit
-    (``limit:<kind>``: LIMIT and UNLIMIT records), each checked as the schedules are."""
+    """Every schedule with its cursor (periodic jobs: SCHEDULE, UNSCHEDULE and TICK records), every limit
+    (``limit:<kind>``: LIMIT and UNLIMIT records), and the pauses, each checked as the schedules are.
+
+    The paused kinds (PAUSE and RESUME records) are checked as one more
+    schedule would be: as before the operation or after it, never lost.
+    """
     view = {s.name: s.to_dict() for s in q.schedules()}
     view.update({f"limit:{lim.kind}": lim.to_dict() for lim in q.limits()})
+    paused = q.paused()
+    if paused:  # absent while nothing is paused, as a schedule never defined is
+        view["(paused)"] = {"kinds": paused}
     return view
 
 
@@ -278,6 +286,7 @@ class Sweep:
             ["enqueue"] * 6 + ["enqueue_many"] * 2 + ["lease"] * 5 + ["ack"] * 4 + ["nack"] * 2 + ["extend", "set_stage"]
             + ["extend_many"] + ["compact"] * 2 + ["requeue_dead", "tick", "tick", "purge", "cancel", "cancel"] + ["schedule", "enqueue_due", "enqueue_due"]
             + ["limit"]
+            + ["snooze", "pause", "run_now", "delete"]
         )  # fmt: skip
         for _ in range(ops):
             op = rng.choice(choices)
@@ -332,6 +341,21 @@ class Sweep:
                     elif self.acked_enqueue:
                         job_id = rng.choice(sorted(self.acked_enqueue))
                         q.cancel(job_id)
+                elif op == "snooze" and held:
+                    job_id = rng.choice(sorted(held))
+                    q.snooze(held.pop(job_id), rng.choice((0.0, 20.0)))
+                elif op == "pause":
+                    kind = rng.choice((None, "default", "other"))
+                    (q.resume if rng.random() < 0.6 else q.pause)(kind)
+                elif op in ("run_now", "delete") and self.acked_enqueue:
+                    job_id = rng.choice(sorted(self.acked_enqueue))
+                    if op == "run_now":
+                        q.run_now(job_id)
+                    else:
+                        q.delete(job_id)
+                        self.acked_enqueue.pop(job_id, None)
+                        self.acked_done.discard(job_id)
+                        held.pop(job_id, None)
                 elif op == "compact":
                     q.compact()
                 elif op == "requeue_dead":
@@ -360,7 +384,7 @@ class Sweep:
                     inflight.update(s.payload["tag"] for s in q.schedules())
                     for job in q.enqueue_due():
                         self.acked_enqueue[job.id] = job.payload
-            except (NotLeasedError, JobNotFoundError, JobFinishedError):
+            except (NotLeasedError, JobNotFoundError, JobStateError):
                 held.pop(job_id, None)  # our lease expired: a normal outcome, nothing was changed
             except ProcessKilled:
                 # A new process opens the queue where the dead one left the disk.

@@ -22,7 +22,8 @@ from tests.support import FakeClock, TempDirTestCase, slow
 
 
 def snapshot(q: Queue) -> dict[str, dict]:
-    """Every job, every schedule with its cursor (as ``schedule:<name>``), every limit and when its rate frees.
+    """Every job, every schedule with its cursor (as ``schedule:<name>``), every limit and when its rate frees,
+    and the pauses (``paused``).
 
     The reader's clock is the writer's last, so "when" is an absolute time
     (now + seconds_to_slot), the same whenever it is asked (the rate here is
@@ -35,6 +36,8 @@ def snapshot(q: Queue) -> dict[str, dict]:
         slot = q.seconds_to_slot([lim.kind])
         at = slot if not slot else round(now + slot, 6)  # None (no wait), 0 (a token now), or when one is due
         state[f"limit:{lim.kind}"] = dict(lim.to_dict(), slot_at=at)
+    if q.paused():
+        state["paused"] = {"kinds": q.paused()}
     return state
 
 
@@ -118,13 +121,23 @@ class LogBuilder:
         e = do(q.enqueue, {"e": "after requeue"})
         x = do(q.enqueue, {"x": "cancelled while ready"}, priority=-1)
         do(q.cancel, x)  # CANCEL (issue 15): ready to cancelled
+        do(q.pause, "mail")  # PAUSE
+        do(q.pause)
+        ls = do(q.lease_one)
+        assert ls is None, "the whole queue is paused"
+        do(q.resume)  # RESUME
+        ls = do(q.lease_one)
+        do(q.snooze, ls, 30)  # SNOOZE: ready later, its attempt given back
+        do(q.run_now, ls.id)  # RUN_NOW
+        y = do(q.enqueue, {"y": "deleted"})
+        do(q.delete, y.id)  # DELETE
         do(q.set_limit, "api", rate=1, per=3600.0, burst=1)  # LIMIT (issue 16)
         do(q.set_limit, "spare", concurrency=2)
         do(q.enqueue, {"api": 1}, kind="api")
         la = do(q.lease_one, kinds=["api"])  # a LEASE that spends the rate limit's one token
         do(q.ack, la)
         do(q.clear_limit, "spare")  # UNLIMIT
-        del c, d, e, x
+        del c, d, e, x, y, ls
         with open(log_path(self.dir, "default", 0), "rb") as f:
             self.generation_zero = f.read()  # compaction deletes it; the sweep needs it
         do(q.compact)
@@ -138,6 +151,7 @@ class LogBuilder:
         do(q.cancel, lg.id)  # a CANCEL that marks the lease
         do(q.extend, lg, 30)
         do(q.cancel, lg, stopped=True)  # and the one that ends it cancelled
+        do(q.resume, "mail")  # a pause carried over by the compaction, lifted in generation one
         do(q.enqueue, {"t": "with a time limit"}, timeout=2.5)  # an ENQUEUE's optional timeout key
         do(q.set_limit, "api", rate=1, per=3600.0, burst=2)  # a LIMIT that carries the spent bucket over
         do(q.enqueue, {"g": "tail"})

@@ -19,6 +19,7 @@ from nobroker import JobState, NotLeasedError, Queue
 from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics_control import ControlSemantics
 from tests.semantics_counters import CounterSemantics
+from tests.semantics_control2 import Control2Semantics
 from tests.semantics_timeouts import TimeoutSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
 from tests.semantics_limits import LimitSemantics
@@ -29,8 +30,8 @@ from tests.support import FakeClock, TempDirTestCase
 
 
 class FileQueueSemantics(
-    ControlSemantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics,
-    QueueSemantics, ScheduleSemantics, TempDirTestCase,
+    ControlSemantics, Control2Semantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics,
+    LimitSemantics, QueueSemantics, ScheduleSemantics, TempDirTestCase,
 ):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 
@@ -186,6 +187,24 @@ class FileQueueSemantics(
         q.lease()
         self.assertGreater(os.path.getsize(log), size, "the next write records the reclaims")
         self.assertEqual(self.snapshot(other), self.snapshot(q))
+
+    def test_bad_control_arguments_are_refused_before_anything_is_written(self) -> None:
+        q = self.make_queue()
+        q.enqueue("a")
+        job = self.only_lease(q)
+        log = os.path.join(self.dir, "default.000000.log")
+        size = os.path.getsize(log)
+        refused: list[Any] = [
+            lambda: q.snooze(job, -1), lambda: q.snooze(job, float("inf")), lambda: q.snooze(job, "5"),
+            lambda: q.pause(""), lambda: q.pause(5), lambda: q.resume("x" * 10_000), lambda: q.run_now(5),
+            lambda: q.delete(""), lambda: q.wait(job.id, -1), lambda: q.wait(job.id, 10**400),
+        ]  # fmt: skip
+        for call in refused:
+            with self.assertRaises((TypeError, ValueError)):
+                call()
+        self.assertEqual(os.path.getsize(log), size, "a refused call wrote to the log")
+        self.assertIs(q.get(job.id).state, JobState.LEASED)
+        self.assertEqual(q.paused(), [])
 
     def test_json_only_a_file_can_hold_round_trips(self) -> None:
         q = self.make_queue()

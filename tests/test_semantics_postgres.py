@@ -16,6 +16,7 @@ from nobroker import Queue
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 from tests.semantics_control import ControlSemantics
 from tests.semantics_counters import CounterSemantics
+from tests.semantics_control2 import Control2Semantics
 from tests.semantics_timeouts import TimeoutSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
 from tests.semantics_limits import LimitSemantics
@@ -25,8 +26,8 @@ from tests.semantics import QueueSemantics
 
 
 class PostgresQueueSemantics(
-    ControlSemantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics, LimitSemantics,
-    QueueSemantics, ScheduleSemantics, PostgresTestCase,
+    ControlSemantics, Control2Semantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics,
+    LimitSemantics, QueueSemantics, ScheduleSemantics, PostgresTestCase,
 ):
     """Every shared semantic test, on a fresh queue in a shared test schema."""
 

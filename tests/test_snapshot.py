@@ -84,11 +84,21 @@ def workload(q: Queue, clock: FakeClock, rng: random.Random, steps: int) -> None
                 held.clear()
             elif roll < 0.915:
                 q.compact()
+            elif roll < 0.925 and held:
+                q.snooze(held.pop(rng.randrange(len(held))), rng.choice((0.0, 30.0)))
+            elif roll < 0.93:
+                kind = rng.choice((None, "mail", "pdf"))
+                (q.resume if rng.random() < 0.6 else q.pause)(kind)
+            elif roll < 0.935:
+                q.run_now(rng.choice([j.id for j in q.list_jobs("delayed", limit=20)] or ["none"]))
+            elif roll < 0.94:
+                q.delete(rng.choice([j.id for j in q.list_jobs(limit=40)] or ["none"]))
             else:
                 clock.advance(rng.choice((0.5, 4.0, 40.0)))
         except Exception as exc:  # a stale token after a reclaim, a taken dedupe key: part of the game
             if type(exc).__name__ not in (
                 "NotLeasedError", "ValueError", "JobNotFoundError", "JobCancelledError", "JobFinishedError",
+                "JobStateError",
             ):
                 raise
 
@@ -105,6 +115,7 @@ def picture(directory: str, clock: FakeClock, snapshot_used: bool, leases: int =
             "records": q.recovery.records,
             "bytes": q.recovery.bytes_read,
             "len": len(q),
+            "paused": q.paused(),
         }
         storage = q.storage
         assert isinstance(storage, FileStorage)

@@ -26,6 +26,7 @@ from .errors import (
     JobCancelledError,
     JobFinishedError,
     JobNotFoundError,
+    JobStateError,
     LockTimeoutError,
     NobrokerError,
     NotLeasedError,
@@ -33,6 +34,7 @@ from .errors import (
     QueueClosedError,
     QueueNotFoundError,
     SerializationError,
+    Snooze,
     StorageError,
     UnknownStorageError,
     UnsafeQueueError,
@@ -97,5 +99,7 @@ __all__ = [
     "PermanentError",
     "JobCancelledError",
     "JobFinishedError",
+    "JobStateError",
+    "Snooze",
     "__version__",
 ]

@@ -115,10 +115,10 @@ class JobCancelledError(NotLeasedError):
     """
 
 
-class JobFinishedError(NobrokerError):
-    """The job is finished (done, dead or cancelled), so it cannot be changed that way.
+class JobStateError(NobrokerError):
+    """The job's state does not allow that operation (``run_now`` of a leased job, ``delete`` of one).
 
-    ``state`` is the state it is in.
+    ``state`` is the state it is in. Nothing changed.
     """
 
     def __init__(self, message: str, *, state: str) -> None:
@@ -126,11 +126,32 @@ class JobFinishedError(NobrokerError):
         self.state = state
 
 
+class JobFinishedError(JobStateError):
+    """The job is finished (done, dead or cancelled), so it cannot be changed that way.
+
+    ``state`` is the state it is in.
+    """
+
+
 class PermanentError(NobrokerError):
     """Raise this from a handler to send the job straight to the dead-letter queue.
 
     Use it for failures that no retry can fix (bad input, a deleted record).
     """
+
+
+class Snooze(NobrokerError):
+    """Raise ``Snooze(seconds)`` from a handler: the job is ready again after ``seconds``, no attempt spent.
+
+    Not a failure: the Worker gives the job back with ``Queue.snooze`` (its
+    attempts are what they were before this lease, its last error is kept)
+    and counts it in ``WorkerStats.snoozed``. ``seconds`` is checked when the
+    Worker snoozes the job (a number from 0 to MAX_SECONDS).
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"snooze for {seconds!r} s")
+        self.seconds = seconds
 
 
 __all__ = [
@@ -149,4 +170,6 @@ __all__ = [
     "PermanentError",
     "JobCancelledError",
     "JobFinishedError",
+    "JobStateError",
+    "Snooze",
 ]

@@ -73,8 +73,25 @@ def held_by_limit(job: Job, facts: Facts) -> Reason | None:
     return Reason("limit", f"held back by {words}", kind=job.kind, limit=words)
 
 
+#: The key of ``Facts.extra`` that holds what is paused (``q.paused()``: kinds, None for the whole queue).
+PAUSED = "paused"
+
+
+def held_by_pause(job: Job, facts: Facts) -> Reason | None:
+    """A pause of the whole queue or of the job's kind (``q.pause``): no lease hands it out until resumed."""
+    paused = facts.extra.get(PAUSED) or ()
+    if None in paused:
+        return Reason("paused", "held back: the whole queue is paused (q.resume() or nobroker resume lifts it)", kind=None)
+    if job.kind in paused:
+        return Reason(
+            "paused", f"held back: its kind {job.kind!r} is paused (nobroker resume --kind {job.kind} lifts it)",
+            kind=job.kind,
+        )  # fmt: skip
+    return None
+
+
 #: What else can hold a ready job back, asked in this order (the hook: one line each).
-BLOCKERS: list[Blocker] = [held_by_limit]
+BLOCKERS: list[Blocker] = [held_by_pause, held_by_limit]
 
 
 def _when(t: float | None) -> str:

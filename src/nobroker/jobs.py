@@ -150,7 +150,7 @@ class Job:
     #: Its last MAX_ATTEMPT_HISTORY attempts, oldest first, each a dict: ``attempt`` (its number),
     #: ``started`` and ``finished`` (epoch seconds; finished None while it runs), ``seconds``,
     #: ``by`` (the leasing worker, "host:pid") and ``outcome`` (running, done, failed, dead,
-    #: expired, cancelled).
+    #: expired, cancelled, snoozed).
     attempt_history: tuple[dict[str, Any], ...] = ()
 
     @property

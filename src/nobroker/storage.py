@@ -5,8 +5,9 @@ add, already validated and encoded), and the choice of storage from a
 location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
-ids and fencing tokens, the worker label a lease records (``worker_label``), and what a refused ack/nack/extend says
-(``refusal``). Imports: errors, jobs, limits, schedules, announcements.
+ids and fencing tokens, the worker label a lease records (``worker_label``), what a
+refused ack/nack/extend says (``refusal``), and the loop of ``Queue.wait``
+(``wait_until_finished``). Imports: errors, jobs, limits, schedules, announcements.
 
 The Queue facade validates arguments and turns ``Job | id`` into
 ``(id, token)``; a storage only stores. Two siblings implement it:
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
@@ -27,7 +29,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .errors import JobCancelledError, JobFinishedError, JobNotFoundError, NotLeasedError, QueueClosedError, UnknownStorageError
 from .announcements import WorkerInfo
-from .jobs import MAX_WORKER_CHARS, BackoffPolicy, CompactionResult, Counters, Job, JobState, QueueStats, RecoveryReport
+from .jobs import (
+    FINISHED_STATES, MAX_WORKER_CHARS, BackoffPolicy, CompactionResult, Counters, Job, JobState, QueueStats,
+    RecoveryReport,
+)  # fmt: skip
 from .limits import Limit
 from .schedules import Schedule, ScheduleSpec
 
@@ -150,6 +155,18 @@ class Storage(Protocol):
 
     # ---- control of jobs (issue 15): each a record of the log / a change of a row
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job: ...
+
+    def snooze(self, job_id: str, token: str | None, seconds: float) -> Job: ...
+
+    def pause(self, kind: str | None, resume: bool) -> None: ...
+
+    def paused(self) -> list[str | None]: ...
+
+    def run_now(self, job_id: str) -> Job: ...
+
+    def delete(self, job_id: str) -> Job: ...
+
+    def wait_finished(self, job_id: str, timeout: float) -> Job: ...
 
     # ---- explain (issue 15): the storage's own clock, which its reads are "as of"
     def now(self) -> float: ...
@@ -360,3 +377,38 @@ def cancel_refusal(action: str, job_id: str) -> JobCancelledError:
 def finished_refusal(action: str, job_id: str, state: str) -> JobFinishedError:
     """Why ``action`` on a finished job (done, dead, cancelled) is refused, naming its state."""
     return JobFinishedError(f"cannot {action} job {job_id}: it is already {state}; nothing changed", state=state)
+
+
+#: Longest one wait for a job to finish blocks before it looks again: the bound on a
+#: wake-up lost to a race with another waiter, and on noticing a lease that expired
+#: with nobody writing (reads show it as its reclaim will leave it).
+FINISH_RECHECK = 1.0
+
+
+def wait_until_finished(
+    job_id: str, timeout: float, look: Callable[[], Job], block: Callable[[float], object]
+) -> Job:
+    """``Queue.wait``'s loop: ``look()`` until the job is finished, ``block(seconds)`` between looks.
+
+    ``block`` returns when the storage's wake-up says a job may have finished,
+    or after ``seconds`` (at most FINISH_RECHECK). TimeoutError once
+    ``timeout`` seconds passed with the job still unfinished.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        job = look()
+        pause = seconds_to_block(job, timeout, deadline)
+        if pause is None:
+            return job
+        block(pause)
+
+
+def seconds_to_block(job: Job, timeout: float, deadline: float) -> float | None:
+    """One step of a wait's loop (the AsyncQueue's awaits the same): None once ``job`` is finished,
+    else how long to block before the next look; TimeoutError at ``deadline`` (time.monotonic)."""
+    if job.state in FINISHED_STATES:
+        return None
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError(f"job {job.id} is still {job.state.value} after {timeout:g} s of waiting")
+    return min(remaining, FINISH_RECHECK)

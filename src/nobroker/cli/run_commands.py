@@ -136,6 +136,7 @@ def cmd_work(args: argparse.Namespace, out: Output) -> int:
         out.line(
             f"worker stopped: leased {stats.leased}, succeeded {stats.succeeded}, failed {stats.failed}, "
             f"dead {stats.dead}, lost leases {stats.lost_leases}"
+            + "".join(f", {name} {count}" for name, count in (("cancelled", stats.cancelled), ("snoozed", stats.snoozed)) if count)
             + ("" if processes is None else f", worker processes replaced {worker.processes_replaced}")
         )
     # A requested stop is success; Ctrl-C reports itself the way shells expect.

@@ -10,6 +10,7 @@ The package, in its order (a module imports only modules above it):
     entry.py       Entry (one job in memory) and the checks of a record's fields
     records.py     one encoder and one decoder per record type
     schedule_records.py  the schedule records (SCHEDULE, UNSCHEDULE, TICK) and how they fold
+    control_records.py  the control records (SNOOZE, PAUSE, RESUME, RUN_NOW, DELETE): bodies, decoders
     limit_records.py  the limit records (LIMIT, UNLIMIT), how they fold, a limited lease's token
     counting.py    the counters per kind: what each record adds, the PURGE that carries them through compaction
     log.py         one generation file: scan, append, group fsync; the .current pointer
@@ -21,6 +22,7 @@ The package, in its order (a module imports only modules above it):
     limit_ops.py   a limit's writes, which kinds a lease may take, when the next slot frees
     leases.py      the writer's decisions, one per operation: records out
     schedule_ops.py  a schedule's writes and its due ticks, decided under the lock
+    control_ops.py  snooze, pause, resume, run_now and delete, decided under the lock
     snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)
     compaction.py  the next generation's file, written and flipped to (repair uses it too)
     checkpoint.py  replaying what no longer changes without the lock; the compactor's checkpoint

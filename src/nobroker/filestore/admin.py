@@ -6,8 +6,8 @@ file aside, rebuilds the queue from its valid records, and names the jobs
 that lost records: ids where they can be read, counts otherwise),
 list_queues.
 Imports: errors, jobs, layout, fs, framing, log, lock, replay, snapshot,
-compaction, schedule_records, limit_records, counting (a repair carries the
-schedules, the limits and the counters over).
+compaction, schedule_records, limit_records, control_records, counting (a
+repair carries the schedules, limits, pauses and counters over).
 
 inspect and verify read the log only; a state snapshot (snapshot.py) is a
 cache they neither need nor trust. repair deletes the queue's snapshots,
@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import counting, limit_records, schedule_records
+from . import control_records, counting, limit_records, schedule_records
 from .compaction import flip, write_generation
 from ..errors import CorruptLogError, NobrokerError, UnsafeQueueError
 from .framing import FRAME, FRAME_SIZE, HEADER_SIZE, KNOWN_TYPES, FrameStatus, RecordType, decode_header
@@ -364,6 +364,7 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
             counting.carried_record(state.counters, live, at),  # first: over the jobs dropped
             *schedule_records.replayed(state.schedules, at),
             *limit_records.replayed(state.limits, at),
+            *control_records.replayed(state.paused, at),
         ]  # fmt: skip
         new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True, extra=carried)
         new.close()

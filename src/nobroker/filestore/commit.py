@@ -33,7 +33,7 @@ from . import leases
 from .entry import Entry
 from .framing import HEADER_SIZE, RecordType, encode_record
 from .fs import FileSystem, storage_error
-from .layout import wake_path
+from .layout import finished_wake_path, wake_path
 from .log import LogFile, read_pointer
 from .records import Record
 from .recovery import QueueFiles
@@ -46,12 +46,14 @@ T = TypeVar("T")
 AUTO_COMPACT_MIN_BYTES = 8 * 1024 * 1024
 #: Records after which a waiting worker may find something to lease.
 _WAKING = frozenset({RecordType.NACK, RecordType.RECLAIM, RecordType.REQUEUE})
+#: Records that may finish a job (or take it away): Queue.wait's waiters are woken after them.
+_FINISHING = frozenset({RecordType.ACK, RecordType.DEAD, RecordType.CANCEL, RecordType.DELETE, RecordType.PURGE})
 
 
 class Batch:
     """Records one batch appends: encoded, and applied in memory as they are added (leases.Batch)."""
 
-    __slots__ = ("state", "parts", "pos", "start", "wakes")
+    __slots__ = ("state", "parts", "pos", "start", "wakes", "finishes")
 
     def __init__(self, state: QueueState, start: int) -> None:
         self.state = state
@@ -59,6 +61,7 @@ class Batch:
         self.start = start
         self.pos = start
         self.wakes = False  # does this batch make work runnable (worth waking a worker)?
+        self.finishes = False  # does it finish a job (worth waking Queue.wait)?
 
     def add(self, record: Record) -> int:
         rtype, body = record
@@ -67,6 +70,8 @@ class Batch:
         self.state.apply(rtype, body, offset, len(data))
         if rtype in _WAKING:
             self.wakes = True
+        elif rtype in _FINISHING:
+            self.finishes = True
         self.parts.append(data)
         self.pos += len(data)
         return offset
@@ -84,7 +89,9 @@ class Batch:
 class Op:
     """One writing operation waiting for (or done by) the thread that runs the batch."""
 
-    __slots__ = ("decide", "lazy", "done", "result", "error", "log", "start", "read_end", "end", "wakes", "compact")
+    __slots__ = (
+        "decide", "lazy", "done", "result", "error", "log", "start", "read_end", "end", "wakes", "finishes", "compact",
+    )  # fmt: skip
 
     def __init__(self, decide: Callable[[Batch, float], Any], lazy: bool) -> None:
         self.decide = decide
@@ -94,7 +101,7 @@ class Op:
         self.error: BaseException | None = None
         self.log: LogFile | None = None
         self.start = self.read_end = self.end = 0  # the batch's first byte, what the answer rests on, its end
-        self.wakes = False
+        self.wakes = self.finishes = False
         self.compact = False  # should the caller compact now (auto_compact's threshold was passed)?
 
 
@@ -118,6 +125,7 @@ class Committer(QueueFiles):
         # one of them swallowed for a job it cannot take would leave a worker
         # that takes every kind asleep.
         self._wake_kinds = WakeChannel(wake_path(self.directory, self.name, some_kinds=True))
+        self._wake_finished = WakeChannel(finished_wake_path(self.directory, self.name))
 
     def _after_fork(self) -> None:
         super()._after_fork()
@@ -127,6 +135,7 @@ class Committer(QueueFiles):
     def _reopen_after_fork(self) -> None:
         self._wake.forget_after_fork()
         self._wake_kinds.forget_after_fork()
+        self._wake_finished.forget_after_fork()
         super()._reopen_after_fork()
 
     # ================================================================ beat two: read forward
@@ -230,6 +239,8 @@ class Committer(QueueFiles):
             if op.wakes:
                 self._wake.notify()
                 self._wake_kinds.notify()
+            if op.finishes:
+                self._wake_finished.notify()
             if self.durable and not (op.lazy and not op.result):  # "nothing to lease" needs no fsync
                 self._make_durable(op, log)
         if op.error is not None:
@@ -285,7 +296,7 @@ class Committer(QueueFiles):
                 lock.release()
             self._state.tidy()  # outside the file lock: peers never wait for it
             for op in ops:
-                op.log, op.start, op.end, op.wakes = log, batch.start, end, batch.wakes
+                op.log, op.start, op.end, op.wakes, op.finishes = log, batch.start, end, batch.wakes, batch.finishes
             ops[0].compact = compact_now
         except BaseException as exc:
             if ahead_of_disk:  # a KeyboardInterrupt in a decision, say: reload before the next operation

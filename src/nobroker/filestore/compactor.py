@@ -4,7 +4,8 @@ Owns: Compactor, the layer of FileStorage above Committer: the whole online
 compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
 jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
-limit_records, counting, compaction, checkpoint, commit.
+limit_records, control_records (the pauses carried over), counting,
+compaction, checkpoint, commit.
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from ..errors import CompactionError, StorageError
 from ..jobs import CompactionResult
 from ..storage import StorageOptions
-from . import checkpoint, counting, leases, limit_records, schedule_records
+from . import checkpoint, control_records, counting, leases, limit_records, schedule_records
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .commit import Batch, Committer
 from .entry import DROPPED
@@ -222,6 +223,7 @@ class Compactor(Committer):
                 counting.carried_record(self._state.counters, live, at),  # first: over the jobs dropped
                 *schedule_records.replayed(self._state.schedules, at),
                 *limit_records.replayed(self._state.limits, at),
+                *control_records.replayed(self._state.paused, at),
             ])  # fmt: skip
             offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
             del live

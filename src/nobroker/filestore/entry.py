@@ -147,21 +147,23 @@ class Entry:
             return None
         return [self.attempts, self.leased_at, None, self.leased_by, "running"]
 
-    def ended_attempt(self, at: Any, deadline: float, state: JobState) -> list[Any]:
+    def ended_attempt(self, at: Any, deadline: float, state: JobState, ended_as: str | None = None) -> list[Any]:
         """The running attempt as a history row, ended at ``at`` with the job now in ``state``.
+
+        ``ended_as`` names an ending the state does not tell (a snooze: "snoozed").
 
         Past the lease's ``deadline`` it expired (its worker went away): it
         finished at the deadline, whatever wrote it down later.
         """
         expired = type(at) not in _NUMBERS or at >= deadline
-        outcome = "cancelled" if state is CANCELLED else "expired" if expired else _ENDED_AS.get(state, "failed")
+        outcome = "cancelled" if state is CANCELLED else "expired" if expired else ended_as or _ENDED_AS.get(state, "failed")
         return [self.attempts, self.leased_at, deadline if expired else at, self.leased_by, outcome]
 
-    def end_attempt(self, at: Any, deadline: float) -> None:
+    def end_attempt(self, at: Any, deadline: float, ended_as: str | None = None) -> None:
         """The running attempt ended (a record at ``at`` left the job in its new state): into its history."""
         if self.leased_at is None:
             return
-        row, history = self.ended_attempt(at, deadline, self.state), self.history
+        row, history = self.ended_attempt(at, deadline, self.state, ended_as), self.history
         self.history = [*history[1 - MAX_ATTEMPT_HISTORY :], row] if history else [row]
         self.leased_at = self.leased_by = None
 

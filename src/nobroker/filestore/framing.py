@@ -52,6 +52,11 @@ class RecordType(enum.IntEnum):
     LIMIT = 23  # limits per kind (limit_records.py): a kind's concurrency or rate limit set
     UNLIMIT = 24  # a kind's limit removed
     CANCEL = 11  # added in 0.3.0 (control of jobs); written only when cancel is used
+    SNOOZE = 12  # a leased job ready again later, its attempt given back (Queue.snooze)
+    PAUSE = 13  # the queue, or one kind, paused: leases hand out none of its jobs
+    RESUME = 14  # a pause lifted
+    RUN_NOW = 15  # a delayed or backing-off job runnable now
+    DELETE = 16  # one job removed
 
 
 KNOWN_TYPES = frozenset(int(t) for t in RecordType)

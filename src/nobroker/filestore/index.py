@@ -317,11 +317,13 @@ class JobRows:
             return fifo
         return None
 
-    def _best_cold(self, kinds: frozenset[str] | None) -> tuple[tuple[int, int, str], Fifo] | None:
-        """The best cold row of these kinds as (its ready-heap key, its fifo); None if there is none."""
+    def _best_cold(
+        self, kinds: frozenset[str] | None, skip: frozenset[str] = frozenset()
+    ) -> tuple[tuple[int, int, str], Fifo] | None:
+        """The best cold row of these kinds (none of ``skip``) as (its ready-heap key, its fifo); None if there is none."""
         best: tuple[tuple[int, int, str], Fifo] | None = None
         for kind, heads in self._heads.items():
-            if kinds is not None and kind not in kinds:
+            if (kinds is not None and kind not in kinds) or kind in skip:
                 continue
             fifo = self._cold_head(heads)
             if fifo is None:

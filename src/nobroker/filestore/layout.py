@@ -16,6 +16,7 @@ For a queue named ``emails``::
     emails.wake                a named pipe: writers wake idle workers through it
     emails.wake-kinds          the same, for workers limited to some kinds
     emails.workers/            a private folder: one <worker id>.json per running Worker (roster.py)
+    emails.wake-finished       a named pipe: writers that finish a job wake Queue.wait through it
     <any of them>.<pid>.tmp    being written by process <pid>; renamed into place when whole
     <a log>.damaged-<time>     kept aside by repair, never deleted by nobroker
 """
@@ -77,6 +78,9 @@ def wake_path(directory: str, name: str, *, some_kinds: bool = False) -> str:
 def workers_path(directory: str, name: str) -> str:
     """The folder of the queue's worker announcements (one small JSON file per worker)."""
     return os.path.join(directory, f"{name}.workers")
+def finished_wake_path(directory: str, name: str) -> str:
+    """The named pipe ``Queue.wait`` waits on: a write that finishes a job (done, dead, cancelled) wakes it."""
+    return os.path.join(directory, f"{name}.wake-finished")
 
 
 def temp_path(final: str) -> str:

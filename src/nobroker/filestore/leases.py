@@ -45,6 +45,8 @@ from .index import ID_TEXT, id_number
 from .replay import QueueState
 
 _rng = random.SystemRandom()
+#: The kinds a lease skips while nothing is paused.
+_NONE_PAUSED: frozenset[str] = frozenset()
 
 #: A job's payload read back from its record (the storage's, under the file lock).
 JobOf = Callable[[Entry], Job]
@@ -128,14 +130,17 @@ def _existing(state: QueueState, spec: EnqueueSpec) -> Entry | None:
 def lease(
     batch: Batch, now: float, count: int, visibility_timeout: float, kinds: frozenset[str] | None, job_of: JobOf
 ) -> list[Job]:
-    """Up to ``count`` runnable jobs (of these ``kinds``), best first: attempts + 1, a new token, a deadline."""
+    """Up to ``count`` runnable jobs (of these ``kinds``, none paused), best first: attempts + 1, a new token, a deadline."""
     state = batch.state
     state.promote(now)
     taken: list[Job] = []
+    if None in state.paused:  # the whole queue is paused (control_ops.pause)
+        return taken
+    skip = frozenset(k for k in state.paused if k is not None) if state.paused else _NONE_PAUSED
     by = worker_label()
     while len(taken) < count:
         # Under limits, each pick sees the LEASE records the ones before it added.
-        entry = state.pop_ready(now, limit_ops.lease_kinds(state, now, kinds) if state.limits else kinds)
+        entry = state.pop_ready(now, limit_ops.lease_kinds(state, now, kinds) if state.limits else kinds, skip)
         if entry is None:
             break
         batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token(), by))

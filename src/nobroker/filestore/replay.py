@@ -5,10 +5,11 @@ cheap, with a small mapping-like API: get, hold, in, len, entries) and
 ``apply``, which folds one decoded record into the state; also the
 schedules (periodic jobs) by name, which schedule_records.py folds records
 into; the limits by kind, which limit_records.py folds records into, and how
-many jobs of each kind are leased; the counters by kind, counted as the
-records are applied (counting.py) (the state's snapshot form is
-state_form.py's). Imports: jobs, schedules, framing, entry, records,
-schedule_records, limit_records, counting, index.
+many jobs of each kind are leased; the paused kinds (control_records.py);
+the counters by kind, counted as the records are applied (counting.py)
+(the state's snapshot form is state_form.py's). Imports: jobs, schedules,
+framing, entry, records, schedule_records, limit_records, control_records,
+counting, index.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -38,7 +39,7 @@ from typing import Any
 
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
 from ..schedules import Schedule
-from . import counting, limit_records, records, schedule_records
+from . import control_records, counting, limit_records, records, schedule_records
 from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
@@ -63,6 +64,8 @@ class QueueState(JobRows):
         self.orphans = 0
         #: Periodic jobs by name (schedule_records.py); a PURGE keeps them.
         self.schedules: dict[str, Schedule] = {}
+        #: The paused kinds (None: the whole queue), from PAUSE and RESUME records; a PURGE keeps them.
+        self.paused: set[str | None] = set()
         #: Limits by kind, each with its bucket (limit_records.py); a PURGE keeps them.
         self.limits: dict[str, limit_records.Held] = {}
         #: Counters by kind (counting.py): derived from the records, kept by a PURGE.
@@ -94,14 +97,12 @@ class QueueState(JobRows):
     ) -> int:
         """After compaction: point every job at its record in the new generation.
 
-        A job whose ENQUEUE record lay before ``base`` (all jobs, without a
-        ``base``) moved to ``offsets[id]``; one missing there was done at
-        ``base`` and is dropped. A record at or after ``base`` (copied after
-        the live jobs) moved by ``shift``. ``offsets`` lists the new records in
-        the order they were written, back to back up to ``end`` (default:
-        ``base + shift``, where the copied records begin), which gives each its
-        new size; without either, the last one keeps its old size. Returns
-        how many dropped jobs were not done: a sound compaction drops none.
+        A job whose ENQUEUE lay before ``base`` (all, without one) moved to
+        ``offsets[id]``; one missing there was done and is dropped. A record at or
+        after ``base`` moved by ``shift``. ``offsets`` lists the new records back
+        to back up to ``end`` (default ``base + shift``), which gives each its new
+        size (without either, the last keeps its old one). Returns how many
+        dropped jobs were not done: a sound compaction drops none.
         """
         unsound = 0
         for entry in self._move_rows(offsets, base, shift, end):
@@ -123,17 +124,8 @@ class QueueState(JobRows):
             self._enqueue(body, offset, size)
             counting.add(self.counters, body.get("kind", DEFAULT_KIND))  # a kind that is not a string never gets here
             return
-        if rtype == RecordType.PURGE:
-            self.clear()
-            carried = body.get(counting.CARRIED)
-            if carried is not None:  # a compacted generation's first record: the counters so far
-                self.counters = counting.checked(carried)
-            return
-        if rtype in schedule_records.SCHEDULE_TYPES:
-            schedule_records.apply(self.schedules, rtype, body)
-            return
-        if rtype in limit_records.LIMIT_TYPES:
-            limit_records.apply(self.limits, rtype, body)
+        if rtype in _QUEUE_TYPES:
+            self._apply_to_queue(rtype, body)
             return
         job_id = body.get("id")
         entry = self.hot.get(job_id)  # type: ignore[arg-type]
@@ -161,7 +153,7 @@ class QueueState(JobRows):
         elif rtype == RecordType.NACK:
             available_at, at, entry.attempts, entry.last_error, entry.traceback = records.decode_nack(body, entry.attempts)
             self._make_ready(entry, available_at, at)
-        elif rtype == RecordType.RECLAIM:
+        elif rtype == RecordType.RECLAIM or rtype == RecordType.RUN_NOW:  # (RUN_NOW: control_records.py)
             self._make_ready(entry, *records.decode_reclaim(body))
         elif rtype == RecordType.DEAD:
             error = records.decode_dead(body)
@@ -185,17 +177,34 @@ class QueueState(JobRows):
                 entry.cancel_requested = True
             elif entry.state is READY and entry.heap == NOWHERE:  # warmed from a cold row: index it again
                 self._push_ready(entry, entry.available_at)
+        elif rtype == RecordType.SNOOZE:
+            self._snooze(entry, body, deadline)
+        elif rtype == RecordType.DELETE:
+            self._drop(entry)
         if deadline is not None and entry.state is not LEASED:  # the attempt ended: into its history (bounded)
             entry.end_attempt(body.get("at"), deadline)
         if rtype in counting.COUNTED:  # once the record was applied: a refused one counts nothing
             counting.count_outcome(self.counters, rtype, body, entry.kind)
 
+    def _apply_to_queue(self, rtype: int, body: dict[str, Any]) -> None:
+        """A record about the queue, not one job: a PURGE, a schedule's, a pause's or a limit's."""
+        if rtype == RecordType.PURGE:
+            self.clear()
+            carried = body.get(counting.CARRIED)
+            if carried is not None:  # a compacted generation's first record: the counters so far
+                self.counters = counting.checked(carried)
+        elif rtype in schedule_records.SCHEDULE_TYPES:
+            schedule_records.apply(self.schedules, rtype, body)
+        elif rtype in control_records.PAUSE_TYPES:
+            control_records.fold_pause(self.paused, rtype, body)
+        else:
+            assert rtype in limit_records.LIMIT_TYPES, rtype
+            limit_records.apply(self.limits, rtype, body)
+
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
-        # become cold rows. Checks are inlined, cheapest first; a writer leaves out
-        # the fields at their defaults (the same defaults as Entry's), and any other
-        # miss or odd value takes the Entry path, which applies defaults and
-        # explains bad fields exactly as it always has.
+        # become cold rows. Checks are inlined, cheapest first; any miss or odd
+        # value takes the Entry path, which applies defaults and explains bad fields.
         get = body.get
         try:
             job_id, priority, seq = body["id"], get("priority", 0), body["seq"]
@@ -280,10 +289,7 @@ class QueueState(JobRows):
         old = self.hold(entry.id)
         if old is not None:  # a sound writer never repeats an id; last one wins
             self.anomalies += 1
-            self._set_state(old, DONE)
-            self._counts[DONE] -= 1
-            del self.hot[old.id]
-            self._rows[old.row] = GONE
+            self._drop(old)
         self.hot[entry.id] = entry
         self._append_hot_row(entry)
         self._counts[entry.state] += 1
@@ -300,6 +306,13 @@ class QueueState(JobRows):
         if entry.dedupe_key is not None and entry.state in (READY, LEASED):
             self.active_keys.setdefault((entry.kind, entry.dedupe_key), entry.id)
 
+    def _drop(self, entry: Entry) -> None:
+        """Forget a hot job (a DELETE, or an ENQUEUE that repeats its id): its count, dedupe key and row go."""
+        self._set_state(entry, DONE)
+        self._counts[DONE] -= 1
+        del self.hot[entry.id]
+        self._rows[entry.row] = GONE
+
     def _warm(self, row: int, heap: int) -> Entry:
         """Move a cold row's job to ``hot``; indexed in its kind's ready heap if ``heap`` says so."""
         entry = self._entry_of(row)
@@ -311,6 +324,13 @@ class QueueState(JobRows):
         if heap == IN_READY:
             heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
         return entry
+
+    def _snooze(self, entry: Entry, body: dict[str, Any], deadline: float | None) -> None:
+        available_at, at, attempts = control_records.decode_snooze(body)
+        self._make_ready(entry, available_at, at)
+        if deadline is not None:  # the attempt (by the number it ran as) ended snoozed
+            entry.end_attempt(at, deadline, "snoozed")
+        entry.attempts = attempts  # what it had before the lease: a snooze spends none
 
     def _make_ready(self, entry: Entry, available_at: float, at: float) -> None:
         self._set_state(entry, READY)
@@ -356,10 +376,12 @@ class QueueState(JobRows):
         entry.state = state
 
     def clear(self) -> None:
-        """After a PURGE: no jobs, but the counts of what the log held so far, schedules, limits, counters carry on."""
-        kept = self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.counters
+        """After a PURGE: no jobs, but the counts of what the log held so far, schedules, limits, pauses, counters carry on."""
+        kept = (self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.paused,
+                self.counters)  # fmt: skip
         self.__init__()  # type: ignore[misc]
-        self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.counters = kept
+        (self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.paused,
+         self.counters) = kept  # fmt: skip
 
     # ------------------------------------------------------------ queries (writer side)
     def promote(self, now: float) -> None:
@@ -374,12 +396,12 @@ class QueueState(JobRows):
             entry.heap = IN_READY
             heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
 
-    def pop_ready(self, now: float, kinds: frozenset[str] | None) -> Entry | None:
-        """Remove and return the best runnable job (highest priority, then oldest)."""
+    def pop_ready(self, now: float, kinds: frozenset[str] | None, skip: frozenset[str] = frozenset()) -> Entry | None:
+        """Remove and return the best runnable job (highest priority, then oldest) of ``kinds``, none of ``skip``."""
         while True:
             best_heap = None
             for kind, heap in self.ready.items():
-                if kinds is not None and kind not in kinds:
+                if (kinds is not None and kind not in kinds) or kind in skip:
                     continue
                 while heap:
                     entry = self.hot.get(heap[0][2])
@@ -388,7 +410,7 @@ class QueueState(JobRows):
                     heapq.heappop(heap)  # stale
                 if heap and (best_heap is None or heap[0] < best_heap[0]):
                     best_heap = heap
-            cold = self._best_cold(kinds)
+            cold = self._best_cold(kinds, skip)
             if cold is not None and (best_heap is None or cold[0] < best_heap[0]):
                 fifo = cold[1]
                 row = fifo.rows[fifo.head]
@@ -400,9 +422,7 @@ class QueueState(JobRows):
             else:
                 return None
             if entry.available_at > now:  # a peer's clock ran ahead of ours: not yet
-                entry.heap = IN_DELAYED
-                self.n_delayed += 1
-                heapq.heappush(self.delayed, (entry.available_at, entry.seq, entry.id))
+                self._push_ready(entry, now)
                 continue
             return entry
 
@@ -433,8 +453,7 @@ class QueueState(JobRows):
             entry = jobs.get(job_id)
             if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
                 found[job_id] = entry
-            stack.append(2 * i + 1)
-            stack.append(2 * i + 2)
+            stack += (2 * i + 1, 2 * i + 2)
         return sorted(found.values(), key=lambda e: (e.lease_deadline, e.seq))
 
     def stats(self, now: float) -> QueueStats:
@@ -450,3 +469,7 @@ class QueueState(JobRows):
 _HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested", "timeout", "attempt_history", "leased_at"})
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)
+#: Records about the queue rather than one job (QueueState._apply_to_queue).
+_QUEUE_TYPES = frozenset(
+    {RecordType.PURGE, *schedule_records.SCHEDULE_TYPES, *control_records.PAUSE_TYPES, *limit_records.LIMIT_TYPES}
+)

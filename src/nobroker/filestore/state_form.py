@@ -49,6 +49,7 @@ def to_snapshot(state: QueueState) -> tuple[dict[str, Any], list[Any]]:
         "schedules": [to_fields(sched) for sched in state.schedules.values()],
         "limits": [body for _rtype, body in limit_records.replayed(state.limits, 0.0)],
         "counters": state.counters,
+        "paused": list(state.paused),
     })  # fmt: skip
     return fields, blocks
 
@@ -92,6 +93,7 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
     for body in fields.get("limits", []):
         limit_records.apply(state.limits, RecordType.LIMIT, body)
     state.counters = counting.checked(fields["counters"])  # a snapshot from before counters: replay instead
+    state.paused = set(fields.get("paused", []))
     if len(hot) + gone + state.n_cold != len(rows) or sum(state._counts.values()) != len(hot):
         raise ValueError("snapshot counts do not add up")
     return state

@@ -6,7 +6,7 @@ decision from leases.py or the query from reads.py, run through the four
 beats of commit.py), the folder fsync, waiting for work, closing, and giving
 every storage fresh locks in a forked child. Imports: errors, jobs, storage,
 fs, wake, counting, leases, reads, roster, compactor, schedules,
-schedule_ops, limits, limit_ops, announcements.
+schedule_ops, limits, limit_ops, control_records, control_ops, announcements.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from ..errors import StorageError
 from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
 from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
-from ..storage import EnqueueSpec, StorageOptions
-from . import counting, leases, limit_ops, reads, roster, schedule_ops
+from ..storage import EnqueueSpec, StorageOptions, wait_until_finished
+from . import control_ops, control_records, counting, leases, limit_ops, reads, roster, schedule_ops
 from .compactor import Compactor
 from .fs import OS_FILESYSTEM, FileSystem, storage_error
 from .wake import wait_for_change
@@ -129,6 +129,23 @@ class FileStorage(Compactor):
 
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
         return self._write(partial(leases.cancel, queue=self.name, job_id=job_id, token=token, stopped=stopped, job_of=self._job))
+
+    def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:
+        return self._write(
+            partial(control_ops.snooze, queue=self.name, job_id=job_id, token=token, seconds=seconds, job_of=self._job)
+        )
+
+    def pause(self, kind: str | None, resume: bool) -> None:
+        self._write(partial(control_ops.pause, kind=kind, resume=resume))
+
+    def paused(self) -> list[str | None]:
+        return self._read(lambda now: control_records.ordered(self._state.paused))
+
+    def run_now(self, job_id: str) -> Job:
+        return self._write(partial(control_ops.run_now, queue=self.name, job_id=job_id, job_of=self._job))
+
+    def delete(self, job_id: str) -> Job:
+        return self._write(partial(control_ops.delete, queue=self.name, job_id=job_id, job_of=self._job))
 
     def compact(self, *, progress: Callable[[int], None] | None = None) -> CompactionResult:
         """Rewrite the log without done jobs; waits for a peer's compaction first (see Compactor._compaction)."""
@@ -262,6 +279,38 @@ class FileStorage(Compactor):
 
         return wait_for_change(self._wake if kinds is None else self._wake_kinds, changed, deadline, interrupt, due=bool(due))
 
+    def wait_finished(self, job_id: str, timeout: float) -> Job:
+        """The job once it is done, dead or cancelled; TimeoutError at ``timeout`` (see storage.wait_until_finished).
+
+        Woken through the queue's third named pipe (``<name>.wake-finished``),
+        which every write that finishes a job (ack, dead, cancel, delete,
+        purge), in any process, writes to; where named pipes do not exist it
+        looks again after every change of the log (a poll of its size).
+        """
+        self._wake_finished.open_reader()  # before the first look: a finish after it reaches us
+        marks: list[tuple[Any, int, Any]] = []
+
+        def look() -> Job:
+            with self._mutex:  # what we have read so far: any write after this mark is a change
+                marks[:] = [(self._log, self._offset, self._pointer_sig)]
+            return self.get(job_id)
+
+        def block(seconds: float) -> None:
+            log, seen, sig = marks[0]
+
+            def changed() -> bool:
+                try:
+                    return (
+                        self._closed or log is None or log.closed or self.fs.size(log.fd) != seen
+                        or self._pointer_signature() != sig
+                    )  # fmt: skip
+                except OSError:
+                    return True
+
+            wait_for_change(self._wake_finished, changed, time.monotonic() + seconds, None, due=False)
+
+        return wait_until_finished(job_id, timeout, look, block)
+
     def close(self) -> None:
         with self._mutex:
             if self._closed:
@@ -283,6 +332,7 @@ class FileStorage(Compactor):
                 self._lock.close()
             self._wake.close()
             self._wake_kinds.close()
+            self._wake_finished.close()
         _live.discard(self)
 
     @property

@@ -19,6 +19,8 @@ The package, in its order (a module imports only modules above it):
     limit_ops.py   the limits table and the lease under limits
     queue_ops.py   the whole queue's operations (requeue, purge, pruning, compaction) and the reads
     roster.py      the workers table: the worker announcements
+    control_ops.py  snooze, pause and resume, run_now, delete, and the channel Queue.wait listens on
+    control_storage.py  ControlStorage: PostgresStorage's control of jobs, run on its connections
     storage.py     PostgresStorage, wiring only
     asyncstorage.py  AsyncPostgresStorage: the same statements awaited, for AsyncQueue
 

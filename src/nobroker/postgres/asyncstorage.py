@@ -3,7 +3,7 @@
 Owns: AsyncPostgresStorage (the Storage protocol with ``await``) and
 ``carry_async`` (a storage Plan awaited run by run). Imports: jobs,
 schedules, limits, storage, driver, steps, asynclink, operations, queue_ops,
-schedule_ops, limit_ops, roster, announcements.
+schedule_ops, limit_ops, roster, announcements, control_ops.
 
 Opening is the Queue's (the options checked, the schema brought up to date),
 run in a thread once; the PostgresStorage it opened keeps the queue's
@@ -14,9 +14,13 @@ operator's writes (requeue_dead, purge, compact) on a second, opened on
 first use, so a heartbeat never waits behind them; the schedules as the
 Queue places them, and the limits per kind likewise (a lease of a queue
 with limits is the Queue's limit_ops.claim). Every one sends exactly the
-steps the Queue sends (operations.py, queue_ops.py, schedule_ops.py, limit_ops.py). Only the idle wait
+steps the Queue sends (operations.py, queue_ops.py, schedule_ops.py, limit_ops.py,
+control_ops.py: the holder's snooze on the first connection, the operator's
+pause, resume, run_now and delete on the second). Only the idle wait
 (wait_for_jobs: LISTEN, then a long sleep) runs the Queue's own call in a
-thread (asyncio.to_thread), on its listening connection.
+thread (asyncio.to_thread), on its listening connection; a job's wait
+(wait_finished) awaits its looks natively and sleeps on the finished
+channel's listener in a thread between them.
 
 ``enqueue(conn=AsyncConnection)`` runs the INSERT inside the caller's open
 transaction on that connection and never commits: the job is visible to
@@ -26,16 +30,17 @@ others at the caller's commit, and gone with the caller's rollback.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, TypeVar
 
 from ..announcements import WorkerInfo
 from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
 from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
-from ..storage import EnqueueSpec
+from ..storage import EnqueueSpec, seconds_to_block
 from . import operations as ops
 from . import queue_ops as whole
-from . import limit_ops, roster, schedule_ops
+from . import control_ops, limit_ops, roster, schedule_ops
 from .asynclink import AsyncLink, AsyncSession
 from .driver import psycopg
 from .steps import advance, drive_async
@@ -190,6 +195,43 @@ class AsyncPostgresStorage:
     async def limit_holding(self, kind: str) -> str | None:
         t, sql = self._target, self.sync.limit_sql
         return await self._side.run("limit holding", lambda: limit_ops.holding(t, sql, kind), retry=True)
+
+    # ================================================================ control of jobs (as the Queue places them)
+    async def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:
+        # Not retried, as the Queue's: a snooze that went through would be refused the second time.
+        t, sql = self._target, self.sync.control_sql()
+        return await self._work.run("snooze", lambda: control_ops.snooze(t, sql, job_id, token, seconds), retry=False)
+
+    async def pause(self, kind: str | None, resume: bool) -> None:
+        t, sql = self._target, self.sync.control_sql()
+        what = "resume" if resume else "pause"
+        await self._side.run(what, lambda: control_ops.pause(t, sql, kind, resume), retry=True)
+
+    async def paused(self) -> list[str | None]:
+        t, sql = self._target, self.sync.control_sql()
+        return await self._side.run("paused", lambda: control_ops.paused(t, sql), retry=True)
+
+    async def run_now(self, job_id: str) -> Job:
+        t, sql = self._target, self.sync.control_sql()
+        return await self._side.run("run_now", lambda: control_ops.run_now(t, sql, job_id), retry=True)
+
+    async def delete(self, job_id: str) -> Job:
+        t, sql = self._target, self.sync.control_sql()
+        return await self._side.run("delete", lambda: control_ops.delete(t, sql, job_id), retry=False)
+
+    async def wait_finished(self, job_id: str, timeout: float) -> Job:
+        """As PostgresStorage.wait_finished: LISTEN, mark the job waited for, then look and sleep until it finishes."""
+        t, sql = self._target, self.sync.control_sql()
+        listener = self.sync._finished_listener
+        deadline = time.monotonic() + timeout
+        await asyncio.to_thread(listener.listen)  # before the first look: a finish after it is heard
+        await self._side.run("wait", lambda: control_ops.mark_waited(t, sql, job_id), retry=True)
+        while True:
+            job = await self.get(job_id)
+            pause = seconds_to_block(job, timeout, deadline)
+            if pause is None:
+                return job
+            await asyncio.to_thread(listener.wait, pause, None)
 
     # ================================================================ the idle wait: long, in a thread
     async def wait_for_jobs(self, timeout: float, interrupt: int | None = None, kinds: frozenset[str] | None = None) -> bool:

@@ -173,6 +173,12 @@ UPKEEP = f"""
             WHERE r.dead <> 0 OR r.cancelled <> 0 OR r.scheduled <> p.promoted
         ), {RECLAIM_COUNTED}
         SELECT (SELECT count(*) FROM reclaimed), (SELECT count(*) FROM promoted)"""
+#: The claim takes no job of a paused kind, and none while the whole queue is paused
+#: (sql/008: a row of ``pauses`` with kind '' is the whole queue). The pauses are read
+#: once per statement (an InitPlan), so a queue with none pays one probe of an empty index.
+UNPAUSED = (
+    " AND NOT (ARRAY['', kind] && ARRAY(SELECT p.kind FROM {schema}.pauses AS p WHERE p.queue = %(q)s))"
+)
 CLAIM_SET = f"""
         UPDATE {{schema}}.jobs AS j SET
             state = 'leased', attempts = j.attempts + 1, stage = NULL, leased_by = %(by)s, leased_at = {NOW},
@@ -184,7 +190,7 @@ CLAIM_SET = f"""
 # (a delayed job it enqueued is ready and not marked scheduled).
 CLAIM = f"""{CLAIM_SET}
         FROM (SELECT queue, id FROM {{schema}}.jobs
-              WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}{{unless_due}}
+              WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}{{unless_due}}{UNPAUSED}
               ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS x
         WHERE j.queue = x.queue AND j.id = x.id
         RETURNING {COLUMNS}"""
@@ -197,7 +203,7 @@ CLAIM_KINDS = f"""{CLAIM_SET}
               CROSS JOIN LATERAL (
                   SELECT queue, id, priority, seq FROM {{schema}}.jobs
                   WHERE queue = %(q)s AND kind = k.kind AND state = 'ready' AND NOT scheduled
-                    AND available_at <= {NOW}{{unless_due}}
+                    AND available_at <= {NOW}{{unless_due}}{UNPAUSED}
                   ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS c
               ORDER BY c.priority DESC, c.seq LIMIT {{count}}) AS x
         WHERE j.queue = x.queue AND j.id = x.id

@@ -33,13 +33,15 @@ from ..limits import holding as limit_holding
 from ..limits import seconds_to_slot as slot_wait
 from ..storage import worker_label
 from . import operations as ops
-from .fragments import CLAIM_SET, COLUMNS, NOW
+from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED
 from .statements import quote_schema, row_job
 from .steps import Steps, atomic, every, one, run
 
 _COLUMNS = ("kind", "concurrency", "rate", "per", "burst", "tokens", "tokens_at")
 _CLOCK = "extract(epoch FROM clock_timestamp())::float8 + %(off)s::float8"
 _RUNNABLE = f"queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}"
+#: What the limited claim may take: runnable and not paused (control_ops.pause), as the plain claim.
+_CLAIMABLE = _RUNNABLE + UNPAUSED
 # The kinds without a limit as a plain claim does (of some kinds, or of all
 # but the limited ones), and each limited kind with a free slot up to what
 # its limits allow; the best of all of them, up to the lease's count. Rows
@@ -48,14 +50,14 @@ _CLAIM = f"""{CLAIM_SET}
         FROM (SELECT c.queue, c.id FROM (
                 SELECT * FROM (
                     SELECT queue, id, priority, seq FROM {{schema}}.jobs
-                    WHERE {_RUNNABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
+                    WHERE {_CLAIMABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
                     ORDER BY priority DESC, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED) AS o
                 UNION ALL
                 (SELECT l.queue, l.id, l.priority, l.seq
                  FROM unnest(%(lk)s::text[], %(caps)s::int4[]) AS k(kind, cap)
                  CROSS JOIN LATERAL (
                      SELECT queue, id, priority, seq FROM {{schema}}.jobs
-                     WHERE {_RUNNABLE} AND kind = k.kind
+                     WHERE {_CLAIMABLE} AND kind = k.kind
                      ORDER BY priority DESC, seq LIMIT k.cap FOR UPDATE SKIP LOCKED) AS l)
               ) AS c ORDER BY c.priority DESC, c.seq LIMIT %(count)s) AS x
         WHERE j.queue = x.queue AND j.id = x.id

@@ -71,6 +71,18 @@ class Listener(Owned):
                 self._drop()
                 return True
 
+    def listen(self) -> bool:
+        """LISTEN now, so a NOTIFY sent after this returns reaches the next ``wait``; False if it cannot be had."""
+        with self._mutex:
+            if self._closed:
+                return False
+            try:
+                self._listening()
+            except (StorageError, psycopg.Error):
+                self._drop()
+                return False
+            return True
+
     def _wait_on(
         self, conn: Any, deadline: float, interrupt: int | None, due: Callable[[Any], float | None] | None
     ) -> bool:

@@ -347,6 +347,10 @@ def _refuse(t: Target, job_id: str, token: str | None, action: str) -> Steps[NoR
     raise refusal(action, job_id, state, token, finished)
 
 
+#: The refusal, for the operations of other modules (control_ops.snooze).
+refuse = _refuse
+
+
 def _already_done(t: Target, job_id: str, token: str | None) -> Steps[bool]:
     row = yield one(t.sql["why"], t.params(id=job_id))
     return row is not None and row[0] == "done" and (token is None or row[1] == token)

@@ -219,6 +219,7 @@ RLS_TABLES = (
     ("counts", "SELECT, INSERT, DELETE"),
     ("schedules", "SELECT, INSERT, UPDATE, DELETE"),
     ("limits", "SELECT, INSERT, UPDATE, DELETE"),
+    ("pauses", "SELECT, INSERT, DELETE"),
     ("counters", "SELECT, INSERT, DELETE"),
     ("workers", "SELECT, INSERT, UPDATE, DELETE"),
 )

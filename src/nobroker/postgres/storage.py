@@ -5,7 +5,7 @@ checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
 steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops,
-limits, limit_ops, queue_ops, roster, announcements.
+limits, limit_ops, queue_ops, roster, announcements, control_ops, control_storage.
 
 Storage options (keyword arguments to ``Queue`` that the facade passes on):
 ``schema`` (default ``nobroker``), ``migrate`` (default True: create the
@@ -40,12 +40,10 @@ that is safe: reads, and writes that do the same thing twice (ack, extend,
 set_stage, lease, compact, enqueue with job ids). Otherwise the caller gets
 StorageError saying the outcome is unknown.
 
-Transactional enqueue: ``Queue.enqueue(..., conn=connection)`` runs the INSERT
-on the caller's psycopg connection, inside the caller's open transaction, and
-never commits: roll back and there is no job.
+Transactional enqueue: ``Queue.enqueue(..., conn=connection)`` runs the INSERT in
+the caller's open transaction and never commits: roll back and there is no job.
 
-Pools like PgBouncer in transaction mode: pass ``prepare_threshold=None`` as a
-storage option so no server-side prepared statements are used.
+Pools like PgBouncer in transaction mode: pass ``prepare_threshold=None``.
 """
 
 from __future__ import annotations
@@ -63,20 +61,15 @@ from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport, 
 from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
+from . import control_ops, limit_ops, roster, schedule_ops
 from . import operations as ops
 from . import queue_ops as whole
-from . import limit_ops, roster, schedule_ops
+from .control_storage import ControlStorage
 from .listener import Listener
 from .connection import (
-    DEFAULT_RECONNECT_TIMEOUT,
-    DEFAULT_STATEMENT_TIMEOUT,
-    DEFAULT_TCP_USER_TIMEOUT,
-    Link,
-    channel_name,
-    connect_timeout_of,
-    connection_options,
-    redact_dsn,
-)
+    DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Link, channel_name,
+    connect_timeout_of, connection_options, redact_dsn,
+)  # fmt: skip
 from .driver import require_psycopg
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
@@ -144,7 +137,7 @@ def twice(link: Link, what: str, steps: Callable[[], Steps[T]]) -> T:
     return link.run(what, lambda c: drive(c, steps()), retry=True)
 
 
-class PostgresStorage:
+class PostgresStorage(ControlStorage):
     """One named queue in a PostgreSQL schema (``nobroker`` by default)."""
 
     def __init__(
@@ -206,6 +199,8 @@ class PostgresStorage:
         self._link = link()
         self._side = link()
         self._listener = Listener(dsn, channel, connect_options)
+        # Queue.wait's: the finished channel, its own connection (opened the first time a wait LISTENs).
+        self._finished_listener = Listener(dsn, control_ops.finished_channel(self.schema, self.name), connect_options)
         self._gate = NotifyGate(self._send_owed_notify)
         started = time.perf_counter()
         with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
@@ -480,6 +475,7 @@ class PostgresStorage:
         self._link.close()
         self._side.close()
         self._listener.close()
+        self._finished_listener.close()
 
     @property
     def location(self) -> str:

@@ -11,7 +11,7 @@ The package, in its order (a module imports only modules above it):
     work.py       enqueue, lease, ack, nack, extend, set_stage; the wait for work
     looking.py    get, stats, listings, the DLQ; requeue_dead, purge, compact
     periodic.py   schedule, unschedule, schedules, enqueue_due
-    control.py    cancel
+    control.py    cancel, snooze, pause, resume, paused, run_now, delete, wait
     roster.py     announce_worker, retire_worker, workers: who works the queue
     limiting.py   set_limit, clear_limit, limits: limits per kind
     explaining.py  explain: why a job is where it is (the reasons from explain.py)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self
 
@@ -34,7 +35,7 @@ from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
 from ..limits import Limit
 from ..explain import Reason, explain
-from ..storage import Storage, StorageOptions, queue_closed, storage_kind
+from ..storage import FINISH_RECHECK, Storage, StorageOptions, queue_closed, seconds_to_block, storage_kind
 from . import calls, explaining
 from .base import Opening, open_storage
 
@@ -54,6 +55,18 @@ class OffLoop:
             return await asyncio.to_thread(method, *args)
 
         return off_the_loop
+
+    async def wait_finished(self, job_id: str, timeout: float) -> Job:
+        """The storage's wait in slices of FINISH_RECHECK, so a cancelled wait leaves its thread that long at most."""
+        deadline = time.monotonic() + timeout
+        while True:
+            slice_ = max(0.0, min(deadline - time.monotonic(), FINISH_RECHECK))
+            try:
+                return await asyncio.to_thread(self.storage.wait_finished, job_id, slice_)  # type: ignore[attr-defined,no-any-return]
+            except TimeoutError:
+                job = await asyncio.to_thread(self.storage.get, job_id)
+                if seconds_to_block(job, timeout, deadline) is None:  # TimeoutError at the deadline
+                    return job
 
     @property
     def location(self) -> str:
@@ -238,16 +251,49 @@ class AsyncQueue(Opening):
         found = await self.get(checks.job_ref(job)[0])
         storage = await self._open_storage()
         now = float(await storage.now())
-        listed, holding = None, None
+        listed, holding, paused = None, None, []
         if explaining.runnable(found, now):
             listed = await self.list_jobs("runnable", kind=found.kind, limit=explaining.MAX_AHEAD_SCANNED)
             holding = await storage.limit_holding(found.kind)
-        return explain(found, explaining.facts_of(found, now, listed, holding, self.visibility_timeout))
+            paused = await storage.paused()
+        return explain(found, explaining.facts_of(found, now, listed, holding, self.visibility_timeout, paused))
 
     # ------------------------------------------------------------ control and periodic jobs
     async def cancel(self, job: JobRef, *, stopped: bool = False) -> Job:
         """As Queue.cancel."""
         return await (await self._open_storage()).cancel(*calls.cancel(job, stopped))  # type: ignore[no-any-return]
+
+    async def snooze(self, job: JobRef, seconds: float) -> Job:
+        """As Queue.snooze."""
+        return await (await self._open_storage()).snooze(*calls.snooze(job, seconds))  # type: ignore[no-any-return]
+
+    async def pause(self, kind: str | None = None) -> None:
+        """As Queue.pause."""
+        await (await self._open_storage()).pause(calls.kind(kind), False)
+
+    async def resume(self, kind: str | None = None) -> None:
+        """As Queue.resume."""
+        await (await self._open_storage()).pause(calls.kind(kind), True)
+
+    async def paused(self) -> list[str | None]:
+        """As Queue.paused."""
+        return await (await self._open_storage()).paused()  # type: ignore[no-any-return]
+
+    async def run_now(self, job: JobRef) -> Job:
+        """As Queue.run_now."""
+        return await (await self._open_storage()).run_now(calls.ref_id(job))  # type: ignore[no-any-return]
+
+    async def delete(self, job: JobRef) -> Job:
+        """As Queue.delete."""
+        return await (await self._open_storage()).delete(calls.ref_id(job))  # type: ignore[no-any-return]
+
+    async def wait(self, job: JobRef, timeout: float) -> Job:
+        """As Queue.wait: the job once it is done, dead or cancelled; TimeoutError after ``timeout`` seconds.
+
+        PostgreSQL: its looks awaited, the sleep between them on the finished
+        channel's LISTEN in a thread; files: the Queue's wait in a thread.
+        """
+        return await (await self._open_storage()).wait_finished(*calls.wait(job, timeout))  # type: ignore[no-any-return]
 
     async def schedule(
         self, name: str, payload: Any = None, *, every: float | None = None, cron: str | None = None,

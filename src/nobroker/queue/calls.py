@@ -192,6 +192,25 @@ def cancel(job: JobRef, stopped: bool) -> tuple[str, str | None, bool]:
     return job_id, token, bool(stopped)
 
 
+def snooze(job: JobRef, seconds: float) -> tuple[str, str | None, float]:
+    job_id, token = checks.job_ref(job)
+    return job_id, token, checks.seconds(seconds, "seconds")
+
+
+def kind(value: str | None) -> str | None:
+    """A kind to pause or resume; None is the whole queue."""
+    return None if value is None else checks.text(value, "kind", MAX_NAME_CHARS)
+
+
+def ref_id(job: JobRef) -> str:
+    """The id of ``Job | id`` (run_now, delete, wait act by id: a token changes nothing)."""
+    return checks.job_ref(job)[0]
+
+
+def wait(job: JobRef, timeout: float) -> tuple[str, float]:
+    return ref_id(job), checks.seconds(timeout, "timeout")
+
+
 def limit(kind: str, concurrency: Any, rate: Any, per: Any, burst: Any) -> tuple[str, Limit | None]:
     """set_limit's arguments: the kind, and its limit (None: neither a concurrency, a rate nor a burst: clear it)."""
     if concurrency is None and rate is None and burst is None:

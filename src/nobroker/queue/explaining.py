@@ -4,9 +4,10 @@ Owns: ExplainMethods (the facts gathered at one moment through the public
 reads, handed to the pure explain.py) and ``facts_of``, which AsyncQueue's
 explain shares. Imports: checks, jobs, explain, looking.
 
-A fact a new reason needs (``q.paused()``) is gathered beside the others
-into ``Facts.extra`` (as the kind's limit is, by storage.limit_holding),
-and read by its blocker in explain.BLOCKERS.
+A fact a new reason needs is gathered beside the others into
+``Facts.extra`` (the kind's limit, by storage.limit_holding; what is
+paused, by storage.paused as ``q.paused()`` reads it), and read by its
+blocker in explain.BLOCKERS.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import checks
-from ..explain import LIMIT, Facts, Reason, explain
+from ..explain import LIMIT, PAUSED, Facts, Reason, explain
 from ..jobs import Job, JobState
 from ..checks import JobRef
 from .looking import LookMethods
@@ -29,16 +30,19 @@ def runnable(found: Job, now: float) -> bool:
 
 
 def facts_of(
-    found: Job, now: float, listed: Sequence[Job] | None, holding: str | None, visibility_timeout: float | None
+    found: Job, now: float, listed: Sequence[Job] | None, holding: str | None, visibility_timeout: float | None,
+    paused: Sequence[str | None] = (),
 ) -> Facts:
     """The facts for ``explain``: ``listed`` the runnable jobs of its kind (None: not asked), ``holding`` the
-    words of the limit holding its kind back (None: none does)."""
+    words of the limit holding its kind back (None: none does), ``paused`` what is paused (``q.paused()``)."""
     ahead, exact = None, True
     if listed is not None:
         key = (-found.priority, found.seq)
         ahead = sum(1 for other in listed if other.id != found.id and (-other.priority, other.seq) < key)
         exact = len(listed) < MAX_AHEAD_SCANNED
-    extra = {} if holding is None else {LIMIT: holding}
+    extra: dict[str, object] = {} if holding is None else {LIMIT: holding}
+    if paused:
+        extra[PAUSED] = list(paused)
     return Facts(now=now, ahead=ahead, ahead_exact=exact, visibility_timeout=visibility_timeout, extra=extra)
 
 
@@ -50,7 +54,7 @@ class ExplainMethods(LookMethods):
 
         Each is an ``explain.Reason``: ``reason.code`` names it
         (``delayed``, ``backing_off``, ``leased``, ``lease_past_due``,
-        ``heartbeat``, ``cancel_requested``, ``work_ahead``,
+        ``heartbeat``, ``cancel_requested``, ``paused``, ``limit``, ``work_ahead``,
         ``first_in_line``, ``done``, ``dead``, ...) and ``reason.to_dict()``
         gives its numbers. JobNotFoundError for an id the queue does not hold.
         """
@@ -58,8 +62,9 @@ class ExplainMethods(LookMethods):
         found = self.get(job_id)
         storage = self._open_storage()
         now = storage.now()
-        listed, holding = None, None
+        listed, holding, paused = None, None, []
         if runnable(found, now):
             listed = self.list_jobs("runnable", kind=found.kind, limit=MAX_AHEAD_SCANNED)
             holding = storage.limit_holding(found.kind)
-        return explain(found, facts_of(found, now, listed, holding, self.visibility_timeout))
+            paused = storage.paused()
+        return explain(found, facts_of(found, now, listed, holding, self.visibility_timeout, paused))

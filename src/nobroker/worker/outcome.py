@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..codec import stored_json
-from ..errors import PermanentError, SerializationError
+from ..errors import PermanentError, SerializationError, Snooze
 from ..jobs import MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_TRACEBACK_CHARS, Job
 
 Handler = Callable[[Any], Any]
@@ -36,7 +36,9 @@ class WorkerStats:
     worker came to ack or nack (it expired and was delivered elsewhere, or an
     operator finished the job), so the outcome was not recorded by us.
     ``cancelled``: the job was cancelled while its handler ran (``q.cancel``),
-    and its attempt ended cancelled, whatever the handler did.
+    and its attempt ended cancelled, whatever the handler did. ``snoozed``:
+    the handler raised ``Snooze(seconds)`` and the job went back to ready
+    for later without spending an attempt (``q.snooze``).
     Not buckets of their own (such a job is counted failed or dead too):
     ``timed_out``, handlers that ran past their time limit (the attempt
     failed with "timed out after S s"), and of those ``abandoned``, the ones on
@@ -50,13 +52,14 @@ class WorkerStats:
     dead: int = 0
     lost_leases: int = 0
     cancelled: int = 0
+    snoozed: int = 0
     timed_out: int = 0
     abandoned: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        """The counts as a JSON-ready dict (``cancelled``, ``timed_out``, ``abandoned`` only when not 0)."""
+        """The counts as a JSON-ready dict (``cancelled``, ``snoozed``, ``timed_out``, ``abandoned`` only when not 0)."""
         out = dataclasses.asdict(self)
-        for name in ("cancelled", "timed_out", "abandoned"):
+        for name in ("cancelled", "snoozed", "timed_out", "abandoned"):
             if not out[name]:
                 del out[name]
         return out
@@ -69,6 +72,8 @@ class Outcome:
     result: Any = None
     error: str | None = None
     permanent: bool = False
+    #: Seconds the handler asked to snooze for (it raised Snooze): not a failure.
+    snooze: float | None = None
     #: What the handler raised, if it did (its traceback is kept with the job and logged).
     exc: BaseException | None = None
 
@@ -112,6 +117,8 @@ def call_handler(
         if inspect.isawaitable(result):
             result = run_awaitable(result)
         outcome.result = result
+    except Snooze as exc:
+        outcome.snooze = exc.seconds
     except PermanentError as exc:
         outcome.failed(exc, permanent=True)
     except Exception as exc:
@@ -138,6 +145,8 @@ async def call_async_handler(handler: Handler, job: Job) -> tuple[Outcome, BaseE
         if inspect.isawaitable(result):
             result = await result
         outcome.result = result
+    except Snooze as exc:
+        outcome.snooze = exc.seconds
     except PermanentError as exc:
         outcome.failed(exc, permanent=True)
     except (Exception, asyncio.CancelledError) as exc:
@@ -155,7 +164,7 @@ def is_async_handler(handler: Handler) -> bool:
 
 def _storable(outcome: Outcome) -> Outcome:
     """The outcome, or the one that says its result cannot be stored (checked here, before the ack)."""
-    if outcome.error is None and outcome.result is not None:
+    if outcome.error is None and outcome.snooze is None and outcome.result is not None:
         try:
             stored_json(outcome.result, what="result", limit=MAX_RESULT_BYTES)
         except SerializationError as exc:

@@ -20,6 +20,7 @@ for exited children every SUPERVISE_SLICE.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import select
@@ -79,14 +80,8 @@ class _Child:
 
 
 def _add(total: WorkerStats, more: WorkerStats) -> None:
-    total.leased += more.leased
-    total.succeeded += more.succeeded
-    total.failed += more.failed
-    total.dead += more.dead
-    total.lost_leases += more.lost_leases
-    total.cancelled += more.cancelled
-    total.timed_out += more.timed_out
-    total.abandoned += more.abandoned
+    for bucket in dataclasses.fields(WorkerStats):  # every bucket (cancelled, snoozed too)
+        setattr(total, bucket.name, getattr(total, bucket.name) + getattr(more, bucket.name))
 
 
 def _how_it_ended(status: int) -> str:

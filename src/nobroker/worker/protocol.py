@@ -181,6 +181,13 @@ class QueueAccess:
         renewed = self.queue.extend(job, seconds)
         return getattr(renewed, "cancel_requested", False) is True
 
+    def snooze(self, job: Job, seconds: float) -> None:
+        """Give the job back for later without spending an attempt (the handler raised Snooze)."""
+        snooze = getattr(self.queue, "snooze", None)
+        if snooze is None:
+            raise TypeError(f"{type(self.queue).__name__} has no snooze(): a handler there cannot raise Snooze")
+        snooze(job, seconds)
+
     @property
     def extends_many(self) -> bool:
         return self._extends is not None

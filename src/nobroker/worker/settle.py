@@ -3,7 +3,8 @@
 Owns: Settler, which holds the run's WorkerStats. A job whose handler
 returned is acked (``settle_many``: the acks of a batch in one write); one
 whose handler raised, or whose result the queue refused, is
-nacked (with its traceback where the queue keeps one). A lease found lost,
+nacked (with its traceback where the queue keeps one); one whose handler
+raised Snooze is snoozed (``q.snooze``: no attempt spent). A lease found lost,
 on the way or by the heartbeat meanwhile, is counted as lost, never as
 done. Each outcome is told to the Teller, when the Worker was given a
 listener (joblines.py). Imports: errors, protocol, outcome, heartbeat,
@@ -79,6 +80,9 @@ class Settler:
         if entry.cancelled:  # the heartbeat saw the cancel: whatever the handler did, the attempt ends cancelled
             self._end_cancelled(entry)
             return
+        if outcome.snooze is not None:
+            self._snooze(entry, outcome.snooze)
+            return
         if outcome.error is not None:
             self._nack(entry, outcome)
             return
@@ -98,7 +102,10 @@ class Settler:
         for entry, _ in finished:
             if entry.cancelled:
                 self._end_cancelled(entry)
-        finished = [(entry, outcome) for entry, outcome in finished if not entry.cancelled]
+        for entry, outcome in finished:
+            if outcome.snooze is not None and not entry.cancelled:
+                self._snooze(entry, outcome.snooze)
+        finished = [(entry, outcome) for entry, outcome in finished if not entry.cancelled and outcome.snooze is None]
         acked = [(entry, outcome) for entry, outcome in finished if outcome.error is None]
         errors = ack_batch(self._access, [entry.job for entry, _ in acked], [outcome.result for _, outcome in acked])
         for (entry, _), error in zip(acked, errors):
@@ -153,6 +160,31 @@ class Settler:
             logger.warning("job %s moved to the dead-letter queue: %s", job.id, outcome.error, exc_info=outcome.exc)
         else:
             logger.warning("job %s failed, will retry: %s", job.id, outcome.error, exc_info=outcome.exc)
+
+    def _snooze(self, entry: Running, seconds: float) -> None:
+        """The handler raised Snooze: the job is ready again later, its attempt given back; not a failure."""
+        job = entry.job
+        try:
+            self._access.snooze(job, seconds)
+        except JobCancelledError:
+            self._end_cancelled(entry)
+            return
+        except LOST_ERRORS as exc:
+            self._count_lost(entry, exc)
+            return
+        except (TypeError, ValueError) as exc:  # Snooze(seconds) with seconds the queue refuses: a failure then
+            outcome = Outcome()
+            outcome.failed(exc)
+            self._nack(entry, outcome)
+            return
+        except Exception as exc:
+            self._on_error(exc, f"snooze of job {job.id}")
+            return
+        if not self._recorded(entry):
+            return
+        with self._lock:
+            self._stats.snoozed += 1
+        logger.info("job %s snoozed for %g s (no attempt spent)", job.id, seconds)
 
     def _end_cancelled(self, entry: Running) -> None:
         """The handler of a cancelled job returned: end its attempt cancelled (the lease's expiry would too)."""
