@@ -68,6 +68,24 @@ class PlanTests(PostgresTestCase):
             conn.rollback()
         return row[0][0]["Plan"]  # type: ignore[no-any-return]
 
+    def settled_plan(self, statement: str, **values: Any) -> dict[str, Any]:
+        """The plan of ``statement`` once the index entries a burst of acks left behind are marked dead.
+
+        The first read after the burst visits them (and marks them, as vacuum
+        would remove them); every read after it reads only its pages. Only once no
+        transaction anywhere on the server still sees those rows: another suite's
+        long-held transaction delays it, so this tries again, boundedly.
+        """
+        plan = self.explain(statement, **values)
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while _buffers(plan) > FEW_PAGES and time.monotonic() < deadline:
+            time.sleep(0.5)
+            for state in (None, "ready", "runnable", "delayed", "done", "leased"):
+                self.q.list_jobs(state, limit=100)
+            self.q.stats()
+            plan = self.explain(statement, **values)
+        return plan
+
     def assert_few_pages(self, plan: dict[str, Any], what: str) -> None:
         self.assertLessEqual(_buffers(plan), FEW_PAGES, f"{what} touched {_buffers(plan)} pages")
         self.assertFalse([n for n in _nodes(plan) if n["Node Type"] == "Seq Scan"], f"{what} scans the table")
@@ -138,7 +156,7 @@ class PlanTests(PostgresTestCase):
         self.q.ack_many(self.q.lease(500))
         for name in ("stats", "count"):
             with self.subTest(name):
-                self.assert_few_pages(self.explain(self.sql[name]), name)
+                self.assert_few_pages(self.settled_plan(self.sql[name]), name)
         stats = self.q.stats()
         self.assertEqual(
             (stats.ready, stats.delayed, stats.leased, stats.done, stats.dead),
@@ -151,22 +169,10 @@ class PlanTests(PostgresTestCase):
         self.fill(IN_THE_WAY // 2, delay=3600)
         self.q.ack_many(self.q.lease(2000))
         page = {"kind": None, "limit": 100, "offset": 0, "reach": 100}
-        # A first read after a burst of acks also visits the index entries the
-        # acks left behind (once: it marks them dead, as vacuum would remove
-        # them); a dashboard's next poll and every one after it reads this.
-        # Only once no transaction anywhere on the server still sees those rows:
-        # another suite's long-held transaction delays it, so this waits
-        # (boundedly) for the reads to become a page's, as a dashboard would.
+        # A dashboard's next poll after a burst of acks, and every one after it, reads this (settled_plan).
         for listing in ("list", "list_ready", "list_runnable", "list_delayed", "list_done", "list_leased"):
             with self.subTest(listing):
-                plan = self.explain(self.sql[listing], **page)
-                deadline = time.monotonic() + SETTLE_SECONDS
-                while _buffers(plan) > FEW_PAGES and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    for state in (None, "ready", "runnable", "delayed", "done", "leased"):
-                        self.q.list_jobs(state, limit=100)
-                    plan = self.explain(self.sql[listing], **page)
-                self.assert_few_pages(plan, listing)
+                self.assert_few_pages(self.settled_plan(self.sql[listing], **page), listing)
         self.assertEqual(len(self.q.list_jobs("ready", limit=100)), 100)
         self.assertEqual([j.seq for j in self.q.list_jobs("delayed", limit=3)],
                          sorted(j.seq for j in self.q.list_jobs("delayed", limit=3)))  # fmt: skip
