@@ -9,7 +9,10 @@ open by a second connection for the whole test.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 import unittest
 from typing import Any
 from unittest import mock
@@ -119,6 +122,48 @@ class ConnectionTests(PostgresQueueCase):
         self.assertEqual((result.jobs_dropped, result.jobs_kept), (1000, 0))
         self.assertEqual(len(q), 0)
         held.rollback()
+
+
+class AfterFork(PostgresQueueCase):
+    @unittest.skipUnless(hasattr(os, "fork"), "needs os.fork")
+    def test_a_forked_child_is_not_stopped_by_a_lock_a_thread_of_its_parent_held(self) -> None:
+        """A Worker's pool forks while another thread of the parent is inside a call on the same queue
+        (its announcement, a caller's read): the child must get locks of its own, not that held one."""
+        q = self.open_queue()
+        q.stats()
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with q.storage._link._mutex:  # type: ignore[attr-defined]
+                held.set()
+                release.wait(PATIENCE)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        self.addCleanup(thread.join, PATIENCE)
+        self.addCleanup(release.set)
+        self.assertTrue(held.wait(PATIENCE))
+        pid = os.fork()
+        if pid == 0:  # the child: one call on the queue its parent's thread holds the lock of
+            code = 1
+            try:
+                q.enqueue("from the child", job_id="child")
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                self.fail("the forked child waited for a lock its parent's thread held at the fork")
+            time.sleep(0.05)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        release.set()
+        self.assertEqual(q.get("child").payload, "from the child")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import os
 import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -223,18 +224,38 @@ def _discard(conn: Any) -> None:
         pass
 
 
+_owned: weakref.WeakSet[Owned] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's threads do not exist here: a lock one of them held at the fork
+    # (a Worker's announcement, a caller's read on another thread) would stay held
+    # forever in the child. Every connection's place gets fresh locks.
+    for owned in list(_owned):
+        owned._fresh_locks()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Owned:
     """A place for one connection that belongs to the process that opened it.
 
     A forked child must not speak on the parent's socket, nor close it: the
     child sets the inherited connection aside (never touched, never closed)
-    and opens its own.
+    and opens its own, behind locks of its own (``_fresh_locks``).
     """
 
     def __init__(self) -> None:
         self._conn: Any = None
         self._pid = os.getpid()
         self._orphans: list[Any] = []
+        _owned.add(self)
+
+    def _fresh_locks(self) -> None:
+        """In a forked child, before anything else runs: new locks for those the parent's threads held."""
+        self._mutex = threading.Lock()
 
     def _current(self) -> Any:
         """The connection this process opened, or None."""
