@@ -610,5 +610,65 @@ class InterruptedDecision(unittest.TestCase):
                 self.assertEqual(len(other), 1)
 
 
+class PayloadReadFailure(unittest.TestCase):
+    """A decision reads a job's payload before it adds a record: a failed read writes and changes nothing."""
+
+    def _failing_reads(self) -> Any:
+        from unittest import mock
+
+        from nobroker.filestore.log import LogFile
+
+        def fail(self: object, offset: int, job_id: str) -> dict[str, Any]:
+            raise StorageError(f"reading job {job_id}: [Errno 5] Input/output error (injected)")
+
+        return mock.patch.object(LogFile, "read_job_body", fail)
+
+    def _sizes(self, folder: str) -> dict[str, int]:
+        return {name: os.path.getsize(os.path.join(folder, name)) for name in sorted(os.listdir(folder)) if name.endswith(".log")}
+
+    def _check(self, name: str, setup: Callable[[Queue], Any], call: Callable[[Queue, Any], Any]) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "q")
+            with Queue(path, visibility_timeout=60) as q:
+                held = setup(q)
+                before = [job.to_dict() for job in q.list_jobs()]
+                sizes = self._sizes(path)
+                with self._failing_reads(), self.assertRaises(StorageError, msg=name):
+                    call(q, held)
+                self.assertEqual(self._sizes(path), sizes, f"{name}: a failed payload read still wrote a record")
+                self.assertEqual([job.to_dict() for job in q.list_jobs()], before, f"{name}: memory changed")
+                if name == "lease":  # the job it popped is runnable again, in this process
+                    self.assertEqual(q.lease_one().id, "a")  # type: ignore[union-attr]
+            with Queue(path) as again:
+                self.assertEqual(len(again.list_jobs()), len(before), name)
+
+    def test_every_decision_that_reads_a_payload(self) -> None:
+        def leased(q: Queue) -> Any:
+            q.enqueue({"n": 1}, job_id="a")
+            return q.lease_one()
+
+        def ready(q: Queue) -> Any:
+            q.enqueue({"n": 1}, job_id="a")
+
+        def delayed(q: Queue) -> Any:
+            q.enqueue({"n": 1}, job_id="a", delay=3600)
+
+        cases: list[tuple[str, Callable[[Queue], Any], Callable[[Queue, Any], Any]]] = [
+            ("lease", ready, lambda q, job: q.lease_one()),
+            ("extend", leased, lambda q, job: q.extend(job, 30)),
+            ("extend_many", leased, lambda q, job: q.extend_many([job], 30)),
+            ("set_stage", leased, lambda q, job: q.set_stage(job, "half")),
+            ("nack", leased, lambda q, job: q.nack(job, error="boom")),
+            ("snooze", leased, lambda q, job: q.snooze(job, 5)),
+            ("cancel a leased job", leased, lambda q, job: q.cancel(job)),
+            ("cancel a ready job", ready, lambda q, job: q.cancel("a")),
+            ("run_now", delayed, lambda q, job: q.run_now("a")),
+            ("enqueue_many naming a held job", ready, lambda q, job: q.enqueue_many([{"n": 2}, {"n": 3}], job_ids=["b", "a"])),
+        ]
+        for name, setup, call in cases:
+            with self.subTest(name):
+                self._check(name, setup, call)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -14,6 +14,8 @@ starts after ``pause`` returned hands out a job of the paused kind.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import JobStateError
 from ..jobs import Job
 from ..storage import cancel_refusal, finished_refusal, job_not_found
@@ -22,17 +24,18 @@ from .entry import CANCELLED, DEAD, DONE, LEASED, READY
 
 
 def snooze(
-    batch: leases.Batch, now: float, queue: str, job_id: str, token: str | None, seconds: float, job_of: leases.JobOf
+    batch: leases.Batch, now: float, queue: str, job_id: str, token: str | None, seconds: float, payload_of: leases.PayloadOf
 ) -> Job:
     """A leased job ready again at ``now + seconds``, with the attempts it had before this lease."""
     entry = leases.leased_entry(batch.state, queue, job_id, token, "snooze")
     if entry.cancel_requested:
         raise cancel_refusal("snooze", job_id)
     assert entry.attempts >= 1, "a leased job has used an attempt"
+    payload = payload_of(entry)  # before the record (see leases.PayloadOf)
     batch.add(control_records.snooze(job_id, now, entry.attempts - 1, now + seconds))
     if not seconds:
         batch.wakes = True  # runnable at once: worth waking an idle worker
-    return _after(batch, job_id, job_of)
+    return _after(batch, job_id, payload)
 
 
 def pause(batch: leases.Batch, now: float, kind: str | None, resume: bool) -> None:
@@ -45,7 +48,7 @@ def pause(batch: leases.Batch, now: float, kind: str | None, resume: bool) -> No
         batch.wakes = True  # its ready jobs may be leased again
 
 
-def run_now(batch: leases.Batch, now: float, queue: str, job_id: str, job_of: leases.JobOf) -> Job:
+def run_now(batch: leases.Batch, now: float, queue: str, job_id: str, payload_of: leases.PayloadOf) -> Job:
     """A ready job whose time has not come (delayed, or backing off) is runnable now; a runnable one stays as it is."""
     entry = batch.state.get(job_id)
     if entry is None:
@@ -58,11 +61,12 @@ def run_now(batch: leases.Batch, now: float, queue: str, job_id: str, job_of: le
             state=entry.state.value,
         )
     assert entry.state is READY, "every state is handled"
+    payload = payload_of(entry)  # before the record (see leases.PayloadOf)
     if entry.available_at <= now:
-        return job_of(entry)  # runnable already: nothing to change
+        return entry.to_job(payload)  # runnable already: nothing to change
     batch.add(control_records.run_now(job_id, now))
     batch.wakes = True
-    return _after(batch, job_id, job_of)
+    return _after(batch, job_id, payload)
 
 
 def delete(batch: leases.Batch, now: float, queue: str, job_id: str, job_of: leases.JobOf) -> Job:
@@ -82,7 +86,7 @@ def delete(batch: leases.Batch, now: float, queue: str, job_id: str, job_of: lea
     return job
 
 
-def _after(batch: leases.Batch, job_id: str, job_of: leases.JobOf) -> Job:
+def _after(batch: leases.Batch, job_id: str, payload: Any) -> Job:
     after = batch.state.get(job_id)  # a cold job's Entry is built for the look only
     assert after is not None and after.state is READY, "the job is ready after the record"
-    return job_of(after)
+    return after.to_job(payload)

@@ -50,6 +50,9 @@ _NONE_PAUSED: frozenset[str] = frozenset()
 
 #: A job's payload read back from its record (the storage's, under the file lock).
 JobOf = Callable[[Entry], Job]
+#: Only the payload of that record. A decision reads it before it adds a record:
+#: a read that fails (EIO, a damaged record) must leave the batch as it was.
+PayloadOf = Callable[[Entry], Any]
 
 
 class Batch(Protocol):
@@ -88,13 +91,14 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
     # number its 16 hex digits spell (the index keys cold jobs by it: never parsed back).
     fresh = os.urandom(8 * len(specs))
     times: dict[int, str] = {}
+    held = _held(state, specs, job_of)
     for k, spec in enumerate(specs):
         existing = None if spec.job_id is None and spec.dedupe_key is None else _existing(state, spec)
         if existing is not None:
             if existing.id in created:  # its record is not on disk yet
                 out.append(existing.to_job(created[existing.id]))
             else:
-                out.append(job_of(existing))
+                out.append(held[existing.id])
             continue
         job_id = spec.job_id
         number = -2  # not known: QueueState.add works it out
@@ -115,6 +119,17 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
     return out
 
 
+def _held(state: QueueState, specs: list[EnqueueSpec], job_of: JobOf) -> dict[str, Job]:
+    """The jobs the queue already holds that ``specs`` name by id or dedupe key, read before any record (see PayloadOf)."""
+    held: dict[str, Job] = {}
+    for spec in specs:
+        if spec.job_id is not None or spec.dedupe_key is not None:
+            existing = _existing(state, spec)
+            if existing is not None and existing.id not in held:
+                held[existing.id] = job_of(existing)
+    return held
+
+
 def _existing(state: QueueState, spec: EnqueueSpec) -> Entry | None:
     if spec.job_id is not None:
         entry = state.get(spec.job_id)
@@ -128,7 +143,7 @@ def _existing(state: QueueState, spec: EnqueueSpec) -> Entry | None:
 
 
 def lease(
-    batch: Batch, now: float, count: int, visibility_timeout: float, kinds: frozenset[str] | None, job_of: JobOf
+    batch: Batch, now: float, count: int, visibility_timeout: float, kinds: frozenset[str] | None, payload_of: PayloadOf
 ) -> list[Job]:
     """Up to ``count`` runnable jobs (of these ``kinds``, none paused), best first: attempts + 1, a new token, a deadline."""
     state = batch.state
@@ -143,10 +158,16 @@ def lease(
         entry = state.pop_ready(now, limit_ops.lease_kinds(state, now, kinds) if state.limits else kinds, skip)
         if entry is None:
             break
+        # Read the payload now, while the file lock pins the generation that
+        # entry.offset points into, and before the record: a failed read
+        # must not leave the job leased under a token nobody was given.
+        try:
+            payload = payload_of(entry)
+        except BaseException:
+            state.unpop(entry, now)  # popped, never leased: back where it was
+            raise
         batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token(), by))
-        # Read the payload now, while the file lock pins the generation
-        # that entry.offset points into.
-        taken.append(job_of(entry))
+        taken.append(entry.to_job(payload))
     if taken and len(taken) == count and state.counts[READY] > state.n_delayed:
         # One wake-up may stand for many jobs: a full lease that leaves
         # runnable ones behind passes it on to the next idle worker.
@@ -200,30 +221,32 @@ def ack_many(batch: Batch, now: float, queue: str, items: list[tuple[str, str | 
 
 def nack(
     batch: Batch, now: float, queue: str, backoff: BackoffPolicy, job_id: str, token: str | None,
-    error: str | None, delay: float | None, permanent: bool, traceback: str | None, job_of: JobOf,
+    error: str | None, delay: float | None, permanent: bool, traceback: str | None, payload_of: PayloadOf,
 ) -> Job:  # fmt: skip
     """READY again after ``delay`` or the backoff; DEAD if ``permanent`` or its attempts are used up."""
     entry = leased_entry(batch.state, queue, job_id, token, "nack")
     if entry.cancel_requested:
         raise cancel_refusal("nack", job_id)
+    payload = payload_of(entry)  # before any record (see PayloadOf)
     _ending(batch, entry)
     if permanent or exhausted(entry):
         batch.add(records.dead(job_id, now, error, traceback))
     else:
         available_at = retry_time(entry, now, backoff, delay)
         batch.add(records.nack(job_id, now, entry.attempts, available_at, error, traceback))
-    return job_of(entry)
+    return entry.to_job(payload)
 
 
-def extend(batch: Batch, now: float, queue: str, job_id: str, token: str | None, seconds: float, job_of: JobOf) -> Job:
+def extend(batch: Batch, now: float, queue: str, job_id: str, token: str | None, seconds: float, payload_of: PayloadOf) -> Job:
     """The lease's deadline becomes ``now + seconds`` (never further and further out)."""
     entry = leased_entry(batch.state, queue, job_id, token, "extend")
+    payload = payload_of(entry)  # before the record (see PayloadOf)
     batch.add(records.extend(job_id, now, now + seconds))
-    return job_of(entry)
+    return entry.to_job(payload)
 
 
 def extend_many(
-    batch: Batch, now: float, queue: str, items: list[tuple[str, str | None]], seconds: float, job_of: JobOf
+    batch: Batch, now: float, queue: str, items: list[tuple[str, str | None]], seconds: float, payload_of: PayloadOf
 ) -> list[Job]:
     """Every lease that still holds renewed to ``now + seconds``; then the first refusal, if any.
 
@@ -238,38 +261,41 @@ def extend_many(
         except (NotLeasedError, JobNotFoundError) as exc:
             first_refusal = first_refusal or exc
             continue
+        payload = payload_of(entry)  # before the record (see PayloadOf)
         batch.add(records.extend(job_id, now, now + seconds))
-        renewed.append(job_of(entry))
+        renewed.append(entry.to_job(payload))
     if first_refusal is not None:
         raise first_refusal
     return renewed
 
 
-def set_stage(batch: Batch, now: float, queue: str, job_id: str, token: str | None, stage: str | None, job_of: JobOf) -> Job:
+def set_stage(batch: Batch, now: float, queue: str, job_id: str, token: str | None, stage: str | None, payload_of: PayloadOf) -> Job:
     entry = leased_entry(batch.state, queue, job_id, token, "set the stage of")
+    payload = payload_of(entry)  # before the record (see PayloadOf)
     batch.add(records.stage(job_id, now, stage))
-    return job_of(entry)
+    return entry.to_job(payload)
 
 
-def cancel(batch: Batch, now: float, queue: str, job_id: str, token: str | None, stopped: bool, job_of: JobOf) -> Job:
+def cancel(batch: Batch, now: float, queue: str, job_id: str, token: str | None, stopped: bool, payload_of: PayloadOf) -> Job:
     """Ready → cancelled; leased → marked (or, ``stopped``, cancelled: the holder's handler stopped)."""
     entry = batch.state.get(job_id)
     if entry is None:
         raise job_not_found(job_id, queue)
     if entry.state in (DONE, DEAD, CANCELLED):
         raise finished_refusal("cancel", job_id, entry.state.value)
+    if entry.state is LEASED and stopped and not holds_lease(entry, token):
+        raise refusal("end the cancelled attempt of", job_id, entry.state.value, token, entry.lease_token)
+    payload = payload_of(entry)  # before any record (see PayloadOf)
     if entry.state is LEASED and not stopped:
         if not entry.cancel_requested:
             batch.add(records.cancel(job_id, now, requested=True))
-        return job_of(entry)
-    if entry.state is LEASED and not holds_lease(entry, token):
-        raise refusal("end the cancelled attempt of", job_id, entry.state.value, token, entry.lease_token)
+        return entry.to_job(payload)
     if entry.state is LEASED:
         _ending(batch, entry)
     batch.add(records.cancel(job_id, now))
     after = batch.state.get(job_id)  # a cold job's Entry was built for the look only
     assert after is not None and after.state is CANCELLED, "a cancel ends the job cancelled"
-    return job_of(after)
+    return after.to_job(payload)
 
 
 def requeue_dead(batch: Batch, now: float, queue: str, job_id: str | None) -> int:

@@ -375,6 +375,9 @@ class QueueFiles(Checkpoints):
     def _job(self, entry: Entry) -> Job:
         return entry.to_job(self._read_body(entry).get("payload"))
 
+    def _payload(self, entry: Entry) -> Any:
+        return self._read_body(entry).get("payload")
+
     def _save_snapshot(self) -> None:
         """At close: leave the state as a snapshot for the next opener (a cache, see snapshot.py).
 

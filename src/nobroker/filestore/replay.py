@@ -426,6 +426,11 @@ class QueueState(JobRows):
                 continue
             return entry
 
+    def unpop(self, entry: Entry, now: float) -> None:
+        """A job ``pop_ready`` returned that was not leased after all (its payload could not be read): runnable again."""
+        assert entry.state is READY and entry.heap == NOWHERE, "only a popped ready job goes back"
+        self._push_ready(entry, now)
+
     def has_runnable(self, kind: str) -> bool:
         """Is a job of ``kind`` runnable (after ``promote``)? A hint: a stale heap item may say yes once."""
         return bool(self.ready.get(kind)) or self.has_cold(kind)

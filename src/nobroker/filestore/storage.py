@@ -85,7 +85,7 @@ class FileStorage(Compactor):
 
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
         def decide(batch: Any, now: float) -> list[Job]:
-            taken = leases.lease(batch, now, count, visibility_timeout, kinds, self._job)
+            taken = leases.lease(batch, now, count, visibility_timeout, kinds, self._payload)
             self._lease_mark = batch.pos
             return taken
 
@@ -104,19 +104,19 @@ class FileStorage(Compactor):
         return self._write(
             partial(
                 leases.nack, queue=self.name, backoff=self.backoff, job_id=job_id, token=token, error=error,
-                delay=delay, permanent=permanent, traceback=traceback, job_of=self._job,
+                delay=delay, permanent=permanent, traceback=traceback, payload_of=self._payload,
             )  # fmt: skip
         )
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
-        return self._write(partial(leases.extend, queue=self.name, job_id=job_id, token=token, seconds=seconds, job_of=self._job))
+        return self._write(partial(leases.extend, queue=self.name, job_id=job_id, token=token, seconds=seconds, payload_of=self._payload))
 
     def extend_many(self, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
         """Renew many leases in one write (one fsync); see leases.extend_many."""
-        return self._write(partial(leases.extend_many, queue=self.name, items=items, seconds=seconds, job_of=self._job))
+        return self._write(partial(leases.extend_many, queue=self.name, items=items, seconds=seconds, payload_of=self._payload))
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
-        return self._write(partial(leases.set_stage, queue=self.name, job_id=job_id, token=token, stage=stage, job_of=self._job))
+        return self._write(partial(leases.set_stage, queue=self.name, job_id=job_id, token=token, stage=stage, payload_of=self._payload))
 
     def requeue_dead(self, job_id: str | None) -> int:
         return self._write(partial(leases.requeue_dead, queue=self.name, job_id=job_id))
@@ -128,11 +128,11 @@ class FileStorage(Compactor):
         return self.clock()
 
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
-        return self._write(partial(leases.cancel, queue=self.name, job_id=job_id, token=token, stopped=stopped, job_of=self._job))
+        return self._write(partial(leases.cancel, queue=self.name, job_id=job_id, token=token, stopped=stopped, payload_of=self._payload))
 
     def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:
         return self._write(
-            partial(control_ops.snooze, queue=self.name, job_id=job_id, token=token, seconds=seconds, job_of=self._job)
+            partial(control_ops.snooze, queue=self.name, job_id=job_id, token=token, seconds=seconds, payload_of=self._payload)
         )
 
     def pause(self, kind: str | None, resume: bool) -> None:
@@ -142,7 +142,7 @@ class FileStorage(Compactor):
         return self._read(lambda now: control_records.ordered(self._state.paused))
 
     def run_now(self, job_id: str) -> Job:
-        return self._write(partial(control_ops.run_now, queue=self.name, job_id=job_id, job_of=self._job))
+        return self._write(partial(control_ops.run_now, queue=self.name, job_id=job_id, payload_of=self._payload))
 
     def delete(self, job_id: str) -> Job:
         return self._write(partial(control_ops.delete, queue=self.name, job_id=job_id, job_of=self._job))
