@@ -137,6 +137,14 @@ class AsyncPostgresStorage:
     async def counters(self) -> Counters:
         return await self._side.run("counters", lambda: whole.counters(self._target), retry=True)
 
+    async def announce_worker(self, info: WorkerInfo) -> None:
+        t, sql = self._target, self.sync.roster_sql
+        await self._side.run("announce worker", lambda: roster.announce(t, sql, info), retry=True)
+
+    async def retire_worker(self, worker_id: str) -> None:
+        t, sql = self._target, self.sync.roster_sql
+        await self._side.run("retire worker", lambda: roster.retire(t, sql, worker_id), retry=True)
+
     async def workers(self) -> list[WorkerInfo]:
         t, sql = self._target, self.sync.roster_sql
         return await self._side.run("list workers", lambda: roster.listed(t, sql), retry=True)
