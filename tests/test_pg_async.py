@@ -469,13 +469,28 @@ class PostgresAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase, 
             return await execute(cursor, query, *args, **kwargs)
 
         psycopg.AsyncCursor.execute = counted  # type: ignore[method-assign]
+        each: list[tuple[str, int]] = []
+
+        async def one(what: str, call: Any) -> Any:
+            before = len(sent)
+            result = await call
+            each.append((what, len(sent) - before))
+            return result
+
         try:
             jobs = await q.lease(5)
             await q.extend_many(jobs, 60)
             await q.ack_many(jobs)
+            self.assertEqual(len(sent), 3, sent)
+            await one("enqueue", q.enqueue("single"))
+            job = await one("lease", q.lease_one())
+            await one("extend", q.extend(job, 60))
+            await one("nack", q.nack(job, delay=0))
+            job = await one("lease again", q.lease_one())
+            await one("ack", q.ack(job))
         finally:
             psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
-        self.assertEqual(len(sent), 3, sent)
+        self.assertEqual(each, [(what, 1) for what, _ in each], "one statement each, as the Queue's")
 
 
 if __name__ == "__main__":
