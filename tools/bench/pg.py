@@ -429,8 +429,8 @@ def _child(args: argparse.Namespace) -> int:
     return 0
 
 
-def _only(parser: argparse.ArgumentParser, only: str | None, workers: int) -> frozenset[str] | None:
-    """The figure keys ``--only`` names (None: every figure); a name no figure has is refused."""
+def _only(only: str | None, workers: int) -> frozenset[str] | None:
+    """The figure keys ``--only`` names (None: every figure); ValueError for a name no figure has."""
     if only is None:
         return None
     known = {key for key, _, _, _ in figures(1, 1, workers, 1)}
@@ -441,9 +441,9 @@ def _only(parser: argparse.ArgumentParser, only: str | None, workers: int) -> fr
         elif name in known:
             keys.add(name)
         else:
-            parser.error(f"--only: no figure {name!r} (figures: {', '.join(sorted(known))}, or per-job)")
+            raise ValueError(f"--only: no figure {name!r} (figures: {', '.join(sorted(known))}, or per-job)")
     if not keys:
-        parser.error("--only names no figure")
+        raise ValueError("--only names no figure")
     return frozenset(keys)
 
 
@@ -478,7 +478,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers != DEFAULT_WORKERS:
         TARGETS[f"drain_{args.workers}_one"] = TARGETS.pop("drain_4_one")
         TARGETS[f"drain_{args.workers}_batch"] = TARGETS.pop("drain_4_batch")
-    only = _only(parser, args.only, args.workers)
+    try:
+        only = _only(args.only, args.workers)
+    except ValueError as exc:
+        parser.error(str(exc))
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     rows = run(
         args.dsn, jobs=args.jobs, batch=args.batch, workers=args.workers, samples=args.samples, rounds=args.rounds,
