@@ -61,7 +61,7 @@ document.addEventListener("DOMContentLoaded", function () {
 });
 """
 #: The only elements the page itself creates after loading (table rows, detail fields).
-PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "OPTION", "INPUT", "DIV", "svg", "line", "text", "path", "title"}
+PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "LI", "OPTION", "INPUT", "DIV", "svg", "line", "text", "path", "title"}
 #: The chart's own SVG elements (page-panels.js): the only SVG in the page, drawn from numbers alone.
 CHART_ELEMENTS = {"svg", "line", "text", "path", "title"}
 
