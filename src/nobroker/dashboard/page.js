@@ -375,6 +375,7 @@
     pageControl.drawJob(job, view.now);
     if (opened) pageControl.drawReasons([]);  // another job's reasons must not stand under this one
     $("detail").hidden = false;
+    if (view.selected !== id) return;  // closed meanwhile (deleted): nothing to explain
     try {
       const why = await api("/api/jobs/" + encodeURIComponent(id) + "/explain");
       if (mine === view.detailSeq) pageControl.drawReasons(why.reasons);
@@ -418,10 +419,11 @@
   function jobAction(action, id) {
     const [route, question, done] = ACTIONS[action];
     if (question && !window.confirm(VERBS[action][0] + " job " + id + "? " + question)) return;
-    return act("/api/jobs/" + encodeURIComponent(id) + "/" + route, null, (data) => {
-      if (action === "delete" && id === view.selected) clearDetail();  // it is gone: its page with it
-      return done(data.job);
-    }, VERBS[action][0] + " failed");
+    if (action === "delete" && id === view.selected) {
+      clearDetail();  // at once, so no refresh of its page reads it while it goes (a refusal is said in the message)
+      view.detailSeq += 1;
+    }
+    return act("/api/jobs/" + encodeURIComponent(id) + "/" + route, null, (data) => done(data.job), VERBS[action][0] + " failed");
   }
 
   // The selection: ids picked on this page (and kept across its redraws); cleared on another tab or queue.
