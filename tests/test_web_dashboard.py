@@ -898,7 +898,7 @@ class WebDashboardTest(TempDirTestCase):
         self.assertTrue(self.js("document.getElementById('paused-banner').hidden"), "nothing paused, no banner")
         self.queue.pause(kind)
         self.wait_js("!document.getElementById('paused-banner').hidden", "the pause was shown")
-        self.assertEqual(self.js("document.getElementById('paused-banner').textContent"), f"Paused kind: {kind} (nobroker resume --kind KIND).")
+        self.assertEqual(self.js("document.getElementById('paused-banner').textContent"), f"Paused kind: {kind} (nobroker resume --kind {kind}).")
         self.wait_js(limits + ".find((r) => r[0] === " + json.dumps(kind) + ")[4] === 'paused'", "the limit's row says paused")
         self.queue.pause()
         self.wait_js("document.getElementById('paused-banner').textContent.startsWith('The whole queue is paused')", "the queue's pause was shown")

@@ -98,7 +98,8 @@ const pageControl = (function () {
     const kinds = paused.filter((k) => k !== null);
     const parts = [];
     if (paused.includes(null)) parts.push("The whole queue is paused: no job is leased until it is resumed (nobroker resume).");
-    if (kinds.length) parts.push("Paused kind" + (kinds.length > 1 ? "s" : "") + ": " + kinds.join(", ") + " (nobroker resume --kind KIND).");
+    if (kinds.length) parts.push("Paused kind" + (kinds.length > 1 ? "s" : "") + ": " + kinds.join(", ")
+      + " (nobroker resume --kind " + (kinds.length > 1 ? "KIND" : kinds[0]) + ").");
     return parts.join(" ");
   }
 
