@@ -888,7 +888,7 @@ class WebDashboardTest(TempDirTestCase):
         self.assertEqual(shown[name][4], "all")
         self.assertEqual(shown["often"][1:3], ["every 90 s", "default"])
         self.assertTrue(shown["often"][3].startswith(local(stored["often"].next_run) + " (in "), shown["often"])
-        hover = f"document.querySelector('#schedules tr.schedule[data-schedule=\"often\"] td:nth-child(4) span').title"
+        hover = "document.querySelector('#schedules tr.schedule[data-schedule=\"often\"] td:nth-child(4) span').title"
         self.assertEqual(self.js(hover), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(stored["often"].next_run))))
         limits = "Array.from(document.querySelectorAll('#limits tr.limit'), (r) => Array.from(r.children, (c) => c.textContent))"
         self.wait_js(limits + ".length === 2", "the limits were listed")

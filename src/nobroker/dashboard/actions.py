@@ -3,7 +3,7 @@
 Owns: ActionRoutes (the routes Api inherits: per-job cancel, requeue, run
 now and delete, the same on a selection, requeue of the whole DLQ, purge and
 compact), the state each per-job action needs and its 409 when the job is not
-in it, and BULK_ACTIONS. Imports: errors, jobs, queue, answers. The server has
+in it (act), and BULK_ACTIONS. Imports: errors, jobs, queue, answers. The server has
 checked the token, the CSRF token and the Origin before any of these runs.
 
 What each per-job action takes, refused with 409 otherwise (the page shows a
@@ -41,40 +41,32 @@ logger = logging.getLogger("nobroker.dashboard")
 MAX_BULK_IDS = 500
 
 
-def cancel(queue: Queue, job_id: str) -> Job:
+#: What each Queue call refuses with, and the 409's words for it (requeue is checked apart: requeue_dead of a job
+#: that is not dead does nothing, so the state is looked at first).
+_REFUSALS: dict[str, tuple[type[JobStateError], str]] = {
+    "cancel": (JobFinishedError, "only ready, delayed and leased jobs are cancelled"),
+    "run_now": (JobStateError, "only ready jobs (delayed or backing off) are run now"),
+    "delete": (JobStateError, "a leased job is not deleted (cancel it first)"),
+}
+#: The per-job actions, by the name a bulk request gives (each also a route of its own).
+BULK_ACTIONS = ("cancel", "requeue", "run_now", "delete")
+
+
+def act(queue: Queue, action: str, job_id: str) -> Job:
+    """Do ``action`` to one job: the job as it now is (delete: as it was); HTTPError 409 when its state does not allow it."""
+    assert action in BULK_ACTIONS, f"no such action {action!r}"
+    if action == "requeue":
+        job = queue.get(job_id)
+        if job.state != JobState.DEAD:
+            raise HTTPError(409, f"job {job_id} is {job.state.value}, not dead: only dead jobs are requeued")
+        queue.requeue_dead(job_id)
+        return queue.get(job_id)
+    refusal, words = _REFUSALS[action]
+    call: Callable[[str], Job] = getattr(queue, action)  # Queue.cancel, Queue.run_now, Queue.delete
     try:
-        return queue.cancel(job_id)
-    except JobFinishedError as exc:
-        raise HTTPError(409, f"job {job_id} is {exc.state}: only ready, delayed and leased jobs are cancelled") from None
-
-
-def requeue(queue: Queue, job_id: str) -> Job:
-    job = queue.get(job_id)
-    if job.state != JobState.DEAD:
-        raise HTTPError(409, f"job {job_id} is {job.state.value}, not dead: only dead jobs are requeued")
-    queue.requeue_dead(job_id)
-    return queue.get(job_id)
-
-
-def run_now(queue: Queue, job_id: str) -> Job:
-    try:
-        return queue.run_now(job_id)
-    except JobStateError as exc:
-        raise HTTPError(409, f"job {job_id} is {exc.state}: only ready jobs (delayed or backing off) are run now") from None
-
-
-def delete(queue: Queue, job_id: str) -> Job:
-    try:
-        return queue.delete(job_id)
-    except JobStateError as exc:
-        raise HTTPError(409, f"job {job_id} is {exc.state}: a leased job is not deleted (cancel it first)") from None
-
-
-#: The per-job actions by the name a bulk request gives: each returns the job as it now is
-#: (delete: as it was), or raises HTTPError 409 when the job's state does not allow it.
-PER_JOB: dict[str, Callable[[Queue, str], Job]] = {"cancel": cancel, "requeue": requeue, "run_now": run_now, "delete": delete}
-#: The bulk actions, each the route it repeats per id.
-BULK_ACTIONS = tuple(PER_JOB)
+        return call(job_id)
+    except refusal as exc:
+        raise HTTPError(409, f"job {job_id} is {exc.state}: {words}") from None
 
 
 class ActionRoutes:
@@ -86,7 +78,7 @@ class ActionRoutes:
         call.read_body()
         job_id = call.args[0]
         with self.lock:
-            job = PER_JOB[action](call.queue, job_id)
+            job = act(call.queue, action, job_id)
         logger.info("dashboard: %s of job %s (now %s)", action, job_id, job.state.value)
         return {"action": action, "job": job_detail(job)}
 
@@ -107,7 +99,7 @@ class ActionRoutes:
         """One action over many ids, each as its own route would do it; what was refused, by id, with why."""
         body = call.read_body()
         action, ids = body.get("action"), body.get("ids")
-        if action not in PER_JOB:
+        if action not in BULK_ACTIONS:
             raise HTTPError(400, f"action must be one of {', '.join(BULK_ACTIONS)}, got {action!r}")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
             raise HTTPError(400, "ids must be a non-empty list of job ids")
@@ -118,7 +110,7 @@ class ActionRoutes:
         for job_id in dict.fromkeys(ids):  # each once, in the order given
             try:
                 with self.lock:  # per id: a long selection lets other requests in between
-                    PER_JOB[action](call.queue, job_id)
+                    act(call.queue, action, job_id)
                 done.append(job_id)
             except HTTPError as exc:
                 refused[job_id] = exc.message
@@ -152,4 +144,4 @@ class ActionRoutes:
         return json_answer({"compaction": dataclasses.asdict(result)})
 
 
-__all__ = ["ActionRoutes", "BULK_ACTIONS", "MAX_BULK_IDS", "PER_JOB", "cancel", "requeue", "run_now", "delete"]
+__all__ = ["ActionRoutes", "BULK_ACTIONS", "MAX_BULK_IDS", "act"]
