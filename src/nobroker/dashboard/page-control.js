@@ -1,8 +1,9 @@
-// A job's page and the queue's control, drawn from the API's answers: the job's fields and attempts, why it is
-// not running (explain), which actions its state allows, the schedules, the limits and what is paused.
+// A job's page and the queue's control, drawn from the API's answers: a job's line in the list, its fields and
+// attempts, why it is not running (explain), which actions its state allows, the schedules, the limits and what
+// is paused.
 // Between page-panels.js and page.js in the one script; every text goes in through textContent.
 const pageControl = (function () {
-  const { el, stamp, duration } = pageFormat;
+  const { el, stamp, duration, relTime, moment } = pageFormat;
   const $ = (id) => document.getElementById(id);
 
   // The per-job actions a job's state allows (the API refuses the others with 409).
@@ -14,6 +15,22 @@ const pageControl = (function () {
       run_now: delayed,  // a delayed or backing-off job; a runnable one runs anyway
       "delete": job.state !== "leased",
     };
+  }
+
+  // One short line for the list: what the job is waiting for, or why it died (its title: the moment, local and UTC).
+  function infoOf(job, now) {
+    const rel = (t) => relTime(t, now);
+    if (job.state === "dead") return ["error: " + (job.last_error == null ? "–" : job.last_error), job.last_error || ""];
+    if (job.state === "leased") {
+      const stage = job.stage == null ? "" : " · " + job.stage;
+      return ["lease ends " + rel(job.lease_deadline) + stage, moment(job.lease_deadline)];
+    }
+    if (job.state === "ready" && job.available_at > now) return ["runs " + rel(job.available_at), moment(job.available_at)];
+    if (job.state === "ready") {
+      const waited = now - job.available_at;
+      return [waited < 1 ? "ready now" : "waiting " + duration(waited), moment(job.available_at)];
+    }
+    return ["enqueued " + rel(job.enqueued_at), moment(job.enqueued_at)];
   }
 
   // A time as "local (in 5 min)", UTC in its title; "–" for none.
@@ -113,5 +130,5 @@ const pageControl = (function () {
     $("paused-banner").hidden = !text;
   }
 
-  return { allowed, attemptRows, drawJob, drawReasons, scheduleRows, limitRows, pausedText, drawControl };
+  return { allowed, infoOf, attemptRows, drawJob, drawReasons, scheduleRows, limitRows, pausedText, drawControl };
 })();

@@ -2,7 +2,7 @@
 // page-format.js and page-panels.js come first.
 (function () {
   "use strict";
-  const { el, clockTime, utcTime, zoneLabel, duration, moment } = pageFormat;
+  const { el, clockTime, utcTime, zoneLabel } = pageFormat;
   const CSRF = document.querySelector('meta[name="csrf-token"]').content;
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
@@ -53,23 +53,6 @@
       throw error;
     }
     return data;
-  }
-
-  const relTime = (t) => pageFormat.relTime(t, view.now);
-
-  // One short line for the list: what the job is waiting for, or why it died (its title: the moment, local and UTC).
-  function infoOf(job) {
-    if (job.state === "dead") return ["error: " + (job.last_error == null ? "–" : job.last_error), job.last_error || ""];
-    if (job.state === "leased") {
-      const stage = job.stage == null ? "" : " · " + job.stage;
-      return ["lease ends " + relTime(job.lease_deadline) + stage, moment(job.lease_deadline)];
-    }
-    if (job.state === "ready" && job.available_at > view.now) return ["runs " + relTime(job.available_at), moment(job.available_at)];
-    if (job.state === "ready") {
-      const waited = view.now - job.available_at;
-      return [waited < 1 ? "ready now" : "waiting " + duration(waited), moment(job.available_at)];
-    }
-    return ["enqueued " + relTime(job.enqueued_at), moment(job.enqueued_at)];
   }
 
   // ---------------------------------------------------------------- counts
@@ -310,7 +293,7 @@
   }
 
   function jobRow(job) {
-    const info = infoOf(job);
+    const info = pageControl.infoOf(job, view.now);
     // Each cell is labelled for the phone layout, where the row becomes a card.
     const pick = el("input", {
       type: "checkbox", "aria-label": "select job " + job.id, "data-pick": job.id,
