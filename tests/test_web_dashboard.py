@@ -766,11 +766,14 @@ class WebDashboardTest(TempDirTestCase):
         self.assertNotIn(running.lease_token, self.js("document.body.innerHTML"), "the lease token never reaches the page")
         self.assertIn("time_limit", dict(self.reasons()))
         self.assertEqual(self.shown_buttons(), ["detail-cancel", "detail-refresh"], "a leased job is cancelled, nothing else")
-        # A delayed job says until when, in the page's zone's words of the reason (the server's UTC text).
+        # A delayed job says until when: in the page's zone, the server's words (in UTC) in the title.
         later = self.queue.enqueue("later", job_id="later", delay=3600)
         self.open_job_page("later")
         self.wait_js("document.querySelector('#detail-explain li[data-code=delayed]') !== null", "the delay was explained")
-        self.assertIn(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(later.available_at)), dict(self.reasons())["delayed"])
+        utc = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(later.available_at))
+        self.assertTrue(dict(self.reasons())["delayed"].startswith("delayed until " + local(later.available_at) + " (in "), self.reasons())
+        self.assertNotIn("UTC", dict(self.reasons())["delayed"])
+        self.assertIn(utc, self.js("document.querySelector('#detail-explain li[data-code=delayed]').title"))
         self.assertEqual(self.js("document.getElementById('detail-attempts-empty').hidden"), False)
         self.assertCleanPage()
 

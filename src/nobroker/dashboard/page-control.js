@@ -3,7 +3,7 @@
 // is paused.
 // Between page-panels.js and page.js in the one script; every text goes in through textContent.
 const pageControl = (function () {
-  const { el, stamp, duration, relTime, moment } = pageFormat;
+  const { el, stamp, duration, relTime, moment, localTime, utcTime } = pageFormat;
   const $ = (id) => document.getElementById(id);
 
   // The per-job actions a job's state allows (the API refuses the others with 409).
@@ -78,9 +78,16 @@ const pageControl = (function () {
     for (const action of Object.keys(can)) $("detail-" + action.replace("_", "-")).hidden = !can[action];
   }
 
-  // Why the job is where it is: one line per reason, most important first.
+  // Why the job is where it is: one line per reason, most important first. The server writes its times in UTC;
+  // each one a reason carries as a fact is shown in the page's zone, the server's words (UTC) in the title.
   function drawReasons(reasons) {
-    $("detail-explain").replaceChildren(...reasons.map((r) => el("li", { "data-code": r.code, text: r.text })));
+    $("detail-explain").replaceChildren(...reasons.map((r) => {
+      let text = r.text;
+      for (const value of Object.values(r)) {
+        if (typeof value === "number" && value > 0 && text.includes(utcTime(value))) text = text.split(utcTime(value)).join(localTime(value));
+      }
+      return el("li", { "data-code": r.code, text: text, title: text === r.text ? "" : r.text });
+    }));
   }
 
   // The schedules: name, how often (every N s, or cron and its zone), kind, next run (local, UTC in the title), catch-up.
