@@ -179,6 +179,8 @@ def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
                 shots.append(pathlib.Path(browser.screenshot(out / "dashboard-phone.png")))
             finally:
                 set_viewport(browser, VIEWPORT, mobile=False)
+                # Leave the page before its server goes, so its next refresh is not a refused connection.
+                browser.open("about:blank")
         finally:
             busy.stop()
         return shots
