@@ -126,7 +126,7 @@ def explain(job: Job, facts: Facts) -> list[Reason]:
     if job.state is JobState.DEAD:
         return [Reason(
             "dead", f"dead after {job.attempts} attempt(s) of {job.max_attempts}{_error(job)}; "
-            "requeue_dead (nobroker dlq requeue) makes it ready again", attempts=job.attempts, error=job.last_error,
+            "requeue_dead (nobroker dlq --requeue ID) makes it ready again", attempts=job.attempts, error=job.last_error,
         )]  # fmt: skip
     if job.state is JobState.LEASED:
         return _leased(job, facts)
