@@ -70,6 +70,8 @@ def held_by_limit(job: Job, facts: Facts) -> Reason | None:
     words = facts.extra.get(LIMIT)
     if words is None:
         return None
+    if job.group is None:
+        return Reason("limit", f"held back by {words}", kind=job.kind, limit=words)
     return Reason("limit", f"held back by {words}", kind=job.kind, limit=words, group=job.group)
 
 
