@@ -84,6 +84,21 @@ class CommandTest(unittest.TestCase):
             self.assertEqual(file.main(["--quick", "--pg", "--md", "--jobs", "10"]), 0)
         pg_main.assert_called_once_with(["--quick", "--md", "--jobs", "10"])
 
+    @unittest.skipIf(importlib.util.find_spec("psycopg") is None, "psycopg is not installed")
+    def test_only_names_the_postgresql_figures_to_measure(self) -> None:
+        self.assertIsNone(pg._only(None, 4))
+        per_job = {"enqueue_single", "drain_1_one", "drain_4_one", "pickup"}
+        self.assertEqual(pg._only("per-job", 4), per_job)
+        self.assertEqual(pg._only("per-job", 2), per_job - {"drain_4_one"} | {"drain_2_one"})
+        self.assertEqual(pg._only("enqueue_batch, pickup", 4), {"enqueue_batch", "pickup"})
+        known = {key for key, _, _, _ in pg.figures(1, 1, 4, 1)}
+        self.assertLessEqual(per_job, known, "per-job names figures that exist")
+        for bad in ("sideways", "", "per-job,drain_9_one"):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                pg._only(bad, 4)
+        with mock.patch("sys.stderr"), self.assertRaises(SystemExit):
+            pg.main(["--only", "sideways"])
+
 
 class FileSuitesTest(TempDirTestCase):
     @slow

@@ -146,7 +146,7 @@ class ParserTests(CliTestCase):
         top = run_main(["--help"])
         self.assertEqual(top.code, 0)
         commands = ["enqueue", "lease", "ack", "nack", "extend", "stats", "list", "get", "dlq", "purge",
-                    "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg", "workers"]
+                    "compact", "inspect", "verify", "recover", "repair", "work", "serve", "bench", "pg", "workers", "counters"]
         for name in commands:
             self.assertIn(name, top.out)
         for argv in [[name, "--help"] for name in commands] + [["pg", "migrate", "--help"]]:
@@ -401,6 +401,13 @@ class PostgresCliTests(CliTestCase):
         self.assertEqual(self.pg("enqueue", "a").code, 0)
         self.assertTrue(self.schema_exists())
         self.assertEqual(self.pg("--json", "stats").json()["ready"], 1)  # type: ignore[index]
+
+    def test_counters_on_postgresql(self) -> None:
+        self.assertEqual(self.pg("enqueue", "a").code, 0)
+        result = self.pg("--json", "counters")
+        self.assertEqual(result.code, 0, result.err)
+        self.assertEqual(result.json()["counters"]["default"]["enqueued"], 1)  # type: ignore[index]
+        self.assertEqual(self.pg("counters").out.splitlines()[1].split(), ["default", "1", "0", "0", "0", "0"])
 
     def test_an_empty_queue_name_that_others_use_is_pointed_out(self) -> None:
         self.assertEqual(self.pg("--queue", "emails", "enqueue", "a").code, 0)
@@ -1140,6 +1147,21 @@ class WorkTests(CliTestCase):
         self.assertIn("worker stopped: leased 1, succeeded 1", result.out)
         self.assertEqual(self.queue().get(wanted["id"]).state, JobState.DONE)
         self.assertEqual(self.queue().stats().ready, 1)
+
+    def test_counters_prints_each_kinds_counters_and_json(self) -> None:
+        self.enqueue("x")
+        self.assertEqual(self.ok_json("counters"), {"queue": "default", "counters": {
+            "default": {"enqueued": 1, "succeeded": 0, "failed": 0, "dead": 0, "cancelled": 0}}})  # fmt: skip
+        q = self.queue()
+        q.enqueue("a", kind="mail\x1b[2J")
+        q.ack(q.lease_one(kinds=["mail\x1b[2J"]))  # type: ignore[arg-type]
+        q.cancel(q.enqueue("b").id)
+        out = self.ok("counters").out
+        lines = out.splitlines()
+        self.assertEqual(lines[0].split(), ["kind", "enqueued", "succeeded", "failed", "dead", "cancelled"])
+        self.assertEqual(lines[1].split(), ["default", "2", "0", "0", "0", "1"])
+        self.assertEqual(lines[2].split(), ["mail\\x1b[2J", "1", "1", "0", "0", "0"])  # a control character escaped
+        self.assertNotIn("\x1b", out)
 
     def test_workers_lists_the_announcements_and_shows_the_gone_ones(self) -> None:
         import dataclasses

@@ -26,6 +26,7 @@ from nobroker import (
     NotLeasedError,
     Queue,
     QueueClosedError,
+    SerializationError,
 )
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 from tests.support import FakeClock
@@ -166,6 +167,29 @@ class AsyncSemantics:
         worker = info()
         twin.announce_worker(worker)
         self.assertEqual(await q.workers(), [worker])
+    async def test_workers_announce_heartbeat_and_retire_as_a_queue_sees_them(self) -> None:
+        from tests.semantics_roster import info
+
+        q = await self.make_queue()
+        twin = self.sync_twin(q)
+        one = info()
+        two = info(kinds=None, name="w-2", started_at=one.started_at + 30)
+        await q.announce_worker(one)
+        await q.announce_worker(two)
+        self.assertEqual(twin.workers(), [one, two], "oldest start first, every field kept")
+        later = dataclasses.replace(one, running=0, heartbeat_at=one.heartbeat_at + 5)
+        await q.announce_worker(later)  # a heartbeat replaces the announcement
+        self.assertEqual(await q.workers(), [later, two])
+        await q.retire_worker(one.id)
+        await q.retire_worker(one.id)  # twice: nothing
+        self.assertEqual(twin.workers(), [two])
+        for bad in (info(id="../../etc"), info(concurrency=0), info(heartbeat_at=float("nan"))):
+            with self.assertRaises(SerializationError):
+                await q.announce_worker(bad)
+        with self.assertRaises(TypeError):
+            await q.retire_worker(7)  # type: ignore[arg-type]
+        self.assertEqual(await q.workers(), [two], "a refused call wrote nothing")
+
     async def test_snooze_pause_run_now_delete_and_wait(self) -> None:
         q = await self.make_queue()
         job = await q.enqueue("nap", kind="mail")
@@ -462,13 +486,28 @@ class PostgresAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase, 
             return await execute(cursor, query, *args, **kwargs)
 
         psycopg.AsyncCursor.execute = counted  # type: ignore[method-assign]
+        each: list[tuple[str, int]] = []
+
+        async def one(what: str, call: Any) -> Any:
+            before = len(sent)
+            result = await call
+            each.append((what, len(sent) - before))
+            return result
+
         try:
             jobs = await q.lease(5)
             await q.extend_many(jobs, 60)
             await q.ack_many(jobs)
+            self.assertEqual(len(sent), 3, sent)
+            await one("enqueue", q.enqueue("single"))
+            job = await one("lease", q.lease_one())
+            await one("extend", q.extend(job, 60))
+            await one("nack", q.nack(job, delay=0))
+            job = await one("lease again", q.lease_one())
+            await one("ack", q.ack(job))
         finally:
             psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
-        self.assertEqual(len(sent), 3, sent)
+        self.assertEqual(each, [(what, 1) for what, _ in each], "one statement each, as the Queue's")
 
 
 if __name__ == "__main__":

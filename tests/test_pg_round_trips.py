@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from nobroker import JobState, NotLeasedError, Queue
-from tests.pgsupport import PostgresTestCase, fresh_name
+from tests.pgsupport import PostgresTestCase, connect, fresh_name
 
 #: Running jobs whose leases one heartbeat renews (the issue's figure), and the jobs a Worker runs at once.
 HEARTBEAT_JOBS, WORKER_JOBS = 50, 5
@@ -165,6 +165,67 @@ class RoundTripTests(PostgresTestCase):
         jobs, sent = self.sent_by(lambda: self.q.lease(1))
         self.assertEqual([(j.id, j.attempts) for j in jobs], [(job.id, 2)])
         self.assertEqual(sent.round_trips, 2)
+
+
+class HistoryTests(PostgresTestCase):
+    """An attempt's end writes sql/009's attempt_appended's history without calling it (its cost was an ack's)."""
+
+    def test_the_history_written_inline_is_the_functions_for_every_length(self) -> None:
+        from nobroker.postgres.fragments import KEPT_ATTEMPTS, appended
+        from nobroker.postgres.statements import quote_schema
+
+        schema = quote_schema(self.schema)
+        finished = "(now() + interval '2 seconds')"
+        statement = (
+            f"SELECT a.inline::text IS NOT DISTINCT FROM a.function::text, jsonb_array_length(a.inline), a.inline -> -1 ->> 0, "
+            "a.function IS NOT DISTINCT FROM a.history FROM ("
+            f"SELECT ({appended(finished, '%(outcome)s::text')}) AS inline, {schema}.attempt_appended(j.attempt_history, "
+            f"j.attempts, j.leased_at, {finished}, j.leased_by, %(outcome)s::text) AS function, "
+            "j.attempt_history AS history "
+            "FROM (SELECT CASE WHEN %(length)s::int IS NOT NULL THEN coalesce((SELECT jsonb_agg(jsonb_build_array("
+            "i, 1.5, 2.5, 'w', 'failed') ORDER BY i) FROM generate_series(1, %(length)s::int) AS i), '[]') END "
+            "AS attempt_history, 7 AS attempts, "
+            "CASE WHEN %(running)s THEN now() - interval '5 seconds' END AS leased_at, 'w-1' AS leased_by) AS j) AS a"
+        ).replace("{schema}", schema)
+        lengths = [None, 0, 1, KEPT_ATTEMPTS - 1, KEPT_ATTEMPTS, KEPT_ATTEMPTS + 1, KEPT_ATTEMPTS + 5]
+        with connect(self.dsn) as conn:
+            for length, running in [(n, True) for n in lengths] + [(3, False), (None, False)]:
+                params = {"length": length, "running": running, "outcome": "done"}
+                with self.subTest(length=length, running=running):
+                    same, kept, last, unchanged = conn.execute(statement, params).fetchone()
+                    self.assertTrue(same, "the history written inline is the function's")
+                    self.assertEqual(unchanged, not running, "only a running attempt is appended")
+                    if running:
+                        self.assertEqual(kept, min((length or 0) + 1, KEPT_ATTEMPTS))
+                        self.assertEqual(last, "7", "the attempt that ended comes last")
+
+    def test_an_ack_a_nack_and_a_reclaim_call_no_function_for_the_history(self) -> None:
+        import psycopg
+
+        q = Queue(self.dsn, fresh_name("q"), schema=self.schema, migrate=False)
+        self.addCleanup(q.close)
+        q.enqueue_many(["a", "b", "c"])
+        acked, nacked, lapsed = q.lease(3, visibility_timeout=30)
+        t = q.storage._target  # type: ignore[attr-defined]
+        function = f"{self.schema}.attempt_appended"
+        with connect(self.dsn) as conn, conn.transaction():
+            try:
+                conn.execute("SET LOCAL track_functions = 'all'")
+            except psycopg.errors.InsufficientPrivilege:
+                self.skipTest("counting function calls needs a role that may set track_functions")
+            calls = "SELECT coalesce(pg_stat_get_xact_function_calls(%s::regproc), 0)"
+            conn.execute(t.sql["ack"], t.params(id=acked.id, token=acked.lease_token, result=None))
+            nack = t.with_backoff(id=nacked.id, token=nacked.lease_token, chan=t.channel, error="x", traceback=None,
+                                  delay=0, perm=False, notify=False)  # fmt: skip
+            conn.execute(t.sql["nack"], nack)
+            reclaim = t.with_backoff()
+            reclaim["off"] = 60.0  # past the last lease's deadline
+            self.assertEqual(conn.execute(t.sql["upkeep"], reclaim).fetchone()[0], 1, "the lapsed lease reclaimed")
+            self.assertEqual(conn.execute(calls, (function,)).fetchone()[0], 0, "three attempts ended inline")
+            conn.execute(f"SELECT {function}(NULL, 1, now(), now(), 'w', 'done')")
+            self.assertEqual(conn.execute(calls, (function,)).fetchone()[0], 1, "a call is counted")
+        histories = [q.get(job.id).attempt_history for job in (acked, nacked, lapsed)]
+        self.assertEqual([[a["outcome"] for a in h] for h in histories], [["done"], ["failed"], ["expired"]])
 
 
 class CountsTests(PostgresTestCase):

@@ -61,7 +61,7 @@ document.addEventListener("DOMContentLoaded", function () {
 });
 """
 #: The only elements the page itself creates after loading (table rows, detail fields).
-PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "OPTION", "INPUT", "DIV", "svg", "line", "text", "path", "title"}
+PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "LI", "OPTION", "INPUT", "DIV", "svg", "line", "text", "path", "title"}
 #: The chart's own SVG elements (page-panels.js): the only SVG in the page, drawn from numbers alone.
 CHART_ELEMENTS = {"svg", "line", "text", "path", "title"}
 
@@ -395,6 +395,10 @@ class WebDashboardTest(TempDirTestCase):
         self.make_dead({"why": long_word}, "dead-" + "d" * 200)
         self.queue.enqueue("later", delay=3600)
         self.other_queue("q" * 100).enqueue("x")
+        # The control panels with long names too: a schedule, a limit, a paused kind (the banner).
+        self.queue.schedule("s" * 128, {"long": long_word}, cron="*/5 * * * *", tz="America/Argentina/Buenos_Aires", kind="k" * 256)
+        self.queue.set_limit("l" * 256, concurrency=1000, rate=1000, per=86400, burst=1000)
+        self.queue.pause("p" * 256)
         # Every element within the viewport's width, except inside a box that scrolls its own content (a <pre>).
         overflow = """(() => {
           const width = document.documentElement.clientWidth;
@@ -410,6 +414,8 @@ class WebDashboardTest(TempDirTestCase):
         for width, mobile in ((WINDOW_SIZE[0], False), (PHONE_WIDTH, True)):
             self.browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": mobile})
             self.open_dashboard()
+            self.wait_js("document.querySelector('#schedules tr.schedule') && document.querySelector('#limits tr.limit')"
+                         " && !document.getElementById('paused-banner').hidden", "the control panels were drawn")
             for state in ("all", "leased", "dead", "delayed"):
                 with self.subTest(width=width, state=state):
                     self.js(f"document.querySelector('#tabs button[data-state={state}]').click()")
@@ -420,6 +426,9 @@ class WebDashboardTest(TempDirTestCase):
                     self.js("document.querySelector('#jobs tr.job').click()")
                     self.wait_js("!document.getElementById('detail').hidden", "the detail opened")
                     self.wait_js("document.getElementById('detail-title').textContent === document.querySelector('#jobs tr.job').dataset.jobId", "its detail is shown")
+                    self.wait_js("document.querySelector('#detail-explain li') !== null", "why it waits is shown")
+                    if state in ("leased", "dead"):
+                        self.wait_js("document.querySelector('#detail-attempts tr.attempt') !== null", "its attempts are shown")
                     self.assertEqual(self.js("window.innerWidth"), width)
                     self.assertEqual(self.js(overflow), [])
         self.js("window.__confirmAnswer = true")
@@ -681,14 +690,18 @@ class WebDashboardTest(TempDirTestCase):
         self.assertCleanPage(dialogs=2)
 
     def test_the_new_actions_need_the_csrf_token_from_the_page_too(self) -> None:
-        self.queue.enqueue("a", job_id="keep")
+        self.queue.enqueue("a", job_id="keep", delay=3600)
         self.open_dashboard()
-        for path, body in (("api/jobs/keep/cancel", "{}"), ("api/bulk", json.dumps({"action": "cancel", "ids": ["keep"]}))):
+        for path, body in (("api/jobs/keep/cancel", "{}"), ("api/bulk", json.dumps({"action": "cancel", "ids": ["keep"]})),
+                           ("api/jobs/keep/run-now", "{}"), ("api/jobs/keep/delete", "{}"),
+                           ("api/bulk", json.dumps({"action": "run_now", "ids": ["keep"]})),
+                           ("api/bulk", json.dumps({"action": "delete", "ids": ["keep"]}))):  # fmt: skip
             target = json.dumps(self.server.url + path)
             refused = self.js(f"fetch({target}, {{ method: 'POST', body: {json.dumps(body)} }}).then((r) => r.status)")
             wrong = self.js(f"fetch({target}, {{ method: 'POST', headers: {{ 'X-CSRF-Token': 'wrong' }}, body: {json.dumps(body)} }}).then((r) => r.status)")
             self.assertEqual((refused, wrong), (403, 403), path)
         self.assertIs(self.queue.get("keep").state, JobState.READY)
+        self.assertGreater(self.queue.get("keep").available_at, time.time(), "not run now either")
         self.browser.errors.clear()  # the refused fetches are logged by the browser as failed requests
 
     def test_compact_asks_first(self) -> None:
@@ -706,6 +719,215 @@ class WebDashboardTest(TempDirTestCase):
         self.assertEqual([j.id for j in self.queue.list_jobs()], [kept])
         self.wait_js("document.getElementById('count-done').textContent === '0'", "the done count dropped")
         self.assertCleanPage(dialogs=2)
+
+    # ------------------------------------------------------------ issues 15 and 17: a job's page, its actions, the control panels
+    def in_kolkata(self) -> Any:
+        """Show the page in UTC+05:30 (no DST); the function that formats a time as the page should show it."""
+        self.browser.send("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
+        self.addCleanup(self.browser.send, "Emulation.setTimezoneOverride", {"timezoneId": ""})
+        kolkata = datetime.timezone(datetime.timedelta(hours=5, minutes=30))
+        return lambda t: datetime.datetime.fromtimestamp(int(t), kolkata).strftime("%Y-%m-%d %H:%M:%S")
+
+    def shown_buttons(self) -> list[str]:
+        return list(self.js("Array.from(document.querySelectorAll('#detail .actions button'), (b) => b.hidden ? '' : b.id).filter(Boolean)"))
+
+    def reasons(self) -> list[list[str]]:
+        return list(self.js("Array.from(document.querySelectorAll('#detail-explain li'), (li) => [li.dataset.code, li.textContent])"))
+
+    def test_a_jobs_page_shows_its_attempts_why_it_waits_and_its_time_limit(self) -> None:
+        local = self.in_kolkata()
+        job = self.queue.enqueue({"n": 1}, job_id="tried", timeout=5, priority=MAX_PRIORITY)
+        first = self.queue.lease_one()
+        assert first is not None and first.id == job.id
+        self.queue.nack(first, error="first try failed", delay=0)
+        running = self.queue.lease_one(visibility_timeout=3600)
+        assert running is not None and running.lease_token is not None
+        self.open_job_page("tried")
+        self.wait_js("document.querySelectorAll('#detail-attempts tr.attempt').length === 2", "both attempts were listed")
+        cells = "Array.from(document.querySelectorAll('#detail-attempts tr.attempt'), (r) => Array.from(r.children, (c) => c.textContent))"
+        rows = self.js(cells)
+        stored = self.queue.get("tried").attempt_history
+        self.assertEqual([r[0] for r in rows], ["1", "2"])
+        self.assertEqual([r[5] for r in rows], ["failed", "running"])
+        self.assertEqual(rows[0][4], stored[0]["by"])
+        self.assertRegex(rows[0][4], r":%d$" % os.getpid(), "the worker is host:pid")
+        self.assertTrue(rows[0][1].startswith(local(stored[0]["started"]) + " ("), rows[0])
+        self.assertTrue(rows[0][2].startswith(local(stored[0]["finished"]) + " ("), rows[0])
+        self.assertRegex(rows[0][3], r"^\d+\.\d\d s$")
+        self.assertEqual((rows[1][2], rows[1][3].endswith(" so far")), ("–", True))
+        title = self.js("document.querySelector('#detail-attempts tr.attempt td:nth-child(2) span').title")
+        self.assertEqual(title, datetime.datetime.fromtimestamp(int(stored[0]["started"]), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
+        fields = "Object.fromEntries(Array.from(document.querySelectorAll('#detail-fields dt'), (dt) => [dt.textContent, dt.nextElementSibling.textContent]))"
+        self.assertEqual(self.js(fields)["time limit"], "5 s")
+        self.wait_js("document.querySelector('#detail-explain li[data-code=leased]') !== null", "why it runs was shown")
+        leased = dict(self.reasons())["leased"]
+        self.assertIn("leased by " + stored[1]["by"], leased)
+        self.assertIn("(hidden)", leased)
+        self.assertNotIn(running.lease_token, self.js("document.body.innerHTML"), "the lease token never reaches the page")
+        self.assertIn("time_limit", dict(self.reasons()))
+        self.assertEqual(self.shown_buttons(), ["detail-cancel", "detail-refresh"], "a leased job is cancelled, nothing else")
+        # A delayed job says until when: in the page's zone, the server's words (in UTC) in the title.
+        later = self.queue.enqueue("later", job_id="later", delay=3600)
+        self.open_job_page("later")
+        self.wait_js("document.querySelector('#detail-explain li[data-code=delayed]') !== null", "the delay was explained")
+        utc = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(later.available_at))
+        self.assertTrue(dict(self.reasons())["delayed"].startswith("delayed until " + local(later.available_at) + " (in "), self.reasons())
+        self.assertNotIn("UTC", dict(self.reasons())["delayed"])
+        self.assertIn(utc, self.js("document.querySelector('#detail-explain li[data-code=delayed]').title"))
+        self.assertEqual(self.js("document.getElementById('detail-attempts-empty').hidden"), False)
+        self.assertCleanPage()
+
+    def test_run_now_retry_and_delete_by_a_click_only_where_the_state_allows(self) -> None:
+        self.queue.enqueue("later", job_id="later", delay=3600)
+        self.make_dead("d", "dead-1")
+        done = self.make_done("finished")
+        self.queue.enqueue("held", job_id="held", priority=MAX_PRIORITY)
+        held = self.queue.lease_one(visibility_timeout=3600)
+        assert held is not None and held.id == "held"
+        expected = {
+            "later": ["detail-run-now", "detail-cancel", "detail-delete", "detail-refresh"],
+            "dead-1": ["detail-requeue", "detail-delete", "detail-refresh"],
+            done: ["detail-delete", "detail-refresh"],
+            "held": ["detail-cancel", "detail-refresh"],
+        }
+        for job_id, buttons in expected.items():
+            with self.subTest(job=job_id):
+                self.open_job_page(job_id)
+                self.assertEqual(self.shown_buttons(), buttons)
+        # Run now: from the delayed tab's row, then the job is runnable.
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&state=delayed")
+        button = "document.querySelector('button[data-action=run_now][data-job-id=\"later\"]')"
+        self.wait_js(button + " !== null", "the delayed job has a Run now button")
+        self.js(button + ".click()")
+        self.assertTrue(wait_until(lambda: self.queue.get("later").available_at <= time.time(), timeout=PAGE_TIMEOUT))
+        self.wait_js("document.getElementById('message').textContent === 'Runnable now: later'", "the page said so")
+        self.wait_js("document.getElementById('count-delayed').textContent === '0'", "the delayed count dropped")
+        # Retry on the dead job's page: ready again with its attempts reset.
+        self.open_job_page("dead-1")
+        self.js("document.getElementById('detail-requeue').click()")
+        self.assertTrue(wait_until(lambda: self.queue.get("dead-1").state == JobState.READY, timeout=PAGE_TIMEOUT))
+        self.assertEqual(self.queue.get("dead-1").attempts, 0)
+        # Delete asks first; declined, nothing happens; accepted, the job and its page are gone.
+        self.open_job_page(done)
+        self.js("window.__confirmAnswer = false")
+        self.js("document.getElementById('detail-delete').click()")
+        self.assertIn("cannot be undone", self.js("window.__dialogs[0][1]"))
+        self.assertIs(self.queue.get(done).state, JobState.DONE)
+        self.js("window.__confirmAnswer = true")
+        self.js("document.getElementById('detail-delete').click()")
+        self.wait_js(f"document.getElementById('message').textContent === 'Deleted job: {done}'", "the page said so")
+        self.assertRaises(nobroker.JobNotFoundError, self.queue.get, done)
+        self.assertTrue(self.js("document.getElementById('detail').hidden"), "the deleted job's page closed")
+        self.assertIsNone(self.url_param("job"))
+        self.assertCleanPage(dialogs=2)
+
+    def test_a_selection_is_run_now_or_deleted_and_a_refusal_is_shown_as_text(self) -> None:
+        for n in range(3):
+            self.queue.enqueue(n, job_id=f"later-{n}", delay=3600)
+        self.open_dashboard("?queue=" + urllib.parse.quote(self.queue.name) + "&state=delayed")
+        self.wait_listed(["later-0", "later-1", "later-2"], "the delayed jobs were listed")
+        for job_id in ("later-0", "later-2"):
+            self.js(self.row(job_id) + ".querySelector('input[data-pick]').click()")
+        self.js("window.__confirmAnswer = true")
+        self.js("document.getElementById('bulk-run-now').click()")
+        self.wait_js("document.getElementById('message').textContent === 'Made runnable 2 job(s).'", "the page said so")
+        self.assertEqual(self.queue.stats().delayed, 1)
+        self.js("document.querySelector('#tabs button[data-state=runnable]').click()")
+        self.wait_listed(["later-0", "later-2"], "the runnable jobs were listed")
+        self.js("document.getElementById('pick-all').click()")
+        self.js("document.getElementById('bulk-delete').click()")
+        self.assertIn("cannot be undone", self.js("window.__dialogs[window.__dialogs.length - 1][1]"))
+        self.wait_js("document.getElementById('message').textContent === 'Deleted 2 job(s).'", "the page said so")
+        self.assertEqual([j.id for j in self.queue.list_jobs()], ["later-1"])
+        # A leased job with a hostile id: the refusal (409) comes back naming it, shown as text.
+        bad = hostile("refused-id")
+        self.queue.enqueue("held", job_id=bad, priority=MAX_PRIORITY)
+        held = self.queue.lease_one(visibility_timeout=3600)
+        assert held is not None and held.id == bad
+        self.js("document.querySelector('#tabs button[data-state=leased]').click()")
+        self.wait_listed([bad], "the leased job was listed")
+        self.js(self.row(bad) + ".querySelector('input[data-pick]').click()")
+        self.js("document.getElementById('bulk-delete').click()")
+        self.wait_js("document.getElementById('message').textContent.startsWith('Deleted 0 job(s); refused 1')", "the refusal was shown")
+        self.assertIn(f"job {bad} is leased: a leased job is not deleted", self.js("document.getElementById('message').textContent"))
+        self.assertIs(self.queue.get(bad).state, JobState.LEASED)
+        self.js("window.__dialogs = []")
+        self.assertNoHostileMarkup({"id": bad})
+        self.assertCleanPage()
+
+    def test_the_new_actions_answer_409_to_the_page_for_a_state_that_does_not_allow_them(self) -> None:
+        self.queue.enqueue("held", job_id="held")
+        assert self.queue.lease_one(visibility_timeout=3600) is not None
+        done = self.make_done("x")
+        self.open_dashboard()
+        post = """((path) => fetch(path, { method: "POST", headers: { "Content-Type": "application/json",
+          "X-CSRF-Token": document.querySelector('meta[name="csrf-token"]').content }, body: "{}" })
+          .then(async (r) => [r.status, (await r.json()).error]))"""
+        for path, fragment in (("api/jobs/held/delete", "cancel it first"), ("api/jobs/held/run-now", "held is leased"),
+                               (f"api/jobs/{done}/run-now", "is done"), (f"api/jobs/{done}/cancel", "is done"),
+                               ("api/jobs/held/requeue", "not dead")):  # fmt: skip
+            with self.subTest(path=path):
+                status, error = self.js(f"{post}({json.dumps(self.server.url + path)})")
+                self.assertEqual(status, 409, error)
+                self.assertIn(fragment, error)
+        self.assertIs(self.queue.get("held").state, JobState.LEASED)
+        self.assertIs(self.queue.get(done).state, JobState.DONE)
+        self.browser.errors.clear()  # the refused fetches are logged by the browser as failed requests
+
+    def test_the_schedules_and_limits_panels_and_the_paused_banner(self) -> None:
+        local = self.in_kolkata()
+        name, kind = hostile("schedule-name"), hostile("limit-kind")
+        self.queue.schedule(name, {"x": 1}, cron="30 4 * * *", tz="Europe/Berlin", kind=hostile("schedule-kind"), catch_up="all")
+        self.queue.schedule("often", None, every=90)
+        self.queue.set_limit(kind, concurrency=2, rate=10, per=60, burst=4)
+        self.queue.set_limit("sms", rate=5)
+        self.queue.enqueue("x")
+        self.open_dashboard()
+        rows = "Array.from(document.querySelectorAll('#schedules tr.schedule'), (r) => Array.from(r.children, (c) => c.textContent))"
+        self.wait_js(rows + ".length === 2", "the schedules were listed")
+        stored = {s.name: s for s in self.queue.schedules()}
+        shown = {r[0]: r for r in self.js(rows)}
+        self.assertEqual(shown[name][1:3], ["30 4 * * * (Europe/Berlin)", hostile("schedule-kind")])
+        self.assertEqual(shown[name][4], "all")
+        self.assertEqual(shown["often"][1:3], ["every 90 s", "default"])
+        self.assertTrue(shown["often"][3].startswith(local(stored["often"].next_run) + " (in "), shown["often"])
+        hover = "document.querySelector('#schedules tr.schedule[data-schedule=\"often\"] td:nth-child(4) span').title"
+        self.assertEqual(self.js(hover), time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(stored["often"].next_run))))
+        limits = "Array.from(document.querySelectorAll('#limits tr.limit'), (r) => Array.from(r.children, (c) => c.textContent))"
+        self.wait_js(limits + ".length === 2", "the limits were listed")
+        by_kind = {r[0]: r[1:] for r in self.js(limits)}
+        self.assertEqual(by_kind[kind], ["2 at once", "10 per 60 s", "4", "no"])
+        self.assertEqual(by_kind["sms"], ["–", "5 per s", "5", "no"])
+        self.assertTrue(self.js("document.getElementById('paused-banner').hidden"), "nothing paused, no banner")
+        self.queue.pause(kind)
+        self.wait_js("!document.getElementById('paused-banner').hidden", "the pause was shown")
+        self.assertEqual(self.js("document.getElementById('paused-banner').textContent"), f"Paused kind: {kind} (nobroker resume --kind {kind}).")
+        self.wait_js(limits + ".find((r) => r[0] === " + json.dumps(kind) + ")[4] === 'paused'", "the limit's row says paused")
+        self.queue.pause()
+        self.wait_js("document.getElementById('paused-banner').textContent.startsWith('The whole queue is paused')", "the queue's pause was shown")
+        self.assertNoHostileMarkup({"name": name, "kind": kind, "schedule-kind": hostile("schedule-kind")})
+        self.queue.resume()
+        self.queue.resume(kind)
+        self.wait_js("document.getElementById('paused-banner').hidden", "the banner went once resumed")
+        self.assertCleanPage()
+
+    def test_explain_text_with_hostile_kinds_and_errors_is_text(self) -> None:
+        kind, error = hostile("explain-kind"), hostile("explain-error")
+        self.queue.enqueue("ahead", job_id="ahead", kind=kind, priority=5)
+        self.queue.enqueue("behind", job_id="behind", kind=kind)
+        self.queue.enqueue("retry", job_id="retry", kind=kind, priority=MAX_PRIORITY)
+        leased = self.queue.lease_one(kinds=[kind])
+        assert leased is not None and leased.id == "retry"
+        self.queue.nack(leased, error=error, delay=3600)
+        self.open_job_page("behind")
+        self.wait_js("document.querySelector('#detail-explain li[data-code=work_ahead]') !== null", "the work ahead was explained")
+        self.assertIn(f"of kind {kind!r} come before it", dict(self.reasons())["work_ahead"])
+        self.open_job_page("retry")
+        self.wait_js("document.querySelector('#detail-explain li[data-code=backing_off]') !== null", "the backoff was explained")
+        self.assertIn(f"(last error: {error})", dict(self.reasons())["backing_off"])
+        self.assertEqual(self.js("document.querySelector('#detail-attempts tr.attempt td.outcome').textContent"), "failed")
+        self.assertNoHostileMarkup({"kind": kind, "error": error})
+        self.assertCleanPage()
 
     def other_queue(self, prefix: str) -> Queue:
         where, options = self.location()

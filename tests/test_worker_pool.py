@@ -257,6 +257,31 @@ class OptionTests(TempDirTestCase):
         self.assertNotIn("Traceback", err.getvalue())
 
 
+class LabelTests(unittest.TestCase):
+    """The label a lease records is made once per process: a forked child's names the child."""
+
+    @unittest.skipUnless(hasattr(os, "fork"), "needs os.fork")
+    def test_a_forked_child_labels_its_leases_with_its_own_pid(self) -> None:
+        from nobroker.storage import worker_label
+
+        mine = worker_label()
+        self.assertTrue(mine.endswith(f":{os.getpid()}"), mine)
+        self.assertIs(worker_label(), mine, "made once, then kept")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: tell the parent its label, and leave at once
+            try:
+                os.write(write, worker_label().encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            childs = pipe.read().decode()
+        os.waitpid(pid, 0)
+        self.assertEqual(childs, f"{mine.rsplit(':', 1)[0]}:{pid}")
+        self.assertIs(worker_label(), mine)
+
+
 class BudgetTests(unittest.TestCase):
     """The pipe of tokens behind max_jobs, beyond what one pipe holds: no token lost, none twice, EOF only at the end."""
 

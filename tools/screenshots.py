@@ -9,8 +9,9 @@ Chromium driver the page tests use).
 
 The docs site is shot in light and dark mode; the playground after a recipe
 has torn a record (so the hex view shows the torn bytes); the dashboard over a
-sample folder of two queues with jobs in every state, served by ``nobroker
-serve`` on a free loopback port, with a failed job's page open, a worker
+sample folder of two queues with jobs in every state, schedules, limits and a
+paused kind, served by ``nobroker serve`` on a free loopback port, with a
+failed job's page open (its attempts and why it is dead), the whole page, a worker
 working ``ping`` jobs meanwhile so the throughput chart has a line and the
 workers' panel a worker (it waits about 20 s for two samples), once at the
 desktop viewport and once at a phone's width (dashboard-phone.png). Without a dashboard in this copy, that shot is skipped with a
@@ -118,17 +119,26 @@ def fill_sample_queue(directory: str) -> str:
         q.enqueue({"report": "q3"}, job_id="report-q3", delay=3600, kind="report")
         for job in q.lease(3):  # ada, grace, alan
             q.ack(job, result={"sent": True})
-        broken = q.lease_one()  # barbara
+        broken = q.lease_one()  # barbara: fails, is retried at once, fails for good (two attempts on her page)
         if broken is not None:
-            q.nack(broken, error="SMTPRecipientsRefused: barbara@example.com: 550 no such user",
-                   traceback=SAMPLE_TRACEBACK, permanent=True)
+            q.nack(broken, error="SMTPServerDisconnected: Connection unexpectedly closed", delay=0)
+            again = q.lease_one()
+            if again is not None:
+                q.nack(again, error="SMTPRecipientsRefused: barbara@example.com: 550 no such user",
+                       traceback=SAMPLE_TRACEBACK, permanent=True)
         leased = q.lease_one(visibility_timeout=600)  # edsger
         if leased is not None:
             q.set_stage(leased, "rendering")
+    with Queue(directory) as q:  # the control panels: schedules, limits, a paused kind (the banner)
+        q.schedule("nightly-report", {"report": "daily"}, cron="0 3 * * *", tz="Europe/Berlin", kind="report", catch_up="last")
+        q.schedule("cache-warmup", {"warm": "home"}, every=3600, kind="thumbnail")
+        q.set_limit("email", concurrency=2, rate=30, per=60)
+        q.set_limit("thumbnail", concurrency=4)
+        q.pause("thumbnail")
     with Queue(directory, "reports") as reports:
         for month in ("2026-09", "2026-10", "2026-11"):
             reports.enqueue({"monthly_report": month}, kind="report")
-    return f"?queue=default&state=all&job={SHOWN_JOB}"
+    return f"?queue=default&state=all&limit=20&job={SHOWN_JOB}"
 
 
 def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
@@ -159,7 +169,8 @@ def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
             browser.open(url + address)
             wait_for_dashboard(browser)
             wait_for_chart(browser)
-            shots = [pathlib.Path(browser.screenshot(out / "dashboard.png"))]
+            wait_for_job_page(browser)
+            shots = [pathlib.Path(browser.screenshot(out / "dashboard.png", full_page=True))]
             set_viewport(browser, PHONE_VIEWPORT, mobile=True)
             try:
                 browser.open(url + "?queue=default&state=all")
@@ -168,6 +179,8 @@ def shoot_dashboard(browser: Browser, out: pathlib.Path) -> list[pathlib.Path]:
                 shots.append(pathlib.Path(browser.screenshot(out / "dashboard-phone.png")))
             finally:
                 set_viewport(browser, VIEWPORT, mobile=False)
+                # Leave the page before its server goes, so its next refresh is not a refused connection.
+                browser.open("about:blank")
         finally:
             busy.stop()
         return shots
@@ -219,6 +232,18 @@ def wait_for_chart(browser: Browser) -> None:
             return
         time.sleep(0.5)
     say("the chart had no line in time; taking the shot anyway")
+
+
+def wait_for_job_page(browser: Browser) -> None:
+    """Until the job's page shows why it is where it is and its attempts (read after the job itself)."""
+    deadline = time.monotonic() + DASHBOARD_SETTLE_TIMEOUT
+    probe = "document.querySelector('#detail-explain li') !== null && document.querySelector('#schedules tr.schedule') !== null"
+    while time.monotonic() < deadline:
+        if browser.evaluate(probe):
+            time.sleep(0.3)
+            return
+        time.sleep(0.1)
+    say("the job's reasons did not appear in time; taking the shot anyway")
 
 
 def wait_for_http(url: str, server: subprocess.Popen[bytes]) -> bool:

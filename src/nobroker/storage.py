@@ -315,11 +315,23 @@ def new_job_id() -> str:
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
+#: (pid, label) of the process that made it last: every lease asks, and a forked child makes its own.
+_label: tuple[int, str] = (-1, "")
+
+
 def worker_label() -> str:
-    """This process as a lease records it: ``host:pid``, ASCII only, at most MAX_WORKER_CHARS (a long host cut)."""
-    pid = str(os.getpid())
-    host = _LABEL_UNSAFE.sub("_", socket.gethostname())[: MAX_WORKER_CHARS - len(pid) - 1] or "host"
-    return f"{host}:{pid}"
+    """This process as a lease records it: ``host:pid``, ASCII only, at most MAX_WORKER_CHARS (a long host cut).
+
+    Made once per process (the host name as it was then), not at every lease.
+    """
+    global _label
+    pid, label = _label
+    if pid != os.getpid():
+        pid = os.getpid()
+        host = _LABEL_UNSAFE.sub("_", socket.gethostname())[: MAX_WORKER_CHARS - len(str(pid)) - 1] or "host"
+        label = f"{host}:{pid}"
+        _label = (pid, label)
+    return label
 
 
 def new_token() -> str:

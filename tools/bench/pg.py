@@ -7,8 +7,9 @@ pg_baseline.py on a plain table in the same database, in the same run, and
 prints one table (figure, value, baseline, ratio, the statements and round
 trips each sends per operation, target, verdict), then one heartbeat tick
 of 50 running jobs (pg_heartbeat.py); with ``--full`` the 1,000,000-job
-figures of pg_scale.py after it. Also the nobroker contender
-(Nobroker), a peer (another nobroker source tree measured in the same run,
+figures of pg_scale.py after it; with ``--only`` just the figures it names
+(``--only per-job``: single enqueue, the 1-job drains and the pickup). Also
+the nobroker contender (Nobroker), a peer (another nobroker source tree measured in the same run,
 ``--peer``) and the measurements every contender goes through. Imports:
 nobroker (Queue), nobroker.postgres (DEFAULT_SCHEMA, migrate), pg_baseline,
 pg_count, pg_heartbeat, pg_scale, report (markdown_table), psycopg. Reached by ``python
@@ -58,6 +59,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "drain_4_batch": ("ratio", 0.5),
     "pickup_median": ("max", 5.0),
 }
+#: What ``--only per-job`` measures: the figures of one job per call (issue 19's per-job targets).
+PER_JOB = ("enqueue_single", "drain_1_one", "drain_{w}_one", "pickup")
 #: The operations each figure's work is made of, as counted per call (see Nobroker.count).
 OPERATIONS: dict[str, tuple[str, ...]] = {
     "enqueue_single": ("enqueue",), "enqueue_batch": ("enqueue_batch",), "drain_one": ("lease", "ack"),
@@ -264,7 +267,7 @@ def figures(jobs: int, batch: int, workers: int, samples: int) -> list[tuple[str
 # ---------------------------------------------------------------- the run
 def run(
     dsn: str, *, jobs: int, batch: int, workers: int, samples: int, rounds: int, progress: Callable[[str], None],
-    peer: str | None = None, count: bool = True,
+    peer: str | None = None, count: bool = True, only: frozenset[str] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Measure every figure ``rounds`` times, the contenders taking turns; report each one's median.
 
@@ -272,6 +275,7 @@ def run(
     what makes the ratio mean something on a machine whose load changes
     under the run. ``peer``: another nobroker's ``src`` folder, measured too.
     ``count``: count each contender's statements and round trips per operation.
+    ``only``: the keys of the figures to measure (None: every one).
     """
     from psycopg import sql
 
@@ -290,7 +294,7 @@ def run(
             contenders[-1].child("--migrate")
         contenders.append(Baseline(dsn, schema))
         counts = [_count(c, dsn, schemas, batch) for c in contenders] if count else None
-        table = figures(jobs, batch, workers, samples)
+        table = [f for f in figures(jobs, batch, workers, samples) if only is None or f[0] in only]
         for key, label, operations, measure in table:
             progress(f"measuring {label} ...")
             values: list[list[Any]] = [[] for _ in contenders]
@@ -425,6 +429,24 @@ def _child(args: argparse.Namespace) -> int:
     return 0
 
 
+def _only(only: str | None, workers: int) -> frozenset[str] | None:
+    """The figure keys ``--only`` names (None: every figure); ValueError for a name no figure has."""
+    if only is None:
+        return None
+    known = {key for key, _, _, _ in figures(1, 1, workers, 1)}
+    keys: set[str] = set()
+    for name in filter(None, (part.strip() for part in only.split(","))):
+        if name == "per-job":
+            keys.update(key.replace("{w}", str(workers)) for key in PER_JOB)
+        elif name in known:
+            keys.add(name)
+        else:
+            raise ValueError(f"--only: no figure {name!r} (figures: {', '.join(sorted(known))}, or per-job)")
+    if not keys:
+        raise ValueError("--only names no figure")
+    return frozenset(keys)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nobroker.bench_pg", description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", default=os.environ.get("NOBROKER_PG_DSN") or os.environ.get("NOBROKER_DSN") or DEFAULT_DSN)
@@ -437,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="also the 1,000,000-job figures (many minutes)")
     parser.add_argument("--peer", metavar="SRC", help="also measure the nobroker in this src/ folder, same run")
     parser.add_argument("--md", action="store_true", help="print the table as Markdown")
+    parser.add_argument(
+        "--only", metavar="FIGURES",
+        help="measure just these figures (keys, comma-separated: enqueue_single, enqueue_batch, drain_1_one, "
+             "drain_1_batch, drain_4_one, drain_4_batch, pickup; per-job: the four of one job per call); "
+             "no heartbeat tick then",
+    )  # fmt: skip
     # A peer's child process (see Peer): one measurement, printed as JSON.
     parser.add_argument("--schema", help=argparse.SUPPRESS)
     parser.add_argument("--measure", help=argparse.SUPPRESS)
@@ -450,10 +478,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers != DEFAULT_WORKERS:
         TARGETS[f"drain_{args.workers}_one"] = TARGETS.pop("drain_4_one")
         TARGETS[f"drain_{args.workers}_batch"] = TARGETS.pop("drain_4_batch")
+    try:
+        only = _only(args.only, args.workers)
+    except ValueError as exc:
+        parser.error(str(exc))
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     rows = run(
         args.dsn, jobs=args.jobs, batch=args.batch, workers=args.workers, samples=args.samples, rounds=args.rounds,
-        progress=say, peer=args.peer,
+        progress=say, peer=args.peer, only=only,
     )  # fmt: skip
     order = "nobroker / peer / hand-written" if args.peer else "nobroker / hand-written"
     print(
@@ -462,11 +494,13 @@ def main(argv: list[str] | None = None) -> int:
         f"statements and round trips per operation: {order}"
     )
     print(render(rows, markdown=args.md))
+    missed = [r for r in rows if r["verdict"] == "MISSED"]
+    if only is not None:
+        return 0 if not missed else 1
     from tools.bench import pg_heartbeat
 
     print()
     print(pg_heartbeat.render(pg_heartbeat.run(args.dsn)))
-    missed = [r for r in rows if r["verdict"] == "MISSED"]
     if args.full:
         from tools.bench import pg_scale
 

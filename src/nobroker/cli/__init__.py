@@ -19,7 +19,7 @@ The package, in its order (a module imports only modules above it):
     output.py          exit codes, Output, Progress, the prompt, the text of jobs and times
     location.py        --dir / --dsn / NOBROKER_DSN, opening the queue, "not there" refusals
     job_commands.py    enqueue, lease, ack, nack, extend, get, list, dlq (later: why)
-    admin_commands.py  stats, workers, purge, compact, inspect, verify, recover, repair (later: limit)
+    admin_commands.py  stats, counters, workers, purge, compact, inspect, verify, recover, repair (later: limit)
     bench.py           `nobroker bench`: the quick figure for this disk (ships in the pyz too)
     run_commands.py    work, serve, bench, pg migrate (later: work --processes, per-job lines)
     control_commands.py  cancel (control of jobs, issue 15), and its entries in the parser

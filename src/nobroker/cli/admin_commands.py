@@ -1,11 +1,12 @@
-"""The commands that look after a queue: stats, workers, compact, purge, inspect, verify, recover, repair.
+"""The commands that look after a queue: stats, counters, workers, compact, purge, inspect, verify, recover, repair.
 
 Owns: each command's call into the library (the Queue, or
 nobroker.filestore.admin for the file storage's inspect, verify and repair)
 and its text or JSON; the confirmation before purge and repair.
+``counters`` prints what the storage counted per kind (Queue.counters);
 ``workers`` lists the workers' announcements (nobroker.announcements). Later
 homes: ``limit`` (settings stored in the queue) belongs here.
-Imports: filestore.admin, output, location.
+Imports: jobs, filestore.admin, output, location.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..jobs import COUNTER_NAMES
 from .location import check_queue_exists, file_storage_of, open_queue, storage_of
 from .output import EXIT_ERROR, EXIT_OK, Output, Progress, confirm, preview, safe
 
@@ -46,6 +48,23 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> int:
     for key in STATS_FIELDS:
         if key in counts:  # cancelled: only once some job is
             out.line(f"  {key:<8}{counts[key]:>10,}")
+    return EXIT_OK
+
+
+def cmd_counters(args: argparse.Namespace, out: Output) -> int:
+    """What happened to the queue's jobs so far, per kind (kept by the storage: they survive restarts and compaction)."""
+    with open_queue(args) as queue:
+        counters = queue.counters()
+    if out.as_json:
+        out.document({"queue": args.queue, "counters": counters})
+        return EXIT_OK
+    if not counters:
+        out.line(f"queue {safe(args.queue)!s} has counted nothing yet")
+        return EXIT_OK
+    width = max(16, *(len(safe(kind)) for kind in counters))
+    out.line(f"{'kind':<{width}}" + "".join(f" {name:>10}" for name in COUNTER_NAMES))
+    for kind in sorted(counters):
+        out.line(f"{safe(kind):<{width}}" + "".join(f" {counters[kind].get(name, 0):>10,}" for name in COUNTER_NAMES))
     return EXIT_OK
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..jobs import LISTINGS
 from .admin_commands import (
-    INSPECT_BODY_CHARS, cmd_compact, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify, cmd_workers,
+    INSPECT_BODY_CHARS, cmd_compact, cmd_counters, cmd_inspect, cmd_purge, cmd_recover, cmd_repair, cmd_stats, cmd_verify, cmd_workers,
 )  # fmt: skip
 from .control_commands import add_control
 from .limit_commands import add_limits
@@ -199,6 +199,8 @@ def _add_producing_and_consuming(add: _Add) -> None:
 
 def _add_looking(add: _Add) -> None:
     add("stats", "count jobs by state", "  nobroker --dir ./jobs stats --json", cmd_stats)
+    add("counters", "what happened to the jobs so far, per kind: enqueued, succeeded, failed, dead, cancelled",
+        "  nobroker counters\n  nobroker --dsn postgresql://localhost/app counters --json", cmd_counters)
     add("workers", "list the workers working the queue (gone: no heartbeat for 30 s)",
         "  nobroker workers\n  nobroker --dsn postgresql://localhost/app workers --json", cmd_workers)
 

@@ -1,31 +1,38 @@
 """The dashboard's JSON API and /metrics: each route one call of the public Queue, its answer JSON.
 
-Owns: the route table, the checking of query parameters, the JSON shape of a
-job (the lease token never leaves), the mapping of queue errors to HTTP
-statuses (HTTPError), and the JSON encoding every answer uses.
-Imports: errors, jobs, queue, queues, listing, metrics, history. Queues are used through the
-methods of the public Queue only, so every route works the same on the file
-storage and on PostgreSQL.
+Owns: the route table, the GET routes (the POSTs are actions.py's, inherited),
+the checking of list parameters, and the mapping of queue errors to HTTP
+statuses. Imports: errors, jobs, queue, queues, listing, metrics, history,
+answers, actions. Queues are used through the methods of the public Queue
+only, so every route works the same on the file storage and on PostgreSQL.
 
 Routes (the server serves the page at ``/`` itself): ``GET /api/queues`` (the
 queues offered and the one a page opens on; with ``?counts=1`` also the counts
 of each, and the errors of those that could not be counted); ``GET /api/stats``;
 ``GET /api/jobs?state=&kind=&q=&sort=&limit=&offset=`` (a state or
 runnable/delayed, a kind, a search of ids and payloads, oldest or newest
-first: see listing.py); ``GET /api/jobs/<id>``;
+first: see listing.py); ``GET /api/jobs/<id>`` (every field, its attempts
+among them); ``GET /api/jobs/<id>/explain`` (``Queue.explain``: why it is
+where it is, each reason ``{"code", "text", ...}``, the lease token left out);
 ``GET /api/dlq?limit=``; ``GET /api/history`` (the counters' samples of the
 last hour, for the chart: history.py); ``GET /api/workers`` (the workers'
-announcements, each with ``gone``); ``POST /api/jobs/<id>/requeue``;
-``POST /api/jobs/<id>/cancel`` (a ready or delayed job is cancelled, a leased
-one marked: ``Queue.cancel``); ``POST /api/bulk`` (body ``{"action":
-"cancel" | "requeue", "ids": [...]}``, at most MAX_BULK_IDS: each id acted on
-as its own route would, the refusals listed by id);
-``POST /api/dlq/requeue``; ``POST /api/purge`` (body ``{"confirm": "<queue name>"}``);
-``POST /api/compact``; ``GET /metrics`` (Prometheus text format 0.0.4). Each
-but /api/queues acts on the queue named by ``?queue=`` (default: the first).
+announcements, each with ``gone``); ``GET /api/schedules`` (``Queue.schedules``);
+``GET /api/limits`` (``Queue.limits`` and ``Queue.paused``);
+``POST /api/jobs/<id>/cancel | requeue | run-now | delete``; ``POST /api/bulk``
+(body ``{"action": "cancel" | "requeue" | "run_now" | "delete", "ids": [...]}``,
+at most MAX_BULK_IDS: each id acted on as its own route would, the refusals
+listed by id); ``POST /api/dlq/requeue``; ``POST /api/purge`` (body
+``{"confirm": "<queue name>"}``); ``POST /api/compact``; ``GET /metrics``
+(Prometheus text format 0.0.4). Each but /api/queues acts on the queue named
+by ``?queue=`` (default: the first).
 Errors are JSON ``{"error": "..."}``: 400 bad parameters or request, 403 token/CSRF/Host/Origin,
-404 unknown job, queue or route, 405 wrong method, 409 requeue of a job that is not
-dead or cancel of a finished one, 411 Transfer-Encoding, 413 body too large, 503 queue lock busy.
+404 unknown job, queue or route, 405 wrong method, 409 an action the job's state does not
+allow (actions.py), 411 Transfer-Encoding, 413 body too large, 503 queue lock busy.
+
+The explain route is apart from the job's own answer: for a runnable job it
+reads up to 10,000 jobs of its kind (those ahead of it), a cost the job's
+answer (read by every API user, and by the page every few seconds) should not
+carry; the page asks for both when it shows a job.
 
 Requests arrive on many threads and take turns at the queue under one lock.
 Both storages are safe across threads on their own; the lock is for the
@@ -35,16 +42,18 @@ burst of page refreshes from crowding out the workers sharing the Queue.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobFinishedError, JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
-from ..jobs import COUNTER_NAMES, LISTINGS, MAX_NAME_CHARS, Job, JobState, QueueStats
+from ..errors import JobNotFoundError, LockTimeoutError, NobrokerError, SerializationError
+from ..jobs import COUNTER_NAMES, LISTINGS, MAX_NAME_CHARS, Job, QueueStats
+from .actions import BULK_ACTIONS, MAX_BULK_IDS, ActionRoutes
+from .answers import (
+    JSON_TYPE, Answer, Call, HTTPError, allow, int_param, job_detail, job_summary, json_answer, json_bytes, preview, text_param,
+)  # fmt: skip
 from .history import GAP_SECONDS, HISTORY_SECONDS, CounterHistory, Sampler
 from .listing import MAX_SEARCH_CHARS, SORTS, JobQuery, list_page, page_fields
 from .metrics import metrics_text
@@ -60,118 +69,10 @@ DEFAULT_PAGE_JOBS = 50
 MAX_PAGE_JOBS = 500
 #: Largest offset a list accepts: paging further than this is a mistake, not a use.
 MAX_OFFSET = 10_000_000
-#: Characters of payload, result and error text shown in lists (the detail shows all).
-PREVIEW_CHARS = 200
-#: Most job ids one bulk action takes (a page of the list is at most MAX_PAGE_JOBS).
-MAX_BULK_IDS = 500
-#: The bulk actions, each the route it repeats per id.
-BULK_ACTIONS = ("cancel", "requeue")
 #: Most list counts remembered as hints for the next answer (see listing.count_listed).
 MAX_COUNT_HINTS = 256
 
-JSON_TYPE = "application/json; charset=utf-8"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-class HTTPError(Exception):
-    """An answer other than 200, raised by a route and sent as JSON {"error": ...}."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        assert 400 <= status <= 599, f"an HTTPError is a refusal or a failure, not {status}"
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """What a route answers: the server adds the security headers and sends it."""
-
-    status: int
-    body: bytes
-    content_type: str
-    headers: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """One request as a route sees it: its queue, its query, the path's variable parts, its body on demand."""
-
-    queue: Queue
-    query: dict[str, str]
-    args: tuple[str, ...]
-    read_body: Callable[[], dict[str, Any]]
-
-
-def json_bytes(value: Any) -> bytes:
-    """Compact JSON, with <, > and & escaped so no byte of it can ever read as markup."""
-    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"), default=str)
-    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return text.encode("ascii")
-
-
-def json_answer(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
-    return Answer(status, json_bytes(value), JSON_TYPE, headers or {})
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
-
-
-def _preview(value: Any) -> str:
-    """A short one-line JSON rendering of ``value`` for lists."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return _clip(text)
-
-
-def job_detail(job: Job) -> dict[str, Any]:
-    """Every field of a job for the API, except the lease token.
-
-    The token belongs to the worker holding the lease; an operator acts on a
-    job by id, so the dashboard has no use for it and does not hand it out.
-    """
-    out = job.to_dict()
-    out.pop("lease_token", None)
-    out["leased"] = job.lease_token is not None and job.state == JobState.LEASED
-    return out
-
-
-def job_summary(job: Job) -> dict[str, Any]:
-    """A job for a list: previews instead of the full payload, result and error, and no traceback."""
-    out = job_detail(job)
-    out["payload_preview"] = _preview(out.pop("payload"))
-    result = out.pop("result")
-    out["result_preview"] = None if result is None else _preview(result)
-    last_error = out.get("last_error")
-    out["last_error"] = None if last_error is None else _clip(last_error)
-    out.pop("traceback", None)
-    return out
-
-
-def _int_param(query: dict[str, str], name: str, default: int, low: int, high: int) -> int:
-    raw = query.get(name, "")
-    if raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise HTTPError(400, f"{name} must be an integer, got {raw!r}") from None
-    if not low <= value <= high:
-        raise HTTPError(400, f"{name} must be between {low} and {high}, got {value}")
-    return value
-
-
-def _text_param(query: dict[str, str], name: str, longest: int) -> str:
-    value = query.get(name, "")
-    if len(value) > longest:
-        raise HTTPError(400, f"{name} must be at most {longest} characters, got {len(value)}")
-    if "\x00" in value:
-        raise HTTPError(400, f"{name} must not contain a NUL character")
-    return value
 
 
 def job_query(query: dict[str, str]) -> JobQuery:
@@ -186,10 +87,10 @@ def job_query(query: dict[str, str]) -> JobQuery:
     sort = query.get("sort", "").strip().lower() or SORTS[0]
     if sort not in SORTS:
         raise HTTPError(400, f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
-    kind = _text_param(query, "kind", MAX_NAME_CHARS) or None
-    text = _text_param(query, "q", MAX_SEARCH_CHARS).strip()
-    limit = _int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
-    offset = _int_param(query, "offset", 0, 0, MAX_OFFSET)
+    kind = text_param(query, "kind", MAX_NAME_CHARS) or None
+    text = text_param(query, "q", MAX_SEARCH_CHARS).strip()
+    limit = int_param(query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
+    offset = int_param(query, "offset", 0, 0, MAX_OFFSET)
     return JobQuery(listing, kind, text, sort == "newest", offset, limit)
 
 
@@ -213,15 +114,8 @@ class _Locked:
             return self._queue.get(job_id)
 
 
-def allow(method: str, allowed: str) -> None:
-    """Refuse (405, naming the method allowed) a request whose method is not ``allowed``."""
-    if method != allowed:
-        methods = "GET, HEAD" if allowed == "GET" else allowed
-        raise HTTPError(405, f"use {allowed} here", {"Allow": methods})
-
-
-class Api:
-    """The routes: each a public Queue call on the queue a request names, under the dashboard's one lock."""
+class Api(ActionRoutes):
+    """The routes: each a public Queue call on the queue a request names, under the dashboard's one lock (the POSTs: actions.py)."""
 
     def __init__(self, queues: QueueSet, lock: threading.Lock) -> None:
         self.queues = queues
@@ -302,90 +196,39 @@ class Api:
             job = call.queue.get(call.args[0])
         return json_answer({"job": job_detail(job)})
 
+    def explain(self, call: Call) -> Answer:
+        """Why the job is where it is: each reason as ``{"code", "text", ...its facts}``; the lease token never leaves."""
+        with self.lock:
+            reasons = [reason.to_dict() for reason in call.queue.explain(call.args[0])]
+        tokens = [token for reason in reasons if isinstance(token := reason.pop("token", None), str) and token]
+        for reason in reasons:
+            for token in tokens:
+                reason["text"] = reason["text"].replace(token, "(hidden)")
+        return json_answer({"id": call.args[0], "reasons": reasons})
+
+    def schedules(self, call: Call) -> Answer:
+        """The schedules stored in the queue, by name, each with its next run (a payload preview, not the payload)."""
+        with self.lock:
+            schedules = call.queue.schedules()
+        shown = []
+        for schedule in schedules:
+            fields = schedule.to_dict()
+            fields["payload_preview"] = preview(fields.pop("payload"))
+            shown.append(fields)
+        return json_answer({"queue": call.queue.name, "now": time.time(), "schedules": shown})
+
+    def limits(self, call: Call) -> Answer:
+        """The limits stored in the queue (each kind's, every field its to_dict has) and what is paused (null: the queue)."""
+        with self.lock:
+            limits = call.queue.limits()
+            paused = call.queue.paused()
+        return json_answer({"queue": call.queue.name, "limits": [limit.to_dict() for limit in limits], "paused": paused})
+
     def dlq(self, call: Call) -> Answer:
-        limit = _int_param(call.query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
+        limit = int_param(call.query, "limit", DEFAULT_PAGE_JOBS, 1, MAX_PAGE_JOBS)
         with self.lock:
             jobs = call.queue.dlq(limit=limit + 1)
         return json_answer({"limit": limit, "has_more": len(jobs) > limit, "jobs": [job_summary(j) for j in jobs[:limit]]})
-
-    def requeue_one(self, call: Call) -> Answer:
-        call.read_body()
-        job_id = call.args[0]
-        with self.lock:
-            count = self._requeue(call.queue, job_id)
-        logger.info("dashboard: requeued dead job %s", job_id)
-        return json_answer({"requeued": count})
-
-    def cancel_one(self, call: Call) -> Answer:
-        call.read_body()
-        job_id = call.args[0]
-        with self.lock:
-            job = self._cancel(call.queue, job_id)
-        logger.info("dashboard: cancel of job %s (now %s)", job_id, job.state.value)
-        return json_answer({"job": job_detail(job)})
-
-    def _cancel(self, queue: Queue, job_id: str) -> Job:
-        try:
-            return queue.cancel(job_id)
-        except JobFinishedError as exc:
-            raise HTTPError(409, f"job {job_id} is {exc.state}: only ready, delayed and leased jobs are cancelled") from None
-
-    def _requeue(self, queue: Queue, job_id: str) -> int:
-        job = queue.get(job_id)
-        if job.state != JobState.DEAD:
-            raise HTTPError(409, f"job {job_id} is {job.state.value}, not dead: only dead jobs are requeued")
-        return queue.requeue_dead(job_id)
-
-    def bulk(self, call: Call) -> Answer:
-        """One action over many ids, each as its own route would do it; what was refused, by id, with why."""
-        body = call.read_body()
-        action, ids = body.get("action"), body.get("ids")
-        if action not in BULK_ACTIONS:
-            raise HTTPError(400, f"action must be one of {', '.join(BULK_ACTIONS)}, got {action!r}")
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
-            raise HTTPError(400, "ids must be a non-empty list of job ids")
-        if len(ids) > MAX_BULK_IDS:
-            raise HTTPError(400, f"at most {MAX_BULK_IDS} ids at once, got {len(ids)}")
-        done: list[str] = []
-        refused: dict[str, str] = {}
-        for job_id in dict.fromkeys(ids):  # each once, in the order given
-            try:
-                with self.lock:  # per id: a long selection lets other requests in between
-                    if action == "cancel":
-                        self._cancel(call.queue, job_id)
-                    else:
-                        self._requeue(call.queue, job_id)
-                done.append(job_id)
-            except HTTPError as exc:
-                refused[job_id] = exc.message
-            except JobNotFoundError as exc:
-                refused[job_id] = str(exc)
-        logger.info("dashboard: bulk %s of %d job(s), %d refused", action, len(done), len(refused))
-        return json_answer({"action": action, "done": done, "refused": refused})
-
-    def requeue_all(self, call: Call) -> Answer:
-        call.read_body()
-        with self.lock:
-            count = call.queue.requeue_dead(None)
-        logger.info("dashboard: requeued %d dead job(s)", count)
-        return json_answer({"requeued": count})
-
-    def purge(self, call: Call) -> Answer:
-        body = call.read_body()
-        name = call.queue.name
-        if body.get("confirm") != name:
-            raise HTTPError(400, f'purge deletes every job: send {{"confirm": "{name}"}} (the queue name) to confirm')
-        with self.lock:
-            count = call.queue.purge()
-        logger.warning("dashboard: purged %d job(s) from queue %s", count, name)
-        return json_answer({"purged": count})
-
-    def compact(self, call: Call) -> Answer:
-        call.read_body()
-        with self.lock:
-            result = call.queue.compact()
-        logger.info("dashboard: compacted (%s)", result)
-        return json_answer({"compaction": dataclasses.asdict(result)})
 
     def history(self, call: Call) -> Answer:
         """The counters' samples of the last hour (each the totals over the kinds), oldest first."""
@@ -413,16 +256,24 @@ _ROUTES: tuple[tuple[tuple[str, ...], str, Callable[[Api, Call], Answer]], ...] 
     (("api", "stats"), "GET", Api.stats),
     (("api", "jobs"), "GET", Api.jobs),
     (("api", "jobs", "*"), "GET", Api.job),
+    (("api", "jobs", "*", "explain"), "GET", Api.explain),
     (("api", "bulk"), "POST", Api.bulk),
     (("api", "jobs", "*", "requeue"), "POST", Api.requeue_one),
     (("api", "jobs", "*", "cancel"), "POST", Api.cancel_one),
+    (("api", "jobs", "*", "run-now"), "POST", Api.run_now_one),
+    (("api", "jobs", "*", "delete"), "POST", Api.delete_one),
     (("api", "dlq"), "GET", Api.dlq),
     (("api", "history"), "GET", Api.history),
     (("api", "workers"), "GET", Api.workers),
+    (("api", "schedules"), "GET", Api.schedules),
+    (("api", "limits"), "GET", Api.limits),
     (("api", "dlq", "requeue"), "POST", Api.requeue_all),
     (("api", "purge"), "POST", Api.purge),
     (("api", "compact"), "POST", Api.compact),
 )
 
 
-__all__ = ["Api", "Answer", "Call", "HTTPError", "allow", "json_answer", "json_bytes", "job_detail", "job_summary", "MAX_PAGE_JOBS"]
+__all__ = [
+    "Api", "Answer", "Call", "HTTPError", "allow", "json_answer", "json_bytes", "job_detail", "job_summary", "MAX_PAGE_JOBS",
+    "BULK_ACTIONS", "MAX_BULK_IDS", "JSON_TYPE",
+]

@@ -2,7 +2,7 @@
 // page-format.js and page-panels.js come first.
 (function () {
   "use strict";
-  const { el, clockTime, utcTime, zoneLabel, duration, stamp, moment } = pageFormat;
+  const { el, clockTime, utcTime, zoneLabel } = pageFormat;
   const CSRF = document.querySelector('meta[name="csrf-token"]').content;
   const REFRESH_MS = 1000;
   const DETAIL_EVERY = 3;  // rounds between reloads of an unchanged job's detail
@@ -16,6 +16,7 @@
   const SORTS = ["oldest", "newest"];
   const PAGE_SIZES = [20, 50, 100, 500];
   const DEFAULTS = { state: "runnable", limit: 50, sort: "oldest" };
+  const ROW_ACTIONS = [["requeue", "Requeue"], ["run_now", "Run now"], ["cancel", "Cancel"]];  // delete: on the job's page
   const $ = (id) => document.getElementById(id);
   const view = {
     state: DEFAULTS.state, kind: "", q: "", sort: DEFAULTS.sort, offset: 0, limit: DEFAULTS.limit,
@@ -54,23 +55,6 @@
     return data;
   }
 
-  const relTime = (t) => pageFormat.relTime(t, view.now);
-
-  // One short line for the list: what the job is waiting for, or why it died (its title: the moment, local and UTC).
-  function infoOf(job) {
-    if (job.state === "dead") return ["error: " + (job.last_error == null ? "–" : job.last_error), job.last_error || ""];
-    if (job.state === "leased") {
-      const stage = job.stage == null ? "" : " · " + job.stage;
-      return ["lease ends " + relTime(job.lease_deadline) + stage, moment(job.lease_deadline)];
-    }
-    if (job.state === "ready" && job.available_at > view.now) return ["runs " + relTime(job.available_at), moment(job.available_at)];
-    if (job.state === "ready") {
-      const waited = view.now - job.available_at;
-      return [waited < 1 ? "ready now" : "waiting " + duration(waited), moment(job.available_at)];
-    }
-    return ["enqueued " + relTime(job.enqueued_at), moment(job.enqueued_at)];
-  }
-
   // ---------------------------------------------------------------- counts
   async function refreshStats() {
     try {
@@ -97,7 +81,7 @@
       if (!heavy || view.ticks % HEAVY_EVERY === 0) await refreshJobs();
       const signature = JSON.stringify(data.stats);
       if (view.ticks % CHART_EVERY === 0) await refreshChart();
-      if (view.ticks % WORKERS_EVERY === 0) await refreshWorkers();
+      if (view.ticks % WORKERS_EVERY === 0) await Promise.all([refreshWorkers(), refreshControl()]);
       view.ticks += 1;
       if (view.ticks % QUEUES_EVERY === 0) await loadQueues();
       if (view.selected && (signature !== view.lastStats || view.ticks % DETAIL_EVERY === 0)) {
@@ -141,6 +125,18 @@
     const gone = data.workers.filter((w) => w.gone).length;
     $("workers-note").textContent = data.workers.length
       ? (data.workers.length - gone) + " live" + (gone ? ", " + gone + " gone" : "") : "";
+  }
+
+  // The schedules, the limits and what is paused (read-only panels, and the banner).
+  async function refreshControl() {
+    const queue = view.queue;
+    let schedules, limits;
+    try {
+      [schedules, limits] = await Promise.all([api("/api/schedules"), api("/api/limits")]);
+    } catch (err) {
+      return;  // the counts say when the server is gone
+    }
+    if (schedules.queue === queue && limits.queue === queue) pageControl.drawControl(schedules, limits);
   }
 
   // ---------------------------------------------------------------- queues
@@ -297,7 +293,7 @@
   }
 
   function jobRow(job) {
-    const info = infoOf(job);
+    const info = pageControl.infoOf(job, view.now);
     // Each cell is labelled for the phone layout, where the row becomes a card.
     const pick = el("input", {
       type: "checkbox", "aria-label": "select job " + job.id, "data-pick": job.id,
@@ -316,16 +312,12 @@
       el("td", { class: "mono clip payload", text: job.payload_preview, title: job.payload_preview }),
     ];
     const actions = el("td");
-    if (job.state === "dead") {
+    const can = pageControl.allowed(job, view.now);
+    for (const [action, label] of ROW_ACTIONS) {
+      if (!can[action]) continue;
       actions.append(el("button", {
-        text: "Requeue", "data-action": "requeue", "data-job-id": job.id,
-        onclick: (ev) => { ev.stopPropagation(); requeueOne(job.id); },
-      }));
-    }
-    if ((job.state === "ready" || job.state === "leased") && !job.cancel_requested) {
-      actions.append(el("button", {
-        text: "Cancel", "data-action": "cancel", "data-job-id": job.id,
-        onclick: (ev) => { ev.stopPropagation(); cancelOne(job.id); },
+        text: label, "data-action": action, "data-job-id": job.id,
+        onclick: (ev) => { ev.stopPropagation(); jobAction(action, job.id); },
       }));
     }
     cells.push(actions);
@@ -363,26 +355,16 @@
     }
     $("detail-title").textContent = job.id;
     $("detail-hint").hidden = true;
-    const fields = [
-      ["state", job.state === "ready" && job.available_at > view.now ? "ready (delayed)" : job.state],
-      ["kind", job.kind], ["priority", job.priority],
-      ["attempts", job.attempts + " of " + job.max_attempts],
-      ["stage", job.stage == null ? "–" : job.stage],
-      ["dedupe key", job.dedupe_key == null ? "–" : job.dedupe_key],
-      ["enqueued", stamp(job.enqueued_at, view.now)], ["available", stamp(job.available_at, view.now)],
-      ["lease deadline", stamp(job.lease_deadline, view.now)], ["seq", job.seq],
-    ];
-    // A time is shown local, with UTC as its title; every other value is plain text.
-    const dd = (v) => (v !== null && typeof v === "object" ? el("dd", { text: v.text, title: v.title }) : el("dd", { text: v }));
-    $("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), dd(v)]));
-    $("detail-payload").textContent = JSON.stringify(job.payload, null, 2);
-    $("detail-error").textContent = job.last_error == null ? "–" : job.last_error;
-    $("detail-traceback").textContent = job.traceback == null ? "" : job.traceback;  // text, never markup
-    $("detail-traceback").hidden = $("detail-traceback-label").hidden = job.traceback == null;
-    $("detail-result").textContent = job.result == null ? "–" : JSON.stringify(job.result, null, 2);
-    $("detail-requeue").hidden = job.state !== "dead";
-    $("detail-cancel").hidden = !((job.state === "ready" || job.state === "leased") && !job.cancel_requested);
+    pageControl.drawJob(job, view.now);
+    if (opened) pageControl.drawReasons([]);  // another job's reasons must not stand under this one
     $("detail").hidden = false;
+    if (view.selected !== id) return;  // closed meanwhile (deleted): nothing to explain
+    try {
+      const why = await api("/api/jobs/" + encodeURIComponent(id) + "/explain");
+      if (mine === view.detailSeq) pageControl.drawReasons(why.reasons);
+    } catch (err) {
+      if (mine === view.detailSeq) pageControl.drawReasons([{ code: "error", text: "could not explain: " + err.message }]);
+    }
   }
 
   // Close the detail; the address stops naming the job unless ``keepUrl`` (it was read from the address).
@@ -407,16 +389,24 @@
     await refreshStats();
   }
 
-  function requeueOne(id) {
-    return act("/api/jobs/" + encodeURIComponent(id) + "/requeue", null,
-      (data) => "Requeued " + data.requeued + " job: " + id, "Requeue failed");
-  }
+  // The per-job actions: [the route's last part, the question first asked (none: ask nothing), what was done].
+  const ACTIONS = {
+    requeue: ["requeue", null, (job) => "Requeued 1 job: " + job.id],
+    cancel: ["cancel", "A ready job is cancelled at once; a running one is told to stop.",
+      (job) => (job.state === "cancelled" ? "Cancelled job: " : "Asked the worker running it to stop: ") + job.id],
+    run_now: ["run-now", null, (job) => "Runnable now: " + job.id],
+    "delete": ["delete", "It is removed for good, in whatever state it is; this cannot be undone.", (job) => "Deleted job: " + job.id],
+  };
+  const VERBS = { requeue: ["Requeue", "Requeued"], cancel: ["Cancel", "Cancelled"], run_now: ["Run now", "Made runnable"], "delete": ["Delete", "Deleted"] };
 
-  function cancelOne(id) {
-    if (!window.confirm("Cancel job " + id + "? A ready job is cancelled at once; a running one is told to stop.")) return;
-    return act("/api/jobs/" + encodeURIComponent(id) + "/cancel", null,
-      (data) => (data.job.state === "cancelled" ? "Cancelled job: " : "Asked the worker running it to stop: ") + id,
-      "Cancel failed");
+  function jobAction(action, id) {
+    const [route, question, done] = ACTIONS[action];
+    if (question && !window.confirm(VERBS[action][0] + " job " + id + "? " + question)) return;
+    if (action === "delete" && id === view.selected) {
+      clearDetail();  // at once, so no refresh of its page reads it while it goes (a refusal is said in the message)
+      view.detailSeq += 1;
+    }
+    return act("/api/jobs/" + encodeURIComponent(id) + "/" + route, null, (data) => done(data.job), VERBS[action][0] + " failed");
   }
 
   // The selection: ids picked on this page (and kept across its redraws); cleared on another tab or queue.
@@ -444,14 +434,16 @@
 
   async function bulk(action) {
     const ids = Array.from(view.picked);
-    if (!ids.length || !window.confirm((action === "cancel" ? "Cancel " : "Requeue ") + ids.length + " selected job(s)?")) return;
+    const [verb, did] = VERBS[action];
+    const warning = action === "delete" ? " They are removed for good; this cannot be undone." : "";
+    if (!ids.length || !window.confirm(verb + " " + ids.length + " selected job(s)?" + warning)) return;
     await act("/api/bulk", { action: action, ids: ids }, (data) => {
       const refused = Object.keys(data.refused);
       for (const id of data.done) view.picked.delete(id);
-      return (action === "cancel" ? "Cancelled " : "Requeued ") + data.done.length + " job(s)"
+      return did + " " + data.done.length + " job(s)"
         + (refused.length ? "; refused " + refused.length + " (" + refused.slice(0, 3).map((id) => id + ": " + data.refused[id]).join("; ")
           + (refused.length > 3 ? "; …" : "") + ")" : "") + ".";
-    }, (action === "cancel" ? "Cancel" : "Requeue") + " failed");
+    }, verb + " failed");
     showPicked();
   }
 
@@ -520,12 +512,14 @@
   $("next").addEventListener("click", () => { view.offset += view.limit; relist(); });
   $("page-size").addEventListener("change", () => { view.limit = Number($("page-size").value); view.offset = 0; relist(); });
   $("requeue-all").addEventListener("click", requeueAll);
-  $("detail-requeue").addEventListener("click", () => { if (view.selected) requeueOne(view.selected); });
-  $("detail-cancel").addEventListener("click", () => { if (view.selected) cancelOne(view.selected); });
+  for (const action of Object.keys(ACTIONS)) {
+    $("detail-" + action.replace("_", "-")).addEventListener("click", () => { if (view.selected) jobAction(action, view.selected); });
+  }
   $("pick-all").addEventListener("change", pickAll);
   $("bulk-clear").addEventListener("click", clearPicked);
-  $("bulk-cancel").addEventListener("click", () => bulk("cancel"));
-  $("bulk-requeue").addEventListener("click", () => bulk("requeue"));
+  for (const button of document.querySelectorAll("#bulk-actions button[data-bulk]")) {
+    button.addEventListener("click", () => bulk(button.getAttribute("data-bulk")));
+  }
   $("detail-refresh").addEventListener("click", () => { if (view.selected) showJob(view.selected, false); });
   $("compact").addEventListener("click", compact);
   $("purge").addEventListener("click", openPurge);

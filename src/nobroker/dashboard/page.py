@@ -6,9 +6,10 @@ the page for one answer. Imports: nothing from nobroker.
 
 page.html names its holes ``{{NAME}}``: ``STYLE`` and ``SCRIPT`` take
 page.css and the scripts, inlined, so the page needs no second request and no
-network; page-format.js, page-panels.js and page.js go into the one script, in that
-order (the first makes elements and formats times, the second draws the chart and
-the workers' table, the third runs the page with both). ``NONCE`` (drawn
+network; page-format.js, page-panels.js, page-control.js and page.js go into the one
+script, in that order (the first makes elements and formats times, the second draws
+the chart and the workers' table, the third a job's page, its attempts and reasons,
+and the schedules and limits panels, the last runs the page with them). ``NONCE`` (drawn
 afresh for each answer) sits on the one ``<style>``
 and the one ``<script>``, the only ones the Content-Security-Policy lets run;
 ``CSRF`` is the server's token, which the script sends back with every POST.
@@ -31,7 +32,7 @@ HOLES = frozenset({"STYLE", "SCRIPT", "NONCE", "CSRF"})
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 #: The files, in this package, that make the page (the scripts in the order they run).
 HTML_FILE, STYLE_FILE = "page.html", "page.css"
-SCRIPT_FILES = ("page-format.js", "page-panels.js", "page.js")
+SCRIPT_FILES = ("page-format.js", "page-panels.js", "page-control.js", "page.js")
 
 
 class Page:

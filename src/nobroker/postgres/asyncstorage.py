@@ -9,7 +9,8 @@ Opening is the Queue's (the options checked, the schema brought up to date),
 run in a thread once; the PostgresStorage it opened keeps the queue's
 settings, its NOTIFY gate and its pruning, and this wraps it. Then the work (enqueue, lease,
 ack, ack_many, nack, extend, extend_many, set_stage, cancel) is awaited on
-one AsyncConnection, the reads (get, stats, count, counters, workers, list_jobs) and the
+one AsyncConnection, the reads (get, stats, count, counters, workers, list_jobs), the
+worker announcements (announce_worker, retire_worker) and the
 operator's writes (requeue_dead, purge, compact) on a second, opened on
 first use, so a heartbeat never waits behind them; the schedules as the
 Queue places them, and the limits per kind likewise (a lease of a queue
@@ -136,6 +137,14 @@ class AsyncPostgresStorage:
 
     async def counters(self) -> Counters:
         return await self._side.run("counters", lambda: whole.counters(self._target), retry=True)
+
+    async def announce_worker(self, info: WorkerInfo) -> None:
+        t, sql = self._target, self.sync.roster_sql
+        await self._side.run("announce worker", lambda: roster.announce(t, sql, info), retry=True)
+
+    async def retire_worker(self, worker_id: str) -> None:
+        t, sql = self._target, self.sync.roster_sql
+        await self._side.run("retire worker", lambda: roster.retire(t, sql, worker_id), retry=True)
 
     async def workers(self) -> list[WorkerInfo]:
         t, sql = self._target, self.sync.roster_sql

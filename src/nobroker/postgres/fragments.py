@@ -3,7 +3,8 @@
 Owns: the SQL fragments that statements.py puts together, one per idea: the
 database clock with the test-only offset (``NOW``), the columns a job is read
 back in (``COLUMNS``, in ``row_job``'s order), the backoff, how a read shows
-an expired or cancelled lease (``SHOWN``), the parts of each listing, the
+an expired or cancelled lease (``SHOWN``), the history an attempt's end
+writes (``appended``, ``ended``), the parts of each listing, the
 upkeep and the claim, a batch's rows, the count tallies each write adds
 (``*_TALLY``) and its counters (``*_COUNTED``). Plain text, no driver. Imports: nothing from nobroker.
 """
@@ -62,12 +63,37 @@ SHOWN = (
 )
 
 
+#: Attempts a job's history keeps (jobs.MAX_ATTEMPT_HISTORY; sql/009's attempt_appended keeps as many).
+KEPT_ATTEMPTS = 20
+
+
+def appended(finished: str, outcome: str) -> str:
+    """The job's attempt history with its running attempt appended, the oldest dropped past KEPT_ATTEMPTS.
+
+    What sql/009's attempt_appended returns, written out: that function is
+    planned afresh on every execution of the statement that calls it (a SQL
+    function with a subquery is never inlined), which cost an ack about as
+    much server time as the rest of it. A history holds at most
+    KEPT_ATTEMPTS, so dropping its first element (``- 0``) is enough; one
+    longer than that (never written so) still goes through the function.
+    """
+    attempt = (
+        "jsonb_build_array(jsonb_build_array(j.attempts, date_part('epoch', j.leased_at), "
+        f"date_part('epoch', {finished}), j.leased_by, {outcome}))"
+    )
+    return (
+        "CASE WHEN j.leased_at IS NULL THEN j.attempt_history "
+        f"WHEN jsonb_array_length(coalesce(j.attempt_history, '[]'::jsonb)) <= {KEPT_ATTEMPTS} THEN "
+        f"(CASE WHEN jsonb_array_length(j.attempt_history) = {KEPT_ATTEMPTS} THEN j.attempt_history - 0 "
+        f"ELSE coalesce(j.attempt_history, '[]'::jsonb) END) || {attempt} "
+        "ELSE {schema}.attempt_appended(j.attempt_history, j.attempts, j.leased_at, "
+        f"{finished}, j.leased_by, {outcome}) END"
+    )
+
+
 def ended(finished: str, outcome: str) -> str:
     """What a statement that ends the running attempt sets: its history, one attempt longer (sql/009)."""
-    return (
-        "attempt_history = {schema}.attempt_appended(j.attempt_history, j.attempts, j.leased_at, "
-        f"{finished}, j.leased_by, {outcome}), leased_at = NULL, leased_by = NULL"
-    )
+    return f"attempt_history = {appended(finished, outcome)}, leased_at = NULL, leased_by = NULL"
 #: Marks a part read by due time (jobs_scheduled, a short range that the next
 #: claim empties) and sorted after, rather than walked in seq order through
 #: every scheduled job whose time has not come.

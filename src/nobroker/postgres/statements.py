@@ -40,7 +40,7 @@ import re
 from typing import Any
 
 from ..codec import load_json
-from ..jobs import BackoffPolicy, Job, JobState, attempt_history
+from ..jobs import MAX_ATTEMPT_HISTORY, BackoffPolicy, Job, JobState, attempt_history
 from .fragments import (
     ACK_COUNTED,
     ACK_TALLY,
@@ -59,6 +59,7 @@ from .fragments import (
     INSERT_RETURNS,
     INSERT_COUNTED,
     INSERT_TALLY,
+    KEPT_ATTEMPTS,
     LISTED,
     NACK_COUNTED,
     NACK_TALLY,
@@ -70,9 +71,12 @@ from .fragments import (
     SHOWN,
     UNLESS_DUE,
     UPKEEP,
+    appended,
     batch_of,
     ended,
 )
+
+assert KEPT_ATTEMPTS == MAX_ATTEMPT_HISTORY, "a history written inline keeps what a Job shows"
 
 #: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
@@ -234,8 +238,7 @@ _TEMPLATES: dict[str, str] = {
             finished_at = CASE WHEN j.state = 'ready' OR %(stopped)s THEN {NOW} END,
             lease_deadline = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_deadline END,
             lease_token = CASE WHEN j.state = 'ready' OR %(stopped)s THEN NULL ELSE j.lease_token END,
-            attempt_history = CASE WHEN %(stopped)s THEN {{schema}}.attempt_appended(
-                j.attempt_history, j.attempts, j.leased_at, {NOW}, j.leased_by, 'cancelled') ELSE j.attempt_history END,
+            attempt_history = CASE WHEN %(stopped)s THEN {appended(NOW, "'cancelled'")} ELSE j.attempt_history END,
             leased_at = CASE WHEN %(stopped)s THEN NULL ELSE j.leased_at END
         FROM (SELECT queue, id, scheduled AS was_scheduled FROM {{schema}}.jobs
               WHERE queue = %(q)s AND id = %(id)s FOR UPDATE) AS o

@@ -29,7 +29,7 @@ from typing import Any, Self
 
 from .. import checks
 from ..checks import JobRef
-from ..announcements import WorkerInfo
+from ..announcements import WorkerInfo, checked
 from ..jobs import DEFAULT_KIND, CompactionResult, Counters, Job, JobState, QueueStats
 from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
@@ -222,6 +222,16 @@ class AsyncQueue(Opening):
     async def counters(self) -> Counters:
         """``Queue.counters()``: per kind, jobs enqueued, succeeded, failed (retried), dead, cancelled."""
         return await (await self._open_storage()).counters()  # type: ignore[no-any-return]
+
+    async def announce_worker(self, info: WorkerInfo) -> None:
+        """As Queue.announce_worker: bad fields refused with SerializationError before anything is written."""
+        info = checked(info)
+        await (await self._open_storage()).announce_worker(info)
+
+    async def retire_worker(self, worker_id: str) -> None:
+        """As Queue.retire_worker: nothing if there is no such announcement."""
+        worker_id = calls.worker_id(worker_id)
+        await (await self._open_storage()).retire_worker(worker_id)
 
     async def workers(self) -> list[WorkerInfo]:
         """``Queue.workers()``: the workers that announced themselves, oldest first."""

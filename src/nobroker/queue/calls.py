@@ -168,6 +168,13 @@ def stage(job: JobRef, stage: str | None) -> tuple[str, str | None, str | None]:
     return job_id, token, stage
 
 
+def worker_id(value: str) -> str:
+    """retire_worker's id: a string (an id no worker announced removes nothing)."""
+    if not isinstance(value, str):
+        raise TypeError(f"worker_id must be a string, got {type(value).__name__}")
+    return value
+
+
 def job_id(value: str) -> str:
     return checks.text(value, "job_id", MAX_ID_CHARS)
 

@@ -1,11 +1,12 @@
 """The Queue's worker announcements: who is working this queue right now.
 
-Owns: RosterMethods. Imports: announcements, base.
+Owns: RosterMethods. Imports: announcements, calls, base.
 """
 
 from __future__ import annotations
 
 from ..announcements import WorkerInfo, checked
+from . import calls
 from .base import QueueBase
 
 
@@ -23,9 +24,7 @@ class RosterMethods(QueueBase):
 
     def retire_worker(self, worker_id: str) -> None:
         """Remove a worker's announcement (it stopped cleanly); nothing if there is none."""
-        if not isinstance(worker_id, str):
-            raise TypeError(f"worker_id must be a string, got {type(worker_id).__name__}")
-        self._open_storage().retire_worker(worker_id)
+        self._open_storage().retire_worker(calls.worker_id(worker_id))
 
     def workers(self) -> list[WorkerInfo]:
         """The workers that announced themselves, oldest first; ``info.gone(now)`` tells one that stopped heartbeating."""
