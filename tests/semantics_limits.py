@@ -173,3 +173,129 @@ class LimitSemantics(_Base):
         with self.assertRaises(TypeError):
             q.clear_limit(3)  # type: ignore[arg-type]
         self.assertEqual(q.limits(), [])
+
+    # ------------------------------------------------------------ groups and fair share
+    def _lease_groups(self, q: Queue, n: int) -> list[str | None]:
+        """Lease ``n`` jobs one at a time, acking each: the group of each, in order."""
+        groups = []
+        for _ in range(n):
+            job = q.lease_one()
+            assert job is not None, "a runnable job is left"
+            groups.append(job.group)
+            q.ack(job)
+        return groups
+
+    def test_a_job_keeps_its_group_and_without_a_fair_limit_the_order_is_priority_then_age(self) -> None:
+        q = self.make_queue()
+        plain = q.enqueue("plain", kind="k")
+        a = q.enqueue_many(["a1", "a2"], kind="k", group="acme")
+        b = q.enqueue("b1", kind="k", group="bolt", priority=3)
+        self.assertIsNone(plain.group)
+        self.assertEqual([j.group for j in a], ["acme", "acme"])
+        self.assertEqual(q.get(b.id).group, "bolt")
+        self.assertNotIn("group", plain.to_dict(), "a job without a group keeps the old shape")
+        self.assertEqual(b.to_dict()["group"], "bolt")
+        q = self.reopen(q)
+        self.assertEqual([q.get(j.id).group for j in (plain, *a, b)], [None, "acme", "acme", "bolt"])
+        self.assertEqual([j.payload for j in q.lease(10)], ["b1", "plain", "a1", "a2"])
+
+    def test_fair_share_leases_the_small_group_within_the_first_30_leases(self) -> None:
+        q = self.make_queue()
+        q.enqueue_many([f"big{i}" for i in range(1000)], kind="k", group="big")
+        q.enqueue_many([f"small{i}" for i in range(10)], kind="k", group="small")
+        q.set_limit("k", weights={})
+        first = self._lease_groups(q, 30)
+        self.assertEqual(first.count("small"), 10, first)
+        self.assertEqual(first[:4], ["big", "small", "big", "small"], "equal weights: the groups alternate")
+        q.clear_limit("k")
+        q.enqueue_many(["late0", "late1"], kind="k", group="small")
+        self.assertEqual(self._lease_groups(q, 5), ["big"] * 5, "without a fair limit: oldest first, as ever")
+
+    def test_weights_shift_the_shares_and_jobs_without_a_group_are_one_group(self) -> None:
+        q = self.make_queue()
+        q.set_limit("k", weights={"vip": 3})
+        q.enqueue_many(list(range(200)), kind="k", group="free")
+        q.enqueue_many(list(range(200)), kind="k")  # no group: one group of their own, weight 1
+        q.enqueue_many(list(range(200)), kind="k", group="vip")
+        got = self._lease_groups(q, 100)
+        self.assertLessEqual(abs(got.count("vip") - 60), 1, got)
+        self.assertLessEqual(abs(got.count("free") - 20), 1, got)
+        self.assertLessEqual(abs(got.count(None) - 20), 1, got)
+        q.set_limit("k", weights={"vip": 1, "free": 4})
+        again = self._lease_groups(q, 60)
+        self.assertLessEqual(abs(again.count("free") - 40), 1, again)
+
+    def test_priorities_order_the_jobs_inside_a_group(self) -> None:
+        q = self.make_queue()
+        q.set_limit("k", weights={})
+        q.enqueue_many(["a-low1", "a-low2"], kind="k", group="a")
+        q.enqueue("a-high", kind="k", group="a", priority=5)
+        q.enqueue_many(["b1", "b2"], kind="k", group="b")
+        payloads = []
+        for _ in range(5):
+            job = q.lease_one()
+            assert job is not None
+            payloads.append(job.payload)
+            q.ack(job)
+        self.assertEqual(payloads, ["a-high", "b1", "a-low1", "b2", "a-low2"])
+
+    def test_group_concurrency_holds_per_group_and_a_finished_or_expired_lease_frees_its_slot(self) -> None:
+        q = self.make_queue(visibility_timeout=10)
+        q.set_limit("k", group_concurrency=2)
+        for group in ("a", "b", "c"):
+            q.enqueue_many([f"{group}{i}" for i in range(5)], kind="k", group=group)
+        q.enqueue_many(["n1", "n2", "n3"], kind="k")
+        q.enqueue_many(["o1", "o2"], kind="other", group="a")
+        first = q.lease(50)
+        by_group: dict[Any, int] = {}
+        for job in first:
+            if job.kind == "k":
+                by_group[job.group] = by_group.get(job.group, 0) + 1
+        self.assertEqual(by_group, {"a": 2, "b": 2, "c": 2, None: 3}, "jobs without a group are not counted by it")
+        self.assertEqual(sum(1 for j in first if j.kind == "other"), 2, "another kind's groups are its own")
+        self.assertEqual(q.lease(50), [])
+        waiting = next(j for j in q.list_jobs("ready", limit=50) if j.group == "b")
+        reasons = q.explain(waiting)
+        self.assertIn("group concurrency limit", reasons[0], reasons)
+        self.assertIn("'b'", reasons[0])
+        q.ack(next(j for j in first if j.group == "b" and j.kind == "k"))
+        again = q.lease(50)
+        self.assertEqual([(j.kind, j.group) for j in again], [("k", "b")], "one slot of b freed: one job of b")
+        self.advance(60)  # every lease expired (and its retry's backoff passed): their slots are free
+        self.assertEqual(sorted(j.group for j in q.lease(50) if j.kind == "k" and j.group), ["a", "a", "b", "b", "c", "c"])
+
+    def test_the_rotation_and_group_limits_survive_a_reopen_and_a_compaction(self) -> None:
+        q = self.make_queue()
+        q.set_limit("k", group_concurrency=5, weights={"a": 2})
+        self.assertEqual(q.limits(), [Limit("k", group_concurrency=5, weights=(("a", 2),))])
+        q.enqueue_many(list(range(30)), kind="k", group="a")
+        q.enqueue_many(list(range(30)), kind="k", group="b")
+        before = self._lease_groups(q, 4)
+        q = self.reopen(q)
+        q.compact()
+        q = self.reopen(q)
+        after = self._lease_groups(q, 8)
+        self.assertEqual(before + after, ["a", "b", "a", "a", "b", "a", "a", "b", "a", "a", "b", "a"],
+                         "one rotation, carried by the queue through a reopen and a compaction")  # fmt: skip
+        self.assertEqual(q.limits()[0].group_concurrency, 5)
+
+    def test_bad_groups_and_group_limits_are_refused_and_nothing_is_written(self) -> None:
+        q = self.make_queue()
+        for error, options in [
+            (ValueError, {"group_concurrency": 0}),
+            (TypeError, {"group_concurrency": "2"}),
+            (TypeError, {"weights": [("a", 1)]}),
+            (ValueError, {"weights": {"a": 0}}),
+            (TypeError, {"weights": {"a": 1.5}}),
+            (ValueError, {"weights": {"": 1}}),
+            (TypeError, {"weights": {3: 1}}),
+        ]:
+            with self.subTest(options=options), self.assertRaises(error):
+                q.set_limit("k", **options)
+        self.assertEqual(q.limits(), [])
+        for error, group in [(ValueError, ""), (TypeError, 5), (ValueError, "x" * 300), (ValueError, "a\x00b")]:
+            with self.subTest(group=group), self.assertRaises(error):
+                q.enqueue("x", group=group)  # type: ignore[arg-type]
+            with self.subTest(group=group), self.assertRaises(error):
+                q.enqueue_many(["x", "y"], group=group)  # type: ignore[arg-type]
+        self.assertEqual(len(q), 0)

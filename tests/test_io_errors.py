@@ -86,9 +86,9 @@ def workload() -> list[Step]:
     return [
         ("enqueue a", lambda q, h: q.enqueue({"n": "a"}, job_id="a")),
         ("enqueue b", lambda q, h: q.enqueue({"n": "b"}, job_id="b", priority=2)),
-        ("enqueue_many c-e", lambda q, h: q.enqueue_many([{"n": x} for x in "cde"], job_ids=list("cde"))),
+        ("enqueue_many c-e", lambda q, h: q.enqueue_many([{"n": x} for x in "cde"], job_ids=list("cde"), group="acme")),
         ("schedule", lambda q, h: q.schedule("beat", {"n": "tick"}, every=1.5, catch_up="all")),
-        ("set_limit", lambda q, h: q.set_limit("default", concurrency=10, rate=100, per=3600.0)),
+        ("set_limit", lambda q, h: q.set_limit("default", concurrency=10, rate=100, per=3600.0, group_concurrency=5)),
         ("lease 2", lambda q, h: _lease(q, h, 2)),
         ("ack", _ack),
         ("extend", _extend),

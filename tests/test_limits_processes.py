@@ -1,4 +1,4 @@
-"""Limits across real worker processes, on both storages: concurrency (with SIGKILLs) and rate.
+"""Limits across real worker processes, on both storages: concurrency and group concurrency (with SIGKILLs), and rate.
 
 Owns: the worker child (run as ``python -m tests.test_limits_processes
 child LOCATION SCHEMA NAME LOG MODE``: a Worker with CONCURRENCY threads whose
@@ -16,6 +16,8 @@ time):
   holds its slot until its lease's deadline, which its start line records;
   the lease is reclaimed after that deadline, and only then is the slot
   free again);
+- the same with a group concurrency limit of GROUP_LIMIT: never more than
+  GROUP_LIMIT handlers of one group of the kind at once, kills included;
 - a rate limit of RATE per second (burst BURST) lets through at most 10 %
   more than RATE * 10 leases in any 10 seconds of lease times (the token
   bucket's own bound is BURST + RATE * 10).
@@ -48,6 +50,8 @@ HANDLER_SECONDS = (0.05, 0.2)
 LEASE_SECONDS = 6.0
 #: SIGKILLs in the concurrency case, each of a worker that is running a handler at the time.
 KILLS = 3
+#: The group case: GROUPS groups of the kind, GROUP_JOBS jobs each, at most GROUP_LIMIT of a group at once.
+GROUPS, GROUP_JOBS, GROUP_LIMIT = 4, 30, 2
 RATE, BURST, WINDOW = 50, 5, 10.0
 #: Jobs of the rate case: enough for more than WINDOW seconds at RATE.
 RATE_JOBS = int(RATE * (WINDOW + 3))
@@ -67,7 +71,8 @@ def child(location: str, schema: str, name: str, log: str, mode: str) -> None:
     def handle(job: Job) -> None:
         # One write per line on an O_APPEND file: a line is whole or absent after a SIGKILL.
         assert job.lease_deadline is not None
-        os.write(fd, f"S {job.id} {job.attempts} {time.time():.6f} {job.lease_deadline:.6f} {job.kind}\n".encode())
+        started = f"S {job.id} {job.attempts} {time.time():.6f} {job.lease_deadline:.6f} {job.kind} {job.group or '-'}"
+        os.write(fd, (started + "\n").encode())
         if mode == "overlap":
             time.sleep(rng.uniform(*HANDLER_SECONDS))
             os.write(fd, f"E {job.id} {job.attempts} {time.time():.6f}\n".encode())
@@ -77,8 +82,10 @@ def child(location: str, schema: str, name: str, log: str, mode: str) -> None:
 
 
 # ====================================================================== reading the logs
-def read_logs(paths: list[str], kind: str | None = None) -> tuple[dict[tuple[str, int], list[float]], dict[tuple[str, int], float]]:
-    """(attempt -> [start, deadline], attempt -> end) from every log, of one ``kind`` or all."""
+def read_logs(
+    paths: list[str], kind: str | None = None, groups: dict[tuple[str, int], str] | None = None
+) -> tuple[dict[tuple[str, int], list[float]], dict[tuple[str, int], float]]:
+    """(attempt -> [start, deadline], attempt -> end) from every log, of one ``kind`` or all; ``groups`` gets each one's group."""
     starts: dict[tuple[str, int], list[float]] = {}
     ends: dict[tuple[str, int], float] = {}
     for path in paths:
@@ -87,8 +94,10 @@ def read_logs(paths: list[str], kind: str | None = None) -> tuple[dict[tuple[str
         with open(path) as f:
             for line in f:
                 parts = line.split()
-                if parts and parts[0] == "S" and len(parts) == 6 and kind in (None, parts[5]):
+                if parts and parts[0] == "S" and len(parts) == 7 and kind in (None, parts[5]):
                     starts[(parts[1], int(parts[2]))] = [float(parts[3]), float(parts[4])]
+                    if groups is not None:
+                        groups[(parts[1], int(parts[2]))] = parts[6]
                 elif parts and parts[0] == "E" and len(parts) == 4:
                     ends[(parts[1], int(parts[2]))] = float(parts[3])
     return starts, ends
@@ -166,6 +175,54 @@ class LimitsAcrossProcesses:
         q.set_limit("limited", concurrency=LIMIT)
         q.enqueue_many([{"n": i} for i in range(JOBS)], kind="limited")
         q.enqueue_many([{"n": i} for i in range(JOBS // 2)], kind="free")
+        self.run_killing_workers(q, JOBS + JOBS // 2)
+        intervals, killed = self.attempts()
+        self.assertGreaterEqual(killed, KILLS, "each kill cut a limited job's attempt short")  # type: ignore[attr-defined]
+        self.assertGreaterEqual(len(intervals), JOBS + killed)  # type: ignore[attr-defined]
+        peak = most_at_once(intervals)
+        self.assertLessEqual(peak, LIMIT, f"{peak} handlers of the limited kind ran at once")  # type: ignore[attr-defined]
+        self.assertEqual(peak, LIMIT, "the limit was reached: the test could have failed")  # type: ignore[attr-defined]
+
+    def test_a_group_concurrency_limit_holds_across_worker_processes_also_when_they_are_killed(self) -> None:
+        q = self.open()
+        q.set_limit("limited", group_concurrency=GROUP_LIMIT)
+        for g in range(GROUPS):
+            q.enqueue_many([{"n": i} for i in range(GROUP_JOBS)], kind="limited", group=f"tenant{g}")
+        q.enqueue_many([{"n": i} for i in range(JOBS // 2)], kind="free")
+        self.run_killing_workers(q, GROUPS * GROUP_JOBS + JOBS // 2)
+        groups: dict[tuple[str, int], str] = {}
+        intervals, killed = self.attempts(groups)
+        self.assertGreaterEqual(killed, KILLS, "each kill cut a limited job's attempt short")  # type: ignore[attr-defined]
+        self.assertGreaterEqual(len(intervals), GROUPS * GROUP_JOBS + killed)  # type: ignore[attr-defined]
+        keys = list(groups)
+        peaks = {}
+        for g in range(GROUPS):
+            name = f"tenant{g}"
+            peaks[name] = most_at_once([interval for key, interval in zip(keys, intervals) if groups[key] == name])
+        self.assertLessEqual(max(peaks.values()), GROUP_LIMIT, f"handlers of one group at once: {peaks}")  # type: ignore[attr-defined]
+        self.assertEqual(max(peaks.values()), GROUP_LIMIT, "the limit was reached: the test could have failed")  # type: ignore[attr-defined]
+        self.assertGreater(most_at_once(intervals), GROUP_LIMIT, "groups ran beside each other")  # type: ignore[attr-defined]
+
+    def attempts(self, groups: dict[tuple[str, int], str] | None = None) -> tuple[list[tuple[float, float]], int]:
+        """Every attempt of the limited kind as (start, end), in the order of ``groups``' keys; and how many were killed.
+
+        A killed attempt (a start with no end) held its slot until its lease's deadline.
+        """
+        starts, ends = read_logs(self.paths, "limited", groups)
+        intervals = []
+        killed = 0
+        for key, (start, deadline) in starts.items():
+            end = ends.get(key)
+            if end is None:  # its process was killed: the slot was held until the lease expired
+                killed += 1
+                end = deadline
+            intervals.append((start, end))
+        if groups is not None:
+            assert list(groups) == list(starts), "one group per attempt, in the same order"
+        return intervals, killed
+
+    def run_killing_workers(self, q: Queue, total: int) -> None:
+        """WORKERS workers until ``total`` jobs are done, KILLS of them SIGKILLed while a limited handler runs."""
         running = [self.start_worker("overlap") for _ in range(WORKERS)]
         for kill in range(KILLS):
             # A worker is killed only while one of its limited handlers runs (a start with no end yet).
@@ -175,21 +232,7 @@ class LimitsAcrossProcesses:
             proc.kill()
             proc.wait()
             running[found[0]] = self.start_worker("overlap")
-        self.wait_for(lambda: q.stats().done == JOBS + JOBS // 2, "every job to be done", FINISH_SECONDS)
-        starts, ends = read_logs(self.paths, "limited")
-        intervals = []
-        killed = 0
-        for key, (start, deadline) in starts.items():
-            end = ends.get(key)
-            if end is None:  # its process was killed: the slot was held until the lease expired
-                killed += 1
-                end = deadline
-            intervals.append((start, end))
-        self.assertGreaterEqual(killed, KILLS, "each kill cut a limited job's attempt short")  # type: ignore[attr-defined]
-        self.assertGreaterEqual(len(intervals), JOBS + killed)  # type: ignore[attr-defined]
-        peak = most_at_once(intervals)
-        self.assertLessEqual(peak, LIMIT, f"{peak} handlers of the limited kind ran at once")  # type: ignore[attr-defined]
-        self.assertEqual(peak, LIMIT, "the limit was reached: the test could have failed")  # type: ignore[attr-defined]
+        self.wait_for(lambda: q.stats().done == total, "every job to be done", FINISH_SECONDS)
 
     def _mid_job(self, running: list[tuple[subprocess.Popen[bytes], str]], found: list[int]) -> bool:
         for i, (_proc, path) in enumerate(running):

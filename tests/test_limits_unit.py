@@ -1,4 +1,4 @@
-"""The pure parts of limits per kind: the token bucket's arithmetic, the budget, and the words of ``holding``.
+"""The pure parts of limits per kind: the token bucket's arithmetic, the budget, the turns of fair share, and the words of ``holding``.
 
 Owns: unit tests of nobroker.limits (no storage), one of the file
 storage's replay of a limited lease under a clock that gives ints, and
@@ -12,7 +12,25 @@ from __future__ import annotations
 import unittest
 
 from nobroker import Queue
-from nobroker.limits import Bucket, budget, carried, define, filled, holding, seconds_to_slot, seconds_to_token, spent, taken
+from nobroker.limits import (
+    Bucket,
+    Turns,
+    budget,
+    carried,
+    choose,
+    define,
+    filled,
+    from_fields,
+    holding,
+    seconds_to_slot,
+    seconds_to_token,
+    spent,
+    taken,
+    to_fields,
+    turned,
+    turns_from_fields,
+    turns_to_fields,
+)
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
 from tests.support import TempDirTestCase
 
@@ -91,6 +109,62 @@ class IntegerClock(TempDirTestCase):
         self.assertEqual(q.lease(5), [])
         now[0] = 110
         self.assertEqual(len(q.lease(5)), 1)
+
+
+class FairShareTurns(unittest.TestCase):
+    def test_equal_weights_alternate_and_ties_go_to_the_best_job(self) -> None:
+        limit, turns = define("k", weights={}), Turns()
+        order = []
+        heads = {"a": (0, 1), "b": (0, 2)}  # a's best job is older
+        for _ in range(6):
+            groups = sorted(heads)
+            chosen = choose(limit, turns, [(g, heads[g], 0) for g in groups])
+            assert chosen is not None
+            order.append(groups[chosen])
+            turned(limit, turns, groups[chosen])
+        self.assertEqual(order, ["a", "b", "a", "b", "a", "b"])
+
+    def test_weights_give_shares_and_an_idle_group_comes_back_without_credit(self) -> None:
+        limit, turns = define("k", weights={"vip": 3}), Turns()
+        taken_by: dict[object, int] = {"vip": 0, "x": 0}
+        for _ in range(400):
+            groups = ["vip", "x"]
+            g = groups[choose(limit, turns, [(g, (0, 0), 0) for g in groups]) or 0]
+            taken_by[g] += 1
+            turned(limit, turns, g)
+        self.assertLessEqual(abs(taken_by["vip"] - 300), 1)
+        # "new" never ran: it starts at the clock, so it gets its share from now, not 400 leases at once.
+        run = []
+        for _ in range(10):
+            groups = ["new", "vip", "x"]
+            chosen = choose(limit, turns, [(g, (0, 0), 0) for g in groups])
+            assert chosen is not None
+            run.append(groups[chosen])
+            turned(limit, turns, groups[chosen])
+        self.assertLessEqual(run.count("new"), 3, run)
+        self.assertGreaterEqual(run.count("new"), 1, run)
+
+    def test_a_group_at_its_concurrency_is_passed_over_but_jobs_without_a_group_never_are(self) -> None:
+        limit = define("k", group_concurrency=2)
+        self.assertEqual(choose(limit, None, [("a", (0, 1), 2), ("b", (0, 2), 1)]), 1)
+        self.assertIsNone(choose(limit, None, [("a", (0, 1), 2)]))
+        self.assertEqual(choose(limit, None, [("a", (0, 1), 2), (None, (0, 2), 99)]), 1)
+
+    def test_the_stored_forms_round_trip_and_nonsense_is_refused(self) -> None:
+        limit = define("k", concurrency=3, group_concurrency=2, weights={"b": 2, "a": 5})
+        self.assertEqual(limit.weights, (("a", 5), ("b", 2)))
+        self.assertEqual(from_fields(to_fields(limit, None)), (limit, None))
+        self.assertNotIn("group_concurrency", to_fields(define("k", concurrency=3), None), "the shape before groups stays")
+        turns = Turns()
+        for group in ("a", None, "a"):
+            turned(limit, turns, group)
+        back = turns_from_fields(turns_to_fields(turns))
+        self.assertEqual(back.clock, turns.clock)
+        self.assertEqual(back.passes, {g: p for g, p in (turns.passes or {}).items() if p > turns.clock})
+        for bad in ([], {"clock": "x", "passes": []}, {"clock": 1.0, "passes": [[1, 2.0]]}, {"clock": 1.0},
+                    {"clock": float("inf"), "passes": []}, {"clock": 1.0, "passes": [["a", True]]}):  # fmt: skip
+            with self.subTest(bad=bad), self.assertRaises(TypeError):
+                turns_from_fields(bad)
 
 
 class StorageSaysWhichLimitHolds:

@@ -265,6 +265,23 @@ class AsyncSemantics:
         self.assertIsNone(await q.set_limit("rated", concurrency=None))
         self.assertEqual(await q.limits(), [])
 
+    async def test_groups_and_a_group_limit_are_awaited_as_the_queue_has_them(self) -> None:
+        q = await self.make_queue()
+        limit = await q.set_limit("report", group_concurrency=1, weights={"vip": 2})
+        assert limit is not None
+        self.assertEqual(self.sync_twin(q).limits(), [limit], "stored in the queue")
+        await q.enqueue_many(["a1", "a2"], kind="report", group="acme")
+        vip = await q.enqueue("v1", kind="report", group="vip")
+        self.assertEqual(vip.group, "vip")
+        self.assertEqual(sorted((job.group, job.payload) for job in await q.lease(10)), [("acme", "a1"), ("vip", "v1")])
+        self.assertEqual(await q.lease(10), [], "one of each group at once")
+        waiting = (await q.list_jobs("ready"))[0]
+        self.assertIn("group concurrency limit", (await q.explain(waiting))[0])
+        with self.assertRaises(ValueError):
+            await q.enqueue("x", group="")
+        with self.assertRaises(TypeError):
+            await q.set_limit("report", weights={"vip": "2"})
+
     async def test_explain_is_awaited_and_names_a_limit_as_the_queue_does(self) -> None:
         q = await self.make_queue()
         await q.set_limit("mail", concurrency=1)

@@ -638,13 +638,14 @@ class PostgresSchemaTests(unittest.TestCase):
             migrate(self.dsn, schema=self.schema),
             ["001_init.sql", "002_retries_and_finished_jobs.sql", "003_claim_paths_counts_and_upkeep.sql",
              "004_counts_kept_by_the_statements.sql", "005_schedules.sql", "006_control_of_jobs.sql", "007_limits.sql",
-             "008_snooze_pause_and_wait.sql", "009_time_limits_and_attempts.sql", "010_counters_and_workers.sql"],
+             "008_snooze_pause_and_wait.sql", "009_time_limits_and_attempts.sql", "010_counters_and_workers.sql",
+             "011_groups.sql"],
         )
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
-        self.assertEqual([r[0] for r in rows], list(range(1, 11)))
-        self.assertEqual(latest_version(), 10)
+        self.assertEqual([r[0] for r in rows], list(range(1, 12)))
+        self.assertEqual(latest_version(), 11)
         other = fresh_name("nbmig")
         self.addCleanup(drop_schema, other)
         with Queue(self.dsn, schema=other) as q:  # migrate=True by default

@@ -303,12 +303,13 @@ class Sweep:
                     inflight.add(payload["tag"])
                     job_id = f"j{self.tag}" if rng.random() < 0.3 else None
                     job = q.enqueue(payload, priority=rng.choice((0, 1)), job_id=job_id,
-                                    delay=rng.choice((0.0, 0.0, 30.0)), timeout=rng.choice((None, None, 2.5)))  # fmt: skip
+                                    delay=rng.choice((0.0, 0.0, 30.0)), timeout=rng.choice((None, None, 2.5)),
+                                    group=rng.choice((None, None, "acme", "bolt")))  # fmt: skip
                     self.acked_enqueue[job.id] = job.payload
                 elif op == "enqueue_many":
                     payloads = [self.payload() for _ in range(rng.randint(2, 5))]
                     inflight.update(p["tag"] for p in payloads)
-                    for job in q.enqueue_many(payloads):
+                    for job in q.enqueue_many(payloads, group=rng.choice((None, "acme"))):
                         self.acked_enqueue[job.id] = job.payload
                 elif op == "lease":
                     for job in q.lease(rng.randint(1, 3)):
@@ -379,7 +380,8 @@ class Sweep:
                     if rng.random() < 0.3:
                         q.clear_limit(kind)
                     else:
-                        q.set_limit(kind, concurrency=rng.choice((500, 1000)), rate=rng.choice((None, 10_000)))
+                        q.set_limit(kind, concurrency=rng.choice((500, 1000)), rate=rng.choice((None, 10_000)),
+                                    group_concurrency=rng.choice((None, 500)))  # fmt: skip
                 elif op == "enqueue_due":
                     inflight.update(s.payload["tag"] for s in q.schedules())
                     for job in q.enqueue_due():

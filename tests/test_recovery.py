@@ -47,7 +47,8 @@ class LogBuilder:
     def __init__(self, directory: str) -> None:
         self.dir = directory
         self.clock = FakeClock()
-        self.q = Queue(directory, clock=self.clock, backoff=BackoffPolicy(base=5, jitter=0), max_attempts=2)
+        # Leases long beside the whole build: the reader, at the last write's time, sees them as they were.
+        self.q = Queue(directory, clock=self.clock, backoff=BackoffPolicy(base=5, jitter=0), max_attempts=2, visibility_timeout=300)
         self.points: dict[int, list[tuple[int, dict]]] = {}
         self.mark()
 
@@ -137,6 +138,12 @@ class LogBuilder:
         la = do(q.lease_one, kinds=["api"])  # a LEASE that spends the rate limit's one token
         do(q.ack, la)
         do(q.clear_limit, "spare")  # UNLIMIT
+        do(q.set_limit, "tenant", group_concurrency=1, weights={"vip": 2})  # a LIMIT with the group keys
+        do(q.enqueue_many, [{"t": 1}], kind="tenant", group="acme")  # ENQUEUEs with a group (one record per do)
+        do(q.enqueue, {"t": 2}, kind="tenant", group="acme")
+        do(q.enqueue, {"t": 3}, kind="tenant", group="vip")
+        lt = do(q.lease_one, kinds=["tenant"])  # a LEASE that takes a turn
+        do(q.ack, lt)
         del c, d, e, x, y, ls
         with open(log_path(self.dir, "default", 0), "rb") as f:
             self.generation_zero = f.read()  # compaction deletes it; the sweep needs it
@@ -153,6 +160,9 @@ class LogBuilder:
         do(q.cancel, lg, stopped=True)  # and the one that ends it cancelled
         do(q.resume, "mail")  # a pause carried over by the compaction, lifted in generation one
         do(q.enqueue, {"t": "with a time limit"}, timeout=2.5)  # an ENQUEUE's optional timeout key
+        lt = do(q.lease_one, kinds=["tenant"])  # a turn after the compaction's LIMIT carried the rotation
+        do(q.nack, lt, error="again", delay=0)
+        do(q.enqueue, {"t": 4}, kind="tenant", group="acme")
         do(q.set_limit, "api", rate=1, per=3600.0, burst=2)  # a LIMIT that carries the spent bucket over
         do(q.enqueue, {"g": "tail"})
         del f

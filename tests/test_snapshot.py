@@ -25,6 +25,7 @@ from nobroker import CorruptLogError, Queue
 from nobroker.filestore import snapshot
 from nobroker.filestore.storage import FileStorage
 from nobroker.filestore.admin import repair, verify
+from nobroker.limits import turns_to_fields
 from tests.support import FakeClock, TempDirTestCase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,6 +53,7 @@ def workload(q: Queue, clock: FakeClock, rng: random.Random, steps: int) -> None
                     kind=rng.choice(("default", "default", "mail", "pdf")),
                     dedupe_key=f"k{rng.randrange(20)}" if rng.random() < 0.1 else None,
                     max_attempts=rng.choice((None, 1, 3)),
+                    group=rng.choice((None, None, "acme", "bolt")),
                 )
             elif roll < 0.45:
                 q.enqueue_many([{"m": i} for i in range(rng.randrange(1, 30))], priority=rng.choice((0, 2)))
@@ -76,7 +78,8 @@ def workload(q: Queue, clock: FakeClock, rng: random.Random, steps: int) -> None
                 if rng.random() < 0.3:
                     q.clear_limit(kind)
                 else:
-                    q.set_limit(kind, concurrency=rng.choice((None, 1, 3)), rate=rng.choice((2, 10)), per=5.0)
+                    q.set_limit(kind, concurrency=rng.choice((None, 1, 3)), rate=rng.choice((2, 10)), per=5.0,
+                                group_concurrency=rng.choice((None, 1, 2)), weights=rng.choice((None, {"acme": 3})))  # fmt: skip
             elif roll < 0.9:
                 q.requeue_dead()
             elif roll < 0.905:
@@ -125,6 +128,8 @@ def picture(directory: str, clock: FakeClock, snapshot_used: bool, leases: int =
         out["keys"] = dict(state.active_keys)
         out["limits"] = {kind: (held, bucket) for kind, (held, bucket) in state.limits.items()}
         out["leased_kinds"] = {kind: n for kind, n in state.leased_kinds.items() if n}
+        out["leased_groups"] = state.groups.leased
+        out["turns"] = {kind: turns_to_fields(turns) for kind, turns in state.turns.items()}  # passes behind the clock say nothing
         # What happens next: reclaims in deadline order, leases in priority and FIFO order.
         clock.advance(1000.0)
         out["leases"] = [(j.id, j.attempts) for j in q.lease(leases)]

@@ -8,7 +8,7 @@ ready job back. Imports: jobs. Pure: no clock, no storage; the Queue
 (queue/explaining.py) gathers the facts and calls it.
 
 A new kind of reason a ready job can be held back by (a paused queue or
-kind, a concurrency or rate limit) is one function added to BLOCKERS: it
+kind, a concurrency, rate or group concurrency limit) is one function added to BLOCKERS: it
 takes the job and the facts (``facts.extra`` carries what the Queue
 gathered for it, say ``facts.extra["paused"]``) and returns a Reason or
 None. Blockers come before "first in line", in the order listed.
@@ -66,11 +66,13 @@ LIMIT = "limit"
 
 
 def held_by_limit(job: Job, facts: Facts) -> Reason | None:
-    """A concurrency or rate limit of the job's kind that holds it back now (storage.limit_holding's words)."""
+    """A concurrency or rate limit of the job's kind, or its group concurrency limit for the job's group, that holds it back now (storage.limit_holding's words)."""
     words = facts.extra.get(LIMIT)
     if words is None:
         return None
-    return Reason("limit", f"held back by {words}", kind=job.kind, limit=words)
+    if job.group is None:
+        return Reason("limit", f"held back by {words}", kind=job.kind, limit=words)
+    return Reason("limit", f"held back by {words}", kind=job.kind, limit=words, group=job.group)
 
 
 #: The key of ``Facts.extra`` that holds what is paused (``q.paused()``: kinds, None for the whole queue).

@@ -152,6 +152,9 @@ class Job:
     #: ``by`` (the leasing worker, "host:pid") and ``outcome`` (running, done, failed, dead,
     #: expired, cancelled, snoozed).
     attempt_history: tuple[dict[str, Any], ...] = ()
+    #: The job's group (``enqueue(..., group=)``: a tenant, a customer), which a kind's
+    #: group_concurrency and fair share count by; None: it has none.
+    group: str | None = None
 
     @property
     def cancelled(self) -> CancelFlag:
@@ -170,7 +173,7 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (state as its string value).
 
-        ``cancel_requested`` only when true, ``timeout`` only when set: a job
+        ``cancel_requested`` only when true, ``timeout`` and ``group`` only when set: a job
         that uses neither keeps the shape of nobroker 0.1.2 and 0.2 (the log's
         newer fields work the same way).
         """
@@ -180,6 +183,8 @@ class Job:
             del out["cancel_requested"]
         if self.timeout is None:
             del out["timeout"]
+        if self.group is None:
+            del out["group"]
         if self.attempt_history:
             out["attempt_history"] = [dict(attempt) for attempt in self.attempt_history]
         else:

@@ -7,8 +7,11 @@ token bucket (``filled``, ``taken``, ``seconds_to_token``, ``carried``),
 ``budget`` (how many jobs of a kind one lease may still take), ``spent``
 (whether that is none), ``seconds_to_slot`` (the end of an idle wait) and
 ``holding`` (the text that names the limit holding a job back, for
-``explain``). Imports: jobs, checks. Pure: no clock, no I/O; every function
-takes the time.
+``explain``); and the fair share between a kind's groups: Turns (the
+rotation's state), ``start`` (where a group's next turn starts) and
+``turned`` (the rotation after a lease of a group), with its stored form
+(``turns_to_fields``, ``turns_from_fields``). Imports: jobs, checks. Pure: no
+clock, no I/O; every function takes the time.
 
 The limits hold for the whole queue, not per process: a storage decides
 each lease with every lease of the queue in view (the file storage under
@@ -24,6 +27,22 @@ its lock, PostgreSQL with the queue's limit rows locked), so
 
 Kinds without a limit, and the other kinds of a lease, are never held back
 by a limited one.
+
+Groups (``enqueue(..., group=)``, a tenant or a customer) of a kind whose
+limit has ``group_concurrency`` or ``weights``:
+
+- group_concurrency N: at most N jobs of each group of the kind are leased
+  at once (jobs without a group are not counted: ``concurrency`` limits them);
+- fair share: each lease of the kind goes to the group whose turn starts
+  first, start-time fair queueing: a group's turn starts at
+  ``max(its pass, clock)``; a lease of the group moves its pass to that
+  start plus ``1 / weight`` and the clock to that start (``turned``). Ties go
+  to the group whose best job comes first (priority, then age). Over any
+  stretch in which groups always have runnable jobs, their leases differ
+  from their weights' shares by at most one lease each; a group that was
+  idle comes back at the clock, with no credit saved up. Jobs without a
+  group are one group of their own (weight 1); priorities order the jobs
+  inside a group.
 """
 
 from __future__ import annotations
@@ -42,6 +61,9 @@ MAX_LIMIT_COUNT = 1_000_000
 #: Shortest and longest period a rate counts over (seconds).
 MIN_PERIOD_SECONDS = 0.001
 MAX_PERIOD_SECONDS = 366 * 86_400.0
+#: Largest weight of a group (``weights=``), and most groups one limit names.
+MAX_WEIGHT = 1_000
+MAX_WEIGHTED_GROUPS = 1_000
 #: Slack in "at least one token": the bucket's sums in floating point may land a hair below 1.
 TOKEN_SLACK = 1e-9
 
@@ -55,6 +77,22 @@ class Limit:
     rate: int | None = None
     per: float = 1.0
     burst: int | None = None  # None: the rate itself
+    group_concurrency: int | None = None
+    #: (group, weight) pairs, by group; None: no fair share asked for (unless group_concurrency).
+    weights: tuple[tuple[str, int], ...] | None = None
+
+    @property
+    def fair(self) -> bool:
+        """Does a lease of the kind rotate between its groups (and count them)?"""
+        return self.group_concurrency is not None or self.weights is not None
+
+    def weight(self, group: str | None) -> int:
+        """A group's weight in the rotation: the one ``weights`` gives it, else 1."""
+        if self.weights and group is not None:
+            for name, weight in self.weights:
+                if name == group:
+                    return weight
+        return 1
 
     @property
     def capacity(self) -> int:
@@ -69,8 +107,14 @@ class Limit:
         return self.rate / self.per
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "concurrency": self.concurrency, "rate": self.rate, "per": self.per,
-                "burst": self.burst}  # fmt: skip
+        """Every field; ``group_concurrency`` and ``weights`` only when set (the shape before groups stays)."""
+        out: dict[str, Any] = {"kind": self.kind, "concurrency": self.concurrency, "rate": self.rate, "per": self.per,
+               "burst": self.burst}  # fmt: skip
+        if self.group_concurrency is not None:
+            out["group_concurrency"] = self.group_concurrency
+        if self.weights is not None:
+            out["weights"] = dict(self.weights)
+        return out
 
 
 @dataclass(frozen=True)
@@ -91,10 +135,33 @@ def _count(value: Any, what: str) -> int | None:
     return value
 
 
-def define(kind: Any, concurrency: Any = None, rate: Any = None, per: Any = 1.0, burst: Any = None) -> Limit:
+def _weights(weights: Any) -> tuple[tuple[str, int], ...] | None:
+    if weights is None:
+        return None
+    if not isinstance(weights, dict):
+        raise TypeError(f"weights must be a dict of group to int weight, got {type(weights).__name__}")
+    if len(weights) > MAX_WEIGHTED_GROUPS:
+        raise ValueError(f"weights names at most {MAX_WEIGHTED_GROUPS:,} groups, got {len(weights):,}")
+    out = []
+    for group, weight in weights.items():
+        group = checks.text(group, "a group in weights", MAX_NAME_CHARS)
+        if isinstance(weight, bool) or not isinstance(weight, int):
+            raise TypeError(f"the weight of group {group!r} must be an int, got {type(weight).__name__}")
+        if not 1 <= weight <= MAX_WEIGHT:
+            raise ValueError(f"the weight of group {group!r} must be from 1 to {MAX_WEIGHT:,}, got {weight!r}")
+        out.append((group, weight))
+    return tuple(sorted(out))
+
+
+def define(
+    kind: Any, concurrency: Any = None, rate: Any = None, per: Any = 1.0, burst: Any = None,
+    group_concurrency: Any = None, weights: Any = None,
+) -> Limit:  # fmt: skip
     """The limit as checked: TypeError or ValueError for anything a storage must not store."""
     kind = checks.text(kind, "kind", MAX_NAME_CHARS)
     concurrency = _count(concurrency, "concurrency")
+    group_concurrency = _count(group_concurrency, "group_concurrency")
+    weighted = _weights(weights)
     rate = _count(rate, "rate")
     burst = _count(burst, "burst")
     if isinstance(per, bool) or not isinstance(per, (int, float)):
@@ -102,11 +169,13 @@ def define(kind: Any, concurrency: Any = None, rate: Any = None, per: Any = 1.0,
     period = finite_float(per)
     if period is None or not MIN_PERIOD_SECONDS <= period <= MAX_PERIOD_SECONDS:
         raise ValueError(f"per must be from {MIN_PERIOD_SECONDS:g} to {MAX_PERIOD_SECONDS:g} seconds, got {per!r}")
-    if concurrency is None and rate is None:
-        raise ValueError("a limit needs concurrency= or rate= (to remove a kind's limit, use clear_limit)")
+    if concurrency is None and rate is None and group_concurrency is None and weighted is None:
+        raise ValueError(
+            "a limit needs concurrency=, rate=, group_concurrency= or weights= (to remove a kind's limit, use clear_limit)"
+        )
     if rate is None and burst is not None:
         raise ValueError("burst= goes with rate=: it is how many leases a rate limit lets through at once")
-    return Limit(kind, concurrency, rate, period, burst)
+    return Limit(kind, concurrency, rate, period, burst, group_concurrency, weighted)
 
 
 def to_fields(limit: Limit, bucket: Bucket | None) -> dict[str, Any]:
@@ -120,7 +189,7 @@ def to_fields(limit: Limit, bucket: Bucket | None) -> dict[str, Any]:
 def from_fields(fields: dict[str, Any]) -> tuple[Limit, Bucket | None]:
     """What ``to_fields`` wrote: KeyError, TypeError or ValueError if it is not a sound limit."""
     limit = define(fields["kind"], fields.get("concurrency"), fields.get("rate"), fields.get("per", 1.0),
-                   fields.get("burst"))  # fmt: skip
+                   fields.get("burst"), fields.get("group_concurrency"), fields.get("weights"))  # fmt: skip
     if limit.rate is None:
         return limit, None
     tokens, at = fields["tokens"], fields["tokens_at"]
@@ -218,3 +287,86 @@ def holding(limit: Limit | None, bucket: Bucket | None, leased: int, now: float)
             return (f"the rate limit of kind {limit.kind!r}: {limit.rate} per {limit.per:g} s is spent; "
                     f"the next lease is allowed in {wait:.3f} s")  # fmt: skip
     return None
+
+
+def holding_group(limit: Limit | None, group: str | None, leased: int) -> str | None:
+    """Does the group concurrency limit hold a ready job of ``group`` back (``leased`` of the group are leased)?"""
+    if limit is None or group is None or limit.group_concurrency is None or leased < limit.group_concurrency:
+        return None
+    return (f"the group concurrency limit of kind {limit.kind!r}: {leased} of {limit.group_concurrency} "
+            f"allowed for group {group!r} are leased; a slot frees when one of them ends")  # fmt: skip
+
+
+# ---------------------------------------------------------------- fair share
+@dataclass
+class Turns:
+    """A kind's rotation between its groups: the clock (the start of the last turn) and each group's pass.
+
+    A group missing from ``passes`` (or at or below the clock) starts its next
+    turn at the clock. Mutable: the file storage keeps one per fair kind and
+    turns it as each LEASE record is applied.
+    """
+
+    clock: float = 0.0
+    passes: dict[str | None, float] | None = None
+
+
+def start(turns: Turns, group: str | None) -> float:
+    """Where the group's next turn starts: its pass, or the clock if that is later."""
+    passes = turns.passes
+    at = passes.get(group) if passes else None
+    return turns.clock if at is None or at < turns.clock else at
+
+
+def turned(limit: Limit, turns: Turns, group: str | None) -> None:
+    """The rotation after one lease of ``group``: its pass moves on by ``1 / weight``, the clock to its start."""
+    begins = start(turns, group)
+    if turns.passes is None:
+        turns.passes = {}
+    turns.passes[group] = begins + 1.0 / limit.weight(group)
+    turns.clock = begins
+
+
+def choose(limit: Limit, turns: Turns | None, candidates: list[tuple[str | None, Any, int]]) -> int | None:
+    """Which candidate a lease of a fair kind takes: each is (group, its best job's key, its leased jobs).
+
+    The group whose turn starts first, ties to the best key (priority, then
+    age); a group at ``group_concurrency`` is passed over (jobs without a
+    group, the group None, never are). None: no candidate may be taken.
+    """
+    cap = limit.group_concurrency
+    rotation = turns if turns is not None else _NO_TURNS
+    best: tuple[float, Any] | None = None
+    chosen = None
+    for index, (group, key, leased) in enumerate(candidates):
+        if cap is not None and group is not None and leased >= cap:
+            continue
+        rank = (start(rotation, group), key)
+        if best is None or rank < best:
+            best, chosen = rank, index
+    return chosen
+
+
+def turns_to_fields(turns: Turns) -> dict[str, Any]:
+    """The stored form: the clock and the passes still ahead of it (the rest say nothing the clock does not)."""
+    ahead = [[group, at] for group, at in (turns.passes or {}).items() if at > turns.clock]
+    return {"clock": turns.clock, "passes": sorted(ahead, key=lambda pair: (pair[0] is not None, pair[0] or ""))}
+
+
+def turns_from_fields(fields: Any) -> Turns:
+    """What ``turns_to_fields`` wrote: TypeError or ValueError if it is not a sound rotation."""
+    if not isinstance(fields, dict):
+        raise TypeError(f"a rotation is a JSON object, got {type(fields).__name__}")
+    clock, pairs = fields.get("clock"), fields.get("passes")
+    if isinstance(clock, bool) or not isinstance(clock, (int, float)) or not math.isfinite(clock) or not isinstance(pairs, list):
+        raise TypeError("a rotation has a finite clock and a list of passes")
+    passes: dict[str | None, float] = {}
+    for pair in pairs:
+        if not (isinstance(pair, list) and len(pair) == 2 and (pair[0] is None or isinstance(pair[0], str))
+                and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool) and math.isfinite(pair[1])):  # fmt: skip
+            raise TypeError(f"a rotation's pass is [group, number], got {pair!r}")
+        passes[pair[0]] = float(pair[1])
+    return Turns(float(clock), passes or None)
+
+
+_NO_TURNS = Turns()

@@ -74,6 +74,8 @@ class EnqueueSpec(NamedTuple):
     dedupe_key: str | None
     #: The job's time limit in seconds (None: the Worker's), stored with the job.
     timeout: float | None = None
+    #: The job's group (a tenant, a customer), or None.
+    group: str | None = None
 
 
 class Storage(Protocol):
@@ -151,7 +153,7 @@ class Storage(Protocol):
 
     def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None: ...
 
-    def limit_holding(self, kind: str) -> str | None: ...  # the limit holding a ready job of the kind back (explain)
+    def limit_holding(self, kind: str, group: str | None = None) -> str | None: ...  # the limit holding a ready job of the kind (and group) back (explain)
 
     # ---- control of jobs (issue 15): each a record of the log / a change of a row
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job: ...

@@ -39,6 +39,8 @@ def cmd_enqueue(args: argparse.Namespace, out: Output) -> int:
         options["max_attempts"] = args.max_attempts
     if args.timeout is not None:
         options["timeout"] = args.timeout
+    if args.group is not None:
+        options["group"] = args.group
     with open_queue(args, create=True) as queue:
         if args.count == 1 and not args.count_given:
             job = queue.enqueue(payload, job_id=args.id, dedupe_key=args.dedupe_key, **options)

@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from ..limits import MAX_LIMIT_COUNT, MAX_PERIOD_SECONDS, MIN_PERIOD_SECONDS, Limit
+from ..limits import MAX_LIMIT_COUNT, MAX_PERIOD_SECONDS, MAX_WEIGHT, MIN_PERIOD_SECONDS, Limit
 from .location import open_queue
 from .output import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Output, safe
 from .values import int_in, seconds_in
@@ -29,13 +29,17 @@ def add_limits(add: Callable[..., argparse.ArgumentParser]) -> None:
     p = add(
         "set", "limit a kind: at most N leased at once, and/or at most N leases per period",
         "  nobroker limit set emails --concurrency 3\n"
-        "  nobroker limit set api --rate 100 --per 60 --burst 10",
+        "  nobroker limit set api --rate 100 --per 60 --burst 10\n"
+        "  nobroker limit set reports --group-concurrency 2 --weight vip=3",
         cmd_limit_set, under=commands,
         description=(
             "Limit the jobs of KIND for the whole queue, across every worker process and host:\n"
             "--concurrency N: at most N of them leased at once (an expired lease frees its slot);\n"
             "--rate N [--per SECONDS] [--burst B]: at most N leases per SECONDS (default 1), at most\n"
-            "B at once (default N). The new limit replaces the kind's old one as a whole."
+            "B at once (default N); --group-concurrency N: at most N leased at once per group\n"
+            "(enqueue --group); --group-concurrency or --weight GROUP=W (repeatable; --fair: all\n"
+            "weights 1) makes leases rotate between the kind's groups, each group's share its weight.\n"
+            "The new limit replaces the kind's old one as a whole."
         ),
     )
     p.add_argument("kind", metavar="KIND")
@@ -45,6 +49,10 @@ def add_limits(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--per", type=seconds_in(MIN_PERIOD_SECONDS, MAX_PERIOD_SECONDS), default=1.0,
                    metavar="SECONDS", help="the period --rate counts over (default 1)")  # fmt: skip
     p.add_argument("--burst", type=count, metavar="B", help="leases the rate lets through at once (default: --rate)")
+    p.add_argument("--group-concurrency", type=count, metavar="N", help="at most N jobs of each group leased at once")
+    p.add_argument("--weight", action="append", type=_weight, metavar="GROUP=W", default=None,
+                   help=f"a group's share of the fair share (1 to {MAX_WEIGHT:,}; default 1); repeatable")  # fmt: skip
+    p.add_argument("--fair", action="store_true", help="rotate between the kind's groups, every weight 1")
     add("list", "list the limits of the queue", "  nobroker limit list --json", cmd_limit_list, under=commands)
     p = add("clear", "remove a kind's limit (exit 1 if it has none)", "  nobroker limit clear emails",
             cmd_limit_clear, under=commands)  # fmt: skip
@@ -56,13 +64,27 @@ def cmd_limit(args: argparse.Namespace, out: Output) -> int:
     return EXIT_USAGE
 
 
+def _weight(text: str) -> tuple[str, int]:
+    group, sep, weight = text.rpartition("=")
+    if not sep or not group or not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
+        raise argparse.ArgumentTypeError(f"expected GROUP=W with W from 1 to {MAX_WEIGHT:,}, got {text!r}")
+    return group, int(weight)
+
+
 def cmd_limit_set(args: argparse.Namespace, out: Output) -> int:
-    if args.concurrency is None and args.rate is None:
-        out.note("limit set needs --concurrency or --rate (to remove a limit: nobroker limit clear KIND)")
+    weights = dict(args.weight) if args.weight else ({} if args.fair else None)
+    if args.concurrency is None and args.rate is None and args.group_concurrency is None and weights is None:
+        out.note(
+            "limit set needs --concurrency, --rate, --group-concurrency, --weight or --fair "
+            "(to remove a limit: nobroker limit clear KIND)"
+        )
         return EXIT_USAGE
     with open_queue(args, create=True) as queue:
-        limit = queue.set_limit(args.kind, concurrency=args.concurrency, rate=args.rate, per=args.per, burst=args.burst)
-    assert limit is not None, "a limit with concurrency or rate is stored, not cleared"
+        limit = queue.set_limit(
+            args.kind, concurrency=args.concurrency, rate=args.rate, per=args.per, burst=args.burst,
+            group_concurrency=args.group_concurrency, weights=weights,
+        )  # fmt: skip
+    assert limit is not None, "a limit with concurrency, rate, group concurrency or weights is stored, not cleared"
     if out.as_json:
         out.document(limit.to_dict())
     else:
@@ -104,6 +126,11 @@ def describe(limit: Limit) -> str:
         parts.append(f"at most {limit.concurrency} leased at once")
     if limit.rate is not None:
         parts.append(f"{limit.rate} leases per {limit.per:g} s (burst {limit.capacity})")
+    if limit.group_concurrency is not None:
+        parts.append(f"at most {limit.group_concurrency} leased at once per group")
+    if limit.fair:
+        weights = ", ".join(f"{safe(group)}={weight}" for group, weight in limit.weights or ())
+        parts.append("fair share between groups" + (f" (weights {weights}; others 1)" if weights else ""))
     return "; ".join(parts)
 
 

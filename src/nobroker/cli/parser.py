@@ -160,6 +160,7 @@ def _add_producing_and_consuming(add: _Add) -> None:
     p.add_argument("--id", metavar="JOB_ID", help="idempotent: if the queue still holds this id, nothing new is scheduled")
     p.add_argument("--kind", default="default", help="the job's type; workers may lease only some kinds (default: default)")
     p.add_argument("--dedupe-key", metavar="KEY", help="at most one ready/leased job per (kind, key)")
+    p.add_argument("--group", metavar="GROUP", help="the job's group (a tenant): what --group-concurrency and fair share count")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
                    help="the job's time limit: a worker fails an attempt that runs longer")
     p.add_argument("--count", type=int_in(1, MAX_ENQUEUE_COUNT), default=None, metavar="N",

@@ -17,6 +17,7 @@ The package, in its order (a module imports only modules above it):
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)
+    ready.py       ReadyJobs: the ready and delayed heaps, the pick of a lease; the groups' heaps and turns
     replay.py      QueueState and apply: records in, state out (pure)
     state_form.py  QueueState as a snapshot's fields and blocks, and back
     limit_ops.py   a limit's writes, which kinds a lease may take, when the next slot frees

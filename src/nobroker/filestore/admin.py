@@ -363,7 +363,7 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
         carried = [
             counting.carried_record(state.counters, live, at),  # first: over the jobs dropped
             *schedule_records.replayed(state.schedules, at),
-            *limit_records.replayed(state.limits, at),
+            *limit_records.replayed(state.limits, at, state.turns),
             *control_records.replayed(state.paused, at),
         ]  # fmt: skip
         new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True, extra=carried)

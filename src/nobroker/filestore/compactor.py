@@ -222,7 +222,7 @@ class Compactor(Committer):
             carried = new.write_records([
                 counting.carried_record(self._state.counters, live, at),  # first: over the jobs dropped
                 *schedule_records.replayed(self._state.schedules, at),
-                *limit_records.replayed(self._state.limits, at),
+                *limit_records.replayed(self._state.limits, at, self._state.turns),
                 *control_records.replayed(self._state.paused, at),
             ])  # fmt: skip
             offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)

@@ -37,7 +37,7 @@ class Entry:
         "id", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
         "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage",
         "result", "offset", "size", "heap", "row", "finished_token", "traceback", "cancel_requested",
-        "timeout", "history", "leased_by", "leased_at",
+        "timeout", "history", "leased_by", "leased_at", "group",
     )  # fmt: skip
 
     def __init__(self, body: dict[str, Any], offset: int, size: int = 0) -> None:
@@ -73,6 +73,7 @@ class Entry:
         self.history: list[Any] | None = get("attempt_history")
         self.leased_by: str | None = get("leased_by")
         self.leased_at: float | None = get("leased_at")
+        self.group: str | None = get("group")  # None for a job without one (a cold row never has one)
         self.offset = offset
         self.size = size  # bytes of the framed ENQUEUE record at ``offset``
         self.heap = NOWHERE
@@ -88,6 +89,7 @@ class Entry:
             and (self.timeout is None or type(self.timeout) in _NUMBERS)
             and (self.history is None or type(self.history) is list)
             and (self.leased_at is None or type(self.leased_at) in _NUMBERS)
+            and (self.group is None or type(self.group) is str)
         ):  # fmt: skip
             self._explain(body)
 
@@ -107,7 +109,7 @@ class Entry:
             if body.get(name) is not None:
                 check_time(body[name], name)
         check_text(body.get("kind", DEFAULT_KIND), "kind")
-        for name in ("dedupe_key", "traceback"):
+        for name in ("dedupe_key", "traceback", "group"):
             if body.get(name) is not None:
                 check_text(body[name], name)
         raise ValueError(f"field state is {body.get('state')!r}, expected one of ready, leased, done, dead, cancelled")
@@ -116,6 +118,7 @@ class Entry:
     def fresh(
         cls, job_id: str, priority: int, max_attempts: int, available_at: float, enqueued_at: float,
         seq: int, kind: str, dedupe_key: str | None, offset: int, timeout: float | None = None,
+        group: str | None = None,
     ) -> Entry:  # fmt: skip
         """A just-enqueued job, built from values instead of a decoded body (the writer's fast path)."""
         self = cls.__new__(cls)
@@ -126,6 +129,7 @@ class Entry:
         self.cancel_requested = False
         self.timeout = timeout
         self.history = self.leased_by = self.leased_at = None
+        self.group = group
         self.seq, self.kind, self.dedupe_key, self.offset, self.heap = seq, kind, dedupe_key, offset, NOWHERE
         self.size, self.row = 0, -1  # the writer sets the size once the record is framed
         return self
@@ -139,6 +143,7 @@ class Entry:
             self.last_error, self.seq, self.kind, self.dedupe_key, self.stage, self.result, self.traceback,
             self.cancel_requested, self.timeout,
             attempt_history(self.history, self.running_attempt()) if self.history or self.leased_at is not None else (),
+            self.group,
         )  # fmt: skip
 
     def running_attempt(self) -> list[Any] | None:

@@ -286,7 +286,7 @@ class JobRows:
         entry.lease_deadline = entry.lease_token = entry.last_error = entry.stage = entry.result = None
         entry.finished_token = entry.traceback = None
         entry.cancel_requested = False
-        entry.timeout = entry.history = entry.leased_by = entry.leased_at = None
+        entry.timeout = entry.history = entry.leased_by = entry.leased_at = entry.group = None
         entry.seq, entry.kind, entry.dedupe_key, entry.offset = seq, self._kind_names[kind_number], None, offset
         entry.size, entry.heap, entry.row = size, IN_READY, row
         return entry
@@ -325,14 +325,22 @@ class JobRows:
         for kind, heads in self._heads.items():
             if (kinds is not None and kind not in kinds) or kind in skip:
                 continue
-            fifo = self._cold_head(heads)
-            if fifo is None:
-                continue
-            item = heads[0]
-            key = (item[0], item[1], ID_TEXT % self._ids[fifo.rows[fifo.head]])
-            if best is None or key < best[0]:
-                best = key, fifo
+            found = self._cold_of(heads)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
         return best
+
+    def cold_pick(self, kind: str) -> tuple[tuple[int, int, str], Fifo] | None:
+        """The best cold row of ``kind`` as (its ready-heap key, its fifo); None if it has none."""
+        return self._cold_of(self._heads.get(kind))
+
+    def _cold_of(self, heads: list[tuple[int, int, int, Fifo]] | None) -> tuple[tuple[int, int, str], Fifo] | None:
+        """The best cold row of one kind (``heads``: its heap of fifo heads) as (its ready-heap key, its fifo)."""
+        fifo = None if heads is None else self._cold_head(heads)
+        if fifo is None:
+            return None
+        item = heads[0]  # type: ignore[index]
+        return (item[0], item[1], ID_TEXT % self._ids[fifo.rows[fifo.head]]), fifo
 
     # ------------------------------------------------------------ after a compaction
     def _move_rows(self, offsets: dict[str, int], base: int | None, shift: int, end: int | None) -> list[Entry]:

@@ -111,7 +111,7 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
         available_at = now + spec.delay if spec.delay else now
         entry = Entry.fresh(
             job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
-            spec.kind, spec.dedupe_key, 0, spec.timeout,
+            spec.kind, spec.dedupe_key, 0, spec.timeout, spec.group,
         )  # fmt: skip
         batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times)), number)
         created[job_id] = spec.payload

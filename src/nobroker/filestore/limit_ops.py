@@ -63,14 +63,16 @@ def lease_kinds(state: QueueState, now: float, kinds: frozenset[str] | None) -> 
     ]  # fmt: skip
     if not out:
         return kinds
-    present = kinds if kinds is not None else state.ready.keys() | state.cold_kinds()
+    present = kinds if kinds is not None else state.ready.keys() | state.cold_kinds() | state.groups.ready.keys()
     return frozenset(present).difference(out)
 
 
 def frees_slot(state: QueueState, entry: Entry) -> bool:
-    """Does the end of this job's lease free a slot of a concurrency limit (worth waking a waiter)?"""
+    """Does the end of this job's lease free a slot of a concurrency limit, its kind's or its group's (worth waking a waiter)?"""
     held = state.limits.get(entry.kind)
-    return held is not None and held[0].concurrency is not None
+    return held is not None and (
+        held[0].concurrency is not None or (held[0].group_concurrency is not None and entry.group is not None)
+    )
 
 
 def seconds_to_slot(state: QueueState, now: float, kinds: frozenset[str] | None) -> float | None:
@@ -85,9 +87,12 @@ def seconds_to_slot(state: QueueState, now: float, kinds: frozenset[str] | None)
     return min(waits) if waits else None
 
 
-def holding(state: QueueState, kind: str, now: float) -> str | None:
-    """The limit holding a ready job of ``kind`` back now, in words (for explain); None if none does."""
+def holding(state: QueueState, kind: str, now: float, group: str | None = None) -> str | None:
+    """The limit holding a ready job of ``kind`` (and ``group``) back now, in words (for explain); None if none does."""
     held = state.limits.get(kind)
     if held is None:
         return None
-    return _limits.holding(held[0], held[1], state.leased_kinds.get(kind, 0), now)
+    words = _limits.holding(held[0], held[1], state.leased_kinds.get(kind, 0), now)
+    if words is None and group is not None:
+        words = _limits.holding_group(held[0], group, state.groups.leased_of(kind, group))
+    return words

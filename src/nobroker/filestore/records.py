@@ -77,6 +77,8 @@ def enqueue_body(entry: Entry, payload_json: str, times: dict[int, str] | None =
         text += ',"dedupe_key":' + json.dumps(entry.dedupe_key)
     if entry.timeout is not None:  # a key 0.1.2 ignores; left out when unused
         text += ',"timeout":' + repr(entry.timeout)
+    if entry.group is not None:  # the same
+        text += ',"group":' + json.dumps(entry.group)
     return (text + "}").encode("ascii")
 
 
@@ -103,6 +105,8 @@ def job_fields(entry: Entry) -> dict[str, Any]:
         out["cancel_requested"] = True
     if entry.timeout is not None:
         out["timeout"] = entry.timeout
+    if entry.group is not None:
+        out["group"] = entry.group
     if entry.history:
         out["attempt_history"] = entry.history
     if entry.leased_at is not None and entry.state.value == "leased":  # who runs it, and since when

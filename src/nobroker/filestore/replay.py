@@ -5,11 +5,12 @@ cheap, with a small mapping-like API: get, hold, in, len, entries) and
 ``apply``, which folds one decoded record into the state; also the
 schedules (periodic jobs) by name, which schedule_records.py folds records
 into; the limits by kind, which limit_records.py folds records into, and how
-many jobs of each kind are leased; the paused kinds (control_records.py);
+many jobs of each kind are leased, and the runnable and leased jobs of
+groups (ready.py); the paused kinds (control_records.py);
 the counters by kind, counted as the records are applied (counting.py)
 (the state's snapshot form is state_form.py's). Imports: jobs, schedules,
-framing, entry, records, schedule_records, limit_records, control_records,
-counting, index.
+limits, framing, entry, records, schedule_records, limit_records,
+control_records, counting, index, ready.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -28,6 +29,7 @@ Indexes (lazy: stale heap items are skipped when popped, never searched for):
   leases       heap of (deadline, seq, id)     leased jobs, for reclaiming
   active_keys  (kind, dedupe_key) -> id        for ready/leased jobs only
   leased_kinds kind -> leased jobs of it        what a concurrency limit counts
+  groups       kind -> group -> heap, and counts  hot jobs of a group (ready.py)
 """
 
 from __future__ import annotations
@@ -38,24 +40,23 @@ from types import MappingProxyType
 from typing import Any
 
 from ..jobs import DEFAULT_KIND, JobState, QueueStats
+from ..limits import Turns
 from ..schedules import Schedule
 from . import control_records, counting, limit_records, records, schedule_records
 from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .framing import RecordType
-from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, JobRows, id_number
+from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, id_number
+from .ready import ReadyJobs
 
 
-class QueueState(JobRows):
-    """Every job the log holds (JobRows keeps where), and the indexes derived from them."""
+class QueueState(ReadyJobs):
+    """Every job the log holds (JobRows keeps where, ReadyJobs which are runnable), and the indexes derived from them."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.ready: dict[str, list[tuple[int, int, str]]] = {}
-        self.delayed: list[tuple[float, int, str]] = []
         self.leases: list[tuple[float, int, str]] = []
         self.active_keys: dict[tuple[str, str], str] = {}
         self._counts: dict[JobState, int] = {state: 0 for state in JobState}  # hot jobs only
-        self.n_delayed = 0
         self.next_seq = 1
         self.records = 0
         #: Records a sound writer never writes: ones that name a job the state does not
@@ -71,6 +72,8 @@ class QueueState(JobRows):
         #: Counters by kind (counting.py): derived from the records, kept by a PURGE.
         self.counters: dict[str, list[int]] = {}
         self.leased_kinds: dict[str, int] = {}
+        #: The rotation between the groups of each kind under a fair limit (limit_records.py); a PURGE keeps it.
+        self.turns: dict[str, Turns] = {}
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
@@ -87,10 +90,6 @@ class QueueState(JobRows):
             return entry
         row = self._cold_row(job_id)
         return None if row < 0 else self._warm(row, IN_READY)
-
-    def is_delayed(self, entry: Entry) -> bool:
-        """Does stats() count this job as delayed (after ``promote(now)``)? Cold jobs never are."""
-        return entry.heap == IN_DELAYED
 
     def relocate(
         self, offsets: dict[str, int], base: int | None = None, shift: int = 0, end: int | None = None
@@ -144,7 +143,7 @@ class QueueState(JobRows):
             entry.attempts, entry.lease_token, entry.lease_deadline, entry.stage = attempts, token, deadline, None
             heapq.heappush(self.leases, (deadline, entry.seq, entry.id))
             if self.limits:
-                limit_records.leased(self.limits, entry.kind, body)
+                limit_records.leased(self.limits, self.turns, entry, body)
         elif rtype == RecordType.ACK:
             has_result, result = records.decode_ack(body)
             self._set_state(entry, DONE)
@@ -199,7 +198,7 @@ class QueueState(JobRows):
             control_records.fold_pause(self.paused, rtype, body)
         else:
             assert rtype in limit_records.LIMIT_TYPES, rtype
-            limit_records.apply(self.limits, rtype, body)
+            limit_records.apply(self.limits, rtype, body, self.turns)
 
     def _enqueue(self, body: dict[str, Any], offset: int, size: int) -> None:
         # The hot loop of opening a queue: most records are plain new jobs, which
@@ -251,6 +250,7 @@ class QueueState(JobRows):
             entry.state is READY and entry.dedupe_key is None and entry.lease_deadline is None
             and entry.lease_token is None and entry.last_error is None and entry.stage is None
             and entry.result is None and entry.traceback is None and entry.timeout is None and not entry.history
+            and entry.group is None
         ):  # fmt: skip
             if number == -2:
                 number = id_number(entry.id)
@@ -301,6 +301,8 @@ class QueueState(JobRows):
             self._push_ready(entry, entry.enqueued_at)
         elif entry.state is LEASED:
             self.leased_kinds[entry.kind] = self.leased_kinds.get(entry.kind, 0) + 1
+            if entry.group is not None:
+                self.groups.count(entry, 1)
             if entry.lease_deadline is not None:
                 heapq.heappush(self.leases, (entry.lease_deadline, entry.seq, entry.id))
         if entry.dedupe_key is not None and entry.state in (READY, LEASED):
@@ -339,16 +341,6 @@ class QueueState(JobRows):
         if entry.dedupe_key is not None:
             self.active_keys.setdefault((entry.kind, entry.dedupe_key), entry.id)
 
-    def _push_ready(self, entry: Entry, at: float) -> None:
-        """Index a READY job: runnable at ``at`` (the record's own time) or later."""
-        if entry.available_at > at:
-            entry.heap = IN_DELAYED
-            self.n_delayed += 1
-            heapq.heappush(self.delayed, (entry.available_at, entry.seq, entry.id))
-        else:
-            entry.heap = IN_READY
-            heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
-
     def _set_state(self, entry: Entry, state: JobState) -> None:
         old = entry.state
         if (old in DROPPED) is not (state in DROPPED):  # final in a sound log; either way, count right
@@ -368,73 +360,27 @@ class QueueState(JobRows):
                 del self.active_keys[key]
         if old is LEASED:
             self.leased_kinds[entry.kind] -= 1
+            if entry.group is not None:
+                self.groups.count(entry, -1)
         if state is LEASED:
             kinds = self.leased_kinds
             kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
+            if entry.group is not None:
+                self.groups.count(entry, 1)
         self._counts[old] -= 1
         self._counts[state] += 1
         entry.state = state
 
     def clear(self) -> None:
-        """After a PURGE: no jobs, but the counts of what the log held so far, schedules, limits, pauses, counters carry on."""
+        """After a PURGE: no jobs, but the counts of what the log held so far, schedules, limits (and their turns),
+        pauses, counters carry on."""
         kept = (self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.paused,
-                self.counters)  # fmt: skip
+                self.counters, self.turns)  # fmt: skip
         self.__init__()  # type: ignore[misc]
         (self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.paused,
-         self.counters) = kept  # fmt: skip
+         self.counters, self.turns) = kept  # fmt: skip
 
     # ------------------------------------------------------------ queries (writer side)
-    def promote(self, now: float) -> None:
-        """Move delayed jobs whose time has come into the ready heaps."""
-        delayed = self.delayed
-        while delayed and delayed[0][0] <= now:
-            available_at, _seq, job_id = heapq.heappop(delayed)
-            entry = self.hot.get(job_id)
-            if entry is None or entry.heap != IN_DELAYED or entry.available_at != available_at:
-                continue
-            self.n_delayed -= 1
-            entry.heap = IN_READY
-            heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
-
-    def pop_ready(self, now: float, kinds: frozenset[str] | None, skip: frozenset[str] = frozenset()) -> Entry | None:
-        """Remove and return the best runnable job (highest priority, then oldest) of ``kinds``, none of ``skip``."""
-        while True:
-            best_heap = None
-            for kind, heap in self.ready.items():
-                if (kinds is not None and kind not in kinds) or kind in skip:
-                    continue
-                while heap:
-                    entry = self.hot.get(heap[0][2])
-                    if entry is not None and entry.heap == IN_READY and entry.seq == heap[0][1]:
-                        break
-                    heapq.heappop(heap)  # stale
-                if heap and (best_heap is None or heap[0] < best_heap[0]):
-                    best_heap = heap
-            cold = self._best_cold(kinds, skip)
-            if cold is not None and (best_heap is None or cold[0] < best_heap[0]):
-                fifo = cold[1]
-                row = fifo.rows[fifo.head]
-                fifo.head += 1
-                entry = self._warm(row, NOWHERE)
-            elif best_heap is not None:
-                entry = self.hot[heapq.heappop(best_heap)[2]]
-                entry.heap = NOWHERE
-            else:
-                return None
-            if entry.available_at > now:  # a peer's clock ran ahead of ours: not yet
-                self._push_ready(entry, now)
-                continue
-            return entry
-
-    def unpop(self, entry: Entry, now: float) -> None:
-        """A job ``pop_ready`` returned that was not leased after all (its payload could not be read): runnable again."""
-        assert entry.state is READY and entry.heap == NOWHERE, "only a popped ready job goes back"
-        self._push_ready(entry, now)
-
-    def has_runnable(self, kind: str) -> bool:
-        """Is a job of ``kind`` runnable (after ``promote``)? A hint: a stale heap item may say yes once."""
-        return bool(self.ready.get(kind)) or self.has_cold(kind)
-
     def expired(self, now: float) -> list[Entry]:
         """Leased jobs whose deadline has passed, earliest first.
 
@@ -471,7 +417,9 @@ class QueueState(JobRows):
 
 
 #: Fields a writer includes only when set (to something a cold row cannot hold).
-_HOT_KEYS = frozenset({"dedupe_key", "stage", "result", "traceback", "cancel_requested", "timeout", "attempt_history", "leased_at"})
+_HOT_KEYS = frozenset({
+    "dedupe_key", "stage", "result", "traceback", "cancel_requested", "timeout", "attempt_history", "leased_at", "group",
+})  # fmt: skip
 #: Records that may leave a READY job READY without indexing it again.
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)
 #: Records about the queue rather than one job (QueueState._apply_to_queue).

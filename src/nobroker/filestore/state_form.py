@@ -47,7 +47,7 @@ def to_snapshot(state: QueueState) -> tuple[dict[str, Any], list[Any]]:
         "ints": {name: value for name, value in vars(state).items() if type(value) is int},
         "active_keys": [[kind, key, job_id] for (kind, key), job_id in state.active_keys.items()],
         "schedules": [to_fields(sched) for sched in state.schedules.values()],
-        "limits": [body for _rtype, body in limit_records.replayed(state.limits, 0.0)],
+        "limits": [body for _rtype, body in limit_records.replayed(state.limits, 0.0, state.turns)],
         "counters": state.counters,
         "paused": list(state.paused),
     })  # fmt: skip
@@ -75,12 +75,16 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
         if rows[entry.row] is not None or entry.id in hot:
             raise ValueError("a snapshot row is claimed twice")
         rows[entry.row] = hot[entry.id] = entry
-        if entry.heap == IN_READY:
+        if entry.heap == IN_READY and entry.group is not None:
+            state.groups.push(entry)
+        elif entry.heap == IN_READY:
             ready.setdefault(entry.kind, []).append((-entry.priority, entry.seq, entry.id))
         elif entry.heap == IN_DELAYED:
             delayed.append((entry.available_at, entry.seq, entry.id))
         if entry.state is LEASED:
             state.leased_kinds[entry.kind] = state.leased_kinds.get(entry.kind, 0) + 1
+            if entry.group is not None:
+                state.groups.count(entry, 1)
             if entry.lease_deadline is not None:
                 leases.append((entry.lease_deadline, entry.seq, entry.id))
     for heap_list in ready.values():
@@ -91,7 +95,7 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
     state.active_keys = {(kind, key): job_id for kind, key, job_id in fields["active_keys"]}
     state.schedules = {sched.name: sched for sched in map(from_fields, fields.get("schedules", []))}
     for body in fields.get("limits", []):
-        limit_records.apply(state.limits, RecordType.LIMIT, body)
+        limit_records.apply(state.limits, RecordType.LIMIT, body, state.turns)
     state.counters = counting.checked(fields["counters"])  # a snapshot from before counters: replay instead
     state.paused = set(fields.get("paused", []))
     if len(hot) + gone + state.n_cold != len(rows) or sum(state._counts.values()) != len(hot):

@@ -221,8 +221,8 @@ class FileStorage(Compactor):
     def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
         return self._read(lambda now: limit_ops.seconds_to_slot(self._state, now, kinds))
 
-    def limit_holding(self, kind: str) -> str | None:
-        return self._read(lambda now: limit_ops.holding(self._state, kind, now))
+    def limit_holding(self, kind: str, group: str | None = None) -> str | None:
+        return self._read(lambda now: limit_ops.holding(self._state, kind, now, group))
 
     # ================================================================ waiting and closing
     def wakes_waiters(self) -> bool:

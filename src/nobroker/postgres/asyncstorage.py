@@ -201,9 +201,9 @@ class AsyncPostgresStorage:
     async def now(self) -> float:
         return self.sync.now()
 
-    async def limit_holding(self, kind: str) -> str | None:
+    async def limit_holding(self, kind: str, group: str | None = None) -> str | None:
         t, sql = self._target, self.sync.limit_sql
-        return await self._side.run("limit holding", lambda: limit_ops.holding(t, sql, kind), retry=True)
+        return await self._side.run("limit holding", lambda: limit_ops.holding(t, sql, kind, group), retry=True)
 
     # ================================================================ control of jobs (as the Queue places them)
     async def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:

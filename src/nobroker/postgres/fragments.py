@@ -26,7 +26,8 @@ COLUMNS = (
     "date_part('epoch', j.available_at), date_part('epoch', j.enqueued_at), "
     "date_part('epoch', j.lease_deadline), j.lease_token, j.last_error, j.seq, "
     "j.kind, j.dedupe_key, j.stage, j.result::text, j.traceback, j.cancel_requested, j.timeout, "
-    "j.attempt_history::text, j.leased_by, date_part('epoch', j.leased_at), date_part('epoch', j.lease_deadline)"
+    "j.attempt_history::text, j.leased_by, date_part('epoch', j.leased_at), date_part('epoch', j.lease_deadline), "
+    "j.job_group"
 )
 NOMINAL = "{schema}.backoff_delay(j.attempts, %(b_base)s, %(b_factor)s, %(b_max)s)"
 BACKOFF = f"{NOMINAL} * (1 - %(b_jitter)s * random())"
@@ -57,7 +58,8 @@ SHOWN = (
     "j.seq, j.kind, j.dedupe_key, j.stage, j.result::text, "
     f"CASE WHEN {EXPIRED} AND {DIES} THEN NULL ELSE j.traceback END, "
     f"j.cancel_requested AND NOT {LAPSED}, j.timeout, "
-    "j.attempt_history::text, j.leased_by, date_part('epoch', j.leased_at), date_part('epoch', j.lease_deadline)"
+    "j.attempt_history::text, j.leased_by, date_part('epoch', j.leased_at), date_part('epoch', j.lease_deadline), "
+    "j.job_group"
 )
 
 
@@ -275,10 +277,11 @@ def batch_of(alias: str) -> str:
     # A payload that is JSON null comes out of json_to_recordset as SQL NULL:
     # coalesce gives it back its JSON text, as the column (NOT NULL) stores it.
     return f"""(SELECT r.id, r.kind, r.prio, r.max, r.delay, r.key, coalesce(r.payload, 'null'::json) AS payload,
-                    r.timeout, r.ord
+                    r.timeout, r.grp, r.ord
              FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
-                 id text, kind text, prio int4, max int4, delay float8, key text, payload json, timeout float8))
-             WITH ORDINALITY AS r(id, kind, prio, max, delay, key, payload, timeout, ord)) AS {alias}"""
+                 id text, kind text, prio int4, max int4, delay float8, key text, payload json, timeout float8,
+                 grp text))
+             WITH ORDINALITY AS r(id, kind, prio, max, delay, key, payload, timeout, grp, ord)) AS {alias}"""
 
 
 #: Every statement that moves jobs between the counted sets (active: ready,
@@ -297,7 +300,8 @@ INSERT_TALLY = TALLY.format(cancelled="0",
 INSERT_RETURNS = f"""
         SELECT i.id, i.seq, i.available, i.enqueued, {NOTIFY} FROM i"""
 INSERT_COLUMNS = (
-    "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload, scheduled, timeout)"
+    "(queue, id, kind, priority, max_attempts, available_at, enqueued_at, dedupe_key, payload, scheduled, timeout,"
+    " job_group)"
 )
 
 #: An ack's (``a``): leased to done.

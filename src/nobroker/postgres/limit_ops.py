@@ -17,19 +17,27 @@ counts the leased jobs of each limited kind in a statement of its own (under
 READ COMMITTED it sees every lease committed before the lock was granted:
 each holder of the lock commits its claim before it lets go), (4) claims at
 most what each limit allows, the other kinds as usual, and (5) spends the
-tokens. Two leases never see the same free slot or token. Times are epoch
+tokens. Two leases never see the same free slot or token. A fair kind (a
+limit with ``group_concurrency`` or ``weights``) is picked group by group
+before the claim, under the same locks: the best jobs of each of its groups
+(a skip scan of sql/011's index, one probe per group), the leased jobs of
+each group, then the turns limits.choose gives; the claim takes the picks,
+and the turns taken are written back to the limit row (``turns``), so every
+process and host shares one rotation. Times are epoch
 seconds of the database clock (``clock_timestamp()``, the moment the lock is
 held, plus the test-only ``clock_offset``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..codec import load_json
 from ..jobs import Job
-from ..limits import MAX_LIMITS, Bucket, Limit, budget, carried, from_fields, taken, to_fields
+from ..limits import MAX_LIMITS, Bucket, Limit, Turns, budget, carried, choose, from_fields, holding_group, taken
 from ..limits import holding as limit_holding
+from ..limits import to_fields, turned, turns_from_fields, turns_to_fields
 from ..limits import seconds_to_slot as slot_wait
 from ..storage import worker_label
 from . import operations as ops
@@ -37,7 +45,9 @@ from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED
 from .statements import quote_schema, row_job
 from .steps import Steps, atomic, every, one, run
 
-_COLUMNS = ("kind", "concurrency", "rate", "per", "burst", "tokens", "tokens_at")
+#: A limit row's columns, as limits.to_fields names them (then ``turns``, which a put never writes).
+_STORED = ("kind", "concurrency", "rate", "per", "burst", "tokens", "tokens_at", "group_concurrency", "weights")
+_COLUMNS = (*_STORED, "turns")
 _CLOCK = "extract(epoch FROM clock_timestamp())::float8 + %(off)s::float8"
 _RUNNABLE = f"queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}"
 #: What the limited claim may take: runnable and not paused (control_ops.pause), as the plain claim.
@@ -52,6 +62,11 @@ _CLAIM = f"""{CLAIM_SET}
                     SELECT queue, id, priority, seq FROM {{schema}}.jobs
                     WHERE {_CLAIMABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
                     ORDER BY priority DESC, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED) AS o
+                UNION ALL
+                SELECT * FROM (
+                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                    WHERE queue = %(q)s AND id = ANY(%(picked)s::text[]) AND state = 'ready' AND NOT scheduled
+                    FOR UPDATE SKIP LOCKED) AS p
                 UNION ALL
                 (SELECT l.queue, l.id, l.priority, l.seq
                  FROM unnest(%(lk)s::text[], %(caps)s::int4[]) AS k(kind, cap)
@@ -68,6 +83,33 @@ _LEASED = f"""
                 SELECT kind, count(*) AS n FROM {{schema}}.jobs
                 WHERE queue = %(q)s AND state = 'leased' AND kind = ANY(%(lk)s::text[]) GROUP BY kind) AS c
         ), '{{}}'::json)::text"""
+# A fair kind's picks: the best ``count`` runnable jobs of each of its groups
+# (the groups found by a skip scan of jobs_claim_group: one probe per group),
+# and of its jobs without a group.
+_GROUP_HEADS = f"""
+        WITH RECURSIVE g(grp) AS (
+            (SELECT job_group FROM {{schema}}.jobs
+             WHERE queue = %(q)s AND kind = %(kind)s AND state = 'ready' AND NOT scheduled AND job_group IS NOT NULL
+             ORDER BY job_group LIMIT 1)
+            UNION ALL
+            SELECT (SELECT job_group FROM {{schema}}.jobs
+                    WHERE queue = %(q)s AND kind = %(kind)s AND state = 'ready' AND NOT scheduled AND job_group > g.grp
+                    ORDER BY job_group LIMIT 1)
+            FROM g WHERE g.grp IS NOT NULL)
+        SELECT g.grp, h.id, h.priority, h.seq FROM g CROSS JOIN LATERAL (
+            SELECT id, priority, seq FROM {{schema}}.jobs
+            WHERE {_CLAIMABLE} AND kind = %(kind)s AND job_group = g.grp
+            ORDER BY priority DESC, seq LIMIT %(count)s) AS h
+        WHERE g.grp IS NOT NULL
+        UNION ALL
+        SELECT * FROM (
+            SELECT NULL::text, id, priority, seq FROM {{schema}}.jobs
+            WHERE {_CLAIMABLE} AND kind = %(kind)s AND job_group IS NULL
+            ORDER BY priority DESC, seq LIMIT %(count)s) AS n"""
+_GROUP_LEASED = """SELECT job_group, count(*) FROM {schema}.jobs
+        WHERE queue = %(q)s AND kind = %(kind)s AND state = 'leased' AND job_group IS NOT NULL
+          AND (%(group)s::text IS NULL OR job_group = %(group)s::text)
+        GROUP BY job_group"""
 
 
 class LimitStatements:
@@ -77,12 +119,13 @@ class LimitStatements:
         quoted = quote_schema(schema)
         table = f"{quoted}.limits"
         cols = ", ".join(_COLUMNS)
-        values = ", ".join(f"%({c})s" for c in _COLUMNS)
-        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS[1:])
+        stored = ", ".join(_STORED)
+        values = ", ".join(f"%({c})s::jsonb" if c == "weights" else f"%({c})s" for c in _STORED)
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _STORED[1:])
         self.text = {
             "one": f"SELECT {cols} FROM {table} WHERE queue = %(q)s AND kind = %(kind)s FOR UPDATE",
             "count": f"SELECT count(*) FROM {table} WHERE queue = %(q)s",
-            "upsert": f"INSERT INTO {table} (queue, {cols}) VALUES (%(q)s, {values}) "
+            "upsert": f"INSERT INTO {table} (queue, {stored}) VALUES (%(q)s, {values}) "
                       f"ON CONFLICT (queue, kind) DO UPDATE SET {updates}",
             "delete": f"DELETE FROM {table} WHERE queue = %(q)s AND kind = %(kind)s RETURNING 1",
             "all": f"SELECT {cols}, {_CLOCK} FROM {table} WHERE queue = %(q)s ORDER BY kind",
@@ -93,6 +136,9 @@ class LimitStatements:
                 EXISTS (SELECT 1 FROM {quoted}.jobs WHERE {_RUNNABLE.replace("%(q)s", "l.queue")} AND kind = l.kind)
                 FROM {table} AS l WHERE l.queue = %(q)s ORDER BY l.kind""",
             "spend": f"UPDATE {table} SET tokens = %(tokens)s, tokens_at = %(at)s WHERE queue = %(q)s AND kind = %(kind)s",
+            "turn": f"UPDATE {table} SET turns = %(turns)s::jsonb WHERE queue = %(q)s AND kind = %(kind)s",
+            "group_heads": _GROUP_HEADS.replace("{schema}", quoted),
+            "group_leased": _GROUP_LEASED.replace("{schema}", quoted),
             "clock": f"SELECT {_CLOCK}",
             "leased": _LEASED.replace("{schema}", quoted),
             "claim": _CLAIM.replace("{schema}", quoted),
@@ -100,7 +146,13 @@ class LimitStatements:
 
 
 def _held(row: tuple[Any, ...]) -> tuple[Limit, Bucket | None]:
-    return from_fields({name: value for name, value in zip(_COLUMNS, row) if value is not None})
+    return from_fields({name: value for name, value in zip(_STORED, row) if value is not None})
+
+
+def _turns(row: tuple[Any, ...]) -> Turns:
+    """A limit row's rotation (a fresh one when it has none yet)."""
+    stored = row[len(_STORED)]
+    return Turns() if stored is None else turns_from_fields(stored)
 
 
 def put(t: ops.Target, sql: LimitStatements, spec: Limit) -> Steps[Limit]:
@@ -116,8 +168,10 @@ def _put(t: ops.Target, sql: LimitStatements, spec: Limit) -> Steps[Limit]:
     if old is None and (yield one(sql.text["count"], t.params()))[0] >= MAX_LIMITS:
         raise ValueError(f"a queue limits at most {MAX_LIMITS:,} kinds; clear one first")
     now = float((yield one(sql.text["clock"], t.params()))[0])
-    fields: dict[str, Any] = dict.fromkeys(_COLUMNS)
+    fields: dict[str, Any] = dict.fromkeys(_STORED)
     fields.update(to_fields(spec, carried(spec, old, now)))
+    if fields["weights"] is not None:
+        fields["weights"] = json.dumps(fields["weights"])
     yield run(sql.text["upsert"], t.params(**fields))
     return spec
 
@@ -130,17 +184,23 @@ def listed(t: ops.Target, sql: LimitStatements) -> Steps[list[Limit]]:
     return [_held(row[:-1])[0] for row in (yield every(sql.text["all"], t.params()))]
 
 
-def look(t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None) -> Steps[tuple[float | None, list[str]]]:
+def look(
+    t: ops.Target, sql: LimitStatements, kinds: frozenset[str] | None
+) -> Steps[tuple[float | None, list[tuple[str, int]]]]:
     """What an idle wait watches: (seconds until a runnable job of a rate-limited kind may be leased, or
-    None; the kinds with runnable jobs whose concurrency limit is spent, whose next freed slot ends the wait)."""
-    waits, spent = [], []
+    None; (kind, leased jobs) of the kinds with runnable jobs whose concurrency limit is spent or that have a
+    group concurrency limit, whose next freed slot ends the wait)."""
+    waits: list[float] = []
+    spent: list[tuple[str, int]] = []
     for row in (yield every(sql.text["look"], t.params())):
         held, bucket = _held(row[: len(_COLUMNS)])
         now, leased, runnable = float(row[-3]), int(row[-2]), bool(row[-1])
         if kinds is not None and held.kind not in kinds:
             continue
-        if runnable and held.concurrency is not None and leased >= held.concurrency:
-            spent.append(held.kind)
+        if runnable and (
+            (held.concurrency is not None and leased >= held.concurrency) or held.group_concurrency is not None
+        ):  # fmt: skip
+            spent.append((held.kind, leased))
         wait = slot_wait(held, bucket, leased, runnable, now)
         if wait is not None:
             waits.append(wait)
@@ -152,17 +212,21 @@ def seconds_to_slot(t: ops.Target, sql: LimitStatements, kinds: frozenset[str] |
     return (yield from look(t, sql, kinds))[0]
 
 
-def slot_freed(t: ops.Target, sql: LimitStatements, spent: list[str]) -> Steps[bool]:
-    """Has a slot of one of these spent kinds freed (or its limit gone) since?"""
-    return bool(spent) and (yield from look(t, sql, frozenset(spent)))[1] != spent
+def slot_freed(t: ops.Target, sql: LimitStatements, spent: list[tuple[str, int]]) -> Steps[bool]:
+    """Has a slot of one of these watched kinds freed (their leased jobs changed, or their limit went) since?"""
+    return bool(spent) and (yield from look(t, sql, frozenset(kind for kind, _ in spent)))[1] != spent
 
 
-def holding(t: ops.Target, sql: LimitStatements, kind: str) -> Steps[str | None]:
-    """The limit holding a ready job of ``kind`` back now, in words (for explain); None if none does."""
+def holding(t: ops.Target, sql: LimitStatements, kind: str, group: str | None = None) -> Steps[str | None]:
+    """The limit holding a ready job of ``kind`` (and ``group``) back now, in words (for explain); None if none does."""
     for row in (yield every(sql.text["look"], t.params())):
         held, bucket = _held(row[: len(_COLUMNS)])
         if held.kind == kind:
-            return limit_holding(held, bucket, int(row[-2]), float(row[-3]))
+            words = limit_holding(held, bucket, int(row[-2]), float(row[-3]))
+            if words is None and group is not None and held.group_concurrency is not None:
+                counted = yield every(sql.text["group_leased"], t.params(kind=kind, group=group))
+                words = holding_group(held, group, int(counted[0][1]) if counted else 0)
+            return words
     return None
 
 
@@ -189,24 +253,58 @@ def _lease(
     t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
 ) -> Steps[list[Job]]:
     yield from ops.upkeep(t)
-    limits = dict((held.kind, (held, bucket)) for held, bucket in map(_held, (yield every(sql.text["lock"], t.params()))))
+    rows = yield every(sql.text["lock"], t.params())
+    limits = {held.kind: (held, bucket) for held, bucket in map(_held, rows)}
+    turns = {row[0]: _turns(row) for row in rows}
     mine = sorted(kind for kind in limits if kinds is None or kind in kinds)
     clock, leased_json = yield one(sql.text["leased"], t.params(lk=mine))
     now, leased = float(clock), load_json(leased_json)
     caps = {kind: min(budget(*limits[kind], leased.get(kind, 0), now), count) for kind in mine}
     free = [kind for kind in mine if caps[kind] > 0]
+    fair = [kind for kind in free if limits[kind][0].fair]
+    plain = [kind for kind in free if kind not in fair]
+    picks: dict[str, list[tuple[str | None, str]]] = {}
+    for kind in fair:
+        picks[kind] = yield from _fair_picks(t, sql, limits[kind][0], turns[kind], caps[kind])
     params = t.params(
         vt=visibility_timeout, by=worker_label(), all=kinds is None, kinds=sorted(kinds or ()), held=sorted(limits),
-        lk=free, caps=[caps[kind] for kind in free], count=count,
+        lk=plain, caps=[caps[kind] for kind in plain], count=count,
+        picked=[job_id for kind in fair for _group, job_id in picks[kind]],
     )  # fmt: skip
     jobs = [row_job(row) for row in (yield every(sql.text["claim"], params))]
     for kind in free:
         held, bucket = limits[kind]
         n = sum(1 for job in jobs if job.kind == kind)
         assert n <= caps[kind], "a limited kind never takes beyond its budget"
+        if n and kind in picks:  # the turns taken, in the order the picks took them
+            took = {job.id for job in jobs if job.kind == kind}
+            for group, job_id in picks[kind]:
+                if job_id in took:
+                    turned(held, turns[kind], group)
+            yield run(sql.text["turn"], t.params(turns=json.dumps(turns_to_fields(turns[kind])), kind=kind))
         if bucket is None or n == 0:
             continue
         for _ in range(n):
             bucket = taken(held, bucket, now)
         yield run(sql.text["spend"], t.params(tokens=bucket.tokens, at=bucket.at, kind=kind))
     return jobs
+
+
+def _fair_picks(t: ops.Target, sql: LimitStatements, held: Limit, turns: Turns, cap: int) -> Steps[list[tuple[str | None, str]]]:
+    """Up to ``cap`` jobs of a fair kind as (group, id), in the order its turns take them (``turns`` is not changed)."""
+    heads: dict[str | None, list[tuple[tuple[int, int], str]]] = {}
+    for group, job_id, priority, seq in (yield every(sql.text["group_heads"], t.params(kind=held.kind, count=cap))):
+        heads.setdefault(group, []).append(((-priority, seq), job_id))
+    counts = dict((yield every(sql.text["group_leased"], t.params(kind=held.kind, group=None))))
+    rotation = Turns(turns.clock, dict(turns.passes or {}))
+    picked: list[tuple[str | None, str]] = []
+    while len(picked) < cap:
+        groups = [group for group, jobs in heads.items() if jobs]
+        chosen = choose(held, rotation, [(group, heads[group][0][0], counts.get(group, 0)) for group in groups])
+        if chosen is None:
+            break
+        group = groups[chosen]
+        picked.append((group, heads[group].pop(0)[1]))
+        counts[group] = counts.get(group, 0) + 1
+        turned(held, rotation, group)
+    return picked

@@ -109,7 +109,8 @@ def batch_rows(specs: list[EnqueueSpec], ids: list[str]) -> str:
     rows = ",".join(
         f'{{"id":{_json_text(job_id)},"kind":{_json_text(s.kind)},"prio":{s.priority},"max":{s.max_attempts},'
         f'"delay":{s.delay!r},"key":{_json_text(s.dedupe_key)},"payload":{s.payload_json}'
-        + ("}" if s.timeout is None else f',"timeout":{s.timeout!r}}}')
+        + ("" if s.timeout is None else f',"timeout":{s.timeout!r}')
+        + ("}" if s.group is None else f',"grp":{_json_text(s.group)}}}')
         for s, job_id in zip(specs, ids)
     )
     return f"[{rows}]"
@@ -147,7 +148,7 @@ def insert_one_fresh(t: Target, spec: EnqueueSpec, notify: bool) -> Steps[Job | 
     params = {
         "q": t.queue, "off": t.clock_offset, "chan": t.channel, "notify": notify, "id": job_id, "kind": spec.kind,
         "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
-        "timeout": spec.timeout,
+        "timeout": spec.timeout, "group": spec.group,
     }  # fmt: skip
     try:
         row = yield one(t.sql["insert_one_fresh"], params)
@@ -155,7 +156,7 @@ def insert_one_fresh(t: Target, spec: EnqueueSpec, notify: bool) -> Steps[Job | 
         return None
     return Job(
         id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
-        available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind, timeout=spec.timeout,
+        available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind, timeout=spec.timeout, group=spec.group,
     )  # fmt: skip
 
 
@@ -254,7 +255,7 @@ def _insert_as(
         spec = specs[0]
         params.update(
             id=ids[0], kind=spec.kind, prio=spec.priority, max=spec.max_attempts, delay=spec.delay,
-            key=spec.dedupe_key, payload=spec.payload_json, timeout=spec.timeout,
+            key=spec.dedupe_key, payload=spec.payload_json, timeout=spec.timeout, group=spec.group,
         )  # fmt: skip
         statement = "insert_one"
     else:
@@ -273,7 +274,7 @@ def _insert_as(
         jobs[job_id] = Job(
             id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
             available_at=available_at, enqueued_at=enqueued_at, seq=seq, kind=spec.kind, dedupe_key=spec.dedupe_key,
-            timeout=spec.timeout,
+            timeout=spec.timeout, group=spec.group,
         )  # fmt: skip
     return jobs
 

@@ -126,7 +126,7 @@ _TEMPLATES: dict[str, str] = {
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {INSERT_COLUMNS}
         VALUES (%(q)s, %(id)s, %(kind)s, %(prio)s, %(max)s, {NOW} + %(delay)s::float8 * interval '1 second',
-                {NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0, %(timeout)s::float8)
+                {NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0, %(timeout)s::float8, %(group)s)
         {{conflict}}
         RETURNING {INSERTED}, j.scheduled, j.kind
         ), {INSERT_TALLY}, {INSERT_COUNTED}{INSERT_RETURNS}""",
@@ -134,7 +134,7 @@ _TEMPLATES: dict[str, str] = {
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {INSERT_COLUMNS}
         SELECT %(q)s, u.id, u.kind, u.prio, u.max, {NOW} + u.delay * interval '1 second', {NOW}, u.key,
-               u.payload, u.delay > 0, u.timeout
+               u.payload, u.delay > 0, u.timeout, u.grp
         FROM {batch_of("u")}
         ORDER BY u.ord
         {{conflict}}
@@ -149,7 +149,7 @@ _TEMPLATES: dict[str, str] = {
         INSERT INTO {{schema}}.jobs AS j (seq, {INSERT_COLUMNS[1:]}
         OVERRIDING SYSTEM VALUE
         SELECT u.seq, %(q)s, u.id, u.kind, u.prio, u.max, {NOW} + u.delay * interval '1 second', {NOW}, u.key,
-               u.payload, u.delay > 0, u.timeout
+               u.payload, u.delay > 0, u.timeout, u.grp
         FROM (SELECT v.*, nextval(%(seqname)s::regclass) AS seq FROM (
                   SELECT * FROM {batch_of("w")} ORDER BY w.ord) AS v) AS u
         ORDER BY u.kind, u.key, u.id, u.ord
@@ -447,14 +447,14 @@ def backoff_parameters(policy: BackoffPolicy) -> dict[str, float]:
 
 _STATES = {s.value: s for s in JobState}
 #: How many columns COLUMNS (and SHOWN) are: what a statement returns after them starts here.
-JOB_COLUMNS = 23
+JOB_COLUMNS = 24
 
 
 def row_job(row: Any) -> Job:
     """The Job a row of COLUMNS (or of SHOWN, their read-only twin) makes; columns past them are ignored."""
     (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
      deadline, token, error, seq, kind, key, stage, result, traceback, cancel_requested, timeout,
-     history, leased_by, leased_at, raw_deadline) = row[:JOB_COLUMNS]  # fmt: skip
+     history, leased_by, leased_at, raw_deadline, group) = row[:JOB_COLUMNS]  # fmt: skip
     running = None
     if leased_at is not None:  # leased; or a lease that expired, which a read shows as its reclaim will record it
         outcome = "running" if state == "leased" else "cancelled" if state == "cancelled" else "expired"
@@ -465,5 +465,5 @@ def row_job(row: Any) -> Job:
         lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
         result=None if result is None else load_json(result), traceback=traceback,
         cancel_requested=bool(cancel_requested), timeout=timeout,
-        attempt_history=attempt_history(None if history is None else load_json(history), running),
+        attempt_history=attempt_history(None if history is None else load_json(history), running), group=group,
     )  # fmt: skip

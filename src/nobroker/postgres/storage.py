@@ -390,8 +390,8 @@ class PostgresStorage(ControlStorage):
     def seconds_to_slot(self, kinds: frozenset[str] | None) -> float | None:
         return twice(self._side, "next slot", lambda: limit_ops.seconds_to_slot(self._target, self.limit_sql, kinds))
 
-    def limit_holding(self, kind: str) -> str | None:
-        return twice(self._side, "limit holding", lambda: limit_ops.holding(self._target, self.limit_sql, kind))
+    def limit_holding(self, kind: str, group: str | None = None) -> str | None:
+        return twice(self._side, "limit holding", lambda: limit_ops.holding(self._target, self.limit_sql, kind, group))
 
     @cached_property
     def limit_sql(self) -> limit_ops.LimitStatements:
@@ -419,7 +419,7 @@ class PostgresStorage(ControlStorage):
         """
         t, sql = self._target, self.limit_sql
         slot_at: list[float] = []  # when a rate limit spent as the wait began has a token again (monotonic)
-        spent: list[str] = []  # the kinds whose concurrency limit was spent as the wait began
+        spent: list[tuple[str, int]] = []  # (kind, leased) of the kinds whose slot frees a waiter (limit_ops.look)
 
         def due(conn: Any) -> float | None:
             if not slot_at:

@@ -144,11 +144,11 @@ class AsyncQueue(Opening):
     async def enqueue(
         self, payload: Any, *, priority: int = 0, delay: float = 0.0, max_attempts: int | None = None,
         job_id: str | None = None, kind: str = DEFAULT_KIND, dedupe_key: str | None = None, conn: Any = None,
-        timeout: float | None = None,
+        timeout: float | None = None, group: str | None = None,
     ) -> Job:  # fmt: skip
         """As Queue.enqueue; ``conn``: a psycopg AsyncConnection whose open transaction the job joins."""
         specs = calls.enqueue_one(
-            self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout
+            self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout, group
         )  # fmt: skip
         jobs = await (await self._open_storage()).enqueue(specs, conn)
         return jobs[0]  # type: ignore[no-any-return]
@@ -157,10 +157,11 @@ class AsyncQueue(Opening):
         self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0, max_attempts: int | None = None,
         job_ids: Sequence[str | None] | None = None, kind: str = DEFAULT_KIND,
         dedupe_keys: Sequence[str | None] | None = None, conn: Any = None, timeout: float | None = None,
+        group: str | None = None,
     ) -> list[Job]:  # fmt: skip
         """As Queue.enqueue_many: one durable write (one fsync, or one statement) for the batch."""
         specs = calls.enqueue_many(
-            self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys, timeout
+            self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys, timeout, group
         )  # fmt: skip
         return await (await self._open_storage()).enqueue(specs, conn) if specs else []  # type: ignore[no-any-return]
 
@@ -264,7 +265,7 @@ class AsyncQueue(Opening):
         listed, holding, paused = None, None, []
         if explaining.runnable(found, now):
             listed = await self.list_jobs("runnable", kind=found.kind, limit=explaining.MAX_AHEAD_SCANNED)
-            holding = await storage.limit_holding(found.kind)
+            holding = await storage.limit_holding(found.kind, found.group)
             paused = await storage.paused()
         return explain(found, explaining.facts_of(found, now, listed, holding, self.visibility_timeout, paused))
 
@@ -327,10 +328,10 @@ class AsyncQueue(Opening):
     # ------------------------------------------------------------ limits per kind
     async def set_limit(
         self, kind: str, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0,
-        burst: int | None = None,
+        burst: int | None = None, group_concurrency: int | None = None, weights: dict[str, int] | None = None,
     ) -> Limit | None:  # fmt: skip
         """As Queue.set_limit (None: the kind's limit cleared)."""
-        kind, limit = calls.limit(kind, concurrency, rate, per, burst)
+        kind, limit = calls.limit(kind, concurrency, rate, per, burst, group_concurrency, weights)
         if limit is None:
             await (await self._open_storage()).remove_limit(kind)
             return None

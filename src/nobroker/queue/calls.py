@@ -40,7 +40,7 @@ NackArgs = tuple[str, str | None, str | None, float | None, bool, str | None]
 
 def spec(
     default_attempts: int, stored: tuple[str, Any], priority: int, delay: float, max_attempts: int | None,
-    job_id: str | None, kind: str, dedupe_key: str | None, timeout: float | None = None,
+    job_id: str | None, kind: str, dedupe_key: str | None, timeout: float | None = None, group: str | None = None,
 ) -> EnqueueSpec:  # fmt: skip
     """One job to add; ``stored``: its payload as stored_json gives it (the text, the value read back)."""
     if not isinstance(priority, int) or isinstance(priority, bool):
@@ -57,24 +57,25 @@ def spec(
         kind=checks.text(kind, "kind", MAX_NAME_CHARS),
         dedupe_key=None if dedupe_key is None else checks.text(dedupe_key, "dedupe_key", MAX_NAME_CHARS),
         timeout=None if timeout is None else checks.seconds(timeout, "timeout", allow_zero=False),
+        group=None if group is None else checks.text(group, "group", MAX_NAME_CHARS),
     )
 
 
 def enqueue_one(
     default_attempts: int, payload: Any, priority: int, delay: float, max_attempts: int | None,
-    job_id: str | None, kind: str, dedupe_key: str | None, timeout: float | None = None,
+    job_id: str | None, kind: str, dedupe_key: str | None, timeout: float | None = None, group: str | None = None,
 ) -> list[EnqueueSpec]:  # fmt: skip
     """The one job ``enqueue`` adds, as the storage's list of one (``timeout``: its time limit, or None)."""
     stored = stored_json(payload)
-    return [spec(default_attempts, stored, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout)]
+    return [spec(default_attempts, stored, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout, group)]
 
 
 def enqueue_many(
     default_attempts: int, payloads: Iterable[Any], priority: int, delay: float, max_attempts: int | None,
     job_ids: Sequence[str | None] | None, kind: str, dedupe_keys: Sequence[str | None] | None,
-    timeout: float | None = None,
+    timeout: float | None = None, group: str | None = None,
 ) -> list[EnqueueSpec]:  # fmt: skip
-    """The jobs ``enqueue_many`` adds (an empty list: nothing to do)."""
+    """The jobs ``enqueue_many`` adds (an empty list: nothing to do); ``group``: every job's."""
     payloads = list(payloads)
     if len(payloads) > MAX_BATCH_JOBS:
         raise ValueError(f"enqueue_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(payloads):,}")
@@ -85,7 +86,8 @@ def enqueue_many(
     texts, stored = stored_json_many(payloads)
     # What every job of the batch shares is checked once, not once per job.
     first = spec(
-        default_attempts, (texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0], timeout
+        default_attempts, (texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0], timeout,
+        group,
     )  # fmt: skip
     specs = [first]
     for payload, text, job_id, key in zip(stored[1:], texts[1:], job_ids[1:], dedupe_keys[1:]):
@@ -94,6 +96,7 @@ def enqueue_many(
                 payload, text, first.priority, first.delay, first.max_attempts,
                 None if job_id is None else checks.text(job_id, "job_id", MAX_ID_CHARS), first.kind,
                 None if key is None else checks.text(key, "dedupe_key", MAX_NAME_CHARS), first.timeout,
+                first.group,
             )  # fmt: skip
         )
     return specs
@@ -218,11 +221,13 @@ def wait(job: JobRef, timeout: float) -> tuple[str, float]:
     return ref_id(job), checks.seconds(timeout, "timeout")
 
 
-def limit(kind: str, concurrency: Any, rate: Any, per: Any, burst: Any) -> tuple[str, Limit | None]:
-    """set_limit's arguments: the kind, and its limit (None: neither a concurrency, a rate nor a burst: clear it)."""
-    if concurrency is None and rate is None and burst is None:
+def limit(
+    kind: str, concurrency: Any, rate: Any, per: Any, burst: Any, group_concurrency: Any = None, weights: Any = None
+) -> tuple[str, Limit | None]:
+    """set_limit's arguments: the kind, and its limit (None: no concurrency, rate, burst, group_concurrency or weights: clear it)."""
+    if concurrency is None and rate is None and burst is None and group_concurrency is None and weights is None:
         return limit_kind(kind), None
-    checked = define(kind, concurrency, rate, per, burst)
+    checked = define(kind, concurrency, rate, per, burst, group_concurrency, weights)
     return checked.kind, checked
 
 

@@ -65,6 +65,6 @@ class ExplainMethods(LookMethods):
         listed, holding, paused = None, None, []
         if runnable(found, now):
             listed = self.list_jobs("runnable", kind=found.kind, limit=MAX_AHEAD_SCANNED)
-            holding = storage.limit_holding(found.kind)
+            holding = storage.limit_holding(found.kind, found.group)
             paused = storage.paused()
         return explain(found, facts_of(found, now, listed, holding, self.visibility_timeout, paused))

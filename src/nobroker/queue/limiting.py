@@ -19,7 +19,7 @@ class LimitMethods(QueueBase):
 
     def set_limit(
         self, kind: str, *, concurrency: int | None = None, rate: int | None = None, per: float = 1.0,
-        burst: int | None = None,
+        burst: int | None = None, group_concurrency: int | None = None, weights: dict[str, int] | None = None,
     ) -> Limit | None:  # fmt: skip
         """Limit the jobs of ``kind``: at most ``concurrency`` leased at once, at most ``rate`` leases per ``per`` seconds.
 
@@ -35,8 +35,18 @@ class LimitMethods(QueueBase):
         ``rate``: the kind's limit is cleared (as ``clear_limit``), and None
         is returned. Bad input raises TypeError or ValueError, and nothing
         is written.
+
+        Groups (``enqueue(..., group=)``): ``group_concurrency`` allows at
+        most that many leased jobs of each group of the kind at once (jobs
+        without a group are not counted by it), and a kind with
+        ``group_concurrency`` or ``weights`` shares its leases between its
+        groups: weighted round-robin (start-time fair queueing), each group's
+        share its weight (``weights={"vip": 3}``; default 1; ``weights={}``:
+        equal shares, no cap), jobs without a group one group of their own,
+        priorities ordering the jobs inside a group. The rotation is stored
+        in the queue, so every process and host shares one.
         """
-        kind, limit = calls.limit(kind, concurrency, rate, per, burst)
+        kind, limit = calls.limit(kind, concurrency, rate, per, burst, group_concurrency, weights)
         if limit is None:
             self._open_storage().remove_limit(kind)
             return None

@@ -35,6 +35,7 @@ class WorkMethods(QueueBase):
         dedupe_key: str | None = None,
         conn: Any = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> Job:
         """Add one job and return it once it is durable.
 
@@ -44,10 +45,12 @@ class WorkMethods(QueueBase):
         ``dedupe_key`` allows one ready-or-leased job per (kind, key).
         ``timeout``: the job's time limit in seconds, stored with it: a Worker
         fails an attempt that runs longer ("timed out after S s"), as it does
-        with its own ``timeout`` for jobs without one.
+        with its own ``timeout`` for jobs without one. ``group``: the job's
+        group (a tenant, a customer), which a kind's ``group_concurrency`` and
+        fair share count by (see set_limit).
         """
         specs = calls.enqueue_one(
-            self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout
+            self.max_attempts, payload, priority, delay, max_attempts, job_id, kind, dedupe_key, timeout, group
         )  # fmt: skip
         return self._open_storage().enqueue(specs, conn)[0]
 
@@ -63,10 +66,11 @@ class WorkMethods(QueueBase):
         dedupe_keys: Sequence[str | None] | None = None,
         conn: Any = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> list[Job]:
-        """Add many jobs in one durable write (one fsync for the whole batch); ``timeout`` as in enqueue, for each."""
+        """Add many jobs in one durable write (one fsync for the whole batch); ``timeout`` and ``group`` as in enqueue, for each."""
         specs = calls.enqueue_many(
-            self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys, timeout
+            self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys, timeout, group
         )  # fmt: skip
         return self._open_storage().enqueue(specs, conn) if specs else []
 

@@ -1,0 +1,238 @@
+"""The runnable jobs, and which one a lease takes next: by priority and age, and by turns between groups.
+
+Owns: ReadyJobs (the layer of QueueState between JobRows and replay: the
+ready heaps by kind, the delayed heap, ``promote``, ``pop_ready``,
+``unpop``), Groups (per kind, one heap of runnable jobs per group, and how
+many jobs of each group are leased) and ``Groups.pick`` (a kind's best
+runnable job: by priority and age across its groups, or, under a limit with
+``group_concurrency`` or ``weights``, from the group whose turn starts
+first, none of a group at its group concurrency). Imports: limits, entry,
+index.
+
+Jobs without a group stay where they always were (the kind's ready heap in
+replay.py, the cold rows in index.py); only jobs with a group live here, as
+hot Entries. Everything is proportional to the groups that have runnable or
+leased jobs, never to the jobs: a group's heap is dropped when it empties,
+a kind's dict when its last group goes, so a queue without groups leaves
+``Groups.ready`` empty and its leases take the path they took before
+groups existed (QueueState.pop_ready checks that once).
+
+The rotation itself (limits.Turns) is the limits' state, kept by
+limit_records.py as each LEASE record is applied: a pure function of the
+log, shared by every process that reads it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from ..limits import Limit, Turns, choose
+from .entry import IN_DELAYED, IN_READY, NOWHERE, READY, Entry
+from .index import Fifo, JobRows
+
+#: A ready heap item: (-priority, seq, id).
+Item = tuple[int, int, str]
+#: A kind's candidate for a lease: its ready-heap key, and where it sits (a heap, or a cold fifo).
+Pick = tuple[Item, Any]
+
+
+class Groups:
+    """The runnable jobs of groups by kind and group, and the leased count of each group (see the module)."""
+
+    __slots__ = ("ready", "leased")
+
+    def __init__(self) -> None:
+        self.ready: dict[str, dict[str, list[Item]]] = {}
+        self.leased: dict[str, dict[str, int]] = {}
+
+    def push(self, entry: Entry) -> None:
+        """Index a runnable job of a group (its ``heap`` already says IN_READY)."""
+        assert entry.group is not None, "only a job with a group lives here"
+        groups = self.ready.get(entry.kind)
+        if groups is None:
+            groups = self.ready[entry.kind] = {}
+        heap = groups.get(entry.group)
+        if heap is None:
+            heap = groups[entry.group] = []
+        heapq.heappush(heap, (-entry.priority, entry.seq, entry.id))
+
+    def count(self, entry: Entry, delta: int) -> None:
+        """A job of a group became leased (+1) or stopped being leased (-1)."""
+        assert entry.group is not None, "only a job with a group is counted by group"
+        counts = self.leased.setdefault(entry.kind, {})
+        n = counts.get(entry.group, 0) + delta
+        assert n >= 0, "a group never has fewer than no leased jobs"
+        if n:
+            counts[entry.group] = n
+        else:
+            del counts[entry.group]
+            if not counts:
+                del self.leased[entry.kind]
+
+    def leased_of(self, kind: str, group: str) -> int:
+        counts = self.leased.get(kind)
+        return 0 if counts is None else counts.get(group, 0)
+
+    def pick(
+        self, kind: str, plain: Pick | None, held: Limit | None, turns: Turns | None, hot: dict[str, Entry]
+    ) -> Pick | None:
+        """The kind's next job as (key, its heap or ``plain``'s source): ``plain`` is the best job without a group.
+
+        Without a fair limit: the best key of all. Under one: the group
+        (jobs without one are the group None) whose turn starts first, ties
+        to the best key; a group at ``group_concurrency`` is passed over.
+        """
+        groups = self.ready.get(kind)
+        candidates: list[tuple[str | None, Pick]] = [] if plain is None else [(None, plain)]
+        if groups is not None:
+            for name, heap in list(groups.items()):
+                if not live_top(heap, hot):
+                    del groups[name]
+                    continue
+                candidates.append((name, (heap[0], heap)))
+            if not groups:
+                del self.ready[kind]
+        if held is None or not held.fair:
+            return min((pick for _group, pick in candidates), key=_key, default=None)
+        counted = [(group, pick[0], 0 if group is None else self.leased_of(kind, group)) for group, pick in candidates]
+        chosen = choose(held, turns, counted)
+        return None if chosen is None else candidates[chosen][1]
+
+
+def live_top(heap: list[Item], hot: dict[str, Entry]) -> bool:
+    """Pop the stale items off the top of a ready heap; does a runnable job remain?"""
+    while heap:
+        top = heap[0]
+        entry = hot.get(top[2])
+        if entry is not None and entry.heap == IN_READY and entry.seq == top[1]:
+            return True
+        heapq.heappop(heap)  # stale
+    return False
+
+
+def _key(pick: Pick) -> Item:
+    return pick[0]
+
+
+
+class ReadyJobs(JobRows):
+    """The runnable and delayed jobs' heaps over JobRows (replay.py's QueueState builds on it)."""
+
+    #: QueueState's (replay.py): the limits by kind, and the turns of the fair ones.
+    limits: dict[str, tuple[Limit, Any]]
+    turns: dict[str, Turns]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready: dict[str, list[Item]] = {}
+        self.delayed: list[tuple[float, int, str]] = []
+        self.n_delayed = 0
+        self.groups = Groups()
+
+    def _warm(self, row: int, heap: int) -> Entry:
+        raise NotImplementedError  # QueueState's: moving a cold row's job to hot
+
+    def is_delayed(self, entry: Entry) -> bool:
+        """Does stats() count this job as delayed (after ``promote(now)``)? Cold jobs never are."""
+        return entry.heap == IN_DELAYED
+
+    def _push_ready(self, entry: Entry, at: float) -> None:
+        """Index a READY job: runnable at ``at`` (the record's own time) or later."""
+        if entry.available_at > at:
+            entry.heap = IN_DELAYED
+            self.n_delayed += 1
+            heapq.heappush(self.delayed, (entry.available_at, entry.seq, entry.id))
+        else:
+            self._index_ready(entry)
+
+    def _index_ready(self, entry: Entry) -> None:
+        """Index a job runnable now: in its kind's ready heap, or its group's (Groups)."""
+        entry.heap = IN_READY
+        if entry.group is None:
+            heapq.heappush(self.ready.setdefault(entry.kind, []), (-entry.priority, entry.seq, entry.id))
+        else:
+            self.groups.push(entry)
+
+    def promote(self, now: float) -> None:
+        """Move delayed jobs whose time has come into the ready heaps."""
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now:
+            available_at, _seq, job_id = heapq.heappop(delayed)
+            entry = self.hot.get(job_id)
+            if entry is None or entry.heap != IN_DELAYED or entry.available_at != available_at:
+                continue
+            self.n_delayed -= 1
+            self._index_ready(entry)
+
+    def pop_ready(self, now: float, kinds: frozenset[str] | None, skip: frozenset[str] = frozenset()) -> Entry | None:
+        """Remove and return the best runnable job (highest priority, then oldest) of ``kinds``, none of ``skip``."""
+        if self.groups.ready:  # some runnable jobs have a group: a fair kind takes turns (Groups)
+            return self._pop_grouped(now, kinds, skip)
+        while True:
+            best_heap = None
+            for kind, heap in self.ready.items():
+                if (kinds is not None and kind not in kinds) or kind in skip:
+                    continue
+                while heap:
+                    entry = self.hot.get(heap[0][2])
+                    if entry is not None and entry.heap == IN_READY and entry.seq == heap[0][1]:
+                        break
+                    heapq.heappop(heap)  # stale
+                if heap and (best_heap is None or heap[0] < best_heap[0]):
+                    best_heap = heap
+            cold = self._best_cold(kinds, skip)
+            if cold is not None and (best_heap is None or cold[0] < best_heap[0]):
+                entry = self.taken(cold[1], now)
+            elif best_heap is not None:
+                entry = self.taken(best_heap, now)
+            else:
+                return None
+            if entry is not None:
+                return entry
+
+    def taken(self, source: Fifo | list[tuple[int, int, str]], now: float) -> Entry | None:
+        """Take the best job of a cold fifo or a ready heap; None if it is not runnable yet (indexed again)."""
+        if isinstance(source, Fifo):
+            row = source.rows[source.head]
+            source.head += 1
+            entry = self._warm(row, NOWHERE)
+        else:
+            entry = self.hot[heapq.heappop(source)[2]]
+            entry.heap = NOWHERE
+        if entry.available_at > now:  # a peer's clock ran ahead of ours: not yet
+            self._push_ready(entry, now)
+            return None
+        return entry
+
+    def unpop(self, entry: Entry, now: float) -> None:
+        """A job ``pop_ready`` returned that was not leased after all (its payload could not be read): runnable again."""
+        assert entry.state is READY and entry.heap == NOWHERE, "only a popped ready job goes back"
+        self._push_ready(entry, now)
+
+    def has_runnable(self, kind: str) -> bool:
+        """Is a job of ``kind`` runnable (after ``promote``)? A hint: a stale heap item may say yes once."""
+        return bool(self.ready.get(kind)) or kind in self.groups.ready or self.has_cold(kind)
+
+
+    def _pop_grouped(self, now: float, kinds: frozenset[str] | None, skip: frozenset[str]) -> Entry | None:
+        """pop_ready while some runnable jobs have a group: each kind's pick (Groups.pick), the best of them."""
+        groups, hot = self.groups, self.hot
+        while True:
+            best: Pick | None = None
+            for kind in self.ready.keys() | groups.ready.keys() | self.cold_kinds():
+                if (kinds is not None and kind not in kinds) or kind in skip:
+                    continue
+                plain: Pick | None = self.cold_pick(kind)
+                heap = self.ready.get(kind)
+                if heap and live_top(heap, hot) and (plain is None or heap[0] < plain[0]):
+                    plain = heap[0], heap
+                held = self.limits.get(kind)
+                pick = groups.pick(kind, plain, None if held is None else held[0], self.turns.get(kind), hot)
+                if pick is not None and (best is None or pick[0] < best[0]):
+                    best = pick
+            if best is None:
+                return None
+            entry = self.taken(best[1], now)
+            if entry is not None:
+                return entry
