@@ -397,7 +397,7 @@ class WebDashboardTest(TempDirTestCase):
         self.other_queue("q" * 100).enqueue("x")
         # The control panels with long names too: a schedule, a limit, a paused kind (the banner).
         self.queue.schedule("s" * 128, {"long": long_word}, cron="*/5 * * * *", tz="America/Argentina/Buenos_Aires", kind="k" * 256)
-        self.queue.set_limit("l" * 256, concurrency=1000, rate=1000, per=86400, burst=1000)
+        self.queue.set_limit("l" * 256, concurrency=1000, rate=1000, per=86400, burst=1000, group_concurrency=1000, weights={"g" * 256: 1000})
         self.queue.pause("p" * 256)
         # Every element within the viewport's width, except inside a box that scrolls its own content (a <pre>).
         overflow = """(() => {
@@ -879,7 +879,7 @@ class WebDashboardTest(TempDirTestCase):
         name, kind = hostile("schedule-name"), hostile("limit-kind")
         self.queue.schedule(name, {"x": 1}, cron="30 4 * * *", tz="Europe/Berlin", kind=hostile("schedule-kind"), catch_up="all")
         self.queue.schedule("often", None, every=90)
-        self.queue.set_limit(kind, concurrency=2, rate=10, per=60, burst=4)
+        self.queue.set_limit(kind, concurrency=2, rate=10, per=60, burst=4, group_concurrency=3, weights={hostile("group"): 2})
         self.queue.set_limit("sms", rate=5)
         self.queue.enqueue("x")
         self.open_dashboard()
@@ -896,16 +896,16 @@ class WebDashboardTest(TempDirTestCase):
         limits = "Array.from(document.querySelectorAll('#limits tr.limit'), (r) => Array.from(r.children, (c) => c.textContent))"
         self.wait_js(limits + ".length === 2", "the limits were listed")
         by_kind = {r[0]: r[1:] for r in self.js(limits)}
-        self.assertEqual(by_kind[kind], ["2 at once", "10 per 60 s", "4", "no"])
-        self.assertEqual(by_kind["sms"], ["–", "5 per s", "5", "no"])
+        self.assertEqual(by_kind[kind], ["2 at once", "10 per 60 s", "4", f"3 at once each; take turns, {hostile('group')} × 2", "no"])
+        self.assertEqual(by_kind["sms"], ["–", "5 per s", "5", "–", "no"])
         self.assertTrue(self.js("document.getElementById('paused-banner').hidden"), "nothing paused, no banner")
         self.queue.pause(kind)
         self.wait_js("!document.getElementById('paused-banner').hidden", "the pause was shown")
         self.assertEqual(self.js("document.getElementById('paused-banner').textContent"), f"Paused kind: {kind} (nobroker resume --kind {kind}).")
-        self.wait_js(limits + ".find((r) => r[0] === " + json.dumps(kind) + ")[4] === 'paused'", "the limit's row says paused")
+        self.wait_js(limits + ".find((r) => r[0] === " + json.dumps(kind) + ")[5] === 'paused'", "the limit's row says paused")
         self.queue.pause()
         self.wait_js("document.getElementById('paused-banner').textContent.startsWith('The whole queue is paused')", "the queue's pause was shown")
-        self.assertNoHostileMarkup({"name": name, "kind": kind, "schedule-kind": hostile("schedule-kind")})
+        self.assertNoHostileMarkup({"name": name, "kind": kind, "schedule-kind": hostile("schedule-kind"), "group": hostile("group")})
         self.queue.resume()
         self.queue.resume(kind)
         self.wait_js("document.getElementById('paused-banner').hidden", "the banner went once resumed")

@@ -107,7 +107,18 @@ const pageControl = (function () {
     ["concurrency", (l) => (l.concurrency == null ? "–" : l.concurrency + " at once")],
     ["rate", (l) => (l.rate == null ? "–" : l.rate + " per " + (l.per === 1 ? "s" : l.per + " s"))],
     ["burst", (l) => (l.rate == null ? "–" : l.burst == null ? String(l.rate) : String(l.burst))],
+    ["groups", groupsText],
   ];
+
+  // A limit's part per group: "2 at once each", and whether the groups take turns (and their weights).
+  function groupsText(l) {
+    const parts = [];
+    if (l.group_concurrency != null) parts.push(l.group_concurrency + " at once each");
+    if (l.weights != null) {
+      parts.push(["take turns"].concat(Object.entries(l.weights).map(([group, weight]) => group + " × " + weight)).join(", "));
+    }
+    return parts.length ? parts.join("; ") : "–";
+  }
 
   function limitRows(limits, paused) {
     return limits.map((l) => el("tr", { class: "limit", "data-kind": l.kind }, [
