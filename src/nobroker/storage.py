@@ -314,10 +314,20 @@ _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def worker_label() -> str:
-    """This process as a lease records it: ``host:pid``, ASCII only, at most MAX_WORKER_CHARS (a long host cut)."""
-    pid = str(os.getpid())
-    host = _LABEL_UNSAFE.sub("_", socket.gethostname())[: MAX_WORKER_CHARS - len(pid) - 1] or "host"
-    return f"{host}:{pid}"
+    """This process as a lease records it: ``host:pid``, ASCII only, at most MAX_WORKER_CHARS (a long host cut).
+
+    Worked out once per process (every lease asks): a forked child has a pid of its own, so it works out its own.
+    """
+    pid = os.getpid()
+    if _label[0] != pid:
+        text = str(pid)
+        host = _LABEL_UNSAFE.sub("_", socket.gethostname())[: MAX_WORKER_CHARS - len(text) - 1] or "host"
+        _label[:] = [pid, f"{host}:{text}"]
+    return _label[1]  # type: ignore[return-value]
+
+
+#: This process's pid and its worker_label.
+_label: list[int | str] = [-1, ""]
 
 
 def new_token() -> str:

@@ -18,6 +18,7 @@ The package, in its order (a module imports only modules above it):
     wake.py        the named pipes that wake idle workers; waiting for a change
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)
     replay.py      QueueState and apply: records in, state out (pure)
+    plain_jobs.py  many plain new jobs at once: their records in one pass, their cold rows in bulk
     state_form.py  QueueState as a snapshot's fields and blocks, and back
     limit_ops.py   a limit's writes, which kinds a lease may take, when the next slot frees
     leases.py      the writer's decisions, one per operation: records out
