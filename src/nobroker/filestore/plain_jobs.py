@@ -52,11 +52,11 @@ def enqueue_plain(state: QueueState, pos: int, now: float, specs: list[EnqueueSp
         and type(max_attempts) is int and INT32_MIN <= max_attempts <= INT32_MAX
     ):  # fmt: skip
         return None
+    # Every field but the payload as a plain job has it: whatever field EnqueueSpec gains
+    # later is at its default here, so a job that sets it takes the general path.
+    plain = EnqueueSpec(None, "", priority, 0.0, max_attempts, None, kind, None)[2:]
     for spec in specs:
-        if (
-            spec.job_id is not None or spec.dedupe_key is not None or spec.delay or spec.timeout is not None
-            or spec.kind != kind or spec.priority != priority or spec.max_attempts != max_attempts
-        ):  # fmt: skip
+        if spec[2:] != plain:
             return None
     fifo = state._fifos.get((kind, priority)) or state._fifo_for(kind, priority)
     n = len(specs)
