@@ -140,6 +140,30 @@ class FollowingACompaction(TempDirTestCase):
         self.assertEqual(view(self.b), view(self.a))
         self.assertEqual(view(self.b), replayed_view(self.dir, self.clock))
 
+    def test_the_generation_it_leaves_is_let_go_after_the_lock(self) -> None:
+        """Freeing a large queue's state and closing an unlinked file take long: never while peers wait for the lock."""
+        import weakref
+
+        from nobroker.filestore.log import LogFile
+
+        b_storage = storage_of(self.b)
+        self.a.compact()
+        held: dict[str, bool] = {}
+        old_log = b_storage._log
+        weakref.finalize(b_storage._state, lambda: held.setdefault("state", b_storage._lock.held))
+        real_close = LogFile.close
+
+        def close(log: LogFile) -> None:
+            if log is old_log:
+                held["log"] = b_storage._lock.held
+            real_close(log)
+
+        with mock.patch.object(LogFile, "close", close):
+            self.b.enqueue("b follows")
+        self.assertEqual(b_storage.generation, 1)
+        self.assertEqual(held, {"state": False, "log": False}, "let go of under the lock, or not at all")
+        self.assertEqual(view(self.b), view(self.a))
+
     def test_a_damaged_checkpoint_is_ignored(self) -> None:
         self.a.compact()
         path = os.path.join(self.dir, f"{NAME}.000001.snap")

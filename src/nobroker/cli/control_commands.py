@@ -3,13 +3,16 @@
 Owns: each command's call into the Queue and its text or JSON, and the
 commands' entries in the parser (``add_control``, called once by
 parser.build_parser), so the control commands grow here without touching
-the other groups. Imports: output, location.
+the other groups. Imports: jobs, output, location.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
+
+from ..jobs import Job
 
 from .location import open_queue
 from .output import EXIT_OK, Output
@@ -84,36 +87,33 @@ def _show_paused(out: Output, paused: list[str | None], what: str, done: str) ->
     return EXIT_OK
 
 
-def cmd_run_now(args: argparse.Namespace, out: Output) -> int:
+def _act_on_job(args: argparse.Namespace, out: Output, act: Callable[[Any, str], Job], said: Callable[[Job], str]) -> int:
+    """One call on the job ``args.id`` names: the job after it as JSON, or the line ``said`` makes of it."""
     with open_queue(args) as queue:
-        job = queue.run_now(args.id)
+        job = act(queue, args.id)
     if out.as_json:
         out.document(job.to_dict())
     else:
-        out.line(f"{job.id} is runnable now")
+        out.line(said(job))
     return EXIT_OK
+
+
+def cmd_run_now(args: argparse.Namespace, out: Output) -> int:
+    return _act_on_job(args, out, lambda queue, job_id: queue.run_now(job_id), lambda job: f"{job.id} is runnable now")
 
 
 def cmd_delete(args: argparse.Namespace, out: Output) -> int:
-    with open_queue(args) as queue:
-        job = queue.delete(args.id)
-    if out.as_json:
-        out.document(job.to_dict())
-    else:
-        out.line(f"{job.id} deleted (it was {job.state.value})")
-    return EXIT_OK
+    return _act_on_job(args, out, lambda queue, job_id: queue.delete(job_id), lambda job: f"{job.id} deleted (it was {job.state.value})")
+
+
+def _cancelled(job: Job) -> str:
+    if job.cancel_requested:
+        return f"{job.id} is running: cancel requested (its worker is told at its next heartbeat)"
+    return f"{job.id} cancelled"
 
 
 def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
-    with open_queue(args) as queue:
-        job = queue.cancel(args.id)
-    if out.as_json:
-        out.document(job.to_dict())
-    elif job.cancel_requested:
-        out.line(f"{job.id} is running: cancel requested (its worker is told at its next heartbeat)")
-    else:
-        out.line(f"{job.id} cancelled")
-    return EXIT_OK
+    return _act_on_job(args, out, lambda queue, job_id: queue.cancel(job_id), _cancelled)
 
 
 __all__ = ["add_control", "cmd_cancel", "cmd_delete", "cmd_pause", "cmd_resume", "cmd_run_now"]

@@ -128,6 +128,9 @@ class Committer(QueueFiles):
         self._lazy_from: int | None = None
         self._lazy_log: LogFile | None = None
         self._own_end = -1
+        # What a switch to a new generation left behind: the old generation's file and the
+        # state replayed from it, let go of after the file lock (see _let_go).
+        self._retired: list[LogFile | QueueState] = []
         self._wake = WakeChannel(wake_path(self.directory, self.name))
         # Waiters limited to some kinds listen on a pipe of their own: a wake-up
         # one of them swallowed for a job it cannot take would leave a worker
@@ -218,8 +221,21 @@ class Committer(QueueFiles):
             new = old  # reloading after a failed write: same file, same failure memory
             state, end, _torn = self._replay_all(new, truncate=exclusive)
         if old is not new:
-            old.close()
+            self._retired.append(old)
+        self._retired.append(self._state)
         self._log, self._state, self._offset, self._stale = new, state, end, False
+
+    def _let_go(self) -> None:
+        """After the file lock: close the generation a switch left and free its state.
+
+        Freeing the state of a large queue takes tens of milliseconds, and
+        closing the last descriptor of an unlinked generation makes the
+        filesystem free its blocks: under the lock, every peer would wait.
+        """
+        retired, self._retired = self._retired, []
+        for item in retired:
+            if isinstance(item, LogFile):
+                item.close()
 
     def _check_usable(self) -> None:
         if self.read_only is not None:
@@ -322,6 +338,7 @@ class Committer(QueueFiles):
                 compact_now = self._should_auto_compact()
             finally:
                 lock.release()
+            self._let_go()
             self._state.tidy()  # outside the file lock: peers never wait for it
             for op in ops:
                 op.log, op.start, op.end, op.wakes, op.finishes = log, batch.start, end, batch.wakes, batch.finishes
@@ -432,4 +449,5 @@ class Committer(QueueFiles):
                 return query(self.clock())
             finally:
                 lock.release()
+                self._let_go()
                 self._state.tidy()  # outside the file lock: peers never wait for it

@@ -319,6 +319,7 @@ class FileStorage(Compactor):
             # First: a checkpoint being written goes to the same .snap as the snapshot
             # below, and its state is older; it must not land after it.
             self._close_checkpoints()
+            self._let_go()
             if self._log is not None:
                 if self.durable and os.getpid() == self._pid and self._log.failed is None and self.read_only is None:
                     try:
