@@ -33,6 +33,8 @@ from .framing import FRAME, MAX_RECORD_BYTES, TYPE_CRC, RecordType
 from .index import _COLUMNS, _EMPTY, _HASH_MULTIPLIER, _U64, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, MAX_ROWS
 from .replay import QueueState
 
+#: The fewest jobs a batch must have to take this path (measured: one job alone costs more here).
+MIN_JOBS = 2
 _ENQUEUE = int(RecordType.ENQUEUE)
 _ENQUEUE_CRC = TYPE_CRC[_ENQUEUE]
 _pack_frame = FRAME.pack
