@@ -89,7 +89,7 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
     state = batch.state
     # A batch of plain jobs (no id, dedupe key, delay or time limit of their own): in bulk.
     # One job alone costs less the general way, without the bulk path's setup.
-    plain = plain_jobs.enqueue_plain(state, batch.pos, now, specs) if len(specs) >= plain_jobs.MIN_JOBS else None
+    plain = plain_jobs.enqueue_plain(state, batch.pos, now, specs)
     if plain is not None:
         batch.add_jobs(plain[0], len(plain[1]))
         return plain[1]

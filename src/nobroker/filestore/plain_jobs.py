@@ -47,6 +47,8 @@ def enqueue_plain(state: QueueState, pos: int, now: float, specs: list[EnqueueSp
     None, with nothing changed, unless every job is plain and they share
     their kind, priority and max_attempts (what one enqueue_many gives).
     """
+    if len(specs) < MIN_JOBS:  # none (a schedule with no tick due), or one
+        return None
     first = specs[0]
     kind, priority, max_attempts = first.kind, first.priority, first.max_attempts
     if not (
