@@ -124,8 +124,8 @@ class FollowingACompaction(TempDirTestCase):
         took = []
         original = b_storage._prepare_follow
 
-        def watch() -> None:
-            original()
+        def watch(sig: Any) -> None:
+            original(sig)
             took.append(b_storage._prepared is not None)
 
         with mock.patch.object(b_storage, "_prepare_follow", watch):
@@ -181,8 +181,8 @@ class FollowingACompaction(TempDirTestCase):
         b_storage = storage_of(self.b)
         original = b_storage._prepare_follow
 
-        def then_compact_again() -> None:
-            original()
+        def then_compact_again(sig: Any) -> None:
+            original(sig)
             self.assertIsNotNone(b_storage._prepared)
             self.a.enqueue("between")
             self.a.compact()  # generation 2: what b prepared is stale

@@ -86,6 +86,7 @@ def compact_json(value: Any) -> str:
 
 
 _decode = json.JSONDecoder().decode
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined,arg-type]
 
 
 def load_json(text: str) -> Any:
@@ -151,6 +152,21 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     return text
 
 
+def _dump_json_many(values: list[Any], what: str) -> list[str]:
+    """``dump_json`` of every value: one tight loop, the checks on the whole list, dump_json itself on a miss."""
+    if _FAST_ENCODE is not None:
+        encode, join = _FAST_ENCODE, "".join
+        try:
+            texts = [join(encode(value, 0)) for value in values]
+        except (TypeError, ValueError, RecursionError):
+            texts = None
+        if texts is not None and all(
+            len(text) < _SHALLOW_CHARS or (len(text) <= MAX_PAYLOAD_BYTES and not _too_deep(text)) for text in texts
+        ):
+            return texts
+    return [dump_json(value, what=what) for value in values]  # one of them is refused: the error names why
+
+
 class _KeysCollide(ValueError):
     """Two keys of one object that JSON text cannot tell apart (the key is their text)."""
 
@@ -174,7 +190,25 @@ _SELF_DECODING = frozenset({str, int, float, bool, type(None)})
 
 
 def _decode_stored(text: str, what: str) -> Any:
-    """The value ``text`` (our own compact JSON) holds, whatever the caller's stack depth (as load_json)."""
+    """The value ``text`` (our own compact JSON) holds, whatever the caller's stack depth (as load_json).
+
+    The plain C decoder first, then the proof that no two keys of an object
+    collided: the value encodes back to ``text`` exactly (a collision keeps
+    one of the two pairs, so its text would be shorter). Only a value that
+    does not is decoded again with the checking hook, a Python call per
+    object, which says which keys collided.
+    """
+    try:
+        value, end = _scan_once(text, 0)  # the C scanner straight: our own text has no whitespace to skip
+    except (StopIteration, RecursionError):
+        return _decode_checking(text, what)
+    if end == len(text) and compact_json(value) == text:
+        return value
+    return _decode_checking(text, what)
+
+
+def _decode_checking(text: str, what: str) -> Any:
+    """``_decode_stored`` with a check of every object's keys (SerializationError naming a collision)."""
     try:
         try:
             return _STORED.decode(text)
@@ -202,7 +236,7 @@ def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_B
 
 def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[str], list[Any]]:
     """``stored_json`` of every value, decoded in one go (enqueue_many's fast path)."""
-    texts = [dump_json(value, what=what) for value in values]
+    texts = _dump_json_many(values, what)
     try:
         return texts, _decode_stored("[" + ",".join(texts) + "]", what)
     except SerializationError:  # one by one, so the error names the payload

@@ -19,6 +19,7 @@ The package, in its order (a module imports only modules above it):
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)
     ready.py       ReadyJobs: the ready and delayed heaps, the pick of a lease; the groups' heaps and turns
     replay.py      QueueState and apply: records in, state out (pure)
+    plain_jobs.py  many plain new jobs at once: their records in one pass, their cold rows in bulk
     state_form.py  QueueState as a snapshot's fields and blocks, and back
     limit_ops.py   a limit's writes, which kinds a lease may take, when the next slot frees
     leases.py      the writer's decisions, one per operation: records out

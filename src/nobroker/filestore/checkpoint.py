@@ -230,19 +230,23 @@ class Checkpoints:
         self._drop_prepared()
         self._prepared = prepared
 
-    def _prepare_follow(self) -> None:
-        """Before the lock: has a peer flipped to a new generation? Then load its checkpoint without the lock.
+    def _follows_flip(self, sig: object) -> bool:
+        """Does the pointer's signature ``sig`` (just read) say a peer flipped, with nothing prepared for it yet?"""
+        if sig == self._pointer_sig or self._log is None or self._stale or self._closed:
+            return False
+        return self._prepared is None or self._prepared.pointer_sig != sig
+
+    def _prepare_follow(self, sig: object) -> None:
+        """Without the lock: a peer flipped to a new generation (``_follows_flip``); load its checkpoint.
 
         The compactor leaves a checkpoint of the generation it flipped to
         (checkpoint.save_after_compaction); loading it here, and catching up
         only what came after it under the lock, means no process waits for a
-        follower's replay. One lstat when nothing changed.
+        follower's replay. The caller noticed the flip under the lock, let go
+        of it to call this, and takes it again after.
         """
         log = self._log
-        if log is None or self._stale or self._closed:
-            return
-        sig = self._pointer_signature()
-        if sig == self._pointer_sig or (self._prepared is not None and self._prepared.pointer_sig == sig):
+        if log is None or not self._follows_flip(sig):
             return
         try:
             generation = read_pointer(self.fs, self.directory, self.name)

@@ -31,7 +31,7 @@ from ..errors import NobrokerError, StorageError
 from ..storage import StorageOptions
 from . import leases
 from .entry import Entry
-from .framing import HEADER_SIZE, RecordType, encode_record
+from .framing import HEADER_SIZE, RecordType, encode_record, frame
 from .fs import FileSystem, storage_error
 from .layout import finished_wake_path, wake_path
 from .log import LogFile, read_pointer
@@ -63,9 +63,10 @@ class Batch:
         self.wakes = False  # does this batch make work runnable (worth waking a worker)?
         self.finishes = False  # does it finish a job (worth waking Queue.wait)?
 
-    def add(self, record: Record) -> int:
+    def add(self, record: Record, text: bytes | None = None) -> int:
+        """Append ``record`` (applied now); ``text``: its body already encoded, as encode_body would."""
         rtype, body = record
-        data = encode_record(rtype, body)
+        data = encode_record(rtype, body) if text is None else frame(rtype, text)
         offset = self.pos
         self.state.apply(rtype, body, offset, len(data))
         if rtype in _WAKING:
@@ -82,6 +83,13 @@ class Batch:
         self.wakes = True
         self.state.records += 1
         self.state.add(entry, number)
+        self.parts.append(data)
+        self.pos += len(data)
+
+    def add_jobs(self, data: bytes, count: int) -> None:
+        """``count`` ENQUEUE records, framed and joined, their jobs already in the state (plain_jobs.py)."""
+        self.wakes = True
+        self.state.records += count
         self.parts.append(data)
         self.pos += len(data)
 
@@ -142,11 +150,32 @@ class Committer(QueueFiles):
         super()._reopen_after_fork()
 
     # ================================================================ beat two: read forward
-    def _catch_up(self, *, exclusive: bool) -> None:
-        """Beat two: switch generation if a peer compacted, then read what peers appended."""
+    def _take_lock(self, *, exclusive: bool) -> tuple[int, int, int] | None:
+        """Beat one: the file lock, and the pointer's signature read under it (for ``_catch_up``).
+
+        A peer's flip to a new generation shows in that signature: then the
+        lock is let go for a moment, while its checkpoint loads without it
+        (``_prepare_follow``), so no peer waits for our catching up. One lstat
+        when nothing changed.
+        """
+        lock = self._lock
+        assert lock is not None
+        lock.acquire(exclusive=exclusive)
+        sig = self._pointer_signature()
+        if not self._follows_flip(sig):
+            return sig
+        lock.release()
+        self._prepare_follow(sig)
+        lock.acquire(exclusive=exclusive)
+        return self._pointer_signature()
+
+    def _catch_up(self, *, exclusive: bool, sig: tuple[int, int, int] | None) -> None:
+        """Beat two: switch generation if a peer compacted, then read what peers appended.
+
+        ``sig``: the pointer's signature, read under this lock (``_take_lock``).
+        """
         log = self._log
         assert log is not None
-        sig = self._pointer_signature()
         if sig != self._pointer_sig or self._stale:
             generation = read_pointer(self.fs, self.directory, self.name) or 0
             if generation != log.generation or self._stale:
@@ -295,10 +324,9 @@ class Committer(QueueFiles):
             lock = self._lock
             assert lock is not None and self._log is not None
             self._check_usable()
-            self._prepare_follow()  # a peer's compaction: its checkpoint loaded before the lock (checkpoint.py)
-            lock.acquire(exclusive=True)
+            sig = self._take_lock(exclusive=True)
             try:
-                self._catch_up(exclusive=True)
+                self._catch_up(exclusive=True, sig=sig)
                 log = self._log
                 assert log is not None
                 if self._offset != self._own_end or log is not self._lazy_log:
@@ -415,10 +443,9 @@ class Committer(QueueFiles):
             self._enter()
             lock = self._lock
             assert lock is not None
-            self._prepare_follow()  # a peer's compaction: its checkpoint loaded before the lock (checkpoint.py)
-            lock.acquire(exclusive=False)
+            sig = self._take_lock(exclusive=False)
             try:
-                self._catch_up(exclusive=False)
+                self._catch_up(exclusive=False, sig=sig)
                 return query(self.clock())
             finally:
                 lock.release()

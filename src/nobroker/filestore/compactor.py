@@ -183,8 +183,9 @@ class Compactor(Committer):
                 slices += 1
                 old = self._log
                 assert old is not None
-                if self._stale or self._pointer_signature() != self._pointer_sig or old.size() < self._offset:
-                    self._catch_up(exclusive=True)  # a switch or a reload: the usual way, in one go
+                sig = self._pointer_signature()
+                if self._stale or sig != self._pointer_sig or old.size() < self._offset:
+                    self._catch_up(exclusive=True, sig=sig)  # a switch or a reload: the usual way, in one go
                     continue
                 if self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None, locked=True):
                     break

@@ -53,8 +53,10 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: Distinct kinds the cold store numbers (its kind column is two bytes); jobs of more go hot.
 MAX_COLD_KINDS = 0xFFFF
-#: Rows (jobs since the last compaction) one state holds: fifos number them in 32 bits.
+#: Rows (jobs since the last compaction) one state holds: fifos and the id table number them in 32 bits.
 MAX_ROWS = 2**31 - 1
+#: The array type of a row number (the id table's and the fifos' items): four bytes, not eight, per slot.
+ROW_TYPE = "i"
 #: A library-made job id: 16 lowercase hex digits, the text of one 64-bit number.
 ID_TEXT = "%016x"
 _HASH_MULTIPLIER = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads patterned user ids too
@@ -102,7 +104,7 @@ class JobRows:
         self._rows: list[Entry | None] = []
         self._ids = array("Q")  # per row: the id's number (0 for a hot row)
         self._columns = bytearray()  # per row: _COLUMNS
-        self._table = array("q", [_EMPTY]) * 16  # id number -> latest row; load kept under a half
+        self._table = array(ROW_TYPE, [_EMPTY]) * 16  # id number -> latest row; load kept under a half
         self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
         self._kind_names: list[str] = []
         self._kind_numbers: dict[str, int] = {}
@@ -237,12 +239,12 @@ class JobRows:
         if self._table_used > self._table_limit:
             self._rehash()
 
-    def _rehash(self) -> None:
-        """A bigger table holding the live cold rows only (slots of gone and hot rows are dropped)."""
+    def _rehash(self, extra: int = 0) -> None:
+        """A bigger table holding the live cold rows only (slots of gone and hot rows are dropped), and room for ``extra`` more."""
         size = 16
-        while size <= 3 * self.n_cold:
+        while size <= 3 * (self.n_cold + extra):
             size *= 2
-        table = array("q", [_EMPTY]) * size
+        table = array(ROW_TYPE, [_EMPTY]) * size
         mask, shift = size - 1, 65 - size.bit_length()
         rows, ids = self._rows, self._ids
         for row in compress(range(len(rows)), map(is_, rows, repeat(None))):  # the cold rows
@@ -401,7 +403,7 @@ class JobRows:
             return
         old_rows, old_ids, old_columns, live_bytes = self._rows, self._ids, self._columns, self.live_bytes
         self._rows, self._ids, self._columns = [], array("Q"), bytearray()
-        self._table = array("q", [_EMPTY]) * 16
+        self._table = array(ROW_TYPE, [_EMPTY]) * 16
         self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
         self._fifos, self._heads, self.n_cold = {}, {}, 0
         kind_names = self._kind_names
@@ -445,7 +447,7 @@ class JobRows:
         ValueError (or another plain error) if the blocks do not fit the fields.
         """
         n = fields["rows"]
-        ids, columns, table, fifo_rows, gone = array("Q"), bytearray(blocks[1]), array("q"), array("i"), array("i")
+        ids, columns, table, fifo_rows, gone = array("Q"), bytearray(blocks[1]), array(ROW_TYPE), array("i"), array("i")
         ids.frombytes(blocks[0])
         table.frombytes(blocks[2])
         fifo_rows.frombytes(blocks[3])

@@ -51,8 +51,7 @@ def enqueue_body(entry: Entry, payload_json: str, times: dict[int, str] | None =
     already made while validating it: encoding it twice, or going through a
     dict, would double the cost of every enqueue.
     """
-    job_id = entry.id
-    quoted = '"' + job_id + '"' if len(job_id) == 16 and _HEX_ID.issuperset(job_id) else json.dumps(job_id)
+    quoted = _quoted(entry.id)
     # A batch shares its time objects: their repr (what json.dumps writes for a
     # number) is worked out once per object, not twice per job. Keyed by id(),
     # not value, because 5 and 5.0 are equal keys with different text; the
@@ -147,6 +146,21 @@ def ack(job_id: str, at: float, *, with_result: bool = False, result: Any = None
     if with_result:
         body["result"] = result
     return RecordType.ACK, body
+
+
+def ack_text(job_id: str, at: float, result_json: str | None) -> bytes:
+    """The ACK body ``ack`` describes, as the bytes encode_body gives it, with the result's JSON spliced in.
+
+    ``result_json`` is the compact text the facade made while checking the
+    result: encoding the decoded result again would be a second pass over it.
+    """
+    text = '{"id":' + _quoted(job_id) + ',"at":' + repr(at)
+    return (text + "}" if result_json is None else text + ',"result":' + result_json + "}").encode("ascii")
+
+
+def _quoted(job_id: str) -> str:
+    """``job_id`` as compact JSON text (a library-made id needs no escaping)."""
+    return '"' + job_id + '"' if len(job_id) == 16 and _HEX_ID.issuperset(job_id) else json.dumps(job_id)
 
 
 def nack(job_id: str, at: float, attempts: int, available_at: float, error: str | None, traceback: str | None) -> Record:

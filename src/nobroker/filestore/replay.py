@@ -35,7 +35,7 @@ Indexes (lazy: stale heap items are skipped when popped, never searched for):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -381,11 +381,13 @@ class QueueState(ReadyJobs):
          self.counters, self.turns) = kept  # fmt: skip
 
     # ------------------------------------------------------------ queries (writer side)
-    def expired(self, now: float) -> list[Entry]:
+    def expired(self, now: float) -> Sequence[Entry]:
         """Leased jobs whose deadline has passed, earliest first.
 
         Non-destructive: the heap items go stale once the caller records the
         reclaim, so a failed write leaves the index intact for the next try.
+        Every write asks first, and the answer is nearly always "none": that
+        answer allocates nothing.
         """
         leases, jobs = self.leases, self.hot  # a leased job is always hot
         while leases:  # drop stale items at the top so the walk below stays short
@@ -394,6 +396,8 @@ class QueueState(ReadyJobs):
             if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
                 break
             heapq.heappop(leases)
+        if not leases or leases[0][0] > now:
+            return ()  # the earliest live lease is not due: nothing is
         found: dict[str, Entry] = {}
         stack = [0]
         while stack:

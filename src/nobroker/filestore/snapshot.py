@@ -16,9 +16,9 @@ or rewritten log no longer matches). Anything wrong with the file itself
 (missing, short, bad crc, another generation, another machine's byte order
 or array sizes, a newer format) means: ignore it and replay the whole log.
 
-Format (version 2)::
+Format (version 3)::
 
-    header  : <8s magic "NBSNAPSH"><H version=2><I generation><Q log offset L>
+    header  : <8s magic "NBSNAPSH"><H version=3><I generation><Q log offset L>
               <I crc32 of log[0, L)><B 1 if little-endian><B itemsize of array('Q')>
               <B itemsize of array('q')><B itemsize of array('i')><H block count N>
     lengths : N x <Q block length>
@@ -57,15 +57,18 @@ logger = logging.getLogger("nobroker")
 #: A close writes a snapshot only once this many records were replayed or applied
 #: since the state was last loaded or replayed: below that, replay is fast anyway.
 SNAPSHOT_MIN_RECORDS = 20_000
-#: Bytes per read while computing the crc of a log prefix or reading a snapshot.
-READ_CHUNK = 8 << 20
+#: Bytes per read while computing the crc of a log prefix. Small on purpose: glibc's
+#: malloc raises its mmap and trim thresholds to the largest block freed, so one
+#: 8 MB read buffer left up to 16 MB of freed heap in the process for good.
+READ_CHUNK = 1 << 20
 
 #: One snapshot written at a time in this process (a close, a compaction's checkpoint, a checkpoint's thread).
 _WRITING = threading.Lock()
 
 MAGIC = b"NBSNAPSH"
 #: 2: the cold rows and the Entries carry their record's size (for live_bytes).
-VERSION = 2
+#: 3: the id table's row numbers are four bytes (index.ROW_TYPE), not eight.
+VERSION = 3
 _HEADER = struct.Struct("<8sHIQIBBBBH")
 _LENGTH = struct.Struct("<Q")
 _TRAILER = struct.Struct("<I")

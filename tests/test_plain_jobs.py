@@ -1,0 +1,125 @@
+"""The fast path of a plain enqueue (filestore/plain_jobs.py) against the general one.
+
+Owns: the proof that enqueueing plain jobs through the fast path writes the
+very bytes the general path writes, leaves the same state in memory and
+hands back the same Jobs; that an id it draws which a job already holds
+sends the batch down the general path with nothing changed; and that the
+payload checks it shares with the facade still refuse what they refused.
+Imports: the standard library, nobroker and tests.support.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import unittest
+from typing import Any
+from unittest import mock
+
+from nobroker import Queue, SerializationError
+from nobroker.filestore import leases, plain_jobs
+from nobroker.filestore.replay import QueueState
+from nobroker.filestore.state_form import to_snapshot
+from nobroker.queue.calls import enqueue_many
+from tests.support import FakeClock, TempDirTestCase
+
+#: What to_snapshot's ints hold that depends on when the id table grew, not on the jobs.
+_TABLE_SIZES = ("_mask", "_shift", "_table_limit")
+
+
+def _seeded_random(seed: int) -> Any:
+    """An os.urandom that gives the same bytes in every run of a test."""
+    rng = random.Random(seed)
+    return lambda n: rng.randbytes(n)
+
+
+class PlainPath(TempDirTestCase):
+    def run_workload(self, name: str, fast: bool) -> tuple[bytes, dict[str, Any], list[bytes], list[Any]]:
+        """One workload into its own folder: the log's bytes, the state as a snapshot holds it, and every Job returned."""
+        directory = os.path.join(self.dir, name)
+        rng = random.Random(11)
+        clock = FakeClock()
+        jobs: list[Any] = []
+        calls = []
+        real = plain_jobs.enqueue_plain
+
+        def counted(*args: Any) -> Any:
+            answer = real(*args) if fast else None
+            if len(args[3]) >= plain_jobs.MIN_JOBS:
+                calls.append(answer is not None)
+            return answer
+
+        with mock.patch.object(os, "urandom", _seeded_random(5)), mock.patch.object(plain_jobs, "enqueue_plain", counted):
+            with Queue(directory, clock=clock, auto_compact=None) as q:
+                for _ in range(40):
+                    size = rng.choice([1, 2, 7, 300])
+                    payloads = [rng.choice([{"n": rng.random()}, "é\u2603", [1, {"a": None}], 7, None]) for _ in range(size)]
+                    kind, priority = rng.choice(["default", "mail", 'odd "kind"']), rng.choice([0, 3, -2])
+                    if size == 1 and rng.random() < 0.5:
+                        jobs.append(q.enqueue(payloads[0], kind=kind, priority=priority))
+                    else:
+                        jobs += q.enqueue_many(payloads, kind=kind, priority=priority, max_attempts=rng.choice([None, 2]))
+                    clock.advance(rng.choice([0.0, 0.25, 1e-6]))
+                    if rng.random() < 0.2:
+                        for job in q.lease(3):
+                            q.ack(job)
+                fields, blocks = to_snapshot(q.storage._state)  # type: ignore[attr-defined]
+        self.assertEqual(any(calls) and all(calls), fast, "every batch took the path this run asked for")
+        with open(os.path.join(directory, "default.000000.log"), "rb") as f:
+            log = f.read()
+        for name in _TABLE_SIZES:
+            fields["ints"].pop(name)
+        return log, fields, [bytes(block) for i, block in enumerate(blocks) if i != 2], jobs  # block 2: the id table
+
+    def test_the_fast_path_writes_and_holds_what_the_general_path_does(self) -> None:
+        general = self.run_workload("general", fast=False)
+        fast = self.run_workload("fast", fast=True)
+        self.assertEqual(fast[0], general[0], "the log's bytes differ")
+        self.assertEqual(fast[1], general[1], "the state's fields differ")
+        self.assertEqual(fast[2], general[2], "the cold rows differ")
+        self.assertEqual(fast[3], general[3], "the Jobs returned differ")
+
+    def test_a_drawn_id_a_job_holds_takes_the_general_path(self) -> None:
+        q = Queue(self.dir, auto_compact=None)
+        self.addCleanup(q.close)
+        held = q.enqueue_many([{"i": i} for i in range(20)])
+        hot = q.enqueue({"hot": True}, delay=60)  # delayed: an Entry, not a cold row
+        for taken in (held[13], hot):
+            draws = [bytes.fromhex(taken.id) + os.urandom(8), os.urandom(16)]
+            with mock.patch.object(leases.os, "urandom", lambda n: draws.pop(0)[:n] if draws else os.urandom(n)):
+                fresh = q.enqueue_many([{"new": 1}, {"new": 2}])
+            self.assertNotIn(taken.id, [job.id for job in fresh], "the held id was handed out again")
+            self.assertEqual(q.get(taken.id).payload, taken.payload)
+            self.assertEqual([q.get(job.id).payload for job in fresh], [{"new": 1}, {"new": 2}])
+        self.assertEqual(len(q), 25)
+        self.assertEqual([q.get(job.id).id for job in held], [job.id for job in held], "a refused batch left a trace")
+        q.close()
+        again = Queue(self.dir, auto_compact=None)
+        self.addCleanup(again.close)
+        self.assertEqual(len(again), 25)
+
+    def test_no_job_and_one_job_take_the_general_path(self) -> None:
+        state = QueueState()
+        self.assertIsNone(plain_jobs.enqueue_plain(state, 16, 1.5, []))
+        specs = enqueue_many(5, [{"a": 1}], 0, 0.0, None, None, "default", None)
+        self.assertIsNone(plain_jobs.enqueue_plain(state, 16, 1.5, specs))
+        self.assertIsNotNone(plain_jobs.enqueue_plain(state, 16, 1.5, specs * 2))
+        self.assertEqual(len(state), 2)
+
+    def test_payloads_the_facade_refuses_are_still_refused(self) -> None:
+        q = Queue(self.dir, auto_compact=None)
+        self.addCleanup(q.close)
+        deep: Any = []
+        for _ in range(150):
+            deep = [deep]
+        for bad, why in (({1: "a", "1": "b"}, "keys"), (deep, "nested"), ({"x": {1, 2}}, "not JSON-serialisable")):
+            with self.assertRaisesRegex(SerializationError, why):
+                q.enqueue_many([{"fine": True}, bad])
+            with self.assertRaisesRegex(SerializationError, why):
+                q.enqueue(bad)
+        self.assertEqual(len(q), 0, "a refused batch wrote nothing")
+        self.assertEqual(q.enqueue_many([{1: "one"}, (1, 2)])[0].payload, {"1": "one"})
+
+
+if __name__ == "__main__":
+    unittest.main()
