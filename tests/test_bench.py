@@ -67,8 +67,12 @@ FILE_FIGURES = [
     "idle worker CPU",
     "lease + ack without limits",
     "lease + ack under limits",
+    "lease + ack without groups or limits",
+    "lease + ack under a group limit, 8 groups",
     "lease + ack without limits, fsync=False",
     "lease + ack under limits, fsync=False",
+    "lease + ack without groups or limits, fsync=False",
+    "lease + ack under a group limit, 8 groups, fsync=False",
 ]
 
 
