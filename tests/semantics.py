@@ -267,6 +267,29 @@ class QueueSemantics(_Base):
         q = self.reopen(q)
         self.assertEqual([q.get(job.id).payload for job in [one, *many]], [stored[0], *stored])
 
+    def test_a_flat_payload_comes_back_as_a_copy_of_plain_values(self) -> None:
+        # An object of plain values under plain keys is copied, not decoded again: the copy
+        # must still be the caller's object as stored, plain types only, never the object itself.
+        class Key(str):
+            pass
+
+        class Number(float):
+            pass
+
+        q = self.make_queue()
+        flat = {"resize": "photo.jpg", "w": 640, "ratio": 1.5, "ok": True, "none": None}
+        job = q.enqueue(flat)
+        flat["w"] = 1
+        self.assertIsNot(job.payload, flat)
+        self.assertEqual(job.payload, {"resize": "photo.jpg", "w": 640, "ratio": 1.5, "ok": True, "none": None})
+        odd = q.enqueue({Key("k"): Number(2.5), "n": Number(1.0)})
+        self.assertEqual(odd.payload, {"k": 2.5, "n": 1.0})
+        self.assertEqual([type(key) for key in odd.payload], [str, str])
+        self.assertEqual([type(value) for value in odd.payload.values()], [float, float])
+        q = self.reopen(q)
+        self.assertEqual(q.get(job.id).payload, job.payload)
+        self.assertEqual(q.get(odd.id).payload, odd.payload)
+
     def test_keys_that_collide_as_json_text_are_refused_before_anything_is_written(self) -> None:
         q = self.make_queue()
         q.enqueue("already there")

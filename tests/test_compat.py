@@ -260,6 +260,18 @@ class ReadsVersionOne(TempDirTestCase):
 
 
 class WritesVersionOne(TempDirTestCase):
+    def assert_bodies_are_compact_json(self, path: str) -> None:
+        """Every record's body is exactly the compact JSON of what it holds (ours come from templates, not json)."""
+        with open(path, "rb") as f:
+            data = f.read()
+        pos, count = 16, 0
+        while pos < len(data):
+            length = struct.unpack_from("<I", data, pos)[0]
+            body = data[pos + 9 : pos + 9 + length]
+            self.assertEqual(body, json.dumps(json.loads(body), separators=(",", ":")).encode(), f"record at {pos}")
+            pos, count = pos + 9 + length, count + 1
+        self.assertGreater(count, 10)
+
     def test_the_0_1_2_feature_set_writes_only_0_1_2_keys(self) -> None:
         clock = FakeClock()
         # A 10 s backoff: a reclaimed job waits out the next lease (the backoff runs from the deadline).
@@ -300,6 +312,7 @@ class WritesVersionOne(TempDirTestCase):
             else:
                 self.assertEqual(set(view.body), V012_KEYS[view.type_name], view.type_name)
         self.assertEqual(seen, {"ENQUEUE", "LEASE", "ACK", "NACK", "RECLAIM", "DEAD", "REQUEUE", "PURGE", "EXTEND"})
+        self.assert_bodies_are_compact_json(os.path.join(self.dir, "default.000000.log"))
         names = sorted(os.listdir(self.dir))
         self.assertEqual(names, ["default.000000.log", "default.lock"])
         with open(os.path.join(self.dir, "default.000000.log"), "rb") as f:

@@ -1,4 +1,4 @@
-"""The fast path of a plain enqueue (filestore/plain_jobs.py) against the general one.
+"""The fast paths of a plain enqueue (filestore/plain_jobs.py; leases._plain_job for one job) against the general one.
 
 Owns: the proof that enqueueing plain jobs through the fast path writes the
 very bytes the general path writes, leaves the same state in memory and
@@ -49,7 +49,18 @@ class PlainPath(TempDirTestCase):
                 calls.append(answer is not None)
             return answer
 
-        with mock.patch.object(os, "urandom", _seeded_random(5)), mock.patch.object(plain_jobs, "enqueue_plain", counted):
+        real_one = leases._plain_job
+        singles = []
+
+        def counted_one(*args: Any) -> Any:
+            answer = real_one(*args) if fast else None
+            singles.append(answer is not None)
+            return answer
+
+        with (
+            mock.patch.object(os, "urandom", _seeded_random(5)), mock.patch.object(plain_jobs, "enqueue_plain", counted),
+            mock.patch.object(leases, "_plain_job", counted_one),
+        ):  # fmt: skip
             with Queue(directory, clock=clock, auto_compact=None) as q:
                 for _ in range(40):
                     size = rng.choice([1, 2, 7, 300])
@@ -65,6 +76,7 @@ class PlainPath(TempDirTestCase):
                             q.ack(job)
                 fields, blocks = to_snapshot(q.storage._state)  # type: ignore[attr-defined]
         self.assertEqual(any(calls) and all(calls), fast, "every batch took the path this run asked for")
+        self.assertEqual(any(singles) and all(singles), fast, "every single plain job took the path this run asked for")
         with open(os.path.join(directory, "default.000000.log"), "rb") as f:
             log = f.read()
         for name in _TABLE_SIZES:
@@ -91,12 +103,18 @@ class PlainPath(TempDirTestCase):
             self.assertNotIn(taken.id, [job.id for job in fresh], "the held id was handed out again")
             self.assertEqual(q.get(taken.id).payload, taken.payload)
             self.assertEqual([q.get(job.id).payload for job in fresh], [{"new": 1}, {"new": 2}])
-        self.assertEqual(len(q), 25)
+            draws = [bytes.fromhex(taken.id), os.urandom(8)]  # one job alone (leases._plain_job)
+            with mock.patch.object(leases.os, "urandom", lambda n: draws.pop(0)[:n] if draws else os.urandom(n)):
+                single = q.enqueue({"new": 3})
+            self.assertNotEqual(single.id, taken.id, "the held id was handed out again")
+            self.assertEqual(q.get(taken.id).payload, taken.payload)
+            self.assertEqual(q.get(single.id).payload, {"new": 3})
+        self.assertEqual(len(q), 27)
         self.assertEqual([q.get(job.id).id for job in held], [job.id for job in held], "a refused batch left a trace")
         q.close()
         again = Queue(self.dir, auto_compact=None)
         self.addCleanup(again.close)
-        self.assertEqual(len(again), 25)
+        self.assertEqual(len(again), 27)
 
     def test_no_job_and_one_job_take_the_general_path(self) -> None:
         state = QueueState()

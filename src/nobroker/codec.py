@@ -187,6 +187,7 @@ def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _STORED = json.JSONDecoder(object_pairs_hook=_distinct_keys)
 #: Values that come back from their JSON text as themselves (exact types only: not subclasses).
 _SELF_DECODING = frozenset({str, int, float, bool, type(None)})
+_STR_KEYS = frozenset({str})
 
 
 def _decode_stored(text: str, what: str) -> Any:
@@ -229,8 +230,14 @@ def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_B
     object change nothing. Keys that collide as text: SerializationError.
     """
     text = dump_json(value, what=what, limit=limit)
-    if type(value) in _SELF_DECODING:
+    kind = type(value)
+    if kind in _SELF_DECODING:
         return text, value
+    if kind is dict and _STR_KEYS.issuperset(map(type, value)) and _SELF_DECODING.issuperset(map(type, value.values())):
+        # The common payload, an object of plain values under plain string keys: no two
+        # keys can collide, and each value reads back as itself, so a shallow copy is
+        # exactly what decoding the text would give (without a decode and a re-encode).
+        return text, dict(value)
     return text, _decode_stored(text, what)
 
 

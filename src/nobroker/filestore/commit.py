@@ -387,7 +387,7 @@ class Committer(QueueFiles):
             self._snap_crc = (mark[0], end, zlib.crc32(data, mark[2]))  # what we wrote
         else:
             self._snap_crc = None
-        if self._lazy_from is None and all(op.lazy for op in ops):
+        if self._lazy_from is None and (ops[0].lazy if len(ops) == 1 else all(op.lazy for op in ops)):
             self._lazy_from, self._lazy_log = batch.start, log
         return end
 

@@ -78,7 +78,13 @@ def storage_error(exc: OSError, doing: str, path: str | None) -> StorageError:
 
 def write_fully(fs: FileSystem, fd: int, data: bytes | memoryview, offset: int) -> None:
     """pwrite until every byte is written; a write that makes no progress is an error."""
-    view = memoryview(data)
+    n = fs.pwrite(fd, data, offset)
+    if n == len(data):  # almost always: one call, no view
+        return
+    if n <= 0:
+        raise OSError(errno.EIO, "write made no progress")
+    view = memoryview(data)[n:]
+    offset += n
     while view:
         n = fs.pwrite(fd, view, offset)
         if n <= 0:

@@ -87,6 +87,10 @@ def reclaim(batch: Batch, now: float, backoff: BackoffPolicy) -> None:
 def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -> list[Job]:
     """New jobs, READY at once or after their delay; an id or dedupe key the queue holds returns that job."""
     state = batch.state
+    if len(specs) == 1:
+        job = _plain_job(batch, now, specs[0])
+        if job is not None:
+            return [job]
     # A batch of plain jobs (no id, dedupe key, delay or time limit of their own): in bulk.
     # One job alone costs less the general way, without the bulk path's setup.
     plain = plain_jobs.enqueue_plain(state, batch.pos, now, specs)
@@ -125,6 +129,27 @@ def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -
         created[job_id] = spec.payload
         out.append(entry.to_job(spec.payload))
     return out
+
+
+def _plain_job(batch: Batch, now: float, spec: EnqueueSpec) -> Job | None:
+    """One new job with no id, dedupe key, delay, time limit or group (the usual enqueue), without an Entry.
+
+    None, with nothing changed, when it is not such a job or cannot be a
+    cold row: the general path then takes it.
+    """
+    if spec.job_id is not None or spec.dedupe_key is not None or spec.delay or spec.timeout is not None or spec.group is not None:
+        return None
+    state = batch.state
+    number = int.from_bytes(os.urandom(8), "big")
+    job_id = ID_TEXT % number
+    if state.holds_number(job_id, number):
+        return None  # one chance in 2**64: the general path draws again
+    seq, offset = state.next_seq, batch.pos
+    data = frame(RecordType.ENQUEUE, records.new_job_body(number, spec, now, seq))
+    if not state.add_new(number, job_id, seq, offset, len(data), now, spec.priority, spec.max_attempts, spec.kind):
+        return None
+    batch.add_jobs(data, 1)
+    return Job(job_id, spec.payload, spec.priority, JobState.READY, 0, spec.max_attempts, now, now, None, None, None, seq, spec.kind)
 
 
 def _held(state: QueueState, specs: list[EnqueueSpec], job_of: JobOf) -> dict[str, Job]:
@@ -174,7 +199,11 @@ def lease(
         except BaseException:
             state.unpop(entry, now)  # popped, never leased: back where it was
             raise
-        batch.add(records.lease(entry.id, now, now + visibility_timeout, entry.attempts + 1, new_token(), by))
+        deadline, attempts, token = now + visibility_timeout, entry.attempts + 1, new_token()
+        batch.add(
+            records.lease(entry.id, now, deadline, attempts, token, by),
+            records.lease_text(entry.id, now, deadline, attempts, token, by),
+        )  # fmt: skip
         taken.append(entry.to_job(payload))
     if taken and len(taken) == count and state.counts[READY] > state.n_delayed:
         # One wake-up may stand for many jobs: a full lease that leaves

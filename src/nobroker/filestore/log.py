@@ -132,7 +132,8 @@ class LogFile:
         self.generation = generation
         self.written_end = size  # end of what this process knows is in the file
         self.durable_end = size if size else HEADER_SIZE
-        self._sync = threading.Condition(threading.Lock())
+        self._sync_lock = threading.Lock()
+        self._sync = threading.Condition(self._sync_lock)  # holding _sync_lock is holding _sync
         self._syncing = False
         self._waiters = 0  # threads waiting in sync_through or close for the fsync under way
         self._failed: StorageError | None = None
@@ -341,7 +342,7 @@ class LogFile:
                 self._failed = error
             raise error from None
         end = offset + len(data)
-        with self._sync:
+        with self._sync_lock:  # the Condition's own lock, without its Python-level wrapper
             # Bytes at ``offset`` and after are new: whatever an earlier fsync made
             # durable there is gone (a peer rolled its records back and we write over
             # the place they were), so nothing from here on counts as durable.

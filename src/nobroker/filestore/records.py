@@ -38,6 +38,9 @@ _ENQUEUE_TEXT = '{"id":%s,"payload":%s,"max_attempts":%d,"available_at":%s,"enqu
 _ENQUEUE_TEXT_PRIORITY = (
     '{"id":%s,"payload":%s,"priority":%d,"max_attempts":%d,"available_at":%s,"enqueued_at":%s,"seq":%d'
 )
+#: The same two, for a job whose id the library made from a number (index.ID_TEXT's digits).
+_NEW_JOB = _ENQUEUE_TEXT.replace('"id":%s', '"id":"%016x"')
+_NEW_JOB_PRIORITY = _ENQUEUE_TEXT_PRIORITY.replace('"id":%s', '"id":"%016x"')
 _HEX_ID = frozenset("0123456789abcdef")
 #: Keys a rewritten job body never keeps from its older body: each is written only when set.
 _ONLY_WHEN_SET = ("stage", "result", "cancel_requested", "timeout", "attempt_history", "leased_at", "leased_by")
@@ -78,6 +81,19 @@ def enqueue_body(entry: Entry, payload_json: str, times: dict[int, str] | None =
         text += ',"timeout":' + repr(entry.timeout)
     if entry.group is not None:  # the same
         text += ',"group":' + json.dumps(entry.group)
+    return (text + "}").encode("ascii")
+
+
+def new_job_body(number: int, spec: Any, now: float, seq: int) -> bytes:
+    """``enqueue_body`` of a plain job ready now (no dedupe key, time limit or group) whose id spells ``number``."""
+    at = repr(now)
+    text = (
+        _NEW_JOB_PRIORITY % (number, spec.payload_json, spec.priority, spec.max_attempts, at, at, seq)
+        if spec.priority
+        else _NEW_JOB % (number, spec.payload_json, spec.max_attempts, at, at, seq)
+    )
+    if spec.kind != DEFAULT_KIND:
+        text += ',"kind":' + json.dumps(spec.kind)
     return (text + "}").encode("ascii")
 
 
@@ -139,6 +155,17 @@ def lease(job_id: str, at: float, deadline: float, attempts: int, token: str, by
     if by is not None:
         body["by"] = by
     return RecordType.LEASE, body
+
+
+def lease_text(job_id: str, at: float, deadline: float, attempts: int, token: str, by: str) -> bytes:
+    """The LEASE body ``lease`` describes (with ``by``), as the bytes encode_body gives it, without a dict to encode.
+
+    ``token`` (hex digits) and ``by`` (worker_label: host:pid in ASCII letters,
+    digits and ``._-:``) need no escaping.
+    """
+    return (
+        '{"id":%s,"at":%r,"deadline":%r,"attempts":%d,"token":"%s","by":"%s"}' % (_quoted(job_id), at, deadline, attempts, token, by)
+    ).encode("ascii")
 
 
 def ack(job_id: str, at: float, *, with_result: bool = False, result: Any = None) -> Record:

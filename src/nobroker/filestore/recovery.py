@@ -41,6 +41,12 @@ from .replay import QueueState
 
 logger = logging.getLogger("nobroker")
 
+#: How many forks made this process (counted in each child): an open queue notices that it
+#: is in a child by this, where a getpid() per operation would cost a system call.
+_forks = [0]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
 class QueueFiles(Checkpoints):
     """One queue's files as this object holds them, and the state replayed from them."""
 
@@ -64,6 +70,7 @@ class QueueFiles(Checkpoints):
         self._mutex = threading.Lock()  # this process's threads, around everything below
         self._closed = False
         self._pid = os.getpid()
+        self._forks = _forks[0]
         self._log: LogFile | None = None
         self._lock: QueueLock | None = None
         self._state = QueueState()
@@ -353,13 +360,13 @@ class QueueFiles(Checkpoints):
     def _enter(self) -> None:
         if self._closed:
             raise queue_closed(self.name, self.directory)
-        if os.getpid() != self._pid:
+        if _forks[0] != self._forks:
             self._reopen_after_fork()
 
     def _reopen_after_fork(self) -> None:
         # The inherited lock descriptor shares its lock with the parent, so
         # keeping it would let parent and child "hold" the lock at once.
-        self._pid = os.getpid()
+        self._pid, self._forks = os.getpid(), _forks[0]
         assert self._lock is not None and self._log is not None
         self._lock.reopen()
         old = self._log

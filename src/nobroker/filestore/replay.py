@@ -261,6 +261,20 @@ class QueueState(ReadyJobs):
                 return
         self._add_hot(entry)
 
+    def add_new(
+        self, number: int, job_id: str, seq: int, offset: int, size: int, now: float, priority: int,
+        max_attempts: int, kind: str,
+    ) -> bool:  # fmt: skip
+        """Index a plain job ready now that the writer just made (add() without an Entry): False if none fits.
+
+        False (nothing changed) when it cannot be a cold row; the caller then
+        builds its Entry and calls add().
+        """
+        if not self._add_cold(number, job_id, seq, offset, size, now, now, priority, 0, max_attempts, kind):
+            return False
+        counting.add(self.counters, kind)
+        return True
+
     def _add_cold(
         self, number: int, job_id: str, seq: Any, offset: int, size: int, enqueued_at: Any, available_at: Any,
         priority: Any, attempts: Any, max_attempts: Any, kind: str,

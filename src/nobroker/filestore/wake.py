@@ -67,8 +67,8 @@ class WakeChannel:
     # ---------------- the writer's side
     def notify(self) -> None:
         """Wake one waiting worker, if any. Never blocks, never raises."""
-        if not self._usable:
-            return
+        if not self._usable or (self._writer is None and time.monotonic() < self._retry_at):
+            return  # no reader lately (read without the lock: a hint either way; _notify looks again under it)
         with self._writer_lock:
             self._notify()
 

@@ -20,6 +20,7 @@ from .. import checks
 from ..checks import JobRef
 from ..codec import stored_json, stored_json_many
 from ..jobs import (
+    DEFAULT_KIND,
     LISTINGS,
     MAX_BATCH_JOBS,
     MAX_ERROR_CHARS,
@@ -43,6 +44,12 @@ def spec(
     job_id: str | None, kind: str, dedupe_key: str | None, timeout: float | None = None, group: str | None = None,
 ) -> EnqueueSpec:  # fmt: skip
     """One job to add; ``stored``: its payload as stored_json gives it (the text, the value read back)."""
+    if (
+        type(delay) is float and not delay and kind is DEFAULT_KIND and max_attempts is job_id is dedupe_key is timeout is group is None
+        and type(priority) is int and MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):  # fmt: skip
+        # Every argument at its default but the priority (the usual enqueue): nothing else to check.
+        return EnqueueSpec(stored[1], stored[0], priority, 0.0, default_attempts, None, DEFAULT_KIND, None)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
