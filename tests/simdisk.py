@@ -261,6 +261,13 @@ class SimDisk(FileSystem):
             node, _ = self._node_of_fd(fd)
             self.truncate_ino(node.ino, size)
 
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        with self._mutex:
+            node, _ = self._node_of_fd(fd)
+            self._maybe_fail("write")  # a full disk refuses the room as it refuses a write
+            if offset + length > len(node.data):
+                self.truncate_ino(node.ino, offset + length)
+
     def truncate_ino(self, ino: int, size: int) -> None:
         self._mutating("truncate")
         node = self._nodes[ino]
@@ -400,6 +407,12 @@ class SimDisk(FileSystem):
     def chmod(self, path: str, mode: int) -> None:
         with self._mutex:
             self._lookup(path)
+
+    def touch(self, path: str) -> None:
+        with self._mutex:
+            node = self._lookup(path)
+            self._tick += 1
+            node.mtime = self._tick
 
     def size(self, fd: int) -> int:
         with self._mutex:

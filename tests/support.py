@@ -39,6 +39,23 @@ def temp_queue_dir(prefix: str = "nobroker-test-") -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def records_end(path: str) -> int:
+    """Where the records of the log at ``path`` end: its size for format version 1; in version 2, where its room of zeros starts.
+
+    No record ends in a zero byte (a body is a JSON object), so the room is
+    exactly the zeros at the end; the header's own zeros stay.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    return max(16, len(data.rstrip(b"\0")))
+
+
+def file_bytes(path: str) -> bytes:
+    """A file's whole content: what "nothing was written" compares (a version 2 log writes inside its size)."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class FakeClock:
     """A wall clock the test moves by hand. Thread-safe; starts at a fixed epoch."""
 

@@ -17,7 +17,7 @@ import unittest
 
 from nobroker import Queue
 from nobroker.filestore.commit import AUTO_COMPACT_MIN_BYTES
-from tests.support import TempDirTestCase
+from tests.support import TempDirTestCase, records_end
 
 #: The job sizes of the case that once grew a log to 60.9 MB, 99 % superseded, never compacted.
 SMALL_JOBS = 3_000
@@ -26,9 +26,9 @@ BIG_PAYLOAD_BYTES = 200_000
 
 
 def log_bytes(directory: str) -> int:
-    """Bytes of every generation file of the default queue in ``directory``."""
+    """Bytes of the records of every generation file of the default queue in ``directory`` (not their room)."""
     return sum(
-        os.path.getsize(os.path.join(directory, name))
+        records_end(os.path.join(directory, name))
         for name in os.listdir(directory)
         if name.startswith("default.") and name.endswith(".log")
     )

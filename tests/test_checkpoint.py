@@ -19,7 +19,7 @@ from unittest import mock
 from nobroker import Queue
 from nobroker.filestore import checkpoint, snapshot
 from nobroker.filestore.storage import FileStorage
-from tests.support import FakeClock, TempDirTestCase
+from tests.support import FakeClock, TempDirTestCase, records_end
 from tests.test_snapshot import copy_dir, workload
 
 NAME = "q"
@@ -253,7 +253,7 @@ class OpeningWithoutTheLock(TempDirTestCase):
 
     def test_a_log_cut_short_meanwhile_is_noticed(self) -> None:
         path = os.path.join(self.dir, f"{NAME}.000000.log")
-        size = os.path.getsize(path)
+        size = records_end(path)
 
         def cut() -> None:
             with open(path, "r+b") as f:
@@ -341,7 +341,7 @@ class Checkpoints(TempDirTestCase):
         with mock.patch.object(snapshot, "SNAPSHOT_MIN_RECORDS", 1):
             with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
                 q.enqueue("and its snapshot")  # the snapshot at close covers this record
-        size = os.path.getsize(log)
+        size = records_end(log)
         with open(log, "r+b") as f:
             f.truncate(size - 3)  # a torn tail: the last record is cut, the snapshot is past the end
         truth = replayed_view(self.dir, self.clock)

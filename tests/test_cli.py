@@ -35,7 +35,7 @@ from nobroker.cli import job_commands, output, values
 from nobroker.filestore import admin as maintenance
 from tests.pgsupport import connect as pg_connect
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
-from tests.support import TempDirTestCase, wait_until
+from tests.support import TempDirTestCase, records_end, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
@@ -919,7 +919,8 @@ class MaintenanceTests(CliTestCase):
 
     def append_torn_tail(self) -> int:
         junk = b"\x40\x00\x00\x00\x01\xde\xad"  # a record header promising more than is there
-        with open(self.log_path(), "ab") as f:
+        with open(self.log_path(), "r+b") as f:
+            f.seek(records_end(self.log_path()))  # where the next record would go (a version 2 file has room after it)
             f.write(junk)
         return len(junk)
 
@@ -967,7 +968,7 @@ class MaintenanceTests(CliTestCase):
 
     def test_inspect_reports_damage_where_found(self) -> None:
         self.fill(2)
-        size = os.path.getsize(self.log_path())
+        size = records_end(self.log_path())
         self.append_torn_tail()
         out = self.ok("inspect").out
         self.assertIn("DAMAGE", out)
@@ -1361,7 +1362,7 @@ class ProcessTests(CliTestCase):
         )
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         # Interrupt once the first batch is on disk: long before a million jobs are.
-        self.assertTrue(wait_until(lambda: os.path.exists(self.log_path()) and os.path.getsize(self.log_path()) > 4096,
+        self.assertTrue(wait_until(lambda: os.path.exists(self.log_path()) and records_end(self.log_path()) > 4096,
                                    timeout=PROCESS_TIMEOUT))
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=PROCESS_TIMEOUT)

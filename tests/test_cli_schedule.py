@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import unittest
 
+from tests.support import file_bytes
 from tests.test_cli import CliTestCase
 
 
@@ -34,7 +35,7 @@ class ScheduleCommandTests(CliTestCase):
 
     def test_bad_definitions_are_refused_and_write_nothing(self) -> None:
         self.ok("schedule", "add", "keep", "--every", "5")
-        size = os.path.getsize(self.log_path())
+        before = file_bytes(self.log_path())
         for args in (["--cron", "99 * * * *"], ["--cron", "* * *"], ["--every", "5", "--tz", "Europe/Berlin"],
                      ["--cron", "0 9 * * *", "--tz", "Nowhere/Atlantis"]):  # fmt: skip
             with self.subTest(args=args):
@@ -43,7 +44,7 @@ class ScheduleCommandTests(CliTestCase):
                 self.assertNotIn("Traceback", result.err)
         self.assertEqual(self.cli("schedule", "add", "bad").code, 2, "one of --every and --cron is required")
         self.assertEqual(self.cli("schedule", "add", "bad", "--every", "1", "--cron", "* * * * *").code, 2)
-        self.assertEqual(os.path.getsize(self.log_path()), size)
+        self.assertEqual(file_bytes(self.log_path()), before)
 
     def test_list_and_remove_do_not_create_a_queue(self) -> None:
         self.assertNotEqual(self.cli("schedule", "list").code, 0)

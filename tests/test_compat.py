@@ -2,19 +2,22 @@
 
 The log below is built by hand from the layout in DESIGN.md section 4, not
 with nobroker's own encoder, so a change in our writer cannot hide a change
-in what we read.
+in what we read. Our writer makes version 1 where it is asked to
+(``log_format=1``); version 2, its default, holds the very same records
+(FormatVersionTwo).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import struct
 import zlib
 
 from typing import Any
 
-from nobroker import BackoffPolicy, Job, JobState, Queue, Worker
+from nobroker import BackoffPolicy, CorruptLogError, Job, JobState, Queue, Worker
 from nobroker.filestore.admin import inspect_log
 from tests.support import FakeClock, TempDirTestCase
 
@@ -197,14 +200,14 @@ class ReadsVersionOne(TempDirTestCase):
         expected = v012_states(records)
         self.assertEqual(expected["a"]["lease_token"], None)
         self.assertEqual(expected["f"]["lease_deadline"], None)
-        with Queue(self.dir, clock=FakeClock(1020.0)) as q:
+        with Queue(self.dir, log_format=1, clock=FakeClock(1020.0)) as q:
             self.assertEqual(shown(q), expected)
             self.assertEqual(q.recovery.orphan_records, 1)
             q.ack(Job("a", None, lease_token="ta"))  # the lease that finished it: a harmless repeat
 
     def test_our_logs_show_0_1_2_the_job_states_we_show(self) -> None:
         clock = FakeClock(1000.0)
-        with Queue(self.dir, clock=clock, visibility_timeout=5, max_attempts=2, backoff=BackoffPolicy(base=3)) as q:
+        with Queue(self.dir, log_format=1, clock=clock, visibility_timeout=5, max_attempts=2, backoff=BackoffPolicy(base=3)) as q:
             q.enqueue({"a": 1}, priority=3)
             q.enqueue_many(["b", "c", "d", "e"], job_ids=["b", "c", "d", "e"])
             q.enqueue("later", delay=50)
@@ -235,7 +238,7 @@ class ReadsVersionOne(TempDirTestCase):
             raise ValueError(f"no {job.payload}")
 
         clock = FakeClock(1000.0)
-        with Queue(self.dir, clock=clock, max_attempts=2, backoff=BackoffPolicy(base=0)) as q:
+        with Queue(self.dir, log_format=1, clock=clock, max_attempts=2, backoff=BackoffPolicy(base=0)) as q:
             q.enqueue_many(["a", "b"], job_ids=["a", "b"])
             Worker(q, handler, max_jobs=4, handle_signals=False).run()  # each fails twice: dead
             self.assertTrue(all(j.traceback and j.state is JobState.DEAD for j in q.list_jobs()))
@@ -275,7 +278,7 @@ class WritesVersionOne(TempDirTestCase):
     def test_the_0_1_2_feature_set_writes_only_0_1_2_keys(self) -> None:
         clock = FakeClock()
         # A 10 s backoff: a reclaimed job waits out the next lease (the backoff runs from the deadline).
-        with Queue(self.dir, clock=clock, visibility_timeout=5, max_attempts=2, backoff=BackoffPolicy(base=10)) as q:
+        with Queue(self.dir, log_format=1, clock=clock, visibility_timeout=5, max_attempts=2, backoff=BackoffPolicy(base=10)) as q:
             a = q.enqueue({"a": 1})
             q.enqueue_many(["b", "c"], job_ids=["b", "c"])
             job_a = q.lease_one()
@@ -317,3 +320,94 @@ class WritesVersionOne(TempDirTestCase):
         self.assertEqual(names, ["default.000000.log", "default.lock"])
         with open(os.path.join(self.dir, "default.000000.log"), "rb") as f:
             self.assertEqual(f.read(16), b"NOBROKER\x01\x00\x00\x00\x00\x00\x00\x00")
+
+
+class FormatVersionTwo(TempDirTestCase):
+    """Version 2: version 1's records, with room for appends set aside after them; version 1 still opens and upgrades."""
+
+    def run_ops(self, folder: str, **options: Any) -> bytes:
+        from unittest import mock
+
+        rng = random.Random(4)
+        clock = FakeClock(1000.0)
+        with mock.patch.object(os, "urandom", lambda n: rng.randbytes(n)):
+            with Queue(folder, clock=clock, auto_compact=None, backoff=BackoffPolicy(jitter=0.0), **options) as q:
+                for i in range(300):
+                    q.enqueue({"n": i, "pad": "x" * (i % 50)}, priority=i % 3)
+                    if i % 4 == 0:
+                        job = q.lease_one()
+                        q.nack(job, error="again") if i % 8 else q.ack(job, result=i)
+                    clock.advance(0.5)
+        with open(os.path.join(folder, "default.000000.log"), "rb") as f:
+            return f.read()
+
+    def test_version_2_is_version_1_records_with_room_after_them(self) -> None:
+        one = self.run_ops(os.path.join(self.dir, "one"), log_format=1)
+        two = self.run_ops(os.path.join(self.dir, "two"))
+        self.assertEqual(two[:16], b"NOBROKER\x02\x00\x00\x00\x00\x00\x00\x00")
+        self.assertEqual(one[:16], b"NOBROKER\x01\x00\x00\x00\x00\x00\x00\x00")
+        self.assertEqual(two[16 : len(one)], one[16:], "the records differ")
+        room = two[len(one) :]
+        self.assertGreater(len(room), 0, "no room was set aside")
+        self.assertEqual(room.count(0), len(room), "the room holds something but zeros")
+        self.assertEqual([v.body for v in inspect_log(os.path.join(self.dir, "two"))][1:],
+                         [v.body for v in inspect_log(os.path.join(self.dir, "one"))][1:])  # fmt: skip
+
+    def test_a_version_1_log_is_upgraded_by_a_compaction_unless_told_to_keep_it(self) -> None:
+        ReadsVersionOne.write_log(self, 0, [record(1, job("a", {"to": "ada"}, 1)), record(1, job("b", None, 2))])  # type: ignore[arg-type]
+        path = os.path.join(self.dir, "default.000000.log")
+        with Queue(self.dir) as q:
+            q.enqueue("appended to version 1")
+        with open(path, "rb") as f:
+            data = f.read()
+        self.assertEqual(data[8:10], b"\x01\x00", "appending to a version 1 log changed its version")
+        self.assertEqual(data.rstrip(b"\0"), data, "a version 1 log got room after its records")
+        with Queue(self.dir, log_format=1) as q:
+            q.compact()
+        with open(os.path.join(self.dir, "default.000001.log"), "rb") as f:
+            self.assertEqual(f.read(10)[8:], b"\x01\x00", "log_format=1 still wrote version 2")
+        with Queue(self.dir) as q:
+            q.compact()
+        with open(os.path.join(self.dir, "default.000002.log"), "rb") as f:
+            self.assertEqual(f.read(10)[8:], b"\x02\x00", "a compaction did not upgrade the log")
+        with Queue(self.dir) as q:
+            payloads = {job.id: job.payload for job in q.list_jobs()}
+            self.assertEqual(len(payloads), 3)
+            self.assertEqual((payloads["a"], payloads["b"]), ({"to": "ada"}, None))
+            self.assertIn("appended to version 1", payloads.values())
+
+    def test_a_log_format_other_than_1_or_2_is_refused_and_nothing_is_made(self) -> None:
+        folder = os.path.join(self.dir, "q")
+        for bad in (0, 3, "2", 2.0, True, None):
+            with self.subTest(bad=bad), self.assertRaisesRegex(ValueError, "log_format"):
+                Queue(folder, log_format=bad)
+        self.assertFalse(os.path.exists(folder))
+
+    def test_the_room_of_a_version_2_log_must_hold_only_zeros(self) -> None:
+        with Queue(self.dir) as q:
+            kept = [q.enqueue({"n": i}) for i in range(5)]
+        path = os.path.join(self.dir, "default.000000.log")
+        end = max(v.offset + (9 + v.length if v.type_name != "HEADER" else 16) for v in inspect_log(self.dir))
+        with open(path, "r+b") as f:  # a torn append: part of a record in the room, nothing whole after it
+            f.seek(end)
+            f.write(record(1, job("torn", "t", 99))[:20])
+        with Queue(self.dir) as q:
+            self.assertGreater(q.recovery.torn_bytes, 0)
+            self.assertEqual(sorted(job.id for job in q.list_jobs()), sorted(job.id for job in kept))
+            q.enqueue("makes room again")
+        with open(path, "r+b") as f:  # zeros where a record should start, and a whole record further on: damage
+            f.seek(0, os.SEEK_END)
+            room_end = f.tell()
+            f.seek(room_end - 1000)
+            f.write(record(1, job("stray", "s", 100)))
+        with self.assertRaisesRegex(CorruptLogError, "valid records follow"):
+            Queue(self.dir)
+
+    def test_the_templates_write_what_json_writes(self) -> None:
+        from nobroker.filestore import records
+        from nobroker.filestore.framing import encode_body
+
+        for by in (None, "host-1.example:4242"):
+            for job_id in ("0123456789abcdef", 'a "quoted" id \u00e9'):
+                args = (job_id, 1700000000.123456, 1700000030.5, 3, "0f1e2d3c4b5a6978", by)
+                self.assertEqual(records.lease_text(*args), encode_body(records.lease(*args)[1]), (by, job_id))

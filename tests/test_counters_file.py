@@ -18,7 +18,7 @@ import zlib
 
 from nobroker import BackoffPolicy, CorruptLogError, Queue
 from nobroker.filestore.admin import inspect_log, repair
-from tests.support import FakeClock, TempDirTestCase
+from tests.support import FakeClock, TempDirTestCase, records_end
 
 NO_BACKOFF = BackoffPolicy(base=0.0, jitter=0.0)
 
@@ -103,7 +103,7 @@ class CountersFromTheLog(TempDirTestCase):
         q.close()
         self.caches_removed()
         log = glob.glob(os.path.join(self.dir, "default.*.log"))[0]
-        offset = os.path.getsize(log)
+        offset = records_end(log)
         for bad in ({"default": [1, 2]}, {"default": [-1, 0, 0, 0, 0]}, [1], {"default": [1.5, 0, 0, 0, 0]}):
             with self.subTest(bad=bad):
                 with open(log, "r+b") as f:

@@ -38,7 +38,7 @@ from typing import Any
 from nobroker import BackoffPolicy, CompactionError, CorruptLogError, NobrokerError, NotLeasedError, Queue, StorageError
 from nobroker.filestore.admin import repair, verify
 from tests.simdisk import FAULTABLE, Fault, SimDisk, fresh_queue_path
-from tests.support import LONG, FakeClock
+from tests.support import LONG, FakeClock, file_bytes
 
 TOTALS: Counter[str] = Counter()
 ERRNOS = (errno.EIO, errno.ENOSPC)
@@ -623,8 +623,9 @@ class PayloadReadFailure(unittest.TestCase):
 
         return mock.patch.object(LogFile, "read_job_body", fail)
 
-    def _sizes(self, folder: str) -> dict[str, int]:
-        return {name: os.path.getsize(os.path.join(folder, name)) for name in sorted(os.listdir(folder)) if name.endswith(".log")}
+    def _sizes(self, folder: str) -> dict[str, bytes]:
+        """Every log's bytes (a write into a version 2 file's room changes no size)."""
+        return {name: file_bytes(os.path.join(folder, name)) for name in sorted(os.listdir(folder)) if name.endswith(".log")}
 
     def _check(self, name: str, setup: Callable[[Queue], Any], call: Callable[[Queue, Any], Any]) -> None:
         with tempfile.TemporaryDirectory() as folder:
@@ -668,6 +669,54 @@ class PayloadReadFailure(unittest.TestCase):
         for name, setup, call in cases:
             with self.subTest(name):
                 self._check(name, setup, call)
+
+
+class PeersOfARollBack(unittest.TestCase):
+    """A writer whose fsync failed takes its records back out; a peer that read them must start over.
+
+    The peer read the records between the writer's append and its failed
+    fsync. Once the writer cut them, a third process appends over the place
+    they held: the peer must not read on from where they ended (the middle
+    of someone else's record), or it sees damage that is not there, or cuts
+    an acknowledged record as a "torn tail".
+    """
+
+    def _scene(self, folder: str, padding: int) -> tuple[Queue, list[Any]]:
+        from nobroker.filestore.fs import RealFileSystem
+
+        class FsyncFailsOnce(RealFileSystem):
+            before_failing: Callable[[], Any] | None = None
+
+            def fsync(self, fd: int) -> None:
+                hook, FsyncFailsOnce.before_failing = FsyncFailsOnce.before_failing, None
+                if hook is None:
+                    return super().fsync(fd)
+                hook()
+                raise OSError(errno.EIO, "Input/output error (injected)")
+
+        writer = Queue(folder, filesystem=FsyncFailsOnce(), auto_compact=None)
+        peer, third = Queue(folder, auto_compact=None), Queue(folder, auto_compact=None)
+        self.addCleanup(lambda: [q.close() for q in (writer, peer, third)])
+        writer.enqueue({"first": True})
+        FsyncFailsOnce.before_failing = peer.stats  # the peer reads the records before the fsync fails
+        with self.assertRaises(StorageError):
+            writer.enqueue_many([{"taken back": i, "pad": "x" * 50} for i in range(3)])
+        acknowledged = [third.enqueue({"third": i, "pad": "y" * padding}) for i in range(1 if padding > 500 else 6)]
+        return peer, acknowledged
+
+    def test_a_peer_that_read_the_records_taken_back_never_reads_on_from_their_end(self) -> None:
+        # One long record over the place the peer had read to (the peer would cut it as a torn tail),
+        # and many short ones (the peer would see damage with valid records after it).
+        for padding in (1000, 50):
+            with self.subTest(padding=padding), tempfile.TemporaryDirectory() as folder:
+                peer, acknowledged = self._scene(folder, padding)
+                mine = peer.enqueue({"peer": True})
+                self.assertEqual(len(peer), 2 + len(acknowledged))
+                with Queue(folder) as again:
+                    held = {job.id: job.payload for job in again.list_jobs()}
+                    self.assertEqual(len(held), 2 + len(acknowledged))
+                    for job in [mine, *acknowledged]:
+                        self.assertEqual(held.get(job.id), job.payload, "an acknowledged job is gone")
 
 
 if __name__ == "__main__":

@@ -42,19 +42,23 @@ def snapshot(q: Queue) -> dict[str, dict]:
 
 
 class LogBuilder:
-    """Runs single-record operations and remembers (log size, state) after each."""
+    """Runs single-record operations and remembers (where the records end, state) after each."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, log_format: int) -> None:
         self.dir = directory
         self.clock = FakeClock()
         # Leases long beside the whole build: the reader, at the last write's time, sees them as they were.
-        self.q = Queue(directory, clock=self.clock, backoff=BackoffPolicy(base=5, jitter=0), max_attempts=2, visibility_timeout=300)
+        self.q = Queue(
+            directory, clock=self.clock, backoff=BackoffPolicy(base=5, jitter=0), max_attempts=2, visibility_timeout=300,
+            log_format=log_format,
+        )  # fmt: skip
         self.points: dict[int, list[tuple[int, dict]]] = {}
         self.mark()
 
-    def size(self) -> int:
-        gen = self.q.storage.generation  # type: ignore[attr-defined]
-        return os.path.getsize(log_path(self.dir, "default", gen)), gen
+    def size(self) -> tuple[int, int]:
+        """Where the records of the current generation end (version 2: its room follows), and the generation."""
+        storage = self.q.storage
+        return storage._offset, storage.generation  # type: ignore[attr-defined]
 
     def mark(self) -> None:
         size, gen = self.size()
@@ -169,10 +173,23 @@ class LogBuilder:
         q.close()
 
 
+def cuts(data: bytes, end: int, step: int) -> list[int]:
+    """Every ``step``-th byte up to just past where the records end, then a few in a version 2 file's room."""
+    return [*range(0, min(len(data), end + 2 * FRAME_SIZE) + 1, step), *range(end + 2 * FRAME_SIZE + 1, len(data) + 1, ROOM_STEP)]
+
+
+#: One cut (or flipped bit) in this many bytes of a version 2 file's room: it is only zeros.
+ROOM_STEP = 4099
+
+
 class TruncationSweep(TempDirTestCase):
+    """Format version 1 (a file ends where its records do); TruncationSweepVersion2 sweeps version 2."""
+
+    log_format = 1
+
     def setUp(self) -> None:
         super().setUp()
-        self.builder = LogBuilder(self.dir)
+        self.builder = LogBuilder(self.dir, self.log_format)
         self.builder.build()
 
     def expected_at(self, gen: int, cut: int) -> dict:
@@ -193,7 +210,8 @@ class TruncationSweep(TempDirTestCase):
         checked = 0
         scratch = tempfile.mkdtemp(prefix="nobroker-cut-")
         self.addCleanup(shutil.rmtree, scratch, True)
-        for cut in range(0, len(data) + 1, step):
+        end = self.builder.points[gen][-1][0]
+        for cut in cuts(data, end, step):
             target = os.path.join(scratch, str(cut))
             os.mkdir(target, 0o700)
             if gen:
@@ -214,14 +232,19 @@ class TruncationSweep(TempDirTestCase):
                         self.assertEqual(job, full[job_id], f"generation {gen} cut at byte {cut}")
             else:
                 q = Queue(target, clock=self.builder.reader_clock())
+                boundary = max(s for s, _ in self.builder.points[gen] if s <= cut)
+                room = not data[boundary:cut].strip(b"\0") and self.log_format == 2  # only zeros after the records
                 try:
                     got = snapshot(q)
                     self.assertEqual(got, self.expected_at(gen, cut), f"generation {gen} cut at byte {cut}")
-                    self.assertEqual(q.recovery.torn_bytes, cut - max(s for s, _ in self.builder.points[gen] if s <= cut))
+                    # Version 2 counts a torn tail up to its last byte that is not zero (zeros may be its room).
+                    torn = len(data[boundary:cut].rstrip(b"\0")) if self.log_format == 2 else cut - boundary
+                    self.assertEqual(q.recovery.torn_bytes, torn)
                 finally:
                     q.close()
-                # The cut tail was truncated: the file now ends at a record boundary.
-                self.assertIn(os.path.getsize(log_path(target, "default", gen)), {s for s, _ in self.builder.points[gen]})
+                # The cut tail was truncated: the file now ends at a record boundary (or in its room of zeros).
+                size = os.path.getsize(log_path(target, "default", gen))
+                self.assertEqual(size, cut) if room else self.assertIn(size, {s for s, _ in self.builder.points[gen]})
             shutil.rmtree(target)
             checked += 1
         return checked
@@ -239,8 +262,14 @@ class TruncationSweep(TempDirTestCase):
         self.assertGreater(self.sweep(0, step=7), 250)
 
 
+class TruncationSweepVersion2(TruncationSweep):
+    log_format = 2
+
+
 class BitFlipSweep(TempDirTestCase):
-    """One flipped bit in every byte: never a wrong job, never valid records dropped silently."""
+    """One flipped bit in every byte: never a wrong job, never valid records dropped silently (BitFlipSweepVersion2: version 2)."""
+
+    log_format = 1
 
     @slow
     def test_every_byte(self) -> None:
@@ -250,7 +279,7 @@ class BitFlipSweep(TempDirTestCase):
         self.flip_sweep(step=9)
 
     def flip_sweep(self, step: int) -> None:
-        builder = LogBuilder(self.dir)
+        builder = LogBuilder(self.dir, self.log_format)
         q, do = builder.q, builder.do
         for i in range(6):
             do(q.enqueue, {"i": i, "pad": "x" * i})
@@ -268,7 +297,9 @@ class BitFlipSweep(TempDirTestCase):
             data = f.read()
         scratch = tempfile.mkdtemp(prefix="nobroker-flip-")
         self.addCleanup(shutil.rmtree, scratch, True)
-        for pos in range(0, len(data), step):
+        for pos in cuts(data, boundaries[-1], step):
+            if pos >= len(data):
+                continue
             damaged = bytearray(data)
             damaged[pos] ^= 1 << (pos % 8)
             target = os.path.join(scratch, str(pos))
@@ -278,6 +309,10 @@ class BitFlipSweep(TempDirTestCase):
             if pos < HEADER_SIZE:
                 with self.assertRaises(CorruptLogError):
                     Queue(target, clock=builder.reader_clock())
+            elif pos >= boundaries[-1]:
+                # A bit in a version 2 file's room: not zeros after the records, and nothing valid: a torn tail.
+                with Queue(target, clock=builder.reader_clock()) as q2:
+                    self.assertEqual(snapshot(q2), points[-1][1], f"flip at {pos}")
             elif (record_start := max(b for b in boundaries if b <= pos)) == boundaries[-2]:
                 # Damage in the last record is indistinguishable from a torn write:
                 # the record was never acknowledged as far as recovery can tell.
@@ -291,6 +326,10 @@ class BitFlipSweep(TempDirTestCase):
                 with open(log_path(target, "default", 0), "rb") as f:
                     self.assertEqual(f.read(), bytes(damaged), "a refused open must not change the file")
             shutil.rmtree(target)
+
+
+class BitFlipSweepVersion2(BitFlipSweep):
+    log_format = 2
 
 
 def build_damaged_queue(directory: str) -> int:

@@ -26,7 +26,7 @@ from nobroker.filestore import snapshot
 from nobroker.filestore.storage import FileStorage
 from nobroker.filestore.admin import repair, verify
 from nobroker.limits import turns_to_fields
-from tests.support import FakeClock, TempDirTestCase
+from tests.support import FakeClock, TempDirTestCase, records_end
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + ROOT)
@@ -265,7 +265,7 @@ class SnapshotMatchesReplay(TempDirTestCase):
             q = Queue(self.dir, NAME)
             q.close()
         start = read.call_args_list[0].args[3]
-        self.assertEqual(start, os.path.getsize(os.path.join(self.dir, f"{NAME}.000000.log")))
+        self.assertEqual(start, records_end(os.path.join(self.dir, f"{NAME}.000000.log")))
 
 
 class BadSnapshotsAreIgnored(TempDirTestCase):
@@ -385,7 +385,7 @@ class BadSnapshotsAreIgnored(TempDirTestCase):
             log.close()
 
     def test_a_log_cut_short_ignores_the_snapshot(self) -> None:
-        size = os.path.getsize(self.log)
+        size = records_end(self.log)
         with open(self.log, "r+b") as f:
             f.truncate(size - 3)  # a torn tail inside the snapshot's range
         q = Queue(self.dir, NAME)

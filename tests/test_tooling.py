@@ -36,7 +36,7 @@ from tests.support import TempDirTestCase, slow
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The promise in README and tools/build_pyz.py.
-PYZ_BUDGET_BYTES = 176 * 1024
+PYZ_BUDGET_BYTES = 192 * 1024
 #: Every task README documents; make.py may have more, never fewer.
 DOCUMENTED_TASKS = (
     "build", "test", "test-quick", "bench", "bench-md", "check-deps", "deps-proof",

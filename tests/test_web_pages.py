@@ -391,11 +391,16 @@ class PlaygroundTest(_PageTest):
         data = self.log_bytes()
         views = list(maintenance.inspect_log(self.dir))
         third = views[3].offset
+        end = len(data.rstrip(b"\0"))  # where the records end: format version 2 has room after them
+        self.assertGreater(len(data), end + 100, "no room after the records")
+        stray = views[2].offset, views[3].offset  # a whole record, copied into the room
         cases = {
-            "torn tail": data[: len(data) - 7],
+            "torn tail": data[: end - 7] + bytes(len(data) - end + 7),
             "short frame": data[: views[-1].offset + 5],
             "bit flip mid-log": data[: third + 12] + bytes([data[third + 12] ^ 0x10]) + data[third + 13 :],
             "bad length": data[:third] + b"\xff\xff\xff\x7f" + data[third + 4 :],
+            "a byte in the room": data[: end + 40] + b"\x05" + data[end + 41 :],
+            "a record in the room": data[: end + 50] + data[stray[0] : stray[1]] + data[end + 50 + stray[1] - stray[0] :],
         }
         for label, damaged in cases.items():
             with self.subTest(case=label):
@@ -463,7 +468,9 @@ class PlaygroundTest(_PageTest):
             assert job is not None
             q.ack(job)
             q.enqueue({"n": 2})
-        data = self.log_bytes()[:-5]  # and a torn tail
+        full = self.log_bytes()
+        end = len(full.rstrip(b"\0"))  # where the records end (format version 2 has room after them)
+        data = full[: end - 5] + bytes(len(full) - end + 5)  # and a torn tail: the last record cut short
         self.write_log(data)
         views = list(maintenance.inspect_log(self.dir))
         encoded = json.dumps(base64.b64encode(data).decode())
@@ -499,7 +506,7 @@ class PlaygroundTest(_PageTest):
         no_label = mock.patch("nobroker.filestore.leases.worker_label", return_value=None)
         no_label.start()
         self.addCleanup(no_label.stop)
-        with Queue(self.dir, clock=clock, auto_compact=None) as q:
+        with Queue(self.dir, clock=clock, auto_compact=None, log_format=1) as q:  # the page writes version 1
             q.enqueue({"to": "ada@example.com", "n": 1.25}, job_id="a", priority=1)
             q.enqueue(["x", 1.5, "\u00e9"], job_id="b", kind="email", dedupe_key="k", delay=2.0)
             q.enqueue("c", job_id="c", max_attempts=1)

@@ -83,8 +83,11 @@ def not_found(exc: QueueNotFoundError) -> CommandError:
     return CommandError(f"{exc}; {_NOT_FOUND_HINTS.get(exc.missing, 'check --dir and --queue')}")
 
 
-def pg_options(args: argparse.Namespace, is_dsn: bool) -> dict[str, Any]:
-    """The PostgreSQL-only options given (--schema, --connect-timeout), refused for a folder."""
+def storage_options(args: argparse.Namespace, is_dsn: bool) -> dict[str, Any]:
+    """The options only one storage has: PostgreSQL's (--schema, --connect-timeout), the folder's (--log-format).
+
+    Each is refused for the other storage.
+    """
     options: dict[str, Any] = {}
     for flag, attribute, key in (("--schema", "schema", "schema"), ("--connect-timeout", "connect_timeout", "reconnect_timeout")):
         value = getattr(args, attribute, None)
@@ -93,6 +96,11 @@ def pg_options(args: argparse.Namespace, is_dsn: bool) -> dict[str, Any]:
         if not is_dsn:
             args._parser.error(f"{flag} applies to the PostgreSQL storage (--dsn); a folder has none")
         options[key] = value
+    log_format = getattr(args, "log_format", None)
+    if log_format is not None:
+        if is_dsn:
+            args._parser.error("--log-format applies to the file storage (--dir); PostgreSQL has no log files")
+        options["log_format"] = log_format
     return options
 
 
@@ -105,7 +113,7 @@ def list_queue_names(where: str, options: dict[str, Any]) -> list[str]:
 
 def check_queue_exists(args: argparse.Namespace, where: str, is_dsn: bool) -> None:
     """The shared refusal of a queue that is not there (nothing is created)."""
-    options = pg_options(args, is_dsn)
+    options = storage_options(args, is_dsn)
     try:
         require_queue(where, args.queue, schema=options.get("schema"), connect_timeout=options.get("reconnect_timeout"))
     except QueueNotFoundError as exc:
@@ -117,7 +125,7 @@ def open_queue(args: argparse.Namespace, *, create: bool = False) -> Iterator[An
     """The queue the global options name. Only CREATING_COMMANDS pass ``create=True``."""
     assert not create or args.command in CREATING_COMMANDS, f"{args.command} must not create a queue"
     where, is_dsn = storage_of(args)
-    options = pg_options(args, is_dsn)
+    options = storage_options(args, is_dsn)
     from .. import Queue  # looked up at each call, so a test can stand a fake in for it
 
     try:

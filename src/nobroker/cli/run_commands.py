@@ -31,7 +31,7 @@ from typing import Any
 
 from ..errors import QueueNotFoundError
 from . import bench as quickbench
-from .location import DEFAULT_QUEUE, ENV_DSN, list_queue_names, not_found, open_queue, pg_options, storage_of
+from .location import DEFAULT_QUEUE, ENV_DSN, list_queue_names, not_found, open_queue, storage_of, storage_options
 from .output import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, Output, Progress, one_line, safe
 from .values import CommandError, InputError, UsageError
 
@@ -159,7 +159,7 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
 
     token = args.token if args.token is not None else os.environ.get(ENV_TOKEN) or None
     where, is_dsn = storage_of(args)
-    options = pg_options(args, is_dsn)
+    options = storage_options(args, is_dsn)
 
     def names() -> list[str]:
         return list_queue_names(where, options)

@@ -13,7 +13,8 @@ The package, in its order (a module imports only modules above it):
     control_records.py  the control records (SNOOZE, PAUSE, RESUME, RUN_NOW, DELETE): bodies, decoders
     limit_records.py  the limit records (LIMIT, UNLIMIT), how they fold, a limited lease's token
     counting.py    the counters per kind: what each record adds, the PURGE that carries them through compaction
-    log.py         one generation file: scan, append, group fsync; the .current pointer
+    pointer.py     the .current pointer: which generation is the truth, replaced atomically
+    log.py         one generation file: scan, append (version 2: room ahead), group fsync
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)

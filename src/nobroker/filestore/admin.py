@@ -5,7 +5,7 @@ read-only check that reports exactly what it found), repair (keeps a damaged
 file aside, rebuilds the queue from its valid records, and names the jobs
 that lost records: ids where they can be read, counts otherwise),
 list_queues.
-Imports: errors, jobs, layout, fs, framing, log, lock, replay, snapshot,
+Imports: errors, jobs, layout, fs, framing, log, pointer, lock, replay, snapshot,
 compaction, schedule_records, limit_records, control_records, counting (a
 repair carries the schedules, limits, pauses and counters over).
 
@@ -36,7 +36,8 @@ from .fs import OS_FILESYSTEM, FileSystem
 from ..jobs import JobState
 from .lock import QueueLock
 from .layout import compactor_path, damaged_path, lock_path, log_path, pointer_path, queue_names
-from .log import LogFile, list_generations, read_pointer
+from .log import LogFile, list_generations
+from .pointer import read_pointer
 from .replay import QueueState
 from .snapshot import remove as remove_snapshots
 
@@ -93,12 +94,14 @@ def inspect_log(
             if fr.status is FrameStatus.OK:
                 yield RecordView(fr.offset, fr.length, fr.rtype, _type_name(fr.rtype), fr.body)
                 continue
+            if fr.status is FrameStatus.END and log.only_zeros_after(fr.offset):
+                return  # format version 2: the records end here, and the room after them holds only zeros
             after = log.valid_record_after(fr.offset)
-            size = log.size()
+            status = "not only zeros after the records" if fr.status is FrameStatus.END else fr.status.value
             if after is None:
-                damage = f"{fr.status.value}: torn tail of {size - fr.offset} bytes (an interrupted write; opening the queue cuts it)"
+                damage = f"{status}: torn tail of {log.torn_bytes(fr.offset)} bytes (an interrupted write; opening the queue cuts it)"
             else:
-                damage = f"{fr.status.value}: damage in the middle, valid records follow at offset {after} (`nobroker repair`)"
+                damage = f"{status}: damage in the middle, valid records follow at offset {after} (`nobroker repair`)"
             yield RecordView(fr.offset, fr.length, fr.rtype, _type_name(fr.rtype), None, damage)
             return
     finally:
@@ -166,7 +169,11 @@ def verify(directory: str, name: str = "default", *, fs: FileSystem = OS_FILESYS
                 continue
             if view.damage is not None:
                 if "torn tail" in view.damage:
-                    report.torn_bytes = fs.lstat(path).st_size - view.offset
+                    log = LogFile.open(fs, path, writable=False)
+                    try:
+                        report.torn_bytes = log.torn_bytes(view.offset)
+                    finally:
+                        log.close()
                     report.notes.append(f"offset {view.offset}: {view.damage}")
                 else:
                     report.problems.append(f"offset {view.offset}: {view.damage}")
@@ -366,7 +373,9 @@ def _repair_locked(directory: str, name: str, fs: FileSystem, report: RepairRepo
             *limit_records.replayed(state.limits, at, state.turns),
             *control_records.replayed(state.paused, at),
         ]  # fmt: skip
-        new, _offsets = write_generation(fs, directory, name, new_gen, live, read_body, sync=True, extra=carried)
+        new, _offsets = write_generation(
+            fs, directory, name, new_gen, live, read_body, sync=True, extra=carried, version=log.version
+        )  # the format it had
         new.close()
     finally:
         log.close()
@@ -416,7 +425,7 @@ def _salvage(log: LogFile, fs: FileSystem, report: RepairReport) -> tuple[QueueS
                 continue
             stopped = fr
             break
-        if stopped is None:
+        if stopped is None or (stopped.status is FrameStatus.END and log.only_zeros_after(stopped.offset)):
             break
         after = log.valid_record_after(stopped.offset, size)
         end = size if after is None else after

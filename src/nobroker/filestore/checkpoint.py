@@ -8,7 +8,7 @@ compactor leaves of the new generation it flipped to
 (``wait_for_checkpoint``); Checkpoints, the part of recovery.QueueFiles
 that does these at opening and before each operation's lock, and writes a
 checkpoint every CHECKPOINT_EVERY records. Imports: errors, layout, fs,
-framing, log, lock, replay, snapshot.
+framing, log, pointer, lock, replay, snapshot.
 
 A checkpoint is a snapshot (snapshot.py): a checked cache of the state that
 replaying a log prefix gives, never the truth. Whatever is wrong with one
@@ -24,7 +24,12 @@ through D has succeeded, no writer's fsync of those bytes can fail later
 (the kernel reports a writeback error to every descriptor open when it
 happened, ours too), so (b) never reaches below D either. (c) is caught by
 ``still_valid``: the pointer unchanged since the file was opened, and the
-file at least D bytes long.
+file at least D bytes long. A version 2 file, whose size says nothing of
+where its records end, is read first, as far as whole records go, and
+fsynced after (AS_WRITTEN): that fsync covers every byte read, so (b) holds
+from there; a record being appended meanwhile looks torn and ends the
+reading (the lock reads on from it); (a) needs no lock either way: a torn
+tail lies after every whole record.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus
 from .fs import FileSystem
 from .layout import compactor_path, log_path, snapshot_path
 from .lock import QueueLock, held_elsewhere
-from .log import LogFile, read_pointer
+from .log import LogFile
+from .pointer import read_pointer
 from .replay import QueueState
 
 logger = logging.getLogger("nobroker")
@@ -59,6 +65,8 @@ CHECKPOINT_WAIT = 60.0
 #: The same wait when the flip was seen under the file lock: a later compactor may be
 #: waiting for that lock before it can begin, so the wait must stay short.
 CHECKPOINT_WAIT_LOCKED = 0.5
+#: prepare()'s end for a version 2 file: as far as its whole records go when it reads them.
+AS_WRITTEN = -1
 #: Sleep between two looks for that checkpoint.
 CHECKPOINT_POLL = 0.002
 
@@ -89,25 +97,30 @@ def prepare(fs: FileSystem, directory: str, name: str, log: LogFile, durable_end
     checkpoint then means None. None also when anything stops the reading
     before it (damage, a short file, a record that makes no sense): the
     caller then replays under the lock, which deals with each of those.
+    AS_WRITTEN (a version 2 file, whose size says nothing of where its
+    records end): as far as whole records go now; the caller fsyncs after.
     """
     loaded = snapshot.load(fs, directory, name, log)
+    as_written = durable_end == AS_WRITTEN
     if durable_end is None:
         if loaded is None:
             return None
         durable_end = loaded[1]
-    if loaded is not None and loaded[1] > durable_end:
+    if loaded is not None and not as_written and loaded[1] > durable_end:
         loaded = None  # a checkpoint past what is known to stay: not now (the caller reads on under the lock)
     state, start, crc = loaded or (QueueState(), 0, 0)
     records = state.records  # what the checkpoint held, before the records after it
     end = max(start, HEADER_SIZE)
     apply = state.apply
     try:
-        for fr in log.scan(end, durable_end):
+        for fr in log.scan(end, None if as_written else durable_end):
+            if as_written and fr.status is not FrameStatus.OK:
+                break  # the end of the records, or one being appended now (read on under the lock)
             if fr.status is not FrameStatus.OK or fr.offset != end:
                 return None
             apply(fr.rtype, fr.body, fr.offset, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
             end = fr.offset + FRAME_SIZE + fr.length
-        if end != durable_end and durable_end > HEADER_SIZE:
+        if not as_written and end != durable_end and durable_end > HEADER_SIZE:
             return None
         crc = snapshot.log_crc(fs, log.fd, start, end, crc) if start < end else crc
     except (NobrokerError, OSError, KeyError, TypeError, ValueError, AttributeError, RecursionError):
@@ -206,7 +219,7 @@ class Checkpoints:
             if not self.fs.exists(path):
                 return  # a new queue, or one in trouble: the locked open deals with it
             log = self._open_log(path, generation or 0)
-            noted = log.size()
+            noted = AS_WRITTEN if log.preallocated else log.size()
         except (OSError, NobrokerError):
             return  # the locked open says what is wrong
         finally:
@@ -221,7 +234,12 @@ class Checkpoints:
                 log.note_end(durable_end)
                 log.sync_through(durable_end)  # see checkpoint.py: what is read must no longer change
             prepared = prepare(self.fs, self.directory, self.name, log, durable_end)
+            if prepared is not None and durable_end == AS_WRITTEN and prepared.end > HEADER_SIZE and self.durable:
+                # Read first, fsync after: the fsync covers every byte the replay read.
+                log.note_end(prepared.end)
+                log.sync_through(prepared.end)
         except (OSError, NobrokerError) as exc:
+            prepared = None
             logger.debug("%s: no replay without the lock (%s)", log.path, exc)
         if prepared is None:
             log.close()

@@ -8,7 +8,7 @@ batch), the group commit (``_commit``, ``_run_pending``), making an answer
 durable and rolling an operation's records back when its fsync failed, the
 read-only beat (``_read``), waking idle workers after a write, and whether a
 write leaves enough superseded bytes to compact. Imports: errors, storage,
-layout, fs, framing, entry, records, log, wake, replay, leases, recovery.
+layout, fs, framing, entry, records, log, pointer, wake, replay, leases, recovery.
 
 Locking, from the outside in: a threading.Lock (``_mutex``) serialises this
 process's threads around the in-memory state, and whichever thread holds it
@@ -21,6 +21,7 @@ A caller is told "done" only after its own bytes are durable.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import zlib
@@ -32,15 +33,17 @@ from ..storage import StorageOptions
 from . import leases
 from .entry import Entry
 from .framing import HEADER_SIZE, RecordType, encode_record, frame
-from .fs import FileSystem, storage_error
+from .fs import FileSystem
 from .layout import finished_wake_path, wake_path
-from .log import LogFile, read_pointer
+from .log import LogFile
+from .pointer import read_pointer, write_pointer
 from .records import Record
 from .recovery import QueueFiles
 from .replay import QueueState
 from .wake import WakeChannel
 
 T = TypeVar("T")
+logger = logging.getLogger("nobroker")
 
 #: Auto-compaction never runs on a log smaller than this: not worth a rewrite.
 AUTO_COMPACT_MIN_BYTES = 8 * 1024 * 1024
@@ -177,23 +180,20 @@ class Committer(QueueFiles):
         log = self._log
         assert log is not None
         if sig != self._pointer_sig or self._stale:
+            # A new pointer naming the same generation is a peer's roll-back (see _roll_back):
+            # records we applied may be gone, and the place they held written over since.
             generation = read_pointer(self.fs, self.directory, self.name) or 0
-            if generation != log.generation or self._stale:
-                self._switch_to(generation, exclusive=exclusive)
-                # Only now: had the switch failed, the next operation must try again
-                # rather than append to a generation that is no longer the truth.
-                self._pointer_sig = sig
-                return
+            self._switch_to(generation, exclusive=exclusive)
+            # Only now: had the switch failed, the next operation must try again
+            # rather than append to a generation that is no longer the truth.
             self._pointer_sig = sig
-        try:
-            size = log.size()
-        except OSError as exc:
-            raise storage_error(exc, "reading", log.path) from None
-        if size < self._offset:
+            return
+        follows = log.what_follows(self._offset)
+        if follows < 0:
             # The file shrank under us: a writer rolled back records after a failed
             # fsync. What we applied from them is gone from disk: rebuild from it.
             self._switch_to(log.generation, exclusive=exclusive)
-        elif size != self._offset:
+        elif follows:
             self._offset, _torn = self._read_forward(log, self._state, self._offset, truncate=exclusive)
 
     def _switch_to(self, generation: int, *, exclusive: bool) -> None:
@@ -409,7 +409,8 @@ class Committer(QueueFiles):
                 try:
                     # Not while a compaction runs: it may already have copied these records,
                     # and cutting bytes it read would shift everything after them.
-                    if log.size() == end and not self._compaction_running():  # nobody appended after us
+                    if log.what_follows(end) == 0 and not self._compaction_running():  # nobody appended after us
+                        self._tell_peers_of_roll_back(log)
                         log.truncate(start)
                         self._stale = True  # memory holds the records we just removed
                         # Make the shorter size durable, or a power cut could bring the
@@ -420,6 +421,23 @@ class Committer(QueueFiles):
                     lock.release()
         except (NobrokerError, OSError):
             pass
+
+    def _tell_peers_of_roll_back(self, log: LogFile) -> None:
+        """Under the exclusive lock, before records are cut: change the pointer's signature for every peer.
+
+        A peer that read the records must not read on from where they ended
+        once others write over the place they held (the middle of someone
+        else's record: false damage, or an acknowledged record cut as a torn
+        tail). A new signature naming the same generation makes it replay
+        the log instead (_catch_up). Best effort: the disk is failing.
+        """
+        try:
+            if self.fs.exists(self._pointer_path):
+                self.fs.touch(self._pointer_path)  # no data written: nothing a power cut could spoil
+            else:  # no compaction yet: a pointer naming this generation, durable before its rename
+                write_pointer(self.fs, self.directory, self.name, log.generation, sync=True, folder=False)
+        except (NobrokerError, OSError) as exc:
+            logger.warning("%s: could not tell other processes of the records taken back (%s)", log.path, exc)
 
     def _should_auto_compact(self) -> bool:
         """Is the share of superseded bytes in the log at least ``auto_compact``? O(1).

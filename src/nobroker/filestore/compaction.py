@@ -4,7 +4,7 @@ Owns: NextGeneration (a new generation file while it is written: the live
 jobs streamed in, records copied from the old generation after them, fsync,
 its final name, folder fsync), ``write_generation`` (all of that in one go,
 for repair) and ``flip`` (replace the pointer, fsync the folder). Imports:
-errors, layout, fs, framing, entry, records, log.
+errors, layout, fs, framing, entry, records, log, pointer.
 
 Before the flip the old generation is the truth and the new file is garbage
 that the next opener deletes (unless a compactor still holds the queue's
@@ -26,10 +26,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CompactionError, NobrokerError
-from .framing import HEADER_SIZE, encode_header, encode_record
+from .framing import DEFAULT_FORMAT_VERSION, HEADER_SIZE, encode_header, encode_record
 from .fs import FileSystem, storage_error, write_fully
 from .layout import MAX_GENERATION, log_path, temp_path
-from .log import READ_CHUNK, LogFile, install_pointer, prepare_pointer, write_pointer
+from .log import READ_CHUNK, LogFile
+from .pointer import install_pointer, prepare_pointer, write_pointer
 from .entry import Entry
 from . import records
 
@@ -45,8 +46,11 @@ class NextGeneration:
     generation is still the truth) after removing the file.
     """
 
-    def __init__(self, fs: FileSystem, directory: str, name: str, generation: int) -> None:
+    def __init__(
+        self, fs: FileSystem, directory: str, name: str, generation: int, version: int = DEFAULT_FORMAT_VERSION
+    ) -> None:
         self.check_generation(generation)
+        self.version = version
         self.fs = fs
         self.directory = directory
         self.generation = generation
@@ -60,7 +64,7 @@ class NextGeneration:
             if fs.exists(self.tmp):
                 fs.unlink(self.tmp)
             self.fd = fs.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            self._write(encode_header(generation))
+            self._write(encode_header(generation, version))
 
     @staticmethod
     def check_generation(generation: int) -> None:
@@ -168,7 +172,7 @@ class NextGeneration:
     def log(self) -> LogFile:
         """The file as an open LogFile, once it is the truth (the descriptor moves to it)."""
         assert self.fd is not None
-        log = LogFile(self.fs, self.final, self.fd, self.generation, self.pos)
+        log = LogFile(self.fs, self.final, self.fd, self.generation, self.pos, self.version)
         log.durable_end = self.synced if self.synced > HEADER_SIZE else HEADER_SIZE
         self.fd = None
         return log
@@ -199,6 +203,7 @@ def write_generation(
     sync: bool,
     progress: Callable[[int], None] | None = None,
     extra: Iterable[records.Record] = (),
+    version: int = DEFAULT_FORMAT_VERSION,
 ) -> tuple[LogFile, dict[str, int]]:
     """Stream every entry into generation ``generation``, fsync, final name, folder fsync.
 
@@ -207,7 +212,7 @@ def write_generation(
     holds the queue's lock throughout (repair); the file storage's compaction
     uses NextGeneration step by step, mostly without that lock.
     """
-    new = NextGeneration(fs, directory, name, generation)
+    new = NextGeneration(fs, directory, name, generation, version)
     new.write_records(extra)
     offsets = new.write_jobs(entries, read_body, progress)
     if sync:

@@ -154,7 +154,7 @@ class Compactor(Committer):
             old.sync_through(base)  # every record we copy is durable where it is now
         state = self._state
         records_at_base, jobs_at_base = state.records, len(state)
-        new = NextGeneration(self.fs, self.directory, self.name, old.generation + 1)
+        new = NextGeneration(self.fs, self.directory, self.name, old.generation + 1, self.log_format)
         offsets, tail, copied, carried = self._rewrite(new, old, lock, progress)
         before = self._offset
         self._adopt(new, old, offsets, base, tail, copied, records_at_base - carried)
@@ -184,7 +184,7 @@ class Compactor(Committer):
                 old = self._log
                 assert old is not None
                 sig = self._pointer_signature()
-                if self._stale or sig != self._pointer_sig or old.size() < self._offset:
+                if self._stale or sig != self._pointer_sig or old.what_follows(self._offset) < 0:
                     self._catch_up(exclusive=True, sig=sig)  # a switch or a reload: the usual way, in one go
                     continue
                 if self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None, locked=True):
@@ -339,14 +339,14 @@ class Compactor(Committer):
         try:
             if self._pointer_signature() != self._pointer_sig:
                 raise Superseded()
-            if old.size() < self._offset:
+            if old.what_follows(self._offset) < 0:
                 self._stale = True  # records we applied are gone: rebuild before any use
                 raise CompactionError(
                     f"compaction stopped: {old.path} shrank under it (a writer rolled back); nothing was changed"
                 )
             deadline = None if budget is None else time.perf_counter() + budget
             self._offset, _torn = self._read_forward(old, self._state, self._offset, truncate=True, deadline=deadline)
-            return deadline is None or old.size() == self._offset
+            return deadline is None or old.what_follows(self._offset) == 0
         finally:
             if not locked:
                 lock.release()

@@ -1,14 +1,24 @@
-"""Bytes of the on-disk format, version 1: the file header and record frames.
+"""Bytes of the on-disk format, versions 1 and 2: the file header and record frames.
 
-Owns: encoding and decoding of headers and records, the record type numbers.
-Imports: errors, jobs, codec. Pure: no I/O, no clock.
+Owns: encoding and decoding of headers and records, the record type numbers,
+the format versions and what each means. Imports: errors, jobs, codec. Pure:
+no I/O, no clock.
 
-    file header : <8s magic "NOBROKER"><H version=1><I generation><H reserved=0>   16 bytes
-    record      : <I body length><B type><I crc32(type byte + body)><body>       9 + n bytes
+    file header : <8s magic "NOBROKER"><H version><I generation><H reserved=0>   16 bytes
+    record      : <I body length><B type><I crc32(type byte + body)><body>     9 + n bytes
     body        : compact JSON object (ASCII)
 
 The length prefix finds the end of a record; the CRC catches a record of the
 right length with wrong bytes inside, which would otherwise be applied silently.
+
+Version 2 has the same records. What differs is the end: a version 2 file
+may hold zero bytes after its last record, room set aside for the records
+to come (the writer extends the file ahead of its appends, so the fsync of
+an append never has to make a new file size durable, which costs the disk a
+journal commit). Its records end at the first frame whose nine bytes are
+all zero (no record has a zero length: a body is a JSON object), or at the
+end of the file. Version 1 files end where their last record ends, as
+nobroker 0.1.2 wrote and reads them.
 """
 
 from __future__ import annotations
@@ -26,7 +36,14 @@ from ..jobs import MAX_RECORD_BYTES
 from ..codec import compact_json, on_fresh_stack
 
 MAGIC = b"NOBROKER"
+#: The format nobroker 0.1.2 writes and reads: a file ends where its last record ends.
 FORMAT_VERSION = 1
+#: Version 1's records, with room for appends set aside after them (zero bytes).
+PREALLOCATED_VERSION = 2
+#: Every version this nobroker reads, and may write.
+FORMAT_VERSIONS = frozenset({FORMAT_VERSION, PREALLOCATED_VERSION})
+#: What a new queue's log, and every compaction, writes unless told otherwise.
+DEFAULT_FORMAT_VERSION = PREALLOCATED_VERSION
 HEADER = struct.Struct("<8sHIH")
 HEADER_SIZE = HEADER.size  # 16
 FRAME = struct.Struct("<IBI")
@@ -111,10 +128,10 @@ def decode_header(data: bytes) -> Header:
     magic, version, generation, _reserved = HEADER.unpack_from(data, 0)
     if magic != MAGIC:
         raise HeaderError(f"magic bytes are {magic!r}, not {MAGIC!r}: this is not a nobroker log")
-    if version != FORMAT_VERSION:
+    if version not in FORMAT_VERSIONS:
         raise HeaderError(
-            f"format version {version} is not supported (this nobroker reads version {FORMAT_VERSION}); "
-            "it was written by a newer nobroker: upgrade to open it"
+            f"format version {version} is not supported (this nobroker reads versions "
+            f"{', '.join(map(str, sorted(FORMAT_VERSIONS)))}); it was written by a newer nobroker: upgrade to open it"
         )
     if _reserved != 0:
         raise HeaderError(f"reserved header bytes are {_reserved:#06x}, not zero: the header is damaged")
@@ -150,8 +167,13 @@ def frame(rtype: int, data: bytes) -> bytes:
     return _pack_frame(len(data), rtype, zlib.crc32(data, TYPE_CRC[rtype])) + data
 
 
+#: A frame of nine zero bytes: where the records of a version 2 file end (the room set aside).
+END_OF_RECORDS = bytes(FRAME.size)
+
+
 class FrameStatus(enum.Enum):
     OK = "ok"
+    END = "end"  # version 2: nine zero bytes, the end of the records (zeros may follow, nothing else)
     INCOMPLETE = "incomplete"  # fewer bytes than the frame says: a torn tail, or a write in progress
     BAD_LENGTH = "bad length"  # length over the limit
     BAD_CRC = "bad crc"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 import stat
 import sys
 
@@ -117,6 +118,10 @@ class FileSystem:
     def truncate(self, fd: int, size: int) -> None:
         raise NotImplementedError
 
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        """Make the file hold the bytes [offset, offset + length): zeros where it did not (never shorter)."""
+        raise NotImplementedError
+
     def size(self, fd: int) -> int:
         raise NotImplementedError
 
@@ -139,6 +144,10 @@ class FileSystem:
         raise NotImplementedError
 
     def chmod(self, path: str, mode: int) -> None:
+        raise NotImplementedError
+
+    def touch(self, path: str) -> None:
+        """Change the modification time ``lstat`` shows (to a value it never had), and nothing else; not durable."""
         raise NotImplementedError
 
     def lock(self, fd: int, *, exclusive: bool, blocking: bool) -> bool:
@@ -217,6 +226,17 @@ class RealFileSystem(FileSystem):
     def truncate(self, fd: int, size: int) -> None:
         os.ftruncate(fd, size)
 
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        fallocate = getattr(os, "posix_fallocate", None)
+        if fallocate is not None:
+            try:
+                return fallocate(fd, offset, length)  # blocks reserved: no ENOSPC in the middle of an append
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+        if os.fstat(fd).st_size < offset + length:  # a filesystem without it: a sparse extension
+            os.ftruncate(fd, offset + length)
+
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 
@@ -246,6 +266,11 @@ class RealFileSystem(FileSystem):
 
     def chmod(self, path: str, mode: int) -> None:
         os.chmod(path, mode)
+
+    def touch(self, path: str) -> None:
+        st = os.lstat(path)
+        # One nanosecond past the last value: the clock's own granularity may repeat it.
+        os.utime(path, ns=(st.st_atime_ns, max(st.st_mtime_ns + 1, time.time_ns())), follow_symlinks=False)
 
     def lock(self, fd: int, *, exclusive: bool, blocking: bool) -> bool:
         if fcntl is not None:

@@ -157,15 +157,14 @@ def lease(job_id: str, at: float, deadline: float, attempts: int, token: str, by
     return RecordType.LEASE, body
 
 
-def lease_text(job_id: str, at: float, deadline: float, attempts: int, token: str, by: str) -> bytes:
-    """The LEASE body ``lease`` describes (with ``by``), as the bytes encode_body gives it, without a dict to encode.
+def lease_text(job_id: str, at: float, deadline: float, attempts: int, token: str, by: str | None = None) -> bytes:
+    """The LEASE body ``lease`` describes, as the bytes encode_body gives it, without a dict to encode.
 
     ``token`` (hex digits) and ``by`` (worker_label: host:pid in ASCII letters,
     digits and ``._-:``) need no escaping.
     """
-    return (
-        '{"id":%s,"at":%r,"deadline":%r,"attempts":%d,"token":"%s","by":"%s"}' % (_quoted(job_id), at, deadline, attempts, token, by)
-    ).encode("ascii")
+    text = '{"id":%s,"at":%r,"deadline":%r,"attempts":%d,"token":"%s"' % (_quoted(job_id), at, deadline, attempts, token)
+    return (text + "}" if by is None else text + ',"by":"' + by + '"}').encode("ascii")
 
 
 def ack(job_id: str, at: float, *, with_result: bool = False, result: Any = None) -> Record:

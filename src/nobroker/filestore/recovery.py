@@ -8,7 +8,7 @@ with a snapshot, cut a torn tail, remove leftovers), reading forward,
 re-opening after a fork, saving a snapshot at close, reading a job's
 payload back; the unlocked replay and the checkpoints come from
 checkpoint.Checkpoints. Imports: errors, jobs, storage, layout, fs, folder,
-framing, entry, log, lock, replay, snapshot, checkpoint.
+framing, entry, log, pointer, lock, replay, snapshot, checkpoint.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
 after the damage, is an interrupted write and is cut; damage followed by
@@ -31,12 +31,13 @@ from ..storage import StorageOptions, queue_closed
 from . import checkpoint, snapshot
 from .checkpoint import Checkpoints, Prepared
 from .entry import Entry
-from .framing import FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
+from .framing import DEFAULT_FORMAT_VERSION, FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
 from .fs import FileSystem, storage_error
 from .layout import check_name, compactor_path, leftover, lock_path, log_path, pointer_path
 from .folder import pid_alive, prepare_directory
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
-from .log import LogFile, list_generations, read_pointer
+from .log import LogFile, list_generations
+from .pointer import read_pointer
 from .replay import QueueState
 
 logger = logging.getLogger("nobroker")
@@ -50,6 +51,9 @@ if hasattr(os, "register_at_fork"):
 class QueueFiles(Checkpoints):
     """One queue's files as this object holds them, and the state replayed from them."""
 
+    #: The format version of the generations this object creates (a new queue's first, and
+    #: every compaction's): 2 by default, 1 to stay readable by nobroker 0.1.2 (framing.py).
+    log_format = DEFAULT_FORMAT_VERSION
     #: Write periodic checkpoints in a thread of their own (False: in the writing thread,
     #: after its operation returned; the power-cut sweeps want one order of disk calls).
     checkpoint_in_thread = True
@@ -168,7 +172,7 @@ class QueueFiles(Checkpoints):
                         errno=self.read_only,
                         path=path,
                     )
-                return LogFile.create(self.fs, self.directory, self.name, 0, sync=self.durable)
+                return LogFile.create(self.fs, self.directory, self.name, 0, sync=self.durable, version=self.log_format)
             return self._open_log(path, 0)
         path = log_path(self.directory, self.name, generation)
         try:
@@ -225,7 +229,7 @@ class QueueFiles(Checkpoints):
         self._snap_crc = (log.generation, start, crc) if self.durable and known else None  # see _read_forward
         stale = self._stale
         try:
-            end, torn = self._read_forward(log, state, max(start, HEADER_SIZE), truncate=truncate)
+            end, torn = self._read_forward(log, state, max(start, HEADER_SIZE), truncate=truncate, whole=True)
         except CorruptLogError as exc:
             if loaded is None:
                 raise
@@ -236,13 +240,14 @@ class QueueFiles(Checkpoints):
         return state, end, torn
 
     def _read_forward(
-        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None
-    ) -> tuple[int, int]:
+        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
+        whole: bool = False,
+    ) -> tuple[int, int]:  # fmt: skip
         """_apply_forward, and the crc of the bytes it applied, for a snapshot at close.
 
         Read again while we still hold the lock: the very bytes just applied.
         """
-        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline)
+        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline, whole=whole)
         mark = self._snap_crc
         if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
             try:
@@ -254,8 +259,9 @@ class QueueFiles(Checkpoints):
         return end, torn
 
     def _apply_forward(
-        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None
-    ) -> tuple[int, int]:
+        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
+        whole: bool = False,
+    ) -> tuple[int, int]:  # fmt: skip
         """Apply every whole record after ``start``; deal with what stops the reading.
 
         A torn tail (nothing valid after it) is cut off when ``truncate`` (we
@@ -263,12 +269,17 @@ class QueueFiles(Checkpoints):
         Damage followed by valid records is never cut: CorruptLogError.
         With a ``deadline`` (time.perf_counter), stop at the first record seen
         after it (having read at least one): the caller reads on later.
+        ``whole``: the whole generation is being replayed (opening, or
+        reloading), so the room after a version 2 file's records is checked
+        too: nothing but zeros may follow them (else a torn tail, or damage).
         """
         end = start
         apply = state.apply
         for fr in log.scan(start):
             if deadline is not None and fr.status is FrameStatus.OK and end > start and time.perf_counter() >= deadline:
                 break
+            if fr.status is FrameStatus.END and not (whole and not log.only_zeros_after(fr.offset)):
+                break  # version 2: where the records end (the room after them checked when opening)
             if fr.status is not FrameStatus.OK:
                 return end, self._stopped_at(log, fr, truncate)
             assert fr.offset == end, "records follow each other without gaps"
@@ -293,6 +304,8 @@ class QueueFiles(Checkpoints):
         after = log.valid_record_after(fr.offset, size)
         if after is not None or fr.status is FrameStatus.BAD_TYPE:
             what = fr.status.value
+            if fr.status is FrameStatus.END:
+                what = "zero bytes where a record should be, and not only zeros after them"
             if fr.status is FrameStatus.BAD_TYPE:
                 what = f"record type {fr.rtype}, which this nobroker does not know (a newer version wrote it?)"
             raise CorruptLogError(
@@ -305,7 +318,7 @@ class QueueFiles(Checkpoints):
             )
         if not truncate:
             return 0
-        torn = size - fr.offset
+        torn = log.torn_bytes(fr.offset)
         self._cut_damage = damage_of(fr, torn)
         log.truncate(fr.offset)
         log.note_end(fr.offset)

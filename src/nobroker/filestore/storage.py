@@ -5,7 +5,7 @@ constructor, one short method per operation of the Storage protocol (the
 decision from leases.py or the query from reads.py, run through the four
 beats of commit.py), the folder fsync, waiting for work, closing, and giving
 every storage fresh locks in a forked child. Imports: errors, jobs, storage,
-fs, wake, counting, leases, reads, roster, compactor, schedules,
+framing, fs, wake, counting, leases, reads, roster, compactor, schedules,
 schedule_ops, limits, limit_ops, control_records, control_ops, announcements.
 """
 
@@ -26,6 +26,7 @@ from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions, wait_until_finished
 from . import control_ops, control_records, counting, leases, limit_ops, reads, roster, schedule_ops
 from .compactor import Compactor
+from .framing import DEFAULT_FORMAT_VERSION, FORMAT_VERSIONS
 from .fs import OS_FILESYSTEM, FileSystem, storage_error
 from .wake import wait_for_change
 
@@ -55,8 +56,15 @@ class FileStorage(Compactor):
         *,
         auto_compact: float | None = 0.5,
         filesystem: FileSystem | None = None,
+        log_format: int = DEFAULT_FORMAT_VERSION,
     ) -> None:
+        if log_format not in FORMAT_VERSIONS or type(log_format) is not int:
+            raise ValueError(
+                f"log_format is the version of the log's format to write: 1 (readable by nobroker 0.1.2) "
+                f"or 2 (the default), got {log_format!r}"
+            )
         super().__init__(directory, options, filesystem or OS_FILESYSTEM, auto_compact)
+        self.log_format = log_format
         self.visibility_timeout = options.visibility_timeout
         self.max_attempts = options.max_attempts
         self._lease_mark: int | None = None  # where the last lease's batch ended: wait_for_jobs watches past it
@@ -271,10 +279,10 @@ class FileStorage(Compactor):
         def changed() -> bool:
             try:
                 return (
-                    self._closed or log.closed or self._offset != seen or self.fs.size(log.fd) != seen
+                    self._closed or log.closed or self._offset != seen or log.what_follows(seen) != 0
                     or self._pointer_signature() != sig
                 )  # fmt: skip
-            except OSError:
+            except (OSError, StorageError):
                 return True
 
         return wait_for_change(self._wake if kinds is None else self._wake_kinds, changed, deadline, interrupt, due=bool(due))
@@ -301,10 +309,10 @@ class FileStorage(Compactor):
             def changed() -> bool:
                 try:
                     return (
-                        self._closed or log is None or log.closed or self.fs.size(log.fd) != seen
+                        self._closed or log is None or log.closed or log.what_follows(seen) != 0
                         or self._pointer_signature() != sig
                     )  # fmt: skip
-                except OSError:
+                except (OSError, StorageError):
                     return True
 
             wait_for_change(self._wake_finished, changed, time.monotonic() + seconds, None, due=False)
