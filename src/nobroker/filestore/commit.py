@@ -131,6 +131,7 @@ class Committer(QueueFiles):
         self._lazy_from: int | None = None
         self._lazy_log: LogFile | None = None
         self._own_end = -1
+        self._peers_append = False  # did the last catch-up under the lock find records of others?
         # What a switch to a new generation left behind: the old generation's file and the
         # state replayed from it, let go of after the file lock (see _let_go).
         self._retired: list[LogFile | QueueState] = []
@@ -163,6 +164,7 @@ class Committer(QueueFiles):
         """
         lock = self._lock
         assert lock is not None
+        self._read_ahead()
         lock.acquire(exclusive=exclusive)
         sig = self._pointer_signature()
         if not self._follows_flip(sig):
@@ -171,6 +173,31 @@ class Committer(QueueFiles):
         self._prepare_follow(sig)
         lock.acquire(exclusive=exclusive)
         return self._pointer_signature()
+
+    def _read_ahead(self) -> None:
+        """Before the lock: apply what peers appended since our last look, as far as whole records go.
+
+        Peers append under the lock, so without it a record may be half
+        written: reading stops there (it looks torn, and nothing is cut), and
+        the catch-up under the lock reads on from it. What is read here is the
+        same whatever the lock: records once whole are never rewritten, but
+        for the two changes a peer signals through the pointer (a roll-back
+        or a compaction's flip), which the catch-up under the lock then
+        follows by replaying. So the lock is held only for what came in the
+        last moments: with several processes appending, each no longer reads
+        every other's records while all of them wait. Anything unusual is
+        left to the locked catch-up, which reports it (memory is marked
+        stale if records were applied without the offset moving past them).
+        """
+        log = self._log
+        if not self._peers_append or self._stale or log is None or self._closed:
+            return  # a process alone saves the look: its catch-up under the lock finds nothing either
+        try:
+            self._peers_append = log.what_follows(self._offset) > 0  # quiet now: no look before the next lock
+            if self._peers_append:
+                self._offset, _torn = self._read_forward(log, self._state, self._offset, truncate=False)
+        except (NobrokerError, OSError):
+            self._stale = True
 
     def _catch_up(self, *, exclusive: bool, sig: tuple[int, int, int] | None) -> None:
         """Beat two: switch generation if a peer compacted, then read what peers appended.
@@ -189,6 +216,8 @@ class Committer(QueueFiles):
             self._pointer_sig = sig
             return
         follows = log.what_follows(self._offset)
+        if follows:
+            self._peers_append = True  # then look before the lock next time (_read_ahead)
         if follows < 0:
             # The file shrank under us: a writer rolled back records after a failed
             # fsync. What we applied from them is gone from disk: rebuild from it.
