@@ -51,7 +51,8 @@ class Running:
     """One leased job between lease and ack/nack: what the heartbeat renews."""
 
     __slots__ = (
-        "job", "timeout", "interval", "leased_at", "renew_at", "lost", "cancelled", "limit", "claimed", "_task", "_task_lock",
+        "job", "timeout", "interval", "leased_at", "renew_at", "lost", "cancelled", "limit", "claimed", "released",
+        "_task", "_task_lock",
     )  # fmt: skip
 
     def __init__(self, job: Job, timeout: float, leased_at: float) -> None:
@@ -69,6 +70,8 @@ class Running:
         self.limit: float | None = None
         #: Taken by whoever settles a job with a limit first: its handler, or the watchdog at the limit.
         self.claimed = False
+        #: Its handler is done and its slot free (the Worker's, under the Worker's lock); its outcome may be still unwritten.
+        self.released = False
         self._task: Any = None  # the concurrent future of an async handler's task, once it runs
         self._task_lock = threading.Lock()
 

@@ -7,12 +7,14 @@ to: one thread that acks everything finished since its last write in one
 ``ack_many`` (one write, one fsync), so handler threads go on to their next
 job at once and no storage call runs on the loop. A handler thread nacks a
 failed job itself (nacks from many threads still share an fsync in the file
-storage's group commit), and acks itself too where there is nobody to share
-a write with (one job at a time) or no ``ack_many`` to share it in (acks
-from many threads then run at once, as before). Runners take leased jobs with
-``run(entries)`` and call ``finished(entry)`` once per job, after it was
-settled (after an abort nothing more is settled or counted); the Worker
-counts its free slots from that. A handler past its time limit (timeouts.py):
+storage's group commit), and acks itself where there is no ``ack_many`` to
+share it in. Runners take leased jobs with ``run(entries)``, call
+``released(entry)`` when a job's handler is done and its ack handed over
+(its slot is free: the next lease shares a write with that ack, and the next
+job runs while the ack becomes durable, even with one slot), and
+``finished(entry)`` once per job after it was settled (after an abort
+nothing more is settled or counted); the Worker counts its free slots from
+the first and waits for the second before it stops. A handler past its time limit (timeouts.py):
 an async one's task is cancelled; a handler thread is abandoned and a new one
 takes its place.
 Imports: outcome, asyncloop, heartbeat, settle, timeouts.
@@ -31,7 +33,7 @@ from .outcome import Handler, Outcome, call_async_handler, call_handler
 from .settle import Settler
 from .timeouts import TimeLimits
 
-#: Called once per job, after it was settled (or given up on).
+#: Called once per job, after it was settled (or given up on); and (as Released) once its handler is done.
 Finished = Callable[[Running], None]
 #: What stops the worker: an exception, and what was being done.
 Fail = Callable[[BaseException, str], None]
@@ -121,18 +123,20 @@ class HandlerThreads:
 
     def __init__(
         self, handler: Handler, settler: Settler, loop: EventLoopThread, concurrency: int, batch_acks: bool,
-        name: str, finished: Finished, fail: Fail, limits: TimeLimits,
+        name: str, released: Finished, finished: Finished, fail: Fail, limits: TimeLimits,
     ) -> None:  # fmt: skip
         self._handler = handler
         self._settler = settler
         self._loop = loop
         self._concurrency = concurrency
         self._name = name
+        self._released = released
         self._finished = finished
         self._fail = fail
         self._limits = limits
-        shared = concurrency > 1 and batch_acks
-        self._settling = SettlingThread(settler, name, finished, fail) if shared else None
+        # Even one thread hands its acks over: its slot is free at once, so the next lease
+        # shares a write with this ack, and the next job runs while the ack becomes durable.
+        self._settling = SettlingThread(settler, name, finished, fail) if batch_acks else None
         self._work: queue_module.SimpleQueue[Running | None] = queue_module.SimpleQueue()
         self._threads: list[threading.Thread] = []  # the live ones: an abandoned thread leaves this list
         self._threads_lock = threading.Lock()
@@ -212,6 +216,7 @@ class HandlerThreads:
                     if self._settling is not None and outcome.error is None:
                         self._settling.put((entry, outcome, None))  # its ack shares the next write
                         handed_over = True
+                        self._released(entry)
                     else:
                         self._settler.settle(entry, outcome)
                     if escaping is not None:
@@ -231,11 +236,12 @@ class LoopTasks:
     """
 
     def __init__(self, handler: Handler, settler: Settler, loop: EventLoopThread, name: str,
-                 finished: Finished, fail: Fail, limits: TimeLimits) -> None:  # fmt: skip
+                 released: Finished, finished: Finished, fail: Fail, limits: TimeLimits) -> None:  # fmt: skip
         self._handler = handler
         self._settler = settler
         self._loop = loop
         self._limits = limits
+        self._released = released
         self._settling = SettlingThread(settler, name, finished, fail)
 
     def start(self) -> None:
@@ -267,18 +273,20 @@ class LoopTasks:
             done = (entry, outcome, exc)
             timed_out = False
         self._settling.put(done)
+        self._released(entry)
         if timed_out:
             self._limits.counted(entry, abandoned=False)
 
 
 def runner_for(
     handler: Handler, is_async: bool, settler: Settler, loop: EventLoopThread, concurrency: int, batch_acks: bool,
-    name: str, finished: Finished, fail: Fail, limits: TimeLimits,
+    name: str, released: Finished, finished: Finished, fail: Fail, limits: TimeLimits,
 ) -> Runner:  # fmt: skip
     """The runner a handler needs: tasks on the loop for an async one, else threads.
 
     ``batch_acks``: the queue has ``ack_many``, so acks are worth sharing a write.
+    ``released``: a job's handler is done and its ack handed to the settling thread (its slot is free).
     """
     if is_async:
-        return LoopTasks(handler, settler, loop, name, finished, fail, limits)
-    return HandlerThreads(handler, settler, loop, concurrency, batch_acks, name, finished, fail, limits)
+        return LoopTasks(handler, settler, loop, name, released, finished, fail, limits)
+    return HandlerThreads(handler, settler, loop, concurrency, batch_acks, name, released, finished, fail, limits)

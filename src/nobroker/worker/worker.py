@@ -169,7 +169,8 @@ class Worker(MadeWith):
         # (heartbeat, acks, event loop, pipe) guards its own with another.
         self._lock = threading.Lock()
         self._slot_freed = threading.Condition(self._lock)
-        self._inflight = 0
+        self._inflight = 0  # jobs whose handler has not returned: the slots in use
+        self._unsettled = 0  # jobs leased and not yet settled (acked, nacked): what a drain waits for
         self._idle_since = time.monotonic()
         self._fatal: BaseException | None = None
         self._started = False
@@ -188,7 +189,7 @@ class Worker(MadeWith):
         limits = TimeLimits(self._timeout, self._settler, self.name, self._abandoned_a_thread)
         self._runner = runner_for(
             handler, is_async_handler(handler), self._settler, self._loop, concurrency, self._access.acks_many,
-            self.name, self._job_finished, self._fail, limits,
+            self.name, self._job_released, self._job_finished, self._fail, limits,
         )  # fmt: skip
         self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
         running = lambda: self._inflight  # noqa: E731 - for the announcement only: a glance, no lock needed
@@ -405,6 +406,7 @@ class Worker(MadeWith):
         entries = [Running(job, self._access.lease_length_of(job, leased_at_wall), leased_at) for job in jobs]
         with self._lock:
             self._inflight += len(entries)
+            self._unsettled += len(entries)
             self._idle_since = time.monotonic()
         self._settler.add_leased(len(entries))
         self._heartbeat.add(entries)  # before any handler can settle one of them
@@ -414,7 +416,7 @@ class Worker(MadeWith):
         """Stop leasing, wait for running jobs to finish, then stop every thread."""
         self.stop()
         with self._lock:
-            while self._inflight > 0:
+            while self._unsettled > 0:
                 self._slot_freed.wait(WAIT_SLICE)
         self._runner.stop()
         self._heartbeat.stop()
@@ -439,14 +441,32 @@ class Worker(MadeWith):
         if self._use_heartbeat:
             self._heartbeat.start()
 
+    def _job_released(self, entry: Running) -> None:
+        """A job's handler is done and its outcome handed on: its slot is free, while its ack may still be written.
+
+        So the next lease and this ack can share one write (and one fsync),
+        and the next handler runs while the ack becomes durable.
+        """
+        with self._lock:
+            self._release(entry)
+
+    def _release(self, entry: Running) -> None:
+        if entry.released:
+            return
+        entry.released = True
+        self._inflight -= 1
+        assert self._inflight >= 0, "every job frees its slot once"
+        if self._inflight == 0:
+            self._idle_since = time.monotonic()
+        self._slot_freed.notify_all()
+
     def _job_finished(self, entry: Running) -> None:
-        """A job was settled (on a handler thread, or the async handlers' settling thread): its slot is free."""
+        """A job was settled (on a handler thread, or the settling thread): no more to do for it; its slot is free too."""
         self._heartbeat.discard(entry)
         with self._lock:
-            self._inflight -= 1
-            assert self._inflight >= 0, "every job finishes once"
-            if self._inflight == 0:
-                self._idle_since = time.monotonic()
+            self._release(entry)
+            self._unsettled -= 1
+            assert self._unsettled >= 0, "every job is settled once"
             self._slot_freed.notify_all()
 
     def _abandoned_a_thread(self) -> None:
