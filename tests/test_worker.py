@@ -424,6 +424,39 @@ class ConcurrencyAndStoppingTests(QueueTestCase):
         self.assertEqual((stats.succeeded, stats.failed), (4, 0))
         self.assertEqual(len(threads), 4)
 
+    def test_with_one_slot_the_next_job_runs_while_the_last_ack_is_written(self) -> None:
+        queue = self.open_queue()
+        queue.enqueue_many(["first", "second"])
+        real_many, real_one = queue.ack_many, queue.ack
+        first_ack_written = threading.Event()
+        ran: list[tuple[str, bool]] = []
+
+        def held_back(payloads: list[Any]) -> None:
+            if payloads == ["first"]:  # the first ack is slow to be written: the second job runs meanwhile
+                self.assertTrue(wait_until(lambda: len(ran) == 2, PATIENCE), "the second job waited for the first's ack")
+
+        def slow_ack_many(jobs: Any, **kwargs: Any) -> None:
+            jobs = list(jobs)
+            held_back([job.payload for job in jobs])
+            real_many(jobs, **kwargs)
+            first_ack_written.set()
+
+        def slow_ack(job: Any, **kwargs: Any) -> None:
+            held_back([job.payload])
+            real_one(job, **kwargs)
+            first_ack_written.set()
+
+        queue.ack_many = slow_ack_many  # type: ignore[method-assign]
+        queue.ack = slow_ack  # type: ignore[method-assign]
+
+        def handler(job: Any) -> None:
+            ran.append((job.payload, first_ack_written.is_set()))
+
+        stats = Worker(queue, handler, concurrency=1, max_jobs=2, handle_signals=False).run()
+        self.assertEqual(ran, [("first", False), ("second", False)])
+        self.assertEqual(stats.succeeded, 2)
+        self.assertEqual(queue.stats().done, 2, "run() returned before every ack was written")
+
     def test_jobs_that_finish_together_are_acked_in_one_call(self) -> None:
         queue = self.open_queue()
         queue.enqueue("gate")
