@@ -423,8 +423,8 @@ class LogFile:
 
     def sync_through(self, end: int) -> None:
         """Return once the file is durable through ``end``, sharing fsyncs with other threads."""
-        cond = self._sync
-        with cond:
+        cond, lock = self._sync, self._sync_lock
+        with lock:  # the Condition's own lock (holding it is holding the Condition), without its Python wrappers
             assert self.durable_end <= self.written_end, "durable past what was written"
             while self.durable_end < end:
                 if self._failed is not None:
@@ -438,7 +438,7 @@ class LogFile:
                     continue
                 self._syncing = True
                 target = self.written_end
-                cond.release()
+                lock.release()
                 try:
                     self.fs.fsync(self.fd)
                 except OSError as exc:
@@ -446,7 +446,7 @@ class LogFile:
                     # the dirty pages and a second fsync would report success.
                     self._failed = storage_error(exc, "fsync of", self.path)
                 finally:
-                    cond.acquire()
+                    lock.acquire()
                     self._syncing = False
                     if self._waiters:  # a lone writer (the common case) skips the Python-level notify
                         cond.notify_all()
