@@ -48,6 +48,8 @@ _BASE_FLAGS = getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0) | getatt
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 #: What open() reports for a special file it cannot open without blocking or at all:
 #: a pipe nobody reads (for writing), a socket, a device without its driver, a folder.
+#: Can os.access look at a symlink itself (not where it points)? Where not, lstat_or_none lstats.
+_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
 _SPECIAL_FILE_ERRORS = frozenset({errno.ENXIO, errno.EISDIR, getattr(errno, "EOPNOTSUPP", -1)})
 _FILE_KINDS = (
     (stat.S_ISFIFO, "a named pipe"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
@@ -158,6 +160,13 @@ class FileSystem:
         raise NotImplementedError
 
     # Helpers built on the primitives, shared by every implementation.
+    def lstat_or_none(self, path: str) -> os.stat_result | None:
+        """``lstat(path)``, or None where nothing is at ``path``."""
+        try:
+            return self.lstat(path)
+        except FileNotFoundError:
+            return None
+
     def exists(self, path: str) -> bool:
         try:
             self.lstat(path)
@@ -263,6 +272,13 @@ class RealFileSystem(FileSystem):
 
     def lstat(self, path: str) -> os.stat_result:
         return os.lstat(path)
+
+    def lstat_or_none(self, path: str) -> os.stat_result | None:
+        # Asked under the lock at every operation, of a pointer most queues do not have
+        # yet: a FileNotFoundError raised and caught costs more than the two system calls.
+        if _ACCESS_NOFOLLOW and not os.access(path, os.F_OK, follow_symlinks=False):
+            return None
+        return super().lstat_or_none(path)
 
     def chmod(self, path: str, mode: int) -> None:
         os.chmod(path, mode)

@@ -252,6 +252,8 @@ class LogFile:
                 size = self.fs.size(self.fd)
                 return (size > offset) - (size < offset)
             head = self.fs.pread(self.fd, FRAME_SIZE, offset)
+            if head == END_OF_RECORDS:
+                return 0  # the usual answer: nothing new
             if not head:
                 return -1 if self.fs.size(self.fd) < offset else 0
         except OSError as exc:

@@ -359,11 +359,8 @@ class QueueFiles(Checkpoints):
 
     def _pointer_signature(self) -> tuple[int, int, int] | None:
         """What tells a peer's flip of the pointer: its inode, mtime and size (None: no pointer yet)."""
-        try:
-            st = self.fs.lstat(self._pointer_path)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        st = self.fs.lstat_or_none(self._pointer_path)
+        return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def _compaction_running(self) -> bool:
         """Does anyone (a peer, or another object here) hold the compactor lock right now?"""
