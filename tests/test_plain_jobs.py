@@ -4,7 +4,10 @@ Owns: the proof that enqueueing plain jobs through the fast path writes the
 very bytes the general path writes, leaves the same state in memory and
 hands back the same Jobs; that an id it draws which a job already holds
 sends the batch down the general path with nothing changed; and that the
-payload checks it shares with the facade still refuse what they refused.
+payload checks it shares with the facade still refuse what they refused;
+and that the facade's batch codec (stored_json_many: the whole list
+encoded and decoded once) gives what stored_json gives payload by payload,
+and refuses keys that collide whatever the containers say of themselves.
 Imports: the standard library, nobroker and tests.support.
 """
 
@@ -17,6 +20,7 @@ from typing import Any
 from unittest import mock
 
 from nobroker import Queue, SerializationError
+from nobroker.codec import stored_json, stored_json_many
 from nobroker.filestore import leases, plain_jobs
 from nobroker.filestore.replay import QueueState
 from nobroker.filestore.state_form import to_snapshot
@@ -119,6 +123,67 @@ class PlainPath(TempDirTestCase):
                 q.enqueue(bad)
         self.assertEqual(len(q), 0, "a refused batch wrote nothing")
         self.assertEqual(q.enqueue_many([{1: "one"}, (1, 2)])[0].payload, {"1": "one"})
+
+
+
+class _SaysEqual(dict):  # type: ignore[type-arg]
+    """A dict whose == says yes to anything: it must not fool the proof that no keys collided."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class _ListSaysEqual(list):  # type: ignore[type-arg]
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class BatchJson(unittest.TestCase):
+    """stored_json_many: the whole list encoded and decoded once, exactly what stored_json gives value by value."""
+
+    def assert_as_one_by_one(self, values: list[Any]) -> None:
+        texts, stored = stored_json_many(values)
+        one_by_one = [stored_json(value) for value in values]
+        self.assertEqual(texts, [text for text, _ in one_by_one])
+        self.assertEqual(stored, [value for _, value in one_by_one])
+        self.assertEqual([type(value) for value in stored], [type(value) for _, value in one_by_one])
+        for given, got in zip(values, stored):
+            if isinstance(given, (dict, list, tuple)):
+                self.assertIsNot(got, given, "the caller's object, not the stored one")
+
+    def test_every_shape_of_batch_gives_what_each_payload_gives_alone(self) -> None:
+        nested = {"a": [1, {"b": None}], "c": {"d": "e"}}
+        batches: list[list[Any]] = [
+            [{"w": 640, "s": "photo.jpg"}] * 3,  # dicts with nothing inside: the cheapest proof
+            [{"n": i, "f": i / 3, "t": True} for i in range(50)],
+            [{"s": "a},{b"}, {"s": "},{"}, {}],  # the separator inside a string: encoded one by one
+            [{}, {}],
+            [nested, {"x": 1}],  # a container inside: marshal proves the types exact
+            [{1: "int key", 2.5: "float key", None: 0, True: 1}, {"t": (1, 2)}],  # == fails: encoded again
+            [[1, 2], (3, 4), "s", 5, None, 2.5],  # not all dicts
+            [{"[": "{"}, {"k": "[{"}],  # brackets in strings
+            [_SaysEqual(a=1), {"b": 2}],  # a subclass: encoded again
+            [{"deep": _ListSaysEqual([1, 2])}],
+            ["\ud800 lone", {"é": "\u2603"}],
+        ]
+        for values in batches:
+            with self.subTest(values=values):
+                self.assert_as_one_by_one(values)
+
+    def test_keys_that_collide_are_refused_whatever_the_containers_say_of_themselves(self) -> None:
+        for values in (
+            [{"fine": 1}, {1: "a", "1": "b"}],
+            [{"fine": 1}, _SaysEqual({1: "a", "1": "b"})],
+            [{"fine": [1]}, {"x": _SaysEqual({True: 1, "true": 2})}],
+            [{"fine": 1}, _ListSaysEqual([{None: 1, "null": 2}])],
+            [_SaysEqual(fine=1), {"x": {2: 1, "2": 2}}],
+        ):
+            with self.subTest(values=values), self.assertRaisesRegex(SerializationError, "payload 1 has two keys"):
+                stored_json_many(values)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import _thread
 import json
+import marshal
 import re
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import is_
 from typing import Any, TypeVar
 
 from .errors import SerializationError
@@ -85,6 +87,9 @@ def compact_json(value: Any) -> str:
         return on_fresh_stack(lambda: _ENCODER.encode(value))
 
 
+#: marshal's format that writes every object it meets, shared or not (no table of those already
+#: written, which later versions keep): the cheapest way to ask "is every type exact?".
+_MARSHAL_VERSION = 2
 _decode = json.JSONDecoder().decode
 _scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined,arg-type]
 
@@ -152,19 +157,40 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     return text
 
 
-def _dump_json_many(values: list[Any], what: str) -> list[str]:
-    """``dump_json`` of every value: one tight loop, the checks on the whole list, dump_json itself on a miss."""
+def _dump_json_many(values: list[Any], what: str) -> tuple[str, list[str]]:
+    """(``dump_json`` of the list, of every value): one encoding of the whole list, the checks on
+    the whole batch, dump_json itself value by value only on a miss (its error names why)."""
     if _FAST_ENCODE is not None:
-        encode, join = _FAST_ENCODE, "".join
+        join = "".join
         try:
-            texts = [join(encode(value, 0)) for value in values]
+            whole = join(_FAST_ENCODE(values, 0))
         except (TypeError, ValueError, RecursionError):
-            texts = None
-        if texts is not None and all(
-            len(text) < _SHALLOW_CHARS or (len(text) <= MAX_PAYLOAD_BYTES and not _too_deep(text)) for text in texts
-        ):
-            return texts
-    return [dump_json(value, what=what) for value in values]  # one of them is refused: the error names why
+            whole = ""
+        if whole:
+            texts = _objects(whole, values)
+            if texts is None:  # not every value a dict: each encoded on its own (the same texts)
+                texts = [join(_FAST_ENCODE(value, 0)) for value in values]
+            if max(map(len, texts), default=0) < _SHALLOW_CHARS or all(
+                len(text) <= MAX_PAYLOAD_BYTES and not _too_deep(text) for text in texts
+            ):
+                return whole, texts
+    texts = [dump_json(value, what=what) for value in values]
+    return "[" + ",".join(texts) + "]", texts
+
+
+def _objects(whole: str, values: list[Any]) -> list[str] | None:
+    """The text of each value in ``whole`` (their JSON array, as our encoder wrote it), if they are all dicts.
+
+    Then each is ``{...}``, and they are joined by ``},{``; a NUL marks each
+    ``},{`` (compact ASCII JSON never holds one: control characters are
+    escaped), and the split must give one text per value, so none of them held
+    a ``},{`` of its own (in a string, or a list of objects). Two occurrences
+    of ``},{`` never overlap, so none is missed.
+    """
+    if not all(map(isinstance, values, repeat(dict))):
+        return None
+    texts = whole[1:-1].replace("},{", "}\x00{").split("\x00")
+    return texts if len(texts) == len(values) else None
 
 
 class _KeysCollide(ValueError):
@@ -235,9 +261,47 @@ def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_B
 
 
 def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[str], list[Any]]:
-    """``stored_json`` of every value, decoded in one go (enqueue_many's fast path)."""
-    texts = _dump_json_many(values, what)
+    """``stored_json`` of every value (enqueue_many's): the list encoded once, and decoded once.
+
+    Keys that collide as text are proven absent from the whole list at once
+    (``_as_encoded``); only a batch that fails the proof is checked value by
+    value, so the error names the payload.
+    """
+    whole, texts = _dump_json_many(values, what)
     try:
-        return texts, _decode_stored("[" + ",".join(texts) + "]", what)
-    except SerializationError:  # one by one, so the error names the payload
-        return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
+        decoded, end = _scan_once(whole, 0)  # the C scanner straight: our own text has no whitespace to skip
+    except (StopIteration, RecursionError):
+        decoded, end = [], -1
+    if end == len(whole) and _as_encoded(decoded, values, whole):
+        return texts, decoded
+    return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
+
+
+def _as_encoded(decoded: list[Any], values: list[Any], whole: str) -> bool:
+    """Did decoding ``whole`` (the JSON text of ``values``) give every pair of every object back?
+
+    A collision keeps one pair of two, so ``decoded`` then has an object
+    with fewer keys than its counterpart in ``values``. Where every container
+    of ``values`` is an exact dict or list, ``==`` sees that (dicts of
+    different lengths are never equal) and is much cheaper than encoding
+    ``decoded`` again; a subclass could redefine ``==``, so anything else is
+    proven as _decode_stored proves it (tuples and keys made strings take that
+    way too, as ``==`` then fails).
+    """
+    try:
+        if _exact_containers(values, whole) and decoded == values:
+            return True
+        return compact_json(decoded) == whole
+    except RecursionError:  # nested deep, and the caller deep in its stack: the careful way
+        return False
+
+
+def _exact_containers(values: list[Any], whole: str) -> bool:
+    """Is every dict and list (and tuple) in ``values`` of exactly that type (not a subclass)?"""
+    if whole.count("{") == len(values) and whole.count("[") == 1 and all(map(is_, map(type, values), repeat(dict))):
+        return True  # dicts with no container inside (a bracket in a string only sends us on to marshal)
+    try:
+        marshal.dumps(values, _MARSHAL_VERSION)  # refuses an instance of any subclass, at any depth
+    except ValueError:
+        return False
+    return True
