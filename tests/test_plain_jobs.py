@@ -25,6 +25,7 @@ from nobroker.filestore import leases, plain_jobs
 from nobroker.filestore.replay import QueueState
 from nobroker.filestore.state_form import to_snapshot
 from nobroker.queue.calls import enqueue_many
+from nobroker.storage import EnqueueSpec, SharedSpecs
 from tests.support import FakeClock, TempDirTestCase
 
 #: What to_snapshot's ints hold that depends on when the id table grew, not on the jobs.
@@ -105,10 +106,25 @@ class PlainPath(TempDirTestCase):
     def test_no_job_and_one_job_take_the_general_path(self) -> None:
         state = QueueState()
         self.assertIsNone(plain_jobs.enqueue_plain(state, 16, 1.5, []))
-        specs = enqueue_many(5, [{"a": 1}], 0, 0.0, None, None, "default", None)
-        self.assertIsNone(plain_jobs.enqueue_plain(state, 16, 1.5, specs))
-        self.assertIsNotNone(plain_jobs.enqueue_plain(state, 16, 1.5, specs * 2))
+        one = enqueue_many(5, [{"a": 1}], 0, 0.0, None, None, "default", None)
+        self.assertIsNone(plain_jobs.enqueue_plain(state, 16, 1.5, one))
+        self.assertIsNone(plain_jobs.enqueue_plain(state, 16, 1.5, list(one) * 2), "specs one by one: the general path")
+        two = enqueue_many(5, [{"a": 1}] * 2, 0, 0.0, None, None, "default", None)
+        self.assertIsNotNone(plain_jobs.enqueue_plain(state, 16, 1.5, two))
         self.assertEqual(len(state), 2)
+
+    def test_a_batch_without_ids_reaches_the_storage_as_columns_that_read_as_its_specs(self) -> None:
+        payloads: list[Any] = [{"a": (1,)}, "b", 3]
+        specs = enqueue_many(7, payloads, 2, 1.5, None, None, "mail", None, 9.0, "g")
+        self.assertIsInstance(specs, SharedSpecs)
+        assert isinstance(specs, SharedSpecs)
+        self.assertEqual(specs.texts, ['{"a":[1]}', '"b"', "3"])
+        self.assertEqual(specs.payloads, [{"a": [1]}, "b", 3])
+        each = [EnqueueSpec(p, t, 2, 1.5, 7, None, "mail", None, 9.0, "g") for p, t in zip(specs.payloads, specs.texts)]
+        self.assertEqual((len(specs), list(specs), specs[1], specs[-1], specs[1:]), (3, each, each[1], each[2], each[1:]))
+        with_ids = enqueue_many(7, payloads, 2, 1.5, None, ["x", None, None], "mail", None, 9.0, "g")
+        self.assertEqual(with_ids, [each[0]._replace(job_id="x"), *each[1:]], "jobs with ids: a spec each")
+        self.assertNotIsInstance(enqueue_many(7, payloads, 2, 1.5, None, None, "mail", [None, "k", None]), SharedSpecs)
 
     def test_payloads_the_facade_refuses_are_still_refused(self) -> None:
         q = Queue(self.dir, auto_compact=None)
