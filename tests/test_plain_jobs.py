@@ -13,6 +13,7 @@ Imports: the standard library, nobroker and tests.support.
 
 from __future__ import annotations
 
+import enum
 import os
 import random
 import unittest
@@ -158,6 +159,23 @@ class _ListSaysEqual(list):  # type: ignore[type-arg]
     __hash__ = None  # type: ignore[assignment]
 
 
+class _Number(enum.IntEnum):
+    ONE = 1
+
+
+class _Text(str):
+    pass
+
+
+def _types(value: Any) -> Any:
+    """``value``'s shape: the type of it and of every key and value inside it."""
+    if isinstance(value, dict):
+        return (type(value), [(type(k), _types(v)) for k, v in value.items()])
+    if isinstance(value, (list, tuple)):
+        return (type(value), [_types(v) for v in value])
+    return type(value)
+
+
 class BatchJson(unittest.TestCase):
     """stored_json_many: the whole list encoded and decoded once, exactly what stored_json gives value by value."""
 
@@ -166,7 +184,7 @@ class BatchJson(unittest.TestCase):
         one_by_one = [stored_json(value) for value in values]
         self.assertEqual(texts, [text for text, _ in one_by_one])
         self.assertEqual(stored, [value for _, value in one_by_one])
-        self.assertEqual([type(value) for value in stored], [type(value) for _, value in one_by_one])
+        self.assertEqual(_types(stored), _types([value for _, value in one_by_one]), "a key or value of another type")
         for given, got in zip(values, stored):
             if isinstance(given, (dict, list, tuple)):
                 self.assertIsNot(got, given, "the caller's object, not the stored one")
@@ -182,6 +200,8 @@ class BatchJson(unittest.TestCase):
             [{1: "int key", 2.5: "float key", None: 0, True: 1}, {"t": (1, 2)}],  # == fails: encoded again
             [[1, 2], (3, 4), "s", 5, None, 2.5],  # not all dicts
             [{"[": "{"}, {"k": "[{"}],  # brackets in strings
+            [{"n": _Number.ONE, "s": _Text("x")}, {_Text("k"): 1}, {True: 1}],  # subclasses and keys made strings
+            [{"f": 0.1, "e": 1e300, "z": -0.0, "b": False, "n": None, "i": -(2**70)}],
             [_SaysEqual(a=1), {"b": 2}],  # a subclass: encoded again
             [{"deep": _ListSaysEqual([1, 2])}],
             ["\ud800 lone", {"é": "\u2603"}],
@@ -189,6 +209,14 @@ class BatchJson(unittest.TestCase):
         for values in batches:
             with self.subTest(values=values):
                 self.assert_as_one_by_one(values)
+
+    def test_later_changes_to_the_callers_dicts_change_nothing(self) -> None:
+        values = [{"a": 1}, {"b": {"c": 2}}]
+        texts, stored = stored_json_many(values[:1])
+        texts2, stored2 = stored_json_many(values)
+        values[0]["a"] = 9
+        values[1]["b"]["c"] = 9
+        self.assertEqual((texts, stored, texts2, stored2), (['{"a":1}'], [{"a": 1}], ['{"a":1}', '{"b":{"c":2}}'], [{"a": 1}, {"b": {"c": 2}}]))
 
     def test_keys_that_collide_are_refused_whatever_the_containers_say_of_themselves(self) -> None:
         for values in (

@@ -17,7 +17,7 @@ import json
 import marshal
 import re
 from collections.abc import Callable
-from itertools import accumulate, repeat
+from itertools import accumulate, chain, repeat
 from operator import is_
 from typing import Any, TypeVar
 
@@ -213,6 +213,7 @@ def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _STORED = json.JSONDecoder(object_pairs_hook=_distinct_keys)
 #: Values that come back from their JSON text as themselves (exact types only: not subclasses).
 _SELF_DECODING = frozenset({str, int, float, bool, type(None)})
+_STR = frozenset({str})
 
 
 def _decode_stored(text: str, what: str) -> Any:
@@ -265,8 +266,12 @@ def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[
 
     Keys that collide as text are proven absent from the whole list at once
     (``_as_encoded``); only a batch that fails the proof is checked value by
-    value, so the error names the payload.
+    value, so the error names the payload. Dicts of plain values need no
+    decoding at all (``_plain_copies``).
     """
+    copies = _plain_copies(values)
+    if copies is not None:
+        return _dump_json_many(copies, what)[1], copies
     whole, texts = _dump_json_many(values, what)
     try:
         decoded, end = _scan_once(whole, 0)  # the C scanner straight: our own text has no whitespace to skip
@@ -277,31 +282,40 @@ def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[
     return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
 
 
+def _plain_copies(values: list[Any]) -> list[dict[str, Any]] | None:
+    """A copy of each value if each is a dict of strings to strings, numbers, booleans and None; else None.
+
+    Exact types only, not subclasses. JSON gives such a dict back as an equal
+    dict of the same types (a float's repr reads back as that float), so its
+    copy is exactly what decoding its text would give, and no two of its keys
+    collide (distinct strings have distinct texts). The copies are what gets
+    encoded: a change the caller makes to a payload meanwhile cannot part a
+    text from its value.
+    """
+    if not all(map(is_, map(type, values), repeat(dict))):
+        return None
+    copies = list(map(dict.copy, values))
+    keys, plain = set(map(type, chain.from_iterable(copies))), set(map(type, chain.from_iterable(map(dict.values, copies))))
+    return copies if keys <= _STR and plain <= _SELF_DECODING else None
+
+
 def _as_encoded(decoded: list[Any], values: list[Any], whole: str) -> bool:
     """Did decoding ``whole`` (the JSON text of ``values``) give every pair of every object back?
 
     A collision keeps one pair of two, so ``decoded`` then has an object
-    with fewer keys than its counterpart in ``values``. Where every container
-    of ``values`` is an exact dict or list, ``==`` sees that (dicts of
-    different lengths are never equal) and is much cheaper than encoding
-    ``decoded`` again; a subclass could redefine ``==``, so anything else is
-    proven as _decode_stored proves it (tuples and keys made strings take that
-    way too, as ``==`` then fails).
+    with fewer keys than its counterpart in ``values``. Where every dict and
+    list of ``values`` is of exactly that type (marshal refuses an instance of
+    any subclass, at any depth), ``==`` sees that (dicts of different lengths
+    are never equal) and is much cheaper than encoding ``decoded`` again; a
+    subclass could redefine ``==``, so anything else is proven as
+    _decode_stored proves it (tuples and keys made strings take that way too,
+    as ``==`` then fails).
     """
     try:
-        if _exact_containers(values, whole) and decoded == values:
-            return True
-        return compact_json(decoded) == whole
+        try:
+            marshal.dumps(values, _MARSHAL_VERSION)
+        except ValueError:  # a subclass somewhere
+            return compact_json(decoded) == whole
+        return decoded == values or compact_json(decoded) == whole
     except RecursionError:  # nested deep, and the caller deep in its stack: the careful way
         return False
-
-
-def _exact_containers(values: list[Any], whole: str) -> bool:
-    """Is every dict and list (and tuple) in ``values`` of exactly that type (not a subclass)?"""
-    if whole.count("{") == len(values) and whole.count("[") == 1 and all(map(is_, map(type, values), repeat(dict))):
-        return True  # dicts with no container inside (a bracket in a string only sends us on to marshal)
-    try:
-        marshal.dumps(values, _MARSHAL_VERSION)  # refuses an instance of any subclass, at any depth
-    except ValueError:
-        return False
-    return True
