@@ -13,14 +13,17 @@ Imports: the standard library, nobroker and tests.support.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
 import os
+import pickle
 import random
 import unittest
 from typing import Any
 from unittest import mock
 
-from nobroker import Queue, SerializationError
+from nobroker import Job, JobState, Queue, SerializationError
 from nobroker.codec import stored_json, stored_json_many
 from nobroker.filestore import leases, plain_jobs
 from nobroker.filestore.replay import QueueState
@@ -126,6 +129,27 @@ class PlainPath(TempDirTestCase):
         with_ids = enqueue_many(7, payloads, 2, 1.5, None, ["x", None, None], "mail", None, 9.0, "g")
         self.assertEqual(with_ids, [each[0]._replace(job_id="x"), *each[1:]], "jobs with ids: a spec each")
         self.assertNotIsInstance(enqueue_many(7, payloads, 2, 1.5, None, None, "mail", [None, "k", None]), SharedSpecs)
+
+    def test_a_plain_job_is_a_job_like_any_other(self) -> None:
+        q = Queue(self.dir, auto_compact=None)
+        self.addCleanup(q.close)
+        fast = q.enqueue_many([{"a": 1}, {"b": [2]}], priority=3, max_attempts=2, kind="mail")
+        self.assertEqual([job.payload for job in fast], [{"a": 1}, {"b": [2]}])
+        self.assertEqual(fast, [q.get(job.id) for job in fast])
+        for job in fast:
+            same = Job(**{field.name: getattr(job, field.name) for field in dataclasses.fields(Job)})
+            self.assertEqual(job, same)
+            self.assertEqual(repr(job), repr(same))
+            self.assertEqual(job.to_dict(), same.to_dict())
+            self.assertEqual(dataclasses.asdict(job), dataclasses.asdict(same))
+            self.assertEqual(Job(**vars(job)), same)
+            for copied in (pickle.loads(pickle.dumps(job)), copy.copy(job), copy.deepcopy(job), job.snapshot()):
+                self.assertEqual(copied, same)
+            self.assertEqual(dataclasses.replace(job, attempts=1), dataclasses.replace(same, attempts=1))
+            self.assertFalse(job.cancelled)
+            job.state = JobState.DONE
+            self.assertIs(job.state, JobState.DONE)
+            self.assertIs(q.get(job.id).state, JobState.READY, "a Job is a snapshot")
 
     def test_payloads_the_facade_refuses_are_still_refused(self) -> None:
         q = Queue(self.dir, auto_compact=None)
