@@ -2,8 +2,8 @@
 
 Owns: the proof that enqueueing plain jobs through the fast path writes the
 very bytes the general path writes, leaves the same state in memory and
-hands back the same Jobs; that an id it draws which a job already holds
-sends the batch down the general path with nothing changed; and that the
+hands back the same Jobs; that an id it draws which a job already holds,
+or draws twice, sends the batch down the general path with nothing changed; and that the
 payload checks it shares with the facade still refuse what they refused;
 and that the facade's batch codec (stored_json_many: the whole list
 encoded and decoded once) gives what stored_json gives payload by payload,
@@ -88,24 +88,28 @@ class PlainPath(TempDirTestCase):
         self.assertEqual(fast[2], general[2], "the cold rows differ")
         self.assertEqual(fast[3], general[3], "the Jobs returned differ")
 
-    def test_a_drawn_id_a_job_holds_takes_the_general_path(self) -> None:
+    def test_a_drawn_id_a_job_holds_or_drawn_twice_takes_the_general_path(self) -> None:
         q = Queue(self.dir, auto_compact=None)
         self.addCleanup(q.close)
         held = q.enqueue_many([{"i": i} for i in range(20)])
         hot = q.enqueue({"hot": True}, delay=60)  # delayed: an Entry, not a cold row
-        for taken in (held[13], hot):
-            draws = [bytes.fromhex(taken.id) + os.urandom(8), os.urandom(16)]
-            with mock.patch.object(leases.os, "urandom", lambda n: draws.pop(0)[:n] if draws else os.urandom(n)):
+        twice = os.urandom(8) * 2  # the same id drawn for both jobs of a batch
+        for taken in (held[13], hot, None):
+            draws = [twice if taken is None else bytes.fromhex(taken.id) + os.urandom(8), os.urandom(16)]
+            with mock.patch.object(leases.os, "urandom", lambda n: draws.pop(0)[:n]):
                 fresh = q.enqueue_many([{"new": 1}, {"new": 2}])
-            self.assertNotIn(taken.id, [job.id for job in fresh], "the held id was handed out again")
-            self.assertEqual(q.get(taken.id).payload, taken.payload)
+            self.assertEqual(draws, [], "the general path drew again")
+            self.assertNotIn(twice[:8].hex() if taken is None else taken.id, [job.id for job in fresh], "handed out again")
+            self.assertNotEqual(fresh[0].id, fresh[1].id)
+            if taken is not None:
+                self.assertEqual(q.get(taken.id).payload, taken.payload)
             self.assertEqual([q.get(job.id).payload for job in fresh], [{"new": 1}, {"new": 2}])
-        self.assertEqual(len(q), 25)
+        self.assertEqual(len(q), 27)
         self.assertEqual([q.get(job.id).id for job in held], [job.id for job in held], "a refused batch left a trace")
         q.close()
         again = Queue(self.dir, auto_compact=None)
         self.addCleanup(again.close)
-        self.assertEqual(len(again), 25)
+        self.assertEqual(len(again), 27)
 
     def test_no_job_and_one_job_take_the_general_path(self) -> None:
         state = QueueState()

@@ -22,7 +22,9 @@ import heapq
 import json
 import os
 import struct
+import sys
 import zlib
+from array import array
 from collections.abc import Sequence
 from typing import Any
 from itertools import accumulate, repeat
@@ -72,10 +74,12 @@ def enqueue_plain(state: QueueState, pos: int, now: float, specs: Sequence[Enque
     if fifo is None or seq + n > INT64_MAX or len(state._rows) + n > MAX_ROWS:
         return None
     fresh = os.urandom(8 * n)
-    numbers = struct.unpack(f">{n}Q", fresh)
+    numbers = array("Q", fresh)
+    if sys.byteorder == "little":
+        numbers.byteswap()  # the numbers the 8 bytes spell big-endian, as their hex (below) does
     ids = fresh.hex(" ", 8).split(" ")  # each the 16 hex digits of its number: ID_TEXT % number
-    if len(set(numbers)) != n or (state.hot and not state.hot.keys().isdisjoint(ids)):
-        return None  # an id drawn twice, or one a job holds: the general path draws again
+    if state.hot and not state.hot.keys().isdisjoint(ids):
+        return None  # an id a job holds: the general path draws again
     data, sizes = _records(ids, specs.texts, seq, now, priority, max_attempts, kind)
     if max(sizes) > FRAME.size + MAX_RECORD_BYTES or not _insert_rows(state, numbers):
         return None
@@ -164,22 +168,23 @@ def _jobs(
     return jobs
 
 
-def _insert_rows(state: QueueState, numbers: tuple[int, ...]) -> bool:
-    """Rows for new cold jobs with these id numbers, in the id table; False (undone) if a cold job holds one."""
-    needed = state._table_used + len(numbers)
-    if needed > (state._mask + 1) * 3 // 4:
-        state._rehash(extra=len(numbers))  # room for them all: no rehash halfway
+def _insert_rows(state: QueueState, numbers: array[int]) -> bool:
+    """Rows for new cold jobs with these id numbers, in the id table; False (undone) if a job holds one, or two share one."""
+    n = len(numbers)
+    if state._table_used + n > (state._mask + 1) * 3 // 4:
+        state._rehash(extra=n)  # room for them all: no rehash halfway
     table, ids, rows = state._table, state._ids, state._rows
     mask, shift = state._mask, state._shift
     base = len(rows)
-    ids.extend(numbers)  # first: a probe compares the batch's own rows too
+    ids += numbers  # first: a probe compares the batch's own rows too
     used = 0
-    for row, number in enumerate(numbers, base):
+    for row, number in enumerate(numbers.tolist(), base):
         slot = ((number * _HASH_MULTIPLIER) & _U64) >> shift
         held = table[slot]
         while held != _EMPTY:
             if ids[held] == number:
-                if held < base and rows[held] is None:  # a waiting job holds this id: take the general path
+                # An id drawn twice in this batch, or one a waiting job holds: the general path.
+                if held >= base or rows[held] is None:
                     del ids[base:]
                     state._rehash()  # the table as it was, but for the slots of gone rows: no trace of the batch
                     return False
@@ -189,7 +194,7 @@ def _insert_rows(state: QueueState, numbers: tuple[int, ...]) -> bool:
         else:
             used += 1
         table[slot] = row
-    rows += repeat(None, len(numbers))
+    rows += repeat(None, n)
     state._table_used += used
     return True
 
