@@ -157,9 +157,10 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     return text
 
 
-def _dump_json_many(values: list[Any], what: str) -> tuple[str, list[str]]:
+def _dump_json_many(values: list[Any], what: str, dicts: bool = False) -> tuple[str, list[str]]:
     """(``dump_json`` of the list, of every value): one encoding of the whole list, the checks on
-    the whole batch, dump_json itself value by value only on a miss (its error names why)."""
+    the whole batch, dump_json itself value by value only on a miss (its error names why).
+    ``dicts``: every value is known to be a dict."""
     if _FAST_ENCODE is not None:
         join = "".join
         try:
@@ -167,7 +168,7 @@ def _dump_json_many(values: list[Any], what: str) -> tuple[str, list[str]]:
         except (TypeError, ValueError, RecursionError):
             whole = ""
         if whole:
-            texts = _objects(whole, values)
+            texts = _objects(whole, values, dicts)
             if texts is None:  # not every value a dict: each encoded on its own (the same texts)
                 texts = [join(_FAST_ENCODE(value, 0)) for value in values]
             if max(map(len, texts), default=0) < _SHALLOW_CHARS or all(
@@ -178,7 +179,7 @@ def _dump_json_many(values: list[Any], what: str) -> tuple[str, list[str]]:
     return "[" + ",".join(texts) + "]", texts
 
 
-def _objects(whole: str, values: list[Any]) -> list[str] | None:
+def _objects(whole: str, values: list[Any], dicts: bool) -> list[str] | None:
     """The text of each value in ``whole`` (their JSON array, as our encoder wrote it), if they are all dicts.
 
     Then each is ``{...}``, and they are joined by ``},{``; a NUL marks each
@@ -187,7 +188,7 @@ def _objects(whole: str, values: list[Any]) -> list[str] | None:
     a ``},{`` of its own (in a string, or a list of objects). Two occurrences
     of ``},{`` never overlap, so none is missed.
     """
-    if not all(map(isinstance, values, repeat(dict))):
+    if not (dicts or all(map(isinstance, values, repeat(dict)))):
         return None
     texts = whole[1:-1].replace("},{", "}\x00{").split("\x00")
     return texts if len(texts) == len(values) else None
@@ -271,7 +272,7 @@ def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[
     """
     copies = _plain_copies(values)
     if copies is not None:
-        return _dump_json_many(copies, what)[1], copies
+        return _dump_json_many(copies, what, dicts=True)[1], copies
     whole, texts = _dump_json_many(values, what)
     try:
         decoded, end = _scan_once(whole, 0)  # the C scanner straight: our own text has no whitespace to skip
