@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import _thread
 import json
-import marshal
 import re
 from collections.abc import Callable
 from itertools import accumulate, chain, repeat
@@ -87,9 +86,6 @@ def compact_json(value: Any) -> str:
         return on_fresh_stack(lambda: _ENCODER.encode(value))
 
 
-#: marshal's format that writes every object it meets, shared or not (no table of those already
-#: written, which later versions keep): the cheapest way to ask "is every type exact?".
-_MARSHAL_VERSION = 2
 _decode = json.JSONDecoder().decode
 _scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined,arg-type]
 
@@ -157,10 +153,9 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     return text
 
 
-def _dump_json_many(values: list[Any], what: str, dicts: bool = False) -> tuple[str, list[str]]:
-    """(``dump_json`` of the list, of every value): one encoding of the whole list, the checks on
-    the whole batch, dump_json itself value by value only on a miss (its error names why).
-    ``dicts``: every value is known to be a dict."""
+def _dump_json_many(values: list[Any], what: str) -> tuple[str, list[str]]:
+    """(``dump_json`` of the list, of each value): one encoding, checked as a whole; dump_json
+    value by value only on a miss (its error names why)."""
     if _FAST_ENCODE is not None:
         join = "".join
         try:
@@ -168,8 +163,11 @@ def _dump_json_many(values: list[Any], what: str, dicts: bool = False) -> tuple[
         except (TypeError, ValueError, RecursionError):
             whole = ""
         if whole:
-            texts = _objects(whole, values, dicts)
-            if texts is None:  # not every value a dict: each encoded on its own (the same texts)
+            # All dicts: each text cut out of the array at the "},{" between them (a NUL marks
+            # each: our ASCII JSON has none, control characters are escaped; two "},{" never
+            # overlap), one per value unless one held a "},{" of its own. Else each encoded alone.
+            texts = whole[1:-1].replace("},{", "}\x00{").split("\x00")
+            if len(texts) != len(values) or not all(map(isinstance, values, repeat(dict))):
                 texts = [join(_FAST_ENCODE(value, 0)) for value in values]
             if max(map(len, texts), default=0) < _SHALLOW_CHARS or all(
                 len(text) <= MAX_PAYLOAD_BYTES and not _too_deep(text) for text in texts
@@ -177,21 +175,6 @@ def _dump_json_many(values: list[Any], what: str, dicts: bool = False) -> tuple[
                 return whole, texts
     texts = [dump_json(value, what=what) for value in values]
     return "[" + ",".join(texts) + "]", texts
-
-
-def _objects(whole: str, values: list[Any], dicts: bool) -> list[str] | None:
-    """The text of each value in ``whole`` (their JSON array, as our encoder wrote it), if they are all dicts.
-
-    Then each is ``{...}``, and they are joined by ``},{``; a NUL marks each
-    ``},{`` (compact ASCII JSON never holds one: control characters are
-    escaped), and the split must give one text per value, so none of them held
-    a ``},{`` of its own (in a string, or a list of objects). Two occurrences
-    of ``},{`` never overlap, so none is missed.
-    """
-    if not (dicts or all(map(isinstance, values, repeat(dict)))):
-        return None
-    texts = whole[1:-1].replace("},{", "}\x00{").split("\x00")
-    return texts if len(texts) == len(values) else None
 
 
 class _KeysCollide(ValueError):
@@ -214,7 +197,6 @@ def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _STORED = json.JSONDecoder(object_pairs_hook=_distinct_keys)
 #: Values that come back from their JSON text as themselves (exact types only: not subclasses).
 _SELF_DECODING = frozenset({str, int, float, bool, type(None)})
-_STR = frozenset({str})
 
 
 def _decode_stored(text: str, what: str) -> Any:
@@ -263,60 +245,31 @@ def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_B
 
 
 def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[str], list[Any]]:
-    """``stored_json`` of every value (enqueue_many's): the list encoded once, and decoded once.
-
-    Keys that collide as text are proven absent from the whole list at once
-    (``_as_encoded``); only a batch that fails the proof is checked value by
-    value, so the error names the payload. Dicts of plain values need no
-    decoding at all (``_plain_copies``).
-    """
+    """``stored_json`` of every value (enqueue_many's): the list encoded once and decoded once
+    (dicts of plain values copied instead); a batch whose keys collide is checked value by
+    value, so the error names the payload."""
     copies = _plain_copies(values)
     if copies is not None:
-        return _dump_json_many(copies, what, dicts=True)[1], copies
+        return _dump_json_many(copies, what)[1], copies
     whole, texts = _dump_json_many(values, what)
     try:
         decoded, end = _scan_once(whole, 0)  # the C scanner straight: our own text has no whitespace to skip
     except (StopIteration, RecursionError):
         decoded, end = [], -1
-    if end == len(whole) and _as_encoded(decoded, values, whole):
+    if end == len(whole) and compact_json(decoded) == whole:  # else keys collided: a collision keeps one pair of two
         return texts, decoded
     return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
 
 
 def _plain_copies(values: list[Any]) -> list[dict[str, Any]] | None:
-    """A copy of each value if each is a dict of strings to strings, numbers, booleans and None; else None.
+    """A copy of each value if all are dicts of str to str, int, float, bool or None (exact types).
 
-    Exact types only, not subclasses. JSON gives such a dict back as an equal
-    dict of the same types (a float's repr reads back as that float), so its
-    copy is exactly what decoding its text would give, and no two of its keys
-    collide (distinct strings have distinct texts). The copies are what gets
-    encoded: a change the caller makes to a payload meanwhile cannot part a
-    text from its value.
+    JSON gives such a dict back equal and of the same types, so its copy is
+    what decoding would give, and its keys cannot collide. The copies are what
+    gets encoded: a later change to a payload cannot part text and value.
     """
     if not all(map(is_, map(type, values), repeat(dict))):
         return None
     copies = list(map(dict.copy, values))
     keys, plain = set(map(type, chain.from_iterable(copies))), set(map(type, chain.from_iterable(map(dict.values, copies))))
-    return copies if keys <= _STR and plain <= _SELF_DECODING else None
-
-
-def _as_encoded(decoded: list[Any], values: list[Any], whole: str) -> bool:
-    """Did decoding ``whole`` (the JSON text of ``values``) give every pair of every object back?
-
-    A collision keeps one pair of two, so ``decoded`` then has an object
-    with fewer keys than its counterpart in ``values``. Where every dict and
-    list of ``values`` is of exactly that type (marshal refuses an instance of
-    any subclass, at any depth), ``==`` sees that (dicts of different lengths
-    are never equal) and is much cheaper than encoding ``decoded`` again; a
-    subclass could redefine ``==``, so anything else is proven as
-    _decode_stored proves it (tuples and keys made strings take that way too,
-    as ``==`` then fails).
-    """
-    try:
-        try:
-            marshal.dumps(values, _MARSHAL_VERSION)
-        except ValueError:  # a subclass somewhere
-            return compact_json(decoded) == whole
-        return decoded == values or compact_json(decoded) == whole
-    except RecursionError:  # nested deep, and the caller deep in its stack: the careful way
-        return False
+    return copies if keys <= {str} and plain <= _SELF_DECODING else None

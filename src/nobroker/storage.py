@@ -23,7 +23,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
@@ -80,16 +80,12 @@ class EnqueueSpec(NamedTuple):
 
 
 class SharedSpecs(Sequence[EnqueueSpec]):
-    """Jobs that differ only in their payload (an enqueue_many without job_ids or dedupe_keys), as columns.
+    """Jobs that differ only in their payload (enqueue_many without ids or dedupe keys), as columns.
 
-    ``shared`` holds every other field (its own payload is the first job's);
-    ``payloads`` and ``texts``, each job's payload and payload_json. A storage
-    that knows this form reads the columns, with no object per job
-    (filestore/plain_jobs.py); to anything else it is a sequence of
-    EnqueueSpecs, made once, when first read.
+    ``shared``: every other field; ``payloads``, ``texts``: each job's. A
+    storage may read the columns (filestore/plain_jobs.py); to anything else
+    this is a sequence of EnqueueSpecs, made on first read.
     """
-
-    __slots__ = ("shared", "payloads", "texts", "_specs")
 
     def __init__(self, shared: EnqueueSpec, payloads: list[Any], texts: list[str]) -> None:
         self.shared, self.payloads, self.texts = shared, payloads, texts
@@ -100,9 +96,6 @@ class SharedSpecs(Sequence[EnqueueSpec]):
 
     def __getitem__(self, index: Any) -> Any:  # an EnqueueSpec, or a list of them for a slice
         return self.specs()[index]
-
-    def __iter__(self) -> Iterator[EnqueueSpec]:
-        return iter(self.specs())
 
     def specs(self) -> list[EnqueueSpec]:
         if self._specs is None:

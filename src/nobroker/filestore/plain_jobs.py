@@ -34,7 +34,7 @@ from ..storage import EnqueueSpec, SharedSpecs
 from . import counting
 from .framing import FRAME, MAX_RECORD_BYTES, TYPE_CRC, RecordType
 from .index import (
-    _COLUMNS, _EMPTY, _HASH_MULTIPLIER, _ROW_BYTES, _SIZE_COLUMN, _U64, INT32_MAX, INT32_MIN, INT64_MAX, MAX_ROWS, ROW_TYPE,
+    _COLUMNS, _EMPTY, _HASH_MULTIPLIER, _U64, INT32_MAX, INT32_MIN, INT64_MAX, MAX_ROWS, ROW_TYPE,
 )
 from .replay import QueueState
 
@@ -44,9 +44,6 @@ _ENQUEUE = int(RecordType.ENQUEUE)
 _ENQUEUE_CRC = TYPE_CRC[_ENQUEUE]
 _pack_frame = FRAME.pack
 _pack_row = _COLUMNS.pack
-#: Ends each record body in the text the bodies are built in (the bodies are split there):
-#: a record body never holds a NUL (compact ASCII JSON escapes every control character).
-_END = "\x00"
 
 
 def enqueue_plain(state: QueueState, pos: int, now: float, specs: Sequence[EnqueueSpec]) -> tuple[bytes, list[Job]] | None:
@@ -78,13 +75,16 @@ def enqueue_plain(state: QueueState, pos: int, now: float, specs: Sequence[Enque
     if sys.byteorder == "little":
         numbers.byteswap()  # the numbers the 8 bytes spell big-endian, as their hex (below) does
     ids = fresh.hex(" ", 8).split(" ")  # each the 16 hex digits of its number: ID_TEXT % number
-    if state.hot and not state.hot.keys().isdisjoint(ids):
+    if not state.hot.keys().isdisjoint(ids):
         return None  # an id a job holds: the general path draws again
     data, sizes = _records(ids, specs.texts, seq, now, priority, max_attempts, kind)
     if max(sizes) > FRAME.size + MAX_RECORD_BYTES or not _insert_rows(state, numbers):
         return None
     row = len(state._rows) - n  # _insert_rows added the rows
-    state._columns += _cold_columns(seq, pos, sizes, now, priority, max_attempts, fifo.kind_number)
+    state._columns += b"".join(
+        map(_pack_row, range(seq, seq + n), accumulate(sizes[:-1], initial=pos), repeat(now), repeat(now),
+            repeat(priority), repeat(0), repeat(max_attempts), sizes, repeat(fifo.kind_number, n))
+    )  # fmt: skip
     fifo.rows.frombytes(struct.pack(f"{n}{ROW_TYPE}", *range(row, row + n)))  # the array's own machine format
     fifo.last_seq = seq + n - 1
     if not fifo.queued:
@@ -109,13 +109,15 @@ def _records(
     fixed = (',"priority":%d' % priority if priority else "") + ',"max_attempts":%d,"available_at":%s,"enqueued_at":%s,"seq":' % (
         max_attempts, when, when,
     )  # fmt: skip
-    end = ("}" if kind == DEFAULT_KIND else ',"kind":' + json.dumps(kind) + "}") + _END
+    # Each body ends in a NUL, where they are split: a body never holds one (compact ASCII JSON
+    # escapes every control character).
+    end = ("}" if kind == DEFAULT_KIND else ',"kind":' + json.dumps(kind) + "}") + "\x00"
     # Every body in one text, then one encoding and one split: no string built per job.
     parts = ['{"id":"', "", '","payload":', "", fixed, "", end] * n
     parts[1::7] = ids
     parts[3::7] = texts
     parts[5::7] = map(str, range(seq, seq + n))
-    bodies = "".join(parts).encode("ascii").split(_END.encode())
+    bodies = "".join(parts).encode("ascii").split(b"\x00")
     del bodies[-1]  # what follows the last body's end: nothing
     sizes = list(map(len, bodies))
     framed: list[bytes] = [b""] * (2 * n)
@@ -123,26 +125,6 @@ def _records(
     framed[1::2] = bodies
     header = FRAME.size
     return b"".join(framed), [header + size for size in sizes]
-
-
-def _cold_columns(
-    seq: int, pos: int, sizes: list[int], now: float, priority: int, max_attempts: int, kind: int
-) -> bytearray:
-    """The jobs' cold rows (index._COLUMNS, one row a job; the first record at ``pos``).
-
-    One row repeated, then the columns that differ from job to job (seq,
-    offset, record size) written in a byte lane at a time: an extended slice
-    is one loop in C, and 20 of them cost less than a pack of every row.
-    """
-    n = len(sizes)
-    rows = bytearray(_pack_row(0, 0, now, now, priority, 0, max_attempts, 0, kind) * n)
-    offsets = accumulate(sizes[:-1], initial=pos)
-    for start, code, values in ((0, "q", range(seq, seq + n)), (8, "q", offsets), (_SIZE_COLUMN, "I", sizes)):
-        packed = struct.pack(f"<{n}{code}", *values)
-        width = len(packed) // n
-        for lane in range(width):
-            rows[start + lane :: _ROW_BYTES] = packed[lane::width]
-    return rows
 
 
 def _jobs(
@@ -159,12 +141,11 @@ def _jobs(
     """
     new = Job.__new__
     jobs: list[Job] = []
-    append = jobs.append
     for job_id, payload, job_seq in zip(ids, payloads, range(seq, seq + len(ids))):
         job = new(Job)
         job.id, job.payload, job.priority, job.max_attempts = job_id, payload, priority, max_attempts
         job.available_at, job.enqueued_at, job.seq, job.kind = now, now, job_seq, kind
-        append(job)
+        jobs.append(job)
     return jobs
 
 
