@@ -16,7 +16,8 @@ import _thread
 import json
 import re
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, chain, repeat
+from operator import is_
 from typing import Any, TypeVar
 
 from .errors import SerializationError
@@ -152,19 +153,28 @@ def dump_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYT
     return text
 
 
-def _dump_json_many(values: list[Any], what: str) -> list[str]:
-    """``dump_json`` of every value: one tight loop, the checks on the whole list, dump_json itself on a miss."""
+def _dump_json_many(values: list[Any], what: str) -> tuple[str, list[str]]:
+    """(``dump_json`` of the list, of each value): one encoding, checked as a whole; dump_json
+    value by value only on a miss (its error names why)."""
     if _FAST_ENCODE is not None:
-        encode, join = _FAST_ENCODE, "".join
+        join = "".join
         try:
-            texts = [join(encode(value, 0)) for value in values]
+            whole = join(_FAST_ENCODE(values, 0))
         except (TypeError, ValueError, RecursionError):
-            texts = None
-        if texts is not None and all(
-            len(text) < _SHALLOW_CHARS or (len(text) <= MAX_PAYLOAD_BYTES and not _too_deep(text)) for text in texts
-        ):
-            return texts
-    return [dump_json(value, what=what) for value in values]  # one of them is refused: the error names why
+            whole = ""
+        if whole:
+            # All dicts: each text cut out of the array at the "},{" between them (a NUL marks
+            # each: our ASCII JSON has none, control characters are escaped; two "},{" never
+            # overlap), one per value unless one held a "},{" of its own. Else each encoded alone.
+            texts = whole[1:-1].replace("},{", "}\x00{").split("\x00")
+            if len(texts) != len(values) or not all(map(isinstance, values, repeat(dict))):
+                texts = [join(_FAST_ENCODE(value, 0)) for value in values]
+            if max(map(len, texts), default=0) < _SHALLOW_CHARS or all(
+                len(text) <= MAX_PAYLOAD_BYTES and not _too_deep(text) for text in texts
+            ):
+                return whole, texts
+    texts = [dump_json(value, what=what) for value in values]
+    return "[" + ",".join(texts) + "]", texts
 
 
 class _KeysCollide(ValueError):
@@ -242,9 +252,31 @@ def stored_json(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_B
 
 
 def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[str], list[Any]]:
-    """``stored_json`` of every value, decoded in one go (enqueue_many's fast path)."""
-    texts = _dump_json_many(values, what)
+    """``stored_json`` of every value (enqueue_many's): the list encoded once and decoded once
+    (dicts of plain values copied instead); a batch whose keys collide is checked value by
+    value, so the error names the payload."""
+    copies = _plain_copies(values)
+    if copies is not None:
+        return _dump_json_many(copies, what)[1], copies
+    whole, texts = _dump_json_many(values, what)
     try:
-        return texts, _decode_stored("[" + ",".join(texts) + "]", what)
-    except SerializationError:  # one by one, so the error names the payload
-        return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
+        decoded, end = _scan_once(whole, 0)  # the C scanner straight: our own text has no whitespace to skip
+    except (StopIteration, RecursionError):
+        decoded, end = [], -1
+    if end == len(whole) and compact_json(decoded) == whole:  # else keys collided: a collision keeps one pair of two
+        return texts, decoded
+    return texts, [stored_json(value, what=f"{what} {i}")[1] for i, value in enumerate(values)]
+
+
+def _plain_copies(values: list[Any]) -> list[dict[str, Any]] | None:
+    """A copy of each value if all are dicts of str to str, int, float, bool or None (exact types).
+
+    JSON gives such a dict back equal and of the same types, so its copy is
+    what decoding would give, and its keys cannot collide. The copies are what
+    gets encoded: a later change to a payload cannot part text and value.
+    """
+    if not all(map(is_, map(type, values), repeat(dict))):
+        return None
+    copies = list(map(dict.copy, values))
+    keys, plain = set(map(type, chain.from_iterable(copies))), set(map(type, chain.from_iterable(map(dict.values, copies))))
+    return copies if keys <= {str} and plain <= _SELF_DECODING else None

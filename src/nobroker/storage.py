@@ -1,7 +1,8 @@
 """The small interface every storage implements, and the choice between them.
 
 Owns: Storage (the protocol the Queue facade calls), EnqueueSpec (one job to
-add, already validated and encoded), and the choice of storage from a
+add, already validated and encoded; SharedSpecs: many that share all but the
+payload), and the choice of storage from a
 location: ``storage_kind`` (a folder, PostgreSQL, or refused), ``is_dsn``,
 and reading a DSN's parameters in either of libpq's forms (URL or keyword
 string) without the driver; and what both storages share beyond that: new job
@@ -22,7 +23,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlsplit
@@ -78,13 +79,38 @@ class EnqueueSpec(NamedTuple):
     group: str | None = None
 
 
+class SharedSpecs(Sequence[EnqueueSpec]):
+    """Jobs that differ only in their payload (enqueue_many without ids or dedupe keys), as columns.
+
+    ``shared``: every other field; ``payloads``, ``texts``: each job's. A
+    storage may read the columns (filestore/plain_jobs.py); to anything else
+    this is a sequence of EnqueueSpecs, made on first read.
+    """
+
+    def __init__(self, shared: EnqueueSpec, payloads: list[Any], texts: list[str]) -> None:
+        self.shared, self.payloads, self.texts = shared, payloads, texts
+        self._specs: list[EnqueueSpec] | None = None
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, index: Any) -> Any:  # an EnqueueSpec, or a list of them for a slice
+        return self.specs()[index]
+
+    def specs(self) -> list[EnqueueSpec]:
+        if self._specs is None:
+            rest = self.shared[2:]
+            self._specs = [EnqueueSpec(payload, text, *rest) for payload, text in zip(self.payloads, self.texts)]
+        return self._specs
+
+
 class Storage(Protocol):
     """What a storage must do. Tokens: None means "operator, skip the check"."""
 
     durable: bool
     visibility_timeout: float
 
-    def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]: ...
+    def enqueue(self, specs: Sequence[EnqueueSpec], conn: Any = None) -> list[Job]: ...
 
     def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]: ...
 

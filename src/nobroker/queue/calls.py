@@ -33,7 +33,7 @@ from ..jobs import (
     JobState,
 )
 from ..limits import Limit, define
-from ..storage import EnqueueSpec
+from ..storage import EnqueueSpec, SharedSpecs
 
 #: What ``nack`` passes on: id, token, error, delay, permanent, traceback.
 NackArgs = tuple[str, str | None, str | None, float | None, bool, str | None]
@@ -81,8 +81,12 @@ def enqueue_many(
     default_attempts: int, payloads: Iterable[Any], priority: int, delay: float, max_attempts: int | None,
     job_ids: Sequence[str | None] | None, kind: str, dedupe_keys: Sequence[str | None] | None,
     timeout: float | None = None, group: str | None = None,
-) -> list[EnqueueSpec]:  # fmt: skip
-    """The jobs ``enqueue_many`` adds (an empty list: nothing to do); ``group``: every job's."""
+) -> Sequence[EnqueueSpec]:  # fmt: skip
+    """The jobs ``enqueue_many`` adds (empty: nothing to do); ``group``: every job's.
+
+    Jobs without ids and dedupe keys differ only in their payload: they go to
+    the storage as SharedSpecs, their fields checked once, with no object per job.
+    """
     payloads = list(payloads)
     if len(payloads) > MAX_BATCH_JOBS:
         raise ValueError(f"enqueue_many takes at most {MAX_BATCH_JOBS:,} jobs per call, got {len(payloads):,}")
@@ -96,6 +100,8 @@ def enqueue_many(
         default_attempts, (texts[0], stored[0]), priority, delay, max_attempts, job_ids[0], kind, dedupe_keys[0], timeout,
         group,
     )  # fmt: skip
+    if job_ids.count(None) == len(job_ids) and dedupe_keys.count(None) == len(dedupe_keys):
+        return SharedSpecs(first, stored, texts)
     specs = [first]
     for payload, text, job_id, key in zip(stored[1:], texts[1:], job_ids[1:], dedupe_keys[1:]):
         specs.append(
