@@ -2,13 +2,13 @@
 
 Owns: Committer, the layer of FileStorage above QueueFiles: lock → read
 forward (following a peer's compaction, reloading after a failed write) →
-reclaim → append, fsync, apply (design invariant 3); Batch (the records one
-batch appends, applied as they are added), Op (one operation waiting for its
-batch), the group commit (``_commit``, ``_run_pending``), making an answer
-durable and rolling an operation's records back when its fsync failed, the
-read-only beat (``_read``), waking idle workers after a write, and whether a
-write leaves enough superseded bytes to compact. Imports: errors, storage,
-layout, fs, framing, entry, records, log, pointer, wake, replay, leases, recovery.
+reclaim → append, fsync, apply (design invariant 3); the reading of peers'
+records before the lock (``_read_ahead``); the group commit (``_commit``,
+``_run_pending``) of batch.py's Batch and Op, making an answer durable and
+rolling an operation's records back when its fsync failed, the read-only
+beat (``_read``), waking idle workers after a write, and whether a write
+leaves enough superseded bytes to compact. Imports: errors, storage, layout,
+fs, framing, log, pointer, wake, replay, batch, leases, recovery.
 
 Locking, from the outside in: a threading.Lock (``_mutex``) serialises this
 process's threads around the in-memory state, and whichever thread holds it
@@ -26,18 +26,17 @@ import os
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..errors import NobrokerError, StorageError
 from ..storage import StorageOptions
 from . import leases
-from .entry import Entry
-from .framing import HEADER_SIZE, RecordType, encode_record, frame
+from .batch import Batch, Op
+from .framing import HEADER_SIZE
 from .fs import FileSystem
 from .layout import finished_wake_path, wake_path
 from .log import LogFile
 from .pointer import read_pointer, write_pointer
-from .records import Record
 from .recovery import QueueFiles
 from .replay import QueueState
 from .wake import WakeChannel
@@ -47,75 +46,6 @@ logger = logging.getLogger("nobroker")
 
 #: Auto-compaction never runs on a log smaller than this: not worth a rewrite.
 AUTO_COMPACT_MIN_BYTES = 8 * 1024 * 1024
-#: Records after which a waiting worker may find something to lease.
-_WAKING = frozenset({RecordType.NACK, RecordType.RECLAIM, RecordType.REQUEUE})
-#: Records that may finish a job (or take it away): Queue.wait's waiters are woken after them.
-_FINISHING = frozenset({RecordType.ACK, RecordType.DEAD, RecordType.CANCEL, RecordType.DELETE, RecordType.PURGE})
-
-
-class Batch:
-    """Records one batch appends: encoded, and applied in memory as they are added (leases.Batch)."""
-
-    __slots__ = ("state", "parts", "pos", "start", "wakes", "finishes")
-
-    def __init__(self, state: QueueState, start: int) -> None:
-        self.state = state
-        self.parts: list[bytes] = []
-        self.start = start
-        self.pos = start
-        self.wakes = False  # does this batch make work runnable (worth waking a worker)?
-        self.finishes = False  # does it finish a job (worth waking Queue.wait)?
-
-    def add(self, record: Record, text: bytes | None = None) -> int:
-        """Append ``record`` (applied now); ``text``: its body already encoded, as encode_body would."""
-        rtype, body = record
-        data = encode_record(rtype, body) if text is None else frame(rtype, text)
-        offset = self.pos
-        self.state.apply(rtype, body, offset, len(data))
-        if rtype in _WAKING:
-            self.wakes = True
-        elif rtype in _FINISHING:
-            self.finishes = True
-        self.parts.append(data)
-        self.pos += len(data)
-        return offset
-
-    def add_job(self, entry: Entry, data: bytes, number: int = -2) -> None:
-        """An ENQUEUE record already encoded, for a job built from values (the fast path; ``number``: see QueueState.add)."""
-        entry.offset, entry.size = self.pos, len(data)
-        self.wakes = True
-        self.state.records += 1
-        self.state.add(entry, number)
-        self.parts.append(data)
-        self.pos += len(data)
-
-    def add_jobs(self, data: bytes, count: int) -> None:
-        """``count`` ENQUEUE records, framed and joined, their jobs already in the state (plain_jobs.py)."""
-        self.wakes = True
-        self.state.records += count
-        self.parts.append(data)
-        self.pos += len(data)
-
-
-class Op:
-    """One writing operation waiting for (or done by) the thread that runs the batch."""
-
-    __slots__ = (
-        "decide", "lazy", "done", "result", "error", "log", "start", "read_end", "end", "wakes", "finishes", "compact",
-    )  # fmt: skip
-
-    def __init__(self, decide: Callable[[Batch, float], Any], lazy: bool) -> None:
-        self.decide = decide
-        self.lazy = lazy
-        self.done = False
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.log: LogFile | None = None
-        self.start = self.read_end = self.end = 0  # the batch's first byte, what the answer rests on, its end
-        self.wakes = self.finishes = False
-        self.compact = False  # should the caller compact now (auto_compact's threshold was passed)?
-
-
 class Committer(QueueFiles):
     """QueueFiles that run the four beats for operations, batched across this process's threads."""
 

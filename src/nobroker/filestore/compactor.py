@@ -5,7 +5,7 @@ compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
 jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
 limit_records, control_records (the pauses carried over), counting,
-compaction, checkpoint, commit.
+compaction, checkpoint, batch, commit.
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -36,7 +36,8 @@ from ..jobs import CompactionResult
 from ..storage import StorageOptions
 from . import checkpoint, control_records, counting, leases, limit_records, schedule_records
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
-from .commit import Batch, Committer
+from .batch import Batch
+from .commit import Committer
 from .entry import DROPPED
 from .fs import FileSystem
 from .layout import MAX_GENERATION, compactor_path
