@@ -21,6 +21,7 @@ The package, in its order (a module imports only modules above it):
     settle.py     Settler: ack or nack each job, count it in exactly one bucket
     timeouts.py   TimeLimits and the Watchdog: a handler past its time limit fails its attempt
     runners.py    HandlerThreads, or LoopTasks (async handlers as tasks); the SettlingThread
+    slots.py      Slots: the jobs running and those not yet settled, under the Worker's lock
     budget.py     max_jobs shared by the processes of a pool: a pipe of tokens
     child.py      one forked worker process, from fork to exit; its reports
     pool.py       ProcessPool: forks, supervises and stops the worker processes

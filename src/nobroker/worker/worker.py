@@ -8,7 +8,7 @@ that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
-interrupt, outcome, madewith, asyncloop, heartbeat, settle, timeouts, runners,
+interrupt, outcome, madewith, asyncloop, heartbeat, settle, timeouts, runners, slots,
 budget, pool, ticks (which enqueues the queue's due periodic jobs), joblines (the
 reports to an ``on_job`` listener), announce (the worker's announcement).
 
@@ -51,6 +51,7 @@ from .protocol import QueueAccess, WorkQueue
 from .runners import runner_for
 from .settle import Settler
 from .signals import StopSignals
+from .slots import Slots
 from .ticks import TickThread
 from .timeouts import TimeLimits, check_timeout
 
@@ -167,11 +168,9 @@ class Worker(MadeWith):
 
         # One lock guards the worker's own shared state below; each helper
         # (heartbeat, acks, event loop, pipe) guards its own with another.
-        self._lock = threading.Lock()
-        self._slot_freed = threading.Condition(self._lock)
-        self._inflight = 0  # jobs whose handler has not returned: the slots in use
-        self._unsettled = 0  # jobs leased and not yet settled (acked, nacked): what a drain waits for
-        self._idle_since = time.monotonic()
+        self._slots = Slots()
+        self._lock = self._slots.lock
+        self._slot_freed = self._slots.freed
         self._fatal: BaseException | None = None
         self._started = False
         self._stopping = threading.Event()
@@ -189,10 +188,10 @@ class Worker(MadeWith):
         limits = TimeLimits(self._timeout, self._settler, self.name, self._abandoned_a_thread)
         self._runner = runner_for(
             handler, is_async_handler(handler), self._settler, self._loop, concurrency, self._access.acks_many,
-            self.name, self._job_released, self._job_finished, self._fail, limits,
+            self.name, self._slots.release, self._job_finished, self._fail, limits,
         )  # fmt: skip
         self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
-        running = lambda: self._inflight  # noqa: E731 - for the announcement only: a glance, no lock needed
+        running = lambda: self._slots.inflight  # noqa: E731 - for the announcement only: a glance, no lock needed
         self._announcer = Announcer(queue, self.name, self._kinds, concurrency, running) if Announcer.wanted(queue) else None
 
     # ------------------------------------------------------------ public
@@ -316,16 +315,17 @@ class Worker(MadeWith):
             if self._ticks is not None:
                 self._ticks.maybe_start()
             with self._lock:
-                while self._inflight >= self._concurrency and not self._asked_to_stop():
+                slots = self._slots
+                while slots.inflight >= self._concurrency and not self._asked_to_stop():
                     self._slot_freed.wait(WAIT_SLICE)
-                if 0 < self._inflight < self._concurrency:
+                if 0 < slots.inflight < self._concurrency:
                     gather_until = time.monotonic() + LEASE_GATHER_SECONDS
-                    while self._inflight > 0 and not self._stopping.is_set():
+                    while slots.inflight > 0 and not self._stopping.is_set():
                         left = gather_until - time.monotonic()
                         if left <= 0:
                             break
                         self._slot_freed.wait(left)
-                free = self._concurrency - self._inflight
+                free = self._concurrency - slots.inflight
             if self._asked_to_stop() or free <= 0:
                 self._wait_for_stop()  # a signal came: its watcher calls stop() in a moment
                 continue
@@ -377,8 +377,8 @@ class Worker(MadeWith):
         and idle_timeout counts from then.
         """
         with self._lock:
-            busy = self._inflight > 0
-            idle_for = time.monotonic() - self._idle_since
+            busy = self._slots.inflight > 0
+            idle_for = time.monotonic() - self._slots.idle_since
         wait = self._poll_interval
         if busy:
             return wait
@@ -404,10 +404,7 @@ class Worker(MadeWith):
 
     def _dispatch(self, jobs: list[Job], leased_at_wall: float, leased_at: float) -> None:
         entries = [Running(job, self._access.lease_length_of(job, leased_at_wall), leased_at) for job in jobs]
-        with self._lock:
-            self._inflight += len(entries)
-            self._unsettled += len(entries)
-            self._idle_since = time.monotonic()
+        self._slots.taken(len(entries))
         self._settler.add_leased(len(entries))
         self._heartbeat.add(entries)  # before any handler can settle one of them
         self._runner.run(entries)
@@ -415,9 +412,7 @@ class Worker(MadeWith):
     def _drain(self) -> None:
         """Stop leasing, wait for running jobs to finish, then stop every thread."""
         self.stop()
-        with self._lock:
-            while self._unsettled > 0:
-                self._slot_freed.wait(WAIT_SLICE)
+        self._slots.wait_settled(WAIT_SLICE)
         self._runner.stop()
         self._heartbeat.stop()
 
@@ -441,33 +436,10 @@ class Worker(MadeWith):
         if self._use_heartbeat:
             self._heartbeat.start()
 
-    def _job_released(self, entry: Running) -> None:
-        """A job's handler is done and its outcome handed on: its slot is free, while its ack may still be written.
-
-        So the next lease and this ack can share one write (and one fsync),
-        and the next handler runs while the ack becomes durable.
-        """
-        with self._lock:
-            self._release(entry)
-
-    def _release(self, entry: Running) -> None:
-        if entry.released:
-            return
-        entry.released = True
-        self._inflight -= 1
-        assert self._inflight >= 0, "every job frees its slot once"
-        if self._inflight == 0:
-            self._idle_since = time.monotonic()
-        self._slot_freed.notify_all()
-
     def _job_finished(self, entry: Running) -> None:
-        """A job was settled (on a handler thread, or the settling thread): no more to do for it; its slot is free too."""
+        """A job was settled (on a handler thread, or the settling thread): no more to do for it."""
         self._heartbeat.discard(entry)
-        with self._lock:
-            self._release(entry)
-            self._unsettled -= 1
-            assert self._unsettled >= 0, "every job is settled once"
-            self._slot_freed.notify_all()
+        self._slots.finish(entry)
 
     def _abandoned_a_thread(self) -> None:
         """A handler thread ran past its limit and was left running: a pool's process retires (timeouts.py)."""
@@ -491,7 +463,7 @@ class Worker(MadeWith):
     def _stop_on_signal(self, signum: int) -> None:
         """The first SIGINT/SIGTERM (on the signals' watcher thread): finish what runs, then stop."""
         with self._lock:
-            running = f"{self._inflight} running job(s)" if self._pool is None else "the worker processes' running jobs"
+            running = f"{self._slots.inflight} running job(s)" if self._pool is None else "the worker processes' running jobs"
         logger.warning(
             "%s: stop signal received (%s); finishing %s, then stopping (Ctrl-C again to quit at once)",
             self.name, self._signals.first_name, running,
