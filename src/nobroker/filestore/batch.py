@@ -60,6 +60,7 @@ class Batch:
         self.state.add(entry, number)
         self.parts.append(data)
         self.pos += len(data)
+        self.state.enables_end = self.pos  # a lease may hand this job out: it rests on this record
 
     def add_jobs(self, data: bytes, count: int) -> None:
         """``count`` ENQUEUE records, framed and joined, their jobs already in the state (plain_jobs.py)."""
@@ -67,6 +68,7 @@ class Batch:
         self.state.records += count
         self.parts.append(data)
         self.pos += len(data)
+        self.state.enables_end = self.pos  # as in add_job
 
 
 class Op:

@@ -319,7 +319,9 @@ class Committer(QueueFiles):
         batch = Batch(self._state, self._offset)
         leases.reclaim(batch, now, self.backoff)
         for op in ops:
-            op.read_end = batch.pos  # what this operation's answer rests on
+            # What this operation's answer rests on: all it read; for a lease, only up to the last
+            # record that could give it a job (replay.py's enables_end), not a peer's acks after it.
+            op.read_end = min(batch.pos, self._state.enables_end) if op.lazy else batch.pos
             try:
                 op.result = op.decide(batch, now)
             except Exception as exc:

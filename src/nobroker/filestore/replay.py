@@ -30,6 +30,16 @@ Indexes (lazy: stale heap items are skipped when popped, never searched for):
   active_keys  (kind, dedupe_key) -> id        for ready/leased jobs only
   leased_kinds kind -> leased jobs of it        what a concurrency limit counts
   groups       kind -> group -> heap, and counts  hot jobs of a group (ready.py)
+
+What a lease rests on (``enables_end``): the end of the last record applied
+that could give a lease something to take (a job enqueued or made ready
+again, a pause lifted, a limit changed; under limits, any record, as an ack
+frees a slot). A lease's answer needs the log durable only through there,
+not through a peer's later leases, acks and heartbeats: those take jobs
+away or touch none it could hand out (commit.py's lazy operations).
+NO_BASIS (past any offset) until the state knows: a state rebuilt from a
+snapshot says where the snapshot ends (snapshot.load), one moved into a new
+generation says nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +56,9 @@ from . import control_records, counting, limit_records, records, schedule_record
 from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, id_number
+
+#: ``enables_end`` of a state that cannot tell what a lease rests on: past any offset (all of it).
+NO_BASIS = 1 << 63
 from .ready import ReadyJobs
 
 
@@ -74,6 +87,8 @@ class QueueState(ReadyJobs):
         self.leased_kinds: dict[str, int] = {}
         #: The rotation between the groups of each kind under a fair limit (limit_records.py); a PURGE keeps it.
         self.turns: dict[str, Turns] = {}
+        #: Where what a lease rests on ends (see the module's docstring); not part of a snapshot.
+        self.enables_end = NO_BASIS
 
     # ------------------------------------------------------------ the jobs, as a mapping
     @property
@@ -104,6 +119,7 @@ class QueueState(ReadyJobs):
         dropped jobs were not done: a sound compaction drops none.
         """
         unsound = 0
+        self.enables_end = NO_BASIS  # offsets of another generation: what a lease rests on is not known here
         for entry in self._move_rows(offsets, base, shift, end):
             if entry.state not in DROPPED:
                 unsound += 1
@@ -119,6 +135,8 @@ class QueueState(ReadyJobs):
         """Fold one record into the state. ``offset`` is where the record starts, ``size`` its
         framed length (only an ENQUEUE's counts: see ``live_bytes``; 0 leaves it uncounted)."""
         self.records += 1
+        if self.limits or rtype not in _NEVER_ENABLES:
+            self.enables_end = offset + size if size else NO_BASIS
         if rtype == RecordType.ENQUEUE:
             self._enqueue(body, offset, size)
             counting.add(self.counters, body.get("kind", DEFAULT_KIND))  # a kind that is not a string never gets here
@@ -439,6 +457,12 @@ _HOT_KEYS = frozenset({
     "dedupe_key", "stage", "result", "traceback", "cancel_requested", "timeout", "attempt_history", "leased_at", "group",
 })  # fmt: skip
 #: Records that may leave a READY job READY without indexing it again.
+#: Records that never give a lease something to take, where no limit is set (with one, an ack
+#: or a dead job frees a slot): they take jobs away, or touch leased ones only.
+_NEVER_ENABLES = frozenset({
+    RecordType.LEASE, RecordType.ACK, RecordType.DEAD, RecordType.EXTEND, RecordType.STAGE, RecordType.PAUSE,
+    RecordType.CANCEL, RecordType.DELETE,
+})  # fmt: skip
 _KEEPS_READY = frozenset({RecordType.EXTEND, RecordType.STAGE})  # (a CANCEL mark never meets a ready job)
 #: Records about the queue rather than one job (QueueState._apply_to_queue).
 _QUEUE_TYPES = frozenset(

@@ -131,6 +131,7 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
         logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, exc)
         return None
     logger.debug("%s: loaded the state at offset %d (%d records)", path, offset, state.records)
+    state.enables_end = offset  # a lease may rest on any of the records it stands for
     return state, offset, crc
 
 

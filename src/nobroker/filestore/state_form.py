@@ -44,7 +44,7 @@ def to_snapshot(state: QueueState) -> tuple[dict[str, Any], list[Any]]:
         "hot": hot,
         "counts": [state._counts[job_state] for job_state in JobState],
         # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_bytes and the table's sizes
-        "ints": {name: value for name, value in vars(state).items() if type(value) is int},
+        "ints": {name: value for name, value in vars(state).items() if type(value) is int and name not in _NOT_KEPT},
         "active_keys": [[kind, key, job_id] for (kind, key), job_id in state.active_keys.items()],
         "schedules": [to_fields(sched) for sched in state.schedules.values()],
         "limits": [body for _rtype, body in limit_records.replayed(state.limits, 0.0, state.turns)],
@@ -105,7 +105,11 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
 
 #: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.
 _SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
-_SNAPSHOT_INTS = frozenset(name for name, value in vars(QueueState()).items() if type(value) is int)
+#: Fields a snapshot leaves out: what a lease rests on is an offset the loader sets (snapshot.load).
+_NOT_KEPT = frozenset({"enables_end"})
+_SNAPSHOT_INTS = frozenset(
+    name for name, value in vars(QueueState()).items() if type(value) is int and name not in _NOT_KEPT
+)
 #: A hot Entry in a snapshot: every slot, in order (its state as the text value).
 _entry_fields = attrgetter(*Entry.__slots__)
 _STATE_FIELD = Entry.__slots__.index("state")
