@@ -93,6 +93,49 @@ class FollowingACompaction(TempDirTestCase):
         snaps = sorted(n for n in os.listdir(self.dir) if n.endswith(".snap"))
         self.assertEqual(snaps, [f"{NAME}.000001.snap"])
 
+    def test_the_checkpoint_is_there_before_the_flip(self) -> None:
+        """A follower that sees the flip finds the checkpoint at once: it never waits for it, nor replays."""
+        from nobroker.filestore import compactor
+
+        real = compactor.finish_flip
+        seen: list[bool] = []
+
+        def flip(fs: Any, directory: str, name: str, prepared: str) -> None:
+            seen.append(os.path.exists(os.path.join(directory, f"{NAME}.000001.snap")))
+            real(fs, directory, name, prepared)
+
+        with mock.patch.object(compactor, "finish_flip", flip):
+            self.a.compact()
+        self.assertEqual(seen, [True])
+        self.assertFalse(os.path.exists(os.path.join(self.dir, f"{NAME}.000000.snap")), "the old one is removed after the flip")
+        with mock.patch.object(checkpoint, "CHECKPOINT_WAIT", 0.0):
+            self.b.enqueue("b follows")
+        self.assertTrue(storage_of(self.b)._snap_loaded)
+        self.assertEqual(view(self.b), view(self.a))
+        self.assertEqual(view(self.b), replayed_view(self.dir, self.clock))
+
+    def test_a_compaction_that_fails_before_its_flip_removes_its_checkpoint_and_reloads(self) -> None:
+        """The state already points into the new generation when the flip fails: memory is rebuilt from the old one."""
+        from nobroker.errors import CompactionError
+        from nobroker.filestore import compactor
+
+        expected = view(self.a)
+
+        def fail(*args: Any, **kwargs: Any) -> str:
+            raise CompactionError("no flip today")
+
+        with mock.patch.object(compactor, "prepare_flip", fail):
+            with self.assertRaises(CompactionError):
+                self.a.compact()
+        self.assertEqual(sorted(n for n in os.listdir(self.dir) if n.endswith(".snap")), [])
+        self.assertTrue(storage_of(self.a)._stale)
+        self.assertEqual(view(self.a), expected)
+        self.assertEqual(storage_of(self.a).generation, 0)
+        self.a.enqueue("after the failed compaction")
+        self.b.enqueue("b too")
+        self.assertEqual(view(self.b), view(self.a))
+        self.assertEqual(view(self.a), replayed_view(self.dir, self.clock))
+
     def test_only_following_a_flip_waits_for_a_checkpoint_never_a_reload_of_the_same_generation(self) -> None:
         """A reload (after a failed write) runs under the exclusive lock: waiting there for a checkpoint of a
         generation nobody is writing one of would hold every peer up (while a compaction runs: its whole wait)."""
@@ -439,14 +482,14 @@ class CheckpointsUnderPowerCuts(unittest.TestCase):
         rng = random.Random(4)
         cuts: list[tuple[str, SimDisk, Any]] = []
         writes = []
-        compacted: dict[str, Any] = {}
+        before_flip: dict[str, Any] = {}
 
         def jobs(q: Queue) -> dict[str, Any]:
             return {j.id: j.to_dict() for j in q.list_jobs()}
 
         q = Queue(path, filesystem=disk, clock=FakeClock(), auto_compact=None)
         original_write = QueueFiles._write_checkpoint
-        original_save = checkpoint.save_after_compaction
+        original_save = checkpoint.save_before_flip
 
         def write(self: Any, *args: Any) -> None:
             expected = jobs(q)
@@ -463,7 +506,7 @@ class CheckpointsUnderPowerCuts(unittest.TestCase):
 
         def save(*args: Any) -> Any:
             def cut(d: SimDisk, op: str) -> None:
-                cuts.extend((f"{mode} cut before {op} (compaction)", d.power_cut(mode, rng), compacted) for mode in POWER_CUT_MODES)
+                cuts.extend((f"{mode} cut before {op} (compaction)", d.power_cut(mode, rng), before_flip) for mode in POWER_CUT_MODES)
 
             disk.before_mutation = cut
             try:
@@ -474,13 +517,13 @@ class CheckpointsUnderPowerCuts(unittest.TestCase):
         with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 10), \
                 mock.patch.object(QueueFiles, "checkpoint_in_thread", False), \
                 mock.patch.object(QueueFiles, "_write_checkpoint", write), \
-                mock.patch.object(checkpoint, "save_after_compaction", save):  # fmt: skip
+                mock.patch.object(checkpoint, "save_before_flip", save):  # fmt: skip
             for i in range(25):
                 q.enqueue({"n": i})
             q.ack_many(q.lease(5))
             periodic = len(cuts)
+            before_flip.update(jobs(q))  # the checkpoint is written before the flip: the old generation is the truth
             q.compact()
-            compacted.update(jobs(q))
             q.close()
         self.assertGreaterEqual(len(writes), 2, "the workload wrote periodic checkpoints")
         self.assertGreater(periodic, 0)

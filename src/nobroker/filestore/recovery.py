@@ -241,13 +241,13 @@ class QueueFiles(Checkpoints):
 
     def _read_forward(
         self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
-        whole: bool = False,
+        whole: bool = False, shift: int = 0,
     ) -> tuple[int, int]:  # fmt: skip
         """_apply_forward, and the crc of the bytes it applied, for a snapshot at close.
 
         Read again while we still hold the lock: the very bytes just applied.
         """
-        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline, whole=whole)
+        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline, whole=whole, shift=shift)
         mark = self._snap_crc
         if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
             try:
@@ -260,7 +260,7 @@ class QueueFiles(Checkpoints):
 
     def _apply_forward(
         self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
-        whole: bool = False,
+        whole: bool = False, shift: int = 0,
     ) -> tuple[int, int]:  # fmt: skip
         """Apply every whole record after ``start``; deal with what stops the reading.
 
@@ -272,6 +272,9 @@ class QueueFiles(Checkpoints):
         ``whole``: the whole generation is being replayed (opening, or
         reloading), so the room after a version 2 file's records is checked
         too: nothing but zeros may follow them (else a torn tail, or damage).
+        ``shift``: added to every record's offset as ``state`` notes it (a
+        compactor's state already points into the next generation, where
+        these records land that much further on).
         """
         end = start
         apply = state.apply
@@ -284,7 +287,7 @@ class QueueFiles(Checkpoints):
                 return end, self._stopped_at(log, fr, truncate)
             assert fr.offset == end, "records follow each other without gaps"
             try:
-                apply(fr.rtype, fr.body, fr.offset, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
+                apply(fr.rtype, fr.body, fr.offset + shift, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 self._stale = True  # the state may be half-changed: rebuild before any use
                 raise CorruptLogError(
@@ -328,7 +331,8 @@ class QueueFiles(Checkpoints):
         """Delete what crashed compactions left: other generations and dead writers' temp files.
 
         While a peer holds the compactor lock, the next generation it is
-        writing already has its final name: other generations stay then.
+        writing already has its final name, and its checkpoint may be
+        written: other generations (and later ones' snapshots) stay then.
         """
         compacting = None
         for entry in self.fs.listdir(self.directory):
@@ -341,7 +345,7 @@ class QueueFiles(Checkpoints):
                     continue  # a live peer is still writing it
             elif number == current:
                 continue  # the current generation's log, and its snapshot (any other is stale: never used)
-            elif kind == "log":
+            elif kind == "log" or number > current:  # a compactor leaves the next one's snapshot before its flip
                 if compacting is None:
                     compacting = self._compaction_running()
                 if compacting:

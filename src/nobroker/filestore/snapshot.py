@@ -2,7 +2,7 @@
 
 Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
 private temp file then renaming it into place, reading and checking it,
-removing it, and those of older generations) and the crc32 of a log prefix. Imports: errors, codec, layout,
+removing it, one generation's, and those of older generations) and the crc32 of a log prefix. Imports: errors, codec, layout,
 fs, log, replay, state_form. recovery.py loads one when it opens a queue and saves one
 when it closes it.
 
@@ -242,6 +242,14 @@ def remove_older(fs: FileSystem, directory: str, name: str, generation: int) -> 
                 fs.unlink(os.path.join(directory, entry))
             except FileNotFoundError:
                 pass
+
+
+def remove_generation(fs: FileSystem, directory: str, name: str, generation: int) -> None:
+    """Delete the snapshot of generation ``generation``, if any (a compaction that did not flip to it)."""
+    try:
+        fs.unlink(snapshot_path(directory, name, generation))
+    except OSError:
+        pass
 
 
 def remove(fs: FileSystem, directory: str, name: str) -> None:
