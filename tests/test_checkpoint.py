@@ -203,6 +203,7 @@ class FollowingACompaction(TempDirTestCase):
 
         with mock.patch.object(LogFile, "close", close):
             self.b.enqueue("b follows")
+            b_storage._retiring.join()  # the thread that lets go of them
         self.assertEqual(b_storage.generation, 1)
         self.assertEqual(held, {"state": False, "log": False}, "let go of under the lock, or not at all")
         self.assertEqual(view(self.b), view(self.a))

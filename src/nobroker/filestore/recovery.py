@@ -57,6 +57,9 @@ class QueueFiles(Checkpoints):
     #: Write periodic checkpoints in a thread of their own (False: in the writing thread,
     #: after its operation returned; the power-cut sweeps want one order of disk calls).
     checkpoint_in_thread = True
+    #: Let go of a generation left behind in a thread of its own (retire.py; False: in the
+    #: operation's thread, after the file lock, for one order of disk calls in the sweeps).
+    retire_in_thread = True
     #: The fsync of the queue folder; FileStorage makes it (the folder is the storage's).
     _sync_directory: Callable[[], None]
 
