@@ -238,8 +238,11 @@ class Compactor(Committer):
             copied = self._copy_appended(new, old, lock, copied=base)
             moved = True  # from here on the state points into ``new``
             self._move_state(offsets, base, shift, records_at_base - carried)
+            # What came in while the state moved (seconds, for a million jobs), then while the
+            # checkpoint was written: each follower reads what the checkpoint leaves out itself.
+            copied = self._copy_appended(new, old, lock, copied=copied, shift=shift)
             self._checkpoint_before_flip(new)
-            copied = self._copy_appended(new, old, lock, copied=copied, shift=shift)  # what came in meanwhile
+            copied = self._copy_appended(new, old, lock, copied=copied, shift=shift)
             if self.durable:
                 new.sync()  # the bulk, outside the lock: the fsync under it has little left to do
             new.install(sync=self.durable)
