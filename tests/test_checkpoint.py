@@ -246,6 +246,58 @@ class FollowingACompaction(TempDirTestCase):
             self.assertEqual(view(self.b), view(self.a))
 
 
+class FolderFsyncsBeforeTheLock(TempDirTestCase):
+    """An opener fsyncs the folders before it takes the exclusive lock; again under it only if the pointer changed."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = FakeClock()
+        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+            q.ack_many(q.lease(len(q.enqueue_many([{"i": i} for i in range(100)])) // 2))
+            q.compact()  # a pointer exists
+
+    def open_watching(self, between: Any = None) -> list[str]:
+        from nobroker.filestore.fs import RealFileSystem
+        from nobroker.filestore.recovery import QueueFiles
+
+        events: list[str] = []
+        real_sync, real_locate, real_first = RealFileSystem.fsync_dir, QueueFiles._locate, QueueFiles._sync_folders_first
+
+        def sync(fs: Any, path: str) -> None:
+            events.append("fsync_dir")
+            real_sync(fs, path)
+
+        def locate(files: Any, synced: object) -> None:
+            events.append("locked")
+            real_locate(files, synced)
+            events.append("located")
+
+        pending = [between] if between is not None else []
+
+        def first(files: Any) -> object:
+            result = real_first(files)
+            if pending:
+                pending.pop()()  # once: the peer it runs opens the queue too
+                events[:] = ["peer done"]  # what the peer did is not the opener's
+            return result
+
+        with mock.patch.object(RealFileSystem, "fsync_dir", sync), mock.patch.object(QueueFiles, "_locate", locate), \
+                mock.patch.object(QueueFiles, "_sync_folders_first", first):  # fmt: skip
+            Queue(self.dir, NAME, clock=self.clock, auto_compact=None).close()
+        return events[: events.index("located")]
+
+    def test_none_under_the_lock_when_the_pointer_stayed(self) -> None:
+        self.assertEqual(self.open_watching(), ["fsync_dir", "fsync_dir", "locked"])
+
+    def test_again_under_the_lock_after_a_flip_meanwhile(self) -> None:
+        def compact() -> None:
+            with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as peer:
+                peer.compact()
+
+        events = self.open_watching(compact)
+        self.assertEqual(events, ["peer done", "locked", "fsync_dir", "fsync_dir"])
+
+
 class OpeningWithoutTheLock(TempDirTestCase):
     def setUp(self) -> None:
         super().setUp()

@@ -48,6 +48,10 @@ _forks = [0]
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
 
+#: What ``_sync_folders_first`` returns when it did not fsync: no pointer signature equals it.
+_NOT_SYNCED = object()
+
+
 class QueueFiles(Checkpoints):
     """One queue's files as this object holds them, and the state replayed from them."""
 
@@ -117,9 +121,10 @@ class QueueFiles(Checkpoints):
             )  # fmt: skip
         started = time.perf_counter()
         self._prepare_unlocked()
+        synced = self._sync_folders_first()
         self._lock.acquire(exclusive=self.read_only is None)
         try:
-            self._locate()
+            self._locate(synced)
             assert self._log is not None
             # Read-only: a torn tail stays for a writer to cut, leftovers for a writer to remove.
             state, end, torn = self._replay_all(self._log, truncate=self.read_only is None, following=True)
@@ -136,23 +141,46 @@ class QueueFiles(Checkpoints):
         if torn:
             logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)
 
-    def _locate(self) -> None:
-        """Under the lock: the current generation, opened (or the one replayed without the lock, still current)."""
+    def _sync_folders_first(self) -> object:
+        """Before the exclusive lock: the folder fsyncs ``_locate`` needs, so peers do not wait for them.
+
+        Returns the pointer's signature as it was before them (``_locate``
+        fsyncs again, under the lock, if it changed since), or a value no
+        signature equals when they were not done.
+        """
+        if not self.durable or self.read_only is not None:
+            return _NOT_SYNCED
+        sig = self._pointer_signature()
+        self._sync_folders()
+        return sig
+
+    def _sync_folders(self) -> None:
+        """fsync the queue folder and the folder holding it."""
+        self._sync_directory()
+        try:
+            self.fs.fsync_dir(os.path.dirname(self.directory))
+        except OSError as exc:
+            raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+
+    def _locate(self, synced: object) -> None:
+        """Under the lock: the current generation, opened (or the one replayed without the lock, still current).
+
+        ``synced``: the pointer's signature before the folder fsyncs done
+        without the lock (``_sync_folders_first``).
+        """
         generation = read_pointer(self.fs, self.directory, self.name)
         self._pointer_sig = self._pointer_signature()
+        new = generation is None and not self.fs.exists(log_path(self.directory, self.name, 0))
         self._log = self._open_generation(generation)
-        if self.durable and self.read_only is None:
+        if self.durable and self.read_only is None and (new or synced != self._pointer_sig):
             # A crash between a peer's pointer rename and its folder fsync could
             # leave a flip that a power cut undoes, and a failed fsync of the
             # parent could leave the folder itself undurable: make both durable
-            # before we acknowledge anything written in them. This is also what
-            # makes a generation 0 just created durable (LogFile.create leaves
-            # its name to this fsync).
-            self._sync_directory()
-            try:
-                self.fs.fsync_dir(os.path.dirname(self.directory))
-            except OSError as exc:
-                raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+            # before we acknowledge anything written in them. Done before the
+            # lock, again here only if the pointer changed since (a flip or a
+            # roll-back meanwhile), or to make a generation 0 just created
+            # durable (LogFile.create leaves its name to this fsync).
+            self._sync_folders()
 
     def _open_generation(self, generation: int | None) -> LogFile:
         ready = self._take_prepared(generation or 0)
