@@ -114,6 +114,24 @@ class FollowingACompaction(TempDirTestCase):
         self.assertEqual(view(self.b), view(self.a))
         self.assertEqual(view(self.b), replayed_view(self.dir, self.clock))
 
+    def test_the_follower_fsyncs_the_folder_before_the_lock(self) -> None:
+        """The flip it follows must be durable before it answers from the new generation: made so without the lock."""
+        from nobroker.filestore.fs import RealFileSystem
+
+        b_storage = storage_of(self.b)
+        self.a.compact()
+        held: list[bool] = []
+        real = RealFileSystem.fsync_dir
+
+        def sync(fs: Any, path: str) -> None:
+            held.append(b_storage._lock.held)
+            real(fs, path)
+
+        with mock.patch.object(RealFileSystem, "fsync_dir", sync):
+            self.b.enqueue("b follows")
+        self.assertEqual(held, [False])
+        self.assertEqual(view(self.b), view(self.a))
+
     def test_a_compaction_that_fails_before_its_flip_removes_its_checkpoint_and_reloads(self) -> None:
         """The state already points into the new generation when the flip fails: memory is rebuilt from the old one."""
         from nobroker.errors import CompactionError

@@ -38,6 +38,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import NobrokerError, StorageError
@@ -87,6 +88,8 @@ class Prepared:
     loaded_records: int
     #: The pointer's signature (recovery.QueueFiles._pointer_signature) before the file was opened.
     pointer_sig: object = None
+    #: Was the queue folder fsynced after that signature was read (the flip it shows made durable)?
+    folders_synced: bool = False
 
 
 def prepare(fs: FileSystem, directory: str, name: str, log: LogFile, durable_end: int | None) -> Prepared | None:
@@ -205,6 +208,7 @@ class Checkpoints:
     _snap_records: int
     _prepared: Prepared | None
     _checkpointing: threading.Thread | None
+    _sync_directory: Callable[[], None]
 
     def _prepare_unlocked(self) -> None:
         """Opening, step one: note under the lock where the log ends, replay up to there without it.
@@ -282,6 +286,13 @@ class Checkpoints:
         # Past the checkpoint too, as far as whole records go (what the compactor copied after
         # it, what peers appended since the flip): read first, fsynced after, as at opening.
         self._prepare_from(new, AS_WRITTEN, sig)
+        prepared = self._prepared
+        if prepared is not None and prepared.log is new and self.durable:
+            # The flip must be durable before anything is answered from the new generation
+            # (commit.Committer._switch_to): here, not under the lock, unless the pointer
+            # changes again before it (``still_valid`` then drops this replay).
+            self._sync_directory()
+            prepared.folders_synced = True
 
     def _take_prepared(self, generation: int) -> LogFile | None:
         """Under the lock: the file of ``generation`` replayed without the lock, if that replay still holds."""

@@ -172,8 +172,9 @@ class Committer(QueueFiles):
                 self._failed = exc
                 raise
             new = self._open_generation(generation)
+            prepared = self._prepared
             try:
-                if self.durable:
+                if self.durable and not (prepared is not None and prepared.log is new and prepared.folders_synced):
                     self._sync_directory()  # see _open: the flip we follow must be durable
                 state, end, _torn = self._replay_all(new, truncate=exclusive, following=True)
             except BaseException:
