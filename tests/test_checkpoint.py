@@ -93,6 +93,67 @@ class FollowingACompaction(TempDirTestCase):
         snaps = sorted(n for n in os.listdir(self.dir) if n.endswith(".snap"))
         self.assertEqual(snaps, [f"{NAME}.000001.snap"])
 
+    def test_the_checkpoint_is_there_before_the_flip(self) -> None:
+        """A follower that sees the flip finds the checkpoint at once: it never waits for it, nor replays."""
+        from nobroker.filestore import compactor
+
+        real = compactor.finish_flip
+        seen: list[bool] = []
+
+        def flip(fs: Any, directory: str, name: str, prepared: str) -> None:
+            seen.append(os.path.exists(os.path.join(directory, f"{NAME}.000001.snap")))
+            real(fs, directory, name, prepared)
+
+        with mock.patch.object(compactor, "finish_flip", flip):
+            self.a.compact()
+        self.assertEqual(seen, [True])
+        self.assertFalse(os.path.exists(os.path.join(self.dir, f"{NAME}.000000.snap")), "the old one is removed after the flip")
+        with mock.patch.object(checkpoint, "CHECKPOINT_WAIT", 0.0):
+            self.b.enqueue("b follows")
+        self.assertTrue(storage_of(self.b)._snap_loaded)
+        self.assertEqual(view(self.b), view(self.a))
+        self.assertEqual(view(self.b), replayed_view(self.dir, self.clock))
+
+    def test_the_follower_fsyncs_the_folder_before_the_lock(self) -> None:
+        """The flip it follows must be durable before it answers from the new generation: made so without the lock."""
+        from nobroker.filestore.fs import RealFileSystem
+
+        b_storage = storage_of(self.b)
+        self.a.compact()
+        held: list[bool] = []
+        real = RealFileSystem.fsync_dir
+
+        def sync(fs: Any, path: str) -> None:
+            held.append(b_storage._lock.held)
+            real(fs, path)
+
+        with mock.patch.object(RealFileSystem, "fsync_dir", sync):
+            self.b.enqueue("b follows")
+        self.assertEqual(held, [False])
+        self.assertEqual(view(self.b), view(self.a))
+
+    def test_a_compaction_that_fails_before_its_flip_removes_its_checkpoint_and_reloads(self) -> None:
+        """The state already points into the new generation when the flip fails: memory is rebuilt from the old one."""
+        from nobroker.errors import CompactionError
+        from nobroker.filestore import compactor
+
+        expected = view(self.a)
+
+        def fail(*args: Any, **kwargs: Any) -> str:
+            raise CompactionError("no flip today")
+
+        with mock.patch.object(compactor, "prepare_flip", fail):
+            with self.assertRaises(CompactionError):
+                self.a.compact()
+        self.assertEqual(sorted(n for n in os.listdir(self.dir) if n.endswith(".snap")), [])
+        self.assertTrue(storage_of(self.a)._stale)
+        self.assertEqual(view(self.a), expected)
+        self.assertEqual(storage_of(self.a).generation, 0)
+        self.a.enqueue("after the failed compaction")
+        self.b.enqueue("b too")
+        self.assertEqual(view(self.b), view(self.a))
+        self.assertEqual(view(self.a), replayed_view(self.dir, self.clock))
+
     def test_only_following_a_flip_waits_for_a_checkpoint_never_a_reload_of_the_same_generation(self) -> None:
         """A reload (after a failed write) runs under the exclusive lock: waiting there for a checkpoint of a
         generation nobody is writing one of would hold every peer up (while a compaction runs: its whole wait)."""
@@ -160,6 +221,7 @@ class FollowingACompaction(TempDirTestCase):
 
         with mock.patch.object(LogFile, "close", close):
             self.b.enqueue("b follows")
+            b_storage._retiring.join()  # the thread that lets go of them
         self.assertEqual(b_storage.generation, 1)
         self.assertEqual(held, {"state": False, "log": False}, "let go of under the lock, or not at all")
         self.assertEqual(view(self.b), view(self.a))
@@ -200,6 +262,58 @@ class FollowingACompaction(TempDirTestCase):
             self.a.compact()
             workload(self.a, self.clock, rng, rng.randrange(0, 30))
             self.assertEqual(view(self.b), view(self.a))
+
+
+class FolderFsyncsBeforeTheLock(TempDirTestCase):
+    """An opener fsyncs the folders before it takes the exclusive lock; again under it only if the pointer changed."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.clock = FakeClock()
+        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+            q.ack_many(q.lease(len(q.enqueue_many([{"i": i} for i in range(100)])) // 2))
+            q.compact()  # a pointer exists
+
+    def open_watching(self, between: Any = None) -> list[str]:
+        from nobroker.filestore.fs import RealFileSystem
+        from nobroker.filestore.recovery import QueueFiles
+
+        events: list[str] = []
+        real_sync, real_locate, real_first = RealFileSystem.fsync_dir, QueueFiles._locate, QueueFiles._sync_folders_first
+
+        def sync(fs: Any, path: str) -> None:
+            events.append("fsync_dir")
+            real_sync(fs, path)
+
+        def locate(files: Any, synced: object) -> None:
+            events.append("locked")
+            real_locate(files, synced)
+            events.append("located")
+
+        pending = [between] if between is not None else []
+
+        def first(files: Any) -> object:
+            result = real_first(files)
+            if pending:
+                pending.pop()()  # once: the peer it runs opens the queue too
+                events[:] = ["peer done"]  # what the peer did is not the opener's
+            return result
+
+        with mock.patch.object(RealFileSystem, "fsync_dir", sync), mock.patch.object(QueueFiles, "_locate", locate), \
+                mock.patch.object(QueueFiles, "_sync_folders_first", first):  # fmt: skip
+            Queue(self.dir, NAME, clock=self.clock, auto_compact=None).close()
+        return events[: events.index("located")]
+
+    def test_none_under_the_lock_when_the_pointer_stayed(self) -> None:
+        self.assertEqual(self.open_watching(), ["fsync_dir", "fsync_dir", "locked"])
+
+    def test_again_under_the_lock_after_a_flip_meanwhile(self) -> None:
+        def compact() -> None:
+            with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as peer:
+                peer.compact()
+
+        events = self.open_watching(compact)
+        self.assertEqual(events, ["peer done", "locked", "fsync_dir", "fsync_dir"])
 
 
 class OpeningWithoutTheLock(TempDirTestCase):
@@ -439,14 +553,14 @@ class CheckpointsUnderPowerCuts(unittest.TestCase):
         rng = random.Random(4)
         cuts: list[tuple[str, SimDisk, Any]] = []
         writes = []
-        compacted: dict[str, Any] = {}
+        before_flip: dict[str, Any] = {}
 
         def jobs(q: Queue) -> dict[str, Any]:
             return {j.id: j.to_dict() for j in q.list_jobs()}
 
         q = Queue(path, filesystem=disk, clock=FakeClock(), auto_compact=None)
         original_write = QueueFiles._write_checkpoint
-        original_save = checkpoint.save_after_compaction
+        original_save = checkpoint.save_before_flip
 
         def write(self: Any, *args: Any) -> None:
             expected = jobs(q)
@@ -463,7 +577,7 @@ class CheckpointsUnderPowerCuts(unittest.TestCase):
 
         def save(*args: Any) -> Any:
             def cut(d: SimDisk, op: str) -> None:
-                cuts.extend((f"{mode} cut before {op} (compaction)", d.power_cut(mode, rng), compacted) for mode in POWER_CUT_MODES)
+                cuts.extend((f"{mode} cut before {op} (compaction)", d.power_cut(mode, rng), before_flip) for mode in POWER_CUT_MODES)
 
             disk.before_mutation = cut
             try:
@@ -474,13 +588,13 @@ class CheckpointsUnderPowerCuts(unittest.TestCase):
         with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 10), \
                 mock.patch.object(QueueFiles, "checkpoint_in_thread", False), \
                 mock.patch.object(QueueFiles, "_write_checkpoint", write), \
-                mock.patch.object(checkpoint, "save_after_compaction", save):  # fmt: skip
+                mock.patch.object(checkpoint, "save_before_flip", save):  # fmt: skip
             for i in range(25):
                 q.enqueue({"n": i})
             q.ack_many(q.lease(5))
             periodic = len(cuts)
+            before_flip.update(jobs(q))  # the checkpoint is written before the flip: the old generation is the truth
             q.compact()
-            compacted.update(jobs(q))
             q.close()
         self.assertGreaterEqual(len(writes), 2, "the workload wrote periodic checkpoints")
         self.assertGreater(periodic, 0)

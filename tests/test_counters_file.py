@@ -68,14 +68,20 @@ class CountersFromTheLog(TempDirTestCase):
         peer = self.open()
         original = peer.storage._copy_appended  # type: ignore[attr-defined]
 
-        def copy_with_a_peer_writing(new, old, lock):  # type: ignore[no-untyped-def]
-            q.enqueue("meanwhile", kind="odd")  # another object of the queue appends while the jobs are written
-            return original(new, old, lock)
+        calls = []
+
+        def copy_with_a_peer_writing(new, old, lock, **kw):  # type: ignore[no-untyped-def]
+            # Another object of the queue appends before each copy: while the jobs are written,
+            # while the state moves into the new generation, while its checkpoint is written.
+            q.enqueue("meanwhile", kind="odd")
+            calls.append(kw)
+            return original(new, old, lock, **kw)
 
         peer.storage._copy_appended = copy_with_a_peer_writing  # type: ignore[attr-defined]
         peer.compact()
         expected = q.counters()
-        self.assertEqual(expected["odd"]["enqueued"], 4)
+        self.assertGreaterEqual(len(calls), 2)
+        self.assertEqual(expected["odd"]["enqueued"], 3 + len(calls))
         self.assertEqual(peer.counters(), expected)
         q.close()
         peer.close()

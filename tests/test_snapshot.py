@@ -411,6 +411,29 @@ class BadSnapshotsAreIgnored(TempDirTestCase):
 
 
 @unittest.skipUnless(hasattr(signal, "SIGKILL"), "needs SIGKILL")
+class BadSnapshotsAreIgnoredWithTheLogCrcInAThread(BadSnapshotsAreIgnored):
+    """The same, with the log prefix's crc computed in a thread while the snapshot is read (snapshot._LogCrc)."""
+
+    def setUp(self) -> None:
+        patcher = mock.patch.object(snapshot, "PARALLEL_CRC_MIN", 1)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        super().setUp()
+
+    def test_the_thread_ran_and_was_joined(self) -> None:
+        started: list[Any] = []
+        real = snapshot._LogCrc.__init__
+
+        def init(crc: Any, *args: Any) -> None:
+            real(crc, *args)
+            started.append(crc)
+
+        with mock.patch.object(snapshot._LogCrc, "__init__", init):
+            self.assertEqual(self.opened(), self.expected)
+        self.assertTrue(started and started[0].thread is not None)
+        self.assertFalse(started[0].thread.is_alive())
+
+
 class CrashWhileWriting(TempDirTestCase):
     def test_sigkill_while_writing_the_snapshot(self) -> None:
         script = textwrap.dedent(

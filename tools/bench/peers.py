@@ -7,10 +7,11 @@ peer's enqueue latencies meanwhile, longest and median: what the lock hold
 costs a peer, seen from outside), the peer's enqueue across the flip, a
 process's first operation after another process compacted, and a third
 process's longest enqueue while that first operation ran; opening after a
-crash (the builder killed, so no clean close left a snapshot) and opening
+crash (the builder killed, so no clean close left a snapshot; its last
+checkpoint CRASH_TAIL records before the end, at --full size) and opening
 with a snapshot, each while a peer enqueues (its longest enqueue meanwhile:
 the open's lock hold, seen from outside).
-Imports: nobroker (Queue), plan (PENDING_FULL tells a --full run).
+Imports: nobroker (Queue, CHECKPOINT_EVERY), plan (PENDING_FULL tells a --full run).
 
 Every queue process is a child of its own (spawn), as separate programs
 would be; times are time.monotonic() (one clock for every process), and
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nobroker import Queue
+from nobroker.filestore.checkpoint import CHECKPOINT_EVERY
 from tools.bench.plan import PENDING_FULL, Figure, Plan, fresh, progress
 
 #: Jobs of these figures: by default (just over what makes a close leave a snapshot), and with --full.
@@ -40,6 +42,10 @@ PEER_ROUNDS, PEER_ROUNDS_FULL = 3, 1
 #: compactor's longest lock hold; a peer's longest enqueue while another process compacts or opens, as a
 #: multiple of its median meanwhile; seconds to open after a crash.
 FIRST_AFTER_COMPACTION_MS, LOCK_HOLD_MS, PEER_LONGEST_X_MEDIAN, CRASH_OPEN_S = 50.0, 10.0, 3.0, 2.0
+#: Jobs per enqueue_many of the builds (CHECKPOINT_EVERY is a multiple of it).
+BUILD_BATCH = 10_000
+#: Records a crash leaves after the builder's last checkpoint: half the distance between two.
+CRASH_TAIL = CHECKPOINT_EVERY // 2
 #: Seconds the peer enqueues alone first (its latencies without the other process, for scale).
 ALONE_SECONDS = 1.0
 #: The peer's enqueues after the compaction before the follower's first operation (the peer has followed the flip).
@@ -117,17 +123,29 @@ def _ms(value: float) -> str:
 def _build(directory: str, n: int, ack_half: bool) -> None:
     """``n`` jobs (half of them acked if ``ack_half``), quickly: not durable, the caller syncs."""
     with Queue(directory, fsync=False, **OPTIONS) as q:
-        for start in range(0, n, 10_000):
-            jobs = q.enqueue_many([{"i": i} for i in range(start, min(n, start + 10_000))])
+        for start in range(0, n, BUILD_BATCH):
+            jobs = q.enqueue_many([{"i": i} for i in range(start, min(n, start + BUILD_BATCH))])
             if ack_half:
                 q.ack_many(q.lease(len(jobs) // 2))
 
 
 def _build_then_hang(directory: str, n: int, built: Any) -> None:
-    """Build, say so, and wait to be killed: the queue is left as a crash leaves it (no clean close)."""
-    q = Queue(directory, fsync=False, **OPTIONS)
-    for start in range(0, n, 10_000):
-        q.enqueue_many([{"i": i} for i in range(start, min(n, start + 10_000))])
+    """Build, say so, and wait to be killed: the queue is left as a crash leaves it (no clean close).
+
+    The writer's last checkpoint (one every CHECKPOINT_EVERY records) falls
+    CRASH_TAIL records before the end, as at a crash at a random moment: the
+    first batch is sized so that checkpoints fall due at the end of a batch.
+    Durable: a queue opened with fsync=False writes no checkpoints.
+    """
+    q = Queue(directory, **OPTIONS)
+    head = n - CRASH_TAIL
+    bounds = [0, head % CHECKPOINT_EVERY + CHECKPOINT_EVERY] if head >= CHECKPOINT_EVERY else [0]
+    bounds += range(bounds[-1] + BUILD_BATCH, n, BUILD_BATCH)
+    for start, end in zip(bounds, [*bounds[1:], n]):
+        q.enqueue_many([{"i": i} for i in range(start, end)])
+    running = getattr(q.storage, "_checkpointing", None)  # the last checkpoint's thread: let it finish
+    if running is not None:
+        running.join()
     os.sync()
     built.set()
     time.sleep(STEP_TIMEOUT)

@@ -30,6 +30,7 @@ The package, in its order (a module imports only modules above it):
     compaction.py  the next generation's file, written and flipped to (repair uses it too)
     checkpoint.py  replaying what no longer changes without the lock; the compactor's checkpoint
     recovery.py    QueueFiles: opening, replay with a snapshot, torn tails, leftovers, fork
+    retire.py      a generation left behind: its file closed, its state taken apart, in a thread
     batch.py       Batch and Op: what one group commit appends, and the operations waiting for it
     commit.py      Committer: the four beats, the group commit, roll-back, the read beat
     compactor.py   Compactor: the online compaction, mostly without the file lock

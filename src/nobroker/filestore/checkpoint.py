@@ -3,8 +3,8 @@
 Owns: Prepared (a generation opened and replayed without the lock, up to an
 offset whose bytes no longer change) and how it is made (``prepare``) and
 checked under the lock before use (``still_valid``); the checkpoint a
-compactor leaves of the new generation it flipped to
-(``save_after_compaction``) and a follower's short wait for it
+compactor leaves of the new generation before it flips to it
+(``save_before_flip``) and a follower's short wait for it
 (``wait_for_checkpoint``); Checkpoints, the part of recovery.QueueFiles
 that does these at opening and before each operation's lock, and writes a
 checkpoint every CHECKPOINT_EVERY records. Imports: errors, layout, fs,
@@ -38,6 +38,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import NobrokerError, StorageError
@@ -58,9 +59,10 @@ logger = logging.getLogger("nobroker")
 CHECKPOINT_EVERY = 50_000
 #: Longest a process that follows a compaction waits for the compactor's checkpoint of
 #: the new generation before it replays the generation instead. The checkpoint is written
-#: just after the flip, while the compactor still holds the compactor lock, and the wait
-#: ends as soon as that lock is free (the compactor done, or dead): this only bounds a
-#: compactor that hangs. Replaying instead would hold the lock for as long, or longer.
+#: before the flip, so it is there already unless writing it failed (or an older nobroker
+#: compacted, which writes it just after the flip, still holding the compactor lock); the
+#: wait ends as soon as that lock is free (the compactor done, or dead): this only bounds
+#: a compactor that hangs. Replaying instead would hold the lock for as long, or longer.
 CHECKPOINT_WAIT = 60.0
 #: The same wait when the flip was seen under the file lock: a later compactor may be
 #: waiting for that lock before it can begin, so the wait must stay short.
@@ -86,6 +88,8 @@ class Prepared:
     loaded_records: int
     #: The pointer's signature (recovery.QueueFiles._pointer_signature) before the file was opened.
     pointer_sig: object = None
+    #: Was the queue folder fsynced after that signature was read (the flip it shows made durable)?
+    folders_synced: bool = False
 
 
 def prepare(fs: FileSystem, directory: str, name: str, log: LogFile, durable_end: int | None) -> Prepared | None:
@@ -141,20 +145,23 @@ def still_valid(prepared: Prepared, pointer_sig: object) -> bool:
         return False
 
 
-def save_after_compaction(fs: FileSystem, directory: str, name: str, log: LogFile, state: QueueState, end: int) -> int | None:
-    """The compactor's checkpoint of the generation it just flipped to: ``state`` is the replay of log[0, ``end``).
+def save_before_flip(fs: FileSystem, directory: str, name: str, generation: int, state: QueueState, end: int, crc: int) -> bool:
+    """The compactor's checkpoint of the generation it is about to flip to: ``state`` is the replay of its [0, ``end``).
 
-    Returns the crc32 of log[0, end) (what a snapshot at close builds on), or
-    None when it could not be written (logged: only the cache is lost).
+    ``crc`` is the crc32 of those bytes (the compactor keeps it as it writes
+    them: nothing is read back). Written before the flip, so a process that
+    follows the flip finds it at once; should the flip not happen, it is the
+    checkpoint of a file that never became the truth, which nobody loads (an
+    opener removes it with that file; a later one of the same name fails its
+    crc). Returns False when it could not be written (logged: only the cache
+    is lost, and followers replay the generation instead).
     """
     try:
-        crc = snapshot.log_crc(fs, log.fd, 0, end)
-        snapshot.save(fs, directory, name, log.generation, state, end, crc)
-        snapshot.remove_older(fs, directory, name, log.generation)
+        snapshot.save(fs, directory, name, generation, state, end, crc)
     except (OSError, NobrokerError, ValueError, TypeError) as exc:
-        logger.info("%s: no checkpoint of the new generation written (%s); followers replay it", log.path, exc)
-        return None
-    return crc
+        logger.info("generation %d: no checkpoint written for the processes that follow the flip (%s)", generation, exc)
+        return False
+    return True
 
 
 def wait_for_checkpoint(fs: FileSystem, directory: str, name: str, generation: int, *, timeout: float = CHECKPOINT_WAIT) -> bool:
@@ -201,6 +208,7 @@ class Checkpoints:
     _snap_records: int
     _prepared: Prepared | None
     _checkpointing: threading.Thread | None
+    _sync_directory: Callable[[], None]
 
     def _prepare_unlocked(self) -> None:
         """Opening, step one: note under the lock where the log ends, replay up to there without it.
@@ -257,10 +265,10 @@ class Checkpoints:
     def _prepare_follow(self, sig: object) -> None:
         """Without the lock: a peer flipped to a new generation (``_follows_flip``); load its checkpoint.
 
-        The compactor leaves a checkpoint of the generation it flipped to
-        (checkpoint.save_after_compaction); loading it here, and catching up
-        only what came after it under the lock, means no process waits for a
-        follower's replay. The caller noticed the flip under the lock, let go
+        The compactor leaves a checkpoint of the generation it flips to
+        (checkpoint.save_before_flip); loading it here, with the records
+        after it, and catching up under the lock only what came in the last
+        moments, means no process waits for a follower's replay. The caller noticed the flip under the lock, let go
         of it to call this, and takes it again after.
         """
         log = self._log
@@ -275,7 +283,16 @@ class Checkpoints:
             new = self._open_log(log_path(self.directory, self.name, generation), generation)
         except (OSError, NobrokerError):
             return  # the locked catch-up says what is wrong
-        self._prepare_from(new, None, sig)
+        # Past the checkpoint too, as far as whole records go (what the compactor copied after
+        # it, what peers appended since the flip): read first, fsynced after, as at opening.
+        self._prepare_from(new, AS_WRITTEN, sig)
+        prepared = self._prepared
+        if prepared is not None and prepared.log is new and self.durable:
+            # The flip must be durable before anything is answered from the new generation
+            # (commit.Committer._switch_to): here, not under the lock, unless the pointer
+            # changes again before it (``still_valid`` then drops this replay).
+            self._sync_directory()
+            prepared.folders_synced = True
 
     def _take_prepared(self, generation: int) -> LogFile | None:
         """Under the lock: the file of ``generation`` replayed without the lock, if that replay still holds."""
@@ -347,4 +364,4 @@ class Checkpoints:
         raise NotImplementedError
 
 
-__all__ = ["CHECKPOINT_EVERY", "Checkpoints", "CHECKPOINT_WAIT", "Prepared", "prepare", "save_after_compaction", "still_valid", "wait_for_checkpoint"]
+__all__ = ["CHECKPOINT_EVERY", "Checkpoints", "CHECKPOINT_WAIT", "Prepared", "prepare", "save_before_flip", "still_valid", "wait_for_checkpoint"]

@@ -8,7 +8,7 @@ records before the lock (``_read_ahead``); the group commit (``_commit``,
 rolling an operation's records back when its fsync failed, the read-only
 beat (``_read``), waking idle workers after a write, and whether a write
 leaves enough superseded bytes to compact. Imports: errors, storage, layout,
-fs, framing, log, pointer, wake, replay, batch, leases, recovery.
+fs, framing, log, pointer, wake, replay, retire, batch, leases, recovery.
 
 Locking, from the outside in: a threading.Lock (``_mutex``) serialises this
 process's threads around the in-memory state, and whichever thread holds it
@@ -39,6 +39,7 @@ from .log import LogFile
 from .pointer import read_pointer, write_pointer
 from .recovery import QueueFiles
 from .replay import QueueState
+from .retire import Retiring
 from .wake import WakeChannel
 
 T = TypeVar("T")
@@ -65,6 +66,7 @@ class Committer(QueueFiles):
         # What a switch to a new generation left behind: the old generation's file and the
         # state replayed from it, let go of after the file lock (see _let_go).
         self._retired: list[LogFile | QueueState] = []
+        self._retiring = Retiring()
         self._wake = WakeChannel(wake_path(self.directory, self.name))
         # Waiters limited to some kinds listen on a pipe of their own: a wake-up
         # one of them swallowed for a job it cannot take would leave a worker
@@ -76,6 +78,7 @@ class Committer(QueueFiles):
         super()._after_fork()
         self._pending_lock = threading.Lock()
         self._pending = []
+        self._retiring.forget()
 
     def _reopen_after_fork(self) -> None:
         self._wake.forget_after_fork()
@@ -169,8 +172,9 @@ class Committer(QueueFiles):
                 self._failed = exc
                 raise
             new = self._open_generation(generation)
+            prepared = self._prepared
             try:
-                if self.durable:
+                if self.durable and not (prepared is not None and prepared.log is new and prepared.folders_synced):
                     self._sync_directory()  # see _open: the flip we follow must be durable
                 state, end, _torn = self._replay_all(new, truncate=exclusive, following=True)
             except BaseException:
@@ -185,16 +189,15 @@ class Committer(QueueFiles):
         self._log, self._state, self._offset, self._stale = new, state, end, False
 
     def _let_go(self) -> None:
-        """After the file lock: close the generation a switch left and free its state.
+        """After the file lock: close the generation a switch left and free its state (retire.py).
 
-        Freeing the state of a large queue takes tens of milliseconds, and
-        closing the last descriptor of an unlinked generation makes the
-        filesystem free its blocks: under the lock, every peer would wait.
+        Freeing the state of a large queue takes up to a second, and closing
+        the last descriptor of an unlinked generation makes the filesystem
+        free its blocks: under the lock, every peer would wait, and in the
+        operation's thread, its caller. A thread of its own does both.
         """
         retired, self._retired = self._retired, []
-        for item in retired:
-            if isinstance(item, LogFile):
-                item.close()
+        self._retiring.let_go(retired, in_thread=self.retire_in_thread)
 
     def _check_usable(self) -> None:
         if self.read_only is not None:

@@ -21,6 +21,7 @@ byte, after the jobs it wrote.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -60,6 +61,7 @@ class NextGeneration:
         self.fd: int | None = None
         self.pos = 0
         self.synced = 0  # bytes known durable
+        self.crc = 0  # crc32 of every byte written so far: a checkpoint of the file needs no read back
         with self._failing("creating"):
             if fs.exists(self.tmp):
                 fs.unlink(self.tmp)
@@ -97,6 +99,7 @@ class NextGeneration:
         assert self.fd is not None
         write_fully(self.fs, self.fd, data, self.pos)
         self.pos += len(data)
+        self.crc = zlib.crc32(data, self.crc)
 
     def write_records(self, extra: Iterable[records.Record]) -> int:
         """Records that are not jobs (one SCHEDULE per schedule), written as they are; returns how many."""

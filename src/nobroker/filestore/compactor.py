@@ -5,7 +5,7 @@ compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
 jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
 limit_records, control_records (the pauses carried over), counting,
-compaction, checkpoint, batch, commit.
+compaction, checkpoint, snapshot, batch, commit.
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -16,11 +16,14 @@ peers appended meanwhile, (4) the last few records, one fsync of the new
 file and the rename of the pointer. In between, (2) the live jobs are
 streamed into the new generation from the old file's prefix (bytes before
 the noted end never change), the peers' records are copied after them byte
-for byte, and (5) the folder is fsynced; (6) this object then moves to the
-new generation, and (7) leaves a checkpoint of it for the processes that
-follow the flip (checkpoint.py). A compaction also holds this object's mutex throughout (its
-state must stay put while the jobs are streamed), so this process's other
-threads wait for it; other processes do not.
+for byte; then this object's state is pointed into the new generation and
+a checkpoint of it is left for the processes that will follow the flip
+(checkpoint.py: they load it rather than replay), the records peers
+appended meanwhile copied too, and after the flip (5) the folder is
+fsynced and (6) this object moves to the new generation. A compaction also
+holds this object's mutex throughout (its state must stay put while the
+jobs are streamed), so this process's other threads wait for it; other
+processes do not.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from collections.abc import Callable
 from ..errors import CompactionError, StorageError
 from ..jobs import CompactionResult
 from ..storage import StorageOptions
-from . import checkpoint, control_records, counting, leases, limit_records, schedule_records
+from . import checkpoint, control_records, counting, leases, limit_records, schedule_records, snapshot
 from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .batch import Batch
 from .commit import Committer
@@ -156,15 +159,14 @@ class Compactor(Committer):
         state = self._state
         records_at_base, jobs_at_base = state.records, len(state)
         new = NextGeneration(self.fs, self.directory, self.name, old.generation + 1, self.log_format)
-        offsets, tail, copied, carried = self._rewrite(new, old, lock, progress)
+        kept, shift, copied = self._rewrite(new, old, lock, progress, records_at_base)
         before = self._offset
-        self._adopt(new, old, offsets, base, tail, copied, records_at_base - carried)
-        self._leave_checkpoint()
+        self._adopt(new, old, shift, copied)
         return CompactionResult(
             old_generation=old.generation,
             new_generation=new.generation,
             jobs_kept=len(state),
-            jobs_dropped=jobs_at_base - len(offsets),
+            jobs_dropped=jobs_at_base - kept,
             bytes_before=before,
             bytes_after=self._offset,
             elapsed=time.perf_counter() - started,
@@ -206,16 +208,19 @@ class Compactor(Committer):
         return old
 
     def _rewrite(
-        self, new: NextGeneration, old: LogFile, lock: Holds, progress: Callable[[int], None] | None
-    ) -> tuple[dict[str, int], int, int, int]:
+        self, new: NextGeneration, old: LogFile, lock: Holds, progress: Callable[[int], None] | None, records_at_base: int
+    ) -> tuple[int, int, int]:
         """(2) to (5): the new generation written, made the truth, durable.
 
-        Returns the live jobs' new offsets, where the records copied after
-        them begin in ``new``, the end of what was copied from ``old``, and
-        how many schedule and limit records (written before the jobs) it carried over.
+        Returns how many live jobs it kept, how far the records copied from
+        ``old`` moved (``new`` offset = ``old`` offset + shift), and the end of
+        what was copied from ``old``. ``records_at_base``: the state's count
+        of records when the jobs were noted.
         """
         prepared: str | None = None
         flipped = False
+        moved = False
+        base = self._offset
         try:
             # (2) Without the lock: stream the live jobs as of the base. This process's
             # threads wait on the mutex, so the state stays exactly that.
@@ -229,8 +234,15 @@ class Compactor(Committer):
             ])  # fmt: skip
             offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
             del live
-            tail = new.pos
-            copied = self._copy_appended(new, old, lock)
+            shift = new.pos - base
+            copied = self._copy_appended(new, old, lock, copied=base)
+            moved = True  # from here on the state points into ``new``
+            self._move_state(offsets, base, shift, records_at_base - carried)
+            # What came in while the state moved (seconds, for a million jobs), then while the
+            # checkpoint was written: each follower reads what the checkpoint leaves out itself.
+            copied = self._copy_appended(new, old, lock, copied=copied, shift=shift)
+            self._checkpoint_before_flip(new)
+            copied = self._copy_appended(new, old, lock, copied=copied, shift=shift)
             if self.durable:
                 new.sync()  # the bulk, outside the lock: the fsync under it has little left to do
             new.install(sync=self.durable)
@@ -238,7 +250,7 @@ class Compactor(Committer):
             # (4) Under the lock: the last records, fsync, flip.
             lock.acquire()
             try:
-                self._compaction_slice(lock, old, None, locked=True)
+                self._compaction_slice(lock, old, None, locked=True, shift=shift)
                 new.copy_from(old, copied, self._offset)
                 copied = self._offset
                 if self.durable:
@@ -253,18 +265,24 @@ class Compactor(Committer):
             if self.durable:
                 self._sync_directory()
         except BaseException as exc:
+            if moved:
+                self._stale = True  # the state points into a file that is not (or not surely) the truth
             self._undo(exc, new, prepared, flipped)
             raise
-        return offsets, tail, copied, carried
+        return len(offsets), shift, copied
 
-    def _copy_appended(self, new: NextGeneration, old: LogFile, lock: Holds) -> int:
-        """(3) Copy what peers appended meanwhile: read under the lock in short slices
-        (which checks every record), copy without it. Returns the end of what was copied."""
-        copied = self._offset
+    def _copy_appended(self, new: NextGeneration, old: LogFile, lock: Holds, *, copied: int, shift: int = 0) -> int:
+        """(3) Copy what peers appended after ``copied``: read under the lock in short slices
+        (which checks every record), copy without it. Returns the end of what was copied.
+
+        ``shift``: the state already points into ``new`` (see _read_forward).
+        """
         slices = 0
         while True:
             slices += 1
-            caught_up = self._compaction_slice(lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None)
+            caught_up = self._compaction_slice(
+                lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None, shift=shift
+            )
             new.copy_from(old, copied, self._offset)
             copied = self._offset
             if caught_up:
@@ -279,6 +297,8 @@ class Compactor(Committer):
             # A pointer that no longer names ``old`` means someone else flipped
             # (a repair by an older nobroker?): the file of that name may be theirs.
             new.discard(unlink=not isinstance(exc, Superseded))
+            if not isinstance(exc, Superseded):
+                snapshot.remove_generation(self.fs, self.directory, self.name, new.generation)
             if isinstance(exc, Superseded):
                 raise CompactionError(
                     "compaction stopped: another process replaced the queue's generation meanwhile; "
@@ -294,42 +314,46 @@ class Compactor(Committer):
             "further writes: open the queue again."
         )
 
-    def _adopt(
-        self, new: NextGeneration, old: LogFile, offsets: dict[str, int], base: int, tail: int, copied: int,
-        records_at_base: int,
-    ) -> None:  # fmt: skip
-        """(6) The flip is durable: the new generation is the truth from here on.
-
-        Jobs live at ``base`` moved to ``offsets``; records after it moved by a constant.
-        """
+    def _move_state(self, offsets: dict[str, int], base: int, shift: int, records_at_base: int) -> None:
+        """Point the state into the next generation before the flip: jobs live at ``base`` moved to ``offsets``,
+        records after it by ``shift``. From here on, records read from the old file are applied shifted."""
         state = self._state
-        shift = tail - base
         if state.relocate(offsets, base, shift):  # cannot happen (done is final); if it did, reload from disk
             self._stale = True
         state.records = len(offsets) + state.records - records_at_base
+        state.tidy()
+
+    def _checkpoint_before_flip(self, new: NextGeneration) -> None:
+        """Without the lock, before the flip: a checkpoint of ``new`` as written so far, for the processes that follow the flip.
+
+        They load it instead of replaying the new generation (checkpoint.py),
+        and read under the lock only the few records copied after it. Written
+        before the flip so that it is there when they see the flip.
+        """
+        if self._stale:
+            return
+        if checkpoint.save_before_flip(self.fs, self.directory, self.name, new.generation, self._state, new.pos, new.crc):
+            self._snap_records = self._state.records
+
+    def _adopt(self, new: NextGeneration, old: LogFile, shift: int, copied: int) -> None:
+        """(6) The flip is durable: the new generation is the truth from here on (the state points into it already)."""
         self._log, self._offset = new.log(), copied + shift
+        assert self._offset == new.pos
+        self._snap_crc = (new.generation, new.pos, new.crc) if self.durable else None
         self._pointer_sig = self._pointer_signature()
         old.close()
         try:
             self.fs.unlink(old.path)
         except OSError:
             pass  # the next opener removes it
+        try:
+            snapshot.remove_older(self.fs, self.directory, self.name, new.generation)
+        except OSError:
+            pass  # the next opener removes them
 
-    def _leave_checkpoint(self) -> None:
-        """(7) Without the lock: a checkpoint of the new generation, for the processes that follow the flip.
-
-        They load it instead of replaying the new generation (checkpoint.py);
-        it is also what this object's snapshot at close builds on.
-        """
-        log = self._log
-        assert log is not None
-        if self._stale:
-            return
-        crc = checkpoint.save_after_compaction(self.fs, self.directory, self.name, log, self._state, self._offset)
-        if crc is not None and self.durable:
-            self._snap_crc, self._snap_records = (log.generation, self._offset, crc), self._state.records
-
-    def _compaction_slice(self, lock: Holds, old: LogFile, budget: float | None, *, locked: bool = False) -> bool:
+    def _compaction_slice(
+        self, lock: Holds, old: LogFile, budget: float | None, *, locked: bool = False, shift: int = 0
+    ) -> bool:
         """Read forward in ``old`` what peers appended, for about ``budget`` seconds under the lock.
 
         Returns True once at the end of the file. Raises Superseded if the
@@ -346,7 +370,9 @@ class Compactor(Committer):
                     f"compaction stopped: {old.path} shrank under it (a writer rolled back); nothing was changed"
                 )
             deadline = None if budget is None else time.perf_counter() + budget
-            self._offset, _torn = self._read_forward(old, self._state, self._offset, truncate=True, deadline=deadline)
+            self._offset, _torn = self._read_forward(
+                old, self._state, self._offset, truncate=True, deadline=deadline, shift=shift
+            )
             return deadline is None or old.what_follows(self._offset) == 0
         finally:
             if not locked:

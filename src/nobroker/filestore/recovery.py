@@ -48,6 +48,10 @@ _forks = [0]
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
 
+#: What ``_sync_folders_first`` returns when it did not fsync: no pointer signature equals it.
+_NOT_SYNCED = object()
+
+
 class QueueFiles(Checkpoints):
     """One queue's files as this object holds them, and the state replayed from them."""
 
@@ -57,6 +61,9 @@ class QueueFiles(Checkpoints):
     #: Write periodic checkpoints in a thread of their own (False: in the writing thread,
     #: after its operation returned; the power-cut sweeps want one order of disk calls).
     checkpoint_in_thread = True
+    #: Let go of a generation left behind in a thread of its own (retire.py; False: in the
+    #: operation's thread, after the file lock, for one order of disk calls in the sweeps).
+    retire_in_thread = True
     #: The fsync of the queue folder; FileStorage makes it (the folder is the storage's).
     _sync_directory: Callable[[], None]
 
@@ -114,9 +121,10 @@ class QueueFiles(Checkpoints):
             )  # fmt: skip
         started = time.perf_counter()
         self._prepare_unlocked()
+        synced = self._sync_folders_first()
         self._lock.acquire(exclusive=self.read_only is None)
         try:
-            self._locate()
+            self._locate(synced)
             assert self._log is not None
             # Read-only: a torn tail stays for a writer to cut, leftovers for a writer to remove.
             state, end, torn = self._replay_all(self._log, truncate=self.read_only is None, following=True)
@@ -133,23 +141,46 @@ class QueueFiles(Checkpoints):
         if torn:
             logger.warning("%s: cut a torn tail of %d bytes at offset %d (an interrupted write)", self._log.path, torn, end)
 
-    def _locate(self) -> None:
-        """Under the lock: the current generation, opened (or the one replayed without the lock, still current)."""
+    def _sync_folders_first(self) -> object:
+        """Before the exclusive lock: the folder fsyncs ``_locate`` needs, so peers do not wait for them.
+
+        Returns the pointer's signature as it was before them (``_locate``
+        fsyncs again, under the lock, if it changed since), or a value no
+        signature equals when they were not done.
+        """
+        if not self.durable or self.read_only is not None:
+            return _NOT_SYNCED
+        sig = self._pointer_signature()
+        self._sync_folders()
+        return sig
+
+    def _sync_folders(self) -> None:
+        """fsync the queue folder and the folder holding it."""
+        self._sync_directory()
+        try:
+            self.fs.fsync_dir(os.path.dirname(self.directory))
+        except OSError as exc:
+            raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+
+    def _locate(self, synced: object) -> None:
+        """Under the lock: the current generation, opened (or the one replayed without the lock, still current).
+
+        ``synced``: the pointer's signature before the folder fsyncs done
+        without the lock (``_sync_folders_first``).
+        """
         generation = read_pointer(self.fs, self.directory, self.name)
         self._pointer_sig = self._pointer_signature()
+        new = generation is None and not self.fs.exists(log_path(self.directory, self.name, 0))
         self._log = self._open_generation(generation)
-        if self.durable and self.read_only is None:
+        if self.durable and self.read_only is None and (new or synced != self._pointer_sig):
             # A crash between a peer's pointer rename and its folder fsync could
             # leave a flip that a power cut undoes, and a failed fsync of the
             # parent could leave the folder itself undurable: make both durable
-            # before we acknowledge anything written in them. This is also what
-            # makes a generation 0 just created durable (LogFile.create leaves
-            # its name to this fsync).
-            self._sync_directory()
-            try:
-                self.fs.fsync_dir(os.path.dirname(self.directory))
-            except OSError as exc:
-                raise storage_error(exc, "fsync of the folder holding", self.directory) from None
+            # before we acknowledge anything written in them. Done before the
+            # lock, again here only if the pointer changed since (a flip or a
+            # roll-back meanwhile), or to make a generation 0 just created
+            # durable (LogFile.create leaves its name to this fsync).
+            self._sync_folders()
 
     def _open_generation(self, generation: int | None) -> LogFile:
         ready = self._take_prepared(generation or 0)
@@ -241,13 +272,13 @@ class QueueFiles(Checkpoints):
 
     def _read_forward(
         self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
-        whole: bool = False,
+        whole: bool = False, shift: int = 0,
     ) -> tuple[int, int]:  # fmt: skip
         """_apply_forward, and the crc of the bytes it applied, for a snapshot at close.
 
         Read again while we still hold the lock: the very bytes just applied.
         """
-        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline, whole=whole)
+        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline, whole=whole, shift=shift)
         mark = self._snap_crc
         if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
             try:
@@ -260,7 +291,7 @@ class QueueFiles(Checkpoints):
 
     def _apply_forward(
         self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
-        whole: bool = False,
+        whole: bool = False, shift: int = 0,
     ) -> tuple[int, int]:  # fmt: skip
         """Apply every whole record after ``start``; deal with what stops the reading.
 
@@ -272,6 +303,9 @@ class QueueFiles(Checkpoints):
         ``whole``: the whole generation is being replayed (opening, or
         reloading), so the room after a version 2 file's records is checked
         too: nothing but zeros may follow them (else a torn tail, or damage).
+        ``shift``: added to every record's offset as ``state`` notes it (a
+        compactor's state already points into the next generation, where
+        these records land that much further on).
         """
         end = start
         apply = state.apply
@@ -284,7 +318,7 @@ class QueueFiles(Checkpoints):
                 return end, self._stopped_at(log, fr, truncate)
             assert fr.offset == end, "records follow each other without gaps"
             try:
-                apply(fr.rtype, fr.body, fr.offset, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
+                apply(fr.rtype, fr.body, fr.offset + shift, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 self._stale = True  # the state may be half-changed: rebuild before any use
                 raise CorruptLogError(
@@ -328,7 +362,8 @@ class QueueFiles(Checkpoints):
         """Delete what crashed compactions left: other generations and dead writers' temp files.
 
         While a peer holds the compactor lock, the next generation it is
-        writing already has its final name: other generations stay then.
+        writing already has its final name, and its checkpoint may be
+        written: other generations (and later ones' snapshots) stay then.
         """
         compacting = None
         for entry in self.fs.listdir(self.directory):
@@ -341,7 +376,7 @@ class QueueFiles(Checkpoints):
                     continue  # a live peer is still writing it
             elif number == current:
                 continue  # the current generation's log, and its snapshot (any other is stale: never used)
-            elif kind == "log":
+            elif kind == "log" or number > current:  # a compactor leaves the next one's snapshot before its flip
                 if compacting is None:
                     compacting = self._compaction_running()
                 if compacting:

@@ -2,7 +2,7 @@
 
 Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
 private temp file then renaming it into place, reading and checking it,
-removing it, and those of older generations) and the crc32 of a log prefix. Imports: errors, codec, layout,
+removing it, one generation's, and those of older generations) and the crc32 of a log prefix. Imports: errors, codec, layout,
 fs, log, replay, state_form. recovery.py loads one when it opens a queue and saves one
 when it closes it.
 
@@ -62,6 +62,9 @@ SNAPSHOT_MIN_RECORDS = 20_000
 #: 8 MB read buffer left up to 16 MB of freed heap in the process for good.
 READ_CHUNK = 1 << 20
 
+#: A log prefix at least this long has its crc computed in a thread while the snapshot is read (_LogCrc).
+PARALLEL_CRC_MIN = 4 << 20
+
 #: One snapshot written at a time in this process (a close, a compaction's checkpoint, a checkpoint's thread).
 _WRITING = threading.Lock()
 
@@ -101,38 +104,94 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
     """The state a usable snapshot of ``log``'s generation holds: (state, L, crc of log[0, L)).
 
     None when there is none or it cannot be trusted (logged, never raised):
-    the caller then replays the whole log, as if no snapshot existed.
+    the caller then replays the whole log, as if no snapshot existed. The
+    crc of the log's prefix is computed while the snapshot is read and
+    decoded (``_LogCrc``).
     """
     path = snapshot_path(directory, name, log.generation)
+    prefix: _LogCrc | None = None
     try:
-        fd = fs.open(path, os.O_RDONLY)  # never through a symlink (the seam adds O_NOFOLLOW)
         try:
-            data = fs.read_all(fd)  # a short read fails the checksum below
-        finally:
-            fs.close(fd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        why = "it is a symlink" if exc.errno == errno_mod.ELOOP else str(exc)
-        logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, why)
-        return None
-    try:
-        fields, blocks, offset, crc = _decode(data, log.generation)
-        size = log.size()
-        if size < offset:
-            raise SnapshotError(f"it covers {offset} bytes but the log holds {size}")
-        if log_crc(fs, log.fd, 0, offset) != crc:
-            raise SnapshotError(f"the log's first {offset} bytes are not those it was taken from")
-        state = from_snapshot(fields, blocks)
-    except (
-        SnapshotError, NobrokerError, OSError, ValueError, TypeError, KeyError, IndexError, OverflowError,
-        AttributeError, RecursionError, MemoryError,
-    ) as exc:  # fmt: skip
-        logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, exc)
-        return None
+            fd = fs.open(path, os.O_RDONLY)  # never through a symlink (the seam adds O_NOFOLLOW)
+            try:
+                prefix = _LogCrc(fs, log, _peek_offset(fs.pread(fd, _HEADER.size, 0), log.generation))
+                data = fs.read_all(fd)  # a short read fails the checksum below
+            finally:
+                fs.close(fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            why = "it is a symlink" if exc.errno == errno_mod.ELOOP else str(exc)
+            logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, why)
+            return None
+        try:
+            fields, blocks, offset, crc = _decode(data, log.generation)
+            del data  # the blocks are views of it; nothing else needs it
+            size = log.size()
+            if size < offset:
+                raise SnapshotError(f"it covers {offset} bytes but the log holds {size}")
+            if prefix.result(offset) != crc:
+                raise SnapshotError(f"the log's first {offset} bytes are not those it was taken from")
+            state = from_snapshot(fields, blocks)
+        except (
+            SnapshotError, NobrokerError, OSError, ValueError, TypeError, KeyError, IndexError, OverflowError,
+            AttributeError, RecursionError, MemoryError,
+        ) as exc:  # fmt: skip
+            logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, exc)
+            return None
+    finally:
+        if prefix is not None:
+            prefix.join()  # never leave a thread reading a descriptor the caller may close
     logger.debug("%s: loaded the state at offset %d (%d records)", path, offset, state.records)
     state.enables_end = offset  # a lease may rest on any of the records it stands for
     return state, offset, crc
+
+
+def _peek_offset(head: bytes, generation: int) -> int | None:
+    """The log offset a snapshot's header names, if it looks like one of ``generation`` (checked again in full later)."""
+    if len(head) < _HEADER.size:
+        return None
+    magic, version, gen, offset, *_rest = _HEADER.unpack_from(head, 0)
+    return offset if magic == MAGIC and version == VERSION and gen == generation else None
+
+
+class _LogCrc:
+    """The crc32 of a log's first ``end`` bytes, computed in a thread of its own when they are many.
+
+    zlib.crc32 and pread let go of the GIL on large buffers, so on two cores
+    the log's prefix is checked while the snapshot itself is read, checked
+    and decoded. ``result`` gives it (computed here if ``end`` turned out
+    other than guessed); ``join`` must follow, whatever happened.
+    """
+
+    def __init__(self, fs: FileSystem, log: LogFile, end: int | None) -> None:
+        self.fs, self.fd, self.end = fs, log.fd, end
+        self.value: int | BaseException | None = None
+        self.thread: threading.Thread | None = None
+        if end is not None and PARALLEL_CRC_MIN <= end <= log.size():
+            self.thread = threading.Thread(target=self._run, name="nobroker-snapshot-crc", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        assert self.end is not None
+        try:
+            self.value = log_crc(self.fs, self.fd, 0, self.end)
+        except BaseException as exc:  # handed to result(), in the loading thread
+            self.value = exc
+
+    def result(self, end: int) -> int:
+        if self.thread is None or end != self.end:
+            return log_crc(self.fs, self.fd, 0, end)
+        self.join()
+        value = self.value
+        if isinstance(value, BaseException):
+            raise value
+        assert value is not None
+        return value
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
 
 
 def _decode(data: bytes, generation: int) -> tuple[dict[str, Any], list[memoryview], int, int]:
@@ -243,6 +302,14 @@ def remove_older(fs: FileSystem, directory: str, name: str, generation: int) -> 
                 fs.unlink(os.path.join(directory, entry))
             except FileNotFoundError:
                 pass
+
+
+def remove_generation(fs: FileSystem, directory: str, name: str, generation: int) -> None:
+    """Delete the snapshot of generation ``generation``, if any (a compaction that did not flip to it)."""
+    try:
+        fs.unlink(snapshot_path(directory, name, generation))
+    except OSError:
+        pass
 
 
 def remove(fs: FileSystem, directory: str, name: str) -> None:

@@ -328,6 +328,7 @@ class FileStorage(Compactor):
             # below, and its state is older; it must not land after it.
             self._close_checkpoints()
             self._let_go()
+            self._retiring.join()  # every file of ours closed before close returns
             if self._log is not None:
                 if self.durable and os.getpid() == self._pid and self._log.failed is None and self.read_only is None:
                     try:
