@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import unittest
 
-from nobroker import CorruptLogError, Queue
+from nobroker import CorruptLogError, LockTimeoutError, Queue
 from nobroker.filestore.framing import FRAME_SIZE, HEADER_SIZE
 from nobroker.jobs import BackoffPolicy
 from nobroker.filestore.layout import log_path
@@ -326,6 +326,53 @@ class BitFlipSweep(TempDirTestCase):
                 with open(log_path(target, "default", 0), "rb") as f:
                     self.assertEqual(f.read(), bytes(damaged), "a refused open must not change the file")
             shutil.rmtree(target)
+
+
+class ARefusedOpenKeepsNothingOpen(TempDirTestCase):
+    """An open that raises closes every file it opened: a caller that retries never runs out of descriptors."""
+
+    def open_descriptors(self) -> int:
+        try:
+            return len(os.listdir("/proc/self/fd"))
+        except OSError:
+            self.skipTest("no /proc/self/fd to count open files with")
+
+    def test_a_damaged_log(self) -> None:
+        with Queue(self.dir) as q:
+            for i in range(5):
+                q.enqueue({"i": i, "pad": "x" * 40})
+            q.ack(q.lease_one())
+        path = log_path(self.dir, "default", 0)
+        with open(path, "r+b") as f:
+            f.seek(HEADER_SIZE + FRAME_SIZE + 3)  # inside the first record's body: not a torn tail
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 4]))
+        before = self.open_descriptors()
+        for _ in range(20):
+            with self.assertRaises(CorruptLogError):
+                Queue(self.dir)
+        self.assertEqual(self.open_descriptors(), before)
+
+    def test_a_lock_held_elsewhere(self) -> None:
+        try:
+            import fcntl
+        except ImportError:
+            self.skipTest("no flock here to hold the lock with")
+
+        with Queue(self.dir) as q:
+            q.enqueue("one")
+        holder = os.open(os.path.join(self.dir, "default.lock"), os.O_RDWR)
+        self.addCleanup(os.close, holder)
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: its lock excludes ours, as another process's would
+        before = self.open_descriptors()
+        for _ in range(5):
+            with self.assertRaises(LockTimeoutError):
+                Queue(self.dir, lock_timeout=0.05)
+        self.assertEqual(self.open_descriptors(), before)
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        with Queue(self.dir) as q:
+            self.assertEqual(len(q), 1, "the queue opens once the lock is free")
 
 
 class BitFlipSweepVersion2(BitFlipSweep):

@@ -110,6 +110,23 @@ class QueueFiles(Checkpoints):
 
     # ================================================================ opening
     def _open(self) -> None:
+        """Open the queue: the folder, the lock, the replay. Refused (CorruptLogError, LockTimeoutError, ...): nothing stays open."""
+        try:
+            self._open_files()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """After a refused open: close every file it opened (a caller that retries must not run out of descriptors)."""
+        self._closed = True
+        self._drop_prepared()
+        log, lock, self._log, self._lock = self._log, self._lock, None, None
+        for opened in (log, lock):
+            if opened is not None:
+                opened.close()
+
+    def _open_files(self) -> None:
         prepare_directory(self.fs, self.directory)
         self._lock = QueueLock(self.fs, lock_path(self.directory, self.name), self.lock_timeout, allow_read_only=True)
         self.read_only = self._lock.read_only
