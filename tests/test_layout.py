@@ -36,6 +36,7 @@ PACKAGE = "nobroker"
 UNIT_RANKS = {
     "errors": 0,
     "cron": 1,
+    "waiting": 1,
     "jobs": 2,
     "codec": 3,
     "checks": 4,

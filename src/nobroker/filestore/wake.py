@@ -4,7 +4,7 @@ Owns: WakeChannel, one FIFO in the queue folder (the file storage keeps two:
 ``<name>.wake``, and ``<name>.wake-kinds`` for workers limited to some kinds),
 ``wait_for_change`` (an idle worker's wait: on the pipe where there is one,
 by polling where not, until a change or a deadline), and ``pause``, an
-interruptible sleep. Imports: nothing from nobroker.
+interruptible sleep. Imports: waiting.
 
 A worker with nothing to do blocks in select() on the pipe; a writer that
 added runnable work writes one byte, and one waiting worker wakes at once.
@@ -32,11 +32,12 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import select
 import stat
 import threading
 import time
 from collections.abc import Callable
+
+from ..waiting import readable
 
 logger = logging.getLogger("nobroker")
 
@@ -174,7 +175,7 @@ class WakeChannel:
             return False
         fds = [self._reader] if interrupt is None else [self._reader, interrupt]
         try:
-            ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+            ready = readable(fds, timeout)
         except (OSError, ValueError):  # never expected; sleep rather than spin
             pause(timeout, interrupt)
             return False
@@ -230,8 +231,7 @@ def pause(timeout: float, interrupt: int | None = None) -> bool:
     timeout = max(timeout, 0.0)
     if interrupt is not None:
         try:
-            ready, _, _ = select.select([interrupt], [], [], timeout)
-            return bool(ready)
+            return bool(readable([interrupt], timeout))
         except (OSError, ValueError):  # not selectable here (a pipe on Windows): sleep instead
             pass
     time.sleep(timeout)

@@ -6,7 +6,7 @@ lock: set up with the queue's session settings, replaced when it died idle,
 an operation retried once when that is safe, driver errors turned into
 nobroker's), and what names a
 server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
-Imports: errors, storage, driver.
+Imports: errors, storage, waiting, driver.
 
 Connections are not shared between threads: each storage owns one connection
 guarded by a lock (the Worker's threads share one Queue, so they take turns;
@@ -30,7 +30,6 @@ import hashlib
 import logging
 import math
 import os
-import select
 import threading
 import time
 import weakref
@@ -41,6 +40,7 @@ from urllib.parse import urlsplit
 
 from ..errors import LockTimeoutError, NobrokerError, StorageError
 from ..storage import dsn_parameters, parse_keyword_dsn
+from ..waiting import readable
 from .driver import pg_errors, psycopg, require_psycopg, tuple_row
 
 logger = logging.getLogger("nobroker.postgres")
@@ -204,17 +204,6 @@ def _set_up(conn: Any, setup: Callable[[Any], None], location: str) -> Any:
             raise
         raise StorageError(f"cannot set up the connection to PostgreSQL at {location}: {one_line(exc)}") from None
     return conn
-
-
-def readable(fds: list[int], timeout: float) -> set[int]:
-    """Which of ``fds`` have bytes (or EOF) to read within ``timeout`` seconds? poll() takes any fd number."""
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-        return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
-    ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
-    return set(ready)
 
 
 def _discard(conn: Any) -> None:

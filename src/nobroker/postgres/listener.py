@@ -2,7 +2,7 @@
 
 Owns: ``Listener`` (LISTEN/NOTIFY on one queue's channel, opened the first
 time a worker idles; the wait also ends when the next delayed job or lease
-comes due), and the small waits it is made of. Imports: errors, driver,
+comes due), and the small waits it is made of. Imports: errors, waiting, driver,
 connection.
 """
 
@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StorageError
-from .connection import CONNECT_TIMEOUT, Owned, readable
+from ..waiting import readable
+from .connection import CONNECT_TIMEOUT, Owned
 from .driver import psycopg, sql
 
 logger = logging.getLogger("nobroker.postgres")

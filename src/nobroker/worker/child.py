@@ -5,7 +5,7 @@ signals back to their defaults, a process group of its own, the pool's other
 descriptors closed, its Worker made and run, its counts reported, then
 ``os._exit``: never a return into the parent's code), the Reporter thread
 (the counts now and then; the Worker stopped when the parent is gone) and
-the report lines (``report_line``, ReportReader). Imports: outcome, budget.
+the report lines (``report_line``, ReportReader). Imports: waiting, outcome, budget.
 
 The process group: a Ctrl-C at a terminal signals the whole foreground
 group. The children leave it, so only the parent hears it and passes it on,
@@ -23,13 +23,13 @@ import json
 import logging
 import os
 import pickle
-import select
 import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from ..waiting import ready
 from .budget import LeaseBudget
 from .outcome import WorkerStats
 
@@ -164,7 +164,7 @@ class Reporter:
 
     def _main(self) -> None:
         while True:
-            readable, _, _ = select.select([self._lifeline_fd], [], [], REPORT_SECONDS)
+            readable = ready([self._lifeline_fd], (), REPORT_SECONDS)[0]
             with self._lock:
                 if self._finished:
                     return

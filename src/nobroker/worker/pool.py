@@ -7,11 +7,11 @@ replaced and counted; one whose Worker raised stops the pool, which raises
 that error), passing a stop on (SIGTERM to each child: it finishes its
 running jobs; a hard stop: SIGKILL, and their leases expire), the shared
 ``max_jobs`` budget, and the counts of every child added up.
-Imports: outcome, options, budget, child.
+Imports: waiting, outcome, options, budget, child.
 
 The parent never touches the queue while it forks: it runs no handler and
 leases nothing, so no lock or connection of the queue is in use at a fork.
-Its one loop (the thread that called ``run()``) waits in select() on the
+Its one loop (the thread that called ``run()``) waits in poll() on the
 children's report pipes, a wake-up pipe that ``stop()`` writes to and, while
 tokens of the budget are still to be handed out, the budget pipe; a child's
 report pipe reads end-of-file when the child exits, and the loop also looks
@@ -23,13 +23,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import select
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
+from ..waiting import ready
 from .budget import BudgetFeed
 from .child import (
     EXIT_FAILED,
@@ -182,7 +182,7 @@ class ProcessPool:
             timeout = SUPERVISE_SLICE
             if self._respawn:
                 timeout = max(0.0, min(timeout, min(when for when, _ in self._respawn) - time.monotonic()))
-            readable, writable, _ = select.select(readers, writers, [], timeout)
+            readable, writable = ready(readers, writers, timeout)
             if self._wake_r in readable:
                 self._drain_wake_ups()
             if writable and self._budget is not None:
@@ -237,7 +237,7 @@ class ProcessPool:
                 return
             time.sleep(REAP_POLL)
         while self._read_reports(child):  # what it wrote before it went
-            if not select.select([child.report_fd], [], [], 0)[0]:
+            if not ready([child.report_fd], (), 0)[0]:
                 break
         with self._lock:
             del self._children[child.pid]
