@@ -18,6 +18,7 @@ from nobroker import CorruptLogError, LockTimeoutError, Queue
 from nobroker.filestore.framing import FRAME_SIZE, HEADER_SIZE
 from nobroker.jobs import BackoffPolicy
 from nobroker.filestore.layout import log_path
+from nobroker.filestore.ready import STALE_SLACK
 from tests.support import FakeClock, TempDirTestCase, slow
 
 
@@ -373,6 +374,38 @@ class ARefusedOpenKeepsNothingOpen(TempDirTestCase):
         fcntl.flock(holder, fcntl.LOCK_UN)
         with Queue(self.dir) as q:
             self.assertEqual(len(q), 1, "the queue opens once the lock is free")
+
+
+class AReplayLeavesNoPileOfStaleItems(TempDirTestCase):
+    """Opening drops the heap items a long replay left stale, without the lock: the first lease never pops them all."""
+
+    def test_after_many_jobs_were_acked_or_deleted(self) -> None:
+        n = 1000 * (3 * STALE_SLACK // 1000 + 1)  # three times the slack, in whole thousands
+        with Queue(self.dir, fsync=False, auto_compact=None) as q:
+            for start in range(0, n, 1000):
+                q.enqueue_many(list(range(1000)), dedupe_keys=[f"k{start + i}" for i in range(1000)])  # hot jobs
+            while leased := q.lease(1000):
+                q.ack_many(leased)  # each lease item stale once its job is acked
+            doomed = q.enqueue_many(list(range(n)), dedupe_keys=[f"d{i}" for i in range(n)])
+            for job in doomed:
+                q.delete(job.id)  # each ready item stale once its job is gone
+            q.enqueue("the one left", dedupe_key="left")
+            held = q.lease_one()
+            q.enqueue("and one ready", dedupe_key="ready")
+        for name in os.listdir(self.dir):
+            if name.endswith(".snap"):
+                os.unlink(os.path.join(self.dir, name))  # as after a crash: the whole log is replayed
+        with Queue(self.dir, auto_compact=None) as q:
+            state = q.storage._state  # type: ignore[attr-defined]
+            self.assertFalse(q.storage._snap_loaded)  # type: ignore[attr-defined]
+            self.assertLessEqual(len(state.leases), 1, "the stale lease items are gone")
+            self.assertLessEqual(sum(map(len, state.ready.values())), 1, "the stale ready items are gone")
+            self.assertEqual(q.stats().to_dict(), {**q.stats().to_dict(), "ready": 1, "leased": 1, "done": n})
+            job = q.lease_one()
+            assert job is not None and held is not None
+            self.assertEqual(job.payload, "and one ready")
+            q.ack(job)
+            self.assertEqual(q.get(held.id).state.value, "leased")
 
 
 class BitFlipSweepVersion2(BitFlipSweep):

@@ -25,12 +25,15 @@ log, shared by every process that reads it.
 from __future__ import annotations
 
 import heapq
+from itertools import compress
 from typing import Any
 
 from ..limits import Limit, Turns, choose
 from .entry import IN_DELAYED, IN_READY, NOWHERE, READY, Entry
 from .index import Fifo, JobRows
 
+#: Stale items a heap may hold beyond twice its live ones before QueueState.tidy rebuilds it.
+STALE_SLACK = 4096
 #: A ready heap item: (-priority, seq, id).
 Item = tuple[int, int, str]
 #: A kind's candidate for a lease: its ready-heap key, and where it sits (a heap, or a cold fifo).
@@ -111,6 +114,16 @@ def live_top(heap: list[Item], hot: dict[str, Entry]) -> bool:
     return False
 
 
+def without_stale(heap: list[Any], valid: list[bool]) -> list[Any]:
+    """``heap``'s items whose ``valid`` flag is set, as a heap; the same list when at least half are."""
+    assert len(valid) == len(heap), "one flag per item"
+    if sum(valid) * 2 >= len(heap):
+        return heap  # mostly live: popping the stale ones as they surface costs less than a rebuild
+    live = list(compress(heap, valid))
+    heapq.heapify(live)
+    return live
+
+
 def _key(pick: Pick) -> Item:
     return pick[0]
 
@@ -132,6 +145,27 @@ class ReadyJobs(JobRows):
 
     def _warm(self, row: int, heap: int) -> Entry:
         raise NotImplementedError  # QueueState's: moving a cold row's job to hot
+
+    def drop_stale_items(self, ready_live: int) -> None:
+        """Rebuild the delayed and ready heaps once stale items far outnumber live ones (``ready_live``: hot runnable jobs).
+
+        A job leased, removed or moved leaves its old item behind, popped only
+        when it reaches the top; a long replay (opening, a follower's catch-up)
+        can leave hundreds of thousands, and the first lease after it would
+        pop them all under the file lock. QueueState.tidy calls this outside
+        the lock. O(kinds) when none is due.
+        """
+        hot = self.hot
+        if len(self.delayed) > STALE_SLACK + 2 * self.n_delayed:
+            self.delayed = without_stale(self.delayed, [
+                e is not None and e.heap == IN_DELAYED and e.available_at == item[0]
+                for item in self.delayed for e in (hot.get(item[2]),)
+            ])  # fmt: skip
+        if sum(map(len, self.ready.values())) > STALE_SLACK + 2 * ready_live:
+            for kind, heap in self.ready.items():
+                self.ready[kind] = without_stale(heap, [
+                    e is not None and e.heap == IN_READY and e.seq == item[1] for item in heap for e in (hot.get(item[2]),)
+                ])  # fmt: skip
 
     def is_delayed(self, entry: Entry) -> bool:
         """Does stats() count this job as delayed (after ``promote(now)``)? Cold jobs never are."""

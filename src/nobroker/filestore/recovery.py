@@ -150,6 +150,7 @@ class QueueFiles(Checkpoints):
                 self._remove_leftovers(self._log.generation)
         finally:
             self._lock.release()
+        state.tidy()  # outside the lock: a replay's stale heap items must not be the first lease's work
         self._recovery = RecoveryReport(
             generation=self._log.generation, records=state.records, bytes_read=end, torn_bytes=torn,
             jobs=len(state), elapsed=time.perf_counter() - started,

@@ -59,7 +59,7 @@ from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, id
 
 #: ``enables_end`` of a state that cannot tell what a lease rests on: past any offset (all of it).
 NO_BASIS = 1 << 63
-from .ready import ReadyJobs
+from .ready import STALE_SLACK, ReadyJobs, without_stale
 
 
 class QueueState(ReadyJobs):
@@ -411,6 +411,16 @@ class QueueState(ReadyJobs):
         self.__init__()  # type: ignore[misc]
         (self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.paused,
          self.counters, self.turns) = kept  # fmt: skip
+
+    def tidy(self) -> None:
+        """Outside the file lock: the id table grown (JobRows), the heaps' stale items dropped when they pile up."""
+        super().tidy()
+        self.drop_stale_items(self._counts[READY] - self.n_delayed)
+        if len(self.leases) > STALE_SLACK + 2 * self._counts[LEASED]:
+            hot = self.hot
+            self.leases = without_stale(self.leases, [
+                e is not None and e.state is LEASED and e.lease_deadline == item[0] for item in self.leases for e in (hot.get(item[2]),)
+            ])  # fmt: skip
 
     # ------------------------------------------------------------ queries (writer side)
     def expired(self, now: float) -> Sequence[Entry]:
