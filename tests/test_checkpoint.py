@@ -10,6 +10,7 @@ a log cut short, a damaged or foreign checkpoint.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import unittest
@@ -18,6 +19,7 @@ from unittest import mock
 
 from nobroker import Queue
 from nobroker.filestore import checkpoint, snapshot
+from nobroker.filestore.state_form import ENCODE_CHUNK, Captured, capture
 from nobroker.filestore.storage import FileStorage
 from tests.support import FakeClock, TempDirTestCase, records_end
 from tests.test_snapshot import copy_dir, workload
@@ -539,6 +541,63 @@ class CheckpointsAsTheLogGrows(TempDirTestCase):
             self.assertEqual(len(q), 250)
         finally:
             q.close()
+
+
+class ACheckpointOffTheOperation(TempDirTestCase):
+    """A periodic checkpoint: the state captured under the mutex, encoded and written after, in a thread."""
+
+    def test_what_happens_after_a_capture_is_not_in_it(self) -> None:
+        clock, rng = FakeClock(), random.Random(11)
+        with Queue(self.dir, NAME, clock=clock, auto_compact=None, fsync=False) as q:
+            workload(q, clock, rng, 400)
+            state = storage_of(q)._state
+            at_once = capture(state)
+            text, blocks = "".join(at_once.fields_json()), at_once.blocks
+            later = capture(state)
+            workload(q, clock, rng, 400)  # every record type, compactions among them, after the capture
+            self.assertEqual(json.loads("".join(later.fields_json())), json.loads(text))
+            self.assertEqual(later.blocks, blocks)
+            moved = capture(state)
+            self.assertNotEqual(json.loads("".join(moved.fields_json())), json.loads(text), "the state moved on")
+
+    def test_the_long_encoding_pauses_between_pieces(self) -> None:
+        with Queue(self.dir, NAME, auto_compact=None, fsync=False) as q:
+            for i in range(3 * ENCODE_CHUNK):
+                q.enqueue({"i": i}, dedupe_key=f"k{i}")  # hot jobs, and as many dedupe keys
+            pauses: list[int] = []
+            pieces = capture(storage_of(q)._state).fields_json(lambda: pauses.append(1))
+            self.assertGreaterEqual(len(pauses), 6, "one pause per piece of jobs and of dedupe keys")
+            self.assertEqual(len(json.loads("".join(pieces))["hot"]), 3 * ENCODE_CHUNK)
+
+    def test_the_operation_that_crosses_the_mark_does_not_wait_for_the_encoding(self) -> None:
+        import threading
+
+        real = Captured.fields_json
+        started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+        def held(captured: Captured, pause: Any = None) -> list[str]:
+            started.set()
+            release.wait(30)  # were the encoding inside the operation, the operation would wait here
+            finished.set()
+            return real(captured, pause)
+
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 5), mock.patch.object(Captured, "fields_json", held):
+            q = Queue(self.dir, NAME, auto_compact=None)
+            try:
+                for i in range(7):
+                    q.enqueue({"i": i})
+                self.assertTrue(started.wait(60), "no checkpoint was begun")
+                q.enqueue({"while": "it encodes"})
+                self.assertFalse(finished.is_set(), "the operations waited for the checkpoint's encoding")
+                release.set()
+                storage_of(q)._close_checkpoints()
+                self.assertTrue(finished.is_set())
+            finally:
+                release.set()
+                q.close()
+        with Queue(self.dir, NAME, auto_compact=None) as q2:
+            self.assertTrue(storage_of(q2)._snap_loaded, "the checkpoint loads (a close of 8 records writes none)")
+            self.assertEqual(len(q2), 8)
 
 
 class CheckpointsUnderPowerCuts(unittest.TestCase):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import json
 import os
 import pickle
 import random
@@ -27,12 +28,12 @@ from nobroker import Job, JobState, Queue, SerializationError
 from nobroker.codec import stored_json, stored_json_many
 from nobroker.filestore import leases, plain_jobs
 from nobroker.filestore.replay import QueueState
-from nobroker.filestore.state_form import to_snapshot
+from nobroker.filestore.state_form import capture
 from nobroker.queue.calls import enqueue_many
 from nobroker.storage import EnqueueSpec, SharedSpecs
 from tests.support import FakeClock, TempDirTestCase
 
-#: What to_snapshot's ints hold that depends on when the id table grew, not on the jobs.
+#: What a snapshot's ints hold that depends on when the id table grew, not on the jobs.
 _TABLE_SIZES = ("_mask", "_shift", "_table_limit")
 
 
@@ -83,7 +84,8 @@ class PlainPath(TempDirTestCase):
                     if rng.random() < 0.2:
                         for job in q.lease(3):
                             q.ack(job)
-                fields, blocks = to_snapshot(q.storage._state)  # type: ignore[attr-defined]
+                captured = capture(q.storage._state)  # type: ignore[attr-defined]
+                fields, blocks = json.loads("".join(captured.fields_json())), captured.blocks
         self.assertEqual(any(calls) and all(calls), fast, "every batch took the path this run asked for")
         self.assertEqual(any(singles) and all(singles), fast, "every single plain job took the path this run asked for")
         with open(os.path.join(directory, "default.000000.log"), "rb") as f:

@@ -8,7 +8,7 @@ compactor leaves of the new generation before it flips to it
 (``wait_for_checkpoint``); Checkpoints, the part of recovery.QueueFiles
 that does these at opening and before each operation's lock, and writes a
 checkpoint every CHECKPOINT_EVERY records. Imports: errors, layout, fs,
-framing, log, pointer, lock, replay, snapshot.
+framing, log, pointer, lock, replay, state_form, snapshot.
 
 A checkpoint is a snapshot (snapshot.py): a checked cache of the state that
 replaying a log prefix gives, never the truth. Whatever is wrong with one
@@ -50,6 +50,7 @@ from .lock import QueueLock, held_elsewhere
 from .log import LogFile
 from .pointer import read_pointer
 from .replay import QueueState
+from .state_form import Captured, capture
 
 logger = logging.getLogger("nobroker")
 
@@ -71,6 +72,11 @@ CHECKPOINT_WAIT_LOCKED = 0.5
 AS_WRITTEN = -1
 #: Sleep between two looks for that checkpoint.
 CHECKPOINT_POLL = 0.002
+
+
+def _let_others_run() -> None:
+    """Between two chunks of a checkpoint's encoding: hand the GIL to a thread waiting for it."""
+    time.sleep(0)
 
 
 @dataclass
@@ -313,9 +319,10 @@ class Checkpoints:
         """After a write: a checkpoint once CHECKPOINT_EVERY records went by since the last one.
 
         So that opening after a crash replays only the tail after it. The
-        state is copied under the mutex (this process's threads wait; other
-        processes do not), and a thread of its own writes the file. O(1)
-        when none is due.
+        state is captured under the mutex (copies made in C: this process's
+        threads wait for those, other processes do not), and a thread of its
+        own encodes it, in chunks that let the other threads run, and writes
+        the file. O(1) when none is due.
         """
         if self._state.records - self._snap_records < CHECKPOINT_EVERY:
             return
@@ -331,12 +338,12 @@ class Checkpoints:
             ):  # fmt: skip
                 return
             try:
-                blocks = snapshot.encode(state)
+                captured = capture(state)
             except (ValueError, TypeError) as exc:
                 logger.info("%s: no checkpoint (%s)", log.path, exc)
                 return
             self._snap_records = state.records
-            job = (log.path, log.generation, end, mark[2], blocks)
+            job = (log.path, log.generation, end, mark[2], captured)
         if not self.checkpoint_in_thread:
             self._write_checkpoint(*job)
             return
@@ -344,10 +351,12 @@ class Checkpoints:
         self._checkpointing = thread
         thread.start()
 
-    def _write_checkpoint(self, path: str, generation: int, end: int, crc: int, blocks: list[bytes]) -> None:
+    def _write_checkpoint(self, path: str, generation: int, end: int, crc: int, captured: Captured) -> None:
+        pause = _let_others_run if self.checkpoint_in_thread else None
         try:
+            blocks = snapshot.encode_captured(captured, pause)
             snapshot.write(self.fs, self.directory, self.name, generation, end, crc, blocks)
-        except (OSError, NobrokerError, ValueError) as exc:
+        except (OSError, NobrokerError, ValueError, TypeError) as exc:
             logger.info("%s: no checkpoint written (%s); opening after a crash replays more", path, exc)
 
     def _close_checkpoints(self) -> None:

@@ -22,7 +22,7 @@ Format (version 3)::
               <I crc32 of log[0, L)><B 1 if little-endian><B itemsize of array('Q')>
               <B itemsize of array('q')><B itemsize of array('i')><H block count N>
     lengths : N x <Q block length>
-    blocks  : block 0 is state_form.to_snapshot's fields as compact JSON (UTF-8);
+    blocks  : block 0 is state_form's fields as compact JSON (UTF-8);
               blocks 1.. are its raw arrays (native byte order: hence the header)
     trailer : <I crc32 of everything before it>
 
@@ -34,7 +34,6 @@ can rewrite the log too, which is why the folder must be private.
 from __future__ import annotations
 
 import errno as errno_mod
-import json
 import logging
 import os
 import struct
@@ -42,6 +41,8 @@ import sys
 import threading
 import zlib
 from array import array
+from itertools import chain
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import NobrokerError
@@ -50,9 +51,12 @@ from ..codec import load_json, on_fresh_stack
 from .layout import snapshot_generation, snapshot_path, temp_path
 from .log import LogFile
 from .replay import QueueState
-from .state_form import from_snapshot, to_snapshot
+from .state_form import Captured, capture, from_snapshot
 
 logger = logging.getLogger("nobroker")
+
+#: A block of a snapshot as it is written: its bytes in pieces, one after another.
+Block = list[bytes]
 
 #: A close writes a snapshot only once this many records were replayed or applied
 #: since the state was last loaded or replayed: below that, replay is fast anyway.
@@ -235,27 +239,31 @@ def save(
     return write(fs, directory, name, generation, offset, crc, encode(state))
 
 
-def encode(state: QueueState) -> list[bytes]:
+def encode(state: QueueState) -> list[Block]:
     """The blocks of ``state``'s snapshot, copied: ``write`` may run later, in another thread, as the state changes."""
-    fields, arrays = to_snapshot(state)
-    # allow_nan: a log written by hand may hold NaN, and replay keeps it.
+    return encode_captured(capture(state))
+
+
+def encode_captured(captured: Captured, pause: Callable[[], None] | None = None) -> list[Block]:
+    """The blocks of a snapshot ``capture`` took; ``pause()`` now and then (see Captured.fields_json)."""
     # On a stack of its own: hot jobs' results nest, and close() may be called from deep inside anything.
-    meta = on_fresh_stack(lambda: json.dumps(fields, separators=(",", ":"), allow_nan=True)).encode("utf-8")
-    return [meta] + [bytes(memoryview(a).cast("B")) for a in arrays]
+    pieces = on_fresh_stack(lambda: captured.fields_json(pause))
+    return [[piece.encode("utf-8") for piece in pieces], *([block] for block in captured.blocks)]
 
 
-def write(fs: FileSystem, directory: str, name: str, generation: int, offset: int, crc: int, blocks: list[bytes]) -> str:
+def write(fs: FileSystem, directory: str, name: str, generation: int, offset: int, crc: int, blocks: list[Block]) -> str:
     """Write a snapshot of ``encode``'s ``blocks`` (one writer at a time in this process: the temp file's name is per pid)."""
     with _WRITING:
         return _write(fs, directory, name, generation, offset, crc, blocks)
 
 
-def _write(fs: FileSystem, directory: str, name: str, generation: int, offset: int, crc: int, blocks: list[bytes]) -> str:
+def _write(fs: FileSystem, directory: str, name: str, generation: int, offset: int, crc: int, blocks: list[Block]) -> str:
     head = _HEADER.pack(MAGIC, VERSION, generation, offset, crc, *_MACHINE, len(blocks))
-    head += b"".join(_LENGTH.pack(len(b)) for b in blocks)
+    head += b"".join(_LENGTH.pack(sum(map(len, pieces))) for pieces in blocks)
     total = zlib.crc32(head)
-    for block in blocks:
-        total = zlib.crc32(block, total)
+    for pieces in blocks:
+        for piece in pieces:
+            total = zlib.crc32(piece, total)
     final = snapshot_path(directory, name, generation)
     tmp = temp_path(final)  # a dead writer's temp file is a leftover the next opener removes
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
@@ -266,7 +274,7 @@ def _write(fs: FileSystem, directory: str, name: str, generation: int, offset: i
         fd = fs.open(tmp, flags, 0o600)
     try:
         pos = 0
-        for part in [head, *blocks, _TRAILER.pack(total)]:
+        for part in [head, *chain.from_iterable(blocks), _TRAILER.pack(total)]:
             view = memoryview(part)
             while view:
                 n = fs.pwrite(fd, view[: 1 << 26], pos)

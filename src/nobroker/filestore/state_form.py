@@ -1,10 +1,19 @@
 """QueueState's own snapshot representation: the state as JSON-able fields and raw blocks, and back.
 
-Owns: ``to_snapshot`` and ``from_snapshot`` (snapshot.py frames and checks
-the file; this module says what goes in it). Imports: jobs, schedules,
-entry, framing, limit_records, counting, replay.
+Owns: ``capture`` (the state's snapshot, taken under a lock, as a Captured
+that encodes itself later, perhaps in another thread) and ``from_snapshot``
+(snapshot.py frames and checks the file; this module says what goes in
+it). Imports: jobs, schedules, entry, framing, limit_records, counting,
+replay.
 
-Every attribute of a QueueState must be named here: to_snapshot refuses a
+The fields are one JSON object: ``hot`` (each hot Entry's slots in order,
+its state as the text value), ``active_keys`` ([kind, key, id]), the rows'
+fields, ``counts``, ``ints``, ``schedules``, ``limits``, ``counters`` and
+``paused``; the blocks are the cold store's arrays as they are (ids,
+columns, id table, every fifo's rows, the gone rows), written and read
+without a Python object per job.
+
+Every attribute of a QueueState must be named here: capture refuses a
 state with one it does not know, so a new field cannot be left out of the
 snapshots by accident.
 """
@@ -12,7 +21,10 @@ snapshots by accident.
 from __future__ import annotations
 
 import heapq
-from operator import attrgetter
+import json
+from collections.abc import Callable
+from itertools import chain
+from operator import attrgetter, is_
 from typing import Any
 
 from ..jobs import JobState
@@ -23,39 +35,90 @@ from .framing import RecordType
 from .replay import QueueState
 
 
-def to_snapshot(state: QueueState) -> tuple[dict[str, Any], list[Any]]:
-    """The state as (JSON-able fields, raw blocks) for snapshot.py; ``from_snapshot`` undoes it.
+class Captured:
+    """A state's snapshot, taken under the caller's lock and encoded later (maybe in another thread).
 
-    The blocks are the cold store's arrays as they are (ids, columns, id
-    table, every fifo's rows, the gone rows): buffers, written and read
-    without a Python object per job. Hot Entries go as JSON (they are few).
-    The lazy heaps are not kept: ``from_snapshot`` rebuilds them from the
-    Entries with exactly their valid items, which pop in the same order.
+    Everything it holds is its own or cannot change: the small fields as
+    JSON text, the hot Entries' slots as one flat list of their values (a
+    history, a result and a text are replaced, never changed in place), the
+    dedupe keys as (key, id) pairs, the cold store's arrays as bytes. So
+    ``fields_json`` may run while the state moves on.
+    """
+
+    __slots__ = ("small", "hot", "active_keys", "blocks")
+
+    def __init__(self, small: str, hot: list[Any], active_keys: list[Any], blocks: list[bytes]) -> None:
+        assert small.startswith("{") and small.endswith("}") and len(small) > 2, "the small fields are a JSON object"
+        assert len(hot) % _WIDTH == 0, "the hot list holds whole Entries"
+        self.small, self.hot, self.active_keys, self.blocks = small, hot, active_keys, blocks
+
+    def fields_json(self, pause: Callable[[], None] | None = None) -> list[str]:
+        """The snapshot's fields as compact JSON, in pieces; ``pause()`` after each piece of the long lists.
+
+        The JSON encoder holds the GIL for as long as it runs: in pieces of
+        ENCODE_CHUNK jobs, with a pause that lets this process's other
+        threads run, a checkpoint written in a thread of its own does not
+        stop them. The pieces are written one after another, never joined
+        (that too would be one long hold of the GIL).
+        """
+        flat, width, states = self.hot, _WIDTH, _STATE_TEXT
+        pieces = ['{"hot":[']
+        for start in range(0, len(flat), ENCODE_CHUNK * width):
+            rows = [flat[i : i + width] for i in range(start, min(len(flat), start + ENCODE_CHUNK * width), width)]
+            for row in rows:
+                row[_STATE_FIELD] = states[row[_STATE_FIELD]]
+            pieces.append(("," if start else "") + _dumps(rows)[1:-1])
+            if pause is not None:
+                pause()
+        pieces.append('],"active_keys":[')
+        pairs = self.active_keys
+        for start in range(0, len(pairs), ENCODE_CHUNK):
+            chunk = [[kind, key, job_id] for (kind, key), job_id in pairs[start : start + ENCODE_CHUNK]]
+            pieces.append(("," if start else "") + _dumps(chunk)[1:-1])
+            if pause is not None:
+                pause()
+        pieces.append("]," + self.small[1:])
+        return pieces
+
+
+def capture(state: QueueState) -> Captured:
+    """``state``'s snapshot as it is now, under the caller's lock; ``Captured.fields_json`` and its blocks say it.
+
+    Costs copies made in C (the Entries' slots, the arrays' bytes) and the
+    small fields' JSON; the long part, JSON of every hot job, is left to
+    ``fields_json``. The lazy heaps are not kept: ``from_snapshot`` rebuilds
+    them from the Entries with exactly their valid items, which pop in the
+    same order.
     """
     assert set(vars(state)) == _SNAPSHOT_FIELDS, "a new QueueState field must be added to the snapshot"
-    fields, blocks = state._rows_to_snapshot()
-    hot = []
-    for entry in state.hot.values():
-        assert state._rows[entry.row] is entry, "a hot Entry sits in its own row"
-        values = list(_entry_fields(entry))
-        values[_STATE_FIELD] = entry.state.value
-        hot.append(values)
-    fields.update({
-        "hot": hot,
+    rows_fields, arrays = state._rows_to_snapshot()
+    hot = state.hot.values()
+    assert all(map(is_, map(state._rows.__getitem__, map(_row_of, hot)), hot)), "a hot Entry sits in its own row"
+    small = {
+        **rows_fields,
         "counts": [state._counts[job_state] for job_state in JobState],
         # n_cold, n_delayed, next_seq, records, anomalies, orphans, live_bytes and the table's sizes
         "ints": {name: value for name, value in vars(state).items() if type(value) is int and name not in _NOT_KEPT},
-        "active_keys": [[kind, key, job_id] for (kind, key), job_id in state.active_keys.items()],
         "schedules": [to_fields(sched) for sched in state.schedules.values()],
         "limits": [body for _rtype, body in limit_records.replayed(state.limits, 0.0, state.turns)],
         "counters": state.counters,
         "paused": list(state.paused),
-    })  # fmt: skip
-    return fields, blocks
+    }  # fmt: skip
+    return Captured(
+        _dumps(small),
+        list(chain.from_iterable(map(_entry_fields, hot))),
+        list(state.active_keys.items()),
+        [bytes(memoryview(a).cast("B")) for a in arrays],
+    )
+
+
+def _dumps(value: Any) -> str:
+    # allow_nan: a log written by hand may hold NaN, and replay keeps it.
+    return json.dumps(value, separators=(",", ":"), allow_nan=True)
 
 
 def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
-    """The state ``to_snapshot`` described. ValueError (or another plain error) if it does not add up."""
+    """The state a Captured described (its fields decoded, its blocks). ValueError (or another plain error) if it does not add up."""
     state = QueueState()
     ints = fields["ints"]
     if set(ints) != _SNAPSHOT_INTS or not all(type(value) is int for value in ints.values()):
@@ -103,7 +166,7 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
     return state
 
 
-#: Every attribute of a QueueState: to_snapshot refuses a state with one it does not know.
+#: Every attribute of a QueueState: capture refuses a state with one it does not know.
 _SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
 #: Fields a snapshot leaves out: what a lease rests on is an offset the loader sets (snapshot.load).
 _NOT_KEPT = frozenset({"enables_end"})
@@ -112,5 +175,11 @@ _SNAPSHOT_INTS = frozenset(
 )
 #: A hot Entry in a snapshot: every slot, in order (its state as the text value).
 _entry_fields = attrgetter(*Entry.__slots__)
+_row_of = attrgetter("row")
+_WIDTH = len(Entry.__slots__)
 _STATE_FIELD = Entry.__slots__.index("state")
+_STATE_TEXT = {job_state: job_state.value for job_state in JobState}
+#: Hot jobs (or dedupe keys) per piece of JSON ``Captured.fields_json`` writes between two pauses
+#: (about a millisecond of the encoder's time).
+ENCODE_CHUNK = 64
 
