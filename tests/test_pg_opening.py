@@ -94,6 +94,24 @@ class OpeningTests(unittest.TestCase):
         migrate(self.dsn, schema=self.schema, worker_role=role)
         Queue(self.dsn, "app", schema=self.schema, worker_role=role).close()
 
+    def test_a_refused_open_keeps_no_connection(self) -> None:
+        from nobroker.postgres import connection, migrate
+
+        migrate(self.dsn, schema=self.schema)
+        made: list[object] = []
+        real = connection.psycopg.connect
+
+        def connect_and_note(*args: object, **kwargs: object) -> object:
+            made.append(real(*args, **kwargs))
+            return made[-1]
+
+        with mock.patch.object(connection.psycopg, "connect", connect_and_note):
+            for _ in range(3):
+                with self.assertRaises(StorageError):
+                    Queue(self.dsn, "app", schema=self.schema, worker_role=fresh_name("nbrole"))
+        self.assertTrue(made, "the opens connected")
+        self.assertEqual([conn.closed for conn in made], [True] * len(made), "each refused open closed its connection")
+
     def test_first_use_creates_an_absent_schema_with_its_policies(self) -> None:
         role = fresh_name("nbrole")
         self.addCleanup(_drop_role, role)

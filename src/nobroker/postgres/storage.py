@@ -203,9 +203,13 @@ class PostgresStorage(ControlStorage):
         self._finished_listener = Listener(dsn, control_ops.finished_channel(self.schema, self.name), connect_options)
         self._gate = NotifyGate(self._send_owed_notify)
         started = time.perf_counter()
-        with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
-            if migrate:
-                ensure_schema(conn, self.schema, worker_role, self.location)
+        try:
+            with self._link.held() as conn:  # connect now, so a wrong DSN fails here rather than at first use
+                if migrate:
+                    ensure_schema(conn, self.schema, worker_role, self.location)
+        except BaseException:
+            self.close()  # a refused open keeps no connection (as the file storage keeps no file)
+            raise
         self._recovery = RecoveryReport(elapsed=time.perf_counter() - started)
         if not self.durable:
             logger.warning("queue %r at %s: synchronous_commit=off, NOT durable", self.name, self.location)
