@@ -29,6 +29,7 @@ The package, in its order (a module imports only modules above it):
     snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)
     compaction.py  the next generation's file, written and flipped to (repair uses it too)
     checkpoint.py  replaying what no longer changes without the lock; the compactor's checkpoint
+    forward.py     reading forward: the records after an offset applied, a torn tail cut, damage refused
     recovery.py    QueueFiles: opening, replay with a snapshot, torn tails, leftovers, fork
     retire.py      a generation left behind: its file closed, its state taken apart, in a thread
     batch.py       Batch and Op: what one group commit appends, and the operations waiting for it

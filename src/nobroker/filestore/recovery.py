@@ -4,11 +4,12 @@ Owns: QueueFiles, the bottom layer of FileStorage (see the package's
 docstring): the settings, the open generation and lock, the state replayed
 from them and where reading stopped; opening (prepare the folder, refuse a
 network filesystem, open or create the generation, fsync the folder, replay
-with a snapshot, cut a torn tail, remove leftovers), reading forward,
-re-opening after a fork, saving a snapshot at close, reading a job's
-payload back; the unlocked replay and the checkpoints come from
-checkpoint.Checkpoints. Imports: errors, jobs, storage, layout, fs, folder,
-framing, entry, log, pointer, lock, replay, snapshot, checkpoint.
+with a snapshot, cut a torn tail, remove leftovers), re-opening after a
+fork, saving a snapshot at close, reading a job's payload back; the
+unlocked replay and the checkpoints come from checkpoint.Checkpoints,
+reading forward from forward.Forward. Imports: errors, jobs, storage,
+layout, fs, folder, framing, entry, log, pointer, lock, replay, snapshot,
+checkpoint, forward.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
 after the damage, is an interrupted write and is cut; damage followed by
@@ -31,10 +32,11 @@ from ..storage import StorageOptions, queue_closed
 from . import checkpoint, snapshot
 from .checkpoint import Checkpoints, Prepared
 from .entry import Entry
-from .framing import DEFAULT_FORMAT_VERSION, FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
+from .framing import DEFAULT_FORMAT_VERSION, HEADER_SIZE
 from .fs import FileSystem, storage_error
 from .layout import check_name, compactor_path, leftover, lock_path, log_path, pointer_path
 from .folder import pid_alive, prepare_directory
+from .forward import Forward
 from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, list_generations
 from .pointer import read_pointer
@@ -52,7 +54,7 @@ if hasattr(os, "register_at_fork"):
 _NOT_SYNCED = object()
 
 
-class QueueFiles(Checkpoints):
+class QueueFiles(Checkpoints, Forward):
     """One queue's files as this object holds them, and the state replayed from them."""
 
     #: The format version of the generations this object creates (a new queue's first, and
@@ -288,94 +290,6 @@ class QueueFiles(Checkpoints):
             return self._replay_all(log, truncate=truncate, use_snapshot=False)
         return state, end, torn
 
-    def _read_forward(
-        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
-        whole: bool = False, shift: int = 0,
-    ) -> tuple[int, int]:  # fmt: skip
-        """_apply_forward, and the crc of the bytes it applied, for a snapshot at close.
-
-        Read again while we still hold the lock: the very bytes just applied.
-        """
-        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline, whole=whole, shift=shift)
-        mark = self._snap_crc
-        if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
-            try:
-                self._snap_crc = (log.generation, end, snapshot.log_crc(self.fs, log.fd, mark[1], end, mark[2]))
-            except (OSError, ValueError):
-                self._snap_crc = None
-        else:
-            self._snap_crc = None
-        return end, torn
-
-    def _apply_forward(
-        self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
-        whole: bool = False, shift: int = 0,
-    ) -> tuple[int, int]:  # fmt: skip
-        """Apply every whole record after ``start``; deal with what stops the reading.
-
-        A torn tail (nothing valid after it) is cut off when ``truncate`` (we
-        hold the exclusive lock) and otherwise left for a writer to cut.
-        Damage followed by valid records is never cut: CorruptLogError.
-        With a ``deadline`` (time.perf_counter), stop at the first record seen
-        after it (having read at least one): the caller reads on later.
-        ``whole``: the whole generation is being replayed (opening, or
-        reloading), so the room after a version 2 file's records is checked
-        too: nothing but zeros may follow them (else a torn tail, or damage).
-        ``shift``: added to every record's offset as ``state`` notes it (a
-        compactor's state already points into the next generation, where
-        these records land that much further on).
-        """
-        end = start
-        apply = state.apply
-        for fr in log.scan(start):
-            if deadline is not None and fr.status is FrameStatus.OK and end > start and time.perf_counter() >= deadline:
-                break
-            if fr.status is FrameStatus.END and not (whole and not log.only_zeros_after(fr.offset)):
-                break  # version 2: where the records end (the room after them checked when opening)
-            if fr.status is not FrameStatus.OK:
-                return end, self._stopped_at(log, fr, truncate)
-            assert fr.offset == end, "records follow each other without gaps"
-            try:
-                apply(fr.rtype, fr.body, fr.offset + shift, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                self._stale = True  # the state may be half-changed: rebuild before any use
-                raise CorruptLogError(
-                    f"{log.path}: the {RecordType(fr.rtype).name} record at offset {fr.offset} has a valid "
-                    f"checksum but fields that make no sense ({type(exc).__name__}: {exc}). Nothing was changed. "
-                    "`nobroker repair` keeps the file aside and rebuilds the queue without that record.",
-                    path=log.path,
-                    offset=fr.offset,
-                ) from None
-            end = fr.offset + FRAME_SIZE + fr.length
-        log.note_end(end)
-        return end, 0
-
-    def _stopped_at(self, log: LogFile, fr: Frame, truncate: bool) -> int:
-        """Reading stopped at ``fr``: a torn tail (cut with ``truncate``; returns the bytes cut) or damage (raises)."""
-        size = log.size()
-        after = log.valid_record_after(fr.offset, size)
-        if after is not None or fr.status is FrameStatus.BAD_TYPE:
-            what = fr.status.value
-            if fr.status is FrameStatus.END:
-                what = "zero bytes where a record should be, and not only zeros after them"
-            if fr.status is FrameStatus.BAD_TYPE:
-                what = f"record type {fr.rtype}, which this nobroker does not know (a newer version wrote it?)"
-            raise CorruptLogError(
-                f"{log.path} is damaged at offset {fr.offset} ({what})"
-                + (f", and valid records follow at offset {after}" if after is not None else "")
-                + ". Nothing was changed. `nobroker inspect` shows the records; `nobroker repair` keeps the "
-                "damaged file aside and rebuilds the queue from the valid records.",
-                path=log.path,
-                offset=fr.offset,
-            )
-        if not truncate:
-            return 0
-        torn = log.torn_bytes(fr.offset)
-        self._cut_damage = damage_of(fr, torn)
-        log.truncate(fr.offset)
-        log.note_end(fr.offset)
-        return torn
-
     def _remove_leftovers(self, current: int) -> None:
         """Delete what crashed compactions left: other generations and dead writers' temp files.
 
@@ -467,14 +381,3 @@ class QueueFiles(Checkpoints):
             logger.debug("%s: saved the state at offset %d", path, end)
         except (OSError, NobrokerError, ValueError, TypeError) as exc:
             logger.info("%s: no snapshot written (%s); the next open replays the log", log.path, exc)
-
-
-def damage_of(fr: Frame, torn: int) -> Damage:
-    """What was wrong with a torn tail, in the words of nobroker 0.1.2's RecoveryReport."""
-    if fr.status is FrameStatus.INCOMPLETE:
-        return Damage.TRUNCATED_HEADER if torn < FRAME_SIZE else Damage.TRUNCATED_BODY
-    if fr.status is FrameStatus.BAD_LENGTH:
-        return Damage.OVERSIZE
-    if fr.status is FrameStatus.BAD_TYPE:
-        return Damage.UNKNOWN_TYPE
-    return Damage.BAD_CHECKSUM  # a bad crc, or a good one over bad JSON (0.1.2 called both that)
