@@ -1,16 +1,17 @@
 """The runnable jobs, and which one a lease takes next: by priority and age, and by turns between groups.
 
 Owns: ReadyJobs (the layer of QueueState between JobRows and replay: the
-ready heaps by kind, the delayed heap, ``promote``, ``pop_ready``,
-``unpop``), Groups (per kind, one heap of runnable jobs per group, and how
+ready heaps by kind, the delayed heap, the leases heap, ``promote``,
+``pop_ready``, ``unpop``, ``expired``, and ``tidy``, which drops their stale
+items when they pile up), Groups (per kind, one heap of runnable jobs per group, and how
 many jobs of each group are leased) and ``Groups.pick`` (a kind's best
 runnable job: by priority and age across its groups, or, under a limit with
 ``group_concurrency`` or ``weights``, from the group whose turn starts
-first, none of a group at its group concurrency). Imports: limits, entry,
-index.
+first, none of a group at its group concurrency). Imports: jobs, limits,
+entry, index.
 
-Jobs without a group stay where they always were (the kind's ready heap in
-replay.py, the cold rows in index.py); only jobs with a group live here, as
+Jobs without a group stay where they always were (the kind's ready heap
+above, the cold rows in index.py); only jobs with a group live in Groups, as
 hot Entries. Everything is proportional to the groups that have runnable or
 leased jobs, never to the jobs: a group's heap is dropped when it empties,
 a kind's dict when its last group goes, so a queue without groups leaves
@@ -25,14 +26,16 @@ log, shared by every process that reads it.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from itertools import compress
 from typing import Any
 
 from ..limits import Limit, Turns, choose
-from .entry import IN_DELAYED, IN_READY, NOWHERE, READY, Entry
+from ..jobs import JobState
+from .entry import IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .index import Fifo, JobRows
 
-#: Stale items a heap may hold beyond twice its live ones before QueueState.tidy rebuilds it.
+#: Stale items a heap may hold beyond twice its live ones before ``ReadyJobs.tidy`` rebuilds it.
 STALE_SLACK = 4096
 #: A ready heap item: (-priority, seq, id).
 Item = tuple[int, int, str]
@@ -132,40 +135,78 @@ def _key(pick: Pick) -> Item:
 class ReadyJobs(JobRows):
     """The runnable and delayed jobs' heaps over JobRows (replay.py's QueueState builds on it)."""
 
-    #: QueueState's (replay.py): the limits by kind, and the turns of the fair ones.
+    #: QueueState's (replay.py): the limits by kind, and the turns of the fair ones; jobs per state (hot ones).
     limits: dict[str, tuple[Limit, Any]]
     turns: dict[str, Turns]
+    _counts: dict[JobState, int]
 
     def __init__(self) -> None:
         super().__init__()
         self.ready: dict[str, list[Item]] = {}
         self.delayed: list[tuple[float, int, str]] = []
         self.n_delayed = 0
+        self.leases: list[tuple[float, int, str]] = []  # (deadline, seq, id) of leased jobs, for reclaiming
         self.groups = Groups()
 
     def _warm(self, row: int, heap: int) -> Entry:
         raise NotImplementedError  # QueueState's: moving a cold row's job to hot
 
-    def drop_stale_items(self, ready_live: int) -> None:
-        """Rebuild the delayed and ready heaps once stale items far outnumber live ones (``ready_live``: hot runnable jobs).
+    def tidy(self) -> None:
+        """Outside the file lock: JobRows.tidy, and each heap rebuilt once its stale items far outnumber its live ones.
 
-        A job leased, removed or moved leaves its old item behind, popped only
-        when it reaches the top; a long replay (opening, a follower's catch-up)
-        can leave hundreds of thousands, and the first lease after it would
-        pop them all under the file lock. QueueState.tidy calls this outside
-        the lock. O(kinds) when none is due.
+        A job leased, acked, removed or moved leaves its old item behind,
+        popped only when it reaches the top; a long replay (opening, a
+        follower's catch-up) can leave hundreds of thousands, and the first
+        operation after it would pop them all under the file lock. Here they
+        are dropped in one pass instead. O(kinds) when none is due.
         """
-        hot = self.hot
+        super().tidy()
+        hot, counts = self.hot, self._counts
+        if len(self.leases) > STALE_SLACK + 2 * counts[LEASED]:
+            self.leases = without_stale(self.leases, [
+                e is not None and e.state is LEASED and e.lease_deadline == item[0]
+                for item in self.leases for e in (hot.get(item[2]),)
+            ])  # fmt: skip
         if len(self.delayed) > STALE_SLACK + 2 * self.n_delayed:
             self.delayed = without_stale(self.delayed, [
                 e is not None and e.heap == IN_DELAYED and e.available_at == item[0]
                 for item in self.delayed for e in (hot.get(item[2]),)
             ])  # fmt: skip
-        if sum(map(len, self.ready.values())) > STALE_SLACK + 2 * ready_live:
+        if sum(map(len, self.ready.values())) > STALE_SLACK + 2 * (counts[READY] - self.n_delayed):
             for kind, heap in self.ready.items():
                 self.ready[kind] = without_stale(heap, [
                     e is not None and e.heap == IN_READY and e.seq == item[1] for item in heap for e in (hot.get(item[2]),)
                 ])  # fmt: skip
+
+    def expired(self, now: float) -> Sequence[Entry]:
+        """Leased jobs whose deadline has passed, earliest first.
+
+        Non-destructive: the heap items go stale once the caller records the
+        reclaim, so a failed write leaves the index intact for the next try.
+        Every write asks first, and the answer is nearly always "none": that
+        answer allocates nothing.
+        """
+        leases, jobs = self.leases, self.hot  # a leased job is always hot
+        while leases:  # drop stale items at the top so the walk below stays short
+            deadline, _seq, job_id = leases[0]
+            entry = jobs.get(job_id)
+            if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
+                break
+            heapq.heappop(leases)
+        if not leases or leases[0][0] > now:
+            return ()  # the earliest live lease is not due: nothing is
+        found: dict[str, Entry] = {}
+        stack = [0]
+        while stack:
+            i = stack.pop()
+            if i >= len(leases) or leases[i][0] > now:
+                continue  # heap order: nothing below an item later than now is due
+            deadline, _seq, job_id = leases[i]
+            entry = jobs.get(job_id)
+            if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
+                found[job_id] = entry
+            stack += (2 * i + 1, 2 * i + 2)
+        return sorted(found.values(), key=lambda e: (e.lease_deadline, e.seq))
 
     def is_delayed(self, entry: Entry) -> bool:
         """Does stats() count this job as delayed (after ``promote(now)``)? Cold jobs never are."""

@@ -26,7 +26,7 @@ Indexes (lazy: stale heap items are skipped when popped, never searched for):
   ready[kind]  heap of (-priority, seq, id)   hot jobs runnable now
   heads[kind]  heap of (-priority, seq, ...)  the oldest cold row of each (kind, priority) (index.py)
   delayed      heap of (available_at, seq, id) ready jobs whose time has not come
-  leases       heap of (deadline, seq, id)     leased jobs, for reclaiming
+  leases       heap of (deadline, seq, id)     leased jobs, for reclaiming (ready.py)
   active_keys  (kind, dedupe_key) -> id        for ready/leased jobs only
   leased_kinds kind -> leased jobs of it        what a concurrency limit counts
   groups       kind -> group -> heap, and counts  hot jobs of a group (ready.py)
@@ -45,7 +45,7 @@ generation says nothing.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -59,7 +59,7 @@ from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, id
 
 #: ``enables_end`` of a state that cannot tell what a lease rests on: past any offset (all of it).
 NO_BASIS = 1 << 63
-from .ready import STALE_SLACK, ReadyJobs, without_stale
+from .ready import ReadyJobs
 
 
 class QueueState(ReadyJobs):
@@ -67,7 +67,6 @@ class QueueState(ReadyJobs):
 
     def __init__(self) -> None:
         super().__init__()
-        self.leases: list[tuple[float, int, str]] = []
         self.active_keys: dict[tuple[str, str], str] = {}
         self._counts: dict[JobState, int] = {state: 0 for state in JobState}  # hot jobs only
         self.next_seq = 1
@@ -411,47 +410,6 @@ class QueueState(ReadyJobs):
         self.__init__()  # type: ignore[misc]
         (self.next_seq, self.records, self.anomalies, self.orphans, self.schedules, self.limits, self.paused,
          self.counters, self.turns) = kept  # fmt: skip
-
-    def tidy(self) -> None:
-        """Outside the file lock: the id table grown (JobRows), the heaps' stale items dropped when they pile up."""
-        super().tidy()
-        self.drop_stale_items(self._counts[READY] - self.n_delayed)
-        if len(self.leases) > STALE_SLACK + 2 * self._counts[LEASED]:
-            hot = self.hot
-            self.leases = without_stale(self.leases, [
-                e is not None and e.state is LEASED and e.lease_deadline == item[0] for item in self.leases for e in (hot.get(item[2]),)
-            ])  # fmt: skip
-
-    # ------------------------------------------------------------ queries (writer side)
-    def expired(self, now: float) -> Sequence[Entry]:
-        """Leased jobs whose deadline has passed, earliest first.
-
-        Non-destructive: the heap items go stale once the caller records the
-        reclaim, so a failed write leaves the index intact for the next try.
-        Every write asks first, and the answer is nearly always "none": that
-        answer allocates nothing.
-        """
-        leases, jobs = self.leases, self.hot  # a leased job is always hot
-        while leases:  # drop stale items at the top so the walk below stays short
-            deadline, _seq, job_id = leases[0]
-            entry = jobs.get(job_id)
-            if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
-                break
-            heapq.heappop(leases)
-        if not leases or leases[0][0] > now:
-            return ()  # the earliest live lease is not due: nothing is
-        found: dict[str, Entry] = {}
-        stack = [0]
-        while stack:
-            i = stack.pop()
-            if i >= len(leases) or leases[i][0] > now:
-                continue  # heap order: nothing below an item later than now is due
-            deadline, _seq, job_id = leases[i]
-            entry = jobs.get(job_id)
-            if entry is not None and entry.state is LEASED and entry.lease_deadline == deadline:
-                found[job_id] = entry
-            stack += (2 * i + 1, 2 * i + 2)
-        return sorted(found.values(), key=lambda e: (e.lease_deadline, e.seq))
 
     def stats(self, now: float) -> QueueStats:
         self.promote(now)
