@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import unittest
 from typing import Any
 from unittest import mock
@@ -485,6 +486,34 @@ class CrashWhileWriting(TempDirTestCase):
 
 
 @unittest.skipUnless(sys.platform != "win32", "POSIX permissions and symlinks")
+class AForkWhileOneIsWritten(TempDirTestCase):
+    @unittest.skipUnless(hasattr(os, "fork"), "needs os.fork")
+    def test_a_child_forked_meanwhile_writes_its_own(self) -> None:
+        """A thread of the parent writing a snapshot when the process forks: the child's own snapshots never wait for it."""
+        with snapshot._WRITING:  # as a checkpoint's thread holds it while it writes
+            pid = os.fork()
+            if pid == 0:  # the child: the thread that held the lock is not here
+                code = 1
+                try:
+                    with Queue(self.dir, fsync=False) as q:
+                        q.enqueue("x")
+                        state = q.storage._state  # type: ignore[attr-defined]
+                        snapshot.save(q.storage.fs, self.dir, "default", 0, state, 0, 0)  # type: ignore[attr-defined]
+                    code = 0
+                finally:
+                    os._exit(code)
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+                return
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        self.fail("the child waited for a lock its parent's thread held")
+
+
 class FilesAndLeftovers(TempDirTestCase):
     def make(self, n: int = 50) -> None:
         with small_threshold():

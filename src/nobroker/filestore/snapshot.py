@@ -72,6 +72,16 @@ PARALLEL_CRC_MIN = 4 << 20
 #: One snapshot written at a time in this process (a close, a compaction's checkpoint, a checkpoint's thread).
 _WRITING = threading.Lock()
 
+
+def _after_fork_in_child() -> None:
+    # A checkpoint's thread of the parent may have held it: that thread is not here to let go.
+    global _WRITING
+    _WRITING = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 MAGIC = b"NBSNAPSH"
 #: 2: the cold rows and the Entries carry their record's size (for live_bytes).
 #: 3: the id table's row numbers are four bytes (index.ROW_TYPE), not eight.
