@@ -48,6 +48,13 @@ class HighDescriptors(TempDirTestCase):
         os.write(high_w, b"x")
         self.assertEqual(readable([high_r], PATIENCE), {high_r})
 
+    def test_a_descriptor_that_is_not_open_is_an_error_as_select_says(self) -> None:
+        r, w = os.pipe()
+        os.close(r)
+        os.close(w)
+        with self.assertRaises(OSError):
+            ready([r], [], 0)
+
     def test_an_idle_wait_ends_when_its_interrupt_is_readable(self) -> None:
         hold_many(self)
         q = Queue(self.dir)

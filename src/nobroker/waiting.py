@@ -7,15 +7,18 @@ select() refuses a descriptor numbered FD_SETSIZE (1024) or more, and a
 process that holds many files or sockets (a web server, a worker beside
 one) gets such numbers for the pipes a queue opens later. poll() takes any
 number; select() remains only where there is no poll() (Windows), whose
-select() has no such limit.
+select() has no such limit. A descriptor that is not open raises
+OSError(EBADF) either way.
 """
 
 from __future__ import annotations
 
+import errno
 import select
 from collections.abc import Sequence
 
 _READ_EVENTS = getattr(select, "POLLIN", 0) | getattr(select, "POLLERR", 0) | getattr(select, "POLLHUP", 0)
+_INVALID = getattr(select, "POLLNVAL", 0)
 _WRITE_EVENTS = getattr(select, "POLLOUT", 0) | getattr(select, "POLLERR", 0) | getattr(select, "POLLHUP", 0)
 
 
@@ -31,6 +34,8 @@ def ready(readers: Sequence[int], writers: Sequence[int], timeout: float | None)
     for fd in writers:
         poller.register(fd, _WRITE_EVENTS | (_READ_EVENTS if fd in readers else 0))
     events = poller.poll(None if wait is None else wait * 1000.0)
+    if any(mask & _INVALID for _fd, mask in events):
+        raise OSError(errno.EBADF, "a descriptor waited on is not open")  # as select() says it
     reading, writing = set(readers), set(writers)
     return {fd for fd, _ in events if fd in reading}, {fd for fd, _ in events if fd in writing}
 
