@@ -161,18 +161,21 @@ class ReadyJobs(JobRows):
         are dropped in one pass instead. O(kinds) when none is due.
         """
         super().tidy()
-        hot, counts = self.hot, self._counts
-        if len(self.leases) > STALE_SLACK + 2 * counts[LEASED]:
-            self.leases = without_stale(self.leases, [
+        # Sizes first: this runs after every operation, and a count by state costs an Enum hash.
+        leases, delayed = self.leases, self.delayed
+        hot = self.hot
+        if len(leases) > STALE_SLACK and len(leases) > STALE_SLACK + 2 * self._counts[LEASED]:
+            self.leases = without_stale(leases, [
                 e is not None and e.state is LEASED and e.lease_deadline == item[0]
-                for item in self.leases for e in (hot.get(item[2]),)
+                for item in leases for e in (hot.get(item[2]),)
             ])  # fmt: skip
-        if len(self.delayed) > STALE_SLACK + 2 * self.n_delayed:
-            self.delayed = without_stale(self.delayed, [
+        if len(delayed) > STALE_SLACK + 2 * self.n_delayed:
+            self.delayed = without_stale(delayed, [
                 e is not None and e.heap == IN_DELAYED and e.available_at == item[0]
-                for item in self.delayed for e in (hot.get(item[2]),)
+                for item in delayed for e in (hot.get(item[2]),)
             ])  # fmt: skip
-        if sum(map(len, self.ready.values())) > STALE_SLACK + 2 * (counts[READY] - self.n_delayed):
+        queued = sum(map(len, self.ready.values())) if self.ready else 0
+        if queued > STALE_SLACK and queued > STALE_SLACK + 2 * (self._counts[READY] - self.n_delayed):
             for kind, heap in self.ready.items():
                 self.ready[kind] = without_stale(heap, [
                     e is not None and e.heap == IN_READY and e.seq == item[1] for item in heap for e in (hot.get(item[2]),)
