@@ -41,7 +41,7 @@ class Captured:
     Everything it holds is its own or cannot change: the small fields as
     JSON text, the hot Entries' slots as one flat list of their values (a
     history, a result and a text are replaced, never changed in place), the
-    dedupe keys as (key, id) pairs, the cold store's arrays as bytes. So
+    dedupe keys as ((kind, key), id) pairs, the cold store's arrays as bytes. So
     ``fields_json`` may run while the state moves on.
     """
 
