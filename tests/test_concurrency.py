@@ -215,6 +215,23 @@ class WakeUpsFromManyThreads(TempDirTestCase):
         self.assertEqual(inside[1], 1, "two threads wrote to the wake pipe at once")
 
 
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "wake-ups need named pipes")
+    def test_a_wait_whose_channel_another_thread_closes_returns(self) -> None:
+        """The close lands between the wait's poll and its read of the byte: the wait returns, it does not raise."""
+        from nobroker.filestore import wake
+
+        channel = wake.WakeChannel(os.path.join(self.dir, "q.wake"))
+        self.assertTrue(channel.open_reader())
+        self.addCleanup(channel.close)
+
+        def closed_meanwhile(fds: list[int], timeout: float) -> set[int]:
+            channel.close()  # as another thread's Queue.close() would, just after the poll
+            return set(fds)
+
+        with mock.patch.object(wake, "readable", closed_meanwhile):
+            self.assertTrue(channel.wait(60.0))
+
+
 if __name__ == "__main__":
     unittest.main()
 

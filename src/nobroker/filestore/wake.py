@@ -182,10 +182,12 @@ class WakeChannel:
         if interrupt is not None and interrupt in ready:
             return False
         if ready:
-            try:
-                os.read(self._reader, 1)
-            except OSError:
-                pass
+            reader = self._reader  # None if another thread closed the channel meanwhile
+            if reader is not None:
+                try:
+                    os.read(reader, 1)
+                except OSError:
+                    pass
             return True
         return False
 
