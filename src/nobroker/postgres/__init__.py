@@ -21,6 +21,7 @@ The package, in its order (a module imports only modules above it):
     roster.py      the workers table: the worker announcements
     control_ops.py  snooze, pause and resume, run_now, delete, and the channel Queue.wait listens on
     control_storage.py  ControlStorage: PostgresStorage's control of jobs, run on its connections
+    options.py     the storage's own options: what each means, its default, its checks
     storage.py     PostgresStorage, wiring only
     asyncstorage.py  AsyncPostgresStorage: the same statements awaited, for AsyncQueue
 

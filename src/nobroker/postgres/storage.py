@@ -5,35 +5,11 @@ checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
 steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops,
-limits, limit_ops, queue_ops, roster, announcements, control_ops, control_storage.
+limits, limit_ops, queue_ops, roster, announcements, control_ops, control_storage,
+options.
 
-Storage options (keyword arguments to ``Queue`` that the facade passes on):
-``schema`` (default ``nobroker``), ``migrate`` (default True: create the
-schema on open where it is absent; a schema that is behind is refused with
-what to run, ``nobroker pg migrate``, since a migration locks the table;
-False: no check at all), ``worker_role`` (check on open that the RLS
-policies for that role are in place, creating them with a new schema; see
-schema.py), ``retention`` (seconds a done job is kept from compaction,
-default 0: ``compact()`` deletes every done job), ``reconnect_timeout``
-(seconds to keep trying to reach the server, when the queue opens and after
-it went away; default: the DSN's ``connect_timeout``, else 30),
-``prepare_threshold`` (psycopg's; None turns server-side prepared statements
-off) and ``clock_offset`` (tests only). ``lock_timeout`` becomes the
-session's ``lock_timeout``; ``fsync=False`` becomes ``synchronous_commit=off``
-(faster, and NOT durable: a server crash can lose the last acknowledged
-writes). ``statement_timeout`` (seconds, default 300; 0: no limit) becomes
-the session's statement_timeout; ``tcp_user_timeout`` (seconds, default 30)
-and TCP keepalives (10 s idle, then every 5 s, 3 lost) are set on every
-connection where the DSN does not set its own, so a half-open connection
-fails in about a minute instead of stalling a Worker. ``done_retention``
-(seconds, default 7 days; None: never) and ``dead_retention`` (default None:
-the DLQ is kept): finished jobs older than that are pruned automatically,
-PRUNE_BATCHES batches of PRUNE_BATCH every PRUNE_INTERVAL seconds, started by
-a lease and run in a thread on the second connection, so the table stays the
-size of its live work. Each Queue holds one connection for its work (enqueue, lease,
-ack, nack, extend), a second for operator reads, compaction and the owed
-NOTIFYs (opened on first use, so a heartbeat never waits behind them), and,
-once a Worker idles on it, one more that LISTENs.
+Its options (keyword arguments to ``Queue`` that the facade passes on),
+their defaults and their checks: options.py.
 
 A statement that fails because the connection died is retried once when
 that is safe: reads, and writes that do the same thing twice (ack, extend,
@@ -57,7 +33,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from ..announcements import WorkerInfo
-from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport, finite_float, shown
+from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
 from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
@@ -66,6 +42,7 @@ from . import operations as ops
 from . import queue_ops as whole
 from .control_storage import ControlStorage
 from .listener import Listener
+from .options import DEFAULT_DONE_RETENTION, check_options, check_seconds
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Link, channel_name,
     connect_timeout_of, connection_options, redact_dsn,
@@ -80,43 +57,10 @@ logger = logging.getLogger("nobroker.postgres")
 
 T = TypeVar("T")
 
-#: Longest queue name, in characters.
-MAX_QUEUE_NAME = 256
-#: Seconds a done job is kept before it is pruned automatically, by default (the ``done_retention`` option).
-DEFAULT_DONE_RETENTION = 7 * 86_400.0
 #: Seconds between two rounds of automatic pruning (started by a lease, run in a thread of its own).
 PRUNE_INTERVAL = 30.0
 #: Batches (statements.PRUNE_BATCH jobs each) one round of pruning deletes at most, per state.
 PRUNE_BATCHES = 10
-#: Longest statement_timeout or tcp_user_timeout (seconds; both go to the server as int milliseconds).
-MAX_TIMEOUT = 86_400.0
-
-
-def _check_options(options: StorageOptions, retention: Any, reconnect_timeout: Any, clock_offset: Any) -> None:
-    """Refuse what the facade does not check: the options of this storage alone, and its limits."""
-    name = options.name
-    if options.clock is not None:
-        raise ValueError(
-            "clock= is for the file storage; the PostgreSQL storage uses the database clock, "
-            "so every host agrees on deadlines"
-        )
-    if not isinstance(name, str) or not name or len(name) > MAX_QUEUE_NAME or "\x00" in name:
-        raise ValueError(f"queue name must be 1 to {MAX_QUEUE_NAME} characters without NUL, got {name!r}")
-    for what, value in (("retention", retention), ("reconnect_timeout", reconnect_timeout)):
-        number = finite_float(value)  # never raises, not even for 10**400
-        if number is None or number < 0:
-            raise ValueError(f"{what} must be a finite number of seconds >= 0, got {shown(value)}")
-    if finite_float(clock_offset) is None:
-        raise ValueError(f"clock_offset must be a finite number of seconds, got {shown(clock_offset)}")
-
-
-def _check_seconds(limit: float = MAX_TIMEOUT, **values: Any) -> None:
-    for what, value in values.items():
-        number = finite_float(value)
-        if number is None or number < 0 or number > limit:
-            raise ValueError(f"{what} must be a finite number of seconds from 0 to {limit:g}, got {shown(value)}")
-
-
 #: A storage operation of several runs on a connection, with decisions between them: it yields
 #: (what, the steps of a run, may they run twice) and is sent each run's result (see carry).
 Plan = Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, T]
@@ -160,11 +104,11 @@ class PostgresStorage(ControlStorage):
         require_psycopg()
         if reconnect_timeout is None:
             reconnect_timeout = connect_timeout_of(dsn) or DEFAULT_RECONNECT_TIMEOUT
-        _check_options(options, retention, reconnect_timeout, clock_offset)
-        _check_seconds(statement_timeout=statement_timeout, tcp_user_timeout=tcp_user_timeout)
+        check_options(options, retention, reconnect_timeout, clock_offset)
+        check_seconds(statement_timeout=statement_timeout, tcp_user_timeout=tcp_user_timeout)
         for what, value in (("done_retention", done_retention), ("dead_retention", dead_retention)):
             if value is not None:
-                _check_seconds(**{what: value}, limit=float("inf"))
+                check_seconds(**{what: value}, limit=float("inf"))
         self.dsn = dsn
         self.name = options.name
         self.schema = check_identifier(schema, "schema")
