@@ -24,7 +24,7 @@ from tests.semantics_timeouts import TimeoutSemantics
 from tests.semantics_heartbeats import HeartbeatSemantics
 from tests.semantics_limits import LimitSemantics
 from tests.semantics_roster import RosterSemantics
-from nobroker.filestore.log import JOB_READ_GUESS
+from nobroker.filestore.reading import JOB_READ_GUESS
 from tests.semantics import EXACT, QueueSemantics
 from tests.support import FakeClock, TempDirTestCase, file_bytes, records_end
 

@@ -14,7 +14,8 @@ The package, in its order (a module imports only modules above it):
     limit_records.py  the limit records (LIMIT, UNLIMIT), how they fold, a limited lease's token
     counting.py    the counters per kind: what each record adds, the PURGE that carries them through compaction
     pointer.py     the .current pointer: which generation is the truth, replaced atomically
-    log.py         one generation file: scan, append (version 2: room ahead), group fsync
+    reading.py     reading one generation: records forward, a torn tail told from damage, a job's record back
+    log.py         one generation file: create, open, append (version 2: room ahead), group fsync
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)

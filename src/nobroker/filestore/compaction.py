@@ -4,7 +4,7 @@ Owns: NextGeneration (a new generation file while it is written: the live
 jobs streamed in, records copied from the old generation after them, fsync,
 its final name, folder fsync), ``write_generation`` (all of that in one go,
 for repair) and ``flip`` (replace the pointer, fsync the folder). Imports:
-errors, layout, fs, framing, entry, records, log, pointer.
+errors, layout, fs, framing, entry, records, reading, log, pointer.
 
 Before the flip the old generation is the truth and the new file is garbage
 that the next opener deletes (unless a compactor still holds the queue's
@@ -30,7 +30,8 @@ from ..errors import CompactionError, NobrokerError
 from .framing import DEFAULT_FORMAT_VERSION, HEADER_SIZE, encode_header, encode_record
 from .fs import FileSystem, storage_error, write_fully
 from .layout import MAX_GENERATION, log_path, temp_path
-from .log import READ_CHUNK, LogFile
+from .log import LogFile
+from .reading import READ_CHUNK
 from .pointer import install_pointer, prepare_pointer, write_pointer
 from .entry import Entry
 from . import records
