@@ -4,8 +4,8 @@ Owns: JobRows, the storage under QueueState (replay.py builds on it): every
 job's row in the order its ENQUEUE record arrived, the ``hot`` Entries by id,
 the cold store (packed columns, an open-addressing id table, FIFOs per kind
 and priority with a small heap of their heads per kind), finding a job by
-id, walking them in order, moving them after a compaction, and the rows'
-part of a snapshot. Imports: jobs, entry.
+id, walking them in order, and moving them after a compaction (the rows'
+part of a snapshot is state_form.py's). Imports: jobs, entry.
 
 Most jobs of a big queue are plain READY jobs nobody has touched since they
 were enqueued. Those are cold: about 100 bytes each and no Python object;
@@ -35,7 +35,6 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import is_
-from typing import Any
 
 from ..jobs import JobState
 from .entry import DROPPED, IN_DELAYED, IN_READY, READY, Entry, new_entry
@@ -419,57 +418,3 @@ class JobRows:
                 self._append_hot_row(entry)
         self.live_bytes = live_bytes  # the same jobs: re-inserting them counted them again
 
-    # ------------------------------------------------------------ snapshots
-    def _rows_to_snapshot(self) -> tuple[dict[str, Any], list[Any]]:
-        """The rows' part of QueueState.to_snapshot: fields, and the raw blocks (ids, columns, table, fifo rows, gone rows)."""
-        rows = self._rows
-        gone = array("i", compress(range(len(rows)), map(is_, rows, repeat(GONE))))
-        fifo_numbers = {}
-        fifos = []
-        fifo_rows = array("i")
-        for number, fifo in enumerate(self._fifos.values()):
-            fifo_numbers[id(fifo)] = number
-            fifos.append([
-                fifo.kind, fifo.priority, fifo.kind_number, fifo.serial, fifo.head, fifo.last_seq,
-                fifo.queued, len(fifo.rows),
-            ])  # fmt: skip
-            fifo_rows.extend(fifo.rows)
-        heads = [
-            [kind, [[item[0], item[1], item[2], fifo_numbers[id(item[3])]] for item in heap]]
-            for kind, heap in self._heads.items()
-        ]  # fmt: skip
-        fields = {"rows": len(rows), "kind_names": self._kind_names, "fifos": fifos, "heads": heads}
-        return fields, [self._ids, self._columns, self._table, fifo_rows, gone]
-
-    def _rows_from_snapshot(self, fields: dict[str, Any], blocks: list[Any]) -> int:
-        """Undo ``_rows_to_snapshot`` (the counters are set already); returns how many rows are gone.
-
-        ValueError (or another plain error) if the blocks do not fit the fields.
-        """
-        n = fields["rows"]
-        ids, columns, table, fifo_rows, gone = array("Q"), bytearray(blocks[1]), array(ROW_TYPE), array("i"), array("i")
-        ids.frombytes(blocks[0])
-        table.frombytes(blocks[2])
-        fifo_rows.frombytes(blocks[3])
-        gone.frombytes(blocks[4])
-        if len(ids) != n or len(columns) != n * _ROW_BYTES or len(table) != self._mask + 1:
-            raise ValueError("snapshot blocks do not match its row count")
-        rows: list[Entry | None] = [None] * n
-        for row in gone:
-            rows[row] = GONE
-        self._rows, self._ids, self._columns, self._table = rows, ids, columns, table
-        self._kind_names = list(fields["kind_names"])
-        self._kind_numbers = {kind: number for number, kind in enumerate(self._kind_names)}
-        fifo_list = []
-        start = 0
-        for kind, priority, kind_number, serial, head, last_seq, queued, length in fields["fifos"]:
-            fifo = Fifo(kind, kind_number, priority, serial)
-            fifo.rows = fifo_rows[start : start + length]
-            fifo.head, fifo.last_seq, fifo.queued = head, last_seq, queued
-            start += length
-            self._fifos[(kind, priority)] = fifo
-            fifo_list.append(fifo)
-        if start != len(fifo_rows):
-            raise ValueError("snapshot fifo rows do not add up")
-        self._heads = {kind: [(a, b, c, fifo_list[d]) for a, b, c, d in heap] for kind, heap in fields["heads"]}
-        return len(gone)

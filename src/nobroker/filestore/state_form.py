@@ -3,8 +3,8 @@
 Owns: ``capture`` (the state's snapshot, taken under a lock, as a Captured
 that encodes itself later, perhaps in another thread) and ``from_snapshot``
 (snapshot.py frames and checks the file; this module says what goes in
-it). Imports: jobs, schedules, entry, framing, limit_records, counting,
-replay.
+it), with the cold rows' part of both. Imports: jobs, schedules, entry,
+framing, limit_records, counting, index, replay.
 
 The fields are one JSON object: ``hot`` (each hot Entry's slots in order,
 its state as the text value), ``active_keys`` ([kind, key, id]), the rows'
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import heapq
 import json
+from array import array
 from collections.abc import Callable
-from itertools import chain
+from itertools import chain, compress, repeat
 from operator import attrgetter, is_
 from typing import Any
 
@@ -32,6 +33,7 @@ from ..schedules import from_fields, to_fields
 from . import counting, limit_records
 from .entry import IN_DELAYED, IN_READY, LEASED, STATES, Entry, new_entry
 from .framing import RecordType
+from .index import _ROW_BYTES, GONE, ROW_TYPE, Fifo, JobRows
 from .replay import QueueState
 
 
@@ -91,7 +93,7 @@ def capture(state: QueueState) -> Captured:
     same order.
     """
     assert set(vars(state)) == _SNAPSHOT_FIELDS, "a new QueueState field must be added to the snapshot"
-    rows_fields, arrays = state._rows_to_snapshot()
+    rows_fields, arrays = _rows_to_snapshot(state)
     hot = state.hot.values()
     assert all(map(is_, map(state._rows.__getitem__, map(_row_of, hot)), hot)), "a hot Entry sits in its own row"
     small = {
@@ -125,7 +127,7 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
         raise ValueError("snapshot counters do not match")
     for name, value in ints.items():
         setattr(state, name, value)
-    gone = state._rows_from_snapshot(fields, blocks)
+    gone = _rows_from_snapshot(state, fields, blocks)
     rows, hot = state._rows, state.hot
     ready, delayed, leases = state.ready, state.delayed, state.leases
     for values in fields["hot"]:
@@ -164,6 +166,61 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
     if len(hot) + gone + state.n_cold != len(rows) or sum(state._counts.values()) != len(hot):
         raise ValueError("snapshot counts do not add up")
     return state
+
+
+def _rows_to_snapshot(self: JobRows) -> tuple[dict[str, Any], list[Any]]:
+    """The rows' part of ``capture``: fields, and the raw blocks (ids, columns, table, fifo rows, gone rows)."""
+    rows = self._rows
+    gone = array("i", compress(range(len(rows)), map(is_, rows, repeat(GONE))))
+    fifo_numbers = {}
+    fifos = []
+    fifo_rows = array("i")
+    for number, fifo in enumerate(self._fifos.values()):
+        fifo_numbers[id(fifo)] = number
+        fifos.append([
+            fifo.kind, fifo.priority, fifo.kind_number, fifo.serial, fifo.head, fifo.last_seq,
+            fifo.queued, len(fifo.rows),
+        ])  # fmt: skip
+        fifo_rows.extend(fifo.rows)
+    heads = [
+        [kind, [[item[0], item[1], item[2], fifo_numbers[id(item[3])]] for item in heap]]
+        for kind, heap in self._heads.items()
+    ]  # fmt: skip
+    fields = {"rows": len(rows), "kind_names": self._kind_names, "fifos": fifos, "heads": heads}
+    return fields, [self._ids, self._columns, self._table, fifo_rows, gone]
+
+def _rows_from_snapshot(self: JobRows, fields: dict[str, Any], blocks: list[Any]) -> int:
+    """Undo ``_rows_to_snapshot`` (the counters are set already); returns how many rows are gone.
+
+    ValueError (or another plain error) if the blocks do not fit the fields.
+    """
+    n = fields["rows"]
+    ids, columns, table, fifo_rows, gone = array("Q"), bytearray(blocks[1]), array(ROW_TYPE), array("i"), array("i")
+    ids.frombytes(blocks[0])
+    table.frombytes(blocks[2])
+    fifo_rows.frombytes(blocks[3])
+    gone.frombytes(blocks[4])
+    if len(ids) != n or len(columns) != n * _ROW_BYTES or len(table) != self._mask + 1:
+        raise ValueError("snapshot blocks do not match its row count")
+    rows: list[Entry | None] = [None] * n
+    for row in gone:
+        rows[row] = GONE
+    self._rows, self._ids, self._columns, self._table = rows, ids, columns, table
+    self._kind_names = list(fields["kind_names"])
+    self._kind_numbers = {kind: number for number, kind in enumerate(self._kind_names)}
+    fifo_list = []
+    start = 0
+    for kind, priority, kind_number, serial, head, last_seq, queued, length in fields["fifos"]:
+        fifo = Fifo(kind, kind_number, priority, serial)
+        fifo.rows = fifo_rows[start : start + length]
+        fifo.head, fifo.last_seq, fifo.queued = head, last_seq, queued
+        start += length
+        self._fifos[(kind, priority)] = fifo
+        fifo_list.append(fifo)
+    if start != len(fifo_rows):
+        raise ValueError("snapshot fifo rows do not add up")
+    self._heads = {kind: [(a, b, c, fifo_list[d]) for a, b, c, d in heap] for kind, heap in fields["heads"]}
+    return len(gone)
 
 
 #: Every attribute of a QueueState: capture refuses a state with one it does not know.
