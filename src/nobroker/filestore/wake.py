@@ -6,7 +6,7 @@ Owns: WakeChannel, one FIFO in the queue folder (the file storage keeps two:
 by polling where not, until a change or a deadline), and ``pause``, an
 interruptible sleep. Imports: waiting.
 
-A worker with nothing to do blocks in select() on the pipe; a writer that
+A worker with nothing to do blocks in poll() on the pipe; a writer that
 added runnable work writes one byte, and one waiting worker wakes at once.
 It is a hint, never a source of truth: a lost or spurious byte only costs a
 lease attempt, or a delay until the waiter's timeout (the fallback look, a
@@ -14,7 +14,7 @@ few seconds for a Worker). Where FIFOs do not exist (Windows) or cannot be
 made, both sides quietly do nothing and workers poll.
 
 The reader opens the pipe read-write: then the pipe always has a writer, so
-select() never reports an end-of-file that would spin the loop.
+poll() never reports an end-of-file that would spin the loop.
 
 Both sides check what they opened (fstat, after a non-blocking open) and use
 it only if it really is a named pipe (the reader's also ours): a regular

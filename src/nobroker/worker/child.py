@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
-from ..waiting import ready
+from ..waiting import readable
 from .budget import LeaseBudget
 from .outcome import WorkerStats
 
@@ -164,11 +164,11 @@ class Reporter:
 
     def _main(self) -> None:
         while True:
-            readable = ready([self._lifeline_fd], (), REPORT_SECONDS)[0]
+            woke = readable([self._lifeline_fd], REPORT_SECONDS)
             with self._lock:
                 if self._finished:
                     return
-            if readable and not os.read(self._lifeline_fd, 1):
+            if woke and not os.read(self._lifeline_fd, 1):
                 logger.warning("worker process %d: its parent is gone; finishing running jobs, then stopping", os.getpid())
                 self._worker.stop()
                 return

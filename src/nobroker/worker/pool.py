@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..waiting import ready
+from ..waiting import readable, ready
 from .budget import BudgetFeed
 from .child import (
     EXIT_FAILED,
@@ -182,13 +182,13 @@ class ProcessPool:
             timeout = SUPERVISE_SLICE
             if self._respawn:
                 timeout = max(0.0, min(timeout, min(when for when, _ in self._respawn) - time.monotonic()))
-            readable, writable = ready(readers, writers, timeout)
-            if self._wake_r in readable:
+            can_read, can_write = ready(readers, writers, timeout)
+            if self._wake_r in can_read:
                 self._drain_wake_ups()
-            if writable and self._budget is not None:
+            if can_write and self._budget is not None:
                 self._budget.feed()
             for child in list(self._children.values()):
-                if child.report_fd in readable and not self._read_reports(child):
+                if child.report_fd in can_read and not self._read_reports(child):
                     child.eof = True  # it has exited, or is exiting: a moment to reap it
                     self._reap(child, wait=EXIT_GRACE)
                 else:
@@ -237,7 +237,7 @@ class ProcessPool:
                 return
             time.sleep(REAP_POLL)
         while self._read_reports(child):  # what it wrote before it went
-            if not ready([child.report_fd], (), 0)[0]:
+            if not readable([child.report_fd], 0):
                 break
         with self._lock:
             del self._children[child.pid]
