@@ -26,7 +26,7 @@ log, shared by every process that reads it.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress
 from typing import Any
 
@@ -117,14 +117,26 @@ def live_top(heap: list[Item], hot: dict[str, Entry]) -> bool:
     return False
 
 
-def without_stale(heap: list[Any], valid: list[bool]) -> list[Any]:
-    """``heap``'s items whose ``valid`` flag is set, as a heap; the same list when at least half are."""
-    assert len(valid) == len(heap), "one flag per item"
+def without_stale(heap: list[Any], hot: dict[str, Entry], live: Callable[[Entry, Any], bool]) -> list[Any]:
+    """``heap``'s items whose job (item[2]) is hot and ``live(entry, item)``, as a heap; the same list when at least half are."""
+    valid = [e is not None and live(e, item) for item in heap for e in (hot.get(item[2]),)]
     if sum(valid) * 2 >= len(heap):
         return heap  # mostly live: popping the stale ones as they surface costs less than a rebuild
-    live = list(compress(heap, valid))
-    heapq.heapify(live)
-    return live
+    kept = list(compress(heap, valid))
+    heapq.heapify(kept)
+    return kept
+
+
+def _lease_live(entry: Entry, item: tuple[float, int, str]) -> bool:
+    return entry.state is LEASED and entry.lease_deadline == item[0]
+
+
+def _delayed_live(entry: Entry, item: tuple[float, int, str]) -> bool:
+    return entry.heap == IN_DELAYED and entry.available_at == item[0]
+
+
+def _ready_live(entry: Entry, item: Item) -> bool:
+    return entry.heap == IN_READY and entry.seq == item[1]
 
 
 def _key(pick: Pick) -> Item:
@@ -165,21 +177,13 @@ class ReadyJobs(JobRows):
         leases, delayed = self.leases, self.delayed
         hot = self.hot
         if len(leases) > STALE_SLACK and len(leases) > STALE_SLACK + 2 * self._counts[LEASED]:
-            self.leases = without_stale(leases, [
-                e is not None and e.state is LEASED and e.lease_deadline == item[0]
-                for item in leases for e in (hot.get(item[2]),)
-            ])  # fmt: skip
+            self.leases = without_stale(leases, hot, _lease_live)
         if len(delayed) > STALE_SLACK + 2 * self.n_delayed:
-            self.delayed = without_stale(delayed, [
-                e is not None and e.heap == IN_DELAYED and e.available_at == item[0]
-                for item in delayed for e in (hot.get(item[2]),)
-            ])  # fmt: skip
+            self.delayed = without_stale(delayed, hot, _delayed_live)
         queued = sum(map(len, self.ready.values())) if self.ready else 0
         if queued > STALE_SLACK and queued > STALE_SLACK + 2 * (self._counts[READY] - self.n_delayed):
             for kind, heap in self.ready.items():
-                self.ready[kind] = without_stale(heap, [
-                    e is not None and e.heap == IN_READY and e.seq == item[1] for item in heap for e in (hot.get(item[2]),)
-                ])  # fmt: skip
+                self.ready[kind] = without_stale(heap, hot, _ready_live)
 
     def expired(self, now: float) -> Sequence[Entry]:
         """Leased jobs whose deadline has passed, earliest first.

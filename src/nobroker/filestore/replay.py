@@ -56,10 +56,10 @@ from . import control_records, counting, limit_records, records, schedule_record
 from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, id_number
+from .ready import ReadyJobs
 
 #: ``enables_end`` of a state that cannot tell what a lease rests on: past any offset (all of it).
 NO_BASIS = 1 << 63
-from .ready import ReadyJobs
 
 
 class QueueState(ReadyJobs):

@@ -41,8 +41,8 @@ import sys
 import threading
 import zlib
 from array import array
-from itertools import chain
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 from ..errors import NobrokerError

@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import json
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_
 from typing import Any
@@ -64,23 +64,23 @@ class Captured:
         (that too would be one long hold of the GIL).
         """
         flat, width, states = self.hot, _WIDTH, _STATE_TEXT
-        pieces = ['{"hot":[']
-        for start in range(0, len(flat), ENCODE_CHUNK * width):
-            rows = [flat[i : i + width] for i in range(start, min(len(flat), start + ENCODE_CHUNK * width), width)]
-            for row in rows:
-                row[_STATE_FIELD] = states[row[_STATE_FIELD]]
-            pieces.append(("," if start else "") + _dumps(rows)[1:-1])
-            if pause is not None:
-                pause()
-        pieces.append('],"active_keys":[')
+
+        def hot_rows() -> Iterator[list[list[Any]]]:
+            for start in range(0, len(flat), ENCODE_CHUNK * width):
+                rows = [flat[i : i + width] for i in range(start, min(len(flat), start + ENCODE_CHUNK * width), width)]
+                for row in rows:
+                    row[_STATE_FIELD] = states[row[_STATE_FIELD]]
+                yield rows
+
         pairs = self.active_keys
-        for start in range(0, len(pairs), ENCODE_CHUNK):
-            chunk = [[kind, key, job_id] for (kind, key), job_id in pairs[start : start + ENCODE_CHUNK]]
-            pieces.append(("," if start else "") + _dumps(chunk)[1:-1])
-            if pause is not None:
-                pause()
-        pieces.append("]," + self.small[1:])
-        return pieces
+        keys = (
+            [[kind, key, job_id] for (kind, key), job_id in pairs[start : start + ENCODE_CHUNK]]
+            for start in range(0, len(pairs), ENCODE_CHUNK)
+        )
+        return [
+            '{"hot":[', *_in_pieces(hot_rows(), pause), '],"active_keys":[', *_in_pieces(keys, pause),
+            "]," + self.small[1:],
+        ]  # fmt: skip
 
 
 def capture(state: QueueState) -> Captured:
@@ -112,6 +112,14 @@ def capture(state: QueueState) -> Captured:
         list(state.active_keys.items()),
         [bytes(memoryview(a).cast("B")) for a in arrays],
     )
+
+
+def _in_pieces(chunks: Iterable[list[Any]], pause: Callable[[], None] | None) -> Iterator[str]:
+    """Each chunk's items as JSON, comma-separated across the pieces; ``pause()`` after each piece."""
+    for i, chunk in enumerate(chunks):
+        yield ("," if i else "") + _dumps(chunk)[1:-1]
+        if pause is not None:
+            pause()
 
 
 def _dumps(value: Any) -> str:
