@@ -268,7 +268,7 @@ class StorageChoiceTests(CliTestCase):
         self.assertIn("pass it as --dsn", run_main(["--dir", "postgres://h/app", "stats"]).err)
 
     def test_the_library_makes_the_same_choice(self) -> None:
-        from nobroker.storage import dsn_parameters, is_dsn, storage_kind
+        from nobroker.addresses import dsn_parameters, is_dsn, storage_kind
 
         for dsn in ("postgresql://h/app", "postgres://h/app", "host=localhost dbname=app", "dbname=app",
                     "host = '/var/run/postgresql' dbname=test", "service=prod"):

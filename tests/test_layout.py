@@ -43,6 +43,7 @@ UNIT_RANKS = {
     "schedules": 5,
     "announcements": 5,
     "limits": 5,
+    "addresses": 5,
     "storage": 6,
     "filestore": 7,
     "postgres": 7,

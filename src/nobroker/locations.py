@@ -2,7 +2,7 @@
 
 Owns: list_queues, require_queue (the refusal when ``create=False`` finds
 no queue) and migrate_postgres (the PostgreSQL schema, for ``nobroker pg
-migrate``). Imports: errors, storage, filestore.admin, postgres (only when
+migrate``). Imports: errors, addresses, filestore.admin, postgres (only when
 a DSN is given: it needs psycopg).
 """
 
@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from .errors import QueueNotFoundError
-from .storage import storage_kind
+from .addresses import storage_kind
 
 
 def list_queues(

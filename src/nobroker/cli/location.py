@@ -6,7 +6,7 @@ options, ``open_queue`` (only CREATING_COMMANDS may create), and the one-line
 refusal of a queue that is not there, with what to check. Whether a queue
 exists is the library's answer (queue.require_queue, nobroker.list_queues);
 no folder or file name is looked at here. Imports: nobroker, errors, locations,
-storage, values, output.
+addresses, values, output.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import QueueNotFoundError, UnknownStorageError
 from ..locations import require_queue
-from ..storage import storage_kind
+from ..addresses import storage_kind
 from .output import Output, safe
 from .values import CommandError, UsageError
 
@@ -39,7 +39,7 @@ _NOT_FOUND_HINTS = {"folder": "check --dir", "queue": "check --queue", "schema":
 def storage_of(args: argparse.Namespace) -> tuple[str, bool]:
     """(path or DSN, is_dsn). An explicit --dsn or --dir wins over NOBROKER_DSN.
 
-    Each is checked against what it must be (storage.storage_kind), so a
+    Each is checked against what it must be (addresses.storage_kind), so a
     location that is neither a folder path nor a PostgreSQL DSN, or one given
     to the wrong option, is refused with one line (exit 2) before anything is
     opened or created.

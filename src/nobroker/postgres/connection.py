@@ -6,7 +6,7 @@ lock: set up with the queue's session settings, replaced when it died idle,
 an operation retried once when that is safe, driver errors turned into
 nobroker's), and what names a
 server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
-Imports: errors, storage, waiting, driver.
+Imports: errors, addresses, waiting, driver.
 
 Connections are not shared between threads: each storage owns one connection
 guarded by a lock (the Worker's threads share one Queue, so they take turns;
@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import LockTimeoutError, NobrokerError, StorageError
-from ..storage import dsn_parameters, parse_keyword_dsn
+from ..addresses import dsn_parameters, parse_keyword_dsn
 from ..waiting import readable
 from .driver import pg_errors, psycopg, require_psycopg, tuple_row
 

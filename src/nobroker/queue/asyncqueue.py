@@ -3,7 +3,7 @@
 Owns: AsyncQueue (the Queue's API, each call a coroutine, its arguments
 checked by calls.py exactly as Queue checks them) and OffLoop (a storage
 whose calls run in a thread, awaited). Imports: checks, jobs, schedules,
-limits, explain, storage, announcements, calls, base, explaining, postgres.asyncstorage (only for a DSN: it needs psycopg).
+limits, explain, addresses, storage, announcements, calls, base, explaining, postgres.asyncstorage (only for a DSN: it needs psycopg).
 
 On PostgreSQL the work and the reads are native async: the same statements
 the Queue sends (postgres/operations.py), awaited on psycopg's
@@ -35,7 +35,8 @@ from .. import schedules as _schedules
 from ..schedules import DEFAULT_CATCH_UP, Schedule
 from ..limits import Limit
 from ..explain import Reason, explain
-from ..storage import FINISH_RECHECK, Storage, StorageOptions, queue_closed, seconds_to_block, storage_kind
+from ..addresses import storage_kind
+from ..storage import FINISH_RECHECK, Storage, StorageOptions, queue_closed, seconds_to_block
 from . import calls, explaining
 from .base import Opening, open_storage
 

@@ -4,7 +4,7 @@ Owns: Opening (a Queue's arguments checked, for Queue and AsyncQueue alike:
 checked_options), QueueBase (FileStorage or PostgresStorage opened by
 open_storage, close, the context manager, the properties every part of the
 Queue shares).
-Imports: checks, errors, jobs, storage, locations, filestore, postgres (only
+Imports: checks, errors, jobs, addresses, storage, locations, filestore, postgres (only
 when a DSN is given: it needs psycopg).
 """
 
@@ -17,7 +17,8 @@ from typing import Any, Self
 from .. import checks
 from ..errors import QueueClosedError
 from ..jobs import BackoffPolicy, RecoveryReport
-from ..storage import Storage, StorageOptions, storage_kind
+from ..addresses import storage_kind
+from ..storage import Storage, StorageOptions
 from ..locations import require_queue
 
 
