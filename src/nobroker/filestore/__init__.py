@@ -39,6 +39,7 @@ The package, in its order (a module imports only modules above it):
     reads.py       the read-only queries (get, stats, listings) as of now
     roster.py      the worker announcements: one small file per Worker in <name>.workers/
     storage.py     FileStorage, wiring only: one short method per operation
+    repair.py      repair: the damaged file kept aside, the queue rebuilt from its valid records
     admin.py       inspect, verify and repair, from outside a queue
 
 FileStorage is one object built in layers, one class per module, each

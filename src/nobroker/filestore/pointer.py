@@ -1,7 +1,7 @@
 """The ``<name>.current`` pointer: which generation of the log is the truth.
 
 Owns: reading it (a generation number, or None before the first
-compaction), and replacing it in two steps a compactor can split: a durable
+compaction; ``current_generation``: 0 then), and replacing it in two steps a compactor can split: a durable
 temp file, then one atomic rename (durable after the caller's folder fsync).
 Imports: errors, layout, fs.
 """
@@ -12,7 +12,7 @@ import errno as errno_mod
 import os
 
 from ..errors import CorruptLogError, UnsafeQueueError
-from .fs import FileSystem, storage_error, write_fully
+from .fs import OS_FILESYSTEM, FileSystem, storage_error, write_fully
 from .layout import MAX_GENERATION, pointer_path, temp_path
 
 
@@ -41,6 +41,12 @@ def read_pointer(fs: FileSystem, directory: str, name: str) -> int | None:
             path=path,
         )
     return int(text)
+
+
+def current_generation(directory: str, name: str, fs: FileSystem = OS_FILESYSTEM) -> int:
+    """The authoritative generation: the pointer's, or 0 before the first compaction."""
+    pointer = read_pointer(fs, directory, name)
+    return 0 if pointer is None else pointer
 
 
 def write_pointer(fs: FileSystem, directory: str, name: str, generation: int, *, sync: bool, folder: bool = True) -> None:
