@@ -7,7 +7,8 @@ The package, in its order (a module imports only modules above it):
 
     driver.py      the one import of psycopg, and what to install without it
     fragments.py   the SQL pieces statements are made of: the clock, a job's columns, the claim, the tallies
-    statements.py  the SQL text of every operation and its parameters; a row as a Job
+    statements.py  the SQL text of every operation and its parameters
+    rows.py        a row of a job's columns as a Job
     steps.py       an operation as the statements it sends, run on a Connection or awaited on an AsyncConnection
     connection.py  connecting, the connection a storage works on (reconnect, retry once)
     asynclink.py   the AsyncConnection an AsyncQueue works on (Link's twin)

@@ -8,7 +8,7 @@ wait watches), ``holding`` (the limit holding a kind back, in words, for
 explain), ``lease``, the lease of a queue that has limits, and ``claim``,
 the lease of any queue (operations.lease, then ``lease`` when it found
 limits). Imports: jobs, codec, limits, storage, fragments, statements,
-steps, operations.
+rows, steps, operations.
 
 Race-free across processes and hosts: a lease of a queue with limits is
 one transaction that (1) reclaims expired leases (their slots free), (2)
@@ -42,7 +42,8 @@ from ..limits import seconds_to_slot as slot_wait
 from ..storage import worker_label
 from . import operations as ops
 from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED
-from .statements import quote_schema, row_job
+from .rows import row_job
+from .statements import quote_schema
 from .steps import Steps, atomic, every, one, run
 
 #: A limit row's columns, as limits.to_fields names them (then ``turns``, which a put never writes).

@@ -8,7 +8,7 @@ AsyncQueue awaits it on an AsyncConnection), the refusals that say why a job
 was not changed, and what PostgreSQL text can hold. Nothing here connects,
 takes the storage's lock or retries a lost connection: storage.py runs these
 through connection.Link, asyncstorage.py through asynclink.AsyncLink.
-Imports: errors, jobs, storage, driver, statements, steps, connection.
+Imports: errors, jobs, storage, driver, statements, rows, steps, connection.
 
 Semantics are the file storage's, statement by statement:
 
@@ -54,7 +54,8 @@ from ..jobs import FINISHED_STATES
 from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal, worker_label
 from .connection import Session
 from .driver import pg_errors, psycopg
-from .statements import JOB_COLUMNS, Statements, row_job
+from .rows import JOB_COLUMNS, row_job
+from .statements import Statements
 from .steps import Steps, drive, every, one, pause, piped, run
 
 logger = logging.getLogger("nobroker.postgres")

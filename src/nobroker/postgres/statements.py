@@ -1,12 +1,12 @@
 """The SQL text of every operation on the jobs table, and the parameters each one takes.
 
 Owns: the statements (templates with the schema left open, built once per
-schema by ``Statements``), the columns a job is read back in and the Job a
-row of them makes (``row_job``), and ``check_identifier``, the rule that
+schema by ``Statements``; the Job a row of a job's columns makes is
+rows.py's), and ``check_identifier``, the rule that
 makes writing a schema name into SQL text safe. Plain text only: nothing here
 talks to a server or needs the driver. The schema itself (tables, indexes,
 the backoff function) is the numbered files in sql/; schema.py applies them.
-Imports: jobs, codec, fragments.
+Imports: jobs, fragments.
 
 Every value travels as a named parameter; the one number written into the
 text is a claim's batch size, a checked int (see ``Statements.claim``). The
@@ -39,8 +39,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..codec import load_json
-from ..jobs import MAX_ATTEMPT_HISTORY, BackoffPolicy, Job, JobState, attempt_history
+from ..jobs import MAX_ATTEMPT_HISTORY, BackoffPolicy
 from .fragments import (
     ACK_COUNTED,
     ACK_TALLY,
@@ -443,27 +442,3 @@ def backoff_parameters(policy: BackoffPolicy) -> dict[str, float]:
         "b_base": float(policy.base), "b_factor": float(policy.factor), "b_max": float(policy.max_delay),
         "b_jitter": float(policy.jitter),
     }  # fmt: skip
-
-
-_STATES = {s.value: s for s in JobState}
-#: How many columns COLUMNS (and SHOWN) are: what a statement returns after them starts here.
-JOB_COLUMNS = 24
-
-
-def row_job(row: Any) -> Job:
-    """The Job a row of COLUMNS (or of SHOWN, their read-only twin) makes; columns past them are ignored."""
-    (job_id, payload, priority, state, attempts, max_attempts, available_at, enqueued_at,
-     deadline, token, error, seq, kind, key, stage, result, traceback, cancel_requested, timeout,
-     history, leased_by, leased_at, raw_deadline, group) = row[:JOB_COLUMNS]  # fmt: skip
-    running = None
-    if leased_at is not None:  # leased; or a lease that expired, which a read shows as its reclaim will record it
-        outcome = "running" if state == "leased" else "cancelled" if state == "cancelled" else "expired"
-        running = [attempts, leased_at, None if state == "leased" else raw_deadline, leased_by, outcome]
-    return Job(
-        id=job_id, payload=load_json(payload), priority=priority, state=_STATES[state], attempts=attempts,
-        max_attempts=max_attempts, available_at=available_at, enqueued_at=enqueued_at, lease_deadline=deadline,
-        lease_token=token, last_error=error, seq=seq, kind=kind, dedupe_key=key, stage=stage,
-        result=None if result is None else load_json(result), traceback=traceback,
-        cancel_requested=bool(cancel_requested), timeout=timeout,
-        attempt_history=attempt_history(None if history is None else load_json(history), running), group=group,
-    )  # fmt: skip
