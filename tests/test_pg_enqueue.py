@@ -1,7 +1,7 @@
 """Batch enqueue on PostgreSQL under contention: a fixed insert order, FIFO kept, conflicts retried.
 
 Imports: the standard library, psycopg (through tests.pgsupport), the public
-``nobroker`` API and nobroker.postgres.operations. The contention is real:
+``nobroker`` API and nobroker.postgres.enqueueing. The contention is real:
 two processes enqueue the same dedupe keys in opposite orders at the same
 moment, with retries turned off, so a deadlock would surface as an error.
 """
@@ -25,10 +25,10 @@ _fork = multiprocessing.get_context("fork")
 
 def _race(dsn: str, schema: str, name: str, reverse: bool, barrier: Any, out: Any) -> None:
     """A process: each round, one batch of the round's keys (in the given order), at the barrier's signal."""
-    from nobroker.postgres import operations
+    from nobroker.postgres import enqueueing
 
     failures: list[str] = []
-    operations.CONFLICT_TRIES = 1  # a deadlock is an error here, not a retry
+    enqueueing.CONFLICT_TRIES = 1  # a deadlock is an error here, not a retry
     with Queue(dsn, name, schema=schema, migrate=False) as q:
         for r in range(ROUNDS):
             keys = [f"r{r}-k{k:02d}" for k in range(KEYS)]
@@ -69,11 +69,11 @@ class BatchEnqueueTests(PostgresQueueCase):
         self.assertEqual([job.payload for job in dup], ["first", "first"])
 
     def test_a_deadlock_on_our_own_connection_is_retried(self) -> None:
-        from nobroker.postgres import operations
+        from nobroker.postgres import enqueueing
         from nobroker.postgres.driver import pg_errors
 
         q = self.open_queue()
-        real = operations.enqueue
+        real = enqueueing.enqueue
         calls: list[int] = []
 
         def once_deadlocked(*args: Any, **kwargs: Any) -> Any:
@@ -82,17 +82,17 @@ class BatchEnqueueTests(PostgresQueueCase):
                 raise pg_errors.DeadlockDetected("deadlock detected (simulated)")
             return real(*args, **kwargs)
 
-        with mock.patch.object(operations, "enqueue", once_deadlocked):
+        with mock.patch.object(enqueueing, "enqueue", once_deadlocked):
             jobs = q.enqueue_many(["a", "b"], dedupe_keys=["a", "b"])
         self.assertEqual(len(calls), 2)
         self.assertEqual([job.payload for job in jobs], ["a", "b"])
 
     def test_in_the_callers_transaction_a_deadlock_is_the_callers_to_handle(self) -> None:
-        from nobroker.postgres import operations
+        from nobroker.postgres import enqueueing
         from nobroker.postgres.driver import pg_errors
 
         q = self.open_queue()
-        with mock.patch.object(operations, "enqueue", side_effect=pg_errors.DeadlockDetected("simulated")):
+        with mock.patch.object(enqueueing, "enqueue", side_effect=pg_errors.DeadlockDetected("simulated")):
             with connect(autocommit=False) as conn, self.assertRaises(StorageError):
                 q.enqueue_many(["a", "b"], dedupe_keys=["a", "b"], conn=conn)
 

@@ -16,6 +16,7 @@ The package, in its order (a module imports only modules above it):
     wakeups.py     which writes NOTIFY: at most one per queue per few ms, the last one owed never lost
     schema.py      the numbered migrations in sql/, row level security, the version check
     operations.py  each operation on one connection (the statements it sends, what the rows mean)
+    enqueueing.py  adding jobs on one connection: one, a batch, in the caller's transaction; the retries of a conflict
     schedule_ops.py  the schedules table and the tick transaction
     limit_ops.py   the limits table and the lease under limits
     queue_ops.py   the whole queue's operations (requeue, purge, pruning, compaction) and the reads

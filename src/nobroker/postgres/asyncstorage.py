@@ -2,7 +2,7 @@
 
 Owns: AsyncPostgresStorage (the Storage protocol with ``await``) and
 ``carry_async`` (a storage Plan awaited run by run). Imports: jobs,
-schedules, limits, storage, driver, steps, asynclink, operations, queue_ops,
+schedules, limits, storage, driver, steps, asynclink, operations, enqueueing, queue_ops,
 schedule_ops, limit_ops, roster, announcements, control_ops.
 
 Opening is the Queue's (the options checked, the schema brought up to date),
@@ -39,6 +39,7 @@ from ..jobs import CompactionResult, Counters, Job, QueueStats, RecoveryReport
 from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, seconds_to_block
+from . import enqueueing
 from . import operations as ops
 from . import queue_ops as whole
 from . import control_ops, limit_ops, roster, schedule_ops
@@ -91,9 +92,9 @@ class AsyncPostgresStorage:
                 f"got {type(conn).__name__}"
             )
         try:
-            return await drive_async(AsyncSession(conn), ops.in_transaction(self._target, specs))
+            return await drive_async(AsyncSession(conn), enqueueing.in_transaction(self._target, specs))
         except psycopg.Error as exc:
-            raise ops.transaction_error(exc) from None
+            raise enqueueing.transaction_error(exc) from None
 
     async def lease(self, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> list[Job]:
         t, sql = self._target, self.sync.limit_sql

@@ -270,7 +270,7 @@ INSERTED = "j.id, j.seq, date_part('epoch', j.available_at) AS available, date_p
 def batch_of(alias: str) -> str:
     """A batch of jobs as one parameter, ``rows``: a JSON array of objects with the keys below.
 
-    operations.batch_rows writes it, each payload its JSON text as is (a
+    enqueueing.batch_rows writes it, each payload its JSON text as is (a
     json value keeps its text byte for byte). One text to send instead of an
     array per column, which the driver would build element by element.
     """

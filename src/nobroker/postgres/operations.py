@@ -1,14 +1,14 @@
 """Each queue operation on one connection: the statements it sends, in order, and what their rows mean.
 
 Owns: ``Target`` (one queue as the statements address it), an operation of
-the Storage protocol per function (enqueue, lease, ack, ack_many, nack,
-extend, extend_many, set_stage, cancel), each written as the steps it sends
+the Storage protocol per function (lease, ack, ack_many, nack, extend,
+extend_many, set_stage, cancel; enqueue is enqueueing.py's), each written as the steps it sends
 (steps.py: a generator, so the Queue drives it on a Connection and the
 AsyncQueue awaits it on an AsyncConnection), the refusals that say why a job
 was not changed, and what PostgreSQL text can hold. Nothing here connects,
 takes the storage's lock or retries a lost connection: storage.py runs these
 through connection.Link, asyncstorage.py through asynclink.AsyncLink.
-Imports: errors, jobs, storage, driver, statements, rows, steps, connection.
+Imports: errors, jobs, storage, statements, rows, steps.
 
 Semantics are the file storage's, statement by statement:
 
@@ -44,28 +44,19 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from ..errors import LockTimeoutError, StorageError
+from ..errors import StorageError
 from ..jobs import Job, JobState
 from ..jobs import FINISHED_STATES
-from ..storage import EnqueueSpec, cancel_refusal, finished_refusal, job_not_found, new_job_id, refusal, worker_label
-from .connection import Session
-from .driver import pg_errors, psycopg
+from ..storage import cancel_refusal, finished_refusal, job_not_found, refusal, worker_label
 from .rows import JOB_COLUMNS, row_job
 from .statements import Statements
-from .steps import Steps, drive, every, one, pause, piped, run
+from .steps import Steps, every, one, piped, run
 
 logger = logging.getLogger("nobroker.postgres")
 
-#: Tries for an enqueue (or requeue) whose conflicting job changed before it could be read.
-ENQUEUE_TRIES = 5
-#: Tries for an enqueue on our own connection that met a deadlock or a serialization failure.
-CONFLICT_TRIES = 5
-#: Longest pause before the next of those tries, times the attempt number (seconds, drawn at random).
-CONFLICT_PAUSE = 0.02
 #: set_stage, as messages name it ("cannot set the stage of job ...").
 SET_STAGE = "set the stage of"
 
@@ -95,204 +86,13 @@ class Target:
         return params
 
 
-def _json_text(value: str | None) -> str:
+def json_text(value: str | None) -> str:
     """A string (or None) as JSON text, its characters as they are (the driver sends UTF-8)."""
     return "null" if value is None else _quote(value)
 
 
 #: A str as a JSON string, non-ASCII characters kept (json.dumps with ensure_ascii=False, without its set-up).
 _quote = json.encoder.encode_basestring
-
-
-def batch_rows(specs: list[EnqueueSpec], ids: list[str]) -> str:
-    """A batch of jobs as the one parameter the batch statements read (fragments.batch_of): a JSON array."""
-    assert len(specs) == len(ids), "an id per job"
-    rows = ",".join(
-        f'{{"id":{_json_text(job_id)},"kind":{_json_text(s.kind)},"prio":{s.priority},"max":{s.max_attempts},'
-        f'"delay":{s.delay!r},"key":{_json_text(s.dedupe_key)},"payload":{s.payload_json}'
-        + ("" if s.timeout is None else f',"timeout":{s.timeout!r}')
-        + ("}" if s.group is None else f',"grp":{_json_text(s.group)}}}')
-        for s, job_id in zip(specs, ids)
-    )
-    return f"[{rows}]"
-
-
-# ---------------------------------------------------------------- enqueue
-def enqueue_in_transaction(conn: Any, t: Target, specs: list[EnqueueSpec]) -> list[Job]:
-    """Enqueue on the caller's connection, inside the caller's open transaction, never committing."""
-    if not isinstance(conn, psycopg.Connection):
-        raise ValueError(
-            "conn must be a psycopg 3 Connection (synchronous) with an open transaction "
-            f"(an AsyncConnection goes to AsyncQueue), got {type(conn).__name__}"
-        )
-    try:
-        return drive(Session(conn), in_transaction(t, specs))
-    except psycopg.Error as exc:
-        raise transaction_error(exc) from None
-
-
-def in_transaction(t: Target, specs: list[EnqueueSpec]) -> Steps[list[Job]]:
-    """The steps of an enqueue in the caller's transaction (never committed here)."""
-    return enqueue(t, specs, own=False, notify=any(spec.delay <= 0 for spec in specs))
-
-
-def transaction_error(exc: Exception) -> Exception:
-    """What a driver error in the caller's transaction becomes (the caller's to handle: roll back)."""
-    if isinstance(exc, pg_errors.LockNotAvailable):
-        return LockTimeoutError(f"enqueue waited too long for a row lock: {exc}")
-    return StorageError(f"enqueue on the caller's connection failed: {exc}")
-
-
-def insert_one_fresh(t: Target, spec: EnqueueSpec, notify: bool) -> Steps[Job | None]:
-    """The common case, kept short: one job, nothing it could conflict with (None: drawn id taken)."""
-    job_id = new_job_id()
-    params = {
-        "q": t.queue, "off": t.clock_offset, "chan": t.channel, "notify": notify, "id": job_id, "kind": spec.kind,
-        "prio": spec.priority, "max": spec.max_attempts, "delay": spec.delay, "key": None, "payload": spec.payload_json,
-        "timeout": spec.timeout, "group": spec.group,
-    }  # fmt: skip
-    try:
-        row = yield one(t.sql["insert_one_fresh"], params)
-    except pg_errors.UniqueViolation:
-        return None
-    return Job(
-        id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
-        available_at=row[2], enqueued_at=row[3], seq=row[1], kind=spec.kind, timeout=spec.timeout, group=spec.group,
-    )  # fmt: skip
-
-
-def enqueue(t: Target, specs: list[EnqueueSpec], *, own: bool, notify: bool) -> Steps[list[Job]]:
-    """Insert what does not conflict, look up what does, until every spec has its job (``own``: our connection).
-
-    ``notify``: the inserts NOTIFY the queue's channel (the caller decided
-    whether any job is runnable at once and whether it is time to).
-    """
-    out: list[Job | None] = [None] * len(specs)
-    ids = [spec.job_id or new_job_id() for spec in specs]
-    pending = list(range(len(specs)))
-    for _try in range(ENQUEUE_TRIES):
-        created = yield from _insert(t, [specs[i] for i in pending], [ids[i] for i in pending], own=own, notify=notify)
-        unresolved = []
-        for i in pending:
-            got = created.get(ids[i])
-            if got is not None:
-                out[i] = got
-            else:
-                unresolved.append(i)
-        if not unresolved:
-            break
-        if own:
-            # The conflicting job may hold an expired lease on its last attempt: once
-            # reclaimed it is dead and its dedupe key free, as the file storage sees it.
-            yield from upkeep(t)
-        found = yield from _find_existing(t, [specs[i] for i in unresolved])
-        pending = []
-        for i in unresolved:
-            spec = specs[i]
-            job = found.get(("id", spec.job_id)) if spec.job_id is not None else None
-            if job is None and spec.dedupe_key is not None:
-                job = found.get(("key", spec.kind, spec.dedupe_key))
-            if job is not None:
-                out[i] = job
-            else:
-                # The conflicting job changed between the insert and the look-up, or a
-                # generated id collided: try again (with a fresh id if we made it up).
-                if spec.job_id is None:
-                    ids[i] = new_job_id()
-                pending.append(i)
-        if not pending:
-            break
-    else:
-        raise StorageError(f"enqueue kept conflicting with concurrent changes after {ENQUEUE_TRIES} tries")
-    assert all(job is not None for job in out), "every spec has its job, new or existing"
-    return out  # type: ignore[return-value]
-
-
-def enqueue_retrying(t: Target, specs: list[EnqueueSpec], *, notify: bool) -> Steps[list[Job]]:
-    """``enqueue`` on our own connection, tried again after a deadlock or a serialization failure.
-
-    Safe: each statement is its own transaction (autocommit), so the one that
-    failed left nothing, and what an earlier statement inserted is found again
-    by its id or dedupe key. Batches insert in key order, so they should not
-    deadlock with each other; an application's own transactions still can.
-    """
-    for attempt in range(1, CONFLICT_TRIES + 1):
-        try:
-            return (yield from enqueue(t, specs, own=True, notify=notify))
-        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
-            if attempt == CONFLICT_TRIES:
-                raise
-            logger.info("enqueue: %s; trying again (%d of %d)", type(exc).__name__, attempt + 1, CONFLICT_TRIES)
-            yield pause(random.uniform(0.0, CONFLICT_PAUSE * attempt))
-    raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-def _insert(
-    t: Target, specs: list[EnqueueSpec], ids: list[str], *, own: bool, notify: bool
-) -> Steps[dict[str, Job]]:
-    """INSERT what does not conflict; the new jobs by id (the first spec of an id wins)."""
-    # Without ids or keys nothing can conflict but a random id, which is
-    # astronomically rare: skip ON CONFLICT, and on our own connection
-    # (an error there aborts no caller's transaction) just draw again.
-    fresh = own and all(s.job_id is None and s.dedupe_key is None for s in specs)
-    if fresh:
-        try:
-            return (yield from _insert_as(t, specs, ids, "_fresh", notify))
-        except pg_errors.UniqueViolation:
-            return {}  # nothing was inserted; the caller draws new ids
-    # One row per id: a later spec of an id already in the batch gets the
-    # first one's job (it is the job the queue holds with that id).
-    first: dict[str, EnqueueSpec] = {}
-    for spec, job_id in zip(specs, ids):
-        first.setdefault(job_id, spec)
-    return (yield from _insert_as(t, list(first.values()), list(first), "", notify))
-
-
-def _insert_as(
-    t: Target, specs: list[EnqueueSpec], ids: list[str], variant: str, notify: bool
-) -> Steps[dict[str, Job]]:
-    params = t.params(chan=t.channel, notify=notify)
-    if len(specs) == 1:
-        spec = specs[0]
-        params.update(
-            id=ids[0], kind=spec.kind, prio=spec.priority, max=spec.max_attempts, delay=spec.delay,
-            key=spec.dedupe_key, payload=spec.payload_json, timeout=spec.timeout, group=spec.group,
-        )  # fmt: skip
-        statement = "insert_one"
-    else:
-        params["rows"] = batch_rows(specs, ids)
-        statement = "insert_many"
-        if not variant:
-            statement, variant = "insert_sorted", ""
-            params["seqname"] = t.sql.sequence
-    rows = yield every(t.sql[statement + variant], params)
-    first: dict[str, Any] = {}
-    for spec, job_id in zip(specs, ids):
-        first.setdefault(job_id, spec)
-    jobs = {}
-    for job_id, seq, available_at, enqueued_at, _notified in rows:
-        spec = first[job_id]
-        jobs[job_id] = Job(
-            id=job_id, payload=spec.payload, priority=spec.priority, attempts=0, max_attempts=spec.max_attempts,
-            available_at=available_at, enqueued_at=enqueued_at, seq=seq, kind=spec.kind, dedupe_key=spec.dedupe_key,
-            timeout=spec.timeout, group=spec.group,
-        )  # fmt: skip
-    return jobs
-
-
-def _find_existing(t: Target, specs: list[EnqueueSpec]) -> Steps[dict[tuple[str, ...], Job]]:
-    params = t.params(
-        ids=[s.job_id for s in specs if s.job_id is not None],
-        kinds=[s.kind for s in specs if s.dedupe_key is not None],
-        keys=[s.dedupe_key for s in specs if s.dedupe_key is not None],
-    )
-    found: dict[tuple[str, ...], Job] = {}
-    for row in (yield every(t.sql["existing"], params)):
-        job = row_job(row)
-        found[("id", job.id)] = job
-        if job.dedupe_key is not None and job.state in (JobState.READY, JobState.LEASED):
-            found[("key", job.kind, job.dedupe_key)] = job
-    return found
 
 
 # ---------------------------------------------------------------- leases
@@ -369,7 +169,7 @@ def ack(t: Target, job_id: str, token: str | None, result_json: str | None) -> S
 def ack_rows(items: list[tuple[str, str | None, str | None]]) -> str:
     """(job id, token, result JSON) each, as the one JSON parameter ``ack_many`` reads."""
     rows = ",".join(
-        f'{{"id":{_json_text(job_id)},"token":{_json_text(token)},"result":{"null" if result is None else result}}}'
+        f'{{"id":{json_text(job_id)},"token":{json_text(token)},"result":{"null" if result is None else result}}}'
         for job_id, token, result in items
     )
     return f"[{rows}]"
@@ -377,7 +177,7 @@ def ack_rows(items: list[tuple[str, str | None, str | None]]) -> str:
 
 def extend_rows(items: list[tuple[str, str | None]]) -> str:
     """(job id, token) each, as the one JSON parameter ``extend_many`` reads."""
-    return "[" + ",".join(f'{{"id":{_json_text(job_id)},"token":{_json_text(token)}}}' for job_id, token in items) + "]"
+    return "[" + ",".join(f'{{"id":{json_text(job_id)},"token":{json_text(token)}}}' for job_id, token in items) + "]"
 
 
 def ack_many(t: Target, items: list[tuple[str, str | None, str | None]]) -> Steps[None]:

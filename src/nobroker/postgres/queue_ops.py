@@ -5,7 +5,7 @@ folding the kept counts, and the reads (get, stats, counters, count, listings,
 the next due time, a NOTIFY owed), each written as the steps it sends, as
 operations.py's are; storage.py runs them on the side connection, so the
 work's connection never waits behind them. Imports: errors, jobs, storage,
-driver, statements, rows, steps, operations.
+driver, statements, rows, steps, operations, enqueueing.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from ..jobs import COUNTER_NAMES, Counters, Job, QueueStats
 from ..storage import job_not_found
 from . import operations as ops
 from .driver import pg_errors
-from .operations import ENQUEUE_TRIES, Target
+from .enqueueing import ENQUEUE_TRIES
+from .operations import Target
 from .rows import row_job
 from .statements import PRUNE_BATCH
 from .steps import Steps, every, one, run

@@ -4,7 +4,7 @@ Owns: ScheduleStatements (the SQL text for one schema), and one function per
 schedule operation, written as the steps it sends (steps.py, as operations.py's
 are: a Queue drives them, an AsyncQueue awaits them): ``put``, ``remove``,
 ``listed`` and ``fire``. Imports: jobs, schedules, storage, statements, steps,
-operations.
+operations, enqueueing.
 
 Times are epoch seconds of the database clock plus the queue's test-only
 ``clock_offset``, as the jobs table's are, so hosts with skewed clocks agree
@@ -23,6 +23,7 @@ from typing import Any
 from ..jobs import Job
 from ..schedules import MAX_SCHEDULES, Schedule, ScheduleSpec, first_run, from_fields, plan, tick_id, to_fields
 from ..storage import EnqueueSpec
+from . import enqueueing
 from . import operations as ops
 from .statements import quote_schema
 from .steps import Steps, atomic, every, one, run
@@ -112,6 +113,6 @@ def _fire(t: ops.Target, sql: ScheduleStatements, max_attempts: int) -> Steps[li
         held = {r[0] for r in (yield every(sql.text["held"], t.params(ids=[s.job_id for s in specs])))}
         fresh = [s for s in specs if s.job_id not in held]
         if fresh:
-            added.extend((yield from ops.enqueue(t, fresh, own=False, notify=True)))
+            added.extend((yield from enqueueing.enqueue(t, fresh, own=False, notify=True)))
         yield run(sql.text["advance"], t.params(next=ticks.next_run, name=spec.name))
     return added

@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, statements,
-steps, connection, listener, schema, operations, wakeups, schedules, schedule_ops,
+steps, connection, listener, schema, operations, enqueueing, wakeups, schedules, schedule_ops,
 limits, limit_ops, queue_ops, roster, announcements, control_ops, control_storage,
 options.
 
@@ -38,6 +38,7 @@ from ..limits import Limit
 from ..schedules import Schedule, ScheduleSpec
 from ..storage import EnqueueSpec, StorageOptions
 from . import control_ops, limit_ops, roster, schedule_ops
+from . import enqueueing
 from . import operations as ops
 from . import queue_ops as whole
 from .control_storage import ControlStorage
@@ -170,7 +171,7 @@ class PostgresStorage(ControlStorage):
     # ================================================================ writes
     def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
         if conn is not None:
-            return ops.enqueue_in_transaction(conn, self._target, specs)
+            return enqueueing.enqueue_in_transaction(conn, self._target, specs)
         return carry(self._link, self.enqueue_plan(specs))
 
     def enqueue_plan(self, specs: list[EnqueueSpec]) -> Plan[list[Job]]:
@@ -180,13 +181,13 @@ class PostgresStorage(ControlStorage):
         notify = runnable and self._gate.take()
         jobs: list[Job] | None = None
         if len(specs) == 1 and specs[0].job_id is None and specs[0].dedupe_key is None:
-            job = yield "enqueue", lambda: ops.insert_one_fresh(t, specs[0], notify), False
+            job = yield "enqueue", lambda: enqueueing.insert_one_fresh(t, specs[0], notify), False
             if job is not None:
                 jobs = [job]
         if jobs is None:
             # Enqueue twice is harmless only when every job names its id.
             safe = all(spec.job_id is not None for spec in specs)
-            jobs = yield "enqueue", lambda: ops.enqueue_retrying(t, specs, notify=notify), safe
+            jobs = yield "enqueue", lambda: enqueueing.enqueue_retrying(t, specs, notify=notify), safe
         if runnable and not notify:
             self._gate.owe()
         return jobs
