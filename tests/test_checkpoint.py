@@ -484,6 +484,38 @@ class CheckpointsAsTheLogGrows(TempDirTestCase):
                 q2.close()
                 q.close()
 
+    def test_none_while_a_compaction_runs_and_one_after_it(self) -> None:
+        """A compaction leaves the next generation's checkpoint: a writer's own of this one waits, then comes."""
+        import fcntl
+
+        from nobroker.filestore.layout import compactor_path
+
+        snap = os.path.join(self.dir, f"{NAME}.000000.snap")
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 50), \
+                mock.patch.object(checkpoint, "CHECKPOINT_RETRY", 10):  # fmt: skip
+            q = Queue(self.dir, NAME, auto_compact=None)
+            try:
+                storage = storage_of(q)
+                fd = os.open(compactor_path(self.dir, NAME), os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)  # as a compacting peer holds it
+                    for i in range(120):
+                        q.enqueue({"i": i})
+                    storage._close_checkpoints()
+                    self.assertFalse(os.path.exists(snap), "a checkpoint was written while a compaction ran")
+                    self.assertEqual(storage._snap_records, 0)
+                    after = storage._checkpoint_after
+                    self.assertEqual(after, 120 + 10, "the writer looks again CHECKPOINT_RETRY records later")
+                finally:
+                    os.close(fd)  # the compaction ended (without a flip)
+                for i in range(15):
+                    q.enqueue({"after": i})
+                storage._close_checkpoints()
+                self.assertTrue(os.path.exists(snap), "no checkpoint once the compaction was over")
+                self.assertEqual(storage._snap_records, after, "it came at the first look after")
+            finally:
+                q.close()
+
     def test_close_waits_for_a_checkpoint_being_written_before_it_writes_the_newer_snapshot(self) -> None:
         """Both write the same .snap: the checkpoint thread's older state must never land after close's."""
         import threading

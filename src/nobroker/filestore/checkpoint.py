@@ -58,6 +58,9 @@ logger = logging.getLogger("nobroker")
 #: another (off the hot path: recovery.QueueFiles._maybe_checkpoint). Opening after a crash
 #: then replays at most about this many records after loading it.
 CHECKPOINT_EVERY = 50_000
+#: Records a writer lets go by before it looks again when a checkpoint fell due while a
+#: compaction ran (that compaction leaves the next generation's own checkpoint).
+CHECKPOINT_RETRY = 1_000
 #: Longest a process that follows a compaction waits for the compactor's checkpoint of
 #: the new generation before it replays the generation instead. The checkpoint is written
 #: before the flip, so it is there already unless writing it failed (or an older nobroker
@@ -191,7 +194,7 @@ class Checkpoints:
     """The part of recovery.QueueFiles that replays without the lock and writes the periodic checkpoints.
 
     A mixin: QueueFiles sets every attribute below in its __init__ and
-    provides the two methods at the end.
+    provides the three methods at the end.
     """
 
     fs: FileSystem
@@ -212,6 +215,7 @@ class Checkpoints:
     _pointer_sig: tuple[int, int, int] | None
     _snap_crc: tuple[int, int, int] | None
     _snap_records: int
+    _checkpoint_after: int
     _prepared: Prepared | None
     _checkpointing: threading.Thread | None
     _sync_directory: Callable[[], None]
@@ -324,10 +328,17 @@ class Checkpoints:
         own encodes it, in chunks that let the other threads run, and writes
         the file. O(1) when none is due.
         """
-        if self._state.records - self._snap_records < CHECKPOINT_EVERY:
+        records = self._state.records
+        if records - self._snap_records < CHECKPOINT_EVERY or records < self._checkpoint_after:
             return
         running = self._checkpointing
         if running is not None and running.is_alive():
+            return
+        if self._compaction_busy():
+            # A compaction is writing the next generation, and a checkpoint of it: one of
+            # this generation would be let go of at the flip, and its capture would stall
+            # this process's operations meanwhile. Look again a little later.
+            self._checkpoint_after = records + CHECKPOINT_RETRY
             return
         with self._mutex:
             log, state, end, mark = self._log, self._state, self._offset, self._snap_crc
@@ -351,6 +362,13 @@ class Checkpoints:
         self._checkpointing = thread
         thread.start()
 
+    def _compaction_busy(self) -> bool:
+        """Does a compaction run now (here or in a peer)? Unsure (the lock file unreadable): yes, try later."""
+        try:
+            return self._compaction_running()
+        except NobrokerError:
+            return True
+
     def _write_checkpoint(self, path: str, generation: int, end: int, crc: int, captured: Captured) -> None:
         pause = _let_others_run if self.checkpoint_in_thread else None
         try:
@@ -369,8 +387,11 @@ class Checkpoints:
     def _pointer_signature(self) -> tuple[int, int, int] | None:
         raise NotImplementedError
 
+    def _compaction_running(self) -> bool:
+        raise NotImplementedError
+
     def _open_log(self, path: str, generation: int) -> LogFile:
         raise NotImplementedError
 
 
-__all__ = ["CHECKPOINT_EVERY", "Checkpoints", "CHECKPOINT_WAIT", "Prepared", "prepare", "save_before_flip", "still_valid", "wait_for_checkpoint"]
+__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_RETRY", "Checkpoints", "CHECKPOINT_WAIT", "Prepared", "prepare", "save_before_flip", "still_valid", "wait_for_checkpoint"]

@@ -96,6 +96,7 @@ class QueueFiles(Checkpoints, Forward):
         self._cut_damage = Damage.NONE  # what was wrong with the last torn tail cut off
         # What a snapshot at close may build on (see _replay_all and _save_snapshot).
         self._snap_records = 0  # state.records when it was loaded or replayed
+        self._checkpoint_after = 0  # no periodic checkpoint before state.records reaches it (checkpoint.py)
         # (generation, offset, crc32 of the log's bytes before offset) for exactly the bytes
         # the state was built from: read under the lock, or written by us. None: unknown.
         self._snap_crc: tuple[int, int, int] | None = None
