@@ -8,7 +8,7 @@ compactor leaves of the new generation before it flips to it
 (``wait_for_checkpoint``); Checkpoints, the part of recovery.QueueFiles
 that does these at opening and before each operation's lock, and writes a
 checkpoint every CHECKPOINT_EVERY records. Imports: errors, layout, fs,
-framing, log, pointer, lock, replay, state_form, snapshot.
+bulk, framing, log, pointer, lock, replay, state_form, snapshot.
 
 A checkpoint is a snapshot (snapshot.py): a checked cache of the state that
 replaying a log prefix gives, never the truth. Whatever is wrong with one
@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from ..errors import NobrokerError, StorageError
 from . import snapshot
+from .bulk import paused_collector
 from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus
 from .fs import FileSystem
 from .layout import compactor_path, log_path, snapshot_path
@@ -113,6 +114,11 @@ def prepare(fs: FileSystem, directory: str, name: str, log: LogFile, durable_end
     AS_WRITTEN (a version 2 file, whose size says nothing of where its
     records end): as far as whole records go now; the caller fsyncs after.
     """
+    with paused_collector():  # a state of many objects is built
+        return _prepare(fs, directory, name, log, durable_end)
+
+
+def _prepare(fs: FileSystem, directory: str, name: str, log: LogFile, durable_end: int | None) -> Prepared | None:
     loaded = snapshot.load(fs, directory, name, log)
     as_written = durable_end == AS_WRITTEN
     if durable_end is None:

@@ -8,7 +8,7 @@ with a snapshot, cut a torn tail, remove leftovers), re-opening after a
 fork, saving a snapshot at close, reading a job's payload back; the
 unlocked replay and the checkpoints come from checkpoint.Checkpoints,
 reading forward from forward.Forward. Imports: errors, jobs, storage,
-layout, fs, folder, framing, entry, log, pointer, lock, replay, snapshot,
+layout, fs, bulk, folder, framing, entry, log, pointer, lock, replay, snapshot,
 checkpoint, forward.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
@@ -30,6 +30,7 @@ from ..errors import CorruptLogError, NobrokerError, StorageError
 from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
 from ..storage import StorageOptions, queue_closed
 from . import checkpoint, snapshot
+from .bulk import paused_collector
 from .checkpoint import Checkpoints, Prepared
 from .entry import Entry
 from .framing import DEFAULT_FORMAT_VERSION, HEADER_SIZE
@@ -250,6 +251,13 @@ class QueueFiles(Checkpoints, Forward):
     def _replay_all(
         self, log: LogFile, *, truncate: bool, use_snapshot: bool = True, following: bool = False
     ) -> tuple[QueueState, int, int]:
+        """Replay a whole generation (see _replay_whole), the garbage collector paused meanwhile (bulk.py)."""
+        with paused_collector():
+            return self._replay_whole(log, truncate=truncate, use_snapshot=use_snapshot, following=following)
+
+    def _replay_whole(
+        self, log: LogFile, *, truncate: bool, use_snapshot: bool = True, following: bool = False
+    ) -> tuple[QueueState, int, int]:
         """Replay a whole generation. Returns (state, end of last whole record, torn bytes cut).
 
         A snapshot of the generation whose log prefix still matches stands in
@@ -288,7 +296,7 @@ class QueueFiles(Checkpoints, Forward):
             # Only the whole log may refuse to open: a snapshot must never be the reason.
             logger.info("%s: reading on from the snapshot failed (%s); replaying the whole log", log.path, exc)
             self._stale = stale
-            return self._replay_all(log, truncate=truncate, use_snapshot=False)
+            return self._replay_whole(log, truncate=truncate, use_snapshot=False)
         return state, end, torn
 
     def _remove_leftovers(self, current: int) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from ..jobs import JobState
 from ..schedules import from_fields, to_fields
 from . import counting, limit_records
-from .entry import IN_DELAYED, IN_READY, LEASED, STATES, Entry, new_entry
+from .entry import IN_DELAYED, IN_READY, LEASED, STATES, Entry
 from .framing import RecordType
 from .index import _ROW_BYTES, GONE, ROW_TYPE, Fifo, JobRows
 from .replay import QueueState
@@ -138,12 +138,11 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
     gone = _rows_from_snapshot(state, fields, blocks)
     rows, hot = state._rows, state.hot
     ready, delayed, leases = state.ready, state.delayed, state.leases
+    of_slots = Entry.of_slots
     for values in fields["hot"]:
         if len(values) != len(Entry.__slots__):
             raise ValueError("a snapshot entry has the wrong number of fields")
-        entry = new_entry(Entry)
-        for name, value in zip(Entry.__slots__, values):
-            setattr(entry, name, value)
+        entry = of_slots(values)
         entry.state = STATES[entry.state]  # type: ignore[index]
         if rows[entry.row] is not None or entry.id in hot:
             raise ValueError("a snapshot row is claimed twice")
