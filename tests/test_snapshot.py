@@ -23,7 +23,7 @@ from typing import Any
 from unittest import mock
 
 from nobroker import CorruptLogError, Queue
-from nobroker.filestore import snapshot
+from nobroker.filestore import prefix_crc, snapshot
 from nobroker.filestore.storage import FileStorage
 from nobroker.filestore.admin import repair, verify
 from nobroker.limits import turns_to_fields
@@ -268,6 +268,34 @@ class SnapshotMatchesReplay(TempDirTestCase):
         start = read.call_args_list[0].args[3]
         self.assertEqual(start, records_end(os.path.join(self.dir, f"{NAME}.000000.log")))
 
+    @unittest.skipUnless(os.path.exists("/proc/self/maps"), "needs /proc/self/maps")
+    def test_it_is_read_through_a_mapping_let_go_after_loading(self) -> None:
+        from nobroker.filestore import fs as fs_module
+
+        with small_threshold():
+            q = Queue(self.dir, NAME)
+            q.enqueue_many(list(range(20)))
+            q.close()
+        snap = os.path.join(self.dir, f"{NAME}.000000.snap")
+        mapped: list[Any] = []
+        real = fs_module.RealFileSystem.map_all
+
+        def map_all(fs: Any, fd: int) -> Any:
+            mapped.append(real(fs, fd))
+            return mapped[-1]
+
+        with mock.patch.object(fs_module.RealFileSystem, "map_all", map_all):
+            q = Queue(self.dir, NAME)
+        try:
+            self.assertTrue(q.storage._snap_loaded)  # type: ignore[attr-defined]
+            self.assertEqual(len(mapped), 1)
+            self.assertNotIsInstance(mapped[0], bytes, "the snapshot was copied, not mapped")
+            self.assertTrue(mapped[0].closed, "the mapping outlived the load")
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+                self.assertNotIn(os.path.realpath(snap), f.read())
+        finally:
+            q.close()
+
 
 class BadSnapshotsAreIgnored(TempDirTestCase):
     def setUp(self) -> None:
@@ -413,26 +441,27 @@ class BadSnapshotsAreIgnored(TempDirTestCase):
 
 @unittest.skipUnless(hasattr(signal, "SIGKILL"), "needs SIGKILL")
 class BadSnapshotsAreIgnoredWithTheLogCrcInAThread(BadSnapshotsAreIgnored):
-    """The same, with the log prefix's crc computed in a thread while the snapshot is read (snapshot._LogCrc)."""
+    """The same, with the log prefix's crc computed in threads while the snapshot is read (prefix_crc.PrefixCrc)."""
 
     def setUp(self) -> None:
-        patcher = mock.patch.object(snapshot, "PARALLEL_CRC_MIN", 1)
+        patcher = mock.patch.object(prefix_crc, "PARALLEL_CRC_MIN", 1)
         patcher.start()
         self.addCleanup(patcher.stop)
         super().setUp()
 
-    def test_the_thread_ran_and_was_joined(self) -> None:
+    def test_the_threads_ran_and_were_joined(self) -> None:
         started: list[Any] = []
-        real = snapshot._LogCrc.__init__
+        real = prefix_crc.PrefixCrc.__init__
 
         def init(crc: Any, *args: Any) -> None:
             real(crc, *args)
             started.append(crc)
 
-        with mock.patch.object(snapshot._LogCrc, "__init__", init):
+        with mock.patch.object(prefix_crc.PrefixCrc, "__init__", init):
             self.assertEqual(self.opened(), self.expected)
-        self.assertTrue(started and started[0].thread is not None)
-        self.assertFalse(started[0].thread.is_alive())
+        self.assertTrue(started, "no crc of the log prefix was computed")
+        self.assertEqual(len(started[0].threads), prefix_crc.PARTS, "a prefix of PARTS bytes or more is split")
+        self.assertFalse(any(thread.is_alive() for thread in started[0].threads))
 
 
 class CrashWhileWriting(TempDirTestCase):

@@ -28,6 +28,7 @@ The package, in its order (a module imports only modules above it):
     leases.py      the writer's decisions, one per operation: records out
     schedule_ops.py  a schedule's writes and its due ticks, decided under the lock
     control_ops.py  snooze, pause, resume, run_now and delete, decided under the lock
+    prefix_crc.py  the crc32 of a log's first bytes (what a snapshot is checked against), in threads
     snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)
     compaction.py  the next generation's file, written and flipped to (repair uses it too)
     checkpoint.py  replaying what no longer changes without the lock; the compactor's checkpoint

@@ -8,7 +8,7 @@ compactor leaves of the new generation before it flips to it
 (``wait_for_checkpoint``); Checkpoints, the part of recovery.QueueFiles
 that does these at opening and before each operation's lock, and writes a
 checkpoint every CHECKPOINT_EVERY records. Imports: errors, layout, fs,
-bulk, framing, log, pointer, lock, replay, state_form, snapshot.
+bulk, framing, log, pointer, prefix_crc, lock, replay, state_form, snapshot.
 
 A checkpoint is a snapshot (snapshot.py): a checked cache of the state that
 replaying a log prefix gives, never the truth. Whatever is wrong with one
@@ -50,6 +50,7 @@ from .layout import compactor_path, log_path, snapshot_path
 from .lock import QueueLock, held_elsewhere
 from .log import LogFile
 from .pointer import read_pointer
+from .prefix_crc import log_crc
 from .replay import QueueState
 from .state_form import Captured, capture
 
@@ -141,7 +142,7 @@ def _prepare(fs: FileSystem, directory: str, name: str, log: LogFile, durable_en
             end = fr.offset + FRAME_SIZE + fr.length
         if not as_written and end != durable_end and durable_end > HEADER_SIZE:
             return None
-        crc = snapshot.log_crc(fs, log.fd, start, end, crc) if start < end else crc
+        crc = log_crc(fs, log.fd, start, end, crc) if start < end else crc
     except (NobrokerError, OSError, KeyError, TypeError, ValueError, AttributeError, RecursionError):
         return None
     state.tidy()

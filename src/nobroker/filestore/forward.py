@@ -6,7 +6,7 @@ for a snapshot at close (``_read_forward``), and deals with where reading
 stopped (``_stopped_at``): a torn tail is cut, damage followed by valid
 records refuses with CorruptLogError; and ``damage_of``, the words of
 0.1.2's RecoveryReport for a torn tail. Imports: errors, jobs, framing, fs,
-log, replay, snapshot.
+log, prefix_crc, replay.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import time
 
 from ..errors import CorruptLogError
 from ..jobs import Damage
-from . import snapshot
 from .framing import FRAME_SIZE, HEADER_SIZE, Frame, FrameStatus, RecordType
 from .fs import FileSystem
 from .log import LogFile
+from .prefix_crc import log_crc
 from .replay import QueueState
 
 
@@ -42,7 +42,7 @@ class Forward:
         mark = self._snap_crc
         if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
             try:
-                self._snap_crc = (log.generation, end, snapshot.log_crc(self.fs, log.fd, mark[1], end, mark[2]))
+                self._snap_crc = (log.generation, end, log_crc(self.fs, log.fd, mark[1], end, mark[2]))
             except (OSError, ValueError):
                 self._snap_crc = None
         else:

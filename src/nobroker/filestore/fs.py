@@ -1,8 +1,9 @@
 """The one narrow seam every byte of file I/O passes through.
 
 Owns: FileSystem (the interface), RealFileSystem (the operating system),
-``write_fully`` (pwrite until every byte is written) and ``storage_error``
-(an OSError as the StorageError a user reads). Imports: errors.
+``write_fully`` (pwrite until every byte is written), ``unmap`` (let go of
+a file ``map_all`` mapped) and ``storage_error`` (an OSError as the
+StorageError a user reads). Imports: errors.
 
 Why a seam: durability claims are claims about which bytes survive a power
 cut, and they can only be tested if a test can stand in for the disk. The
@@ -22,10 +23,13 @@ Assumptions about the disk, written down so tests can check each one:
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import time
 import stat
 import sys
+
+from typing import Any
 
 from ..errors import StorageError, UnsafeQueueError
 
@@ -177,6 +181,20 @@ class FileSystem:
     def read_all(self, fd: int) -> bytes:
         return self.pread(fd, self.size(fd), 0)
 
+    def map_all(self, fd: int) -> Any:
+        """The whole file as a read-only buffer (``unmap`` it when done): a copy, here."""
+        return self.read_all(fd)
+
+
+def unmap(buffer: Any) -> None:
+    """Let go of what ``map_all`` gave (a mapping still viewed is unmapped when its last view goes)."""
+    close = getattr(buffer, "close", None)
+    if close is not None:
+        try:
+            close()
+        except BufferError:
+            pass
+
 
 class RealFileSystem(FileSystem):
     """The operating system's files, with the flags nobroker always wants."""
@@ -248,6 +266,21 @@ class RealFileSystem(FileSystem):
 
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
+
+    def map_all(self, fd: int) -> Any:
+        """The whole file mapped read-only (no copy, no fresh pages to zero), else read.
+
+        For files nobroker never changes in place once written (snapshots):
+        a mapping of a file cut short under it would fault on the lost pages.
+        The mapping keeps its own descriptor: ``fd`` may be closed at once.
+        """
+        size = self.size(fd)
+        if size > 0:
+            try:
+                return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                pass  # a filesystem that cannot map: read it
+        return self.read_all(fd)
 
     def replace(self, src: str, dst: str) -> None:
         os.replace(src, dst)

@@ -2,9 +2,10 @@
 
 Owns: the ``<name>.NNNNNN.snap`` file of generation NNNNNN (writing it as a
 private temp file then renaming it into place, reading and checking it,
-removing it, one generation's, and those of older generations) and the crc32 of a log prefix. Imports: errors, codec, layout,
-fs, log, replay, state_form. recovery.py loads one when it opens a queue and saves one
-when it closes it.
+removing it, one generation's, and those of older generations); the crc32 of
+the log prefix it is checked against is prefix_crc.py's. Imports: errors,
+codec, layout, fs, log, prefix_crc, replay, state_form. recovery.py loads
+one when it opens a queue and saves one when it closes it.
 
 A snapshot is never the truth: the log is. A snapshot says "replaying the
 log's bytes [0, L) gives this state" and carries the crc32 of those bytes;
@@ -46,10 +47,11 @@ from itertools import chain
 from typing import Any
 
 from ..errors import NobrokerError
-from .fs import FileSystem
+from .fs import FileSystem, unmap
 from ..codec import load_json, on_fresh_stack
 from .layout import snapshot_generation, snapshot_path, temp_path
 from .log import LogFile
+from .prefix_crc import PrefixCrc
 from .replay import QueueState
 from .state_form import Captured, capture, from_snapshot
 
@@ -61,14 +63,6 @@ Block = list[bytes]
 #: A close writes a snapshot only once this many records were replayed or applied
 #: since the state was last loaded or replayed: below that, replay is fast anyway.
 SNAPSHOT_MIN_RECORDS = 20_000
-#: Bytes per read while computing the crc of a log prefix. Small on purpose: glibc's
-#: malloc raises its mmap and trim thresholds to the largest block freed, so one
-#: 8 MB read buffer left up to 16 MB of freed heap in the process for good.
-READ_CHUNK = 1 << 20
-
-#: A log prefix at least this long has its crc computed in a thread while the snapshot is read (_LogCrc).
-PARALLEL_CRC_MIN = 4 << 20
-
 #: One snapshot written at a time in this process (a close, a compaction's checkpoint, a checkpoint's thread).
 _WRITING = threading.Lock()
 
@@ -102,34 +96,25 @@ class SnapshotError(ValueError):
     """A snapshot file that cannot be used (the caller ignores it and replays the log)."""
 
 
-def log_crc(fs: FileSystem, fd: int, start: int, end: int, crc: int = 0) -> int:
-    """crc32 of the bytes [start, end) of ``fd``, continuing from ``crc`` (that of [0, start))."""
-    pos = start
-    while pos < end:
-        data = fs.pread(fd, min(READ_CHUNK, end - pos), pos)
-        if not data:
-            raise SnapshotError(f"the log ends at {pos}, before offset {end}")
-        crc = zlib.crc32(data, crc)
-        pos += len(data)
-    return crc
-
-
 def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[QueueState, int, int] | None:
     """The state a usable snapshot of ``log``'s generation holds: (state, L, crc of log[0, L)).
 
     None when there is none or it cannot be trusted (logged, never raised):
     the caller then replays the whole log, as if no snapshot existed. The
     crc of the log's prefix is computed while the snapshot is read and
-    decoded (``_LogCrc``).
+    decoded (prefix_crc.PrefixCrc).
     """
     path = snapshot_path(directory, name, log.generation)
-    prefix: _LogCrc | None = None
+    prefix: PrefixCrc | None = None
+    data: Any = None
+    blocks: list[memoryview] = []
     try:
         try:
             fd = fs.open(path, os.O_RDONLY)  # never through a symlink (the seam adds O_NOFOLLOW)
             try:
-                prefix = _LogCrc(fs, log, _peek_offset(fs.pread(fd, _HEADER.size, 0), log.generation))
-                data = fs.read_all(fd)  # a short read fails the checksum below
+                guess = _peek_offset(fs.pread(fd, _HEADER.size, 0), log.generation)
+                prefix = PrefixCrc(fs, log.fd, guess, log.size())
+                data = fs.map_all(fd)  # a short read fails the checksum below
             finally:
                 fs.close(fd)
         except FileNotFoundError:
@@ -140,13 +125,12 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
             return None
         try:
             fields, blocks, offset, crc = _decode(data, log.generation)
-            del data  # the blocks are views of it; nothing else needs it
             size = log.size()
             if size < offset:
                 raise SnapshotError(f"it covers {offset} bytes but the log holds {size}")
+            state = from_snapshot(fields, blocks)  # while the prefix's crc is computed: it is checked next
             if prefix.result(offset) != crc:
                 raise SnapshotError(f"the log's first {offset} bytes are not those it was taken from")
-            state = from_snapshot(fields, blocks)
         except (
             SnapshotError, NobrokerError, OSError, ValueError, TypeError, KeyError, IndexError, OverflowError,
             AttributeError, RecursionError, MemoryError,
@@ -156,6 +140,8 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
     finally:
         if prefix is not None:
             prefix.join()  # never leave a thread reading a descriptor the caller may close
+        blocks = []  # views of the mapping: the state holds copies
+        unmap(data)
     logger.debug("%s: loaded the state at offset %d (%d records)", path, offset, state.records)
     state.enables_end = offset  # a lease may rest on any of the records it stands for
     return state, offset, crc
@@ -169,46 +155,7 @@ def _peek_offset(head: bytes, generation: int) -> int | None:
     return offset if magic == MAGIC and version == VERSION and gen == generation else None
 
 
-class _LogCrc:
-    """The crc32 of a log's first ``end`` bytes, computed in a thread of its own when they are many.
-
-    zlib.crc32 and pread let go of the GIL on large buffers, so on two cores
-    the log's prefix is checked while the snapshot itself is read, checked
-    and decoded. ``result`` gives it (computed here if ``end`` turned out
-    other than guessed); ``join`` must follow, whatever happened.
-    """
-
-    def __init__(self, fs: FileSystem, log: LogFile, end: int | None) -> None:
-        self.fs, self.fd, self.end = fs, log.fd, end
-        self.value: int | BaseException | None = None
-        self.thread: threading.Thread | None = None
-        if end is not None and PARALLEL_CRC_MIN <= end <= log.size():
-            self.thread = threading.Thread(target=self._run, name="nobroker-snapshot-crc", daemon=True)
-            self.thread.start()
-
-    def _run(self) -> None:
-        assert self.end is not None
-        try:
-            self.value = log_crc(self.fs, self.fd, 0, self.end)
-        except BaseException as exc:  # handed to result(), in the loading thread
-            self.value = exc
-
-    def result(self, end: int) -> int:
-        if self.thread is None or end != self.end:
-            return log_crc(self.fs, self.fd, 0, end)
-        self.join()
-        value = self.value
-        if isinstance(value, BaseException):
-            raise value
-        assert value is not None
-        return value
-
-    def join(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-
-
-def _decode(data: bytes, generation: int) -> tuple[dict[str, Any], list[memoryview], int, int]:
+def _decode(data: Any, generation: int) -> tuple[dict[str, Any], list[memoryview], int, int]:
     if len(data) < _HEADER.size + _TRAILER.size:
         raise SnapshotError("the file is too short")
     if zlib.crc32(memoryview(data)[: -_TRAILER.size]) != _TRAILER.unpack_from(data, len(data) - _TRAILER.size)[0]:
