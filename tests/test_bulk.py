@@ -10,6 +10,7 @@ from typing import Any
 from unittest import mock
 
 from nobroker import Queue
+from nobroker.filestore import bulk
 from nobroker.filestore.bulk import paused_collector
 from nobroker.filestore.replay import QueueState
 from tests.support import WAIT_SECONDS, TempDirTestCase
@@ -55,6 +56,19 @@ class PausedCollector(unittest.TestCase):
             release.set()
             thread.join(WAIT_SECONDS)
         self.assertTrue(gc.isenabled())
+
+    def test_a_build_that_leaves_many_objects_ends_with_one_full_collection(self) -> None:
+        kept: list[Any] = []
+        for size, collections in ((bulk.FULL_COLLECTION_AFTER // 10, 0), (bulk.FULL_COLLECTION_AFTER * 2, 1)):
+            with self.subTest(size=size):
+                gc.collect()
+                before = gc.get_stats()[2]["collections"]
+                with paused_collector():
+                    kept = [[i] for i in range(size)]  # tracked objects, none garbage
+                self.assertEqual(gc.get_stats()[2]["collections"] - before, collections)
+                if collections:
+                    self.assertLess(gc.get_count()[0], bulk.FULL_COLLECTION_AFTER, "the new objects are in the old generation")
+        del kept
 
     @unittest.skipUnless(hasattr(os, "fork"), "needs fork")
     def test_a_child_forked_during_a_build_has_its_collector_back(self) -> None:
