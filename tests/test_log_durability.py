@@ -54,6 +54,30 @@ class RolledBackPeer(TempDirTestCase):
         peer.close()
 
 
+class ReadingPastTheEnd(TempDirTestCase):
+    def test_a_file_cut_short_of_an_end_noted_before_ends_the_reading(self) -> None:
+        """A replay without the lock reads up to an end noted earlier; a file cut since must end it, not loop."""
+        from nobroker.filestore.framing import FRAME_SIZE, FrameStatus
+
+        for log_format in (1, 2):
+            with self.subTest(log_format=log_format):
+                folder = f"{self.dir}/v{log_format}"
+                with Queue(folder, "q", log_format=log_format) as q:
+                    q.enqueue_many(list(range(30)))
+                path = log_path(folder, "q", 0)
+                log = LogFile.open(RealFileSystem(), path, writable=False)
+                try:
+                    frames = [fr for fr in log.scan(HEADER_SIZE) if fr.status is FrameStatus.OK]
+                    end = frames[-1].offset + FRAME_SIZE + frames[-1].length
+                    with open(path, "r+b") as f:
+                        f.truncate(end - 3)  # the last record cut after the end was noted
+                    read = list(log.scan(HEADER_SIZE, end))
+                finally:
+                    log.close()
+                self.assertEqual(len([fr for fr in read if fr.status is FrameStatus.OK]), len(frames) - 1)
+                self.assertIsNot(read[-1].status, FrameStatus.OK, "the cut record ends the reading")
+
+
 class WhatALeaseRestsOn(TempDirTestCase):
     """Two queue objects on one folder are two peers: each its own file, lock and marks."""
 

@@ -76,7 +76,9 @@ class LogReading:
                 return
             i = 0
             n = len(buf)
-            more = n == asked if file_end is None else pos + n < file_end  # does the file go on after buf?
+            # Does the file go on after buf? A short read means it ended, also before an ``end`` noted earlier
+            # (a file cut since: reading that stretch again would find the same bytes, for ever).
+            more = n == asked and (file_end is None or pos + n < file_end)
             stop = None
             while i < n:
                 # The common case inline (one call per record adds up when a queue
