@@ -18,7 +18,7 @@ from typing import Any
 from unittest import mock
 
 from nobroker import Queue
-from nobroker.filestore import checkpoint, snapshot
+from nobroker.filestore import checkpoint, snapshot, unlocked
 from nobroker.filestore.state_form import ENCODE_CHUNK, Captured, capture
 from nobroker.filestore.storage import FileStorage
 from tests.support import FakeClock, TempDirTestCase, records_end
@@ -319,10 +319,13 @@ class FolderFsyncsBeforeTheLock(TempDirTestCase):
 
 
 class OpeningWithoutTheLock(TempDirTestCase):
+    #: The log's format: 2 (room set aside after the records: read as far as whole records go), or 1.
+    log_format = 2
+
     def setUp(self) -> None:
         super().setUp()
         self.clock = FakeClock()
-        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None) as q:
+        with Queue(self.dir, NAME, clock=self.clock, auto_compact=None, log_format=self.log_format) as q:
             jobs = q.enqueue_many([{"i": i} for i in range(400)])
             q.ack_many(q.lease(100))
             del jobs
@@ -332,7 +335,7 @@ class OpeningWithoutTheLock(TempDirTestCase):
 
     def open_with(self, during: Any) -> Queue:
         """Open the queue, running ``during()`` while its unlocked replay runs."""
-        original = checkpoint.prepare
+        original = unlocked.prepare
         ran = []
 
         def prepare(*args: Any) -> Any:
@@ -342,7 +345,7 @@ class OpeningWithoutTheLock(TempDirTestCase):
             ran.append(True)
             return result
 
-        with mock.patch.object(checkpoint, "prepare", prepare):
+        with mock.patch.object(unlocked, "prepare", prepare):
             q = Queue(self.dir, NAME, clock=self.clock, auto_compact=None, lock_timeout=2.0)
         self.assertEqual(ran, [True], "the queue replayed without the lock")
         return q
@@ -382,6 +385,72 @@ class OpeningWithoutTheLock(TempDirTestCase):
         finally:
             q.close()
 
+    def locked_start(self, q_factory: Any) -> tuple[Queue, int]:
+        """A queue from ``q_factory()`` and the offset its replay under the exclusive lock started at."""
+        with mock.patch.object(FileStorage, "_read_forward", autospec=True, side_effect=FileStorage._read_forward) as read:
+            q = q_factory()
+        return q, read.call_args_list[0].args[3]
+
+    def test_what_a_peer_appends_during_the_replay_is_read_by_another_pass_not_under_the_lock(self) -> None:
+        path = os.path.join(self.dir, f"{NAME}.000000.log")
+        for passes in (0, 1):
+            with self.subTest(passes=passes), mock.patch.object(unlocked, "CATCH_UP_MIN_BYTES", 1), \
+                    mock.patch.object(unlocked, "CATCH_UP_PASSES", passes):  # fmt: skip
+                peer = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
+                before = records_end(path)
+                q, start = self.locked_start(lambda: self.open_with(lambda: peer.enqueue_many(list(range(50)))))
+                try:
+                    after = records_end(path)
+                    self.assertGreater(after, before)
+                    # Without a second pass the lock reads the peer's records; with one, nothing is left for it.
+                    self.assertEqual(start, after if passes else before)
+                    self.assertEqual(view(q), view(peer))
+                    self.assertEqual(view(q), replayed_view(self.dir, self.clock))
+                finally:
+                    q.close()
+                    peer.close()
+
+    def between_passes(self, during: Any, between: Any) -> Queue:
+        """Open the queue: ``during()`` while the first pass runs, ``between()`` before the second (only)."""
+        original = unlocked.advance
+        passes: list[int] = []
+
+        def advance(*args: Any) -> Any:
+            if not passes:
+                between()
+            passes.append(1)
+            return original(*args)
+
+        with mock.patch.object(unlocked, "CATCH_UP_MIN_BYTES", 1), mock.patch.object(unlocked, "advance", advance):
+            return self.open_with(during)
+
+    def test_a_log_cut_short_between_the_passes_is_noticed(self) -> None:
+        path = os.path.join(self.dir, f"{NAME}.000000.log")
+        peer = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
+
+        def cut() -> None:
+            with open(path, "r+b") as f:
+                f.truncate(records_end(path) - 1)
+
+        q = self.between_passes(lambda: peer.enqueue_many(list(range(20))), cut)
+        try:
+            self.assertGreater(q.recovery.torn_bytes, 0)
+            self.assertEqual(view(q), replayed_view(self.dir, self.clock))
+        finally:
+            q.close()
+            peer.close()
+
+    def test_a_compaction_between_the_passes_is_noticed(self) -> None:
+        peer = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
+        q = self.between_passes(lambda: peer.enqueue_many(list(range(20))), lambda: (peer.enqueue("x"), peer.compact()))
+        try:
+            self.assertEqual(storage_of(q).generation, 1)
+            self.assertEqual(view(q), view(peer))
+            self.assertEqual(view(q), replayed_view(self.dir, self.clock))
+        finally:
+            q.close()
+            peer.close()
+
     def test_the_result_matches_a_replay_under_the_lock(self) -> None:
         q = Queue(self.dir, NAME, clock=self.clock, auto_compact=None)
         try:
@@ -394,6 +463,12 @@ class OpeningWithoutTheLock(TempDirTestCase):
                 plain.close()
         finally:
             q.close()
+
+
+class OpeningWithoutTheLockVersionOne(OpeningWithoutTheLock):
+    """The same with a version 1 log, whose size says where its records end (noted under a shared lock)."""
+
+    log_format = 1
 
 
 class Checkpoints(TempDirTestCase):

@@ -31,7 +31,8 @@ The package, in its order (a module imports only modules above it):
     prefix_crc.py  the crc32 of a log's first bytes (what a snapshot is checked against), in threads
     snapshot.py    the checked cache of a replayed state (<name>.NNNNNN.snap)
     compaction.py  the next generation's file, written and flipped to (repair uses it too)
-    checkpoint.py  replaying what no longer changes without the lock; the compactor's checkpoint
+    unlocked.py    replaying what no longer changes without the lock, at opening and before a follower's lock
+    checkpoint.py  the checkpoints: a writer's every 50,000 records, a compactor's for its followers
     forward.py     reading forward: the records after an offset applied, a torn tail cut, damage refused
     recovery.py    QueueFiles: opening, replay with a snapshot, torn tails, leftovers, fork
     retire.py      a generation left behind: its file closed, its state taken apart, in a thread

@@ -1,35 +1,17 @@
-"""Checkpoints, and replaying what no longer changes without the file lock.
+"""Checkpoints: the periodic ones a writer leaves, and the one a compactor leaves for its followers.
 
-Owns: Prepared (a generation opened and replayed without the lock, up to an
-offset whose bytes no longer change) and how it is made (``prepare``) and
-checked under the lock before use (``still_valid``); the checkpoint a
-compactor leaves of the new generation before it flips to it
-(``save_before_flip``) and a follower's short wait for it
+Owns: the checkpoint a compactor leaves of the new generation before it
+flips to it (``save_before_flip``) and a follower's short wait for it
 (``wait_for_checkpoint``); Checkpoints, the part of recovery.QueueFiles
-that does these at opening and before each operation's lock, and writes a
-checkpoint every CHECKPOINT_EVERY records. Imports: errors, layout, fs,
-bulk, framing, log, pointer, prefix_crc, lock, replay, state_form, snapshot.
+that loads that checkpoint without the lock when it follows a flip (the
+unlocked replay itself is unlocked.py's), and writes a checkpoint every
+CHECKPOINT_EVERY records. Imports: errors, layout, fs, log, lock,
+pointer, replay, state_form, snapshot, unlocked.
 
 A checkpoint is a snapshot (snapshot.py): a checked cache of the state that
 replaying a log prefix gives, never the truth. Whatever is wrong with one
 (damaged, cut short, another generation, longer than the log) makes
 snapshot.load ignore it, and the log is replayed instead.
-
-Which bytes no longer change. A log only grows, except (a) a torn tail cut
-by an opener, (b) records a writer rolls back after its own fsync failed,
-and (c) a compaction or repair, which writes another file and flips the
-pointer. Bytes before an offset D noted under the lock are whole batches
-(writers append under it), so (a) never reaches below D. Once an fsync
-through D has succeeded, no writer's fsync of those bytes can fail later
-(the kernel reports a writeback error to every descriptor open when it
-happened, ours too), so (b) never reaches below D either. (c) is caught by
-``still_valid``: the pointer unchanged since the file was opened, and the
-file at least D bytes long. A version 2 file, whose size says nothing of
-where its records end, is read first, as far as whole records go, and
-fsynced after (AS_WRITTEN): that fsync covers every byte read, so (b) holds
-from there; a record being appended meanwhile looks torn and ends the
-reading (the lock reads on from it); (a) needs no lock either way: a torn
-tail lies after every whole record.
 """
 
 from __future__ import annotations
@@ -38,21 +20,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..errors import NobrokerError, StorageError
 from . import snapshot
-from .bulk import paused_collector
-from .framing import FRAME_SIZE, HEADER_SIZE, FrameStatus
 from .fs import FileSystem
 from .layout import compactor_path, log_path, snapshot_path
-from .lock import QueueLock, held_elsewhere
+from .lock import held_elsewhere
 from .log import LogFile
 from .pointer import read_pointer
-from .prefix_crc import log_crc
 from .replay import QueueState
 from .state_form import Captured, capture
+from .unlocked import AS_WRITTEN, UnlockedReplay
 
 logger = logging.getLogger("nobroker")
 
@@ -73,8 +51,6 @@ CHECKPOINT_WAIT = 60.0
 #: The same wait when the flip was seen under the file lock: a later compactor may be
 #: waiting for that lock before it can begin, so the wait must stay short.
 CHECKPOINT_WAIT_LOCKED = 0.5
-#: prepare()'s end for a version 2 file: as far as its whole records go when it reads them.
-AS_WRITTEN = -1
 #: Sleep between two looks for that checkpoint.
 CHECKPOINT_POLL = 0.002
 
@@ -82,83 +58,6 @@ CHECKPOINT_POLL = 0.002
 def _let_others_run() -> None:
     """Between two chunks of a checkpoint's encoding: hand the GIL to a thread waiting for it."""
     time.sleep(0)
-
-
-@dataclass
-class Prepared:
-    """A generation replayed without the lock: ``state`` is the replay of log[0, ``end``)."""
-
-    log: LogFile
-    state: QueueState
-    end: int
-    #: crc32 of log[0, end) when known (for a snapshot at close), else None.
-    crc: int | None
-    #: Did the replay start from a snapshot (or a checkpoint)?
-    loaded: bool
-    #: The records the snapshot held (what a snapshot at close counts from).
-    loaded_records: int
-    #: The pointer's signature (recovery.QueueFiles._pointer_signature) before the file was opened.
-    pointer_sig: object = None
-    #: Was the queue folder fsynced after that signature was read (the flip it shows made durable)?
-    folders_synced: bool = False
-
-
-def prepare(fs: FileSystem, directory: str, name: str, log: LogFile, durable_end: int | None) -> Prepared | None:
-    """Replay ``log`` up to ``durable_end`` without the lock: its last checkpoint, then the records after it.
-
-    ``durable_end`` must be an offset whose bytes no longer change (see the
-    module's docstring); None means the end of the checkpoint (a compactor's
-    is durable: it fsynced the new generation before its flip), and no
-    checkpoint then means None. None also when anything stops the reading
-    before it (damage, a short file, a record that makes no sense): the
-    caller then replays under the lock, which deals with each of those.
-    AS_WRITTEN (a version 2 file, whose size says nothing of where its
-    records end): as far as whole records go now; the caller fsyncs after.
-    """
-    with paused_collector():  # a state of many objects is built
-        return _prepare(fs, directory, name, log, durable_end)
-
-
-def _prepare(fs: FileSystem, directory: str, name: str, log: LogFile, durable_end: int | None) -> Prepared | None:
-    loaded = snapshot.load(fs, directory, name, log)
-    as_written = durable_end == AS_WRITTEN
-    if durable_end is None:
-        if loaded is None:
-            return None
-        durable_end = loaded[1]
-    if loaded is not None and not as_written and loaded[1] > durable_end:
-        loaded = None  # a checkpoint past what is known to stay: not now (the caller reads on under the lock)
-    state, start, crc = loaded or (QueueState(), 0, 0)
-    records = state.records  # what the checkpoint held, before the records after it
-    end = max(start, HEADER_SIZE)
-    apply = state.apply
-    try:
-        for fr in log.scan(end, None if as_written else durable_end):
-            if as_written and fr.status is not FrameStatus.OK:
-                break  # the end of the records, or one being appended now (read on under the lock)
-            if fr.status is not FrameStatus.OK or fr.offset != end:
-                return None
-            apply(fr.rtype, fr.body, fr.offset, FRAME_SIZE + fr.length)  # type: ignore[arg-type]
-            end = fr.offset + FRAME_SIZE + fr.length
-        if not as_written and end != durable_end and durable_end > HEADER_SIZE:
-            return None
-        crc = log_crc(fs, log.fd, start, end, crc) if start < end else crc
-    except (NobrokerError, OSError, KeyError, TypeError, ValueError, AttributeError, RecursionError):
-        return None
-    state.tidy()
-    return Prepared(log, state, end, crc, loaded is not None, records)
-
-
-def still_valid(prepared: Prepared, pointer_sig: object) -> bool:
-    """Under the lock: does the pointer still look as it did when ``prepared`` was read, and the file no shorter?
-
-    A compaction or a repair writes another file and renames a new pointer
-    into place (a new inode): any flip changes the pointer's signature.
-    """
-    try:
-        return prepared.pointer_sig == pointer_sig and prepared.log.size() >= prepared.end
-    except (OSError, NobrokerError):
-        return False
 
 
 def save_before_flip(fs: FileSystem, directory: str, name: str, generation: int, state: QueueState, end: int, crc: int) -> bool:
@@ -197,20 +96,15 @@ def wait_for_checkpoint(fs: FileSystem, directory: str, name: str, generation: i
             return fs.exists(path)
         time.sleep(CHECKPOINT_POLL)
 
-class Checkpoints:
-    """The part of recovery.QueueFiles that replays without the lock and writes the periodic checkpoints.
+class Checkpoints(UnlockedReplay):
+    """The part of recovery.QueueFiles that follows a flip to a checkpoint and writes the periodic checkpoints.
 
-    A mixin: QueueFiles sets every attribute below in its __init__ and
-    provides the three methods at the end.
+    A mixin: QueueFiles sets every attribute below (and UnlockedReplay's) in
+    its __init__ and provides the methods at the end of both.
     """
 
-    fs: FileSystem
-    directory: str
-    name: str
-    durable: bool
     read_only: int | None
     checkpoint_in_thread: bool
-    _lock: QueueLock | None
     _log: LogFile | None
     _mutex: threading.Lock
     _state: QueueState
@@ -223,55 +117,7 @@ class Checkpoints:
     _snap_crc: tuple[int, int, int] | None
     _snap_records: int
     _checkpoint_after: int
-    _prepared: Prepared | None
     _checkpointing: threading.Thread | None
-    _sync_directory: Callable[[], None]
-
-    def _prepare_unlocked(self) -> None:
-        """Opening, step one: note under the lock where the log ends, replay up to there without it.
-
-        The lock is held for a moment (the pointer, the file, its size); the
-        replay from the last checkpoint up to that size runs without it, once
-        an fsync through it has succeeded (checkpoint.py: those bytes no longer
-        change), and the caller then catches up the rest under the lock.
-        """
-        assert self._lock is not None
-        self._lock.acquire(exclusive=False)
-        try:
-            generation = read_pointer(self.fs, self.directory, self.name)
-            sig = self._pointer_signature()
-            path = log_path(self.directory, self.name, generation or 0)
-            if not self.fs.exists(path):
-                return  # a new queue, or one in trouble: the locked open deals with it
-            log = self._open_log(path, generation or 0)
-            noted = AS_WRITTEN if log.preallocated else log.size()
-        except (OSError, NobrokerError):
-            return  # the locked open says what is wrong
-        finally:
-            self._lock.release()
-        self._prepare_from(log, noted, sig)
-
-    def _prepare_from(self, log: LogFile, durable_end: int | None, sig: object) -> None:
-        """Replay ``log`` without the lock up to ``durable_end`` (None: its checkpoint's end); keep it for the lock."""
-        prepared = None
-        try:
-            if durable_end is not None and durable_end > HEADER_SIZE and self.durable:
-                log.note_end(durable_end)
-                log.sync_through(durable_end)  # see checkpoint.py: what is read must no longer change
-            prepared = prepare(self.fs, self.directory, self.name, log, durable_end)
-            if prepared is not None and durable_end == AS_WRITTEN and prepared.end > HEADER_SIZE and self.durable:
-                # Read first, fsync after: the fsync covers every byte the replay read.
-                log.note_end(prepared.end)
-                log.sync_through(prepared.end)
-        except (OSError, NobrokerError) as exc:
-            prepared = None
-            logger.debug("%s: no replay without the lock (%s)", log.path, exc)
-        if prepared is None:
-            log.close()
-            return
-        prepared.pointer_sig = sig
-        self._drop_prepared()
-        self._prepared = prepared
 
     def _follows_flip(self, sig: object) -> bool:
         """Does the pointer's signature ``sig`` (just read) say a peer flipped, with nothing prepared for it yet?"""
@@ -310,21 +156,6 @@ class Checkpoints:
             # changes again before it (``still_valid`` then drops this replay).
             self._sync_directory()
             prepared.folders_synced = True
-
-    def _take_prepared(self, generation: int) -> LogFile | None:
-        """Under the lock: the file of ``generation`` replayed without the lock, if that replay still holds."""
-        prepared = self._prepared
-        if prepared is None:
-            return None
-        if prepared.log.generation == generation and still_valid(prepared, self._pointer_signature()):
-            return prepared.log
-        self._drop_prepared()
-        return None
-
-    def _drop_prepared(self) -> None:
-        prepared, self._prepared = self._prepared, None
-        if prepared is not None:
-            prepared.log.close()
 
     def _maybe_checkpoint(self) -> None:
         """After a write: a checkpoint once CHECKPOINT_EVERY records went by since the last one.
@@ -391,14 +222,9 @@ class Checkpoints:
             running.join()
         self._drop_prepared()
 
-    def _pointer_signature(self) -> tuple[int, int, int] | None:
-        raise NotImplementedError
-
     def _compaction_running(self) -> bool:
         raise NotImplementedError
 
-    def _open_log(self, path: str, generation: int) -> LogFile:
-        raise NotImplementedError
 
 
-__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_RETRY", "Checkpoints", "CHECKPOINT_WAIT", "Prepared", "prepare", "save_before_flip", "still_valid", "wait_for_checkpoint"]
+__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_RETRY", "CHECKPOINT_WAIT", "Checkpoints", "save_before_flip", "wait_for_checkpoint"]

@@ -6,10 +6,10 @@ from them and where reading stopped; opening (prepare the folder, refuse a
 network filesystem, open or create the generation, fsync the folder, replay
 with a snapshot, cut a torn tail, remove leftovers), re-opening after a
 fork, saving a snapshot at close, reading a job's payload back; the
-unlocked replay and the checkpoints come from checkpoint.Checkpoints,
-reading forward from forward.Forward. Imports: errors, jobs, storage,
-layout, fs, bulk, folder, framing, entry, log, pointer, lock, replay, snapshot,
-checkpoint, forward.
+unlocked replay and the checkpoints come from checkpoint.Checkpoints
+(over unlocked.UnlockedReplay), reading forward from forward.Forward.
+Imports: errors, jobs, storage, layout, fs, bulk, folder, framing, entry,
+log, pointer, lock, replay, snapshot, unlocked, checkpoint, forward.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
 after the damage, is an interrupted write and is cut; damage followed by
@@ -31,7 +31,7 @@ from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
 from ..storage import StorageOptions, queue_closed
 from . import checkpoint, snapshot
 from .bulk import paused_collector
-from .checkpoint import Checkpoints, Prepared
+from .checkpoint import Checkpoints
 from .entry import Entry
 from .framing import DEFAULT_FORMAT_VERSION, HEADER_SIZE
 from .fs import FileSystem, storage_error
@@ -42,6 +42,7 @@ from .lock import READ_ONLY_ERRORS, QueueLock, held_elsewhere
 from .log import LogFile, list_generations
 from .pointer import read_pointer
 from .replay import QueueState
+from .unlocked import Prepared
 
 logger = logging.getLogger("nobroker")
 
@@ -102,7 +103,7 @@ class QueueFiles(Checkpoints, Forward):
         # the state was built from: read under the lock, or written by us. None: unknown.
         self._snap_crc: tuple[int, int, int] | None = None
         self._snap_loaded = False  # did the last replay start from a snapshot?
-        # A generation replayed without the lock, for the next replay under it to start from (checkpoint.py).
+        # A generation replayed without the lock, for the next replay under it to start from (unlocked.py).
         self._prepared: Prepared | None = None
         self._checkpointing: threading.Thread | None = None  # writing a checkpoint (see _maybe_checkpoint)
 
@@ -142,6 +143,7 @@ class QueueFiles(Checkpoints, Forward):
             )  # fmt: skip
         started = time.perf_counter()
         self._prepare_unlocked()
+        self._catch_up_unlocked()
         synced = self._sync_folders_first()
         self._lock.acquire(exclusive=self.read_only is None)
         try:
