@@ -226,5 +226,4 @@ class Checkpoints(UnlockedReplay):
         raise NotImplementedError
 
 
-
 __all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_RETRY", "CHECKPOINT_WAIT", "Checkpoints", "save_before_flip", "wait_for_checkpoint"]

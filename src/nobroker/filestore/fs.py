@@ -28,7 +28,6 @@ import os
 import time
 import stat
 import sys
-
 from typing import Any
 
 from ..errors import StorageError, UnsafeQueueError

@@ -241,18 +241,25 @@ class UnlockedReplay:
         finally:
             self._lock.release()
 
+    def _sync_before_reading(self, log: LogFile, durable_end: int | None) -> None:
+        """Through a noted end, before reading up to it (see above: what is read must no longer change)."""
+        if durable_end is not None and durable_end > HEADER_SIZE and self.durable:  # (AS_WRITTEN is below it)
+            log.note_end(durable_end)
+            log.sync_through(durable_end)
+
+    def _sync_after_reading(self, log: LogFile, durable_end: int | None, end: int) -> None:
+        """AS_WRITTEN: read first, fsync after, through ``end``: the fsync covers every byte the replay read."""
+        if durable_end == AS_WRITTEN and end > HEADER_SIZE and self.durable:
+            log.note_end(end)
+            log.sync_through(end)
+
     def _advance(self, prepared: Prepared, noted: int) -> bool:
-        """``advance`` with step one's fsyncs: through ``noted`` before reading, or (AS_WRITTEN) through what was read after."""
-        log = prepared.log
+        """``advance`` with step one's fsyncs, before or after the reading as ``noted`` says."""
         try:
-            if noted != AS_WRITTEN and self.durable:
-                log.note_end(noted)
-                log.sync_through(noted)
+            self._sync_before_reading(prepared.log, noted)
             if not advance(self.fs, prepared, noted):
                 return False
-            if noted == AS_WRITTEN and self.durable and prepared.end > HEADER_SIZE:
-                log.note_end(prepared.end)
-                log.sync_through(prepared.end)
+            self._sync_after_reading(prepared.log, noted, prepared.end)
         except (OSError, NobrokerError):
             return False
         return True
@@ -261,14 +268,10 @@ class UnlockedReplay:
         """Replay ``log`` without the lock up to ``durable_end`` (None: its checkpoint's end); keep it for the lock."""
         prepared = None
         try:
-            if durable_end is not None and durable_end > HEADER_SIZE and self.durable:
-                log.note_end(durable_end)
-                log.sync_through(durable_end)  # see above: what is read must no longer change
+            self._sync_before_reading(log, durable_end)
             prepared = prepare(self.fs, self.directory, self.name, log, durable_end)
-            if prepared is not None and durable_end == AS_WRITTEN and prepared.end > HEADER_SIZE and self.durable:
-                # Read first, fsync after: the fsync covers every byte the replay read.
-                log.note_end(prepared.end)
-                log.sync_through(prepared.end)
+            if prepared is not None:
+                self._sync_after_reading(log, durable_end, prepared.end)
         except (OSError, NobrokerError) as exc:
             prepared = None
             logger.debug("%s: no replay without the lock (%s)", log.path, exc)
