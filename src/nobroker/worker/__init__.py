@@ -11,6 +11,7 @@ The package, in its order (a module imports only modules above it):
     protocol.py   WorkQueue and the optional parts of a queue; QueueAccess calls them typed
     signals.py    StopSignals: the two-stage Ctrl-C / SIGTERM, shared with `nobroker work`
     interrupt.py  InterruptPipe: stop() ends an idle wait at once
+    idling.py     how long an idle worker waits before it looks for work again
     outcome.py    WorkerStats; a handler's Outcome (result, or error and traceback)
     joblines.py   JobReport: what an on_job listener is told of each finished job
     options.py    the checks of a Worker's options and their limits

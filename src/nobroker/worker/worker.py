@@ -8,20 +8,11 @@ that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
-interrupt, outcome, madewith, asyncloop, heartbeat, settle, timeouts, runners, slots,
+interrupt, outcome, madewith, asyncloop, heartbeat, settle, timeouts, runners, slots, idling,
 budget, pool, ticks (which enqueues the queue's due periodic jobs), joblines (the
 reports to an ``on_job`` listener), announce (the worker's announcement).
 
-Idling: with nothing to lease, the run() thread blocks in the queue's
-``wait_for_jobs``. When the queue says writers wake its waiters
-(``wakes_waiters()``: the file storage with its named pipe) one wait lasts up
-to IDLE_RECHECK, a safety net for a lost wake-up; otherwise (PostgreSQL, no
-named pipes, a worker limited to some kinds, jobs still running) it lasts
-``poll_interval``. Such a queue also takes ``wait_for_jobs(timeout,
-interrupt=fd, kinds=...)``: the worker passes the read end of a private pipe
-that stop() writes to, so a long wait ends at once when asked, and its kinds,
-so a worker limited to some kinds does not swallow the wake-up meant for one
-that takes them all.
+Idling (how long one wait lasts, and what ends it early) is idling.py's.
 
 Nothing here may die silently. A storage error (disk full, I/O error, a closed
 queue) in lease/ack/nack/extend is logged, stops the leasing, lets the running
@@ -41,6 +32,7 @@ from .asyncloop import EventLoopThread
 from .announce import Announcer
 from .budget import LeaseBudget
 from .heartbeat import Heartbeat, Running
+from .idling import idle_wait
 from .interrupt import InterruptPipe
 from .joblines import Listener, Teller
 from .madewith import MadeWith
@@ -62,12 +54,6 @@ logger = logging.getLogger("nobroker.worker")
 #: checks the record too, so it leases nothing more within this slice even
 #: before that thread has run.
 WAIT_SLICE = 0.1
-#: Longest idle wait when the queue wakes its waiters itself (``wakes_waiters``):
-#: writers of runnable work wake the worker at once and the queue shortens the
-#: wait for delayed jobs and leases coming due, so this only bounds how long a
-#: lost wake-up, or a lease another process took during the wait and let
-#: expire, could leave work unnoticed.
-IDLE_RECHECK = 2.0
 #: While jobs are still running, the leasing thread waits up to this long
 #: for the rest of the slots to free before it leases. Short handlers finish
 #: in bursts (their acks share one fsync and return together), so the wait
@@ -94,7 +80,7 @@ class Worker(MadeWith):
     before looking for work again where the queue cannot wake the worker
     itself (PostgreSQL, no named pipes) or with ``kinds``; on the file
     storage an idle worker is woken when work arrives and otherwise looks
-    again only every IDLE_RECHECK seconds (or ``poll_interval``, if longer).
+    again only every idling.IDLE_RECHECK seconds (or ``poll_interval``, if longer).
     ``max_jobs``: return after that many jobs finished.
     ``idle_timeout``: return once nothing has run and nothing could be leased
     for that many seconds. ``handle_signals``: in the main thread, the first
@@ -371,26 +357,17 @@ class Worker(MadeWith):
                 self._slot_freed.wait(WAIT_SLICE)
 
     def _idle_wait_time(self) -> float:
-        """How long to idle now; 0 (and stop()) once idle_timeout has run out.
-
-        Long only when no job runs: a job that finishes does not end the wait,
-        and idle_timeout counts from then.
-        """
+        """How long to idle now (idling.idle_wait); 0, and stop(), once idle_timeout has run out."""
         with self._lock:
             busy = self._slots.inflight > 0
             idle_for = time.monotonic() - self._slots.idle_since
-        wait = self._poll_interval
-        if busy:
-            return wait
-        if self._kinds is None and self._access.wakes_waiters():
-            wait = max(wait, IDLE_RECHECK)
-        if self._idle_timeout is None:
-            return wait
-        if idle_for >= self._idle_timeout:
+        woken = not busy and self._kinds is None and self._access.wakes_waiters()
+        wait = idle_wait(self._poll_interval, busy=busy, woken=woken, idle_for=idle_for, idle_timeout=self._idle_timeout)
+        if wait is None:
             logger.info("%s idle for %.1f s; finishing", self.name, idle_for)
             self.stop()
             return 0.0
-        return min(wait, self._idle_timeout - idle_for)
+        return wait
 
     def _idle(self, timeout: float) -> None:
         if timeout <= 0 or self._stopping.is_set():
