@@ -48,7 +48,7 @@ FILE_FIGURES = [
     "stats(), 21,000 pending",
     "first lease_one() after open, 21,000 pending",
     "open a log of 21,000 records, after a clean close",
-    "open a log of 21,000 records, no snapshot (after a crash)",
+    "open a log of 21,000 records, every record replayed (no snapshot, no checkpoint)",
     "close writing the snapshot, 21,000 pending",
     "open a compacted queue of 21,000 jobs, after a clean close",
     "open a compacted queue of 21,000 jobs, no snapshot",
