@@ -42,6 +42,7 @@ from typing import Any
 from ..jobs import MAX_ATTEMPT_HISTORY, BackoffPolicy
 from .fragments import (
     ACK_COUNTED,
+    ACK_ONE_COUNTS,
     ACK_TALLY,
     BACKOFF,
     BY_DUE_TIME,
@@ -57,6 +58,7 @@ from .fragments import (
     INSERT_COLUMNS,
     INSERT_RETURNS,
     INSERT_COUNTED,
+    INSERT_ONE_COUNTS,
     INSERT_TALLY,
     KEPT_ATTEMPTS,
     LISTED,
@@ -128,7 +130,7 @@ _TEMPLATES: dict[str, str] = {
                 {NOW}, %(key)s, %(payload)s::json, %(delay)s::float8 > 0, %(timeout)s::float8, %(group)s)
         {{conflict}}
         RETURNING {INSERTED}, j.scheduled, j.kind
-        ), {INSERT_TALLY}, {INSERT_COUNTED}{INSERT_RETURNS}""",
+        ), {INSERT_ONE_COUNTS}{INSERT_RETURNS}""",
     "insert_many": f"""
         WITH i AS (
         INSERT INTO {{schema}}.jobs AS j {INSERT_COLUMNS}
@@ -174,7 +176,7 @@ _TEMPLATES: dict[str, str] = {
         WHERE j.queue = %(q)s AND j.id = %(id)s AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (%(token)s::text IS NULL OR j.lease_token = %(token)s::text)
         RETURNING 1 AS acked, j.kind
-        ), {ACK_TALLY}, {ACK_COUNTED}
+        ), {ACK_ONE_COUNTS}
         SELECT acked FROM a""",
     "ack_many": f"""
         WITH a AS (
