@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..codec import load_json
@@ -84,7 +84,7 @@ def reclaim(batch: Batch, now: float, backoff: BackoffPolicy) -> None:
             batch.add(records.reclaim(entry.id, now, reclaim_time(entry, backoff)))
 
 
-def enqueue(batch: Batch, now: float, specs: list[EnqueueSpec], job_of: JobOf) -> list[Job]:
+def enqueue(batch: Batch, now: float, specs: Sequence[EnqueueSpec], job_of: JobOf) -> list[Job]:
     """New jobs, READY at once or after their delay; an id or dedupe key the queue holds returns that job."""
     state = batch.state
     if len(specs) == 1:
@@ -152,7 +152,7 @@ def _plain_job(batch: Batch, now: float, spec: EnqueueSpec) -> Job | None:
     return Job(job_id, spec.payload, spec.priority, JobState.READY, 0, spec.max_attempts, now, now, None, None, None, seq, spec.kind)
 
 
-def _held(state: QueueState, specs: list[EnqueueSpec], job_of: JobOf) -> dict[str, Job]:
+def _held(state: QueueState, specs: Sequence[EnqueueSpec], job_of: JobOf) -> dict[str, Job]:
     """The jobs the queue already holds that ``specs`` name by id or dedupe key, read before any record (see PayloadOf)."""
     held: dict[str, Job] = {}
     for spec in specs:

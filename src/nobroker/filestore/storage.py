@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -86,7 +86,7 @@ class FileStorage(Compactor):
         return result
 
     # ================================================================ writing operations
-    def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
+    def enqueue(self, specs: Sequence[EnqueueSpec], conn: Any = None) -> list[Job]:
         if conn is not None:
             raise ValueError("conn= joins a PostgreSQL transaction; the file storage has no transactions to join")
         return self._write(lambda batch, now: leases.enqueue(batch, now, specs, self._job))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ..announcements import WorkerInfo
@@ -83,7 +84,7 @@ class AsyncPostgresStorage:
         self.sync.clock_offset = seconds
 
     # ================================================================ the work, awaited
-    async def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
+    async def enqueue(self, specs: Sequence[EnqueueSpec], conn: Any = None) -> list[Job]:
         if conn is None:
             return await carry_async(self._work, self.sync.enqueue_plan(specs))
         if not isinstance(conn, psycopg.AsyncConnection):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LockTimeoutError, StorageError
@@ -46,7 +47,7 @@ def batch_rows(specs: list[EnqueueSpec], ids: list[str]) -> str:
     return f"[{rows}]"
 
 
-def enqueue_in_transaction(conn: Any, t: Target, specs: list[EnqueueSpec]) -> list[Job]:
+def enqueue_in_transaction(conn: Any, t: Target, specs: Sequence[EnqueueSpec]) -> list[Job]:
     """Enqueue on the caller's connection, inside the caller's open transaction, never committing."""
     if not isinstance(conn, psycopg.Connection):
         raise ValueError(
@@ -59,7 +60,7 @@ def enqueue_in_transaction(conn: Any, t: Target, specs: list[EnqueueSpec]) -> li
         raise transaction_error(exc) from None
 
 
-def in_transaction(t: Target, specs: list[EnqueueSpec]) -> Steps[list[Job]]:
+def in_transaction(t: Target, specs: Sequence[EnqueueSpec]) -> Steps[list[Job]]:
     """The steps of an enqueue in the caller's transaction (never committed here)."""
     return enqueue(t, specs, own=False, notify=any(spec.delay <= 0 for spec in specs))
 
@@ -89,7 +90,7 @@ def insert_one_fresh(t: Target, spec: EnqueueSpec, notify: bool) -> Steps[Job | 
     )  # fmt: skip
 
 
-def enqueue(t: Target, specs: list[EnqueueSpec], *, own: bool, notify: bool) -> Steps[list[Job]]:
+def enqueue(t: Target, specs: Sequence[EnqueueSpec], *, own: bool, notify: bool) -> Steps[list[Job]]:
     """Insert what does not conflict, look up what does, until every spec has its job (``own``: our connection).
 
     ``notify``: the inserts NOTIFY the queue's channel (the caller decided
@@ -136,7 +137,7 @@ def enqueue(t: Target, specs: list[EnqueueSpec], *, own: bool, notify: bool) -> 
     return out  # type: ignore[return-value]
 
 
-def enqueue_retrying(t: Target, specs: list[EnqueueSpec], *, notify: bool) -> Steps[list[Job]]:
+def enqueue_retrying(t: Target, specs: Sequence[EnqueueSpec], *, notify: bool) -> Steps[list[Job]]:
     """``enqueue`` on our own connection, tried again after a deadlock or a serialization failure.
 
     Safe: each statement is its own transaction (autocommit), so the one that

@@ -28,7 +28,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -169,12 +169,12 @@ class PostgresStorage(ControlStorage):
         self._target.clock_offset = float(seconds)
 
     # ================================================================ writes
-    def enqueue(self, specs: list[EnqueueSpec], conn: Any = None) -> list[Job]:
+    def enqueue(self, specs: Sequence[EnqueueSpec], conn: Any = None) -> list[Job]:
         if conn is not None:
             return enqueueing.enqueue_in_transaction(conn, self._target, specs)
         return carry(self._link, self.enqueue_plan(specs))
 
-    def enqueue_plan(self, specs: list[EnqueueSpec]) -> Plan[list[Job]]:
+    def enqueue_plan(self, specs: Sequence[EnqueueSpec]) -> Plan[list[Job]]:
         """The runs of an enqueue on our connection, and the NOTIFY it sends or owes (see carry)."""
         t = self._target
         runnable = any(spec.delay <= 0 for spec in specs)
