@@ -10,8 +10,10 @@ process's longest enqueue while that first operation ran; opening after a
 crash (the builder killed, so no clean close left a snapshot; its last
 checkpoint CRASH_TAIL records before the end, at --full size) and opening
 with a snapshot, each while a peer enqueues (its longest enqueue meanwhile:
-the open's lock hold, seen from outside).
-Imports: nobroker (Queue, CHECKPOINT_EVERY), plan (PENDING_FULL tells a --full run).
+the open's lock hold, seen from outside). Each longest enqueue is shown with
+the part of it the peer spent in its own fsync (timed inside the peer, around
+LogFile.sync_through), which tells a wait for the lock from a slow disk.
+Imports: nobroker (Queue, CHECKPOINT_EVERY, LogFile), plan (PENDING_FULL tells a --full run).
 
 Every queue process is a child of its own (spawn), as separate programs
 would be; times are time.monotonic() (one clock for every process), and
@@ -55,7 +57,7 @@ STEP_TIMEOUT = 3600.0
 #: Generous options every process of these figures opens the queue with.
 OPTIONS: dict[str, Any] = {"auto_compact": None, "lock_timeout": STEP_TIMEOUT}
 
-Marks = list[tuple[float, float]]  # (started, ended) of each of the peer's enqueues
+Marks = list[tuple[float, float, float]]  # (started, ended, seconds in its own fsync) of each of the peer's enqueues
 
 
 def figures(root: str, plan: Plan) -> list[Figure]:
@@ -87,13 +89,15 @@ def compaction_figures(n: int, rounds: list[dict[str, float]]) -> list[Figure]:
         Figure(f"longest lock hold while compacting {n:,} jobs, as the compactor reports it", held, "ms",
                f"<= {LOCK_HOLD_MS:g}", held <= LOCK_HOLD_MS),
         Figure(f"a peer's longest enqueue while it compacts (median {_ms(median)}; alone: longest "
-               f"{_ms(med('alone_longest_ms'))}, median {_ms(third_median)})", longest, "ms",
+               f"{_ms(med('alone_longest_ms'))}, median {_ms(third_median)}; {_fsync(med('longest_fsync_ms'))})",
+               longest, "ms",
                f"<= {PEER_LONGEST_X_MEDIAN:g} x its median", longest <= PEER_LONGEST_X_MEDIAN * median),
         Figure("the peer's enqueue across the compaction's end (the flip, then following it)", med("across_ms"),
                "ms", f"<= {FIRST_AFTER_COMPACTION_MS:g}", med("across_ms") <= FIRST_AFTER_COMPACTION_MS),
         Figure(f"an idle process's first operation after another compacted {n:,} jobs", first, "ms",
                f"<= {FIRST_AFTER_COMPACTION_MS:g}", first <= FIRST_AFTER_COMPACTION_MS),
-        Figure("the peer's longest enqueue while that first operation ran", third, "ms",
+        Figure(f"the peer's longest enqueue while that first operation ran ({_fsync(med('third_fsync_ms'))})", third,
+               "ms",
                f"<= {PEER_LONGEST_X_MEDIAN:g} x its median alone", third <= PEER_LONGEST_X_MEDIAN * third_median),
     ]  # fmt: skip
 
@@ -107,16 +111,23 @@ def opening_figures(n: int, rounds: list[dict[str, float]]) -> list[Figure]:
     return [
         Figure(f"open {n:,} records after a crash (no snapshot)", crash, "s", f"<= {CRASH_OPEN_S:g}",
                crash <= CRASH_OPEN_S),
-        Figure(f"a peer's longest enqueue while it opens after the crash (median {_ms(crash_median)})", crash_peer, "ms",
+        Figure(f"a peer's longest enqueue while it opens after the crash (median {_ms(crash_median)}; "
+               f"{_fsync(med('crash_longest_fsync_ms'))})", crash_peer, "ms",
                f"<= {PEER_LONGEST_X_MEDIAN:g} x its median", crash_peer <= PEER_LONGEST_X_MEDIAN * crash_median),
         Figure(f"open {n:,} records with a snapshot (after a clean close)", med("snap_open_s"), "s", "", None),
-        Figure(f"a peer's longest enqueue while it opens with the snapshot (median {_ms(snap_median)})", snap_peer, "ms",
+        Figure(f"a peer's longest enqueue while it opens with the snapshot (median {_ms(snap_median)}; "
+               f"{_fsync(med('snap_longest_fsync_ms'))})", snap_peer, "ms",
                f"<= {PEER_LONGEST_X_MEDIAN:g} x its median", snap_peer <= PEER_LONGEST_X_MEDIAN * snap_median),
     ]  # fmt: skip
 
 
 def _ms(value: float) -> str:
     return f"{value:.2f} ms" if value < 10 else f"{value:,.0f} ms"
+
+
+def _fsync(value: float) -> str:
+    """How much of the longest enqueue was the peer's own fsync (the rest: the lock, and following)."""
+    return f"{_ms(value)} of it its own fsync"
 
 
 # ------------------------------------------------------------------ the processes
@@ -156,16 +167,35 @@ def _reopen(directory: str) -> None:
     Queue(directory, **OPTIONS).close()
 
 
+def _time_fsyncs() -> list[float]:
+    """In this (the peer's) process: a running sum of the seconds spent in LogFile.sync_through."""
+    from nobroker.filestore.log import LogFile
+
+    total = [0.0]
+    sync_through = LogFile.sync_through
+
+    def timed(log: LogFile, end: int) -> None:
+        started = time.monotonic()
+        try:
+            sync_through(log, end)
+        finally:
+            total[0] += time.monotonic() - started
+
+    LogFile.sync_through = timed  # type: ignore[method-assign]
+    return total
+
+
 def _peer(directory: str, ready: Any, stop: Any, count: Any, out: Any) -> None:
-    """Enqueue without pause until ``stop``; hands back every enqueue's (started, ended)."""
+    """Enqueue without pause until ``stop``; hands back every enqueue's (started, ended, seconds in its fsync)."""
+    synced = _time_fsyncs()
     with Queue(directory, **OPTIONS) as q:
         q.enqueue({"peer": 0})  # the first write after opening has one-off costs
         ready.release()
         marks: Marks = []
         while not stop.is_set():
-            start = time.monotonic()
+            start, before = time.monotonic(), synced[0]
             q.enqueue({"peer": start})
-            marks.append((start, time.monotonic()))
+            marks.append((start, time.monotonic(), synced[0] - before))
             with count.get_lock():
                 count.value += 1
         out.put(marks)
@@ -250,12 +280,19 @@ def _run(target: Callable[..., None], *args: Any) -> None:
 
 def _within(marks: Marks, start: float, end: float) -> list[float]:
     """Milliseconds of the enqueues that started and ended inside [start, end]."""
-    return [(e - s) * 1000 for s, e in marks if s >= start and e <= end]
+    return [(e - s) * 1000 for s, e, _ in marks if s >= start and e <= end]
 
 
 def _overlapping(marks: Marks, start: float, end: float) -> list[float]:
     """Milliseconds of the enqueues that ran at any time during [start, end]."""
-    return [(e - s) * 1000 for s, e in marks if s <= end and e >= start]
+    return [(e - s) * 1000 for s, e, _ in marks if s <= end and e >= start]
+
+
+def _longest_fsync(marks: Marks, start: float, end: float, *, within: bool) -> float:
+    """Milliseconds the longest enqueue of those (``_within`` or ``_overlapping``) spent in its own fsync."""
+    chosen = [m for m in marks if (m[0] >= start and m[1] <= end if within else m[0] <= end and m[1] >= start)]
+    assert chosen, "no enqueue in the window"
+    return max(chosen, key=lambda m: m[1] - m[0])[2] * 1000
 
 
 def compaction_beside_peers(root: str, n: int) -> dict[str, float]:
@@ -286,12 +323,14 @@ def compaction_beside_peers(root: str, n: int) -> dict[str, float]:
         "seconds": c["end"] - c["start"],
         "held_ms": c["held"] * 1000,
         "longest_ms": max(during),
+        "longest_fsync_ms": _longest_fsync(marks, c["start"], c["end"], within=True),
         "median_ms": statistics.median(during),
         "alone_longest_ms": max(alone),
         "alone_median_ms": statistics.median(alone),
         "across_ms": max(_overlapping(marks, c["end"], c["end"])),
         "first_ms": (f["end"] - f["start"]) * 1000,
         "third_ms": max(_overlapping(marks, f["start"], f["end"])),
+        "third_fsync_ms": _longest_fsync(marks, f["start"], f["end"], within=False),
     }
 
 
@@ -325,6 +364,7 @@ def opening_beside_a_peer(root: str, n: int) -> dict[str, float]:
         assert during, "the peer enqueued nothing while a queue opened"
         result[f"{key}_open_s"] = end - start
         result[f"{key}_longest_ms"], result[f"{key}_median_ms"] = max(during), statistics.median(during)
+        result[f"{key}_longest_fsync_ms"] = _longest_fsync(marks, start, end, within=False)
     return result
 
 
