@@ -278,19 +278,26 @@ def _run(target: Callable[..., None], *args: Any) -> None:
     assert p.exitcode == 0, f"a process of the benchmark failed ({p.exitcode})"
 
 
+def _chosen(marks: Marks, start: float, end: float, *, within: bool) -> Marks:
+    """The enqueues that started and ended inside [start, end] (``within``), or ran at any time during it."""
+    if within:
+        return [m for m in marks if m[0] >= start and m[1] <= end]
+    return [m for m in marks if m[0] <= end and m[1] >= start]
+
+
 def _within(marks: Marks, start: float, end: float) -> list[float]:
     """Milliseconds of the enqueues that started and ended inside [start, end]."""
-    return [(e - s) * 1000 for s, e, _ in marks if s >= start and e <= end]
+    return [(e - s) * 1000 for s, e, _ in _chosen(marks, start, end, within=True)]
 
 
 def _overlapping(marks: Marks, start: float, end: float) -> list[float]:
     """Milliseconds of the enqueues that ran at any time during [start, end]."""
-    return [(e - s) * 1000 for s, e, _ in marks if s <= end and e >= start]
+    return [(e - s) * 1000 for s, e, _ in _chosen(marks, start, end, within=False)]
 
 
 def _longest_fsync(marks: Marks, start: float, end: float, *, within: bool) -> float:
     """Milliseconds the longest enqueue of those (``_within`` or ``_overlapping``) spent in its own fsync."""
-    chosen = [m for m in marks if (m[0] >= start and m[1] <= end if within else m[0] <= end and m[1] >= start)]
+    chosen = _chosen(marks, start, end, within=within)
     assert chosen, "no enqueue in the window"
     return max(chosen, key=lambda m: m[1] - m[0])[2] * 1000
 

@@ -319,7 +319,8 @@ class QueueFiles(Checkpoints, Forward):
                     continue  # a live peer is still writing it
             elif number == current:
                 continue  # the current generation's log, and its snapshot (any other is stale: never used)
-            elif kind == "log" or (number is not None and number > current):  # (a log or snapshot always has one)  # a compactor leaves the next one's snapshot before its flip
+            # A compactor leaves the next one's snapshot before its flip (a log or snapshot always has a number).
+            elif kind == "log" or (number is not None and number > current):
                 if compacting is None:
                     compacting = self._compaction_running()
                 if compacting:
