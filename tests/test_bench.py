@@ -21,7 +21,7 @@ import unittest
 from unittest import mock
 
 from tests.support import TempDirTestCase, slow, wait_until
-from tools.bench import engine, file, pg
+from tools.bench import engine, file, peers, pg
 from tools.bench.plan import Plan
 from tools.bench.report import render
 from tools.bench.sqlite_queue import DATABASE, Leased, SqliteQueue
@@ -131,6 +131,20 @@ class FileSuitesTest(TempDirTestCase):
             self.assertTrue(row.startswith(f"| {name} |"), (row, name))
             self.assertRegex(row, r"\| (met|short) \|$")
         self.assertEqual(os.listdir(self.dir), [], "the scratch queues are removed")
+
+
+class PeerWindowsTest(unittest.TestCase):
+    """Which of a peer's enqueues (start, end, seconds in its fsync) a figure takes."""
+
+    MARKS = [(1.0, 1.5, 0.1), (1.5001, 2.0, 0.2), (3.0, 3.002, 0.001)]
+
+    def test_the_enqueue_across_a_moment_is_the_one_running_then(self) -> None:
+        self.assertEqual(peers._across(self.MARKS, 1.2), [500.0])
+
+    def test_between_two_enqueues_it_is_the_next_one(self) -> None:
+        self.assertEqual([round(ms, 3) for ms in peers._across(self.MARKS, 1.50005)], [499.9])
+        self.assertEqual([round(ms, 3) for ms in peers._across(self.MARKS, 2.5)], [2.0])
+        self.assertEqual(peers._across(self.MARKS, 4.0), [])  # after the last: nothing to report
 
 
 class SqliteQueueTest(TempDirTestCase):

@@ -295,6 +295,11 @@ def _overlapping(marks: Marks, start: float, end: float) -> list[float]:
     return [(e - s) * 1000 for s, e, _ in _chosen(marks, start, end, within=False)]
 
 
+def _across(marks: Marks, moment: float) -> list[float]:
+    """Milliseconds of the enqueue running at ``moment``; if the peer was between two, of the next one."""
+    return _overlapping(marks, moment, moment) or [(e - s) * 1000 for s, e, _ in marks if s >= moment][:1]
+
+
 def _longest_fsync(marks: Marks, start: float, end: float, *, within: bool) -> float:
     """Milliseconds the longest enqueue of those (``_within`` or ``_overlapping``) spent in its own fsync."""
     chosen = _chosen(marks, start, end, within=within)
@@ -334,7 +339,7 @@ def compaction_beside_peers(root: str, n: int) -> dict[str, float]:
         "median_ms": statistics.median(during),
         "alone_longest_ms": max(alone),
         "alone_median_ms": statistics.median(alone),
-        "across_ms": max(_overlapping(marks, c["end"], c["end"])),
+        "across_ms": max(_across(marks, c["end"])),
         "first_ms": (f["end"] - f["start"]) * 1000,
         "third_ms": max(_overlapping(marks, f["start"], f["end"])),
         "third_fsync_ms": _longest_fsync(marks, f["start"], f["end"], within=False),
