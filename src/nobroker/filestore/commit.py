@@ -126,11 +126,9 @@ class Committer(QueueFiles):
         if not self._peers_append or self._stale or log is None or self._closed:
             return  # a process alone saves the look: its catch-up under the lock finds nothing either
         try:
-            self._peers_append = log.what_follows(self._offset) > 0  # quiet now: no look before the next lock
-            if self._peers_append:
-                self._offset, _torn = self._read_forward(log, self._state, self._offset, truncate=False)
+            self._peers_append = self._read_unlocked(log)  # quiet now: no look before the next lock
         except (NobrokerError, OSError):
-            self._stale = True
+            pass  # memory is marked stale: the catch-up under the lock reloads it
 
     def _catch_up(self, *, exclusive: bool, sig: tuple[int, int, int] | None) -> None:
         """Beat two: switch generation if a peer compacted, then read what peers appended.

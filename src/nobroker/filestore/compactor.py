@@ -5,7 +5,7 @@ compaction (one per queue at a time, through the compactor lock file), cut
 into its steps, and automatic compaction after a write. Imports: errors,
 jobs, storage, layout, fs, entry, log, lock, leases, schedule_records,
 limit_records, control_records (the pauses carried over), counting,
-compaction, checkpoint, snapshot, batch, commit.
+compaction, checkpoint, snapshot, batch, commit, forward (READ_AGAIN_BYTES).
 compaction.py writes the next generation's file and flips the pointer; this
 module decides when each of that happens, and with which lock.
 
@@ -13,7 +13,10 @@ Almost all of it runs without the file lock, so other processes keep
 working: under the lock only (1) a catch-up that notes where the old
 generation ends, (3) slices of at most COMPACT_SLICE seconds reading what
 peers appended meanwhile, (4) the last few records, one fsync of the new
-file and the rename of the pointer. In between, (2) the live jobs are
+file and the rename of the pointer. What peers appended is read first
+without the lock, as far as whole records go (as an operation reads ahead,
+commit.py), so each of those holds reads only what came in its last
+moments. In between, (2) the live jobs are
 streamed into the new generation from the old file's prefix (bytes before
 the noted end never change), the peers' records are copied after them byte
 for byte; then this object's state is pointed into the new generation and
@@ -34,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import CompactionError, StorageError
+from ..errors import CompactionError, NobrokerError, StorageError
 from ..jobs import CompactionResult
 from ..storage import StorageOptions
 from . import checkpoint, control_records, counting, leases, limit_records, schedule_records, snapshot
@@ -42,6 +45,7 @@ from .compaction import NextGeneration, drop_prepared, finish_flip, prepare_flip
 from .batch import Batch
 from .commit import Committer
 from .entry import DROPPED
+from .forward import READ_AGAIN_BYTES
 from .fs import FileSystem
 from .layout import MAX_GENERATION, compactor_path
 from .lock import QueueLock
@@ -58,6 +62,8 @@ COMPACT_SYNC_EVERY = 4 << 20
 #: Pause between two slices, longer than a lock waiter's longest backoff (lock.MAX_BACKOFF),
 #: so a waiting peer gets the lock instead of the compactor taking it straight back.
 COMPACT_YIELD = 0.001
+#: Reads without the lock before each of those holds, at most (READ_AGAIN_BYTES says when one more).
+UNLOCKED_PASSES = 4
 #: Sleep between two looks at a busy compactor lock.
 COMPACTOR_POLL = 0.01
 
@@ -179,6 +185,11 @@ class Compactor(Committer):
         Returns the generation being compacted; ``_offset`` is then where
         its records stop being the live jobs' and start being copied.
         """
+        if self._log is not None and not self._stale:
+            try:
+                self._read_unlocked(self._log, passes=UNLOCKED_PASSES)  # what peers appended since our last look, before the lock
+            except (NobrokerError, OSError):
+                pass  # memory is marked stale: the catch-up under the lock reloads it
         lock.acquire()
         try:
             slices = 0
@@ -247,6 +258,7 @@ class Compactor(Committer):
                 new.sync()  # the bulk, outside the lock: the fsync under it has little left to do
             new.install(sync=self.durable)
             prepared = prepare_flip(self.fs, self.directory, self.name, new.generation, sync=self.durable)
+            copied = self._copy_unlocked(new, old, copied, shift)  # what came during those fsyncs
             # (4) Under the lock: the last records, fsync, flip.
             lock.acquire()
             try:
@@ -280,6 +292,7 @@ class Compactor(Committer):
         slices = 0
         while True:
             slices += 1
+            copied = self._copy_unlocked(new, old, copied, shift)  # under the lock, only what came since
             caught_up = self._compaction_slice(
                 lock, old, COMPACT_SLICE if slices < COMPACT_MAX_SLICES else None, shift=shift
             )
@@ -288,6 +301,25 @@ class Compactor(Committer):
             if caught_up:
                 return copied
             time.sleep(COMPACT_YIELD)
+
+    def _copy_unlocked(self, new: NextGeneration, old: LogFile, copied: int, shift: int) -> int:
+        """Without the lock: read what peers appended, as far as whole records go, and copy it; returns the new end.
+
+        Again while a pass found READ_AGAIN_BYTES or more (peers appended
+        while it read and copied), at most UNLOCKED_PASSES times. Safe
+        without the lock: no peer rolls records back while a compaction runs
+        (Committer._roll_back), and a flip by someone else shows in the
+        pointer, which every hold checks first (_compaction_slice).
+        """
+        for _ in range(UNLOCKED_PASSES):
+            start = self._offset
+            if not self._read_unlocked(old, shift=shift):
+                break
+            new.copy_from(old, copied, self._offset)
+            copied = self._offset
+            if copied - start < READ_AGAIN_BYTES:
+                break
+        return copied
 
     def _undo(self, exc: BaseException, new: NextGeneration, prepared: str | None, flipped: bool) -> None:
         """A compaction failed with ``exc``: remove what it made; the caller raises (a Superseded as CompactionError)."""

@@ -2,7 +2,9 @@
 
 Owns: Forward, the part of recovery.QueueFiles that applies every whole
 record after an offset (``_apply_forward``), keeps the crc of what it applied
-for a snapshot at close (``_read_forward``), and deals with where reading
+for a snapshot at close (``_read_forward``), reads without the lock as far as
+whole records go (``_read_unlocked``: an operation's look ahead, a
+compaction's copying), and deals with where reading
 stopped (``_stopped_at``): a torn tail is cut, damage followed by valid
 records refuses with CorruptLogError; and ``damage_of``, the words of
 0.1.2's RecoveryReport for a torn tail. Imports: errors, jobs, framing, fs,
@@ -22,11 +24,18 @@ from .prefix_crc import log_crc
 from .replay import QueueState
 
 
+#: A read without the lock that found at least this much reads again (peers appended while it read):
+#: what it leaves for the read under the lock is then a moment's worth (about twenty records).
+READ_AGAIN_BYTES = 4096
+
+
 class Forward:
     """A mixin: QueueFiles sets the attributes below in its __init__."""
 
     fs: FileSystem
     _stale: bool
+    _offset: int
+    _state: QueueState
     _snap_crc: tuple[int, int, int] | None
     _cut_damage: Damage
 
@@ -48,6 +57,31 @@ class Forward:
         else:
             self._snap_crc = None
         return end, torn
+
+    def _read_unlocked(self, log: LogFile, *, shift: int = 0, passes: int = 1) -> bool:
+        """Without the lock: apply the whole records after ``_offset`` (see commit.Committer._read_ahead); did any follow it?
+
+        Up to ``passes`` times, while a pass read at least READ_AGAIN_BYTES
+        (what peers appended while it read). Raises what stopped the reading
+        (damage, an I/O error), memory then marked stale: records may have
+        been applied without the offset moving past them. ``shift``: as in
+        _read_forward (a compaction's).
+        """
+        assert passes >= 1, "at least one look"
+        try:
+            follows = False
+            for _ in range(passes):
+                start = self._offset
+                if log.what_follows(start) <= 0:
+                    break
+                follows = True
+                self._offset, _torn = self._read_forward(log, self._state, start, truncate=False, shift=shift)
+                if self._offset - start < READ_AGAIN_BYTES:
+                    break
+            return follows
+        except BaseException:
+            self._stale = True
+            raise
 
     def _apply_forward(
         self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
