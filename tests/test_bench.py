@@ -55,7 +55,7 @@ FILE_FIGURES = [
     "compaction of 20,000 jobs (half done), two other processes open",
     "longest lock hold while compacting 20,000 jobs, as the compactor reports it",
     "a peer's longest enqueue while it compacts",
-    "the peer's enqueue across the compaction's end",
+    "the peer's enqueue that followed the flip",
     "an idle process's first operation after another compacted 20,000 jobs",
     "the peer's longest enqueue while that first operation ran",
     "open 20,000 records after a crash (no snapshot)",
@@ -134,17 +134,20 @@ class FileSuitesTest(TempDirTestCase):
 
 
 class PeerWindowsTest(unittest.TestCase):
-    """Which of a peer's enqueues (start, end, seconds in its fsync) a figure takes."""
+    """Which of a peer's enqueues (start, end, seconds in its fsync, followed a flip) a figure takes."""
 
-    MARKS = [(1.0, 1.5, 0.1), (1.5001, 2.0, 0.2), (3.0, 3.002, 0.001)]
+    MARKS = [(1.0, 1.5, 0.1, False), (1.5001, 2.0, 0.2, True), (3.0, 3.002, 0.001, False), (4.0, 4.09, 0.0, True)]
 
-    def test_the_enqueue_across_a_moment_is_the_one_running_then(self) -> None:
-        self.assertEqual(peers._across(self.MARKS, 1.2), [500.0])
+    def test_the_enqueue_that_followed_the_flip_is_taken_out_of_the_others(self) -> None:
+        rest, ms = peers._following(self.MARKS, 1.2)
+        self.assertEqual(round(ms, 3), 499.9)
+        self.assertEqual(rest, [self.MARKS[0], self.MARKS[2], self.MARKS[3]])
+        self.assertEqual([round(v) for v in peers._within(rest, 0.0, 5.0)], [500, 2, 90])
 
-    def test_between_two_enqueues_it_is_the_next_one(self) -> None:
-        self.assertEqual([round(ms, 3) for ms in peers._across(self.MARKS, 1.50005)], [499.9])
-        self.assertEqual([round(ms, 3) for ms in peers._across(self.MARKS, 2.5)], [2.0])
-        self.assertEqual(peers._across(self.MARKS, 4.0), [])  # after the last: nothing to report
+    def test_only_a_following_after_the_start_counts(self) -> None:
+        rest, ms = peers._following(self.MARKS, 2.5)
+        self.assertEqual(round(ms, 3), 90.0)
+        self.assertEqual(rest, self.MARKS[:3])
 
 
 class SqliteQueueTest(TempDirTestCase):
