@@ -308,7 +308,8 @@ def _overlapping(marks: Marks, start: float, end: float) -> list[float]:
 
 def _following(marks: Marks, after: float) -> tuple[Marks, float]:
     """The marks but the peer's first enqueue in a new generation after ``after``, and that enqueue's milliseconds."""
-    followed = next(m for m in marks if m[3] and m[0] >= after)
+    followed = next((m for m in marks if m[3] and m[0] >= after), None)
+    assert followed is not None, "the peer never followed the flip"
     return [m for m in marks if m is not followed], (followed[1] - followed[0]) * 1000
 
 
