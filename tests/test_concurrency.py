@@ -236,6 +236,45 @@ if __name__ == "__main__":
     unittest.main()
 
 
+class GroupCommit(TempDirTestCase):
+    """The operations of this process's threads share one batch: one lock, one append, one fsync (commit._run_pending)."""
+
+    def test_an_operation_queued_while_the_batch_waits_for_the_file_lock_joins_it(self) -> None:
+        from nobroker.filestore.fs import OS_FILESYSTEM, RealFileSystem
+        from nobroker.filestore.lock import QueueLock
+        from tests.support import wait_until
+
+        appends: list[int] = []
+
+        class CountingAppends(RealFileSystem):
+            def pwrite(self, fd: int, data: Any, offset: int) -> int:
+                appends.append(len(data))
+                return super().pwrite(fd, data, offset)
+
+        q = Queue(self.dir, filesystem=CountingAppends())
+        self.addCleanup(q.close)
+        q.enqueue("before")
+        storage: Any = q.storage
+        peer = QueueLock(OS_FILESYSTEM, os.path.join(self.dir, "default.lock"), 30.0)
+        peer.acquire()  # another process, in the middle of an operation
+        self.addCleanup(peer.close)
+        appends.clear()
+        threads = [threading.Thread(target=q.enqueue, args=(payload,)) for payload in ("first", "second")]
+        threads[0].start()
+        self.assertTrue(wait_until(storage._mutex.locked), "the first never ran its batch")
+        waiting = {id(op) for op in storage._pending}  # the first's own operation, unless it took it already
+        threads[1].start()
+        self.assertTrue(wait_until(lambda: any(id(op) not in waiting for op in storage._pending)),
+                        "the second never queued its operation")  # fmt: skip
+        self.assertTrue(threads[0].is_alive(), "the first wrote without the file lock")
+        peer.release()
+        for thread in threads:
+            thread.join(60)
+            self.assertFalse(thread.is_alive())
+        self.assertEqual(len(appends), 1, "the second waited for a batch of its own")
+        self.assertEqual(sorted(job.payload for job in q.list_jobs()), ["before", "first", "second"])
+
+
 class ReadAhead(TempDirTestCase):
     """Catching up before the lock (commit._read_ahead) stops at a record a peer is still writing, and cuts nothing."""
 

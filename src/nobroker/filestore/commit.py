@@ -220,10 +220,12 @@ class Committer(QueueFiles):
 
         Returns its result, and whether the caller should compact now.
         Operations from this process's threads are combined: the thread that
-        gets the mutex runs every operation queued by then in one batch (one
-        lock, one catch-up, one append, one fsync for all), while the others
-        wait on the mutex and find their work done. Under contention that turns
-        eight threads' enqueues into one write, not eight.
+        gets the mutex runs every operation queued by the time it holds the
+        file lock in one batch (one lock, one catch-up, one append, one fsync
+        for all), while the others wait on the mutex and find their work done.
+        Under contention that turns eight threads' enqueues into one write, not
+        eight; and a Worker's ack, queued while its next lease waits for a
+        busy file lock, shares the lease's write.
 
         ``lazy`` (leases only): the operation's own records become durable with
         the next fsync of the file (the job's ack at the latest, or close), not
@@ -276,8 +278,7 @@ class Committer(QueueFiles):
 
     def _run_pending(self) -> None:
         """Under the mutex: the four beats for every queued operation, as one batch."""
-        with self._pending_lock:
-            ops, self._pending = self._pending, []
+        ops: list[Op] = []
         ahead_of_disk = False  # has memory taken records (Batch.add applies them) that are not written yet?
         try:
             self._enter()
@@ -287,6 +288,7 @@ class Committer(QueueFiles):
             sig = self._take_lock(exclusive=True)
             try:
                 self._catch_up(exclusive=True, sig=sig)
+                ops = self._take_pending()  # late: what other threads queued while we waited for the lock joins
                 log = self._log
                 assert log is not None
                 if self._offset != self._own_end or log is not self._lazy_log:
@@ -306,6 +308,7 @@ class Committer(QueueFiles):
         except BaseException as exc:
             if ahead_of_disk:  # a KeyboardInterrupt in a decision, say: reload before the next operation
                 self._stale = True
+            ops = ops or self._take_pending()  # failed before they were taken: ours is among them
             for op in ops:  # nothing of this batch was written: every operation failed
                 op.error = exc
             if not isinstance(exc, Exception):
@@ -313,6 +316,13 @@ class Committer(QueueFiles):
         finally:
             for op in ops:
                 op.done = True
+
+    def _take_pending(self) -> list[Op]:
+        """Under the mutex: every operation queued so far (the mutex holder's own among them), for one batch."""
+        with self._pending_lock:
+            ops, self._pending = self._pending, []
+        assert ops, "the thread that runs a batch queued its own operation first"
+        return ops
 
     def _decide(self, ops: list[Op]) -> Batch:
         """Beat three, then every operation's decision, into one batch (applied in memory as it grows)."""
