@@ -31,7 +31,7 @@ V012_ENQUEUE_DEFAULTS: dict[str, Any] = {
     "enqueued_at": 0.0, "lease_deadline": None, "lease_token": None, "last_error": None, "seq": 0,
 }  # fmt: skip
 #: The keys a new job's ENQUEUE leaves out while they hold that default (a compaction writes them all).
-LEFT_OUT_AT_DEFAULT = {"priority", "state", "attempts", "lease_deadline", "lease_token", "last_error"}
+LEFT_OUT_AT_DEFAULT = {"priority", "state", "attempts", "max_attempts", "lease_deadline", "lease_token", "last_error"}
 V012_KEYS = {
     "LEASE": {"id", "at", "deadline", "attempts", "token"},
     "ACK": {"id", "at"},
@@ -175,6 +175,32 @@ class ReadsVersionOne(TempDirTestCase):
         self.assertEqual(bodies[0]["future_field"], {"kept": True})
 
 
+    def test_a_compaction_leaves_out_what_a_reader_takes_for_an_absent_key(self) -> None:
+        """Fields at 0.1.2's defaults are left out of a compacted job, also where its older body held them set."""
+        clock = FakeClock(1000.0)
+        with Queue(self.dir, log_format=1, clock=clock, auto_compact=None) as q:
+            waiting = q.enqueue("waits").id
+            retried = q.enqueue("retried", priority=2, max_attempts=3).id
+            leased = q.lease_one()
+            self.assertEqual(leased.id, retried)
+            q.compact()  # its body now says leased, with a deadline and a token
+            q.nack(leased, error="once", delay=0)  # ready again: no deadline, no token, one attempt spent
+            q.compact()
+            ours = shown(q)
+        bodies = {v.body["id"]: v.body for v in inspect_log(self.dir) if v.type_name == "ENQUEUE"}
+        self.assertEqual(list(bodies[waiting]), ["id", "payload", "available_at", "enqueued_at", "seq"])
+        self.assertEqual(
+            list(bodies[retried]),
+            ["id", "payload", "priority", "attempts", "max_attempts", "available_at", "enqueued_at", "last_error", "seq",
+             "attempt_history"],
+        )  # fmt: skip
+        with Queue(self.dir) as q:
+            again = q.get(retried)
+            self.assertEqual((again.state, again.attempts, again.lease_token), (JobState.READY, 1, None))
+            self.assertEqual(shown(q), ours)
+        with open(os.path.join(self.dir, "default.000002.log"), "rb") as f:
+            self.assertEqual(v012_states(parse_log(f.read())), ours, "0.1.2 reads the compacted jobs as we do")
+
     def test_a_0_1_2_log_shows_the_job_states_0_1_2_shows(self) -> None:
         records = [
             (1, job("a", {"to": "ada"}, 1)), (1, job("b", [1, 2], 2, priority=9)), (1, job("c", "see", 3)),
@@ -211,6 +237,7 @@ class ReadsVersionOne(TempDirTestCase):
             q.enqueue({"a": 1}, priority=3)
             q.enqueue_many(["b", "c", "d", "e"], job_ids=["b", "c", "d", "e"])
             q.enqueue("later", delay=50)
+            q.enqueue("five tries", max_attempts=5)  # the default 0.1.2 reads: its ENQUEUE leaves it out
             first = q.lease_one()
             q.extend(first, 10)
             q.nack(first, error="once", delay=0)

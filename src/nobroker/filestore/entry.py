@@ -23,6 +23,9 @@ CANCELLED = JobState.CANCELLED
 DROPPED = frozenset({DONE, CANCELLED})
 #: Where an Entry sits among the state's heaps (the heap item itself may be stale).
 NOWHERE, IN_READY, IN_DELAYED = 0, 1, 2
+#: What an ENQUEUE body without "max_attempts" means: every reader's default (nobroker 0.1.2's
+#: Job.from_dict, replay's fast path, the playground), so a new job's writer leaves it out at this.
+READ_MAX_ATTEMPTS = 5
 #: The job states by their text in a record.
 STATES = {s.value: s for s in JobState}
 _NUMBERS = frozenset({int, float})
@@ -48,7 +51,7 @@ class Entry:
         self.id: str = body["id"]
         self.priority: int = get("priority", 0)
         self.attempts: int = get("attempts", 0)
-        self.max_attempts: int = get("max_attempts", 5)
+        self.max_attempts: int = get("max_attempts", READ_MAX_ATTEMPTS)
         self.seq: int = get("seq", 0)
         self.enqueued_at: float = get("enqueued_at", 0.0)
         available_at = get("available_at", 0.0)

@@ -7,7 +7,7 @@ records joined once, the jobs stored as cold rows without an Entry each
 (index.py's columns, written here in bulk), and the Jobs the caller gets. It
 answers None when the batch does not fit, having changed nothing: the caller
 then takes the general path, one job at a time (leases.enqueue).
-Imports: jobs, storage, counting, framing, index, replay.
+Imports: jobs, storage, counting, framing, index, records, replay.
 
 The bytes are exactly those of the general path (records.enqueue_body, the
 same as ``json.dumps`` of the body): a log written either way reads the
@@ -36,6 +36,7 @@ from .framing import FRAME, MAX_RECORD_BYTES, TYPE_CRC, RecordType
 from .index import (
     _COLUMNS, _EMPTY, _HASH_MULTIPLIER, _U64, INT32_MAX, INT32_MIN, INT64_MAX, MAX_ROWS, ROW_TYPE,
 )
+from .records import max_attempts_text
 from .replay import QueueState
 
 #: The fewest jobs a batch must have to take this path (measured: one job alone costs more here).
@@ -106,8 +107,8 @@ def _records(
     """The framed ENQUEUE records, joined, and each one's framed size (records.enqueue_body's bytes)."""
     n = len(ids)
     when = repr(now)
-    fixed = (',"priority":%d' % priority if priority else "") + ',"max_attempts":%d,"available_at":%s,"enqueued_at":%s,"seq":' % (
-        max_attempts, when, when,
+    fixed = (',"priority":%d' % priority if priority else "") + max_attempts_text(max_attempts) + (
+        ',"available_at":%s,"enqueued_at":%s,"seq":' % (when, when)
     )  # fmt: skip
     # Each body ends in a NUL, where they are split: a body never holds one (compact ASCII JSON
     # escapes every control character).

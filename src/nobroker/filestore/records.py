@@ -13,9 +13,10 @@ a compaction rewrites a live job's body with its current fields
 (``rewritten_job``). Its decoder is Entry itself (entry.py), or the cold
 store's inlined fast path (replay.QueueState._enqueue).
 
-Keys appear in the order nobroker has always written them, and fields added
-after 0.1.2 only when set, so a log written without the newer features stays
-byte for byte what 0.1.2 wrote and reads.
+Keys appear in the order nobroker has always written them; 0.1.2's fields
+are left out where they hold the default every reader takes for an absent
+key (``READ_DEFAULTS``), and fields added after 0.1.2 appear only when set,
+so a log written without the newer features stays one 0.1.2 reads as we do.
 """
 
 from __future__ import annotations
@@ -24,20 +25,26 @@ import json
 from typing import Any
 
 from ..jobs import DEFAULT_KIND
-from .entry import Entry, check_int, check_text, check_time, check_traceback
+from .entry import READ_MAX_ATTEMPTS, Entry, check_int, check_text, check_time, check_traceback
 from .framing import RecordType
 
 Record = tuple[RecordType, dict[str, Any]]
 
+#: What every reader (Entry, replay's fast path, nobroker 0.1.2's Job.from_dict, the playground)
+#: takes for each of 0.1.2's ENQUEUE fields that a body leaves out.
+READ_DEFAULTS: dict[str, Any] = {
+    "priority": 0, "state": "ready", "attempts": 0, "max_attempts": READ_MAX_ATTEMPTS, "lease_deadline": None,
+    "lease_token": None, "last_error": None,
+}  # fmt: skip
+
 # A new job's fields at their defaults are left out: state "ready", attempts 0,
-# priority 0, and no lease_deadline, lease_token or last_error. Every reader
-# (Entry, replay's fast path, nobroker 0.1.2's Job.from_dict, the playground)
-# reads an absent key as exactly that default, and each costs 13 to 22 bytes
-# a job (101 of them for a plain job). A compaction still writes them all.
-_ENQUEUE_TEXT = '{"id":%s,"payload":%s,"max_attempts":%d,"available_at":%s,"enqueued_at":%s,"seq":%d'
-_ENQUEUE_TEXT_PRIORITY = (
-    '{"id":%s,"payload":%s,"priority":%d,"max_attempts":%d,"available_at":%s,"enqueued_at":%s,"seq":%d'
-)
+# priority 0, max_attempts 5 (READ_MAX_ATTEMPTS), and no lease_deadline,
+# lease_token or last_error. Every reader (Entry, replay's fast path, nobroker
+# 0.1.2's Job.from_dict, the playground) reads an absent key as exactly that
+# default, and each costs 13 to 22 bytes a job (118 of them for a plain job).
+# A compaction leaves them out too (job_fields).
+_ENQUEUE_TEXT = '{"id":%s,"payload":%s%s,"available_at":%s,"enqueued_at":%s,"seq":%d'
+_ENQUEUE_TEXT_PRIORITY = '{"id":%s,"payload":%s,"priority":%d%s,"available_at":%s,"enqueued_at":%s,"seq":%d'
 #: The same two, for a job whose id the library made from a number (index.ID_TEXT's digits).
 _NEW_JOB = _ENQUEUE_TEXT.replace('"id":%s', '"id":"%016x"')
 _NEW_JOB_PRIORITY = _ENQUEUE_TEXT_PRIORITY.replace('"id":%s', '"id":"%016x"')
@@ -47,6 +54,11 @@ _ONLY_WHEN_SET = ("stage", "result", "cancel_requested", "timeout", "attempt_his
 
 
 # ---------------------------------------------------------------- ENQUEUE
+def max_attempts_text(max_attempts: int) -> str:
+    """A new job's ``,"max_attempts":N`` as its ENQUEUE body carries it: nothing for the default every reader assumes."""
+    return "" if max_attempts == READ_MAX_ATTEMPTS else ',"max_attempts":%d' % max_attempts
+
+
 def enqueue_body(entry: Entry, payload_json: str, times: dict[int, str] | None = None) -> bytes:
     """The body of a new job's ENQUEUE record: the same bytes ``json.dumps(body)`` gives.
 
@@ -69,10 +81,10 @@ def enqueue_body(entry: Entry, payload_json: str, times: dict[int, str] | None =
         enqueued = times[id(entry.enqueued_at)] = repr(entry.enqueued_at)
     if entry.priority:
         text = _ENQUEUE_TEXT_PRIORITY % (
-            quoted, payload_json, entry.priority, entry.max_attempts, available, enqueued, entry.seq
+            quoted, payload_json, entry.priority, max_attempts_text(entry.max_attempts), available, enqueued, entry.seq
         )  # fmt: skip
     else:
-        text = _ENQUEUE_TEXT % (quoted, payload_json, entry.max_attempts, available, enqueued, entry.seq)
+        text = _ENQUEUE_TEXT % (quoted, payload_json, max_attempts_text(entry.max_attempts), available, enqueued, entry.seq)
     if entry.kind != DEFAULT_KIND:
         text += ',"kind":' + json.dumps(entry.kind)
     if entry.dedupe_key is not None:
@@ -88,9 +100,9 @@ def new_job_body(number: int, spec: Any, now: float, seq: int) -> bytes:
     """``enqueue_body`` of a plain job ready now (no dedupe key, time limit or group) whose id spells ``number``."""
     at = repr(now)
     text = (
-        _NEW_JOB_PRIORITY % (number, spec.payload_json, spec.priority, spec.max_attempts, at, at, seq)
+        _NEW_JOB_PRIORITY % (number, spec.payload_json, spec.priority, max_attempts_text(spec.max_attempts), at, at, seq)
         if spec.priority
-        else _NEW_JOB % (number, spec.payload_json, spec.max_attempts, at, at, seq)
+        else _NEW_JOB % (number, spec.payload_json, max_attempts_text(spec.max_attempts), at, at, seq)
     )
     if spec.kind != DEFAULT_KIND:
         text += ',"kind":' + json.dumps(spec.kind)
@@ -98,13 +110,20 @@ def new_job_body(number: int, spec: Any, now: float, seq: int) -> bytes:
 
 
 def job_fields(entry: Entry) -> dict[str, Any]:
-    """The mutable fields as an ENQUEUE body carries them (a compaction rewrites them)."""
-    out: dict[str, Any] = {
-        "priority": entry.priority, "state": entry.state.value, "attempts": entry.attempts,
-        "max_attempts": entry.max_attempts, "available_at": entry.available_at,
-        "enqueued_at": entry.enqueued_at, "lease_deadline": entry.lease_deadline,
-        "lease_token": entry.lease_token, "last_error": entry.last_error, "seq": entry.seq,
-    }  # fmt: skip
+    """The mutable fields as an ENQUEUE body carries them (a compaction rewrites them), in 0.1.2's order.
+
+    Those at the default every reader takes for an absent key are left out,
+    as a new job's ENQUEUE leaves them out: a waiting job's compacted record
+    is about 120 bytes shorter, and reads like a new one.
+    """
+    fields: tuple[tuple[str, Any], ...] = (
+        ("priority", entry.priority), ("state", entry.state.value), ("attempts", entry.attempts),
+        ("max_attempts", entry.max_attempts), ("available_at", entry.available_at), ("enqueued_at", entry.enqueued_at),
+        ("lease_deadline", entry.lease_deadline), ("lease_token", entry.lease_token), ("last_error", entry.last_error),
+        ("seq", entry.seq),
+    )  # fmt: skip
+    defaults = READ_DEFAULTS
+    out = {key: value for key, value in fields if key not in defaults or value != defaults[key]}
     # Newer fields only when used, so a log without them stays readable by 0.1.2.
     if entry.kind != DEFAULT_KIND:
         out["kind"] = entry.kind
@@ -134,16 +153,17 @@ def rewritten_job(entry: Entry, body: dict[str, Any]) -> Record:
 
     The old body brings the id, the payload and any key a newer nobroker
     added; its fields written only when set must not survive (a stage the
-    next lease cleared, a result from a past ack). Every field is written,
-    in 0.1.2's order (id, payload, then job_fields), whether or not the old
-    body left some out at their defaults; other keys follow as they were.
+    next lease cleared, a result from a past ack), nor may a field the old
+    body held that is at its default now (a lease token, once reclaimed).
+    0.1.2's fields come in its order (id, payload, then job_fields), those at
+    their defaults left out; other keys follow as they were.
     """
     out: dict[str, Any] = {"id": body["id"]}
     if "payload" in body:
         out["payload"] = body["payload"]
     out.update(job_fields(entry))
     for key, value in body.items():
-        if key not in out and key not in _ONLY_WHEN_SET:
+        if key not in out and key not in _ONLY_WHEN_SET and key not in READ_DEFAULTS:  # a default left out stays out
             out[key] = value
     return RecordType.ENQUEUE, out
 

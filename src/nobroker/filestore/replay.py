@@ -53,7 +53,7 @@ from ..jobs import DEFAULT_KIND, JobState, QueueStats
 from ..limits import Turns
 from ..schedules import Schedule
 from . import control_records, counting, limit_records, records, schedule_records
-from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
+from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED, NOWHERE, READ_MAX_ATTEMPTS, READY, Entry
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, id_number
 from .ready import ReadyJobs
@@ -225,7 +225,7 @@ class QueueState(ReadyJobs):
         try:
             job_id, priority, seq = body["id"], get("priority", 0), body["seq"]
             enqueued_at, available_at = body["enqueued_at"], body["available_at"]
-            attempts, max_attempts = get("attempts", 0), body["max_attempts"]
+            attempts, max_attempts = get("attempts", 0), get("max_attempts", READ_MAX_ATTEMPTS)
             plain = (
                 get("state", "ready") == "ready" and get("lease_deadline") is None and get("lease_token") is None
                 and get("last_error") is None
