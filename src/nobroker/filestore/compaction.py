@@ -116,8 +116,13 @@ class NextGeneration:
         read_body: Callable[[Entry], dict[str, Any]],
         progress: Callable[[int], None] | None = None,
         sync_every: int | None = None,
+        read_as_is: Callable[[Entry], bytes | None] | None = None,
     ) -> dict[str, int]:
         """One ENQUEUE record per entry, with its current state; returns each job's new offset.
+
+        ``read_as_is``: the entry's record as it stands, where it already is
+        the record this would write (a job untouched since it was enqueued,
+        its record checked); None: decoded and written anew.
 
         With ``sync_every``, fsync after about that many bytes: the file reaches
         the disk in steps instead of in one burst that every other writer on the
@@ -130,7 +135,8 @@ class NextGeneration:
             written = 0
             for entry in entries:
                 offsets[entry.id] = self.pos + len(buf)
-                buf += encode_record(*records.rewritten_job(entry, read_body(entry)))
+                same = None if read_as_is is None else read_as_is(entry)
+                buf += encode_record(*records.rewritten_job(entry, read_body(entry))) if same is None else same
                 written += 1
                 if len(buf) >= WRITE_BUFFER:
                     self._write(bytes(buf))

@@ -243,7 +243,9 @@ class Compactor(Committer):
                 *limit_records.replayed(self._state.limits, at, self._state.turns),
                 *control_records.replayed(self._state.paused, at),
             ])  # fmt: skip
-            offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None)
+            offsets = new.write_jobs(
+                live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None, self._record_as_is
+            )  # fmt: skip
             del live
             shift = new.pos - base
             copied = self._copy_appended(new, old, lock, copied=base)

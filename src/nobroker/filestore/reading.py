@@ -5,7 +5,8 @@ Owns: LogReading, the part of log.LogFile that scans records forward
 a torn tail), tells a torn tail from damage in the middle (``torn_bytes``,
 ``valid_record_after``), checks that only zeros follow a version 2 file's
 records (``only_zeros_after``) and reads one job's record back
-(``read_job_body``). Imports: errors, jobs, fs, framing.
+(``read_job_body``, or its bytes as they are: ``read_job_record``).
+Imports: errors, jobs, fs, framing.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from ..errors import CorruptLogError
 from ..jobs import MAX_RECORD_BYTES
 from .framing import (
     END_OF_RECORDS, FRAME, FRAME_SIZE, KNOWN_TYPES, TYPE_CRC, Frame, FrameStatus, decode_body, decode_frame,
-    plausible_frame_at,
+    RecordType, plausible_frame_at,
 )  # fmt: skip
 from .fs import FileSystem, storage_error
 
 _unpack_frame = FRAME.unpack_from
+ENQUEUE = int(RecordType.ENQUEUE)
 _NONZERO = re.compile(rb"[^\x00]")
 
 #: Bytes read per call while scanning. Big enough to amortise syscalls.
@@ -235,6 +237,30 @@ class LogReading:
                 offset=offset,
             )
         return fr.body
+
+
+    def read_job_record(self, offset: int, size: int, prefix: bytes) -> bytes | None:
+        """The framed ENQUEUE record of ``size`` bytes at ``offset``, as it is, if it checks out; else None.
+
+        It checks out when its frame says that length and type, its crc
+        matches and its body starts with ``prefix`` (``{"id":`` and the job's
+        id): then it is that job's whole record. None sends the caller to
+        ``read_job_body``, which names whatever is wrong. StorageError if the
+        disk fails.
+        """
+        try:
+            data = self.fs.pread(self.fd, size, offset)
+        except OSError as exc:
+            raise storage_error(exc, f"reading the record at offset {offset} of", self.path) from None
+        if len(data) != size or size < FRAME_SIZE:
+            return None
+        length, rtype, crc = _unpack_frame(data, 0)
+        if (
+            rtype != ENQUEUE or FRAME_SIZE + length != size or not data.startswith(prefix, FRAME_SIZE)
+            or crc32(memoryview(data)[FRAME_SIZE:], TYPE_CRC[ENQUEUE]) != crc
+        ):  # fmt: skip
+            return None
+        return data
 
 
 __all__ = ["CATCH_UP_GUESS", "JOB_READ_GUESS", "READ_CHUNK", "LogReading"]

@@ -204,6 +204,11 @@ def ack_text(job_id: str, at: float, result_json: str | None) -> bytes:
     return (text + "}" if result_json is None else text + ',"result":' + result_json + "}").encode("ascii")
 
 
+def id_prefix(job_id: str) -> bytes:
+    """How the ENQUEUE body of job ``job_id`` begins, as every writer writes it: ``{"id":`` and the id, then a comma."""
+    return ('{"id":' + _quoted(job_id) + ",").encode("ascii")
+
+
 def _quoted(job_id: str) -> str:
     """``job_id`` as compact JSON text (a library-made id needs no escaping)."""
     return '"' + job_id + '"' if len(job_id) == 16 and _HEX_ID.issuperset(job_id) else json.dumps(job_id)

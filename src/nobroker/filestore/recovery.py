@@ -9,7 +9,7 @@ fork, saving a snapshot at close, reading a job's payload back; the
 unlocked replay and the checkpoints come from checkpoint.Checkpoints
 (over unlocked.UnlockedReplay), reading forward from forward.Forward.
 Imports: errors, jobs, storage, layout, fs, bulk, folder, framing, entry,
-log, pointer, lock, replay, snapshot, unlocked, checkpoint, forward.
+log, pointer, lock, records, replay, snapshot, unlocked, checkpoint, forward.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
 after the damage, is an interrupted write and is cut; damage followed by
@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import CorruptLogError, NobrokerError, StorageError
 from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
 from ..storage import StorageOptions, queue_closed
-from . import checkpoint, snapshot
+from . import checkpoint, records, snapshot
 from .bulk import paused_collector
 from .checkpoint import Checkpoints
 from .entry import Entry
@@ -367,6 +367,17 @@ class QueueFiles(Checkpoints, Forward):
         """The ENQUEUE record that holds ``entry``'s payload, decoded (under the lock: it pins the generation)."""
         assert self._log is not None
         return self._log.read_job_body(entry.offset, entry.id)
+
+    def _record_as_is(self, entry: Entry) -> bytes | None:
+        """A job untouched since it was enqueued (a cold row): its ENQUEUE record's bytes, checked; else None.
+
+        That record already says what a compaction would write for the job:
+        records.job_fields leaves out what a new job's record leaves out.
+        """
+        if entry.id in self._state.hot:
+            return None
+        assert self._log is not None
+        return self._log.read_job_record(entry.offset, entry.size, records.id_prefix(entry.id))
 
     def _job(self, entry: Entry) -> Job:
         return entry.to_job(self._read_body(entry).get("payload"))
