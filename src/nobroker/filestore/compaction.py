@@ -120,8 +120,8 @@ class NextGeneration:
     ) -> dict[str, int]:
         """One ENQUEUE record per entry, with its current state; returns each job's new offset.
 
-        ``read_as_is``: the entry's record as it stands, where it already is
-        the record this would write (a job untouched since it was enqueued,
+        ``read_as_is``: the entry's record as it stands, where it already
+        says what this would write (a job untouched since it was enqueued,
         its record checked); None: decoded and written anew.
 
         With ``sync_every``, fsync after about that many bytes: the file reaches

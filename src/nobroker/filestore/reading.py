@@ -25,7 +25,7 @@ from .framing import (
 from .fs import FileSystem, storage_error
 
 _unpack_frame = FRAME.unpack_from
-ENQUEUE = int(RecordType.ENQUEUE)
+_ENQUEUE = int(RecordType.ENQUEUE)
 _NONZERO = re.compile(rb"[^\x00]")
 
 #: Bytes read per call while scanning. Big enough to amortise syscalls.
@@ -238,7 +238,6 @@ class LogReading:
             )
         return fr.body
 
-
     def read_job_record(self, offset: int, size: int, prefix: bytes) -> bytes | None:
         """The framed ENQUEUE record of ``size`` bytes at ``offset``, as it is, if it checks out; else None.
 
@@ -256,8 +255,8 @@ class LogReading:
             return None
         length, rtype, crc = _unpack_frame(data, 0)
         if (
-            rtype != ENQUEUE or FRAME_SIZE + length != size or not data.startswith(prefix, FRAME_SIZE)
-            or crc32(memoryview(data)[FRAME_SIZE:], TYPE_CRC[ENQUEUE]) != crc
+            rtype != _ENQUEUE or FRAME_SIZE + length != size or not data.startswith(prefix, FRAME_SIZE)
+            or crc32(memoryview(data)[FRAME_SIZE:], TYPE_CRC[_ENQUEUE]) != crc
         ):  # fmt: skip
             return None
         return data
