@@ -274,6 +274,51 @@ class GroupCommit(TempDirTestCase):
         self.assertEqual(len(appends), 1, "the second waited for a batch of its own")
         self.assertEqual(sorted(job.payload for job in q.list_jobs()), ["before", "first", "second"])
 
+    def in_one_batch(self, first: Any, second: Any) -> list[Any]:
+        """``first(q)`` and ``second(q)`` from two threads, decided in one batch in that order; their answers."""
+        from nobroker.filestore.fs import OS_FILESYSTEM
+        from nobroker.filestore.lock import QueueLock
+        from tests.support import wait_until
+
+        q = Queue(self.dir, visibility_timeout=300)
+        self.addCleanup(q.close)
+        q.stats()  # the queue exists
+        storage: Any = q.storage
+        peer = QueueLock(OS_FILESYSTEM, os.path.join(self.dir, "default.lock"), 30.0)
+        peer.acquire()
+        self.addCleanup(peer.close)
+        answers: list[Any] = [None, None]
+        errors: list[BaseException] = []
+
+        def run(index: int, call: Any) -> None:
+            try:
+                answers[index] = call(q)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i, call)) for i, call in enumerate((first, second))]
+        threads[0].start()
+        self.assertTrue(wait_until(lambda: len(storage._pending) == 1 and storage._mutex.locked()))
+        threads[1].start()
+        self.assertTrue(wait_until(lambda: len(storage._pending) == 2), "the second never queued its operation")
+        peer.release()
+        for thread in threads:
+            thread.join(60)
+        self.assertEqual(errors, [])
+        return answers
+
+    def test_a_lease_takes_a_job_enqueued_earlier_in_its_batch(self) -> None:
+        """Its payload is read from the batch: the record is not in the file yet."""
+        enqueued, leased = self.in_one_batch(lambda q: q.enqueue({"fresh": 1}), lambda q: q.lease_one())
+        self.assertIsNotNone(leased)
+        self.assertEqual((leased.id, leased.payload), (enqueued.id, {"fresh": 1}))
+
+    def test_a_repeated_id_gets_the_job_enqueued_earlier_in_its_batch(self) -> None:
+        first, again = self.in_one_batch(
+            lambda q: q.enqueue({"n": 1}, job_id="once"), lambda q: q.enqueue({"n": 2}, job_id="once")
+        )  # fmt: skip
+        self.assertEqual((again.id, again.payload, again.seq), ("once", {"n": 1}, first.seq))
+
 
 class ReadAhead(TempDirTestCase):
     """Catching up before the lock (commit._read_ahead) stops at a record a peer is still writing, and cuts nothing."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .entry import Entry
-from .framing import RecordType, encode_record, frame
+from .framing import FrameStatus, RecordType, decode_frame, encode_record, frame
 from .log import LogFile
 from .records import Record
 from .replay import QueueState
@@ -61,6 +61,15 @@ class Batch:
         self.parts.append(data)
         self.pos += len(data)
         self.state.enables_end = self.pos  # a lease may hand this job out: it rests on this record
+
+    def body_at(self, offset: int, job_id: str) -> dict[str, Any]:
+        """The ENQUEUE record this batch added at ``offset`` (job ``job_id``'s, not yet written), decoded."""
+        data = b"".join(self.parts)
+        fr = decode_frame(data, offset - self.start, self.start)
+        assert fr.status is FrameStatus.OK and fr.body is not None and fr.body.get("id") == job_id, (
+            f"job {job_id}'s record is not at {offset} in the batch"
+        )  # fmt: skip
+        return fr.body
 
     def add_jobs(self, data: bytes, count: int) -> None:
         """``count`` ENQUEUE records, framed and joined, their jobs already in the state (plain_jobs.py)."""

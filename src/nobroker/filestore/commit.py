@@ -327,18 +327,21 @@ class Committer(QueueFiles):
     def _decide(self, ops: list[Op]) -> Batch:
         """Beat three, then every operation's decision, into one batch (applied in memory as it grows)."""
         now = self.clock()
-        batch = Batch(self._state, self._offset)
-        leases.reclaim(batch, now, self.backoff)
-        for op in ops:
-            # What this operation's answer rests on: all it read; for a lease, only up to the last
-            # record that could give it a job (replay.py's enables_end), not a peer's acks after it.
-            op.read_end = min(batch.pos, self._state.enables_end) if op.lazy else batch.pos
-            try:
-                op.result = op.decide(batch, now)
-            except Exception as exc:
-                # decide() refuses before adding records of its own; the
-                # records before it are still true and are written below.
-                op.error = exc
+        batch = self._deciding = Batch(self._state, self._offset)  # payloads it enqueued read from it (_read_body)
+        try:
+            leases.reclaim(batch, now, self.backoff)
+            for op in ops:
+                # What this operation's answer rests on: all it read; for a lease, only up to the last
+                # record that could give it a job (replay.py's enables_end), not a peer's acks after it.
+                op.read_end = min(batch.pos, self._state.enables_end) if op.lazy else batch.pos
+                try:
+                    op.result = op.decide(batch, now)
+                except Exception as exc:
+                    # decide() refuses before adding records of its own; the
+                    # records before it are still true and are written below.
+                    op.error = exc
+        finally:
+            self._deciding = None
         return batch
 
     def _append(self, log: LogFile, batch: Batch, ops: list[Op]) -> int:
