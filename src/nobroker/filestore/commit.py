@@ -7,8 +7,9 @@ records before the lock (``_read_ahead``); the group commit (``_commit``,
 ``_run_pending``) of batch.py's Batch and Op, making an answer durable and
 rolling an operation's records back when its fsync failed, the read-only
 beat (``_read``), waking idle workers after a write, and whether a write
-leaves enough superseded bytes to compact. Imports: errors, storage, layout,
-fs, framing, log, pointer, wake, replay, retire, batch, leases, recovery.
+leaves enough superseded bytes to compact; a decision's payload reads (from
+its batch what that enqueued). Imports: errors, storage, layout, fs, entry,
+framing, log, pointer, wake, replay, retire, batch, leases, recovery.
 
 Locking, from the outside in: a threading.Lock (``_mutex``) serialises this
 process's threads around the in-memory state, and whichever thread holds it
@@ -26,12 +27,13 @@ import os
 import threading
 import zlib
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import NobrokerError, StorageError
 from ..storage import StorageOptions
 from . import leases
 from .batch import Batch, Op
+from .entry import Entry
 from .framing import HEADER_SIZE
 from .fs import FileSystem
 from .layout import finished_wake_path, wake_path
@@ -73,6 +75,7 @@ class Committer(QueueFiles):
         # that takes every kind asleep.
         self._wake_kinds = WakeChannel(wake_path(self.directory, self.name, some_kinds=True))
         self._wake_finished = WakeChannel(finished_wake_path(self.directory, self.name))
+        self._deciding: Batch | None = None  # the batch whose decisions run now (_decide, _read_body)
 
     def _after_fork(self) -> None:
         super()._after_fork()
@@ -223,9 +226,8 @@ class Committer(QueueFiles):
         gets the mutex runs every operation queued by the time it holds the
         file lock in one batch (one lock, one catch-up, one append, one fsync
         for all), while the others wait on the mutex and find their work done.
-        Under contention that turns eight threads' enqueues into one write, not
-        eight; and a Worker's ack, queued while its next lease waits for a
-        busy file lock, shares the lease's write.
+        Under contention that turns eight threads' enqueues (or a Worker's ack
+        and its next lease) into one write.
 
         ``lazy`` (leases only): the operation's own records become durable with
         the next fsync of the file (the job's ack at the latest, or close), not
@@ -327,7 +329,7 @@ class Committer(QueueFiles):
     def _decide(self, ops: list[Op]) -> Batch:
         """Beat three, then every operation's decision, into one batch (applied in memory as it grows)."""
         now = self.clock()
-        batch = self._deciding = Batch(self._state, self._offset)  # payloads it enqueued read from it (_read_body)
+        batch = self._deciding = Batch(self._state, self._offset)  # what it enqueues is read from it (_read_body)
         try:
             leases.reclaim(batch, now, self.backoff)
             for op in ops:
@@ -343,6 +345,14 @@ class Committer(QueueFiles):
         finally:
             self._deciding = None
         return batch
+
+    def _read_body(self, entry: Entry) -> dict[str, Any]:
+        """As QueueFiles', but a job an earlier operation of the batch being decided enqueued (a lease's pick,
+        a repeat of its id, from another thread) is read from that batch: its record is not in the file yet."""
+        batch = self._deciding
+        if batch is not None and entry.offset >= batch.start:
+            return batch.body_at(entry.offset, entry.id)
+        return super()._read_body(entry)
 
     def _append(self, log: LogFile, batch: Batch, ops: list[Op]) -> int:
         """Beat four's write (its fsync comes after the lock): the batch's records at the end; returns the new end."""

@@ -8,7 +8,7 @@ with a snapshot, cut a torn tail, remove leftovers), re-opening after a
 fork, saving a snapshot at close, reading a job's payload back; the
 unlocked replay and the checkpoints come from checkpoint.Checkpoints
 (over unlocked.UnlockedReplay), reading forward from forward.Forward.
-Imports: errors, jobs, storage, layout, fs, batch, bulk, folder, framing, entry,
+Imports: errors, jobs, storage, layout, fs, bulk, folder, framing, entry,
 log, pointer, lock, records, replay, snapshot, unlocked, checkpoint, forward.
 
 Recovery is exact (design invariant 4): a torn tail, with no valid record
@@ -30,7 +30,6 @@ from ..errors import CorruptLogError, NobrokerError, StorageError
 from ..jobs import BackoffPolicy, Damage, Job, RecoveryReport
 from ..storage import StorageOptions, queue_closed
 from . import checkpoint, records, snapshot
-from .batch import Batch
 from .bulk import paused_collector
 from .checkpoint import Checkpoints
 from .entry import Entry
@@ -107,8 +106,6 @@ class QueueFiles(Checkpoints, Forward):
         # A generation replayed without the lock, for the next replay under it to start from (unlocked.py).
         self._prepared: Prepared | None = None
         self._checkpointing: threading.Thread | None = None  # writing a checkpoint (see _maybe_checkpoint)
-        # The batch whose decisions run now (commit.Committer._decide): what it enqueued is not written yet.
-        self._deciding: Batch | None = None
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's threads do not exist here, so neither do their locks."""
@@ -367,16 +364,8 @@ class QueueFiles(Checkpoints, Forward):
         self._log.durable_end = self._offset
 
     def _read_body(self, entry: Entry) -> dict[str, Any]:
-        """The ENQUEUE record that holds ``entry``'s payload, decoded (under the lock: it pins the generation).
-
-        A job an earlier operation of the batch being decided enqueued (a
-        lease, or a repeat of its id, from another thread of this process)
-        has its record in that batch, not yet in the file: read there.
-        """
+        """The ENQUEUE record that holds ``entry``'s payload, decoded (under the lock: it pins the generation)."""
         assert self._log is not None
-        batch = self._deciding
-        if batch is not None and entry.offset >= batch.start:
-            return batch.body_at(entry.offset, entry.id)
         return self._log.read_job_body(entry.offset, entry.id)
 
     def _record_as_is(self, entry: Entry) -> bytes | None:
