@@ -232,10 +232,6 @@ class WakeUpsFromManyThreads(TempDirTestCase):
             self.assertTrue(channel.wait(60.0))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class GroupCommit(TempDirTestCase):
     """The operations of this process's threads share one batch: one lock, one append, one fsync (commit._run_pending)."""
 
@@ -366,3 +362,7 @@ class ReadAhead(TempDirTestCase):
                 with Queue(folder) as again:
                     self.assertEqual(sorted(job.payload for job in again.list_jobs()),
                                      ["a peer's", "first", "half, then whole", "mine, after it", "whole"])  # fmt: skip
+
+
+if __name__ == "__main__":
+    unittest.main()
