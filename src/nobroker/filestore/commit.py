@@ -38,7 +38,7 @@ from .framing import HEADER_SIZE
 from .fs import FileSystem
 from .layout import finished_wake_path, wake_path
 from .log import LogFile
-from .pointer import read_pointer, write_pointer
+from .pointer import read_pointer, renew_signature
 from .recovery import QueueFiles
 from .replay import QueueState
 from .retire import Retiring
@@ -395,7 +395,10 @@ class Committer(QueueFiles):
                     # Not while a compaction runs: it may already have copied these records,
                     # and cutting bytes it read would shift everything after them.
                     if log.what_follows(end) == 0 and not self._compaction_running():  # nobody appended after us
-                        self._tell_peers_of_roll_back(log)
+                        try:  # before records are cut, so a peer that read them replays instead (pointer.py)
+                            renew_signature(self.fs, self.directory, self.name, log.generation)
+                        except (NobrokerError, OSError) as exc:  # best effort: the disk is failing
+                            logger.warning("%s: could not tell other processes of the records taken back (%s)", log.path, exc)
                         log.truncate(start)
                         self._stale = True  # memory holds the records we just removed
                         # Make the shorter size durable, or a power cut could bring the
@@ -406,23 +409,6 @@ class Committer(QueueFiles):
                     lock.release()
         except (NobrokerError, OSError):
             pass
-
-    def _tell_peers_of_roll_back(self, log: LogFile) -> None:
-        """Under the exclusive lock, before records are cut: change the pointer's signature for every peer.
-
-        A peer that read the records must not read on from where they ended
-        once others write over the place they held (the middle of someone
-        else's record: false damage, or an acknowledged record cut as a torn
-        tail). A new signature naming the same generation makes it replay
-        the log instead (_catch_up). Best effort: the disk is failing.
-        """
-        try:
-            if self.fs.exists(self._pointer_path):
-                self.fs.touch(self._pointer_path)  # no data written: nothing a power cut could spoil
-            else:  # no compaction yet: a pointer naming this generation, durable before its rename
-                write_pointer(self.fs, self.directory, self.name, log.generation, sync=True, folder=False)
-        except (NobrokerError, OSError) as exc:
-            logger.warning("%s: could not tell other processes of the records taken back (%s)", log.path, exc)
 
     def _should_auto_compact(self) -> bool:
         """Is the share of superseded bytes in the log at least ``auto_compact``? O(1).

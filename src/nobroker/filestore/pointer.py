@@ -2,7 +2,8 @@
 
 Owns: reading it (a generation number, or None before the first
 compaction; ``current_generation``: 0 then), and replacing it in two steps a compactor can split: a durable
-temp file, then one atomic rename (durable after the caller's folder fsync).
+temp file, then one atomic rename (durable after the caller's folder fsync);
+and giving it a new signature that names the same generation (``renew_signature``).
 Imports: errors, layout, fs.
 """
 
@@ -94,3 +95,20 @@ def install_pointer(fs: FileSystem, directory: str, name: str, tmp: str) -> None
         fs.replace(tmp, path)
     except OSError as exc:
         raise storage_error(exc, "writing the generation pointer", path) from None
+
+
+def renew_signature(fs: FileSystem, directory: str, name: str, generation: int) -> None:
+    """Under the exclusive lock, before a writer cuts records it rolls back: a new pointer signature, the same generation.
+
+    A peer that read the records must not read on from where they ended
+    once others write over the place they held (the middle of someone
+    else's record: false damage, or an acknowledged record cut as a torn
+    tail). A new signature naming the same generation makes it replay the
+    log instead (commit.Committer._catch_up). OSError or NobrokerError if
+    the disk fails.
+    """
+    path = pointer_path(directory, name)
+    if fs.exists(path):
+        fs.touch(path)  # no data written: nothing a power cut could spoil
+    else:  # no compaction yet: a pointer naming this generation, durable before its rename
+        write_pointer(fs, directory, name, generation, sync=True, folder=False)
