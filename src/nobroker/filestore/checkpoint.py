@@ -96,6 +96,7 @@ def wait_for_checkpoint(fs: FileSystem, directory: str, name: str, generation: i
             return fs.exists(path)
         time.sleep(CHECKPOINT_POLL)
 
+
 class Checkpoints(UnlockedReplay):
     """The part of recovery.QueueFiles that follows a flip to a checkpoint and writes the periodic checkpoints.
 

@@ -49,6 +49,8 @@ logger = logging.getLogger("nobroker")
 
 #: Auto-compaction never runs on a log smaller than this: not worth a rewrite.
 AUTO_COMPACT_MIN_BYTES = 8 * 1024 * 1024
+
+
 class Committer(QueueFiles):
     """QueueFiles that run the four beats for operations, batched across this process's threads."""
 

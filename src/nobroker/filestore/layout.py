@@ -78,6 +78,8 @@ def wake_path(directory: str, name: str, *, some_kinds: bool = False) -> str:
 def workers_path(directory: str, name: str) -> str:
     """The folder of the queue's worker announcements (one small JSON file per worker)."""
     return os.path.join(directory, f"{name}.workers")
+
+
 def finished_wake_path(directory: str, name: str) -> str:
     """The named pipe ``Queue.wait`` waits on: a write that finishes a job (done, dead, cancelled) wakes it."""
     return os.path.join(directory, f"{name}.wake-finished")

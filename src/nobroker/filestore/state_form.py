@@ -196,6 +196,7 @@ def _rows_to_snapshot(self: JobRows) -> tuple[dict[str, Any], list[Any]]:
     fields = {"rows": len(rows), "kind_names": self._kind_names, "fifos": fifos, "heads": heads}
     return fields, [self._ids, self._columns, self._table, fifo_rows, gone]
 
+
 def _rows_from_snapshot(self: JobRows, fields: dict[str, Any], blocks: list[Any]) -> int:
     """Undo ``_rows_to_snapshot`` (the counters are set already); returns how many rows are gone.
 

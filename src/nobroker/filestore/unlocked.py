@@ -54,6 +54,7 @@ CATCH_UP_MIN_BYTES = 64 << 10
 #: prepare()'s end for a version 2 file: as far as its whole records go when it reads them.
 AS_WRITTEN = -1
 
+
 @dataclass
 class Prepared:
     """A generation replayed without the lock: ``state`` is the replay of log[0, ``end``)."""

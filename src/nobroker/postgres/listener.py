@@ -24,6 +24,7 @@ logger = logging.getLogger("nobroker.postgres")
 #: How often an idle wait asks again when the queue's next job comes due (for jobs others delay meanwhile).
 DUE_RECHECK = 0.5
 
+
 class Listener(Owned):
     """A second connection that LISTENs on one queue's channel, opened the first time a worker idles.
 
