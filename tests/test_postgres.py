@@ -859,6 +859,43 @@ class PostgresBenchTests(unittest.TestCase):
         self.assertIn("hand-written", table)
         self.assertIn("| figure |", bench_pg.render(rows, markdown=True))
 
+    def test_a_tiny_run_of_what_notify_costs_reports_each_way(self) -> None:
+        from tools.bench import pg_notify
+
+        dsn = require_postgres(self)
+        rates = pg_notify.run(dsn, progress=lambda text: None, processes=2, jobs=5, rounds=1)
+        self.assertEqual(list(rates), [key for key, _ in pg_notify.WAYS])
+        for way, rate in rates.items():
+            self.assertGreater(rate, 0, way)
+        self.assertIn("as shipped / no NOTIFY:", pg_notify.render(rates, processes=2))
+
+
+class BenchWaysOfNotifying(PostgresTestCase):
+    """The NOTIFY figure's two ways the library does not ship send what they say: none, and one per enqueue."""
+
+    def test_none_sends_no_notify_and_each_one_per_enqueue(self) -> None:
+        from nobroker.postgres.connection import channel_name
+        from tools.bench import pg_notify
+
+        heard: dict[str, int] = {}
+        for way in ("none", "each"):
+            name = fresh_name("q")
+            with connect() as ear, Queue(self.dsn, name, schema=self.schema, migrate=False) as q:
+                channel = channel_name(self.schema, name)
+                ear.execute(f'LISTEN "{channel}"')
+                pg_notify.set_way(q, way)
+                for i in range(5):
+                    q.enqueue({"i": i})
+                with connect() as other:
+                    other.execute("SELECT pg_notify(%s, 'marker')", (channel,))
+                count = 0
+                for note in ear.notifies(timeout=PATIENCE):
+                    if note.payload == "marker":
+                        break
+                    count += 1
+                heard[way] = count
+        self.assertEqual(heard, {"none": 0, "each": 5})
+
 
 def _drop_schema_at(dsn: str, schema: str) -> None:
     try:

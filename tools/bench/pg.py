@@ -6,13 +6,14 @@ idle pickup latency, each for nobroker and for the hand-written loop of
 pg_baseline.py on a plain table in the same database, in the same run, and
 prints one table (figure, value, baseline, ratio, the statements and round
 trips each sends per operation, target, verdict), then one heartbeat tick
-of 50 running jobs (pg_heartbeat.py); with ``--full`` the 1,000,000-job
+of 50 running jobs (pg_heartbeat.py) and what NOTIFY costs single-job
+enqueues from 4 processes (pg_notify.py); with ``--full`` the 1,000,000-job
 figures of pg_scale.py after it; with ``--only`` just the figures it names
 (``--only per-job``: single enqueue, the 1-job drains and the pickup). Also
 the nobroker contender (Nobroker), a peer (another nobroker source tree measured in the same run,
 ``--peer``) and the measurements every contender goes through. Imports:
 nobroker (Queue), nobroker.postgres (DEFAULT_SCHEMA, migrate), pg_baseline,
-pg_count, pg_heartbeat, pg_scale, report (markdown_table), psycopg. Reached by ``python
+pg_count, pg_heartbeat, pg_notify, pg_scale, report (markdown_table), psycopg. Reached by ``python
 make.py bench --pg`` (file.py hands it the rest of the command line).
 
 Everything lives in throwaway schemas that are dropped at the end. Printing
@@ -463,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", metavar="FIGURES",
         help="measure just these figures (keys, comma-separated: enqueue_single, enqueue_batch, drain_1_one, "
              "drain_1_batch, drain_4_one, drain_4_batch, pickup; per-job: the four of one job per call); "
-             "no heartbeat tick then",
+             "no heartbeat tick or NOTIFY figure then",
     )  # fmt: skip
     # A peer's child process (see Peer): one measurement, printed as JSON.
     parser.add_argument("--schema", help=argparse.SUPPRESS)
@@ -497,10 +498,15 @@ def main(argv: list[str] | None = None) -> int:
     missed = [r for r in rows if r["verdict"] == "MISSED"]
     if only is not None:
         return 0 if not missed else 1
-    from tools.bench import pg_heartbeat
+    from tools.bench import pg_heartbeat, pg_notify
 
     print()
     print(pg_heartbeat.render(pg_heartbeat.run(args.dsn)))
+    notify_rates = pg_notify.run(args.dsn, progress=say, rounds=args.rounds)
+    print()
+    print(pg_notify.render(notify_rates))
+    if notify_rates["gate"] < pg_notify.TARGET * notify_rates["none"]:
+        missed.append({"key": "notify"})
     if args.full:
         from tools.bench import pg_scale
 
