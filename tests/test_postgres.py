@@ -859,6 +859,25 @@ class PostgresBenchTests(unittest.TestCase):
         self.assertIn("hand-written", table)
         self.assertIn("| figure |", bench_pg.render(rows, markdown=True))
 
+    def test_a_tiny_run_at_scale_reports_every_figure(self) -> None:
+        from tools.bench import pg_scale
+
+        dsn = require_postgres(self)
+        rows = pg_scale.run(
+            dsn, progress=lambda text: None, size=3000, ahead=600, retrying=100, wanted=200, churned=1000, leases=10,
+            reads=2,
+        )  # fmt: skip
+        keys = [row["key"] for row in rows]
+        self.assertEqual(keys, [
+            "lease_p50", "lease_p99", "lease_kinds_p50", "lease_kinds_p99", "stats", "len",
+            *(f"list_{listing}" for listing in pg_scale.LISTINGS), "size_start", "size_churned", "size_ratio",
+            "extend_p50", "extend_p99",
+        ])  # fmt: skip
+        for row in rows:
+            self.assertGreater(row["value"], 0, row)
+        self.assertIn("beside", rows[-2]["figure"])
+        self.assertIn("| figure |", pg_scale.render(rows, markdown=True))
+
     def test_a_tiny_run_of_what_notify_costs_reports_each_way(self) -> None:
         from tools.bench import pg_notify
 

@@ -142,6 +142,7 @@ def extend_beside_operators(q: Queue, n: int) -> tuple[list[float], int, float]:
     """
     job = q.lease(1)[0]
     stop, reads, compaction = threading.Event(), [0], [0.0]
+    failures: list[BaseException] = []
 
     def read() -> None:
         while not stop.is_set():
@@ -156,7 +157,16 @@ def extend_beside_operators(q: Queue, n: int) -> tuple[list[float], int, float]:
         q.compact()
         compaction[0] = time.perf_counter() - started
 
-    threads = [threading.Thread(target=read), threading.Thread(target=compact)]
+    def failing_loudly(work: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                work()
+            except BaseException as exc:  # told to the caller after the join: a dead reader is no figure
+                failures.append(exc)
+                stop.set()
+        return run
+
+    threads = [threading.Thread(target=failing_loudly(read)), threading.Thread(target=failing_loudly(compact))]
     for thread in threads:
         thread.start()
     times: list[float] = []
@@ -170,6 +180,8 @@ def extend_beside_operators(q: Queue, n: int) -> tuple[list[float], int, float]:
         stop.set()
         for thread in threads:
             thread.join()
+    if failures:
+        raise failures[0]
     q.ack(job)
     return times, reads[0], compaction[0]
 
@@ -223,7 +235,7 @@ def run(
         progress("timing heartbeats beside operator reads and a compaction ...")
         with Queue(dsn, "scale", schema=schema, migrate=False, done_retention=None) as q:
             extends, reads_done, compacting = extend_beside_operators(q, leases)
-        beside = f"beside {reads_done:,} rounds of stats/len/listings and a {compacting:.1f} s compaction"
+        beside = f"beside {reads_done:,} rounds of stats/len/listings and a {compacting:.2f} s compaction"
         row("extend_p50", f"extend() of a running job {beside}: p50", statistics.median(extends), "ms")
         row("extend_p99", "  the same: p99", _pct(extends, 0.99), "ms")
     finally:
