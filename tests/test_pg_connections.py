@@ -1,7 +1,7 @@
 """The PostgreSQL storage's connections: work never waits behind operator reads; settings; dead backends; old snapshots.
 
 Imports: the standard library, psycopg (through tests.pgsupport), the public
-``nobroker`` API and nobroker.postgres.queue_ops. A slow read is made slow
+``nobroker`` API and nobroker.postgres (queue_ops, statements, steps, turns). A slow read is made slow
 for real (pg_sleep on the read's own connection); a terminated backend is
 terminated by the server (pg_terminate_backend); a long transaction is held
 open by a second connection for the whole test.
@@ -22,8 +22,48 @@ from tests.pgsupport import PostgresQueueCase, connect
 from tests.support import wait_until
 
 PATIENCE = 60.0
+#: How long each batch of the made-slow compaction sleeps, holding its connection.
+SLOW_BATCH = 0.3
 #: How long the made-slow read sleeps: far longer than a heartbeat may take.
 SLOW_READ = 3.0
+
+
+class TurnsTest(unittest.TestCase):
+    """The connection's mutex lets a waiting thread go first between two runs of one operation (no server needed)."""
+
+    def test_a_thread_that_waits_has_the_mutex_before_the_holder_takes_it_again(self) -> None:
+        from nobroker.postgres.turns import Turns
+
+        turns = Turns()
+        took, let_go = threading.Event(), threading.Event()
+
+        def waiter() -> None:
+            with turns:
+                took.set()
+                let_go.wait(PATIENCE)
+
+        turns.acquire()
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        self.assertTrue(wait_until(lambda: turns._waiting == 1, PATIENCE), "the other thread waits")
+        turns.release()
+        turns.let_others_in(PATIENCE)
+        self.assertTrue(took.is_set(), "let_others_in returned before the waiting thread had the mutex")
+        let_go.set()
+        thread.join(PATIENCE)
+        with turns:  # free again once the other let go
+            pass
+
+    def test_with_no_one_waiting_it_returns_at_once(self) -> None:
+        from nobroker.postgres.turns import Turns
+
+        turns = Turns()
+        started = time.monotonic()
+        turns.let_others_in(PATIENCE)
+        with turns:
+            pass
+        turns.let_others_in(PATIENCE)
+        self.assertLess(time.monotonic() - started, PATIENCE / 2, "it waited for no one")
 
 
 class ConnectionTests(PostgresQueueCase):
@@ -51,6 +91,42 @@ class ConnectionTests(PostgresQueueCase):
             self.assertTrue(reader.is_alive(), "the heartbeat and the ack waited for the read to finish")
             reader.join(PATIENCE)
         self.assertEqual(q.stats().done, 1)
+
+    def test_an_operator_read_waits_for_one_batch_of_a_compaction_not_the_whole(self) -> None:
+        from nobroker.postgres import queue_ops as operations
+        from nobroker.postgres.statements import PRUNE_BATCH
+        from nobroker.postgres.steps import run
+
+        q = self.open_queue(done_retention=None)
+        total = PRUNE_BATCH * 3 + 10  # four batches of done jobs
+        for start in range(0, total, 1000):
+            q.enqueue_many(list(range(start, min(start + 1000, total))))
+        while jobs := q.lease(1000):
+            q.ack_many(jobs)
+        real = operations.prune_batch
+        batches = 0
+        first_batch = threading.Event()
+
+        def slow_batch(t: Any, state: str, keep: float, after: int) -> Any:
+            nonlocal batches
+            batches += 1
+            first_batch.set()
+            yield run("SELECT pg_sleep(%s)", (SLOW_BATCH,))  # on the compaction's connection, holding it
+            return (yield from real(t, state, keep, after))
+
+        with mock.patch.object(operations, "prune_batch", slow_batch):
+            compactor = threading.Thread(target=q.compact)
+            compactor.start()
+            self.assertTrue(first_batch.wait(PATIENCE))
+            done = q.stats().done  # the read shares the compaction's connection
+            read_during = compactor.is_alive()
+            batches_before_the_read = batches
+            compactor.join(PATIENCE)
+        self.assertTrue(read_during, "the read waited for the whole compaction")
+        self.assertLessEqual(batches_before_the_read, 2, "the read waited for more than the batch it met")
+        self.assertIn(done, (total - PRUNE_BATCH, total - 2 * PRUNE_BATCH), "it read between two batches")
+        self.assertEqual(batches, 5, "four batches of done jobs, one that found no cancelled job")
+        self.assertEqual(q.stats().done, 0)
 
     def test_sessions_carry_the_timeouts_and_keepalives(self) -> None:
         q = self.open_queue(statement_timeout=7.5, tcp_user_timeout=12)

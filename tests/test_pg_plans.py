@@ -15,7 +15,7 @@ import unittest
 from typing import Any
 
 from nobroker import Queue
-from nobroker.postgres.statements import backoff_parameters
+from nobroker.postgres.statements import PRUNE_BATCH, backoff_parameters
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 from tests.support import slow
 
@@ -124,6 +124,25 @@ class PlanTests(PostgresTestCase):
         plain = self.q.enqueue("plain")
         self.q.storage.clock_offset = 10  # type: ignore[attr-defined]
         self.assertEqual([job.id for job in self.q.lease(3)], [high.id, low.id, plain.id])
+
+    def test_a_batch_of_pruning_reads_a_range_of_the_finished_jobs_never_all_of_them(self) -> None:
+        self.addCleanup(self.q.purge)  # the other tests' plans meet no finished jobs of this one
+        self.fill(IN_THE_WAY)
+        while jobs := self.q.lease(1000):
+            self.q.ack_many(jobs)
+        seqs = sorted(job.seq for job in self.q.list_jobs("done", limit=None))
+        for after in (0, seqs[len(seqs) // 2]):
+            with self.subTest(after=after):
+                plan = self.explain(self.sql["prune"], state="done", keep=0.0, after=after)
+                nodes = _nodes(plan)
+                self.assertFalse([n for n in nodes if n["Node Type"] in ("Seq Scan", "Sort", "Incremental Sort")],
+                                 "a batch sorts or scans every finished job")  # fmt: skip
+                scans = [n for n in nodes if n.get("Index Name") == "jobs_finished"]
+                self.assertEqual(len(scans), 1, "the batch reads the finished jobs' index")
+                self.assertIn("seq >", scans[0]["Index Cond"], "from where the batch before it stopped")
+                self.assertEqual(scans[0]["Actual Rows"], PRUNE_BATCH)
+                deleting = [n for n in nodes if n["Node Type"] == "Tid Scan"]
+                self.assertEqual([n["Actual Rows"] for n in deleting], [PRUNE_BATCH], "the rows deleted by their place")
 
     def test_an_idle_wait_asks_two_index_probes_when_the_next_job_comes_due(self) -> None:
         self.fill(IN_THE_WAY, delay=3600)

@@ -75,7 +75,8 @@ class UpkeepTests(PostgresQueueCase):
             result = q.compact()
         self.assertEqual((result.jobs_dropped, result.jobs_kept), (total, 1))
         deletes = [s for s in statements if s == q.storage._target.sql["prune"]]  # type: ignore[attr-defined]
-        self.assertEqual(len(deletes), 3, "one bounded DELETE per batch")
+        # One bounded DELETE per batch of done jobs (2 full, 1 short), then one that finds no cancelled job.
+        self.assertEqual(len(deletes), 4, "one bounded DELETE per batch")
         self.assertEqual((len(q), q.stats().ready, q.stats().done), (1, 1, 0))
 
     def test_the_migration_sets_vacuum_and_fillfactor(self) -> None:

@@ -10,6 +10,7 @@ The package, in its order (a module imports only modules above it):
     statements.py  the SQL text of every operation and its parameters
     rows.py        a row of a job's columns as a Job
     steps.py       an operation as the statements it sends, run on a Connection or awaited on an AsyncConnection
+    turns.py       a mutex whose holder lets a waiting thread go first between two runs of one operation
     connection.py  connecting, the connection a storage works on (reconnect, retry once)
     asynclink.py   the AsyncConnection an AsyncQueue works on (Link's twin)
     listener.py    LISTEN on a second connection, and the idle wait until a NOTIFY or the next due time

@@ -4,9 +4,10 @@ Owns: ``connect`` (a new autocommit connection, tried again while the server
 is unreachable), ``Link`` (the one connection a storage works on, behind a
 lock: set up with the queue's session settings, replaced when it died idle,
 an operation retried once when that is safe, driver errors turned into
-nobroker's), and what names a
+nobroker's; between two runs of one operation, ``let_others_in`` lets a
+thread that waits for the lock go first), and what names a
 server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
-Imports: errors, addresses, waiting, driver.
+Imports: errors, addresses, waiting, driver, turns.
 
 Connections are not shared between threads: each storage owns one connection
 guarded by a lock (the Worker's threads share one Queue, so they take turns;
@@ -30,7 +31,6 @@ import hashlib
 import logging
 import math
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -42,6 +42,7 @@ from ..errors import LockTimeoutError, NobrokerError, StorageError
 from ..addresses import dsn_parameters, parse_keyword_dsn
 from ..waiting import readable
 from .driver import pg_errors, psycopg, require_psycopg, tuple_row
+from .turns import Turns
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -64,6 +65,9 @@ DEFAULT_TCP_USER_TIMEOUT = 30.0
 #: Longest one statement may run (the session's statement_timeout), by default: every statement of the
 #: storage is bounded (claims, batches of pruning), so only a stuck one reaches it.
 DEFAULT_STATEMENT_TIMEOUT = 300.0
+#: Longest a run of a many-run operation waits, in ``let_others_in``, for a thread waiting for the
+#: connection to take it (a safety net: such a thread takes it within moments).
+TURN_PATIENCE = 1.0
 
 
 # ---------------------------------------------------------------- naming a server
@@ -244,7 +248,7 @@ class Owned:
 
     def _fresh_locks(self) -> None:
         """In a forked child, before anything else runs: new locks for those the parent's threads held."""
-        self._mutex = threading.Lock()
+        self._mutex = Turns()
 
     def _current(self) -> Any:
         """The connection this process opened, or None."""
@@ -317,7 +321,7 @@ class Link(Owned):
         self._prepare_threshold = prepare_threshold
         self._statement_timeout = statement_timeout
         self._options = dict(options or {})
-        self._mutex = threading.Lock()
+        self._mutex = Turns()
         self._closed = False
         self._session: Session | None = None
         super().__init__()
@@ -353,6 +357,10 @@ class Link(Owned):
                 self._drop()
             self._conn = conn = self._connect()
         return conn
+
+    def let_others_in(self) -> None:
+        """Between two runs of one operation: a thread that waits for the connection has it first."""
+        self._mutex.let_others_in(TURN_PATIENCE)
 
     @contextmanager
     def held(self) -> Iterator[Any]:

@@ -3,13 +3,12 @@
 Owns: ``Listener`` (LISTEN/NOTIFY on one queue's channel, opened the first
 time a worker idles; the wait also ends when the next delayed job or lease
 comes due), and the small waits it is made of. Imports: errors, waiting, driver,
-connection.
+turns, connection.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ from ..errors import StorageError
 from ..waiting import readable
 from .connection import CONNECT_TIMEOUT, Owned
 from .driver import psycopg, sql
+from .turns import Turns
 
 logger = logging.getLogger("nobroker.postgres")
 
@@ -38,7 +38,7 @@ class Listener(Owned):
         self.dsn = dsn
         self.channel = channel
         self._options = dict(options or {})
-        self._mutex = threading.Lock()
+        self._mutex = Turns()  # as every Owned's (its _fresh_locks after a fork)
         self._failed = False  # the failure is logged once, until listening works again
         self._closed = False
         self._heard = False  # a NOTIFY psycopg took in while a statement ran here

@@ -10,6 +10,7 @@ driver, statements, rows, steps, operations, enqueueing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from typing import Any
 
 from ..errors import StorageError
@@ -55,29 +56,52 @@ def prune(t: Target, states: tuple[str, ...], keep: float, *, batches: int | Non
 
     Each batch is its own statement and transaction (autocommit), so no
     lock, and no transaction a vacuum must wait for, outlives one batch.
-    ``batches``: stop after this many (None: until none is left).
+    ``batches``: stop after this many, in all (None: until none is left).
     """
     assert states and set(states) <= {"done", "dead", "cancelled"}, states
-    params = t.params(states=list(states), keep=keep)
     dropped, done = 0, 0
-    while batches is None or done < batches:
-        deleted = (yield one(t.sql["prune"], params))[0]
-        dropped += deleted
-        done += 1
-        if deleted < PRUNE_BATCH:
-            break
+    for state in states:
+        after: int | None = 0  # seqs start at 1
+        while after is not None and (batches is None or done < batches):
+            deleted, after = yield from prune_batch(t, state, keep, after)
+            dropped += deleted
+            done += 1
     return dropped
+
+
+def prune_batch(t: Target, state: str, keep: float, after: int) -> Steps[tuple[int, int | None]]:
+    """One batch of ``prune``: the jobs in ``state`` after seq ``after``, up to PRUNE_BATCH of them.
+
+    Returns how many it deleted and where the next batch starts (None: this
+    state has none left). Each state's batches walk its jobs in seq order,
+    each from where the one before it stopped, so the work of a batch does
+    not grow with what the batches before it deleted.
+    """
+    deleted, last = yield one(t.sql["prune"], t.params(state=state, keep=keep, after=after))
+    if deleted < PRUNE_BATCH:
+        return deleted, None
+    assert last is not None and last > after, "each full batch moves on"
+    return deleted, last
 
 
 #: The states compaction and done_retention prune together: a cancelled job is kept as a done one is.
 FINISHED_KEPT_AS_DONE = ("done", "cancelled")
 
 
-def compact(t: Target, retention: float) -> Steps[tuple[int, int]]:
-    """Delete done (and cancelled) jobs finished ``retention`` seconds ago or more, in bounded batches: (dropped, kept)."""
-    yield from ops.upkeep(t)
-    dropped = yield from prune(t, FINISHED_KEPT_AS_DONE, retention)
-    return dropped, (yield from count(t))
+def compaction(t: Target, keep: float) -> Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, tuple[int, int]]:
+    """The runs of a compaction (a storage.Plan): done and cancelled jobs finished ``keep`` seconds ago or more
+    deleted, each batch a run of its own, so the reads that share the connection (a dashboard's) wait for one
+    batch at most, never for the whole; then (dropped, kept)."""
+    yield "compact", lambda: ops.upkeep(t), True
+    dropped = 0
+    for state in FINISHED_KEPT_AS_DONE:
+        after: int | None = 0  # seqs start at 1
+        while after is not None:
+            start = after
+            deleted, after = yield "compact", lambda: prune_batch(t, state, keep, start), True  # noqa: B023 (run at once)
+            dropped += deleted
+    kept = yield "compact", lambda: count(t), True
+    return dropped, kept
 
 
 #: Rows of count differences a read sums before it folds them into one per state.

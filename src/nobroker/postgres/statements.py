@@ -276,17 +276,26 @@ _TEMPLATES: dict[str, str] = {
     # Compaction and pruning: one bounded batch of finished jobs (done and
     # cancelled, or dead: ``states``) that finished ``keep`` seconds ago or more. The caller
     # repeats it, each batch its own transaction, until a batch comes short.
+    # One state at a time, from just after the last seq the batch before it deleted
+    # (``after``): a range of the finished jobs' index in seq order, never a sort of
+    # them all, and never again over the entries of the rows already deleted. The
+    # constant list is the index's own predicate: with it even a generic plan (the
+    # state a parameter) may use that partial index. The rows are deleted by their
+    # place (ctid), so no join reads the table; one changed meanwhile (a dead job
+    # requeued) has a new place and no longer its state, and stays.
     "prune": f"""
         WITH d AS (
         DELETE FROM {{schema}}.jobs AS j
-        USING (SELECT queue, id FROM {{schema}}.jobs
-               WHERE queue = %(q)s AND state = ANY(%(states)s::text[])
-                 AND finished_at <= {NOW} - %(keep)s::float8 * interval '1 second'
-               ORDER BY seq LIMIT {PRUNE_BATCH}) AS x
-        WHERE j.queue = x.queue AND j.id = x.id
-        RETURNING j.state, j.scheduled
+        WHERE j.ctid = ANY(ARRAY(
+                SELECT ctid FROM {{schema}}.jobs
+                WHERE queue = %(q)s AND state = %(state)s AND state IN ('done', 'dead', 'cancelled')
+                  AND seq > %(after)s::bigint
+                  AND finished_at <= {NOW} - %(keep)s::float8 * interval '1 second'
+                ORDER BY seq LIMIT {PRUNE_BATCH}))
+          AND j.state = %(state)s
+        RETURNING j.state, j.scheduled, j.seq
         ), {DELETE_TALLY}
-        SELECT count(*) FROM d""",
+        SELECT count(*), max(d.seq) FROM d""",
     "get": f"SELECT {SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
     # A listing (see _build): the rows of each part, by the partial index of
     # that part, each cut to the page's end first so none is sorted whole.

@@ -68,10 +68,17 @@ Plan = Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, T]
 
 
 def carry(link: Link, plan: Plan[T]) -> T:
-    """Carry out each run of ``plan`` on ``link`` (asyncstorage awaits the same plans on an AsyncLink)."""
+    """Carry out each run of ``plan`` on ``link`` (asyncstorage awaits the same plans on an AsyncLink).
+
+    Between two runs a thread waiting for the link goes first (a compaction's many batches).
+    """
     done, run = advance(plan, None, None)
+    first = True
     while not done:
         what, steps, retry = run
+        if not first:
+            link.let_others_in()
+        first = False
         done, run = advance(plan, link.run(what, lambda c: drive(c, steps()), retry=retry), None)
     result: T = run
     return result
@@ -274,7 +281,7 @@ class PostgresStorage(ControlStorage):
 
     def compact_plan(self) -> Plan[CompactionResult]:
         started = time.perf_counter()
-        dropped, kept = yield "compact", lambda: whole.compact(self._target, self.retention), True
+        dropped, kept = yield from whole.compaction(self._target, self.retention)
         return CompactionResult(jobs_kept=kept, jobs_dropped=dropped, elapsed=time.perf_counter() - started)
 
     # ================================================================ reads (each safe to run twice)
