@@ -1,7 +1,7 @@
 """Who the PostgreSQL storage wakes, and how often: NOTIFY per queue, at most once per window, never for later.
 
 Imports: the standard library, psycopg (through tests.pgsupport), the public
-``nobroker`` API and nobroker.postgres (channel_name, NOTIFY_WINDOW). A raw
+``nobroker`` API and nobroker.postgres (channel_name, the gate and its windows). A raw
 connection LISTENs on the queue's channel and counts what arrives; a marker
 NOTIFY sent after the writes tells when everything they sent has arrived.
 """
@@ -10,13 +10,49 @@ from __future__ import annotations
 
 import time
 import unittest
+from unittest import mock
 from nobroker import BackoffPolicy, Queue
 from nobroker.postgres.connection import channel_name
-from nobroker.postgres.wakeups import NOTIFY_WINDOW, OWED_AFTER
+from nobroker.postgres.wakeups import NOTIFY_WINDOW, OWED_AFTER, WIDEST_WINDOW
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 
 PATIENCE = 60.0
 MARKER = "marker"
+
+
+class GateWindowTests(unittest.TestCase):
+    """The gate's window, on a clock of its own (no server needed): narrow after quiet, wider in a steady stream."""
+
+    def setUp(self) -> None:
+        from nobroker.postgres import wakeups
+
+        self.now = 1000.0
+        patcher = mock.patch.object(wakeups.time, "monotonic", lambda: self.now)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        self.gate = wakeups.NotifyGate(lambda: None)
+
+    def writes(self, count: int, every: float) -> int:
+        """``count`` writes ``every`` seconds apart: how many were told to NOTIFY."""
+        told = 0
+        for _ in range(count):
+            told += self.gate.take()
+            self.now += every
+        return told
+
+    def test_writes_further_apart_than_the_window_each_notify(self) -> None:
+        self.assertEqual(self.writes(50, NOTIFY_WINDOW * 2), 50)
+
+    def test_a_steady_stream_widens_the_window_to_the_widest_and_quiet_narrows_it(self) -> None:
+        every = NOTIFY_WINDOW / 10
+        seconds = 200 * every * 10  # 2,000 writes, 10 to a narrow window
+        told = self.writes(2000, every)
+        self.assertLessEqual(told, seconds / WIDEST_WINDOW + 4, "the window never widened")
+        self.assertGreater(told, seconds / WIDEST_WINDOW - 4, "wider than the widest")
+        self.now += WIDEST_WINDOW * 3  # quiet
+        self.assertEqual(self.writes(2, NOTIFY_WINDOW / 2), 1, "after quiet: one NOTIFY, the next write held back")
+        self.now += NOTIFY_WINDOW
+        self.assertTrue(self.gate.take(), "the window after quiet is the narrow one again")
 
 
 class NotifyTests(PostgresTestCase):
@@ -64,8 +100,8 @@ class NotifyTests(PostgresTestCase):
         for n in range(200):
             self.q.enqueue({"n": n})
         finished = time.monotonic()
-        # The owed NOTIFY comes at most OWED_AFTER windows after the last one sent.
-        time.sleep(NOTIFY_WINDOW * (OWED_AFTER + 2))
+        # The owed NOTIFY comes at most OWED_AFTER windows (the widest, in a stream) after the last one sent.
+        time.sleep(WIDEST_WINDOW * (OWED_AFTER + 2))
         heard = self.heard()
         windows = (finished - started) / NOTIFY_WINDOW
         self.assertGreaterEqual(len(heard), 1)

@@ -362,7 +362,7 @@ class PostgresStorage(ControlStorage):
         """Sleep until a NOTIFY says work arrived, the next delayed job or lease comes due, or ``timeout`` passes.
 
         A hint, not a promise. Enqueue, nack and requeue notify in their own
-        transaction (at most once per NOTIFY_WINDOW, see wakeups.py), so the
+        transaction (at most once per window of 5-20 ms, see wakeups.py), so the
         wake-up comes when the job is visible. Delayed jobs send no NOTIFY:
         the wait asks the queue when its next scheduled job or lease comes
         due, or a spent rate limit (of ``kinds``) has a token again, and

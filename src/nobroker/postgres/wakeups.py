@@ -1,8 +1,11 @@
-"""Which writes NOTIFY the queue's channel: at most one per NOTIFY_WINDOW, and none is lost.
+"""Which writes NOTIFY the queue's channel: at most one per window (5-20 ms), and none is lost.
 
 Owns: NotifyGate. Every NOTIFY takes a database-wide lock at commit, so a
 NOTIFY per enqueue serializes every process that enqueues; one per queue per
-few milliseconds wakes idle workers just as fast. A write that makes a job
+few milliseconds wakes idle workers just as fast. The window is NOTIFY_WINDOW
+after a quiet moment and widens, up to WIDEST_WINDOW, while a steady stream
+of writes fills every window (each NOTIFY wakes every idle worker, so more
+of them would wake no one). A write that makes a job
 runnable at once asks ``take()``: True means "NOTIFY in this statement". A
 write that was told False calls ``owe()`` once it committed, and the gate
 sends one NOTIFY (through ``send``) one more window after the window ends
@@ -28,6 +31,11 @@ logger = logging.getLogger("nobroker.postgres")
 
 #: Seconds between two NOTIFYs of one queue from one process.
 NOTIFY_WINDOW = 0.005
+#: The widest the window grows to in a steady stream of writes: it doubles each time a window
+#: held a write back and the next write came right after it, and is NOTIFY_WINDOW again after
+#: a window with nothing held back (measured: 4 processes enqueuing at once lost 10% to
+#: NOTIFY at 5 ms, nothing at 20 ms; an idle worker is woken by any of them).
+WIDEST_WINDOW = 0.02
 #: Windows after the last NOTIFY that an owed one goes out, unless a write notified meanwhile.
 OWED_AFTER = 2
 
@@ -35,14 +43,17 @@ OWED_AFTER = 2
 class NotifyGate:
     """The NOTIFY budget of one queue in one process, and the thread that sends what was owed."""
 
-    def __init__(self, send: Callable[[], None], window: float = NOTIFY_WINDOW) -> None:
-        assert window > 0, "a positive window"
+    def __init__(self, send: Callable[[], None], window: float = NOTIFY_WINDOW, widest: float = WIDEST_WINDOW) -> None:
+        assert 0 < window, "a positive window"
         self._send = send
-        self._window = window
+        self._window = window  # the narrowest: a write after a quiet moment
+        self._widest = widest
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         # Guarded by _lock.
         self._last = float("-inf")  # monotonic time of the last NOTIFY sent or asked for
+        self._wide = window  # the window now: between _window and _widest
+        self._held_back = False  # was a write told "no" since the last NOTIFY?
         self._owed = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -52,10 +63,15 @@ class NotifyGate:
         """May the write about to run NOTIFY? (True: it must.)"""
         now = time.monotonic()
         with self._lock:
-            if now - self._last >= self._window:
+            since = now - self._last
+            if since >= self._wide:
+                streaming = self._held_back and since < 2 * self._wide  # a window full, and writes still coming
+                self._wide = min(2 * self._wide, max(self._widest, self._window)) if streaming else self._window
+                self._held_back = False
                 self._last = now
                 self._owed = False
                 return True
+            self._held_back = True
             return False
 
     def owe(self) -> None:
@@ -91,7 +107,7 @@ class NotifyGate:
                 if not self._owed:
                     self._wake.wait()
                     continue
-                left = self._last + self._window * OWED_AFTER - time.monotonic()
+                left = self._last + self._wide * OWED_AFTER - time.monotonic()
                 if left > 0:
                     self._wake.wait(left)
                     continue
@@ -110,4 +126,4 @@ class NotifyGate:
             logger.debug("sending an owed NOTIFY failed: %s", exc)
 
 
-__all__ = ["NOTIFY_WINDOW", "OWED_AFTER", "NotifyGate"]
+__all__ = ["NOTIFY_WINDOW", "OWED_AFTER", "WIDEST_WINDOW", "NotifyGate"]
