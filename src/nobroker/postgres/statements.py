@@ -273,10 +273,10 @@ _TEMPLATES: dict[str, str] = {
     "purge": f"""
         WITH d AS (DELETE FROM {{schema}}.jobs WHERE queue = %(q)s RETURNING state, scheduled), {DELETE_TALLY}
         SELECT count(*) FROM d""",
-    # Compaction and pruning: one bounded batch of finished jobs (done and
-    # cancelled, or dead: ``states``) that finished ``keep`` seconds ago or more. The caller
-    # repeats it, each batch its own transaction, until a batch comes short.
-    # One state at a time, from just after the last seq the batch before it deleted
+    # Compaction and pruning: one bounded batch of finished jobs in one ``state``
+    # (done, cancelled or dead) that finished ``keep`` seconds ago or more. The caller
+    # repeats it, each batch its own transaction, until a batch comes short; each
+    # from just after the last seq the batch before it deleted
     # (``after``): a range of the finished jobs' index in seq order, never a sort of
     # them all, and never again over the entries of the rows already deleted. The
     # constant list is the index's own predicate: with it even a generic plan (the

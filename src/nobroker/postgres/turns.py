@@ -31,12 +31,13 @@ class Turns:
             return
         with self._state:
             self._waiting += 1
+        taken = False
         try:
-            self._lock.acquire()
+            taken = self._lock.acquire()
         finally:
             with self._state:
                 self._waiting -= 1
-                self._taken += 1
+                self._taken += taken
                 if self._yielding:
                     self._state.notify_all()
 
@@ -60,7 +61,7 @@ class Turns:
             taken = self._taken
             self._yielding += 1
             try:
-                self._state.wait_for(lambda: self._taken != taken, patience)
+                self._state.wait_for(lambda: self._taken != taken or not self._waiting, patience)
             finally:
                 self._yielding -= 1
 
