@@ -3,7 +3,8 @@
 Owns: requeue_dead, purge, the bounded pruning of finished jobs, compaction,
 folding the kept counts, and the reads (get, stats, counters, count, listings,
 the next due time, a NOTIFY owed), each written as the steps it sends, as
-operations.py's are; storage.py runs them on the side connection, so the
+operations.py's are; pruning and compaction as runs of their own, a batch
+each (``Runs``). storage.py runs them on the side connection, so the
 work's connection never waits behind them. Imports: errors, jobs, storage,
 driver, statements, rows, steps, operations, enqueueing.
 """
@@ -51,26 +52,34 @@ def purge(t: Target) -> Steps[int]:
     return count
 
 
-def prune(t: Target, states: tuple[str, ...], keep: float, *, batches: int | None = None) -> Steps[int]:
-    """Delete jobs in ``states`` (done and cancelled, or dead) finished ``keep`` seconds ago or more, PRUNE_BATCH at a time.
+#: The runs of an operation of many runs (storage.Plan's shape): each (what, its steps, may it run twice).
+Runs = Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, Any]
 
-    Each batch is its own statement and transaction (autocommit), so no
-    lock, and no transaction a vacuum must wait for, outlives one batch.
-    ``batches``: stop after this many, in all (None: until none is left).
+
+def pruning(t: Target, states: tuple[str, ...], keep: float, *, batches: int | None = None, what: str = "prune") -> Runs:
+    """The runs that delete jobs in ``states`` finished ``keep`` seconds ago or more, PRUNE_BATCH at a time.
+
+    Each batch is a run of its own (one statement, one transaction), so no
+    lock, and no transaction a vacuum must wait for, outlives one batch, and
+    the reads that share the connection (a dashboard's) wait for one batch at
+    most, never for the whole. ``batches``: stop after this many, in all
+    (None: until none is left); ``what``: the operation, as errors name it.
+    Returns how many it deleted.
     """
     assert states and set(states) <= {"done", "dead", "cancelled"}, states
     dropped, done = 0, 0
     for state in states:
         after: int | None = 0  # seqs start at 1
         while after is not None and (batches is None or done < batches):
-            deleted, after = yield from prune_batch(t, state, keep, after)
+            start = after
+            deleted, after = yield what, lambda: prune_batch(t, state, keep, start), True  # noqa: B023 (run at once)
             dropped += deleted
             done += 1
     return dropped
 
 
 def prune_batch(t: Target, state: str, keep: float, after: int) -> Steps[tuple[int, int | None]]:
-    """One batch of ``prune``: the jobs in ``state`` after seq ``after``, up to PRUNE_BATCH of them.
+    """One batch of ``pruning``: the jobs in ``state`` after seq ``after``, up to PRUNE_BATCH of them.
 
     Returns how many it deleted and where the next batch starts (None: this
     state has none left). Each state's batches walk its jobs in seq order,
@@ -88,20 +97,23 @@ def prune_batch(t: Target, state: str, keep: float, after: int) -> Steps[tuple[i
 FINISHED_KEPT_AS_DONE = ("done", "cancelled")
 
 
-def compaction(t: Target, keep: float) -> Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, tuple[int, int]]:
-    """The runs of a compaction (a storage.Plan): done and cancelled jobs finished ``keep`` seconds ago or more
-    deleted, each batch a run of its own, so the reads that share the connection (a dashboard's) wait for one
-    batch at most, never for the whole; then (dropped, kept)."""
+def compaction(t: Target, keep: float) -> Runs:
+    """The runs of a compaction: done and cancelled jobs finished ``keep`` seconds ago or more deleted, a batch a run; (dropped, kept)."""
     yield "compact", lambda: ops.upkeep(t), True
-    dropped = 0
-    for state in FINISHED_KEPT_AS_DONE:
-        after: int | None = 0  # seqs start at 1
-        while after is not None:
-            start = after
-            deleted, after = yield "compact", lambda: prune_batch(t, state, keep, start), True  # noqa: B023 (run at once)
-            dropped += deleted
+    dropped = yield from pruning(t, FINISHED_KEPT_AS_DONE, keep, what="compact")
     kept = yield "compact", lambda: count(t), True
     return dropped, kept
+
+
+def upkeep_pruning(t: Target, retentions: tuple[tuple[tuple[str, ...], float | None], ...], batches: int) -> Runs:
+    """The runs of a round of automatic pruning: at most ``batches`` batches for each (states, retention)
+    whose retention is not None, then the counts folded. Returns how many it deleted."""
+    dropped = 0
+    for states, keep in retentions:
+        if keep is not None:
+            dropped += yield from pruning(t, states, keep, batches=batches)
+    yield "prune", lambda: fold_counts(t), True
+    return dropped
 
 
 #: Rows of count differences a read sums before it folds them into one per state.

@@ -60,7 +60,8 @@ T = TypeVar("T")
 
 #: Seconds between two rounds of automatic pruning (started by a lease, run in a thread of its own).
 PRUNE_INTERVAL = 30.0
-#: Batches (statements.PRUNE_BATCH jobs each) one round of pruning deletes at most, per state.
+#: Batches (statements.PRUNE_BATCH jobs each) one round of pruning deletes at most, per retention
+#: (done and cancelled jobs together, dead jobs).
 PRUNE_BATCHES = 10
 #: A storage operation of several runs on a connection, with decisions between them: it yields
 #: (what, the steps of a run, may they run twice) and is sent each run's result (see carry).
@@ -398,19 +399,10 @@ class PostgresStorage(ControlStorage):
         self._pruning.start()
 
     def _prune(self) -> None:
-        """A few bounded batches of done and dead jobs past their retention; the counts folded."""
-        t = self._target
-
-        def run(conn: Any) -> int:
-            dropped = 0
-            for states, keep in ((whole.FINISHED_KEPT_AS_DONE, self.done_retention), (("dead",), self.dead_retention)):
-                if keep is not None:
-                    dropped += drive(conn, whole.prune(t, states, keep, batches=PRUNE_BATCHES))
-            drive(conn, whole.fold_counts(t))
-            return dropped
-
+        """A few bounded batches of done and dead jobs past their retention, each a run of its own; the counts folded."""
+        retentions = ((whole.FINISHED_KEPT_AS_DONE, self.done_retention), (("dead",), self.dead_retention))
         try:
-            dropped = self._side.run("prune", run, retry=True)
+            dropped = carry(self._side, whole.upkeep_pruning(self._target, retentions, PRUNE_BATCHES))
         except Exception as exc:  # upkeep only: the next round tries again
             logger.warning("queue %r: pruning finished jobs failed (%s); trying again later", self.name, exc)
             return
