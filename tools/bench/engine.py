@@ -205,11 +205,17 @@ def _raw_writer(path: str, ready: Any, go: Any, out: Any) -> None:
     os.close(fd)
 
 
-def _in_processes(target: Callable[..., None], args: tuple[Any, ...]) -> tuple[float, list[tuple[Any, ...]]]:
-    """``PROCESSES`` children run ``target(*args, ready, go, out)`` from one start: seconds to the last one's end, their reports."""
+def in_processes(
+    target: Callable[..., None], args: tuple[Any, ...], processes: int = PROCESSES
+) -> tuple[float, list[tuple[Any, ...]]]:
+    """``processes`` children run ``target(*args, ready, go, out)`` from one start: seconds to the last one's end, their reports.
+
+    Each child puts one report, a tuple whose first item is its time.monotonic()
+    at the end, or a text saying why it failed (raised here at once).
+    """
     ctx = multiprocessing.get_context("spawn")
     ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=target, args=(*args, ready, go, out)) for _ in range(PROCESSES)]
+    procs = [ctx.Process(target=target, args=(*args, ready, go, out)) for _ in range(processes)]
     for p in procs:
         p.start()
     for _ in procs:
@@ -217,6 +223,9 @@ def _in_processes(target: Callable[..., None], args: tuple[Any, ...]) -> tuple[f
     start = time.monotonic()
     go.set()
     reports = [out.get(timeout=CHILD_TIMEOUT) for _ in procs]
+    failed = [r for r in reports if isinstance(r, str)]
+    if failed:
+        raise RuntimeError(f"a child of the benchmark failed: {failed[0]}")
     for p in procs:
         p.join(CHILD_TIMEOUT)
         assert p.exitcode == 0, f"a child of the benchmark failed ({p.exitcode})"
@@ -228,7 +237,7 @@ def enqueue_processes(kind: str) -> Callable[[str, int], Sample]:
         directory, q = _prepared(root, kind)
         q.close()
         per = n // PROCESSES
-        elapsed, reports = _in_processes(_enqueuer, (kind, directory, per))
+        elapsed, reports = in_processes(_enqueuer, (kind, directory, per))
         total = per * PROCESSES
         # Each child enqueued one job before the start too: the folder holds total + PROCESSES + 1 jobs.
         grown = folder_bytes(directory) / (total + PROCESSES + 1)
@@ -278,7 +287,7 @@ def four_writers(root: str) -> float:
     path = os.path.join(root, "limit4.probe")
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
     try:
-        elapsed, reports = _in_processes(_raw_writer, (path,))
+        elapsed, reports = in_processes(_raw_writer, (path,))
         return sum(r[2] for r in reports) / elapsed
     finally:
         os.unlink(path)

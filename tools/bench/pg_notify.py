@@ -13,15 +13,13 @@ per queue per window from each process. Reached by ``python make.py bench
 The two ways the library does not ship are made by replacing the queue's
 gate in the child process only (``NoNotify``, ``EveryNotify``): the same
 statement, the same round trips, only whether it NOTIFYs differs.
-Imports: nobroker (Queue), nobroker.postgres (migrate), pg_baseline
-(connect, quoted).
+Imports: nobroker (Queue), nobroker.postgres (migrate), engine
+(in_processes), pg_baseline (connect, quoted).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -29,14 +27,13 @@ from typing import Any
 
 from nobroker import Queue
 from nobroker.postgres import migrate
+from tools.bench.engine import in_processes
 from tools.bench.pg_baseline import connect, quoted
 
 #: Processes enqueuing at once (issue 19 item 7), single jobs each, turns per way (the median is kept).
 PROCESSES, JOBS, ROUNDS = 4, 1000, 3
 #: Issue 19's target: enqueues as shipped, against the same enqueues without NOTIFY.
 TARGET = 0.9
-#: Longest wait for a child process before the run is called failed (seconds).
-CHILD_TIMEOUT = 120.0
 #: The ways measured, in the table's order: (key, label).
 WAYS = (
     ("gate", "as shipped (at most one NOTIFY per queue per window)"),
@@ -83,7 +80,7 @@ def _enqueuer(dsn: str, schema: str, way: str, jobs: int, ready: Any, go: Any, o
             go.wait()
             for i in range(jobs):
                 q.enqueue({"i": i})
-            out.put(time.perf_counter())
+            out.put((time.monotonic(),))
     except BaseException as exc:  # the parent must hear about it rather than wait
         ready.release()
         out.put(f"{type(exc).__name__}: {exc}")
@@ -92,22 +89,8 @@ def _enqueuer(dsn: str, schema: str, way: str, jobs: int, ready: Any, go: Any, o
 
 def _rate(dsn: str, schema: str, way: str, processes: int, jobs: int) -> float:
     """Jobs per second of ``processes`` processes enqueuing ``jobs`` single jobs each, from one start."""
-    ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-    ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_enqueuer, args=(dsn, schema, way, jobs, ready, go, out)) for _ in range(processes)]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        assert ready.acquire(timeout=CHILD_TIMEOUT), "an enqueuing process did not start"
-    started = time.perf_counter()
-    go.set()
-    ends = [out.get(timeout=CHILD_TIMEOUT) for _ in procs]
-    for p in procs:
-        p.join(CHILD_TIMEOUT)
-    failed = [e for e in ends if isinstance(e, str)]
-    if failed:
-        raise RuntimeError(f"an enqueuing process failed: {failed[0]}")
-    return processes * jobs / (max(ends) - started)
+    elapsed, _reports = in_processes(_enqueuer, (dsn, schema, way, jobs), processes)
+    return processes * jobs / elapsed
 
 
 def run(
