@@ -273,16 +273,11 @@ _TEMPLATES: dict[str, str] = {
     "purge": f"""
         WITH d AS (DELETE FROM {{schema}}.jobs WHERE queue = %(q)s RETURNING state, scheduled), {DELETE_TALLY}
         SELECT count(*) FROM d""",
-    # Compaction and pruning: one bounded batch of finished jobs in one ``state``
-    # (done, cancelled or dead) that finished ``keep`` seconds ago or more. The caller
-    # repeats it, each batch its own transaction, until a batch comes short; each
-    # from just after the last seq the batch before it deleted
-    # (``after``): a range of the finished jobs' index in seq order, never a sort of
-    # them all, and never again over the entries of the rows already deleted. The
-    # constant list is the index's own predicate: with it even a generic plan (the
-    # state a parameter) may use that partial index. The rows are deleted by their
-    # place (ctid), so no join reads the table; one changed meanwhile (a dead job
-    # requeued) has a new place and no longer its state, and stays.
+    # Compaction and pruning: a batch of jobs in one ``state`` finished ``keep`` s ago or more,
+    # each batch (its own transaction) after the last seq the one before deleted (``after``): a
+    # range of the finished jobs' index, never a sort of them all. The constant list is that
+    # partial index's predicate, so a generic plan may use it too. Rows go by their place
+    # (ctid), no join; one changed meanwhile (a dead job requeued) has moved, and stays.
     "prune": f"""
         WITH d AS (
         DELETE FROM {{schema}}.jobs AS j
