@@ -74,13 +74,11 @@ def carry(link: Link, plan: Plan[T]) -> T:
     Between two runs a thread waiting for the link goes first (a compaction's many batches).
     """
     done, run = advance(plan, None, None)
-    first = True
     while not done:
         what, steps, retry = run
-        if not first:
-            link.let_others_in()
-        first = False
         done, run = advance(plan, link.run(what, lambda c: drive(c, steps()), retry=retry), None)
+        if not done:
+            link.let_others_in()
     result: T = run
     return result
 
