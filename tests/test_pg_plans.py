@@ -15,6 +15,7 @@ import unittest
 from typing import Any
 
 from nobroker import Queue
+from nobroker.postgres.fragments import PROMOTE_BATCH, RECLAIM_BATCH
 from nobroker.postgres.statements import PRUNE_BATCH, backoff_parameters
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 from tests.support import slow
@@ -117,6 +118,31 @@ class PlanTests(PostgresTestCase):
                     self.assert_few_pages(plan, f"a claim of {kinds}")
                     self.assertEqual(plan["Actual Rows"], 1)
         self.assertEqual([job.id for job in self.q.lease(5, kinds=["email"])], [email.id])
+
+    def test_a_batch_is_updated_by_its_primary_key_never_through_a_scan_of_the_table(self) -> None:
+        # A plan made for a LIMIT of 1,000 rows would hash-join the batch to a scan of
+        # every job, however few the batch finds: a claim of 1,000 on a table of
+        # 20,000, and the upkeep's two parts when jobs came due, took that plan.
+        self.addCleanup(self.q.purge)  # the other tests' plans meet none of these jobs
+        self.fill(IN_THE_WAY)
+        self.q.lease(RECLAIM_BATCH, visibility_timeout=60)  # their leases expired an hour later
+        self.fill(PROMOTE_BATCH, delay=60)  # due an hour later
+        later = {"off": 3600.0}
+        claim = {"vt": 30.0, "by": "plans:1", "kinds": None}
+        limited = {**claim, "all": True, "kinds": [], "held": ["other"], "lk": [], "caps": [], "count": 1000,
+                   "picked": []}  # fmt: skip
+        for what, statement, values, changed in (
+            ("the upkeep", self.sql["upkeep"], later, [RECLAIM_BATCH, PROMOTE_BATCH]),
+            ("a claim of 1,000", self.sql.claim(1000, kinds=False), claim, [1000]),
+            ("a claim of 1,000 of some kinds", self.sql.claim(1000, kinds=True), {**claim, "kinds": ["default"]}, [1000]),
+            ("a claim of 1,000 under limits", self.q.storage.limit_sql.text["claim"], limited, [1000]),  # type: ignore[attr-defined]
+        ):  # fmt: skip
+            with self.subTest(what):
+                nodes = _nodes(self.explain(statement, **values))
+                scans = [n["Alias"] for n in nodes if n["Node Type"] == "Seq Scan"]
+                self.assertFalse(scans, f"{what} scans the table")
+                updates = [n for n in nodes if n["Node Type"] == "ModifyTable" and n["Relation Name"] == "jobs"]
+                self.assertEqual([n["Actual Rows"] for n in updates], changed, f"the jobs {what} changed")
 
     def test_scheduled_jobs_that_came_due_are_claimed_in_priority_order(self) -> None:
         low = self.q.enqueue("low", delay=5)

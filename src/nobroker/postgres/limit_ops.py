@@ -55,28 +55,29 @@ _RUNNABLE = f"queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_
 _CLAIMABLE = _RUNNABLE + UNPAUSED
 # The kinds without a limit as a plain claim does (of some kinds, or of all
 # but the limited ones), and each limited kind with a free slot up to what
-# its limits allow; the best of all of them, up to the lease's count. Rows
-# locked but not taken are free again when the transaction commits.
+# its limits allow; the best of all of them, up to the lease's count, updated
+# by their primary key (as fragments.CLAIM's are). Rows locked but not taken
+# are free again when the transaction commits.
 _CLAIM = f"""{CLAIM_SET}
-        FROM (SELECT c.queue, c.id FROM (
+        WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(
+            SELECT c.id FROM (
                 SELECT * FROM (
-                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                    SELECT id, priority, seq FROM {{schema}}.jobs
                     WHERE {_CLAIMABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
                     ORDER BY priority DESC, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED) AS o
                 UNION ALL
                 SELECT * FROM (
-                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                    SELECT id, priority, seq FROM {{schema}}.jobs
                     WHERE queue = %(q)s AND id = ANY(%(picked)s::text[]) AND state = 'ready' AND NOT scheduled
                     FOR UPDATE SKIP LOCKED) AS p
                 UNION ALL
-                (SELECT l.queue, l.id, l.priority, l.seq
+                (SELECT l.id, l.priority, l.seq
                  FROM unnest(%(lk)s::text[], %(caps)s::int4[]) AS k(kind, cap)
                  CROSS JOIN LATERAL (
-                     SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                     SELECT id, priority, seq FROM {{schema}}.jobs
                      WHERE {_CLAIMABLE} AND kind = k.kind
                      ORDER BY priority DESC, seq LIMIT k.cap FOR UPDATE SKIP LOCKED) AS l)
-              ) AS c ORDER BY c.priority DESC, c.seq LIMIT %(count)s) AS x
-        WHERE j.queue = x.queue AND j.id = x.id
+            ) AS c ORDER BY c.priority DESC, c.seq LIMIT %(count)s))
         RETURNING {COLUMNS}"""
 _LEASED = f"""
         SELECT {_CLOCK}, coalesce((
