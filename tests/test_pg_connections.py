@@ -94,7 +94,7 @@ class ConnectionTests(PostgresQueueCase):
 
     def test_an_operator_read_waits_for_one_batch_of_a_compaction_not_the_whole(self) -> None:
         from nobroker.postgres import queue_ops as operations
-        from nobroker.postgres.statements import PRUNE_BATCH
+        from nobroker.postgres.fragments import PRUNE_BATCH
         from nobroker.postgres.steps import run
 
         q = self.open_queue(done_retention=None)
@@ -107,12 +107,12 @@ class ConnectionTests(PostgresQueueCase):
         batches = 0
         first_batch = threading.Event()
 
-        def slow_batch(t: Any, state: str, keep: float, after: int) -> Any:
+        def slow_batch(t: Any, state: str, keep: float, after: int, span: int) -> Any:
             nonlocal batches
             batches += 1
             first_batch.set()
             yield run("SELECT pg_sleep(%s)", (SLOW_BATCH,))  # on the compaction's connection, holding it
-            return (yield from real(t, state, keep, after))
+            return (yield from real(t, state, keep, after, span))
 
         got: list[tuple[int, int]] = []
         side = q.storage._side._mutex  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from typing import Any
 
 from nobroker import JobNotFoundError
 from nobroker.postgres.connection import Session
-from nobroker.postgres.statements import PRUNE_BATCH
+from nobroker.postgres.fragments import PRUNE_BATCH
 from tests.pgsupport import PostgresQueueCase, connect
 from tests.support import wait_until
 

@@ -5,7 +5,7 @@ database clock with the test-only offset (``NOW``), the columns a job is read
 back in (``COLUMNS``, in ``row_job``'s order), the backoff, how a read shows
 an expired or cancelled lease (``SHOWN``), the history an attempt's end
 writes (``appended``, ``ended``), the parts of each listing, the
-upkeep and the claim, a batch's rows, the count tallies each write adds
+upkeep and the claim, a batch of pruning (``PRUNE``), a batch's rows, the count tallies each write adds
 (``*_TALLY``) and its counters (``*_COUNTED``). Plain text, no driver. Imports: nothing from nobroker.
 """
 
@@ -15,6 +15,12 @@ from __future__ import annotations
 RECLAIM_BATCH = 1000
 #: Most scheduled jobs that came due one claim moves into the claim's index; the next claim moves the rest.
 PROMOTE_BATCH = 1000
+#: Most done or dead jobs one DELETE of compaction or pruning removes (each batch is its own transaction).
+PRUNE_BATCH = 2000
+#: The widest span of seqs one batch of pruning looks in, from the first finished job after where
+#: the batch before it stopped: the most rows it reads, whatever plan the server picks for it.
+#: Its span starts at PRUNE_BATCH and widens where a queue's finished jobs are sparse (queues share seqs).
+MAX_PRUNE_SPAN = 8 * PRUNE_BATCH
 
 
 # Every template names the table as {schema}.jobs; Statements writes the
@@ -328,6 +334,30 @@ DELETE_TALLY = TALLY.format(
     dead="-count(*) FILTER (WHERE d.state = 'dead')", having="count(*) > 0",
     cancelled="-count(*) FILTER (WHERE d.state = 'cancelled')",
 )
+
+#: A pruning batch's jobs: one queue's, in one finished state (the constant list: jobs_finished's predicate).
+_FINISHED = "queue = %(q)s AND state = %(state)s AND state IN ('done', 'dead', 'cancelled')"
+# Compaction and pruning: a batch of jobs in one ``state`` finished ``keep`` s ago or more,
+# each batch (its own transaction) from the first such job after ``after``, within ``span``
+# seqs of it: a bounded range of the finished jobs' index, never a sort of them all, whatever
+# the (generic) plan; it returns how many it deleted, the last seq, and the first job past
+# its span. Rows go by their place (ctid), no join; one changed meanwhile has moved, and stays.
+PRUNE = f"""
+        WITH b AS MATERIALIZED (
+            SELECT min(seq) AS first FROM {{schema}}.jobs WHERE {_FINISHED} AND seq > %(after)s::bigint
+        ), d AS (
+        DELETE FROM {{schema}}.jobs AS j
+        WHERE j.ctid = ANY(ARRAY(
+                SELECT ctid FROM {{schema}}.jobs
+                WHERE {_FINISHED} AND seq >= (SELECT first FROM b) AND seq < (SELECT first FROM b) + %(span)s::bigint
+                  AND finished_at <= {NOW} - %(keep)s::float8 * interval '1 second'
+                ORDER BY seq LIMIT {PRUNE_BATCH}))
+          AND j.state = %(state)s
+        RETURNING j.state, j.scheduled, j.seq
+        ), {DELETE_TALLY}
+        SELECT count(*), max(d.seq), (
+            SELECT min(seq) FROM {{schema}}.jobs WHERE {_FINISHED} AND seq >= (SELECT first FROM b) + %(span)s::bigint)
+        FROM d"""
 
 #: The same rows for a statement that changes one job at most (its ``{source}`` holds 0
 #: or 1 rows: a single insert, an ack by primary key): each column an expression of that

@@ -6,7 +6,7 @@ the next due time, a NOTIFY owed), each written as the steps it sends, as
 operations.py's are; pruning and compaction as runs of their own, a batch
 each (``Runs``). storage.py runs them on the side connection, so the
 work's connection never waits behind them. Imports: errors, jobs, storage,
-driver, statements, rows, steps, operations, enqueueing.
+driver, fragments, rows, steps, operations, enqueueing.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from ..storage import job_not_found
 from . import operations as ops
 from .driver import pg_errors
 from .enqueueing import ENQUEUE_TRIES
+from .fragments import MAX_PRUNE_SPAN, PRUNE_BATCH
 from .operations import Target
 from .rows import row_job
-from .statements import PRUNE_BATCH
 from .steps import Steps, every, one, run
 
 
@@ -70,27 +70,34 @@ def pruning(t: Target, states: tuple[str, ...], keep: float, *, batches: int | N
     dropped, done = 0, 0
     for state in states:
         after: int | None = 0  # seqs start at 1
+        span = PRUNE_BATCH
         while after is not None and (batches is None or done < batches):
-            start = after
-            deleted, after = yield what, lambda: prune_batch(t, state, keep, start), True  # noqa: B023 (run at once)
+            start, width = after, span
+            deleted, after, span = yield what, lambda: prune_batch(t, state, keep, start, width), True  # noqa: B023
             dropped += deleted
             done += 1
     return dropped
 
 
-def prune_batch(t: Target, state: str, keep: float, after: int) -> Steps[tuple[int, int | None]]:
-    """One batch of ``pruning``: the jobs in ``state`` after seq ``after``, up to PRUNE_BATCH of them.
+def prune_batch(t: Target, state: str, keep: float, after: int, span: int) -> Steps[tuple[int, int | None, int]]:
+    """One batch of ``pruning``: up to PRUNE_BATCH jobs in ``state`` after seq ``after``, within ``span`` seqs.
 
-    Returns how many it deleted and where the next batch starts (None: this
-    state has none left). Each state's batches walk its jobs in seq order,
-    each from where the one before it stopped, so the work of a batch does
-    not grow with what the batches before it deleted.
+    Returns how many it deleted, where the next batch starts (None: this
+    state has none left) and the next one's span. Each state's batches walk
+    its jobs in seq order, each from where the one before it stopped, so the
+    work of a batch does not grow with what the batches before it deleted.
+    The span narrows when a batch is full (it may have read up to ``span``
+    rows for PRUNE_BATCH) and widens, up to MAX_PRUNE_SPAN, when one finds
+    few: other queues' jobs (or live ones) between this state's.
     """
-    deleted, last = yield one(t.sql["prune"], t.params(state=state, keep=keep, after=after))
-    if deleted < PRUNE_BATCH:
-        return deleted, None
-    assert last is not None and last > after, "each full batch moves on"
-    return deleted, last
+    deleted, last, beyond = yield one(t.sql["prune"], t.params(state=state, keep=keep, after=after, span=span))
+    if deleted == PRUNE_BATCH:  # the span may hold more
+        assert last is not None and last > after, "each full batch moves on"
+        return deleted, last, max(PRUNE_BATCH, span // 2)
+    if beyond is None:
+        return deleted, None, span
+    assert beyond - 1 > after, "each batch moves on"
+    return deleted, beyond - 1, min(MAX_PRUNE_SPAN, span * 2) if deleted < PRUNE_BATCH // 2 else span
 
 
 #: The states compaction and done_retention prune together: a cancelled job is kept as a done one is.

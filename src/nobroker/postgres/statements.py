@@ -25,8 +25,8 @@ parameters, by name:
 - lease: ``vt`` (visibility timeout, seconds) and ``kinds`` (or none);
 - ack: ``result(s)`` (JSON text or NULL); nack: ``error``, ``traceback``,
   ``delay`` (NULL: the backoff's), ``perm`` (PermanentError: straight to
-  dead); extend and extend_many: ``secs``; ack_many and extend_many: ``rows`` (JSON); set_stage: ``stage``; compact: ``keep`` (retention
-  seconds); listings: ``kind`` (or NULL), ``limit``, ``offset`` and
+  dead); extend and extend_many: ``secs``; ack_many and extend_many: ``rows`` (JSON); set_stage: ``stage``; prune: ``state``, ``keep`` (retention
+  seconds), ``after`` and ``span`` (seqs); listings: ``kind`` (or NULL), ``limit``, ``offset`` and
   ``reach`` (where the page ends: limit + offset, or NULL).
 
 A later change to how claims, reclaims or pruning work starts here (one
@@ -67,6 +67,7 @@ from .fragments import (
     NOMINAL,
     NOTIFY,
     NOW,
+    PRUNE,
     REQUEUE_TALLY,
     RETURNS,
     SHOWN,
@@ -81,8 +82,6 @@ assert KEPT_ATTEMPTS == MAX_ATTEMPT_HISTORY, "a history written inline keeps wha
 
 #: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
-#: Most done or dead jobs one DELETE of compaction or pruning removes (each batch is its own transaction).
-PRUNE_BATCH = 2000
 #: Claim statements (one per batch size) kept ready to run; others are built per call.
 MAX_CLAIM_STATEMENTS = 64
 #: Most queue names one listing returns (for a picker or an error message).
@@ -273,24 +272,7 @@ _TEMPLATES: dict[str, str] = {
     "purge": f"""
         WITH d AS (DELETE FROM {{schema}}.jobs WHERE queue = %(q)s RETURNING state, scheduled), {DELETE_TALLY}
         SELECT count(*) FROM d""",
-    # Compaction and pruning: a batch of jobs in one ``state`` finished ``keep`` s ago or more,
-    # each batch (its own transaction) after the last seq the one before deleted (``after``): a
-    # range of the finished jobs' index, never a sort of them all. The constant list is that
-    # partial index's predicate, so a generic plan may use it too. Rows go by their place
-    # (ctid), no join; one changed meanwhile (a dead job requeued) has moved, and stays.
-    "prune": f"""
-        WITH d AS (
-        DELETE FROM {{schema}}.jobs AS j
-        WHERE j.ctid = ANY(ARRAY(
-                SELECT ctid FROM {{schema}}.jobs
-                WHERE queue = %(q)s AND state = %(state)s AND state IN ('done', 'dead', 'cancelled')
-                  AND seq > %(after)s::bigint
-                  AND finished_at <= {NOW} - %(keep)s::float8 * interval '1 second'
-                ORDER BY seq LIMIT {PRUNE_BATCH}))
-          AND j.state = %(state)s
-        RETURNING j.state, j.scheduled, j.seq
-        ), {DELETE_TALLY}
-        SELECT count(*), max(d.seq) FROM d""",
+    "prune": PRUNE,  # fragments.py: compaction and pruning, a bounded batch each
     "get": f"SELECT {SHOWN} FROM {{schema}}.jobs AS j WHERE j.queue = %(q)s AND j.id = %(id)s",
     # A listing (see _build): the rows of each part, by the partial index of
     # that part, each cut to the page's end first so none is sorted whole.

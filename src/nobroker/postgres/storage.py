@@ -60,7 +60,7 @@ T = TypeVar("T")
 
 #: Seconds between two rounds of automatic pruning (started by a lease, run in a thread of its own).
 PRUNE_INTERVAL = 30.0
-#: Batches (statements.PRUNE_BATCH jobs each) one round of pruning deletes at most, per retention
+#: Batches (fragments.PRUNE_BATCH jobs each) one round of pruning deletes at most, per retention
 #: (done and cancelled jobs together, dead jobs).
 PRUNE_BATCHES = 10
 #: A storage operation of several runs on a connection, with decisions between them: it yields
