@@ -15,9 +15,10 @@ import unittest
 from typing import Any
 
 from nobroker import Queue
-from nobroker.postgres.fragments import MAX_PRUNE_SPAN, PROMOTE_BATCH, PRUNE_BATCH, RECLAIM_BATCH
+from nobroker.postgres import migrate
+from nobroker.postgres.fragments import JOINED_CLAIM_MAX, MAX_PRUNE_SPAN, PROMOTE_BATCH, PRUNE_BATCH, RECLAIM_BATCH
 from nobroker.postgres.statements import backoff_parameters
-from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from tests.pgsupport import PostgresTestCase, connect, drop_schema, fresh_name
 from tests.support import slow
 
 #: Jobs put in the way of each operation (a tenth of the issue's 100,000 keeps the suite quick).
@@ -143,6 +144,35 @@ class PlanTests(PostgresTestCase):
                 self.assertFalse(scans, f"{what} scans the table")
                 updates = [n for n in nodes if n["Node Type"] == "ModifyTable" and n["Relation Name"] == "jobs"]
                 self.assertEqual([n["Actual Rows"] for n in updates], changed, f"the jobs {what} changed")
+
+    def test_a_claim_of_a_few_probes_the_key_on_a_table_not_yet_analyzed(self) -> None:
+        # Without statistics (a new schema, before autovacuum's first ANALYZE), the plan of a
+        # batch taken by ``id = ANY(...)`` read every row of the queue: a drain of one job
+        # per claim at half its rate. A small claim joins its batch: a probe of the key.
+        schema = fresh_name("fresh")
+        migrate(self.dsn, schema=schema)
+        self.addCleanup(drop_schema, schema)
+        q = Queue(self.dsn, self.name, schema=schema, migrate=False)
+        self.addCleanup(q.close)
+        for start in range(0, 3000, 1000):
+            q.enqueue_many([{"n": n} for n in range(start, start + 1000)])
+        sql = q.storage._target.sql  # type: ignore[attr-defined]
+        params = {"q": self.name, "off": 0.0, **backoff_parameters(q.storage.backoff), "vt": 30.0, "kinds": None,  # type: ignore[attr-defined]
+                  "by": "plans:1"}  # fmt: skip
+        with connect(autocommit=False) as conn:
+            self.assertEqual(conn.execute(
+                "SELECT coalesce(max(last_analyze), max(last_autoanalyze)) FROM pg_stat_user_tables "
+                "WHERE schemaname = %s AND relname = 'jobs'", (schema,)).fetchone(), (None,), "not analyzed yet")
+            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            for count in (1, JOINED_CLAIM_MAX):
+                for checked in (False, True):
+                    with self.subTest(count=count, checked=checked):
+                        statement = sql.claim(count, kinds=False, checked=checked)
+                        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params).fetchone()
+                        read = [n["Actual Rows"] * n["Actual Loops"] for n in _nodes(plan[0][0]["Plan"])
+                                if n.get("Relation Name") == "jobs" or n.get("Index Name", "").startswith("jobs_")]
+                        self.assertLessEqual(max(read), count, f"a claim of {count} reads more jobs than it takes")
+            conn.rollback()
 
     def test_scheduled_jobs_that_came_due_are_claimed_in_priority_order(self) -> None:
         low = self.q.enqueue("low", delay=5)

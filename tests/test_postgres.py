@@ -598,7 +598,8 @@ class StatementTextTests(unittest.TestCase):
                 self.assertRegex(text, r'"nb_text"\.(jobs|counts|counters)')
                 self.assertNotIn("{schema}", text)
                 holes = set(re.findall(r"\{[a-z_]+\}", text))
-                self.assertEqual(holes, {"{count}"} if name.startswith("claim") else set())
+                # A claim's: its batch size, and how the update finds the batch (joined or by key).
+                self.assertEqual(holes, {"{count}", "{batch}", "{batch_end}"} if name.startswith("claim") else set())
         statements = Statements("nb_text")
         self.assertIn("LIMIT 7 FOR UPDATE SKIP LOCKED", statements.claim(7, kinds=False))
         self.assertNotIn("k.kind", statements.claim(7, kinds=False))

@@ -15,6 +15,14 @@ from __future__ import annotations
 RECLAIM_BATCH = 1000
 #: Most scheduled jobs that came due one claim moves into the claim's index; the next claim moves the rest.
 PROMOTE_BATCH = 1000
+#: The largest claim whose batch is joined to the update (see CLAIM); larger ones go by primary key.
+JOINED_CLAIM_MAX = 16
+#: A claim's batch as the update finds it, joined (small) or by primary key: what opens its
+#: subquery up to the FROM (its columns: ``{c}`` the kinds' claim's alias), and what closes it.
+#: The join names the queue from the subquery's rows: a constant there would let the plan
+#: rescan the subquery once per job of the queue, each time locking another.
+JOINED_BATCH = ("FROM (\n            SELECT {c}queue, {c}id", ") AS x\n        WHERE j.queue = x.queue AND j.id = x.id")
+KEYED_BATCH = ("WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(\n            SELECT {c}id", "))")
 #: Most done or dead jobs one DELETE of compaction or pruning removes (each batch is its own transaction).
 PRUNE_BATCH = 2000
 #: The widest span of seqs one batch of pruning looks in, from the first finished job after where
@@ -190,12 +198,14 @@ UPKEEP = f"""
             FROM expired AS x
             WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.id = x.id
             RETURNING j.state, j.scheduled, j.kind
+        ), came_due AS (
+            SELECT id FROM {{schema}}.jobs
+            WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {NOW}
+            ORDER BY available_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED
         ), promoted AS (
             UPDATE {{schema}}.jobs AS j SET scheduled = false
-            WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(
-                SELECT id FROM {{schema}}.jobs
-                WHERE queue = %(q)s AND state = 'ready' AND scheduled AND available_at <= {NOW}
-                ORDER BY available_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED))
+            FROM came_due AS x
+            WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(SELECT id FROM came_due)) AND j.id = x.id
             RETURNING 1
         ), tally AS (
             INSERT INTO {{schema}}.counts (queue, active, scheduled, dead, cancelled)
@@ -223,30 +233,32 @@ CLAIM_SET = f"""
 # checked as well, for rows a release before version 3 of the schema wrote
 # (a delayed job it enqueued is ready and not marked scheduled).
 #
-# Every batch here (a claim's, the upkeep's) is picked and locked by a
-# subquery, then updated by its primary key (``id = ANY(ARRAY(...))``), not
-# joined to it: a join's plan is made for the LIMIT's count of rows, and
-# for a count of 1,000 on a table of 20,000 rows that is a hash join over a
-# scan of the whole table, however few jobs the batch finds.
+# Every batch here is picked and locked by a subquery, then updated. A join
+# to it is planned for the LIMIT's count of rows: for a count of 1,000 on a
+# table of 20,000 that is a hash join over a scan of the whole table, however
+# few jobs the batch finds. So a claim of more than JOINED_CLAIM_MAX is
+# updated by its primary key, ``id = ANY(ARRAY(...))``; a small one keeps the
+# join, a probe of the key per row in any plan, where the array's plan on a
+# table not yet analyzed reads every row of the queue (a drain of one job per
+# claim ran at half the rate). The upkeep's parts offer the plan both (a CTE
+# joined and its ids as an array): the key probed per row, or by the array.
 CLAIM = f"""{CLAIM_SET}
-        WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(
-            SELECT id FROM {{schema}}.jobs
+        {{batch}} FROM {{schema}}.jobs
             WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}{{unless_due}}{UNPAUSED}
-            ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED))
+            ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED{{batch_end}}
         RETURNING {COLUMNS}"""
 # Some kinds only: the head of each kind's own index (jobs_claim_kind), then
 # the best of those heads, so jobs of other kinds are never walked over.
 # Rows a kind's head locked but the batch did not take are free again at
 # commit, the end of this statement.
 CLAIM_KINDS = f"""{CLAIM_SET}
-        WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(
-            SELECT c.id FROM unnest(%(kinds)b::text[]) AS k(kind)
+        {{batch}} FROM unnest(%(kinds)b::text[]) AS k(kind)
             CROSS JOIN LATERAL (
-                SELECT id, priority, seq FROM {{schema}}.jobs
+                SELECT queue, id, priority, seq FROM {{schema}}.jobs
                 WHERE queue = %(q)s AND kind = k.kind AND state = 'ready' AND NOT scheduled
                   AND available_at <= {NOW}{{unless_due}}{UNPAUSED}
                 ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS c
-            ORDER BY c.priority DESC, c.seq LIMIT {{count}}))
+            ORDER BY c.priority DESC, c.seq LIMIT {{count}}{{batch_end}}
         RETURNING {COLUMNS}"""
 # A claim as it is sent first: the upkeep has work only when a scheduled job
 # came due or a lease expired, which the head of each of their indexes
