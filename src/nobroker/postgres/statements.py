@@ -412,7 +412,8 @@ class Statements:
         many rows are wanted (a tenth of the table), and with a backlog that
         guess picks a scan of every ready job; a literal keeps the index plan.
         ``count`` is an int the facade checked, so writing it in is safe; each
-        batch size is prepared once (a Worker uses a handful).
+        batch size is prepared once (a Worker uses a handful). The count also
+        picks how the update finds the batch (fragments.JOINED_CLAIM_MAX).
         """
         # Checked before the cache too: True would find the text of 1 there.
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
