@@ -205,6 +205,29 @@ class SnapshotMatchesReplay(TempDirTestCase):
             q.close()
             self.compare(self.dir, clock)
 
+    def test_a_snapshot_after_reading_a_peers_records_forward_is_loaded(self) -> None:
+        # The crc a close's snapshot is checked by covers the records read forward from a
+        # peer, a few of them (one catch-up read) or many (a long read forward).
+        clock = FakeClock()
+        for jobs in (3, 30_000):
+            with self.subTest(jobs=jobs), small_threshold():
+                directory = os.path.join(self.dir, f"p{jobs}")
+                q = Queue(directory, NAME, clock=clock)
+                q.enqueue("first")
+                peer = Queue(directory, NAME, clock=clock)
+                peer.enqueue_many([{"n": n} for n in range(jobs)])
+                with small_threshold(10**9):
+                    peer.close()  # no snapshot of its own
+                q.enqueue("after the peer's")  # reads the peer's records forward first
+                q.close()
+                loads: list[Any] = []
+                real = snapshot.load
+                with mock.patch.object(snapshot, "load", lambda *a: loads.append(real(*a)) or loads[-1]):
+                    reopened = Queue(directory, NAME, clock=clock)
+                self.assertTrue(loads and all(loads), "the snapshot was loaded, not ignored")
+                self.assertEqual(len(reopened), jobs + 2)
+                reopened.close()
+
     def test_snapshot_at_the_very_end_of_the_log(self) -> None:
         clock = FakeClock()
         with small_threshold():
