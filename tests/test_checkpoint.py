@@ -13,15 +13,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 import unittest
 from typing import Any
 from unittest import mock
 
 from nobroker import Queue
 from nobroker.filestore import checkpoint, snapshot, unlocked
-from nobroker.filestore.index import _ROW_BYTES
-from nobroker.filestore.state_form import ENCODE_CHUNK, LOAD_HEADROOM, Captured, capture
+from nobroker.filestore.state_form import ENCODE_CHUNK, Captured, capture
 from nobroker.filestore.storage import FileStorage
 from tests.support import FakeClock, TempDirTestCase, records_end
 from tests.test_snapshot import copy_dir, workload
@@ -494,22 +492,6 @@ class Checkpoints(TempDirTestCase):
 
     def test_a_good_one_is_used(self) -> None:
         self.assertEqual(self.opened(), (self.truth, True))
-
-    def test_a_loaded_state_has_room_for_the_rows_that_follow(self) -> None:
-        # Grown from exactly its size, the first insert after a load copied the whole store.
-        directory = os.path.join(self.dir, "room")
-        with mock.patch.object(snapshot, "SNAPSHOT_MIN_RECORDS", 1):
-            with Queue(directory, NAME, clock=self.clock, auto_compact=None) as q:
-                q.enqueue_many(list(range(400)))  # the snapshot at close holds every record
-        with Queue(directory, NAME, clock=self.clock, auto_compact=None) as q:
-            storage = storage_of(q)
-            self.assertTrue(storage._snap_loaded)
-            state = storage._state
-            n, room = len(state._rows), len(state._rows) // LOAD_HEADROOM
-            self.assertGreater(room, 0)
-            self.assertGreaterEqual(sys.getsizeof(state._rows) - sys.getsizeof([None] * n), 8 * room)
-            spare = sys.getsizeof(state._columns) - sys.getsizeof(bytearray(len(state._columns)))
-            self.assertGreaterEqual(spare, room * _ROW_BYTES)
 
     def test_bit_flips_are_ignored(self) -> None:
         with open(self.snap, "rb") as f:

@@ -203,20 +203,14 @@ def _rows_from_snapshot(self: JobRows, fields: dict[str, Any], blocks: list[Any]
     ValueError (or another plain error) if the blocks do not fit the fields.
     """
     n = fields["rows"]
-    # Room for the rows that follow (see LOAD_HEADROOM), kept by trimming rather than by copying.
-    size, room = len(blocks[1]), n // LOAD_HEADROOM
-    columns = bytearray(size + room * _ROW_BYTES)
-    columns[:size] = blocks[1]
-    del columns[size:]
-    ids, table, fifo_rows, gone = array("Q"), array(ROW_TYPE), array("i"), array("i")
+    ids, columns, table, fifo_rows, gone = array("Q"), bytearray(blocks[1]), array(ROW_TYPE), array("i"), array("i")
     ids.frombytes(blocks[0])
     table.frombytes(blocks[2])
     fifo_rows.frombytes(blocks[3])
     gone.frombytes(blocks[4])
     if len(ids) != n or len(columns) != n * _ROW_BYTES or len(table) != self._mask + 1:
         raise ValueError("snapshot blocks do not match its row count")
-    rows: list[Entry | None] = [None] * (n + room)
-    del rows[n:]
+    rows: list[Entry | None] = [None] * n
     for row in gone:
         rows[row] = GONE
     self._rows, self._ids, self._columns, self._table = rows, ids, columns, table
@@ -237,11 +231,6 @@ def _rows_from_snapshot(self: JobRows, fields: dict[str, Any], blocks: list[Any]
     return len(gone)
 
 
-#: A loaded state's cold store is allocated with room for 1/LOAD_HEADROOM more rows than it
-#: holds: growing a block of exactly its size copies it whole, and the first insert after a
-#: follower loaded a checkpoint of 500,000 jobs spent 13.5 ms copying their columns (a heap
-#: block, not one the kernel can move) and 2 ms their row list.
-LOAD_HEADROOM = 8
 #: Every attribute of a QueueState: capture refuses a state with one it does not know.
 _SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
 #: Fields a snapshot leaves out: what a lease rests on is an offset the loader sets (snapshot.load).
