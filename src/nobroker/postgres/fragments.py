@@ -5,8 +5,9 @@ database clock with the test-only offset (``NOW``), the columns a job is read
 back in (``COLUMNS``, in ``row_job``'s order), the backoff, how a read shows
 an expired or cancelled lease (``SHOWN``), the history an attempt's end
 writes (``appended``, ``ended``), the parts of each listing, the
-upkeep and the claim, a batch of pruning (``PRUNE``), a batch's rows, the count tallies each write adds
-(``*_TALLY``) and its counters (``*_COUNTED``). Plain text, no driver. Imports: nothing from nobroker.
+upkeep and the claim, a batch of pruning (``PRUNE``), a batch's rows, the
+count tallies each write adds (``*_TALLY``) and its counters
+(``*_COUNTED``). Plain text, no driver. Imports: nothing from nobroker.
 """
 
 from __future__ import annotations
