@@ -7,13 +7,16 @@ storage's clock_offset (added to the database clock in every statement).
 
 from __future__ import annotations
 
+import threading
 import unittest
 from unittest import mock
 from typing import Any
 
 from nobroker import JobNotFoundError
+from nobroker.postgres import queue_ops
 from nobroker.postgres.connection import Session
-from nobroker.postgres.fragments import PRUNE_BATCH
+from nobroker.postgres.fragments import MAX_PRUNE_SPAN, PRUNE_BATCH
+from nobroker.postgres.steps import drive
 from tests.pgsupport import PostgresQueueCase, connect
 from tests.support import wait_until
 
@@ -79,6 +82,45 @@ class UpkeepTests(PostgresQueueCase):
         # One bounded DELETE per batch of done jobs (2 full, 1 short), then one that finds no cancelled job.
         self.assertEqual(len(deletes), 4, "one bounded DELETE per batch")
         self.assertEqual((len(q), q.stats().ready, q.stats().done), (1, 1, 0))
+
+    def test_a_batch_that_meets_a_job_changed_meanwhile_still_goes_on_from_its_last_job(self) -> None:
+        # Another transaction changes one of the jobs a batch took while the batch waits for its
+        # row lock: the DELETE checks it again and leaves it. The batch still took a full batch,
+        # so the next one starts after the last job it took. Counted by what it deleted, it
+        # looked short, and the next batch started past its span: the rest of the span stayed.
+        q = self.open_queue(done_retention=None)
+        total = PRUNE_BATCH + 1000
+        for start in range(0, total, 1000):
+            q.enqueue_many(list(range(start, min(start + 1000, total))))
+        while jobs := q.lease(1000):
+            q.ack_many(jobs)
+        seqs = sorted(job.seq for job in q.list_jobs("done", limit=None))
+        self.assertEqual(len(seqs), total)
+        blocker = connect(autocommit=False)
+        self.addCleanup(blocker.close)
+        blocker.execute(  # a new version of the job (as a requeue makes), its lock held until commit
+            f'UPDATE "{self.schema}".jobs SET finished_at = finished_at WHERE queue = %s AND seq = %s',
+            (self.name, seqs[10]),
+        )
+        pruner = connect()
+        self.addCleanup(pruner.close)
+        batch = queue_ops.prune_batch(q.storage._target, "done", 0.0, 0, MAX_PRUNE_SPAN)  # type: ignore[attr-defined]
+        got: list[tuple[int, int | None, int]] = []
+        thread = threading.Thread(target=lambda: got.append(drive(Session(pruner), batch)))
+        thread.start()
+        pid = pruner.info.backend_pid
+        with connect() as watcher:
+            waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+            self.assertTrue(wait_until(lambda: watcher.execute(waiting, (pid,)).fetchone()[0], PATIENCE))
+        blocker.commit()
+        thread.join(PATIENCE)
+        self.assertEqual(len(got), 1, "the batch ended")
+        deleted, after, span = got[0]
+        self.assertEqual(deleted, PRUNE_BATCH - 1, "the changed job stays")
+        self.assertEqual(after, seqs[PRUNE_BATCH - 1], "the next batch starts after the last job this one took")
+        self.assertEqual(span, MAX_PRUNE_SPAN // 2)
+        self.assertEqual(q.stats().done, total - deleted)
+        self.assertEqual(q.compact().jobs_dropped, total - deleted)
 
     def test_the_migration_sets_vacuum_and_fillfactor(self) -> None:
         with connect() as conn:

@@ -353,24 +353,26 @@ _FINISHED = "queue = %(q)s AND state = %(state)s AND state IN ('done', 'dead', '
 # Compaction and pruning: a batch of jobs in one ``state`` finished ``keep`` s ago or more,
 # each batch (its own transaction) from the first such job after ``after``, within ``span``
 # seqs of it: a bounded range of the finished jobs' index, never a sort of them all, whatever
-# the (generic) plan; it returns how many it deleted, the last seq, and the first job past
-# its span. Rows go by their place (ctid), no join; one changed meanwhile has moved, and stays.
+# the (generic) plan. It returns how many it deleted, how many it took (``c``: whether the
+# batch was full), the last seq it took, and the first job past its span. Rows go by their
+# place (ctid), no join; one changed meanwhile has moved, and stays, and the batch is still
+# as full as what it took: the next one starts after that, not past the span.
 PRUNE = f"""
         WITH b AS MATERIALIZED (
             SELECT min(seq) AS first FROM {{schema}}.jobs WHERE {_FINISHED} AND seq > %(after)s::bigint
+        ), c AS MATERIALIZED (
+            SELECT ctid, seq FROM {{schema}}.jobs
+            WHERE {_FINISHED} AND seq >= (SELECT first FROM b) AND seq < (SELECT first FROM b) + %(span)s::bigint
+              AND finished_at <= {NOW} - %(keep)s::float8 * interval '1 second'
+            ORDER BY seq LIMIT {PRUNE_BATCH}
         ), d AS (
         DELETE FROM {{schema}}.jobs AS j
-        WHERE j.ctid = ANY(ARRAY(
-                SELECT ctid FROM {{schema}}.jobs
-                WHERE {_FINISHED} AND seq >= (SELECT first FROM b) AND seq < (SELECT first FROM b) + %(span)s::bigint
-                  AND finished_at <= {NOW} - %(keep)s::float8 * interval '1 second'
-                ORDER BY seq LIMIT {PRUNE_BATCH}))
-          AND j.state = %(state)s
-        RETURNING j.state, j.scheduled, j.seq
+        WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) AND j.state = %(state)s
+        RETURNING j.state, j.scheduled
         ), {DELETE_TALLY}
-        SELECT count(*), max(d.seq), (
+        SELECT (SELECT count(*) FROM d), count(*), max(c.seq), (
             SELECT min(seq) FROM {{schema}}.jobs WHERE {_FINISHED} AND seq >= (SELECT first FROM b) + %(span)s::bigint)
-        FROM d"""
+        FROM c"""
 
 #: The same rows for a statement that changes one job at most (its ``{source}`` holds 0
 #: or 1 rows: a single insert, an ack by primary key): each column an expression of that

@@ -90,14 +90,17 @@ def prune_batch(t: Target, state: str, keep: float, after: int, span: int) -> St
     rows for PRUNE_BATCH) and widens, up to MAX_PRUNE_SPAN, when one finds
     few: other queues' jobs (or live ones) between this state's.
     """
-    deleted, last, beyond = yield one(t.sql["prune"], t.params(state=state, keep=keep, after=after, span=span))
-    if deleted == PRUNE_BATCH:  # the span may hold more
+    deleted, taken, last, beyond = yield one(t.sql["prune"], t.params(state=state, keep=keep, after=after, span=span))
+    assert deleted <= taken <= PRUNE_BATCH, "a batch deletes only what it took"
+    # Whether the span may hold more is what the batch took: a job it took that changed
+    # meanwhile stays (the DELETE checks its state again), and the span's rest still waits.
+    if taken == PRUNE_BATCH:
         assert last is not None and last > after, "each full batch moves on"
         return deleted, last, max(PRUNE_BATCH, span // 2)
     if beyond is None:
         return deleted, None, span
     assert beyond - 1 > after, "each batch moves on"
-    return deleted, beyond - 1, min(MAX_PRUNE_SPAN, span * 2) if deleted < PRUNE_BATCH // 2 else span
+    return deleted, beyond - 1, min(MAX_PRUNE_SPAN, span * 2) if taken < PRUNE_BATCH // 2 else span
 
 
 #: The states compaction and done_retention prune together: a cancelled job is kept as a done one is.
