@@ -8,15 +8,18 @@ storage's clock_offset (added to the database clock in every statement).
 from __future__ import annotations
 
 import threading
+import time
 import unittest
 from unittest import mock
 from typing import Any
 
 from nobroker import JobNotFoundError
 from nobroker.postgres import queue_ops
+from nobroker.postgres import storage as postgres_storage
 from nobroker.postgres.connection import Session
 from nobroker.postgres.fragments import MAX_PRUNE_SPAN, PRUNE_BATCH
 from nobroker.postgres.steps import drive
+from nobroker.postgres.storage import PRUNE_CATCH_UP
 from tests.pgsupport import PostgresQueueCase, connect
 from tests.support import wait_until
 
@@ -46,6 +49,39 @@ class UpkeepTests(PostgresQueueCase):
         q.storage._prune_at = 0  # type: ignore[attr-defined]
         q.lease()
         self.assertTrue(wait_until(lambda: len(q) == 0, PATIENCE), q.stats())
+
+    def test_a_round_that_finds_a_backlog_brings_the_next_round_near(self) -> None:
+        # A round prunes at most PRUNE_BATCHES batches: jobs finishing faster than that every
+        # PRUNE_INTERVAL would pile up for ever. One that deleted at least half of what it may
+        # is followed by the next within PRUNE_CATCH_UP; one that found little, in PRUNE_INTERVAL.
+        q = self.open_queue(done_retention=5)
+        total = 3 * PRUNE_BATCH + 10
+        for start in range(0, total, 1000):
+            q.enqueue_many(list(range(start, min(start + 1000, total))))
+        while jobs := q.lease(1000):
+            q.ack_many(jobs)
+        storage: Any = q.storage
+        storage.clock_offset = 6
+        rounds = 0
+
+        def round_of_pruning() -> None:
+            nonlocal rounds
+            storage._prune_at = 0  # the next lease starts a round now
+            q.lease()
+            storage._pruning.join(PATIENCE)
+            self.assertFalse(storage._pruning.is_alive())
+            rounds += 1
+
+        with mock.patch.object(postgres_storage, "PRUNE_BATCHES", 1):  # a round: one batch per retention
+            while q.stats().done:
+                self.assertLess(rounds, total // PRUNE_BATCH + 1, "each round of a backlog deletes a batch")
+                round_of_pruning()
+                self.assertEqual(q.stats().done, max(0, total - rounds * PRUNE_BATCH))
+                if rounds * PRUNE_BATCH <= total:
+                    self.assertLessEqual(storage._prune_at - time.monotonic(), PRUNE_CATCH_UP, "the next round soon")
+            round_of_pruning()  # nothing left: the next round in PRUNE_INTERVAL (30 s)
+            self.assertGreater(storage._prune_at - time.monotonic(), PRUNE_CATCH_UP, "no backlog: not soon")
+        self.assertEqual(len(q), 0)
 
     def test_without_retentions_nothing_is_pruned(self) -> None:
         q = self.open_queue(done_retention=None)

@@ -27,8 +27,9 @@ fails in about a minute instead of stalling a Worker. ``done_retention``
 (seconds, default 7 days; None: never) and ``dead_retention`` (default None:
 the DLQ is kept): finished jobs older than that are pruned automatically,
 storage.PRUNE_BATCHES batches of fragments.PRUNE_BATCH every
-storage.PRUNE_INTERVAL seconds, started by a lease and run in a thread on
-the second connection, so the table stays the size of its live work. Each
+storage.PRUNE_INTERVAL seconds (every storage.PRUNE_CATCH_UP while a round
+finds a backlog), started by a lease and run in a thread on the second
+connection, so the table stays the size of its live work. Each
 Queue holds one connection for its work (enqueue, lease, ack, nack, extend), a second for operator reads, compaction and the owed
 NOTIFYs (opened on first use, so a heartbeat never waits behind them), and,
 once a Worker idles on it, one more that LISTENs.

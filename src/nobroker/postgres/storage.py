@@ -3,7 +3,7 @@
 Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
-ones may run twice. Imports: jobs, storage, driver, statements,
+ones may run twice. Imports: jobs, storage, driver, fragments, statements,
 steps, connection, listener, schema, operations, enqueueing, wakeups, schedules, schedule_ops,
 limits, limit_ops, queue_ops, roster, announcements, control_ops, control_storage,
 options.
@@ -49,6 +49,7 @@ from .connection import (
     connect_timeout_of, connection_options, redact_dsn,
 )  # fmt: skip
 from .driver import require_psycopg
+from .fragments import PRUNE_BATCH
 from .schema import DEFAULT_SCHEMA, ensure_schema
 from .statements import Statements, backoff_parameters, check_identifier
 from .steps import Steps, advance, drive
@@ -63,6 +64,9 @@ PRUNE_INTERVAL = 30.0
 #: Batches (fragments.PRUNE_BATCH jobs each) one round of pruning deletes at most, per retention
 #: (done and cancelled jobs together, dead jobs).
 PRUNE_BATCHES = 10
+#: Seconds to the next round after one that found a backlog (it deleted at least half of what a round
+#: may): jobs finishing faster than PRUNE_BATCHES batches every PRUNE_INTERVAL are still kept up with.
+PRUNE_CATCH_UP = 1.0
 #: A storage operation of several runs on a connection, with decisions between them: it yields
 #: (what, the steps of a run, may they run twice) and is sent each run's result (see carry).
 Plan = Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, T]
@@ -406,6 +410,8 @@ class PostgresStorage(ControlStorage):
             return
         if dropped:
             logger.debug("queue %r: pruned %d finished jobs", self.name, dropped)
+        if dropped >= PRUNE_BATCHES * PRUNE_BATCH // 2:  # a backlog: the next round soon, not in PRUNE_INTERVAL
+            self._prune_at = min(self._prune_at, time.monotonic() + PRUNE_CATCH_UP)
 
     def _send_owed_notify(self) -> None:
         t = self._target
