@@ -64,8 +64,9 @@ PRUNE_INTERVAL = 30.0
 #: Batches (fragments.PRUNE_BATCH jobs each) one round of pruning deletes at most, per retention
 #: (done and cancelled jobs together, dead jobs).
 PRUNE_BATCHES = 10
-#: Seconds to the next round after one that found a backlog (it deleted at least half of what a round
-#: may): jobs finishing faster than PRUNE_BATCHES batches every PRUNE_INTERVAL are still kept up with.
+#: Seconds to the next round after one that found a backlog (it deleted at least half of the
+#: PRUNE_BATCHES batches a retention may): jobs finishing faster than those every PRUNE_INTERVAL
+#: are still kept up with, and a table with little to prune is read no more often than before.
 PRUNE_CATCH_UP = 1.0
 #: A storage operation of several runs on a connection, with decisions between them: it yields
 #: (what, the steps of a run, may they run twice) and is sent each run's result (see carry).
