@@ -363,6 +363,22 @@ class BadSnapshotsAreIgnored(TempDirTestCase):
                 self.write_snap(bytes(damaged))
                 self.assert_ignored()
 
+    def test_a_flipped_bit_in_any_part_of_the_file(self) -> None:
+        # The state is built from the snapshot's bytes before its crc is known: whatever a flipped
+        # bit makes of a count, a length, the fields or a block, the snapshot is still refused for it.
+        head = snapshot._HEADER.size + snapshot._HEADER.unpack_from(self.data, 0)[-1] * snapshot._LENGTH.size
+        # The header and the block lengths byte by byte, then 200 places through the rest.
+        positions = [*range(head), *range(head, len(self.data), max(1, (len(self.data) - head) // 200))]
+        rng = random.Random(11)
+        for position in positions:
+            with self.subTest(position=position):
+                damaged = bytearray(self.data)
+                damaged[position] ^= 1 << rng.randrange(8)
+                self.write_snap(bytes(damaged))
+                with self.assertLogs("nobroker", "INFO") as logs:
+                    self.assertEqual(self.opened(), self.expected)
+                self.assertTrue(any("checksum does not match" in line for line in logs.output), logs.output)
+
     def test_truncated(self) -> None:
         for size in (0, 5, 30, len(self.data) // 2, len(self.data) - 1):
             with self.subTest(size=size):
@@ -485,6 +501,22 @@ class BadSnapshotsAreIgnoredWithTheLogCrcInAThread(BadSnapshotsAreIgnored):
         self.assertTrue(started, "no crc of the log prefix was computed")
         self.assertEqual(len(started[0].threads), prefix_crc.PARTS, "a prefix of PARTS bytes or more is split")
         self.assertFalse(any(thread.is_alive() for thread in started[0].threads))
+
+    def test_the_snapshots_own_crc_ran_in_a_thread_that_was_joined(self) -> None:
+        started: list[Any] = []
+        real = prefix_crc.BufferCrc.__init__
+
+        def init(crc: Any, buffer: Any) -> None:
+            real(crc, buffer)
+            started.append(crc)
+
+        with mock.patch.object(prefix_crc.BufferCrc, "__init__", init):
+            self.assertEqual(self.opened(), self.expected)
+        self.assertEqual(len(started), 1, "the snapshot's crc")
+        self.assertIsNotNone(started[0].thread, "computed in a thread of its own")
+        self.assertFalse(started[0].thread.is_alive())
+        with self.assertRaises(ValueError):  # its view of the mapping was let go
+            started[0].view.tobytes()
 
 
 class CrashWhileWriting(TempDirTestCase):

@@ -51,7 +51,7 @@ from .fs import FileSystem, unmap
 from ..codec import load_json, on_fresh_stack
 from .layout import snapshot_generation, snapshot_path, temp_path
 from .log import LogFile
-from .prefix_crc import PrefixCrc
+from .prefix_crc import BufferCrc, PrefixCrc
 from .replay import QueueState
 from .state_form import Captured, capture, from_snapshot
 
@@ -101,11 +101,13 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
 
     None when there is none or it cannot be trusted (logged, never raised):
     the caller then replays the whole log, as if no snapshot existed. The
-    crc of the log's prefix is computed while the snapshot is read and
-    decoded (prefix_crc.PrefixCrc).
+    crcs of the log's prefix and of the snapshot itself are computed in
+    threads while the state is built from the snapshot's bytes, unchecked
+    (prefix_crc.PrefixCrc, BufferCrc); the state is used only once both match.
     """
     path = snapshot_path(directory, name, log.generation)
     prefix: PrefixCrc | None = None
+    body: BufferCrc | None = None
     data: Any = None
     blocks: list[memoryview] = []
     try:
@@ -124,22 +126,32 @@ def load(fs: FileSystem, directory: str, name: str, log: LogFile) -> tuple[Queue
             logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, why)
             return None
         try:
-            fields, blocks, offset, crc = _decode(data, log.generation)
-            size = log.size()
-            if size < offset:
-                raise SnapshotError(f"it covers {offset} bytes but the log holds {size}")
-            state = from_snapshot(fields, blocks)  # while the prefix's crc is computed: it is checked next
+            if len(data) < _HEADER.size + _TRAILER.size:
+                raise SnapshotError("the file is too short")
+            body = BufferCrc(memoryview(data)[: -_TRAILER.size])
+            try:
+                fields, blocks, offset, crc = _decode(data, log.generation)
+                size = log.size()
+                if size < offset:
+                    raise SnapshotError(f"it covers {offset} bytes but the log holds {size}")
+                state = from_snapshot(fields, blocks)  # from unchecked bytes, while both crcs are computed
+            except Exception:
+                _check_body(body, data)  # damage is what a damaged file is refused for, whatever it broke
+                raise
+            _check_body(body, data)
             if prefix.result(offset) != crc:
                 raise SnapshotError(f"the log's first {offset} bytes are not those it was taken from")
         except (
             SnapshotError, NobrokerError, OSError, ValueError, TypeError, KeyError, IndexError, OverflowError,
-            AttributeError, RecursionError, MemoryError,
+            AttributeError, RecursionError, MemoryError, struct.error,
         ) as exc:  # fmt: skip
             logger.info("%s: ignoring the snapshot (%s); replaying the whole log", path, exc)
             return None
     finally:
         if prefix is not None:
             prefix.join()  # never leave a thread reading a descriptor the caller may close
+        if body is not None:
+            body.join()  # nor one reading the mapping, which goes next
         blocks = []  # views of the mapping: the state holds copies
         unmap(data)
     logger.debug("%s: loaded the state at offset %d (%d records)", path, offset, state.records)
@@ -155,11 +167,15 @@ def _peek_offset(head: bytes, generation: int) -> int | None:
     return offset if magic == MAGIC and version == VERSION and gen == generation else None
 
 
-def _decode(data: Any, generation: int) -> tuple[dict[str, Any], list[memoryview], int, int]:
-    if len(data) < _HEADER.size + _TRAILER.size:
-        raise SnapshotError("the file is too short")
-    if zlib.crc32(memoryview(data)[: -_TRAILER.size]) != _TRAILER.unpack_from(data, len(data) - _TRAILER.size)[0]:
+def _check_body(body: BufferCrc, data: Any) -> None:
+    """SnapshotError unless the snapshot's bytes are those its trailer's crc was taken of."""
+    if body.result() != _TRAILER.unpack_from(data, len(data) - _TRAILER.size)[0]:
         raise SnapshotError("its checksum does not match (damaged or cut short)")
+
+
+def _decode(data: Any, generation: int) -> tuple[dict[str, Any], list[memoryview], int, int]:
+    """The fields, blocks, log offset and prefix crc a snapshot's bytes say (not yet checked: any of it may be damage)."""
+    assert len(data) >= _HEADER.size + _TRAILER.size, "the caller checked the size"
     magic, version, gen, offset, crc, *machine, count = _HEADER.unpack_from(data, 0)
     if magic != MAGIC:
         raise SnapshotError("it is not a nobroker snapshot")
@@ -170,6 +186,8 @@ def _decode(data: Any, generation: int) -> tuple[dict[str, Any], list[memoryview
     if tuple(machine) != _MACHINE:
         raise SnapshotError("it was written with another byte order or array sizes")
     pos = _HEADER.size
+    if count < 1 or pos + count * _LENGTH.size > len(data) - _TRAILER.size:
+        raise SnapshotError("its block lengths do not add up")
     lengths = [_LENGTH.unpack_from(data, pos + i * _LENGTH.size)[0] for i in range(count)]
     pos += count * _LENGTH.size
     if pos + sum(lengths) != len(data) - _TRAILER.size or count < 1:
