@@ -132,17 +132,22 @@ class UpkeepTests(PostgresQueueCase):
             q.ack_many(jobs)
         seqs = sorted(job.seq for job in q.list_jobs("done", limit=None))
         self.assertEqual(len(seqs), total)
-        blocker = connect(autocommit=False)
-        self.addCleanup(blocker.close)
+        pruner, blocker = connect(), connect(autocommit=False)
+        batch = queue_ops.prune_batch(q.storage._target, "done", 0.0, 0, MAX_PRUNE_SPAN)  # type: ignore[attr-defined]
+        got: list[tuple[int, int | None, int]] = []
+        thread = threading.Thread(target=lambda: got.append(drive(Session(pruner), batch)))
+
+        def let_go() -> None:  # in this order, also when the test failed half way: the batch is let go first
+            blocker.close()
+            if thread.ident is not None:
+                thread.join(PATIENCE)
+            pruner.close()
+
+        self.addCleanup(let_go)
         blocker.execute(  # a new version of the job (as a requeue makes), its lock held until commit
             f'UPDATE "{self.schema}".jobs SET finished_at = finished_at WHERE queue = %s AND seq = %s',
             (self.name, seqs[10]),
         )
-        pruner = connect()
-        self.addCleanup(pruner.close)
-        batch = queue_ops.prune_batch(q.storage._target, "done", 0.0, 0, MAX_PRUNE_SPAN)  # type: ignore[attr-defined]
-        got: list[tuple[int, int | None, int]] = []
-        thread = threading.Thread(target=lambda: got.append(drive(Session(pruner), batch)))
         thread.start()
         pid = pruner.info.backend_pid
         with connect() as watcher:
