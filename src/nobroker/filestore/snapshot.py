@@ -190,7 +190,7 @@ def _decode(data: Any, generation: int) -> tuple[dict[str, Any], list[memoryview
         raise SnapshotError("its block lengths do not add up")
     lengths = [_LENGTH.unpack_from(data, pos + i * _LENGTH.size)[0] for i in range(count)]
     pos += count * _LENGTH.size
-    if pos + sum(lengths) != len(data) - _TRAILER.size or count < 1:
+    if pos + sum(lengths) != len(data) - _TRAILER.size:
         raise SnapshotError("its block lengths do not add up")
     view = memoryview(data)
     blocks = []
