@@ -354,9 +354,10 @@ _FINISHED = "queue = %(q)s AND state = %(state)s AND state IN ('done', 'dead', '
 # each batch (its own transaction) from the first such job after ``after``, within ``span``
 # seqs of it: a bounded range of the finished jobs' index, never a sort of them all, whatever
 # the (generic) plan. It returns how many it deleted, how many it took (``c``: whether the
-# batch was full), the last seq it took, and the first job past its span. Rows go by their
-# place (ctid), no join; one changed meanwhile has moved, and stays, and the batch is still
-# as full as what it took: the next one starts after that, not past the span.
+# batch was full), the last seq it took, and, for a batch not full, the first job past its
+# span. Rows go by their place (ctid), no join; one changed meanwhile has moved, and stays,
+# and the batch is still as full as what it took: the next one starts after that, not past
+# the span.
 PRUNE = f"""
         WITH b AS MATERIALIZED (
             SELECT min(seq) AS first FROM {{schema}}.jobs WHERE {_FINISHED} AND seq > %(after)s::bigint
@@ -370,8 +371,9 @@ PRUNE = f"""
         WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c)) AND j.state = %(state)s
         RETURNING j.state, j.scheduled
         ), {DELETE_TALLY}
-        SELECT (SELECT count(*) FROM d), count(*), max(c.seq), (
-            SELECT min(seq) FROM {{schema}}.jobs WHERE {_FINISHED} AND seq >= (SELECT first FROM b) + %(span)s::bigint)
+        SELECT (SELECT count(*) FROM d), count(*), max(c.seq), CASE WHEN count(*) < {PRUNE_BATCH} THEN (
+            SELECT min(seq) FROM {{schema}}.jobs
+            WHERE {_FINISHED} AND seq >= (SELECT first FROM b) + %(span)s::bigint) END
         FROM c"""
 
 #: The same rows for a statement that changes one job at most (its ``{source}`` holds 0
