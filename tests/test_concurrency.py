@@ -316,53 +316,5 @@ class GroupCommit(TempDirTestCase):
         self.assertEqual((again.id, again.payload, again.seq), ("once", {"n": 1}, first.seq))
 
 
-class ReadAhead(TempDirTestCase):
-    """Catching up before the lock (commit._read_ahead) stops at a record a peer is still writing, and cuts nothing."""
-
-    def test_a_record_half_written_by_a_peer_is_read_whole_under_the_lock(self) -> None:
-        from nobroker.filestore.framing import RecordType, encode_record
-        from nobroker.filestore.lock import QueueLock
-        from nobroker.filestore.fs import OS_FILESYSTEM
-        from tests.support import records_end, wait_until
-
-        for log_format in (1, 2):
-            with self.subTest(log_format=log_format):
-                folder = os.path.join(self.dir, str(log_format))
-                mine, peer = Queue(folder, log_format=log_format), Queue(folder, log_format=log_format)
-                self.addCleanup(mine.close)
-                self.addCleanup(peer.close)
-                mine.enqueue("first")
-                peer.enqueue("a peer's")
-                mine.stats()  # its catch-up finds the peer's record: it looks before the lock from now on
-                log = os.path.join(folder, "default.000000.log")
-                end = records_end(log)
-                whole = encode_record(RecordType.ENQUEUE, {"id": "whole", "payload": "whole", "max_attempts": 5,
-                                                           "available_at": 1.0, "enqueued_at": 1.0, "seq": 98})  # fmt: skip
-                record = encode_record(RecordType.ENQUEUE, {"id": "written-by-hand", "payload": "half, then whole",
-                                                            "max_attempts": 5, "available_at": 1.0, "enqueued_at": 1.0, "seq": 99})  # fmt: skip
-                lock = QueueLock(OS_FILESYSTEM, os.path.join(folder, "default.lock"), 30.0)
-                lock.acquire()  # a writer that appended one record and is in the middle of the next
-                with open(log, "r+b") as f:
-                    f.seek(end)
-                    f.write(whole + record[: len(record) // 2])
-                enqueued: list[Any] = []
-                thread = threading.Thread(target=lambda: enqueued.append(mine.enqueue("mine, after it")))
-                thread.start()
-                read_to = end + len(whole)  # the whole record read before the lock, the half one not
-                self.assertTrue(wait_until(lambda: mine.storage._offset == read_to), "no look before the lock")  # type: ignore[attr-defined]
-                self.assertTrue(thread.is_alive(), "it wrote without the lock")
-                with open(log, "r+b") as f:
-                    f.seek(read_to + len(record) // 2)
-                    f.write(record[len(record) // 2 :])
-                lock.release()
-                lock.close()
-                thread.join(30)
-                self.assertEqual(len(enqueued), 1)
-                self.assertEqual(mine.get("written-by-hand").payload, "half, then whole")
-                with Queue(folder) as again:
-                    self.assertEqual(sorted(job.payload for job in again.list_jobs()),
-                                     ["a peer's", "first", "half, then whole", "mine, after it", "whole"])  # fmt: skip
-
-
 if __name__ == "__main__":
     unittest.main()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Callable
 
 from ..errors import LockTimeoutError, UnsafeQueueError
 from .fs import FileSystem, storage_error
@@ -82,21 +83,30 @@ class QueueLock:
         self.fd = self._open()
         self.held = False
 
-    def acquire(self, *, exclusive: bool = True) -> None:
+    def acquire(self, *, exclusive: bool = True, meanwhile: Callable[[], bool] | None = None) -> None:
+        """Take the lock, waiting up to ``timeout`` (LockTimeoutError).
+
+        ``meanwhile``: work to do while the lock is busy, instead of idling:
+        called between attempts, it says whether it did any (then the next
+        attempt follows at once). It must end in moments: the lock may come
+        free while it runs. An operation reads what its peers append there,
+        so less is left to read once it holds the lock.
+        """
         fs, fd = self.fs, self.fd
         if fd is None or fs.lock(fd, exclusive=exclusive, blocking=False):
             self.held = True
             return
-        if _sched_yield is not None:
-            for _ in range(YIELDS):
-                _sched_yield()
-                if fs.lock(fd, exclusive=exclusive, blocking=False):
-                    self.held = True
-                    return
         deadline = time.monotonic() + self.timeout
-        pause = FIRST_BACKOFF
+        yields, pause = YIELDS, FIRST_BACKOFF
         while True:
-            time.sleep(pause)
+            if meanwhile is not None and meanwhile():
+                pass  # it did some work: try again at once
+            elif yields and _sched_yield is not None:
+                yields -= 1
+                _sched_yield()
+            else:
+                time.sleep(pause)
+                pause = min(pause * 2, MAX_BACKOFF)
             if fs.lock(fd, exclusive=exclusive, blocking=False):
                 self.held = True
                 return
@@ -105,7 +115,6 @@ class QueueLock:
                     f"could not lock {self.path} within {self.timeout:g} s: another process holds it. "
                     "Raise lock_timeout, or find the process (e.g. `fuser` on the lock file)."
                 )
-            pause = min(pause * 2, MAX_BACKOFF)
 
     def try_acquire(self, *, exclusive: bool = True) -> bool:
         """Take the lock if it is free right now; never waits."""
