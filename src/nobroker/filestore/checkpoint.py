@@ -38,8 +38,9 @@ logger = logging.getLogger("nobroker")
 #: another (off the hot path: recovery.QueueFiles._maybe_checkpoint). Opening after a crash
 #: then replays at most about this many records after loading it.
 CHECKPOINT_EVERY = 50_000
-#: Records a writer lets go by before it looks again when a checkpoint fell due while a
-#: compaction ran (that compaction leaves the next generation's own checkpoint).
+#: Records a writer lets go by before it looks again when a checkpoint fell due but could
+#: not be taken: a compaction ran (it leaves the next generation's own checkpoint), or what
+#: this process read is not known durable (lazily durable leases; a queue without fsync).
 CHECKPOINT_RETRY = 1_000
 #: Longest a process that follows a compaction waits for the compactor's checkpoint of
 #: the new generation before it replays the generation instead. The checkpoint is written
@@ -186,6 +187,9 @@ class Checkpoints(UnlockedReplay):
                 or mark is None or mark[0] != log.generation or mark[1] != end or log.durable_end < end
                 or os.getpid() != self._pid or state.records - self._snap_records < CHECKPOINT_EVERY
             ):  # fmt: skip
+                # Not now (nothing durable to vouch for yet, or never: no fsync, read only):
+                # look again a little later, not after every write.
+                self._checkpoint_after = state.records + CHECKPOINT_RETRY
                 return
             try:
                 captured = capture(state)
