@@ -610,6 +610,25 @@ class CheckpointsAsTheLogGrows(TempDirTestCase):
             self.assertEqual(storage._snap_records, 0)
             self.assertFalse(os.path.exists(os.path.join(self.dir, f"{NAME}.000000.snap")))
 
+    def test_one_that_fell_due_on_a_lease_not_yet_durable_comes_with_the_next_write(self) -> None:
+        """A lease is fsynced lazily: the checkpoint waits for the write that makes it durable, not CHECKPOINT_RETRY records."""
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 50):
+            q = Queue(self.dir, NAME, auto_compact=None, visibility_timeout=300)
+            self.addCleanup(q.close)
+            storage = storage_of(q)
+            q.enqueue_many([{"i": i} for i in range(60)])
+            storage._close_checkpoints()
+            first = storage._snap_records
+            self.assertGreaterEqual(first, 50, "no checkpoint after 60 records")
+            leased = []
+            while storage._state.records - first < 50:
+                leased.append(q.lease_one())
+            storage._close_checkpoints()
+            self.assertEqual(storage._snap_records, first, "a checkpoint vouched for a lease not yet durable")
+            q.ack(leased[0])
+            storage._close_checkpoints()
+            self.assertGreater(storage._snap_records, first, "the write that made it durable took no checkpoint")
+
     def test_close_waits_for_a_checkpoint_being_written_before_it_writes_the_newer_snapshot(self) -> None:
         """Both write the same .snap: the checkpoint thread's older state must never land after close's."""
         import threading

@@ -39,8 +39,8 @@ logger = logging.getLogger("nobroker")
 #: then replays at most about this many records after loading it.
 CHECKPOINT_EVERY = 50_000
 #: Records a writer lets go by before it looks again when a checkpoint fell due but could
-#: not be taken: a compaction ran (it leaves the next generation's own checkpoint), or what
-#: this process read is not known durable (lazily durable leases; a queue without fsync).
+#: not be taken: a compaction ran (it leaves the next generation's own checkpoint), or it
+#: has no crc to vouch for what it read (a queue without fsync, or read only).
 CHECKPOINT_RETRY = 1_000
 #: Longest a process that follows a compaction waits for the compactor's checkpoint of
 #: the new generation before it replays the generation instead. The checkpoint is written
@@ -182,14 +182,19 @@ class Checkpoints(UnlockedReplay):
             return
         with self._mutex:
             log, state, end, mark = self._log, self._state, self._offset, self._snap_crc
-            if (
+            # No crc to vouch for what this process read (no fsync at all, a read-only queue, a
+            # reading that did not go on from the last mark), or not this process's to write:
+            # not for a while. Look again a little later, not at every write.
+            refused = (
                 self._closed or log is None or self._stale or self._failed is not None or self.read_only is not None
-                or mark is None or mark[0] != log.generation or mark[1] != end or log.durable_end < end
-                or os.getpid() != self._pid or state.records - self._snap_records < CHECKPOINT_EVERY
-            ):  # fmt: skip
-                # Not now (nothing durable to vouch for yet, or never: no fsync, read only):
-                # look again a little later, not after every write.
+                or mark is None or mark[0] != log.generation or os.getpid() != self._pid
+            )  # fmt: skip
+            if refused:
                 self._checkpoint_after = state.records + CHECKPOINT_RETRY
+                return
+            assert log is not None and mark is not None
+            # A lazily durable lease not fsynced yet: the next write's fsync covers it.
+            if mark[1] != end or log.durable_end < end or state.records - self._snap_records < CHECKPOINT_EVERY:
                 return
             try:
                 captured = capture(state)
