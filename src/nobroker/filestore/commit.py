@@ -4,7 +4,7 @@ Owns: Committer, the layer of FileStorage above QueueFiles: lock → read
 forward (following a peer's compaction, reloading after a failed write) →
 reclaim → append, fsync, apply (design invariant 3); the reading of peers'
 records before the lock (``_read_ahead``) and while a peer holds it
-(``_read_while_waiting``); the group commit (``_commit``,
+(``_read_unlocked_quietly``); the group commit (``_commit``,
 ``_run_pending``) of batch.py's Batch and Op, making an answer durable and
 rolling an operation's records back when its fsync failed, the read-only
 beat (``_read``), waking idle workers after a write, and whether a write
@@ -104,7 +104,7 @@ class Committer(QueueFiles):
         lock = self._lock
         assert lock is not None
         self._read_ahead()
-        lock.acquire(exclusive=exclusive, meanwhile=self._read_while_waiting)
+        lock.acquire(exclusive=exclusive, meanwhile=self._read_unlocked_quietly)
         sig = self._pointer_signature()
         if not self._follows_flip(sig):
             return sig
@@ -116,30 +116,22 @@ class Committer(QueueFiles):
     def _read_ahead(self) -> None:
         """Before the lock: apply what peers appended since our last look, as far as whole records go.
 
-        Peers append under the lock, so without it a record may be half
-        written: reading stops there (it looks torn, and nothing is cut), and
-        the catch-up under the lock reads on from it. What is read here is the
-        same whatever the lock: records once whole are never rewritten, but
-        for the two changes a peer signals through the pointer (a roll-back
-        or a compaction's flip), which the catch-up under the lock then
-        follows by replaying. So the lock is held only for what came in the
-        last moments. Anything unusual is left to the locked catch-up, which
-        reports it (memory is marked stale if records were applied without
-        the offset moving past them).
+        Peers append under the lock, so without it a record may be half written: reading stops
+        there (it looks torn, and nothing is cut), and the catch-up under the lock reads on from it.
+        What is read here is the same whatever the lock: records once whole are never rewritten,
+        but for the two changes a peer signals through the pointer (a roll-back or a compaction's
+        flip), which the catch-up under the lock then follows by replaying. So the lock is held
+        only for what came in the last moments. Anything unusual is left to the locked catch-up,
+        which reports it (memory is marked stale if records were applied without the offset moving).
         """
         if self._peers_append:  # a process alone saves the look: its catch-up under the lock finds nothing either
             self._peers_append = self._read_unlocked_quietly()  # quiet now: no look before the next lock
 
-    def _read_while_waiting(self) -> bool:
-        """The lock's ``meanwhile``: ``_read_ahead`` again while a peer holds the lock; did any record follow?
+    def _read_unlocked_quietly(self) -> bool:
+        """``_read_ahead``'s reading; also the lock's ``meanwhile``, again while a peer holds it: did any record follow?
 
         Else a waiter idles, then reads its peers' last records with the lock held, and every other waiter waits.
         """
-        found = self._read_unlocked_quietly()
-        self._peers_append = self._peers_append or found
-        return found
-
-    def _read_unlocked_quietly(self) -> bool:
         log = self._log
         if self._stale or log is None or self._closed:
             return False
