@@ -5,7 +5,7 @@ job's row in the order its ENQUEUE record arrived, the ``hot`` Entries by id,
 the cold store (packed columns, an open-addressing id table, FIFOs per kind
 and priority with a small heap of their heads per kind), finding a job by
 id, walking them in order, and moving them after a compaction (the rows'
-part of a snapshot is state_form.py's). Imports: jobs, entry.
+part of a snapshot is state_form.py's). Imports: jobs, entry, room.
 
 Most jobs of a big queue are plain READY jobs nobody has touched since they
 were enqueued. Those are cold: about 100 bytes each and no Python object;
@@ -38,6 +38,7 @@ from operator import is_
 
 from ..jobs import JobState
 from .entry import DROPPED, IN_DELAYED, IN_READY, READY, Entry, new_entry
+from .room import keep_bytes_room, keep_list_room
 
 #: A just-enqueued job's columns in the cold store, packed per row: seq, offset,
 #: enqueued_at, available_at, priority, attempts, max_attempts, the size of its
@@ -228,7 +229,7 @@ class JobRows:
         return replaced
 
     def tidy(self) -> None:
-        """Grow the id table once it is over half full.
+        """Grow the id table once it is over half full; keep room for more rows (room.py).
 
         Growing re-inserts every cold row: about half a second for a million
         jobs in Python. The storage calls this after it lets go of the queue's
@@ -237,6 +238,8 @@ class JobRows:
         """
         if self._table_used > self._table_limit:
             self._rehash()
+        keep_bytes_room(self._columns, _ROW_BYTES, len(self._rows))
+        keep_list_room(self._rows)
 
     def _rehash(self, extra: int = 0) -> None:
         """A bigger table holding the live cold rows only (slots of gone and hot rows are dropped), and room for ``extra`` more."""

@@ -4,7 +4,7 @@ Owns: ``capture`` (the state's snapshot, taken under a lock, as a Captured
 that encodes itself later, perhaps in another thread) and ``from_snapshot``
 (snapshot.py frames and checks the file; this module says what goes in
 it), with the cold rows' part of both. Imports: jobs, schedules, entry,
-framing, limit_records, counting, index, replay.
+framing, limit_records, counting, index, replay, room.
 
 The fields are one JSON object: ``hot`` (each hot Entry's slots in order,
 its state as the text value), ``active_keys`` ([kind, key, id]), the rows'
@@ -35,6 +35,7 @@ from .entry import IN_DELAYED, IN_READY, LEASED, STATES, Entry
 from .framing import RecordType
 from .index import _ROW_BYTES, GONE, ROW_TYPE, Fifo, JobRows
 from .replay import QueueState
+from .room import bytes_with_room, list_with_room
 
 
 class Captured:
@@ -203,14 +204,15 @@ def _rows_from_snapshot(self: JobRows, fields: dict[str, Any], blocks: list[Any]
     ValueError (or another plain error) if the blocks do not fit the fields.
     """
     n = fields["rows"]
-    ids, columns, table, fifo_rows, gone = array("Q"), bytearray(blocks[1]), array(ROW_TYPE), array("i"), array("i")
+    ids, table, fifo_rows, gone = array("Q"), array(ROW_TYPE), array("i"), array("i")
+    columns = bytes_with_room(blocks[1], _ROW_BYTES)  # the first write after loading must not copy every row (room.py)
     ids.frombytes(blocks[0])
     table.frombytes(blocks[2])
     fifo_rows.frombytes(blocks[3])
     gone.frombytes(blocks[4])
     if len(ids) != n or len(columns) != n * _ROW_BYTES or len(table) != self._mask + 1:
         raise ValueError("snapshot blocks do not match its row count")
-    rows: list[Entry | None] = [None] * n
+    rows: list[Entry | None] = list_with_room(None, n)
     for row in gone:
         rows[row] = GONE
     self._rows, self._ids, self._columns, self._table = rows, ids, columns, table
@@ -220,7 +222,8 @@ def _rows_from_snapshot(self: JobRows, fields: dict[str, Any], blocks: list[Any]
     start = 0
     for kind, priority, kind_number, serial, head, last_seq, queued, length in fields["fifos"]:
         fifo = Fifo(kind, kind_number, priority, serial)
-        fifo.rows = fifo_rows[start : start + length]
+        # The one fifo holding every row takes the array itself (no copy); an empty one never does (it would be shared).
+        fifo.rows = fifo_rows if 0 < length == len(fifo_rows) else fifo_rows[start : start + length]
         fifo.head, fifo.last_seq, fifo.queued = head, last_seq, queued
         start += length
         self._fifos[(kind, priority)] = fifo
