@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import sys
 import unittest
+from unittest import mock
 
 from nobroker import Queue
 from nobroker.filestore.index import _ROW_BYTES
+from nobroker.filestore import room
 from nobroker.filestore.replay import QueueState
 from nobroker.filestore.room import (
     ROOM_FROM_ROWS, bytes_room, bytes_with_room, keep_bytes_room, keep_list_room, list_room, list_with_room, room_wanted,
@@ -65,6 +67,18 @@ class Helpers(unittest.TestCase):
         keep_list_room(items)
         self.assertGreaterEqual(list_room(items), room_wanted(rows) // 2)
         self.assertEqual(items, [1] * rows)
+
+    def test_an_interpreter_that_gives_the_room_back_stops_the_keeping(self) -> None:
+        self.addCleanup(setattr, room, "KEEPING", room.KEEPING)
+        rows = ROOM_FROM_ROWS * 2
+        with mock.patch.object(room, "bytes_room", return_value=0):  # as if the cut had given it back
+            keep_bytes_room(bytearray(rows), 1, rows)
+        self.assertFalse(room.KEEPING)
+        self.assertEqual(room_wanted(rows), 0, "no more room is made: it would copy every row at each tidy()")
+        items = [0] * rows
+        size = sys.getsizeof(items)
+        keep_list_room(items)
+        self.assertEqual(sys.getsizeof(items), size)
 
 
 class LoadedState(TempDirTestCase):

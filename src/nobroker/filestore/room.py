@@ -12,10 +12,11 @@ under the file lock, while every peer waited, and always on the first
 write after a state was loaded from a snapshot or a checkpoint (built to
 its exact size). JobRows.tidy (outside the file lock) keeps room for
 1/ROOM_SHARE more rows instead, and a loaded state comes with that room.
-Both containers keep a shrink below half their allocation from giving
-memory back, which is what lets room be made by growing, then cutting
-back: CPython's bytearray and list only reallocate on such a cut when it
-is below half of what they hold.
+Room is made by growing, then cutting back: CPython's bytearray and list
+keep their allocation on a cut to more than half of it. That is how
+CPython behaves, not a promise of the language: where room cannot be read
+(``sys.getsizeof`` refused) or a cut gave it back, room is no longer kept
+in this process (``KEEPING``), and the containers grow as they will.
 """
 
 from __future__ import annotations
@@ -24,19 +25,23 @@ import sys
 from itertools import repeat
 from typing import Any
 
-#: Room kept for one more row in ROOM_SHARE rows (and one in twice as many at the least before making more).
+#: Room kept: for 1/ROOM_SHARE more rows than a container holds; made again once less than half of it is left.
 ROOM_SHARE = 8
 #: Containers of fewer rows than this grow as they will: copying them costs well under a millisecond.
 ROOM_FROM_ROWS = 1 << 16
 
-_BYTEARRAY_BASE = sys.getsizeof(bytearray())
-_LIST_BASE = sys.getsizeof([])
 _POINTER = 8 if sys.maxsize > 2**32 else 4
+try:
+    _BYTEARRAY_BASE, _LIST_BASE = sys.getsizeof(bytearray()), sys.getsizeof([])
+    KEEPING = True  # room is kept in this process (see the module's docstring)
+except TypeError:  # an interpreter that cannot say how much it allocated
+    _BYTEARRAY_BASE = _LIST_BASE = 0
+    KEEPING = False
 
 
 def room_wanted(rows: int) -> int:
-    """Rows of room a container of ``rows`` rows should have; 0 below ROOM_FROM_ROWS."""
-    return 0 if rows < ROOM_FROM_ROWS else rows // ROOM_SHARE
+    """Rows of room a container of ``rows`` rows should have; 0 below ROOM_FROM_ROWS, or where room is not kept."""
+    return 0 if rows < ROOM_FROM_ROWS or not KEEPING else rows // ROOM_SHARE
 
 
 def bytes_room(buf: bytearray) -> int:
@@ -56,7 +61,8 @@ def keep_bytes_room(buf: bytearray, row_bytes: int, rows: int) -> None:
         size = len(buf)
         buf += bytes(wanted)
         del buf[size:]  # a cut above half the allocation keeps it
-        assert bytes_room(buf) >= wanted // 2, "a bytearray keeps its allocation on a small cut"
+        if bytes_room(buf) < wanted // 2:
+            _stop_keeping()
 
 
 def keep_list_room(items: list[Any]) -> None:
@@ -66,7 +72,14 @@ def keep_list_room(items: list[Any]) -> None:
         size = len(items)
         items.extend(repeat(None, wanted))
         del items[size:]
-        assert list_room(items) >= wanted // 2, "a list keeps its allocation on a small cut"
+        if list_room(items) < wanted // 2:
+            _stop_keeping()
+
+
+def _stop_keeping() -> None:
+    """This interpreter gave the room back on the cut: making it again would copy every row at each tidy()."""
+    global KEEPING
+    KEEPING = False
 
 
 def bytes_with_room(data: Any, row_bytes: int) -> bytearray:
