@@ -6,6 +6,7 @@ The package, in its order (a module imports only modules above it):
     layout.py      every file name of a queue, formatted and parsed; the queue name rule
     fs.py          the I/O seam every byte passes through; storage_error, write_fully
     bulk.py        building many objects at once: the cyclic garbage collector paused meanwhile
+    room.py        room to grow in the big per-row containers, made where copying them costs no wait
     folder.py      the queue folder made private, an unsafe or network one refused; pid_alive
     framing.py     the bytes of format version 1: header, frames, CRC, JSON bodies
     entry.py       Entry (one job in memory) and the checks of a record's fields
