@@ -22,7 +22,7 @@ in this process (``KEEPING``), and the containers grow as they will.
 from __future__ import annotations
 
 import sys
-from itertools import repeat
+from collections.abc import Callable
 from typing import Any
 
 #: Room kept: for 1/ROOM_SHARE more rows than a container holds; made again once less than half of it is left.
@@ -56,23 +56,21 @@ def list_room(items: list[Any]) -> int:
 
 def keep_bytes_room(buf: bytearray, row_bytes: int, rows: int) -> None:
     """If ``buf`` (``rows`` rows of ``row_bytes``) has less than half its room left, make it whole (one copy, now)."""
-    wanted = room_wanted(rows) * row_bytes
-    if wanted and bytes_room(buf) < wanted // 2:
-        size = len(buf)
-        buf += bytes(wanted)
-        del buf[size:]  # a cut above half the allocation keeps it
-        if bytes_room(buf) < wanted // 2:
-            _stop_keeping()
+    _keep_room(buf, room_wanted(rows) * row_bytes, bytes_room, bytes)
 
 
 def keep_list_room(items: list[Any]) -> None:
     """As keep_bytes_room, for a list of one item per row."""
-    wanted = room_wanted(len(items))
-    if wanted and list_room(items) < wanted // 2:
-        size = len(items)
-        items.extend(repeat(None, wanted))
-        del items[size:]
-        if list_room(items) < wanted // 2:
+    _keep_room(items, room_wanted(len(items)), list_room, lambda count: [None] * count)
+
+
+def _keep_room(container: Any, wanted: int, room_of: Callable[[Any], int], filler: Callable[[int], Any]) -> None:
+    """Grow ``container`` by ``wanted`` items of ``filler``, then cut it back: its allocation keeps the room."""
+    if wanted and room_of(container) < wanted // 2:
+        size = len(container)
+        container += filler(wanted)  # in place, for a bytearray as for a list
+        del container[size:]  # a cut above half the allocation keeps it
+        if room_of(container) < wanted // 2:
             _stop_keeping()
 
 
