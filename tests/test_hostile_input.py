@@ -137,9 +137,9 @@ class HostileFiles(Folder):
         self.assertIn("not a nobroker log", " ".join(report.problems))
 
     def test_a_future_format_version(self) -> None:
-        self.put("default.000000.log", header(version=3) + record(1, enqueue_body("a")))
+        self.put("default.000000.log", header(version=8) + record(1, enqueue_body("a")))
         self.refused("upgrade")
-        self.assertIn("version 3", " ".join(self.verified().problems))
+        self.assertIn("version 8", " ".join(self.verified().problems))
 
     def test_a_4_gb_length_field_in_the_middle(self) -> None:
         log = good_log(2)

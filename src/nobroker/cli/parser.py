@@ -82,9 +82,9 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     group.add_argument("--connect-timeout", type=nonneg_float, metavar="SECONDS", default=default(None),
                        help="PostgreSQL: keep trying to reach the server this long, then fail "
                             "(default: the DSN's connect_timeout, else 30; 0 tries once)")
-    group.add_argument("--log-format", type=int, choices=(1, 2), metavar="{1,2}", default=default(None),
-                       help="file storage: the log format a new queue and each compaction write: 2 (the default) or 1, "
-                            "which nobroker 0.1.2 reads")
+    group.add_argument("--log-format", type=int, choices=(1, 2, 4), metavar="{1,2,4}", default=default(None),
+                       help="file storage: the log format a new queue and each compaction write: 3 (the default), "
+                            "2 (as 3, with every job's available_at written) or 1 (which nobroker 0.1.2 reads)")
     group.add_argument("--json", action="store_true", default=default(False),
                        help="print the result as one JSON document")
     group.add_argument("-v", "--verbose", action="count", default=default(0),

@@ -8,7 +8,7 @@ The package, in its order (a module imports only modules above it):
     bulk.py        building many objects at once: the cyclic garbage collector paused meanwhile
     room.py        room to grow in the big per-row containers, made where copying them costs no wait
     folder.py      the queue folder made private, an unsafe or network one refused; pid_alive
-    framing.py     the bytes of format version 1: header, frames, CRC, JSON bodies
+    framing.py     the bytes of format versions 1, 2 and 4: header, frames, CRC, JSON bodies
     entry.py       Entry (one job in memory) and the checks of a record's fields
     records.py     one encoder and one decoder per record type
     schedule_records.py  the schedule records (SCHEDULE, UNSCHEDULE, TICK) and how they fold
@@ -17,7 +17,7 @@ The package, in its order (a module imports only modules above it):
     counting.py    the counters per kind: what each record adds, the PURGE that carries them through compaction
     pointer.py     the .current pointer: which generation is the truth, replaced atomically
     reading.py     reading one generation: records forward, a torn tail told from damage, a job's record back
-    log.py         one generation file: create, open, append (version 2: room ahead), group fsync
+    log.py         one generation file: create, open, append (versions 2 and 4: room ahead), group fsync
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)

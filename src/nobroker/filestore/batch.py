@@ -28,10 +28,11 @@ _FINISHING = frozenset({RecordType.ACK, RecordType.DEAD, RecordType.CANCEL, Reco
 class Batch:
     """Records one batch appends: encoded, and applied in memory as they are added (leases.Batch)."""
 
-    __slots__ = ("state", "parts", "pos", "start", "wakes", "finishes")
+    __slots__ = ("state", "parts", "pos", "start", "wakes", "finishes", "lean")
 
-    def __init__(self, state: QueueState, start: int) -> None:
+    def __init__(self, state: QueueState, start: int, lean: bool = False) -> None:
         self.state = state
+        self.lean = lean  # the log is format version 4: a new job's record may leave out its available_at
         self.parts: list[bytes] = []
         self.start = start
         self.pos = start

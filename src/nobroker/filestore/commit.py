@@ -35,7 +35,7 @@ from ..storage import StorageOptions
 from . import leases
 from .batch import Batch, Op
 from .entry import Entry
-from .framing import HEADER_SIZE
+from .framing import HEADER_SIZE, is_lean
 from .fs import FileSystem
 from .layout import finished_wake_path, wake_path
 from .log import LogFile
@@ -336,7 +336,8 @@ class Committer(QueueFiles):
     def _decide(self, ops: list[Op]) -> Batch:
         """Beat three, then every operation's decision, into one batch (applied in memory as it grows)."""
         now = self.clock()
-        batch = self._deciding = Batch(self._state, self._offset)  # what it enqueues is read from it (_read_body)
+        lean = self._log is not None and self._log.lean and is_lean(self.log_format)  # a lean log, and not asked otherwise
+        batch = self._deciding = Batch(self._state, self._offset, lean)  # what it enqueues is read from it (_read_body)
         try:
             leases.reclaim(batch, now, self.backoff)
             for op in ops:

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CompactionError, NobrokerError
-from .framing import DEFAULT_FORMAT_VERSION, HEADER_SIZE, encode_header, encode_record
+from .framing import DEFAULT_FORMAT_VERSION, HEADER_SIZE, encode_header, encode_record, is_lean
 from .fs import FileSystem, storage_error, write_fully
 from .layout import MAX_GENERATION, log_path, temp_path
 from .log import LogFile
@@ -53,6 +53,7 @@ class NextGeneration:
     ) -> None:
         self.check_generation(generation)
         self.version = version
+        self.lean = is_lean(version)  # format version 4: a job's record leaves out an available_at equal to its enqueued_at
         self.fs = fs
         self.directory = directory
         self.generation = generation
@@ -136,7 +137,7 @@ class NextGeneration:
             for entry in entries:
                 offsets[entry.id] = self.pos + len(buf)
                 same = None if read_as_is is None else read_as_is(entry)
-                buf += encode_record(*records.rewritten_job(entry, read_body(entry))) if same is None else same
+                buf += encode_record(*records.rewritten_job(entry, read_body(entry), self.lean)) if same is None else same
                 written += 1
                 if len(buf) >= WRITE_BUFFER:
                     self._write(bytes(buf))

@@ -206,7 +206,7 @@ class Compactor(Committer):
                 lock.release()
                 time.sleep(COMPACT_YIELD)
                 lock.acquire()
-            batch = Batch(self._state, self._offset)
+            batch = Batch(self._state, self._offset)  # reclaims only: no new job's record
             leases.reclaim(batch, self.clock(), self.backoff)
             if batch.parts:
                 try:
@@ -243,9 +243,9 @@ class Compactor(Committer):
                 *limit_records.replayed(self._state.limits, at, self._state.turns),
                 *control_records.replayed(self._state.paused, at),
             ])  # fmt: skip
-            offsets = new.write_jobs(
-                live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None, self._record_as_is
-            )  # fmt: skip
+            # A record is copied as it is unless it may be lean and the new generation may not.
+            as_is = self._record_as_is if new.lean or not old.lean else None
+            offsets = new.write_jobs(live, self._read_body, progress, COMPACT_SYNC_EVERY if self.durable else None, as_is)
             del live
             shift = new.pos - base
             copied = self._copy_appended(new, old, lock, copied=base)

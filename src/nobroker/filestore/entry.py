@@ -54,8 +54,8 @@ class Entry:
         self.max_attempts: int = get("max_attempts", READ_MAX_ATTEMPTS)
         self.seq: int = get("seq", 0)
         self.enqueued_at: float = get("enqueued_at", 0.0)
-        available_at = get("available_at", 0.0)
-        # Equal times share one float object: no delay is the common case.
+        # Left out when equal (format version 4); equal times share one float object: no delay is the common case.
+        available_at = get("available_at", self.enqueued_at)
         self.available_at: float = self.enqueued_at if available_at == self.enqueued_at else available_at
         self.kind: str = get("kind", DEFAULT_KIND)
         self.state: JobState = STATES.get(get("state", "ready"))  # type: ignore[assignment]

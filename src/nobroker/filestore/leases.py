@@ -61,6 +61,7 @@ class Batch(Protocol):
     state: QueueState
     pos: int  # where the next record will start
     wakes: bool  # does the batch make work runnable (worth waking a worker)?
+    lean: bool  # the log is format version 4 (records.available_text)
 
     def add(self, record: records.Record, text: bytes | None = None) -> int: ...
 
@@ -93,7 +94,7 @@ def enqueue(batch: Batch, now: float, specs: Sequence[EnqueueSpec], job_of: JobO
             return [job]
     # A batch of plain jobs (no id, dedupe key, delay or time limit of their own): in bulk.
     # One job alone costs less the general way, without the bulk path's setup.
-    plain = plain_jobs.enqueue_plain(state, batch.pos, now, specs)
+    plain = plain_jobs.enqueue_plain(state, batch.pos, now, specs, batch.lean)
     if plain is not None:
         batch.add_jobs(plain[0], len(plain[1]))
         return plain[1]
@@ -125,7 +126,7 @@ def enqueue(batch: Batch, now: float, specs: Sequence[EnqueueSpec], job_of: JobO
             job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
             spec.kind, spec.dedupe_key, 0, spec.timeout, spec.group,
         )  # fmt: skip
-        batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times)), number)
+        batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times, batch.lean)), number)
         created[job_id] = spec.payload
         out.append(entry.to_job(spec.payload))
     return out
@@ -145,7 +146,7 @@ def _plain_job(batch: Batch, now: float, spec: EnqueueSpec) -> Job | None:
     if state.holds_number(job_id, number):
         return None  # one chance in 2**64: the general path draws again
     seq, offset = state.next_seq, batch.pos
-    data = frame(RecordType.ENQUEUE, records.new_job_body(number, spec, now, seq))
+    data = frame(RecordType.ENQUEUE, records.new_job_body(number, spec, now, seq, batch.lean))
     if not state.add_new(number, job_id, seq, offset, len(data), now, spec.priority, spec.max_attempts, spec.kind):
         return None
     batch.add_jobs(data, 1)

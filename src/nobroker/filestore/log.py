@@ -29,8 +29,7 @@ import threading
 
 from ..errors import CorruptLogError, StorageError, UnsafeQueueError
 from .framing import (
-    DEFAULT_FORMAT_VERSION, FORMAT_VERSION, HEADER_SIZE, PREALLOCATED_VERSION, HeaderError, decode_header,
-    encode_header,
+    DEFAULT_FORMAT_VERSION, FORMAT_VERSION, HEADER_SIZE, HeaderError, decode_header, encode_header, has_room, is_lean,
 )  # fmt: skip
 from .fs import FileSystem, storage_error, write_fully
 from .reading import LogReading
@@ -53,8 +52,10 @@ class LogFile(LogReading):
         self.fd = fd
         self.generation = generation
         self.version = version
-        #: Version 2: the records end at a frame of zeros, not at the file's size.
-        self.preallocated = version == PREALLOCATED_VERSION
+        #: Versions 2 and 3: the records end at a frame of zeros, not at the file's size.
+        self.preallocated = has_room(version)
+        #: Version 4: a new job's ENQUEUE leaves out an available_at equal to its enqueued_at.
+        self.lean = is_lean(version)
         self._room_end = 0  # version 2: the file's size as last seen (an append up to it changes no size)
         self.written_end = size  # end of what this process knows is in the file
         self.durable_end = size if size else HEADER_SIZE

@@ -36,7 +36,7 @@ from .framing import FRAME, MAX_RECORD_BYTES, TYPE_CRC, RecordType
 from .index import (
     _COLUMNS, _EMPTY, _HASH_MULTIPLIER, _U64, INT32_MAX, INT32_MIN, INT64_MAX, MAX_ROWS, ROW_TYPE,
 )
-from .records import max_attempts_text
+from .records import available_text, max_attempts_text
 from .replay import QueueState
 
 #: The fewest jobs a batch must have to take this path (measured: one job alone costs more here).
@@ -47,9 +47,12 @@ _pack_frame = FRAME.pack
 _pack_row = _COLUMNS.pack
 
 
-def enqueue_plain(state: QueueState, pos: int, now: float, specs: Sequence[EnqueueSpec]) -> tuple[bytes, list[Job]] | None:
+def enqueue_plain(
+    state: QueueState, pos: int, now: float, specs: Sequence[EnqueueSpec], lean: bool = False
+) -> tuple[bytes, list[Job]] | None:
     """The framed ENQUEUE records of ``specs`` (to append at ``pos``) and their Jobs, applied to ``state``.
 
+    ``lean``: the log is format version 4 (records.available_text).
     None, with nothing changed, unless ``specs`` is SharedSpecs of at least
     MIN_JOBS jobs that are plain but for their payload.
     """
@@ -78,7 +81,7 @@ def enqueue_plain(state: QueueState, pos: int, now: float, specs: Sequence[Enque
     ids = fresh.hex(" ", 8).split(" ")  # each the 16 hex digits of its number: ID_TEXT % number
     if not state.hot.keys().isdisjoint(ids):
         return None  # an id a job holds: the general path draws again
-    data, sizes = _records(ids, specs.texts, seq, now, priority, max_attempts, kind)
+    data, sizes = _records(ids, specs.texts, seq, now, priority, max_attempts, kind, lean)
     if max(sizes) > FRAME.size + MAX_RECORD_BYTES or not _insert_rows(state, numbers):
         return None
     row = len(state._rows) - n  # _insert_rows added the rows
@@ -102,13 +105,13 @@ def enqueue_plain(state: QueueState, pos: int, now: float, specs: Sequence[Enque
 
 
 def _records(
-    ids: list[str], texts: list[str], seq: int, now: float, priority: int, max_attempts: int, kind: str
+    ids: list[str], texts: list[str], seq: int, now: float, priority: int, max_attempts: int, kind: str, lean: bool
 ) -> tuple[bytes, list[int]]:
-    """The framed ENQUEUE records, joined, and each one's framed size (records.enqueue_body's bytes)."""
+    """The framed ENQUEUE records, joined, and each one's framed size (records.enqueue_body's bytes; ``lean`` as there)."""
     n = len(ids)
     when = repr(now)
     fixed = (',"priority":%d' % priority if priority else "") + max_attempts_text(max_attempts) + (
-        ',"available_at":%s,"enqueued_at":%s,"seq":' % (when, when)
+        available_text(when, when, lean) + ',"enqueued_at":%s,"seq":' % when
     )  # fmt: skip
     # Each body ends in a NUL, where they are split: a body never holds one (compact ASCII JSON
     # escapes every control character).

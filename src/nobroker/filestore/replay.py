@@ -224,7 +224,8 @@ class QueueState(ReadyJobs):
         get = body.get
         try:
             job_id, priority, seq = body["id"], get("priority", 0), body["seq"]
-            enqueued_at, available_at = body["enqueued_at"], body["available_at"]
+            enqueued_at = body["enqueued_at"]
+            available_at = get("available_at", enqueued_at)  # left out when equal (format version 4)
             attempts, max_attempts = get("attempts", 0), get("max_attempts", READ_MAX_ATTEMPTS)
             plain = (
                 get("state", "ready") == "ready" and get("lease_deadline") is None and get("lease_token") is None

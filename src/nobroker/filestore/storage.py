@@ -60,8 +60,8 @@ class FileStorage(Compactor):
     ) -> None:
         if log_format not in FORMAT_VERSIONS or type(log_format) is not int:
             raise ValueError(
-                f"log_format is the version of the log's format to write: 1 (readable by nobroker 0.1.2) "
-                f"or 2 (the default), got {log_format!r}"
+                f"log_format is the version of the log's format to write: 4 (the default), 2 (as 4, with every "
+                f"job's available_at written) or 1 (readable by nobroker 0.1.2), got {log_format!r}"
             )
         super().__init__(directory, options, filesystem or OS_FILESYSTEM, auto_compact)
         self.log_format = log_format
