@@ -24,10 +24,10 @@ Version 4 is version 2 with one field fewer where it says nothing: a new
 job's ENQUEUE leaves out ``available_at`` when it equals ``enqueued_at`` (a
 job runnable at once, the usual case: about 34 of the 159 bytes of a job
 with a 43-byte payload). Every reader takes a missing ``available_at`` as
-the record's ``enqueued_at``; a reader
-of versions 1 and 2 only (nobroker 0.1.2, or one from before version 4)
-refuses the file by its header, never misreads it. What this package says
-of a version 2 file's room holds for version 4 alike.
+the record's ``enqueued_at``; a reader of versions 1 and 2 only (nobroker
+0.1.2, or one from before version 4) refuses the file by its header, never
+misreads it. What this package says of a version 2 file's room holds for
+version 4 alike.
 
 Why 4 and not 3: the header has no checksum, so the versions are numbers
 that differ from each other in at least two bits (1, 2, 4). One flipped bit
@@ -71,6 +71,8 @@ def has_room(version: int) -> bool:
 def is_lean(version: int) -> bool:
     """May a new job's ENQUEUE in a file of this version leave out an available_at equal to its enqueued_at?"""
     return version >= LEAN_VERSION
+
+
 HEADER = struct.Struct("<8sHIH")
 HEADER_SIZE = HEADER.size  # 16
 FRAME = struct.Struct("<IBI")

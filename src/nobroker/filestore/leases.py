@@ -126,7 +126,8 @@ def enqueue(batch: Batch, now: float, specs: Sequence[EnqueueSpec], job_of: JobO
             job_id, spec.priority, spec.max_attempts, available_at, now, state.next_seq,
             spec.kind, spec.dedupe_key, 0, spec.timeout, spec.group,
         )  # fmt: skip
-        batch.add_job(entry, frame(RecordType.ENQUEUE, records.enqueue_body(entry, spec.payload_json, times, batch.lean)), number)
+        body = records.enqueue_body(entry, spec.payload_json, times, batch.lean)
+        batch.add_job(entry, frame(RecordType.ENQUEUE, body), number)
         created[job_id] = spec.payload
         out.append(entry.to_job(spec.payload))
     return out

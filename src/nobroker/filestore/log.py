@@ -52,7 +52,7 @@ class LogFile(LogReading):
         self.fd = fd
         self.generation = generation
         self.version = version
-        #: Versions 2 and 3: the records end at a frame of zeros, not at the file's size.
+        #: Versions 2 and 4: the records end at a frame of zeros, not at the file's size.
         self.preallocated = has_room(version)
         #: Version 4: a new job's ENQUEUE leaves out an available_at equal to its enqueued_at.
         self.lean = is_lean(version)
