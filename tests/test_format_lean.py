@@ -140,3 +140,14 @@ class LeanRecords(TempDirTestCase):
         self.assertEqual(refused.code, 2)
         self.assertIn("--log-format", refused.err)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "3")))
+
+    def test_a_lean_record_replays_as_a_packed_row_not_an_object(self) -> None:
+        with Queue(self.dir, auto_compact=None) as q:
+            q.enqueue("one")
+            q.enqueue_many(["more"] * 99)
+            q.enqueue("later", delay=60)  # keeps its available_at, and is an object (a delayed job is)
+        self.assertEqual(sum("available_at" not in body for body in enqueues(self.dir)), 100)
+        self.assertFalse([name for name in os.listdir(self.dir) if name.endswith(".snap")], "replayed, not loaded")
+        with Queue(self.dir) as q:
+            state = q._storage._state  # type: ignore[attr-defined]
+            self.assertEqual((state.n_cold, len(state.hot)), (100, 1))
