@@ -151,3 +151,14 @@ class LeanRecords(TempDirTestCase):
         with Queue(self.dir) as q:
             state = q._storage._state  # type: ignore[attr-defined]
             self.assertEqual((state.n_cold, len(state.hot)), (100, 1))
+
+    def test_one_flipped_bit_never_turns_a_header_into_another_version(self) -> None:
+        from nobroker.filestore.framing import FORMAT_VERSIONS, HeaderError, decode_header, encode_header
+
+        for version in sorted(FORMAT_VERSIONS):
+            header = encode_header(7, version)
+            for bit in range(16):  # the two bytes of the version field, at offset 8
+                flipped = bytearray(header)
+                flipped[8 + bit // 8] ^= 1 << (bit % 8)
+                with self.subTest(version=version, bit=bit), self.assertRaises(HeaderError):
+                    decode_header(bytes(flipped))
