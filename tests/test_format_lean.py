@@ -8,6 +8,7 @@ version 4 log, and a compaction into version 1 or 2 writes them back.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from typing import Any
@@ -162,3 +163,38 @@ class LeanRecords(TempDirTestCase):
                 flipped[8 + bit // 8] ^= 1 << (bit % 8)
                 with self.subTest(version=version, bit=bit), self.assertRaises(HeaderError):
                     decode_header(bytes(flipped))
+
+    def test_a_lease_says_for_how_long_in_place_of_its_deadline_and_attempt(self) -> None:
+        leases = {}
+        for version in (2, LEAN_VERSION):
+            folder = os.path.join(self.dir, str(version))
+            clock = FakeClock(START + 0.1)
+            with Queue(folder, clock=clock, log_format=version, visibility_timeout=7.3,
+                       backoff=BackoffPolicy(base=1.0, jitter=0.0)) as q:  # fmt: skip
+                q.enqueue_many(["a", "b"])
+                first = q.lease_one()
+                q.nack(first, error="again")  # first is an object now; b is still a packed row
+                clock.advance(5)
+                q.lease(2, visibility_timeout=0.25)  # first's second attempt, and b's first
+                before = sorted((j.id, j.state.value, j.attempts, j.lease_deadline) for j in q.list_jobs())
+            with Queue(folder, clock=clock) as q:  # replayed
+                self.assertEqual(sorted((j.id, j.state.value, j.attempts, j.lease_deadline) for j in q.list_jobs()), before)
+            leases[version] = [v.body for v in inspect_log(folder) if v.type_name == "LEASE"]
+            self.assertEqual(sorted((j[1], j[2]) for j in before), [("leased", 1), ("leased", 2)])
+        for whole, short in zip(leases[2], leases[LEAN_VERSION]):
+            self.assertEqual(set(whole) - set(short), {"deadline", "attempts"})
+            self.assertEqual(set(short) - set(whole), {"for"})
+            self.assertEqual(short["at"] + short["for"], whole["deadline"])
+        self.assertEqual([body["for"] for body in leases[LEAN_VERSION]], [7.3, 0.25, 0.25])
+
+    def test_a_lean_lease_is_the_json_of_its_fields(self) -> None:
+        from nobroker.filestore import records
+        from nobroker.filestore.framing import encode_body
+
+        for by in (None, "host-1:42"):
+            text = records.lease_text("0123456789abcdef", 1700000000.125, 1700000030.125, 3, "ab12", by, 30.0)
+            body = {"id": "0123456789abcdef", "at": 1700000000.125, "for": 30.0, "token": "ab12"}
+            self.assertEqual(text, encode_body({**body, "by": by} if by else body))
+            self.assertEqual(records.decode_lease(json.loads(text), 2)[:3], (3, 1700000030.125, "ab12"))
+        with self.assertRaises(TypeError):
+            records.decode_lease({"id": "x", "at": 1.0, "for": "soon", "token": "t"}, 0)

@@ -20,11 +20,13 @@ all zero (no record has a zero length: a body is a JSON object), or at the
 end of the file. Version 1 files end where their last record ends, as
 nobroker 0.1.2 wrote and reads them.
 
-Version 4 is version 2 with one field fewer where it says nothing: a new
+Version 4 is version 2 with fewer fields where they say nothing new: a new
 job's ENQUEUE leaves out ``available_at`` when it equals ``enqueued_at`` (a
 job runnable at once, the usual case: about 34 of the 159 bytes of a job
-with a 43-byte payload). Every reader takes a missing ``available_at`` as
-the record's ``enqueued_at``; a reader of versions 1 and 2 only (nobroker
+with a 43-byte payload), and a LEASE says ``"for"``, its length, in place
+of its deadline (``at`` + that) and its attempt (the job's next one): about
+32 of its 143 bytes. Every reader takes a missing ``available_at`` as the
+record's ``enqueued_at``; a reader of versions 1 and 2 only (nobroker
 0.1.2, or one from before version 4) refuses the file by its header, never
 misreads it. What this package says of a version 2 file's room holds for
 version 4 alike.

@@ -204,7 +204,7 @@ def lease(
         deadline, attempts, token = now + visibility_timeout, entry.attempts + 1, new_token()
         batch.add(
             records.lease(entry.id, now, deadline, attempts, token, by),
-            records.lease_text(entry.id, now, deadline, attempts, token, by),
+            records.lease_text(entry.id, now, deadline, attempts, token, by, visibility_timeout if batch.lean else None),
         )  # fmt: skip
         taken.append(entry.to_job(payload))
     if taken and len(taken) == count and state.counts[READY] > state.n_delayed:

@@ -7,11 +7,14 @@ framing.encode_record; a decoder takes a decoded body and returns its fields
 checked, or raises KeyError, TypeError or ValueError (replay turns those
 into CorruptLogError). Imports: jobs, framing, entry.
 
-ENQUEUE is the one type with more than one writer's shape: a new job's body
-is built from a template with its payload spliced in (``enqueue_body``), and
-a compaction rewrites a live job's body with its current fields
-(``rewritten_job``). Its decoder is Entry itself (entry.py), or the cold
-store's inlined fast path (replay.QueueState._enqueue).
+ENQUEUE has more than one writer's shape: a new job's body is built from a
+template with its payload spliced in (``enqueue_body``), and a compaction
+rewrites a live job's body with its current fields (``rewritten_job``). Its
+decoder is Entry itself (entry.py), or the cold store's inlined fast path
+(replay.QueueState._enqueue). In format version 4 (framing.LEAN_VERSION)
+an ENQUEUE leaves out an available_at equal to its enqueued_at, and a LEASE
+says how long it is for in place of its deadline and attempt
+(``lease_text``, ``decode_lease``).
 
 Keys appear in the order nobroker has always written them; 0.1.2's fields
 are left out where they hold the default every reader takes for an absent
@@ -195,13 +198,22 @@ def lease(job_id: str, at: float, deadline: float, attempts: int, token: str, by
     return RecordType.LEASE, body
 
 
-def lease_text(job_id: str, at: float, deadline: float, attempts: int, token: str, by: str | None = None) -> bytes:
+def lease_text(
+    job_id: str, at: float, deadline: float, attempts: int, token: str, by: str | None = None, lean_for: float | None = None
+) -> bytes:
     """The LEASE body ``lease`` describes, as the bytes encode_body gives it, without a dict to encode.
 
     ``token`` (hex digits) and ``by`` (worker_label: host:pid in ASCII letters,
-    digits and ``._-:``) need no escaping.
+    digits and ``._-:``) need no escaping. ``lean_for`` (format version 4):
+    the lease's length, where ``at + lean_for`` is the deadline and
+    ``attempts`` the job's one more: the body says ``"for"`` instead of both
+    (decode_lease reads them back).
     """
-    text = '{"id":%s,"at":%r,"deadline":%r,"attempts":%d,"token":"%s"' % (_quoted(job_id), at, deadline, attempts, token)
+    if lean_for is not None:
+        assert at + lean_for == deadline, "the deadline a lean LEASE stands for"
+        text = '{"id":%s,"at":%r,"for":%r,"token":"%s"' % (_quoted(job_id), at, lean_for, token)
+    else:
+        text = '{"id":%s,"at":%r,"deadline":%r,"attempts":%d,"token":"%s"' % (_quoted(job_id), at, deadline, attempts, token)
     return (text + "}" if by is None else text + ',"by":"' + by + '"}').encode("ascii")
 
 
@@ -277,15 +289,23 @@ def cancel(job_id: str, at: float, *, requested: bool = False) -> Record:
 # ---------------------------------------------------------------- decoders
 # Each reads every field it returns before replay changes anything, so a
 # refused record leaves the state as it was.
-def decode_lease(body: dict[str, Any]) -> tuple[int, float, Any, float | None, str | None]:
+def decode_lease(body: dict[str, Any], attempts_before: int) -> tuple[int, float, Any, float | None, str | None]:
     """(attempts, deadline, token, at, by); at and by None for a lease without its worker.
 
     An attempt's history starts with a lease that names its worker: a log an
     older nobroker wrote (or the docs' playground) has none, and shows none.
+    A lean LEASE (format version 4) says ``"for"``, the lease's length: its
+    deadline is ``at`` plus that, and its attempt the job's next one
+    (``attempts_before`` + 1).
     """
     by = body.get("by")
+    if "for" in body:
+        deadline = check_time(body["at"], "at") + check_time(body["for"], "for")
+        attempts = attempts_before + 1
+    else:
+        deadline, attempts = check_time(body["deadline"], "deadline"), check_int(body["attempts"], "attempts")
     return (
-        check_int(body["attempts"], "attempts"), check_time(body["deadline"], "deadline"), body["token"],
+        attempts, deadline, body["token"],
         None if by is None else check_time(body["at"], "at"), None if by is None else check_text(by, "by"),
     )  # fmt: skip
 

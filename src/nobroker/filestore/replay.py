@@ -155,7 +155,7 @@ class QueueState(ReadyJobs):
             entry = self._warm(row, IN_READY if rtype in _KEEPS_READY else NOWHERE)
         deadline = entry.lease_deadline if entry.state is LEASED else None
         if rtype == RecordType.LEASE:
-            attempts, deadline, token, entry.leased_at, entry.leased_by = records.decode_lease(body)
+            attempts, deadline, token, entry.leased_at, entry.leased_by = records.decode_lease(body, entry.attempts)
             self._set_state(entry, LEASED)
             entry.attempts, entry.lease_token, entry.lease_deadline, entry.stage = attempts, token, deadline, None
             heapq.heappush(self.leases, (deadline, entry.seq, entry.id))
