@@ -141,6 +141,48 @@ class ReadAhead(TempDirTestCase):
                                  ["a peer's", "appended while it waited", "first", "mine, after it"])  # fmt: skip
 
 
+    def test_a_record_seen_while_a_peer_writes_it_stops_the_reading_and_is_read_whole_later(self) -> None:
+        """In a file with room after its records, a read without the lock can see part of a write.
+
+        The record then fails its check, and by the time anyone looks
+        further the peer has finished it and appended more: that is not
+        damage. Reading stops there (memory stays as it is, nothing is
+        judged) and goes on from it. A compaction copying what peers append
+        failed on this with CorruptLogError.
+        """
+
+        class TearsOnce(RealFileSystem):
+            at = -1  # where the record being written starts, and how long it is (-1: no tearing)
+            length = 0
+
+            def pread(self, fd: int, size: int, offset: int) -> bytes:
+                data = super().pread(fd, size, offset)
+                at, end = TearsOnce.at, TearsOnce.at + TearsOnce.length
+                if at >= 0 and offset <= at and offset + len(data) >= end:
+                    TearsOnce.at = -1  # once: the write is done by the next read
+                    half = at - offset + TearsOnce.length // 2
+                    data = data[:half] + bytes(end - offset - half) + data[end - offset :]
+                return data
+
+        for log_format in (2, 4):
+            with self.subTest(log_format=log_format):
+                mine, log, end = self.two_writers(log_format, TearsOnce())
+                storage: Any = mine.storage
+                whole, being_written = self.record("whole", "whole", 98), self.record("torn", "seen half written", 99)
+                after = self.record("after", "appended after it", 100)
+                self.write_at(log, end, whole + being_written + after)
+                TearsOnce.at, TearsOnce.length = end + len(whole), len(being_written)
+                storage._read_unlocked(storage._log)  # a compaction's copying, or an operation's look ahead
+                self.assertEqual(TearsOnce.at, -1, "the record was never read half written")
+                self.assertFalse(storage._stale)
+                self.assertEqual(storage._offset, end + len(whole), "reading did not stop at the record being written")
+                storage._read_unlocked(storage._log)
+                self.assertEqual(storage._offset, end + len(whole) + len(being_written) + len(after))
+                mine.enqueue("mine, after them")
+                self.assertEqual(sorted(job.payload for job in mine.list_jobs()), [
+                    "a peer's", "appended after it", "first", "mine, after them", "seen half written", "whole"])
+
+
 class LockWaits(TempDirTestCase):
     """lock.QueueLock.acquire: the work it is given to do while the lock is busy, and the timeout over it."""
 

@@ -41,13 +41,15 @@ class Forward:
 
     def _read_forward(
         self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
-        whole: bool = False, shift: int = 0,
+        whole: bool = False, shift: int = 0, locked: bool = True,
     ) -> tuple[int, int]:  # fmt: skip
         """_apply_forward, and the crc of the bytes it applied, for a snapshot at close.
 
         Read again while we still hold the lock: the very bytes just applied.
         """
-        end, torn = self._apply_forward(log, state, start, truncate=truncate, deadline=deadline, whole=whole, shift=shift)
+        end, torn = self._apply_forward(
+            log, state, start, truncate=truncate, deadline=deadline, whole=whole, shift=shift, locked=locked
+        )  # fmt: skip
         mark = self._snap_crc
         if mark is not None and mark[0] == log.generation and mark[1] in (start, 0 if start == HEADER_SIZE else -1):
             try:
@@ -75,7 +77,7 @@ class Forward:
                 if log.what_follows(start) <= 0:
                     break
                 follows = True
-                self._offset, _torn = self._read_forward(log, self._state, start, truncate=False, shift=shift)
+                self._offset, _torn = self._read_forward(log, self._state, start, truncate=False, shift=shift, locked=False)
                 if self._offset - start < READ_AGAIN_BYTES:
                     break
             return follows
@@ -85,7 +87,7 @@ class Forward:
 
     def _apply_forward(
         self, log: LogFile, state: QueueState, start: int, *, truncate: bool, deadline: float | None = None,
-        whole: bool = False, shift: int = 0,
+        whole: bool = False, shift: int = 0, locked: bool = True,
     ) -> tuple[int, int]:  # fmt: skip
         """Apply every whole record after ``start``; deal with what stops the reading.
 
@@ -99,7 +101,11 @@ class Forward:
         too: nothing but zeros may follow them (else a torn tail, or damage).
         ``shift``: added to every record's offset as ``state`` notes it (a
         compactor's state already points into the next generation, where
-        these records land that much further on).
+        these records land that much further on). Not ``locked`` (a read
+        without the lock): a record that does not check out stops the reading
+        and is not judged. A peer may be appending it right now (in a file
+        with room after its records, a read can see part of a write), and the
+        read under the lock goes on from there and judges it.
         """
         end = start
         apply = state.apply
@@ -109,6 +115,8 @@ class Forward:
             if fr.status is FrameStatus.END and not (whole and not log.only_zeros_after(fr.offset)):
                 break  # version 2: where the records end (the room after them checked when opening)
             if fr.status is not FrameStatus.OK:
+                if not locked:
+                    break  # being appended now, or damage: the read under the lock judges it
                 return end, self._stopped_at(log, fr, truncate)
             assert fr.offset == end, "records follow each other without gaps"
             try:
