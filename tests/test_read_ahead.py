@@ -127,8 +127,10 @@ class ReadAhead(TempDirTestCase):
                 thread = threading.Thread(target=lambda: enqueued.append(mine.enqueue("mine, after it")))
                 thread.start()
                 self.assertTrue(wait_until(lambda: storage._offset == end), "no look before the lock")
-                self.write_at(log, end, self.record("appended-meanwhile", "appended while it waited", 98))
+                # Reads fail from before the record is there: a waiter that reads it at once
+                # (it looks thousands of times a second) would otherwise read it whole.
                 ReadsFail.failed, ReadsFail.failing = 0, True
+                self.write_at(log, end, self.record("appended-meanwhile", "appended while it waited", 98))
                 self.assertTrue(wait_until(lambda: ReadsFail.failed > 0 and storage._stale), "no failed read while it waited")
                 ReadsFail.failing = False
                 self.assertTrue(thread.is_alive(), "it wrote without the lock")
