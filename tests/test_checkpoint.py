@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import unittest
 from typing import Any
 from unittest import mock
@@ -58,6 +59,7 @@ def replayed_view(directory: str, clock: FakeClock) -> dict[str, Any]:
         return view(q)
     finally:
         q.close()
+        shutil.rmtree(copy, ignore_errors=True)  # beside the test's folder, not in it: nothing else removes it
 
 
 class Reads:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -159,6 +160,7 @@ class SnapshotMatchesReplay(TempDirTestCase):
         self.assertEqual(len(snaps), 1, os.listdir(directory))
         without = directory + "-nosnap"
         copy_dir(directory, without)
+        self.addCleanup(shutil.rmtree, without, True)  # beside the test's folder when it is the folder itself
         os.unlink(os.path.join(without, snaps[0]))
         now = clock()
         with_snapshot = picture(directory, clock, True)
