@@ -4,7 +4,7 @@ Owns: the wiring of ``tests.semantics.QueueSemantics`` to the file storage
 (a temp folder per test, a FakeClock passed as ``clock=``) and file-only
 semantic extras (named queues side by side, ``fsync=False``, two handles on
 one queue). Imports: the standard library, the public ``nobroker`` API and
-tests.support / tests.semantics.
+tests.support / tests.semantics and its semantics_* mixins.
 """
 
 from __future__ import annotations
@@ -16,6 +16,15 @@ import unittest
 from typing import Any
 
 from nobroker import JobState, NotLeasedError, Queue
+from tests.semantics_ack_nack import AckNackSemantics
+from tests.semantics_admin import AdminSemantics
+from tests.semantics_bad_input import BadInputSemantics
+from tests.semantics_dedupe import DedupeSemantics
+from tests.semantics_enqueue import EnqueueSemantics
+from tests.semantics_expiry import ExpirySemantics
+from tests.semantics_lease import LeaseSemantics
+from tests.semantics_lifecycle import LifecycleSemantics
+from tests.semantics_reads import ReadSemantics
 from tests.semantics_schedules import ScheduleSemantics
 from tests.semantics_control import ControlSemantics
 from tests.semantics_counters import CounterSemantics
@@ -31,7 +40,9 @@ from tests.support import FakeClock, TempDirTestCase, file_bytes, records_end
 
 class FileQueueSemantics(
     ControlSemantics, Control2Semantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics,
-    LimitSemantics, QueueSemantics, ScheduleSemantics, TempDirTestCase,
+    LimitSemantics, QueueSemantics, ScheduleSemantics,
+    EnqueueSemantics, LeaseSemantics, AckNackSemantics, ExpirySemantics, AdminSemantics, DedupeSemantics,
+    ReadSemantics, LifecycleSemantics, BadInputSemantics, TempDirTestCase,
 ):
     """Every shared semantic test, on a queue in a fresh temp folder with a fake clock."""
 

@@ -4,7 +4,8 @@ Owns: the wiring of ``tests.semantics.QueueSemantics`` to PostgreSQL: one
 migrated schema per run of this class, one fresh queue name per test, and a
 clock moved by ``clock_offset`` (added to the database clock in every
 statement) instead of sleeping. Imports: the standard library, the public
-``nobroker`` API and tests.semantics / tests.pgsupport.
+``nobroker`` API, tests.semantics and its semantics_* mixins, and
+tests.pgsupport.
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ from typing import Any
 
 from nobroker import Queue
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
+from tests.semantics_ack_nack import AckNackSemantics
+from tests.semantics_admin import AdminSemantics
+from tests.semantics_bad_input import BadInputSemantics
+from tests.semantics_dedupe import DedupeSemantics
+from tests.semantics_enqueue import EnqueueSemantics
+from tests.semantics_expiry import ExpirySemantics
+from tests.semantics_lease import LeaseSemantics
+from tests.semantics_lifecycle import LifecycleSemantics
+from tests.semantics_reads import ReadSemantics
 from tests.semantics_control import ControlSemantics
 from tests.semantics_counters import CounterSemantics
 from tests.semantics_control2 import Control2Semantics
@@ -27,7 +37,9 @@ from tests.semantics import QueueSemantics
 
 class PostgresQueueSemantics(
     ControlSemantics, Control2Semantics, CounterSemantics, RosterSemantics, HeartbeatSemantics, TimeoutSemantics,
-    LimitSemantics, QueueSemantics, ScheduleSemantics, PostgresTestCase,
+    LimitSemantics, QueueSemantics, ScheduleSemantics,
+    EnqueueSemantics, LeaseSemantics, AckNackSemantics, ExpirySemantics, AdminSemantics, DedupeSemantics,
+    ReadSemantics, LifecycleSemantics, BadInputSemantics, PostgresTestCase,
 ):
     """Every shared semantic test, on a fresh queue in a shared test schema."""
 
