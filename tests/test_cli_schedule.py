@@ -3,7 +3,7 @@
 Owns: the schedule commands' behaviour at the command line (text, JSON,
 exit codes, refusals that write nothing) and that `nobroker work` enqueues
 the ticks. Imports: the standard library, the public ``nobroker`` API and
-tests.test_cli (its CliTestCase).
+tests.clisupport (its CliTestCase).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import unittest
 
+from tests.clisupport import CliTestCase
 from tests.support import file_bytes
-from tests.test_cli import CliTestCase
 
 
 class ScheduleCommandTests(CliTestCase):

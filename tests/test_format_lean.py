@@ -129,7 +129,7 @@ class LeanRecords(TempDirTestCase):
             self.assertEqual({j.id: (j.state, j.available_at) for j in q.list_jobs()}, before)
 
     def test_the_command_line_writes_the_version_asked_for_and_refuses_others(self) -> None:
-        from tests.test_cli import run_main
+        from tests.clisupport import run_main
 
         for version in (1, 2, LEAN_VERSION):
             folder = os.path.join(self.dir, str(version))

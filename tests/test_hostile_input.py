@@ -373,7 +373,7 @@ class HostileNames(Folder):
             q.enqueue("ok")
 
     def test_the_cli_refuses_it_too(self) -> None:
-        from tests.test_cli import run_main
+        from tests.clisupport import run_main
 
         result = run_main(["--dir", self.dir, "--queue", "x\n", "enqueue", "hello"])
         self.assertEqual(result.code, 2, result.err)
@@ -404,7 +404,7 @@ class HostileNames(Folder):
 
 class HostileNumbers(Folder):
     def test_the_cli_refuses_huge_integer_seconds_in_one_line(self) -> None:
-        from tests.test_cli import run_main
+        from tests.clisupport import run_main
 
         huge = "1" + "0" * 400
         run_main(["--dir", self.dir, "enqueue", "x", "--id", "j"])

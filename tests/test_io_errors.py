@@ -522,7 +522,7 @@ class RealFilesystem(unittest.TestCase):
             q.enqueue("writable again")
 
     def test_the_cli_reads_a_read_only_queue(self) -> None:
-        from tests.test_cli import run_main
+        from tests.clisupport import run_main
 
         path = os.path.join(self.mnt, "q")
         before = self.fill(path)
