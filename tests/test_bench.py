@@ -4,7 +4,7 @@ Imports: the standard library, tools.bench, tests.support.
 The file storage's suites run once at toy sizes: that proves every
 measurement still works against the library (they reach into it in places:
 the snapshot flag) and that the table keeps its rows in order (the
-PostgreSQL suite's toy run is in test_postgres.py); the comparison with
+PostgreSQL suite's toy run is in test_pg_bench.py); the comparison with
 sqlite3 runs in quick mode through the command, and the hand-written sqlite3
 queue it measures is checked for what a queue must do. No figure is
 checked: benchmarks measure speed, tests never do.

@@ -1,0 +1,106 @@
+"""Generic plans on PostgreSQL: single-job statements, claims and the DLQ listing keep their index.
+
+Owns: the part of ``PostgresStorageTests`` that reads the plans the server
+keeps once it has made a generic one (``plan_cache_mode =
+force_generic_plan``, seen through auto_explain; skipped where auto_explain
+cannot be loaded), with ``fill_and_watch_plans`` for 100,000 rows in the
+way. Imports: the standard library, psycopg (through tests.pgsupport), the
+public ``nobroker`` API, tests.support and tests.pgstoragesupport.
+"""
+
+from __future__ import annotations
+
+import unittest
+
+from nobroker import Queue
+from tests.pgsupport import connect
+from tests.pgstoragesupport import PostgresStorageCase
+from tests.support import slow
+
+
+class PostgresStorageTests(PostgresStorageCase):
+    """Behaviour of the PostgreSQL storage beyond the shared semantic suite: generic plans."""
+
+    def test_single_job_statements_use_the_primary_key_even_with_generic_plans(self) -> None:
+        # A generic plan is made once and kept: one that walked the index of
+        # leases (or of the queue) instead of the primary key would make every
+        # ack cost as much as the queue is long.
+        q = self.open_queue()
+        conn = q.storage._link._conn  # type: ignore[attr-defined]
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except Exception as exc:  # not a superuser, or no contrib modules: nothing to look through
+            self.skipTest(f"auto_explain is not available here ({exc})")
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
+                        "client_min_messages = notice", "plan_cache_mode = force_generic_plan"):  # fmt: skip
+            conn.execute(f"SET {setting}")
+        plans: list[str] = []
+        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        q.enqueue_many(list(range(200)))
+        with connect() as admin:  # what autovacuum does once a table has grown: statistics
+            admin.execute(f'ANALYZE "{self.schema}".jobs')
+        jobs = q.lease(20)
+        for job in jobs[:5]:  # past psycopg's prepare threshold: the server keeps a generic plan
+            q.extend(job, 60)
+        plans.clear()
+        q.extend(jobs[5], 60)
+        q.set_stage(jobs[6], "s")
+        q.ack(jobs[7])
+        q.nack(jobs[8], delay=0)
+        single = [plan for plan in plans if "WHERE j.queue = $" in plan and "j.id = $" in plan]
+        self.assertEqual(len(single), 4, plans)
+        for plan in single:
+            self.assertIn("jobs_pkey", plan)
+            self.assertNotIn("jobs_leases", plan.split("Query Text")[0] + plan[plan.find("Update on"):])
+
+    def fill_and_watch_plans(self, q: Queue, state: str, *, side: bool = False) -> list[str]:
+        """100,000 rows in ``state``, then every plan ``q`` runs from here on (generic plans, via auto_explain).
+
+        ``side``: watch the connection of reads (listings, stats) rather than the one of the work.
+        """
+        len(q)  # both connections are open
+        conn = (q.storage._side if side else q.storage._link)._connection()  # type: ignore[attr-defined]
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except Exception as exc:
+            self.skipTest(f"auto_explain is not available here ({exc})")
+        with connect() as admin:
+            admin.execute(
+                f'INSERT INTO "{self.schema}".jobs (queue, id, state, max_attempts, available_at, enqueued_at, payload) '
+                "SELECT %s, 'b' || i, %s, 5, now(), now(), '1' FROM generate_series(1, 100000) AS i",
+                (self.name, state),
+            )
+            admin.execute(f'ANALYZE "{self.schema}".jobs')
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
+                        "client_min_messages = notice", "plan_cache_mode = force_generic_plan"):  # fmt: skip
+            conn.execute(f"SET {setting}")
+        plans: list[str] = []
+        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        return plans
+
+    def test_claims_keep_the_index_plan_over_a_large_backlog(self) -> None:
+        q = self.open_queue()
+        plans = self.fill_and_watch_plans(q, "ready")
+        for count in (1, 1, 1, 1, 1, 1, 10, 10, 10, 10, 10, 10):
+            self.assertEqual(len(q.lease(count)), count)
+        claims = [plan for plan in plans if "SKIP LOCKED" in plan and "gen_random_uuid" in plan]  # not the reclaims
+        self.assertEqual(len(claims), 12)
+        for plan in claims:
+            self.assertIn("jobs_claim", plan)
+            self.assertNotIn("Seq Scan", plan)
+
+    @slow
+    def test_the_dlq_listing_keeps_the_index_plan_over_a_large_dlq(self) -> None:
+        q = self.open_queue()
+        plans = self.fill_and_watch_plans(q, "dead", side=True)
+        for _ in range(6):  # past psycopg's prepare threshold: the server keeps a generic plan
+            self.assertEqual(len(q.dlq(limit=50)), 50)
+        listings = [plan for plan in plans if "UNION ALL" in plan]
+        self.assertEqual(len(listings), 6)
+        for plan in listings:
+            self.assertIn("jobs_finished", plan)
+            self.assertNotIn("Seq Scan", plan)
+
+
+if __name__ == "__main__":
+    unittest.main()
