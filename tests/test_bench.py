@@ -91,9 +91,9 @@ class CommandTest(unittest.TestCase):
     @unittest.skipIf(importlib.util.find_spec("psycopg") is None, "psycopg is not installed")
     def test_only_names_the_postgresql_figures_to_measure(self) -> None:
         self.assertIsNone(pg._only(None, 4))
-        per_job = {"enqueue_single", "drain_1_one", "drain_4_one", "pickup"}
+        per_job = {"enqueue_single", "drain_1_one", "drain_4_one", "worker_1", "worker_4", "pickup"}
         self.assertEqual(pg._only("per-job", 4), per_job)
-        self.assertEqual(pg._only("per-job", 2), per_job - {"drain_4_one"} | {"drain_2_one"})
+        self.assertEqual(pg._only("per-job", 2), per_job - {"drain_4_one", "worker_4"} | {"drain_2_one", "worker_2"})
         self.assertEqual(pg._only("enqueue_batch, pickup", 4), {"enqueue_batch", "pickup"})
         known = {key for key, _, _, _ in pg.figures(1, 1, 4, 1)}
         self.assertLessEqual(per_job, known, "per-job names figures that exist")

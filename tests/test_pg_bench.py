@@ -28,7 +28,7 @@ class PostgresBenchTests(unittest.TestCase):
         rows = bench_pg.run(dsn, jobs=40, batch=10, workers=2, samples=5, rounds=1, progress=lambda text: None)
         keys = [row["key"] for row in rows]
         self.assertEqual(keys, ["enqueue_single", "enqueue_batch", "drain_1_one", "drain_1_batch", "drain_2_one",
-                                "drain_2_batch", "pickup_median", "pickup_p99"])  # fmt: skip
+                                "drain_2_batch", "worker_1", "worker_2", "pickup_median", "pickup_p99"])  # fmt: skip
         for row in rows:
             self.assertGreater(row["value"], 0, row)
             self.assertGreater(row["baseline"], 0, row)

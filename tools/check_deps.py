@@ -56,6 +56,7 @@ OPTIONAL_THIRD_PARTY: dict[str, OptionalPackage] = {
         places=(
             "src/nobroker/postgres/",
             "tools/bench/pg.py",
+            "tools/bench/pg_measure.py",
             "tools/bench/pg_baseline.py",
             "tools/bench/pg_count.py",
             "tools/bench/pg_scale.py",

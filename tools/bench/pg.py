@@ -1,20 +1,23 @@
 """The PostgreSQL benchmark: nobroker's PostgreSQL storage beside a hand-written SKIP LOCKED loop.
 
 Owns: ``main(argv)``, which measures single and batch enqueue, drains with 1
-and with 4 worker processes (one job per claim and batch claims) and the
-idle pickup latency, each for nobroker and for the hand-written loop of
+and with 4 worker processes (one job per claim and batch claims), the
+Worker's drains one job at a time (in one process and a pool) and the idle
+pickup latency, each for nobroker and for the hand-written loop of
 pg_baseline.py on a plain table in the same database, in the same run, and
-prints one table (figure, value, baseline, ratio, the statements and round
-trips each sends per operation, target, verdict), then one heartbeat tick
-of 50 running jobs (pg_heartbeat.py) and what NOTIFY costs single-job
-enqueues from 4 processes (pg_notify.py); with ``--full`` the 1,000,000-job
-figures of pg_scale.py after it; with ``--only`` just the figures it names
-(``--only per-job``: single enqueue, the 1-job drains and the pickup). Also
-the nobroker contender (Nobroker), a peer (another nobroker source tree measured in the same run,
-``--peer``) and the measurements every contender goes through. Imports:
-nobroker (Queue), nobroker.postgres (DEFAULT_SCHEMA, migrate), pg_baseline,
-pg_count, pg_heartbeat, pg_notify, pg_scale, report (markdown_table), psycopg. Reached by ``python
-make.py bench --pg`` (file.py hands it the rest of the command line).
+prints one table (pg_table.py: figure, value, baseline, ratio, the
+statements and round trips each sends per operation, target, verdict), then
+one heartbeat tick of 50 running jobs (pg_heartbeat.py) and what NOTIFY
+costs single-job enqueues from 4 processes (pg_notify.py); with ``--full``
+the 1,000,000-job figures of pg_scale.py after it; with ``--only`` just the
+figures it names (``--only per-job``: those of one job at a time). Also the
+nobroker contender (Nobroker), a peer (another nobroker source tree
+measured in the same run, ``--peer``) and the run every contender goes
+through (the timed runs that need processes: pg_measure.py). Imports:
+nobroker (Queue, Worker), nobroker.postgres (DEFAULT_SCHEMA, migrate),
+pg_baseline, pg_count, pg_measure, pg_table, pg_heartbeat, pg_notify,
+pg_scale, psycopg. Reached by ``python make.py bench --pg`` (file.py hands
+it the rest of the command line).
 
 Everything lives in throwaway schemas that are dropped at the end. Printing
 to stdout is this module's job (it is a command, not library code).
@@ -23,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -33,11 +34,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from nobroker import Queue
+from nobroker import Queue, Worker
 from nobroker.postgres import DEFAULT_SCHEMA, migrate
 from tools.bench.pg_baseline import BASELINE_TABLE, Baseline, connect, quoted
 from tools.bench.pg_count import counting, per_operation
-from tools.bench.report import markdown_table
+from tools.bench.pg_measure import CHILD_TIMEOUT, measure_drain, measure_pickup, measure_worker_drain
+from tools.bench.pg_table import TARGETS, figure_rows, render
 
 DEFAULT_DSN = "postgresql:///test?host=/var/run/postgresql"
 #: Jobs per throughput figure, batch size, worker processes, latency samples.
@@ -48,20 +50,8 @@ DEFAULT_SAMPLES = 200
 DEFAULT_ROUNDS = 3
 #: Calls of each operation the statements and round trips are counted over.
 COUNTED_CALLS = 50
-#: Longest wait for a worker process to report before the run is called failed.
-CHILD_TIMEOUT = 120.0
-#: Targets (issue 6 "Speed", issue 19 item 8). (figure key, kind, value): kind "ratio" compares
-#: with the baseline, "min" is an absolute floor, "max" an absolute ceiling.
-TARGETS: dict[str, tuple[str, float]] = {
-    "enqueue_single": ("ratio", 0.8),
-    "enqueue_batch": ("ratio", 1.0),
-    "drain_1_one": ("ratio", 0.8),
-    "drain_4_one": ("ratio", 0.8),
-    "drain_4_batch": ("ratio", 0.5),
-    "pickup_median": ("max", 5.0),
-}
 #: What ``--only per-job`` measures: the figures of one job per call (issue 19's per-job targets).
-PER_JOB = ("enqueue_single", "drain_1_one", "drain_{w}_one", "pickup")
+PER_JOB = ("enqueue_single", "drain_1_one", "drain_{w}_one", "worker_1", "worker_{w}", "pickup")
 #: The operations each figure's work is made of, as counted per call (see Nobroker.count).
 OPERATIONS: dict[str, tuple[str, ...]] = {
     "enqueue_single": ("enqueue",), "enqueue_batch": ("enqueue_batch",), "drain_one": ("lease", "ack"),
@@ -70,6 +60,10 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
 
 
 # ---------------------------------------------------------------- nobroker, the contender
+def _no_op(job: Any) -> None:
+    """The Worker figures' handler: the job's own cost is the queue's."""
+
+
 class Nobroker:
     """nobroker's PostgreSQL storage, through the public Queue: each method one figure's work."""
 
@@ -115,6 +109,18 @@ class Nobroker:
                     for job in jobs:
                         q.ack(job)
                 done += len(jobs)
+
+    def work(self, jobs: int, processes: int) -> float:
+        """Seconds a Worker (one job at a time; a pool of ``processes`` if more than one) takes to drain ``jobs``."""
+        with self.open() as q:
+            pool = None if processes == 1 else processes
+            worker = Worker(q, _no_op, concurrency=1, max_jobs=jobs, handle_signals=False, processes=pool)
+            started = time.perf_counter()
+            stats = worker.run()
+            elapsed = time.perf_counter() - started
+        if stats.succeeded != jobs:
+            raise RuntimeError(f"{self.label}: the Worker drained {stats.succeeded} jobs of {jobs}")
+        return elapsed
 
     def listen(self, ready: Any, results: Any, count: int) -> None:
         with self.open() as q:
@@ -175,78 +181,6 @@ class Peer(Nobroker):
         return json.loads(done.stdout)
 
 
-# ---------------------------------------------------------------- measurements
-def _ctx() -> Any:
-    return multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-
-
-def _drain_child(contender: Any, batch: int, ready: Any, go: Any, counts: Any) -> None:
-    try:
-        counts.put(contender.drain(batch, ready, go))
-    except BaseException as exc:  # the parent must hear about it rather than wait
-        ready.set()
-        counts.put(f"{type(exc).__name__}: {exc}")
-        raise
-
-
-def measure_drain(contender: Any, jobs: int, workers: int, batch: int, fill_batch: int) -> float:
-    """Jobs per second for ``workers`` processes draining ``jobs`` prefilled jobs."""
-    contender.fill(jobs, fill_batch)
-    ctx = _ctx()
-    go = ctx.Event()
-    counts = ctx.Queue()
-    readies = [ctx.Event() for _ in range(workers)]
-    procs = [ctx.Process(target=_drain_child, args=(contender, batch, r, go, counts)) for r in readies]
-    for p in procs:
-        p.start()
-    for r in readies:
-        r.wait(60)
-    started = time.perf_counter()
-    go.set()
-    got = [counts.get(timeout=CHILD_TIMEOUT) for _ in procs]
-    elapsed = time.perf_counter() - started
-    failures = [g for g in got if isinstance(g, str)]
-    if failures:
-        raise RuntimeError(f"{contender.label}: a worker process failed: {failures[0]}")
-    total = sum(got)
-    for p in procs:
-        p.join(60)
-    if total != jobs:
-        raise RuntimeError(f"{contender.label}: drained {total} jobs of {jobs}")
-    return jobs / elapsed
-
-
-def _listen_child(contender: Any, ready: Any, results: Any, count: int) -> None:
-    try:
-        contender.listen(ready, results, count)
-    except BaseException as exc:
-        ready.set()
-        results.put(f"{type(exc).__name__}: {exc}")
-        raise
-
-
-def measure_pickup(contender: Any, samples: int) -> tuple[float, float]:
-    """(median, p99) milliseconds from the start of an enqueue to an idle worker holding the job."""
-    ctx = _ctx()
-    ready = ctx.Event()
-    results = ctx.Queue()
-    proc = ctx.Process(target=_listen_child, args=(contender, ready, results, samples))
-    proc.start()
-    ready.wait(60)
-    produce = contender.produce()
-    latencies = []
-    for _ in range(samples):
-        time.sleep(0.01)  # the worker is idle, waiting, when the job arrives
-        produce({"t": time.monotonic()})
-        got = results.get(timeout=CHILD_TIMEOUT)
-        if isinstance(got, str):
-            raise RuntimeError(f"{contender.label}: the listening worker failed: {got}")
-        latencies.append(got * 1000.0)
-    proc.join(60)
-    latencies.sort()
-    return statistics.median(latencies), latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-
-
 def figures(jobs: int, batch: int, workers: int, samples: int) -> list[tuple[str, str, str, Callable[[Any], Any]]]:
     """(key, label, operations counted, measure(contender)) of every figure, in the table's order."""
     w = workers
@@ -261,6 +195,10 @@ def figures(jobs: int, batch: int, workers: int, samples: int) -> list[tuple[str
          lambda c: measure_drain(c, jobs, w, 1, batch)),
         (f"drain_{w}_batch", f"drain, {w} workers, {batch} per claim", "drain_batch",
          lambda c: measure_drain(c, jobs * 5, w, batch, batch)),
+        ("worker_1", "Worker(concurrency=1) drain (hand-written: its 1-job loop)", "drain_one",
+         lambda c: measure_worker_drain(c, jobs, 1, batch)),
+        (f"worker_{w}", f"Worker(processes={w}) drain (hand-written: {w} 1-job loops)", "drain_one",
+         lambda c: measure_worker_drain(c, jobs, w, batch)),
         ("pickup", "idle pickup latency", "pickup", lambda c: measure_pickup(c, samples)),
     ]  # fmt: skip
 
@@ -305,7 +243,7 @@ def run(
                     _clean(dsn, schemas)
                     values[i].append(_measure(contenders[i], key, measure))
             sent = None if counts is None else [_sent(c, OPERATIONS[operations]) for c in counts]
-            rows += _rows(key, label, values, sent)
+            rows += figure_rows(key, label, values, sent)
     finally:
         with connect(dsn) as conn:
             for name in schemas:
@@ -331,17 +269,6 @@ def _sent(counted: dict[str, tuple[float, float]], operations: tuple[str, ...]) 
     return sum(counted[o][0] for o in operations), sum(counted[o][1] for o in operations)
 
 
-def _rows(key: str, label: str, values: list[list[Any]], sent: list[tuple[float, float]] | None) -> list[dict[str, Any]]:
-    if key != "pickup":
-        return [_row(key, label, "jobs/s", [statistics.median(v) for v in values], sent)]
-    medians = [statistics.median(m for m, _ in v) for v in values]
-    p99s = [statistics.median(p for _, p in v) for v in values]
-    return [
-        _row("pickup_median", f"{label}, median", "ms", medians, sent, lower_is_better=True),
-        _row("pickup_p99", f"{label}, p99", "ms", p99s, None, lower_is_better=True),
-    ]
-
-
 def _clean(dsn: str, schemas: list[str]) -> None:
     from psycopg import sql
 
@@ -353,66 +280,6 @@ def _clean(dsn: str, schemas: list[str]) -> None:
                 conn.execute(sql.SQL("TRUNCATE {}.{}").format(ident, sql.Identifier(table)))
                 conn.execute(sql.SQL("VACUUM ANALYZE {}.{}").format(ident, sql.Identifier(table)))
 
-
-def _ratio(value: float, baseline: float, lower_is_better: bool) -> float:
-    if not value or not baseline:
-        return float("nan")
-    return baseline / value if lower_is_better else value / baseline
-
-
-def _row(
-    key: str, label: str, unit: str, values: list[float], sent: list[tuple[float, float]] | None,
-    *, lower_is_better: bool = False,
-) -> dict[str, Any]:  # fmt: skip
-    """One figure: nobroker's value first, then the peer's (if any), the baseline's last."""
-    value, baseline = values[0], values[-1]
-    ratio = _ratio(value, baseline, lower_is_better)
-    target_text, verdict = "", ""
-    if key in TARGETS:
-        kind, goal = TARGETS[key]
-        if kind == "ratio":
-            target_text, ok = f">= {goal:g} x baseline", ratio >= goal
-        elif kind == "min":
-            target_text, ok = f">= {goal:,.0f} {unit}", value >= goal
-        else:
-            target_text, ok = f"<= {goal:g} {unit}", value <= goal
-        verdict = "met" if ok else "MISSED"
-    row = {
-        "key": key, "figure": label, "unit": unit, "value": value, "baseline": baseline,
-        "ratio": ratio, "target": target_text, "verdict": verdict, "sent": sent,
-    }  # fmt: skip
-    if len(values) == 3:
-        row["peer"], row["peer_ratio"] = values[1], _ratio(values[1], baseline, lower_is_better)
-    return row
-
-
-def _fmt(value: float, unit: str) -> str:
-    return f"{value:,.2f} {unit}" if unit == "ms" else f"{value:,.0f} {unit}"
-
-
-def _fmt_sent(sent: list[tuple[float, float]] | None, which: int) -> str:
-    """nobroker's count / (the peer's /) the baseline's, statements (0) or round trips (1)."""
-    if sent is None:
-        return ""
-    return " / ".join(f"{s[which]:.2f}".rstrip("0").rstrip(".") for s in sent)
-
-
-def render(rows: list[dict[str, Any]], *, markdown: bool = False) -> str:
-    peer = any("peer" in r for r in rows)
-    header = ["figure", "nobroker", *(["peer"] if peer else []), "hand-written", "ratio",
-              *(["peer ratio"] if peer else []), "statements", "round trips", "target", "verdict"]  # fmt: skip
-    table = [
-        [r["figure"], _fmt(r["value"], r["unit"]), *([_fmt(r["peer"], r["unit"])] if peer else []),
-         _fmt(r["baseline"], r["unit"]), f"{r['ratio']:.2f}", *([f"{r['peer_ratio']:.2f}"] if peer else []),
-         _fmt_sent(r["sent"], 0), _fmt_sent(r["sent"], 1), r["target"], r["verdict"]]
-        for r in rows
-    ]  # fmt: skip
-    if markdown:
-        return markdown_table(header, table)
-    widths = [max(len(row[i]) for row in [header, *table]) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)) for cells in table]
-    return "\n".join(out)
 
 
 def _child(args: argparse.Namespace) -> int:
@@ -463,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", metavar="FIGURES",
         help="measure just these figures (keys, comma-separated: enqueue_single, enqueue_batch, drain_1_one, "
-             "drain_1_batch, drain_4_one, drain_4_batch, pickup; per-job: the four of one job per call); "
-             "no heartbeat tick or NOTIFY figure then",
+             "drain_1_batch, drain_4_one, drain_4_batch, worker_1, worker_4, pickup; per-job: those of one job "
+             "at a time); no heartbeat tick or NOTIFY figure then",
     )  # fmt: skip
     # A peer's child process (see Peer): one measurement, printed as JSON.
     parser.add_argument("--schema", help=argparse.SUPPRESS)
@@ -479,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers != DEFAULT_WORKERS:
         TARGETS[f"drain_{args.workers}_one"] = TARGETS.pop("drain_4_one")
         TARGETS[f"drain_{args.workers}_batch"] = TARGETS.pop("drain_4_batch")
+        TARGETS[f"worker_{args.workers}"] = TARGETS.pop("worker_4")
     try:
         only = _only(args.only, args.workers)
     except ValueError as exc:
