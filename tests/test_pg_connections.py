@@ -92,6 +92,66 @@ class ConnectionTests(PostgresQueueCase):
             reader.join(PATIENCE)
         self.assertEqual(q.stats().done, 1)
 
+    def _beside_a_lease_in_flight(self, q: Any, work: Any) -> list[Any]:
+        """Run ``work()`` while another thread's lease holds the work's connection; what that lease got."""
+        from nobroker.postgres import limit_ops
+        from nobroker.postgres.steps import run
+
+        real = limit_ops.claim
+        leasing, let_go = threading.Event(), threading.Event()
+
+        def held_claim(*args: Any) -> Any:
+            yield run("SELECT 1", None)  # the work's connection is in use from here
+            leasing.set()
+            let_go.wait(PATIENCE)  # ... and stays in use until the test has done its part
+            return (yield from real(*args))
+
+        got: list[Any] = []
+        with mock.patch.object(limit_ops, "claim", held_claim):
+            leaser = threading.Thread(target=lambda: got.append(q.lease(1)))
+            leaser.start()
+            try:
+                self.assertTrue(leasing.wait(PATIENCE))
+                work()
+                self.assertTrue(leaser.is_alive(), "the work waited for the lease in flight")
+            finally:
+                let_go.set()
+                leaser.join(PATIENCE)
+        return got[0]
+
+    def test_acks_and_renewals_run_beside_a_lease_in_flight(self) -> None:
+        q = self.open_queue()
+        q.enqueue_many(["a", "b", "c", "d", "e"])
+        first, second, third = q.lease(3)
+
+        def work() -> None:
+            q.extend(first, 30)
+            q.extend_many([first, second], 30)
+            q.ack(second)
+            q.ack_many([third])
+
+        self.assertEqual([job.payload for job in self._beside_a_lease_in_flight(q, work)], ["d"])
+        self.assertEqual(q.stats().done, 2)
+        spare = q.storage._spare._conn.info.backend_pid  # type: ignore[attr-defined]
+        with connect() as admin:  # the spare connection dies while idle: the next that needs it opens a new one
+            admin.execute("SELECT pg_terminate_backend(%s)", (spare,))
+            self.assertTrue(wait_until(
+                lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (spare,)).fetchone()[0] == 0,
+                PATIENCE,
+            ))  # fmt: skip
+        self.assertEqual([job.payload for job in self._beside_a_lease_in_flight(q, lambda: q.ack(first))], ["e"])
+        self.assertEqual(q.stats().done, 3)
+
+    def test_a_queue_used_from_one_thread_opens_no_spare_connection(self) -> None:
+        q = self.open_queue()
+        q.enqueue_many(["a", "b"])
+        job, other = q.lease(2)
+        q.extend(job, 30)
+        q.extend_many([job, other], 30)
+        q.ack(job)
+        q.ack_many([other])
+        self.assertIsNone(q.storage._spare._current(), "one thread's work opened a second working connection")  # type: ignore[attr-defined]
+
     def test_an_operator_read_waits_for_one_batch_of_a_compaction_not_the_whole(self) -> None:
         from nobroker.postgres import queue_ops as operations
         from nobroker.postgres.fragments import PRUNE_BATCH

@@ -375,24 +375,36 @@ class Link(Owned):
         under it is replaced and the operation tried once more.
         """
         with self._mutex:
-            for attempt in (1, 2):
-                conn = self._connection()
-                session = self._session
-                if session is None or session.conn is not conn:
-                    session = self._session = Session(conn)
-                try:
-                    return fn(session)
-                except (NobrokerError, ValueError):
-                    raise
-                except psycopg.Error as exc:
-                    error = self.failure(exc, what, conn, retry and attempt == 1)
-                    if error is None:
-                        self._drop()
-                        continue
-                    if conn.broken or conn.closed:
-                        self._drop()
-                    raise error from None
-            raise AssertionError("unreachable: the second attempt returns or raises")
+            return self._run_held(what, fn, retry)
+
+    def run_if_free(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> tuple[bool, T | None]:
+        """As ``run``, if no other thread holds the connection now: (True, its result); else (False, None) at once."""
+        if not self._mutex.try_acquire():
+            return False, None
+        try:
+            return True, self._run_held(what, fn, retry)
+        finally:
+            self._mutex.release()
+
+    def _run_held(self, what: str, fn: Callable[[Any], T], retry: bool) -> T:
+        for attempt in (1, 2):
+            conn = self._connection()
+            session = self._session
+            if session is None or session.conn is not conn:
+                session = self._session = Session(conn)
+            try:
+                return fn(session)
+            except (NobrokerError, ValueError):
+                raise
+            except psycopg.Error as exc:
+                error = self.failure(exc, what, conn, retry and attempt == 1)
+                if error is None:
+                    self._drop()
+                    continue
+                if conn.broken or conn.closed:
+                    self._drop()
+                raise error from None
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def failure(self, exc: Exception, what: str, conn: Any, may_retry: bool) -> Exception | None:
         """What a driver error during ``what`` becomes (None: the connection died, try once more)."""

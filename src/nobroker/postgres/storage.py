@@ -152,8 +152,11 @@ class PostgresStorage(ControlStorage):
         # The work (enqueue, lease, ack, nack, extend) has a connection of its
         # own; operator reads, compaction and the owed NOTIFYs share a second
         # one (opened on first use), so a heartbeat never waits behind them.
+        # A lease, ack or renewal that finds the work's connection busy runs on a
+        # spare one (opened then): a Worker's ack and its next lease overlap.
         self._link = link()
         self._side = link()
+        self._spare = link()
         self._listener = Listener(dsn, channel, connect_options)
         # Queue.wait's: the finished channel, its own connection (opened the first time a wait LISTENs).
         self._finished_listener = Listener(dsn, control_ops.finished_channel(self.schema, self.name), connect_options)
@@ -213,18 +216,23 @@ class PostgresStorage(ControlStorage):
         t = self._target
         self.upkeep_due()
         sql = self.limit_sql
-        return self._link.run(
+        return self._work(
             "lease", lambda c: drive(c, limit_ops.claim(t, sql, count, visibility_timeout, kinds)), retry=True
         )
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         # Twice is harmless: the second ack finds the job done under the same token.
-        self._link.run("ack", lambda c: drive(c, ops.ack(self._target, job_id, token, result_json)), retry=True)
+        self._work("ack", lambda c: drive(c, ops.ack(self._target, job_id, token, result_json)), retry=True)
 
     def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
         """Ack many leased jobs in one statement (see operations.ack_many)."""
         if items:
-            self._link.run("ack_many", lambda c: drive(c, ops.ack_many(self._target, items)), retry=True)
+            self._work("ack_many", lambda c: drive(c, ops.ack_many(self._target, items)), retry=True)
+
+    def _work(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
+        """Run ``fn`` on the work's connection, or on the spare one while another thread holds it."""
+        ran, result = self._link.run_if_free(what, fn, retry=retry)
+        return result if ran else self._spare.run(what, fn, retry=retry)  # type: ignore[return-value]
 
     def nack(
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
@@ -248,12 +256,12 @@ class PostgresStorage(ControlStorage):
         return job
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
-        return self._link.run("extend", lambda c: drive(c, ops.extend(self._target, job_id, token, seconds)), retry=True)
+        return self._work("extend", lambda c: drive(c, ops.extend(self._target, job_id, token, seconds)), retry=True)
 
     def extend_many(self, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
         """Renew many leases in one statement (see operations.extend_many)."""
         t = self._target
-        return self._link.run("extend_many", lambda c: drive(c, ops.extend_many(t, items, seconds)), retry=True)
+        return self._work("extend_many", lambda c: drive(c, ops.extend_many(t, items, seconds)), retry=True)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
         return self._link.run(ops.SET_STAGE, lambda c: drive(c, ops.set_stage(self._target, job_id, token, stage)), retry=True)
@@ -422,11 +430,13 @@ class PostgresStorage(ControlStorage):
         """Close the connections for now; each opens again when next used (AsyncPostgresStorage works on its own)."""
         self._link.release()
         self._side.release()
+        self._spare.release()
 
     def close(self) -> None:
         self._gate.close()
         self._link.close()
         self._side.close()
+        self._spare.close()
         self._listener.close()
         self._finished_listener.close()
 

@@ -41,6 +41,10 @@ class Turns:
                 if self._yielding:
                     self._state.notify_all()
 
+    def try_acquire(self) -> bool:
+        """Take the mutex if no thread holds it now; False at once if one does."""
+        return self._lock.acquire(blocking=False)
+
     def release(self) -> None:
         self._lock.release()
 
