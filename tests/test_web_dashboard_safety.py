@@ -26,7 +26,7 @@ from nobroker.dashboard import DashboardServer, listing, make_server
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.browser import WINDOW_SIZE, Browser, require_browser
 from tests.pgsupport import drop_schema, fresh_name, require_postgres
-from tests.test_dashboard import OnPostgres, picker_options
+from tests.test_dashboard_api import OnPostgres, picker_options
 from tests.support import TempDirTestCase, wait_until
 
 SCRIPT_PAYLOAD = "<script>alert(1)</script>"
