@@ -19,7 +19,7 @@ add a workload to one of the probes that reaches the new site and loses an
 acknowledged write (or resurrects one) without it, or do not add the fsync.
 docs/GUARANTEES.md lists every site, why it is there, and the tests that fail without it.
 Imports: the standard library, nobroker, and the sweeps of tests.test_power_loss,
-tests.test_power_loss_offpath, tests.test_io_errors and tests.test_real_seam.
+tests.test_power_loss_offpath, tests.ioerrorsupport and tests.test_real_seam.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.fsync_sites import Site, source_sites
+from tests.ioerrorsupport import FaultRun
 from tests.simdisk import Fault, SimDisk, SiteSwitch
 from tests.support import IN_CI
-from tests.test_io_errors import FaultRun
 from tests.test_power_loss import Sweep
 from tests.test_power_loss_offpath import repair_sweeps, roster_sweep, snapshot_sweep
 from tests.test_real_seam import CHECKS, strace_unusable
