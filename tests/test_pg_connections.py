@@ -119,9 +119,9 @@ class ConnectionTests(PostgresQueueCase):
                 leaser.join(PATIENCE)
         return got[0]
 
-    def test_acks_and_renewals_run_beside_a_lease_in_flight(self) -> None:
-        q = self.open_queue()
-        q.enqueue_many(["a", "b", "c", "d", "e"])
+    def test_the_work_of_another_thread_runs_beside_a_lease_in_flight(self) -> None:
+        q = self.open_queue(backoff=BackoffPolicy(base=3600, jitter=0))
+        q.enqueue_many(["a", "b", "c", "d"])
         first, second, third = q.lease(3)
 
         def work() -> None:
@@ -129,9 +129,12 @@ class ConnectionTests(PostgresQueueCase):
             q.extend_many([first, second], 30)
             q.ack(second)
             q.ack_many([third])
+            q.nack(first, error="again later")
+            q.enqueue("e")
 
         self.assertEqual([job.payload for job in self._beside_a_lease_in_flight(q, work)], ["d"])
-        self.assertEqual(q.stats().done, 2)
+        stats = q.stats()
+        self.assertEqual((stats.done, stats.delayed, stats.ready, stats.leased), (2, 1, 1, 1))
         spare = q.storage._spare._conn.info.backend_pid  # type: ignore[attr-defined]
         with connect() as admin:  # the spare connection dies while idle: the next that needs it opens a new one
             admin.execute("SELECT pg_terminate_backend(%s)", (spare,))
@@ -139,8 +142,8 @@ class ConnectionTests(PostgresQueueCase):
                 lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (spare,)).fetchone()[0] == 0,
                 PATIENCE,
             ))  # fmt: skip
-        self.assertEqual([job.payload for job in self._beside_a_lease_in_flight(q, lambda: q.ack(first))], ["e"])
-        self.assertEqual(q.stats().done, 3)
+        self.assertEqual([job.payload for job in self._beside_a_lease_in_flight(q, lambda: q.enqueue("f"))], ["e"])
+        self.assertEqual(len(q), 6)
 
     def test_a_queue_used_from_one_thread_opens_no_spare_connection(self) -> None:
         q = self.open_queue()
@@ -149,7 +152,8 @@ class ConnectionTests(PostgresQueueCase):
         q.extend(job, 30)
         q.extend_many([job, other], 30)
         q.ack(job)
-        q.ack_many([other])
+        q.nack(other, error="again")
+        q.ack_many(q.lease(1))
         self.assertIsNone(q.storage._spare._current(), "one thread's work opened a second working connection")  # type: ignore[attr-defined]
 
     def test_an_operator_read_waits_for_one_batch_of_a_compaction_not_the_whole(self) -> None:

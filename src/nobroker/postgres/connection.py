@@ -5,13 +5,15 @@ is unreachable), ``Link`` (the one connection a storage works on, behind a
 lock: set up with the queue's session settings, replaced when it died idle,
 an operation retried once when that is safe, driver errors turned into
 nobroker's; between two runs of one operation, ``let_others_in`` lets a
-thread that waits for the lock go first), and what names a
+thread that waits for the lock go first), ``Lanes`` (that connection and
+a spare one, for a thread that finds it busy), and what names a
 server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
 Imports: errors, addresses, waiting, driver, turns.
 
-Connections are not shared between threads: each storage owns one connection
-guarded by a lock (the Worker's threads share one Queue, so they take turns;
-a statement takes well under a millisecond). A dropped connection (server
+Connections are not shared between threads: each Link is one connection
+guarded by a lock. The Worker's threads share one Queue: its work goes
+through Lanes, so a second thread's statement runs on the spare connection
+while the first's is in flight, rather than after it. A dropped connection (server
 restart, ``pg_terminate_backend``) is noticed before the next statement is
 sent and replaced, waiting up to ``reconnect_timeout`` seconds for the server
 to come back; an unreachable server is logged once (WARNING), not once per
@@ -434,3 +436,21 @@ class Link(Owned):
                 return
             self._closed = True
             self._drop()
+
+
+
+class Lanes:
+    """The work's connection and a spare one: a run takes the first if no thread holds it, else waits for the spare.
+
+    Two threads' work runs side by side, as two processes' would; one thread alone never opens the spare.
+    """
+
+    def __init__(self, first: Link, spare: Link) -> None:
+        self.first, self.spare = first, spare
+
+    def run(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
+        ran, result = self.first.run_if_free(what, fn, retry=retry)
+        return result if ran else self.spare.run(what, fn, retry=retry)  # type: ignore[return-value]
+
+    def let_others_in(self) -> None:
+        self.first.let_others_in()

@@ -45,7 +45,7 @@ from .control_storage import ControlStorage
 from .listener import Listener
 from .options import DEFAULT_DONE_RETENTION, check_options, check_seconds
 from .connection import (
-    DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Link, channel_name,
+    DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Lanes, Link, channel_name,
     connect_timeout_of, connection_options, redact_dsn,
 )  # fmt: skip
 from .driver import require_psycopg
@@ -73,7 +73,7 @@ PRUNE_CATCH_UP = 1.0
 Plan = Generator[tuple[str, Callable[[], Steps[Any]], bool], Any, T]
 
 
-def carry(link: Link, plan: Plan[T]) -> T:
+def carry(link: Link | Lanes, plan: Plan[T]) -> T:
     """Carry out each run of ``plan`` on ``link`` (asyncstorage awaits the same plans on an AsyncLink).
 
     Between two runs a thread waiting for the link goes first (a compaction's many batches).
@@ -152,11 +152,12 @@ class PostgresStorage(ControlStorage):
         # The work (enqueue, lease, ack, nack, extend) has a connection of its
         # own; operator reads, compaction and the owed NOTIFYs share a second
         # one (opened on first use), so a heartbeat never waits behind them.
-        # A lease, ack or renewal that finds the work's connection busy runs on a
-        # spare one (opened then): a Worker's ack and its next lease overlap.
+        # An enqueue, lease, ack, nack or renewal that finds the work's connection
+        # busy runs on a spare one (opened then): a Worker's ack and its next lease overlap.
         self._link = link()
         self._side = link()
         self._spare = link()
+        self._lanes = Lanes(self._link, self._spare)
         self._listener = Listener(dsn, channel, connect_options)
         # Queue.wait's: the finished channel, its own connection (opened the first time a wait LISTENs).
         self._finished_listener = Listener(dsn, control_ops.finished_channel(self.schema, self.name), connect_options)
@@ -186,7 +187,7 @@ class PostgresStorage(ControlStorage):
     def enqueue(self, specs: Sequence[EnqueueSpec], conn: Any = None) -> list[Job]:
         if conn is not None:
             return enqueueing.enqueue_in_transaction(conn, self._target, specs)
-        return carry(self._link, self.enqueue_plan(specs))
+        return carry(self._lanes, self.enqueue_plan(specs))
 
     def enqueue_plan(self, specs: Sequence[EnqueueSpec]) -> Plan[list[Job]]:
         """The runs of an enqueue on our connection, and the NOTIFY it sends or owes (see carry)."""
@@ -216,29 +217,24 @@ class PostgresStorage(ControlStorage):
         t = self._target
         self.upkeep_due()
         sql = self.limit_sql
-        return self._work(
+        return self._lanes.run(
             "lease", lambda c: drive(c, limit_ops.claim(t, sql, count, visibility_timeout, kinds)), retry=True
         )
 
     def ack(self, job_id: str, token: str | None, result_json: str | None, result: Any) -> None:
         # Twice is harmless: the second ack finds the job done under the same token.
-        self._work("ack", lambda c: drive(c, ops.ack(self._target, job_id, token, result_json)), retry=True)
+        self._lanes.run("ack", lambda c: drive(c, ops.ack(self._target, job_id, token, result_json)), retry=True)
 
     def ack_many(self, items: list[tuple[str, str | None, str | None]]) -> None:
         """Ack many leased jobs in one statement (see operations.ack_many)."""
         if items:
-            self._work("ack_many", lambda c: drive(c, ops.ack_many(self._target, items)), retry=True)
-
-    def _work(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
-        """Run ``fn`` on the work's connection, or on the spare one while another thread holds it."""
-        ran, result = self._link.run_if_free(what, fn, retry=retry)
-        return result if ran else self._spare.run(what, fn, retry=retry)  # type: ignore[return-value]
+            self._lanes.run("ack_many", lambda c: drive(c, ops.ack_many(self._target, items)), retry=True)
 
     def nack(
         self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
         traceback: str | None = None,
     ) -> Job:  # fmt: skip
-        return carry(self._link, self.nack_plan(job_id, token, error, delay, permanent, traceback))
+        return carry(self._lanes, self.nack_plan(job_id, token, error, delay, permanent, traceback))
 
     def nack_plan(self, job_id: str, token: str | None, error: str | None, delay: float | None, permanent: bool,
                   traceback: str | None) -> Plan[Job]:  # fmt: skip
@@ -256,12 +252,12 @@ class PostgresStorage(ControlStorage):
         return job
 
     def extend(self, job_id: str, token: str | None, seconds: float) -> Job:
-        return self._work("extend", lambda c: drive(c, ops.extend(self._target, job_id, token, seconds)), retry=True)
+        return self._lanes.run("extend", lambda c: drive(c, ops.extend(self._target, job_id, token, seconds)), retry=True)
 
     def extend_many(self, items: list[tuple[str, str | None]], seconds: float) -> list[Job]:
         """Renew many leases in one statement (see operations.extend_many)."""
         t = self._target
-        return self._work("extend_many", lambda c: drive(c, ops.extend_many(t, items, seconds)), retry=True)
+        return self._lanes.run("extend_many", lambda c: drive(c, ops.extend_many(t, items, seconds)), retry=True)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
         return self._link.run(ops.SET_STAGE, lambda c: drive(c, ops.set_stage(self._target, job_id, token, stage)), retry=True)
