@@ -33,7 +33,7 @@ from tests.fsync_sites import Site, source_sites
 from tests.ioerrorsupport import FaultRun
 from tests.simdisk import Fault, SimDisk, SiteSwitch
 from tests.support import IN_CI
-from tests.test_power_loss import Sweep
+from tests.power_loss_sweep import Sweep
 from tests.test_power_loss_offpath import repair_sweeps, roster_sweep, snapshot_sweep
 from tests.test_real_seam import CHECKS, strace_unusable
 
