@@ -5,7 +5,7 @@ damaged record, that verify only reads, that repair keeps the damaged file
 aside and names the jobs it lost, and that opening a damaged queue is one
 line pointing at repair. Imports: the standard library,
 nobroker.filestore.admin, tests.support, tests.clisupport and
-tests.test_recovery (build_damaged_queue, inside one test).
+tests.test_repair_report (build_damaged_queue, inside one test).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class MaintenanceTests(CliTestCase):
 
 
     def test_repair_names_the_jobs_it_lost(self) -> None:
-        from tests.test_recovery import build_damaged_queue
+        from tests.test_repair_report import build_damaged_queue
 
         os.mkdir(self.qdir)
         lease_size = build_damaged_queue(self.qdir)

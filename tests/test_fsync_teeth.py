@@ -18,7 +18,7 @@ So a new fsync without a test that needs it fails `python make.py test`:
 add a workload to one of the probes that reaches the new site and loses an
 acknowledged write (or resurrects one) without it, or do not add the fsync.
 docs/GUARANTEES.md lists every site, why it is there, and the tests that fail without it.
-Imports: the standard library, nobroker, and the sweeps of tests.test_power_loss,
+Imports: the standard library, nobroker, and the sweeps of tests.power_loss_sweep,
 tests.test_power_loss_offpath, tests.ioerrorsupport and tests.test_real_seam.
 """
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 from tests.fsync_sites import Site, source_sites
 from tests.ioerrorsupport import FaultRun
+from tests.power_loss_sweep import Sweep
 from tests.simdisk import Fault, SimDisk, SiteSwitch
 from tests.support import IN_CI
-from tests.power_loss_sweep import Sweep
 from tests.test_power_loss_offpath import repair_sweeps, roster_sweep, snapshot_sweep
 from tests.test_real_seam import CHECKS, strace_unusable
 

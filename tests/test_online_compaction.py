@@ -4,16 +4,18 @@ The compactor holds the queue's file lock only for short moments; the rest of
 a compaction (streaming the live jobs, copying what peers append meanwhile)
 runs without it. These tests prove it with real OS processes: a peer enqueues
 and acks during a compaction; a compactor is SIGKILLed while it works outside
-the lock; records appended during a compaction (every record type) come out
-of it exactly, in the compactor's memory, in the peer's and after a reopen.
-Imports: the standard library, nobroker and tests.support.
+the lock. Owns: the child processes (compactor, peer, a compactor paused for
+good), ``PeersDuringCompaction`` and ``CompactorKilled``; the records appended
+during a compaction are tests/test_online_compaction_tail.py's, the jobs
+copied as they are tests/test_compaction_as_is.py's.
+Imports: the standard library, nobroker, tests.support and
+tests.compactionsupport.
 
 Child processes run as ``python -m tests.test_online_compaction child MODE DIR``.
 """
 
 from __future__ import annotations
 
-import errno
 import multiprocessing
 import os
 import signal
@@ -23,37 +25,16 @@ import threading
 import time
 import unittest
 from typing import Any
-from unittest import mock
 
-from nobroker import NobrokerError, Queue, StorageError
-from nobroker.filestore import compactor as compactor_module
-from nobroker.filestore.forward import READ_AGAIN_BYTES
-from nobroker.filestore.storage import FileStorage
+from nobroker import Queue
 from nobroker.filestore.fs import RealFileSystem
 from nobroker.filestore.admin import verify
-from tests.support import FakeClock, TempDirTestCase, file_bytes, slow
+from tests.compactionsupport import build, storage
+from tests.support import TempDirTestCase, slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Jobs in the queue being compacted: enough that streaming them takes a while.
 BIG = 12_000
-
-
-def build(directory: str, n: int, done_every: int = 3) -> tuple[set[str], set[str]]:
-    """A queue of ``n`` jobs, one in ``done_every`` acked (the oldest); returns (live ids, done ids)."""
-    n_done = n // done_every
-    with Queue(directory, fsync=False, auto_compact=None, visibility_timeout=3600) as q:
-        ids = []
-        for start in range(0, n, 5_000):
-            ids += [j.id for j in q.enqueue_many([{"i": i, "pad": "x" * 100} for i in range(start, min(n, start + 5_000))])]
-        q.ack_many(q.lease(n_done))
-    os.sync()
-    return set(ids[n_done:]), set(ids[:n_done])
-
-
-def storage(q: Queue) -> FileStorage:
-    s = q._open_storage()  # noqa: SLF001 - the tests reach the file storage's compaction hook
-    assert isinstance(s, FileStorage)
-    return s
 
 
 # ====================================================================== children
@@ -215,302 +196,6 @@ class PeersDuringCompaction(TempDirTestCase):
             t.join(timeout=60)
             self.assertEqual(done[0].new_generation, 1)
             self.assertIn({"while": "compacting"}, [j.payload for j in a.list_jobs()])
-
-
-class ExactTail(TempDirTestCase):
-    """Records a peer appends while the compactor streams (every record type) come out exactly."""
-
-    def test_records_appended_during_compaction_survive_exactly(self) -> None:
-        build(self.dir, 20_000)
-        compactor = Queue(self.dir, auto_compact=None, visibility_timeout=3600)
-        peer = Queue(self.dir, auto_compact=None, visibility_timeout=3600)
-        self.addCleanup(compactor.close)
-        self.addCleanup(peer.close)
-        calls = [0]
-
-        def act(written: int) -> None:
-            # Runs inside the compaction, while the compactor holds no file lock.
-            calls[0] += 1
-            n = calls[0]
-            fresh = peer.enqueue({"tail": n, "pad": "z" * (n * 37 % 500)}, priority=n % 3, job_id=f"t{n}")
-            peer.enqueue({"later": n}, delay=600)
-            peer.enqueue_many([{"many": n, "k": k} for k in range(3)])
-            jobs = peer.lease(4)
-            if len(jobs) >= 4:
-                peer.ack(jobs[0], result={"ok": n})
-                peer.nack(jobs[1], error=f"boom {n}")
-                peer.extend(jobs[2], 900)
-                peer.set_stage(jobs[3], f"stage {n}")
-            gone = peer.lease_one()
-            if gone is not None:
-                peer.nack(gone, error="fatal", permanent=True)
-            if n % 2 == 0:
-                peer.requeue_dead()
-            peer.get(fresh.id)
-
-        result = storage(compactor).compact(progress=act)
-        self.assertGreater(calls[0], 1, "the hook never ran inside the compaction")
-        self.assertEqual(result.new_generation, 1)
-        mine = {j.id: j.to_dict() for j in compactor.list_jobs()}  # offsets moved in memory, payloads re-read
-        theirs = {j.id: j.to_dict() for j in peer.list_jobs()}  # followed the flip by replay
-        with Queue(self.dir, auto_compact=None) as fresh:
-            reopened = {j.id: j.to_dict() for j in fresh.list_jobs()}
-        self.assertEqual(mine, reopened)
-        self.assertEqual(theirs, reopened)
-        self.assertTrue(any(j["id"].startswith("t") for j in reopened.values()))
-        self.assertTrue(any(j["stage"] for j in reopened.values()))
-        self.assertTrue(any(j["state"] == "dead" or j["last_error"] == "fatal" for j in reopened.values()))
-        # Both handles keep working on the new generation.
-        job = compactor.enqueue({"after": 1})
-        self.assertEqual(peer.get(job.id).payload, {"after": 1})
-        self.assertTrue(verify(self.dir).ok)
-
-
-class ReadWithoutTheLock(TempDirTestCase):
-    """What peers appended is read by the compactor without the file lock; under it, only what came since.
-
-    The peer here is another object of the queue in this thread, appending
-    at moments when the compactor holds no file lock (before the compaction,
-    while it streams, before each copy of the peers' records, before the
-    flip): so nothing is left for its locked reads, whose bytes are counted.
-    """
-
-    def test_the_compactors_locked_reads_find_nothing_a_peer_appended_before_them(self) -> None:
-        build(self.dir, 3_000)
-        compactor = Queue(self.dir, auto_compact=None, visibility_timeout=3600)
-        peer = Queue(self.dir, auto_compact=None, visibility_timeout=3600)
-        self.addCleanup(compactor.close)
-        self.addCleanup(peer.close)
-        compactor.enqueue({"caught": "up"})
-        s = storage(compactor)
-        held = [False]
-        read: dict[bool, int] = {False: 0, True: 0}  # bytes of records applied, without and with the lock
-        appended, injected = [0], [0]
-
-        def append(n: int) -> None:
-            for i in range(n):
-                peer.enqueue({"meanwhile": appended[0], "i": i})
-            appended[0] += n
-
-        read_forward, copy_appended = s._read_forward, s._copy_appended  # type: ignore[attr-defined]
-
-        def counted_read_forward(log, state, start, **kw):  # type: ignore[no-untyped-def]
-            end, torn = read_forward(log, state, start, **kw)
-            read[held[0]] += end - start
-            if not held[0] and end - start >= READ_AGAIN_BYTES and not injected[0]:
-                injected[0] += 1
-                append(40)  # appended while it read (more than READ_AGAIN_BYTES): it reads again
-            return end, torn
-
-        def copy_after_a_peer(new, old, lock, **kw):  # type: ignore[no-untyped-def]
-            append(20)
-            return copy_appended(new, old, lock, **kw)
-
-        acquire, release = compactor_module.Holds.acquire, compactor_module.Holds.release
-        prepare_flip = compactor_module.prepare_flip
-
-        def prepared_after_a_peer(*args, **kw):  # type: ignore[no-untyped-def]
-            append(10)  # the last moment without the lock before the flip
-            return prepare_flip(*args, **kw)
-
-        def holding(lock):  # type: ignore[no-untyped-def]
-            acquire(lock)
-            held[0] = True
-
-        def letting_go(lock):  # type: ignore[no-untyped-def]
-            held[0] = False
-            release(lock)
-
-        s._read_forward, s._copy_appended = counted_read_forward, copy_after_a_peer  # type: ignore[attr-defined]
-        append(50)  # while the compactor is idle: read when the compaction starts
-        with mock.patch.object(compactor_module.Holds, "acquire", holding), \
-                mock.patch.object(compactor_module.Holds, "release", letting_go), \
-                mock.patch.object(compactor_module, "prepare_flip", prepared_after_a_peer):  # fmt: skip
-            result = s.compact(progress=lambda written: append(5))
-        self.assertEqual(result.new_generation, 1)
-        self.assertGreater(appended[0], 50 + 2 * 20 + 10, "the peer did not append during the compaction")
-        self.assertGreater(read[False], 0, "nothing was read without the lock")
-        self.assertEqual(injected[0], 1, "no read without the lock found enough to read again")
-        self.assertEqual(read[True], 0, "the compactor read under the lock what it could have read before it")
-        mine = {j.id: j.to_dict() for j in compactor.list_jobs()}
-        theirs = {j.id: j.to_dict() for j in peer.list_jobs()}
-        with Queue(self.dir, auto_compact=None) as fresh:
-            reopened = {j.id: j.to_dict() for j in fresh.list_jobs()}
-        self.assertEqual(mine, reopened)
-        self.assertEqual(theirs, reopened)
-        self.assertEqual(sum(1 for j in reopened.values() if "meanwhile" in j["payload"]), appended[0])
-        self.assertTrue(verify(self.dir).ok)
-
-
-class FailingReads(RealFileSystem):
-    """The real disk, but the read ``fail_at`` reads from now fails with EIO (``arm``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.countdown: int | None = None
-
-    def arm(self, fail_at: int) -> None:
-        self.countdown = fail_at
-
-    def pread(self, fd: int, size: int, offset: int) -> bytes:
-        if self.countdown is not None:
-            self.countdown -= 1
-            if self.countdown == 0:
-                self.countdown = None
-                raise OSError(errno.EIO, "injected read error")
-        return super().pread(fd, size, offset)
-
-
-class AReadWithoutTheLockFails(TempDirTestCase):
-    """A read error while the compactor reads a peer's records without the lock: the compaction
-    fails, changes nothing, and the compactor's next operation sees every record again."""
-
-    def test_the_compaction_fails_cleanly_and_the_queue_goes_on(self) -> None:
-        for fail_at in (1, 2):  # the look at what follows, then the reading of the records
-            with self.subTest(fail_at=fail_at):
-                directory = os.path.join(self.dir, f"q{fail_at}")
-                build(directory, 2_000)
-                disk = FailingReads()
-                compactor = Queue(directory, auto_compact=None, visibility_timeout=3600, filesystem=disk)
-                peer = Queue(directory, auto_compact=None, visibility_timeout=3600)
-                self.addCleanup(compactor.close)
-                self.addCleanup(peer.close)
-                compactor.enqueue({"caught": "up"})
-                s = storage(compactor)
-                copy_appended = s._copy_appended  # type: ignore[attr-defined]
-
-                def copy_after_a_peer(new, old, lock, **kw):  # type: ignore[no-untyped-def]
-                    for i in range(30):
-                        peer.enqueue({"meanwhile": i})
-                    disk.arm(fail_at)  # the next reads are the ones without the lock
-                    return copy_appended(new, old, lock, **kw)
-
-                read_unlocked, failed = s._read_unlocked, []  # type: ignore[attr-defined]
-
-                def noting_failures(log, **kw):  # type: ignore[no-untyped-def]
-                    try:
-                        return read_unlocked(log, **kw)
-                    except BaseException as exc:
-                        failed.append(exc)
-                        raise
-
-                s._copy_appended, s._read_unlocked = copy_after_a_peer, noting_failures  # type: ignore[attr-defined]
-                with self.assertRaises(NobrokerError):
-                    s.compact()
-                s._copy_appended, s._read_unlocked = copy_appended, read_unlocked  # type: ignore[attr-defined]
-                self.assertEqual(len(failed), 1, "the error did not come from the read without the lock")
-                self.assertFalse([n for n in os.listdir(directory) if ".000001." in n], "the failed compaction left files")
-                expected = {j.id: j.to_dict() for j in peer.list_jobs()}
-                self.assertEqual({j.id: j.to_dict() for j in compactor.list_jobs()}, expected)
-                self.assertEqual(sum(1 for j in expected.values() if "meanwhile" in j["payload"]), 30)
-                self.assertEqual(compactor.compact().new_generation, 1)  # and the next one goes through
-                self.assertEqual({j.id: j.to_dict() for j in peer.list_jobs()}, {j.id: j.to_dict() for j in compactor.list_jobs()})
-                self.assertTrue(verify(directory).ok)
-
-
-class UntouchedJobsCopiedAsTheyAre(TempDirTestCase):
-    """A job untouched since it was enqueued keeps its record's bytes through a compaction (recovery._record_as_is):
-    the same bytes a rewrite gives, a damaged one still refused, a failed read changing nothing."""
-
-    def workload(self, directory: str) -> Queue:
-        q = Queue(directory, auto_compact=None, visibility_timeout=3600, clock=FakeClock(1000.0))
-        q.enqueue_many([{"i": i} for i in range(40)])
-        q.enqueue({"alone": 1})
-        q.enqueue({"urgent": 1}, priority=2)
-        q.enqueue({"tries": 3}, max_attempts=3)
-        q.enqueue({"named": 1}, job_id="a name of its own")
-        q.enqueue({"later": 1}, delay=60)
-        q.ack(q.lease_one())
-        q.lease_one()  # leased at the compaction
-        q.nack(q.lease_one(), error="once", delay=0)  # back, one attempt spent
-        return q
-
-    def as_is(self) -> tuple[Any, list[bytes]]:
-        from nobroker.filestore.log import LogFile
-
-        read, copied = LogFile.read_job_record, []
-
-        def noting(log: LogFile, offset: int, size: int, prefix: bytes) -> bytes | None:
-            data = read(log, offset, size, prefix)
-            if data is not None:
-                copied.append(data)
-            return data
-
-        return mock.patch.object(LogFile, "read_job_record", noting), copied
-
-    def test_the_copied_records_are_the_bytes_a_rewrite_gives(self) -> None:
-        import shutil
-
-        first = os.path.join(self.dir, "copied")
-        self.workload(first).close()
-        second = os.path.join(self.dir, "rewritten")
-        shutil.copytree(first, second)
-        noting, copied = self.as_is()
-        with Queue(first, auto_compact=None, clock=FakeClock(2000.0)) as q, noting:
-            q.compact()
-            jobs = [j.to_dict() for j in q.list_jobs()]
-        # Untouched: 38 of the batch (two were leased), "alone" and "tries" ("urgent" was leased first);
-        # the named job and the delayed one are kept apart from the start, and rewritten.
-        self.assertEqual(len(copied), 40, "the untouched jobs were not copied as they are")
-        with Queue(second, auto_compact=None, clock=FakeClock(2000.0)) as q:
-            with mock.patch.object(FileStorage, "_record_as_is", lambda self, entry: None):
-                q.compact()
-        names = [n for n in os.listdir(first) if n.endswith(".000001.log")]
-        self.assertEqual(names, ["default.000001.log"])
-        self.assertEqual(file_bytes(os.path.join(first, names[0])), file_bytes(os.path.join(second, names[0])))
-        with Queue(first, clock=FakeClock(2000.0)) as q:  # the leased job's lease has not expired
-            self.assertEqual([j.to_dict() for j in q.list_jobs()], jobs)
-        self.assertTrue(verify(first).ok)
-
-    def test_only_the_named_jobs_whole_record_checks_out(self) -> None:
-        from nobroker.filestore.records import id_prefix
-
-        with Queue(self.dir, auto_compact=None) as q:
-            first, second = q.enqueue_many([{"n": 1}, {"n": 2}])  # two records of the same size
-            s = storage(q)
-            log, rows = s._log, [s._state._entry_of(row) for row in range(2)]  # type: ignore[attr-defined]
-            at, size = rows[0].offset, rows[0].size
-            self.assertEqual(rows[1].size, size)
-            self.assertIsNotNone(log.read_job_record(at, size, id_prefix(first.id)))
-            self.assertIsNone(log.read_job_record(at, size, id_prefix(second.id)), "another job's record")
-            self.assertIsNone(log.read_job_record(at, size - 1, id_prefix(first.id)), "cut short")
-            self.assertIsNone(log.read_job_record(at + 1, size, id_prefix(first.id)), "not at a record's start")
-
-    def test_a_damaged_record_of_an_untouched_job_is_refused_not_copied(self) -> None:
-        q = self.workload(self.dir)
-        self.addCleanup(q.close)
-        victim = q.list_jobs()[5]
-        log = os.path.join(self.dir, "default.000000.log")
-        with open(log, "r+b") as f:
-            data = f.read()
-            at = data.index(b'{"i":5}')
-            f.seek(at + 5)
-            f.write(b"6")  # a flipped digit in its payload: the crc no longer matches
-        with self.assertRaises(NobrokerError) as caught:
-            q.compact()
-        self.assertIn(victim.id, str(caught.exception))
-        self.assertFalse([n for n in os.listdir(self.dir) if ".000001." in n], "the failed compaction left files")
-
-    def test_a_failed_read_fails_the_compaction_and_the_next_one_goes_through(self) -> None:
-        from nobroker.filestore.log import LogFile
-
-        q = self.workload(self.dir)
-        self.addCleanup(q.close)
-        before = [j.to_dict() for j in q.list_jobs()]
-
-        def fail(log: LogFile, offset: int, size: int, prefix: bytes) -> bytes | None:
-            raise StorageError(f"reading the record at offset {offset}: [Errno 5] Input/output error (injected)")
-
-        with mock.patch.object(LogFile, "read_job_record", fail), self.assertRaises(NobrokerError) as caught:
-            q.compact()
-        self.assertIn("(injected)", str(caught.exception))
-        self.assertFalse([n for n in os.listdir(self.dir) if ".000001." in n], "the failed compaction left files")
-        self.assertEqual([j.to_dict() for j in q.list_jobs()], before)
-        self.assertEqual(q.compact().new_generation, 1)
-        live = [job for job in before if job["state"] != "done"]
-        self.assertEqual([j.to_dict() for j in q.list_jobs()], live)
-        with Queue(self.dir, clock=FakeClock(1000.0)) as again:
-            self.assertEqual([j.to_dict() for j in again.list_jobs()], live)
 
 
 class CompactorKilled(TempDirTestCase):

@@ -5,6 +5,14 @@ at every cut of a real log is right for any crash that log could suffer.
 The log here holds every record type (the schedule and limit records too), and a compaction: both generations
 are swept. Expected states are snapshots the live queue reported as each
 record was written (full Job dicts), not totals.
+
+Owns: ``snapshot`` and ``LogBuilder`` (the log, with the state after each
+record), the truncation sweeps (``TruncationSweep``; ``TruncationSweepVersion2``
+and ``TruncationSweepVersion4`` for format versions 2 and 4) and the bit-flip
+sweeps (``BitFlipSweep``, ``BitFlipSweepVersion2``, ``BitFlipSweepVersion4``).
+What opening leaves behind is tests/test_open_leftovers.py's, what repair
+reports tests/test_repair_report.py's. Imports: the standard library,
+nobroker and tests.support.
 """
 
 from __future__ import annotations
@@ -14,11 +22,10 @@ import shutil
 import tempfile
 import unittest
 
-from nobroker import CorruptLogError, LockTimeoutError, Queue
+from nobroker import CorruptLogError, Queue
 from nobroker.filestore.framing import FRAME_SIZE, HEADER_SIZE
 from nobroker.jobs import BackoffPolicy
 from nobroker.filestore.layout import log_path
-from nobroker.filestore.ready import STALE_SLACK
 from tests.support import FakeClock, TempDirTestCase, slow
 
 
@@ -333,149 +340,12 @@ class BitFlipSweep(TempDirTestCase):
             shutil.rmtree(target)
 
 
-class ARefusedOpenKeepsNothingOpen(TempDirTestCase):
-    """An open that raises closes every file it opened: a caller that retries never runs out of descriptors."""
-
-    def open_descriptors(self) -> int:
-        try:
-            return len(os.listdir("/proc/self/fd"))
-        except OSError:
-            self.skipTest("no /proc/self/fd to count open files with")
-
-    def test_a_damaged_log(self) -> None:
-        with Queue(self.dir) as q:
-            for i in range(5):
-                q.enqueue({"i": i, "pad": "x" * 40})
-            q.ack(q.lease_one())
-        path = log_path(self.dir, "default", 0)
-        with open(path, "r+b") as f:
-            f.seek(HEADER_SIZE + FRAME_SIZE + 3)  # inside the first record's body: not a torn tail
-            byte = f.read(1)
-            f.seek(-1, os.SEEK_CUR)
-            f.write(bytes([byte[0] ^ 4]))
-        before = self.open_descriptors()
-        for _ in range(20):
-            with self.assertRaises(CorruptLogError):
-                Queue(self.dir)
-        self.assertEqual(self.open_descriptors(), before)
-
-    def test_a_lock_held_elsewhere(self) -> None:
-        try:
-            import fcntl
-        except ImportError:
-            self.skipTest("no flock here to hold the lock with")
-
-        with Queue(self.dir) as q:
-            q.enqueue("one")
-        holder = os.open(os.path.join(self.dir, "default.lock"), os.O_RDWR)
-        self.addCleanup(os.close, holder)
-        fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: its lock excludes ours, as another process's would
-        before = self.open_descriptors()
-        for _ in range(5):
-            with self.assertRaises(LockTimeoutError):
-                Queue(self.dir, lock_timeout=0.05)
-        self.assertEqual(self.open_descriptors(), before)
-        fcntl.flock(holder, fcntl.LOCK_UN)
-        with Queue(self.dir) as q:
-            self.assertEqual(len(q), 1, "the queue opens once the lock is free")
-
-
-class AReplayLeavesNoPileOfStaleItems(TempDirTestCase):
-    """Opening drops the heap items a long replay left stale, without the lock: the first lease never pops them all."""
-
-    def test_after_many_jobs_were_acked_or_deleted(self) -> None:
-        n = 1000 * (3 * STALE_SLACK // 1000 + 1)  # three times the slack, in whole thousands
-        with Queue(self.dir, fsync=False, auto_compact=None) as q:
-            for start in range(0, n, 1000):
-                q.enqueue_many(list(range(1000)), dedupe_keys=[f"k{start + i}" for i in range(1000)])  # hot jobs
-            while leased := q.lease(1000):
-                q.ack_many(leased)  # each lease item stale once its job is acked
-            doomed = q.enqueue_many(list(range(n)), dedupe_keys=[f"d{i}" for i in range(n)])
-            for job in doomed:
-                q.delete(job.id)  # each ready item stale once its job is gone
-            q.enqueue("the one left", dedupe_key="left")
-            held = q.lease_one()
-            q.enqueue("and one ready", dedupe_key="ready")
-        for name in os.listdir(self.dir):
-            if name.endswith(".snap"):
-                os.unlink(os.path.join(self.dir, name))  # as after a crash: the whole log is replayed
-        with Queue(self.dir, auto_compact=None) as q:
-            state = q.storage._state  # type: ignore[attr-defined]
-            self.assertFalse(q.storage._snap_loaded)  # type: ignore[attr-defined]
-            self.assertLessEqual(len(state.leases), 1, "the stale lease items are gone")
-            self.assertLessEqual(sum(map(len, state.ready.values())), 1, "the stale ready items are gone")
-            self.assertEqual(q.stats().to_dict(), {**q.stats().to_dict(), "ready": 1, "leased": 1, "done": n})
-            job = q.lease_one()
-            assert job is not None and held is not None
-            self.assertEqual(job.payload, "and one ready")
-            q.ack(job)
-            self.assertEqual(q.get(held.id).state.value, "leased")
-
-
 class BitFlipSweepVersion2(BitFlipSweep):
     log_format = 2
 
 
 class BitFlipSweepVersion4(BitFlipSweep):
     log_format = 4
-
-
-def build_damaged_queue(directory: str) -> int:
-    """A log of four jobs in which three records are damaged, each in its own way.
-
-    job-c's ENQUEUE (its later LEASE and ACK survive: the job is lost),
-    job-b's ACK (the job survives, leased again: its state is older), and
-    the type byte of job-a's LEASE header (nothing of that record can be read).
-    Returns the size of that LEASE record.
-    """
-    from nobroker.filestore import admin as maintenance
-
-    with Queue(directory) as q:
-        for name in "abcd":
-            q.enqueue({"job": name}, job_id=f"job-{name}")
-        leased = {job.id: job for job in q.lease(3)}
-        q.ack(leased["job-b"])
-        q.ack(leased["job-c"])
-    views = [v for v in maintenance.inspect_log(directory) if v.type_name != "HEADER"]
-
-    def record(type_name: str, job_id: str) -> maintenance.RecordView:
-        return next(v for v in views if v.type_name == type_name and v.body and v.body["id"] == job_id)
-
-    path = log_path(directory, "default", 0)
-    with open(path, "r+b") as f:
-        for view in (record("ENQUEUE", "job-c"), record("ACK", "job-b")):
-            f.seek(view.offset + 9 + view.length - 2)  # inside the body, well after the id
-            byte = f.read(1)
-            f.seek(-1, os.SEEK_CUR)
-            f.write(bytes([byte[0] ^ 0x55]))
-        lease = record("LEASE", "job-a")
-        f.seek(lease.offset + 4)  # the header's type byte
-        f.write(b"\xee")
-    return 9 + lease.length
-
-
-class RepairNamesTheLosses(TempDirTestCase):
-    """repair says which jobs lost records: ids where the bytes still read, counts otherwise."""
-
-    def test_lost_changed_and_unknown(self) -> None:
-        from nobroker.filestore import admin as maintenance
-
-        lease_size = build_damaged_queue(self.dir)
-        report = maintenance.repair(self.dir)
-        self.assertTrue(report.repaired)
-        self.assertEqual((report.lost_jobs, report.lost_job_count), (["job-c"], 1))
-        self.assertEqual((report.changed_jobs, report.changed_job_count), (["job-b"], 1))
-        self.assertEqual(report.records_dropped, 2, "the two whose headers still read; the third is unreadable bytes")
-        self.assertEqual(len(report.damage), 3)
-        self.assertEqual(report.unidentified_records, 0)
-        self.assertEqual(report.unreadable_bytes, lease_size, "the record whose header is unreadable")
-        self.assertEqual([s.ids for s in report.damage], [["job-c"], [], ["job-b"]])
-        as_dict = report.to_dict()
-        self.assertEqual(as_dict["lost_jobs"], ["job-c"])
-        self.assertEqual(as_dict["damage"][0]["ids"], ["job-c"])
-        with Queue(self.dir) as q:
-            states = {job.id: job.state.value for job in q.list_jobs()}
-        self.assertEqual(states, {"job-a": "ready", "job-b": "leased", "job-d": "ready"})
 
 
 if __name__ == "__main__":

@@ -1,233 +1,33 @@
-"""The docs site and the playground: offline, in agreement with the code, byte-compatible.
+"""The playground, web/playground.html, in headless Chromium: its queue behaves, and its bytes are Python's.
 
-Imports: the standard library, nobroker, tests.browser, tests.support.
-
-Static checks (no browser) read web/index.html and compare every API name it
-marks with ``data-api`` against the nobroker package. The browser tests open
-both pages from file:// in headless Chromium and drive the playground through
-``window.playground``: its log bytes must decode with the real Python reader and
-replay into the same jobs, and a log that Python wrote must decode in the page
-to the same records as ``nobroker.maintenance.inspect_log``.
+Owns: ``PlaygroundTest``: the page driven through ``window.playground`` and
+its buttons (enqueue, lease, crash, recover, repair, the recipes, a dropped
+or picked log file); the log bytes it writes decode with the real Python
+reader and replay into the same jobs; a log Python wrote decodes in the page
+to the same records as ``nobroker.maintenance.inspect_log`` (damage found at
+the same offsets); the same operations write the same bytes in both; its
+JSON, floats and CRC are byte-identical to Python's. Imports: the standard
+library, nobroker, tests.support and tests.pagesupport.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
-import html.parser
-import inspect
 import json
 import math
 import os
 import pathlib
 import random
 import re
-import subprocess
-import sys
 import unittest
 from typing import Any
 from unittest import mock
 
-import nobroker
 from nobroker import Queue
 from nobroker.filestore import admin as maintenance
 from nobroker.filestore.framing import encode_record
-from tests.browser import file_url, require_browser
-from tests.support import FakeClock, TempDirTestCase
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-INDEX = ROOT / "web" / "index.html"
-PLAYGROUND = ROOT / "web" / "playground.html"
-#: Sections the docs page promises in its navigation.
-DOC_SECTIONS = ("start", "install", "thirty-seconds", "guide", "delivery", "postgres", "api", "design", "format",
-                "beats", "recovery", "compaction", "limits", "faq")
-#: Seconds the screenshot tool may take (it starts a browser and a dashboard server).
-SCREENSHOT_TIMEOUT = 120
-#: Anything that would make a page reach the network.
-EXTERNAL_REF = re.compile(r"""(?:https?:|wss?:|ftp:)//|(?:src|href)\s*=\s*["']//|@import|url\(\s*["']?(?:https?:)?//""", re.I)
-
-
-class _ApiNames(html.parser.HTMLParser):
-    """Collects data-api values and the text of each <dt> in a <dl class="api">."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-        self.signatures: list[str] = []
-        self._dt_depth = 0
-        self._dt_text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = dict(attrs)
-        if values.get("data-api"):
-            self.names.append(values["data-api"] or "")
-        if tag == "dt":
-            self._dt_depth += 1
-            self._dt_text = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "dt" and self._dt_depth:
-            self._dt_depth -= 1
-            self.signatures.append("".join(self._dt_text))
-
-    def handle_data(self, data: str) -> None:
-        if self._dt_depth:
-            self._dt_text.append(data)
-
-
-def resolve_api_name(name: str) -> bool:
-    """Does ``name`` ("Queue.enqueue", "Job.id", "maintenance.verify", "__version__") exist in nobroker?"""
-    parts = name.split(".")
-    obj: Any = nobroker
-    for i, part in enumerate(parts):
-        if hasattr(obj, part):
-            obj = getattr(obj, part)
-            continue
-        if i == 0 and part == "maintenance":
-            obj = maintenance
-            continue
-        # A dataclass field without a default is not a class attribute.
-        if i == len(parts) - 1 and dataclasses.is_dataclass(obj):
-            return part in {f.name for f in dataclasses.fields(obj)}
-        return False
-    return True
-
-
-def split_params(text: str) -> tuple[list[str], list[str]]:
-    """Parameter names of a signature as the docs show it: (positional, keyword-only)."""
-    positional: list[str] = []
-    keywords: list[str] = []
-    target = positional
-    for part in text.split(","):
-        name = part.split("=")[0].split(":")[0].strip()
-        if name == "*":
-            target = keywords
-        elif name:
-            target.append(name)
-    return positional, keywords
-
-
-def read(path: pathlib.Path) -> str:
-    return path.read_text(encoding="utf-8")
-
-
-class DocsPageStaticTest(unittest.TestCase):
-    """web/index.html read as text: offline by construction, and every name it shows exists."""
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.text = read(INDEX)
-        cls.parsed = _ApiNames()
-        cls.parsed.feed(cls.text)
-
-    def test_pages_reference_nothing_outside_themselves(self) -> None:
-        for path in (INDEX, PLAYGROUND):
-            with self.subTest(page=path.name):
-                found = EXTERNAL_REF.findall(read(path))
-                self.assertEqual(found, [], f"{path.name} refers to the network")
-                for link in re.findall(r"""(?:href|src)\s*=\s*["']([^"'#]+)""", read(path)):
-                    self.assertTrue((path.parent / link).exists(), f"{path.name} links to missing {link}")
-
-    def test_every_marked_api_name_exists(self) -> None:
-        names = self.parsed.names
-        self.assertGreater(len(names), 50)
-        missing = [n for n in names if not resolve_api_name(n)]
-        self.assertEqual(missing, [], "the docs show names the package does not have")
-
-    def test_the_public_api_of_the_brief_is_documented(self) -> None:
-        documented = set(self.parsed.names)
-        expected = {
-            "Queue", "Worker", "WorkerStats", "Job", "JobState", "QueueStats", "BackoffPolicy", "RecoveryReport",
-            "CompactionResult", "NobrokerError", "NotLeasedError", "JobNotFoundError", "LockTimeoutError",
-            "CorruptLogError", "CompactionError", "QueueClosedError", "SerializationError", "StorageError",
-            "UnsafeQueueError", "PermanentError", "__version__", "maintenance.inspect_log", "maintenance.verify",
-            "maintenance.repair", "maintenance.list_queues",
-        }  # fmt: skip
-        expected |= {f"Queue.{m}" for m in (
-            "enqueue", "enqueue_many", "lease", "lease_one", "ack", "nack", "extend", "set_stage", "get", "stats",
-            "list_jobs", "dlq", "requeue_dead", "purge", "compact", "wait_for_jobs", "close", "path", "name",
-            "recovery", "durable")}  # fmt: skip
-        expected |= {f"Job.{f}" for f in (
-            "id", "payload", "priority", "state", "attempts", "max_attempts", "available_at", "enqueued_at",
-            "lease_deadline", "lease_token", "last_error", "seq", "kind", "dedupe_key", "stage", "result")}  # fmt: skip
-        self.assertEqual(sorted(expected - documented), [])
-
-    def test_documented_signatures_accept_what_the_code_accepts(self) -> None:
-        """Each `.method(params)` line names exactly the parameters of the real method."""
-        checked = 0
-        for sig in self.parsed.signatures:
-            m = re.match(r"\s*\.(\w+)\((.*?)\)\s*(?:->|$)", sig)
-            if not m:
-                continue
-            method = getattr(nobroker.Queue, m.group(1), None) or getattr(nobroker.Worker, m.group(1), None)
-            self.assertIsNotNone(method, sig)
-            shown = split_params(m.group(2))
-            real = list(inspect.signature(method).parameters.values())[1:]
-            with self.subTest(method=m.group(1)):
-                self.assert_same_params(shown, real)
-            checked += 1
-        self.assertGreaterEqual(checked, 18)
-
-    def test_constructor_signatures_match_the_code(self) -> None:
-        queue_sig = re.search(r"Queue\((path, name=.*?)\)</code>", self.text, re.S)
-        worker_sig = re.search(r"Worker\((queue, handler, .*?)\)</code>", self.text, re.S)
-        for cls, found in ((nobroker.Queue, queue_sig), (nobroker.Worker, worker_sig)):
-            with self.subTest(cls=cls.__name__):
-                self.assertIsNotNone(found)
-                assert found is not None
-                real = [p for p in inspect.signature(cls).parameters.values() if not p.name.startswith("_")]
-                self.assert_same_params(split_params(found.group(1)), real)
-
-    def assert_same_params(self, shown: tuple[list[str], list[str]], real: list[inspect.Parameter]) -> None:
-        """Keyword-only names must match exactly; positional ones by count (callers pass them by position)."""
-        positional, keywords = shown
-        kinds = inspect.Parameter
-        real_positional = [p.name for p in real if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
-        real_keywords = [p.name for p in real if p.kind is kinds.KEYWORD_ONLY]
-        self.assertEqual(len(positional), len(real_positional), (positional, real_positional))
-        self.assertEqual(keywords, real_keywords)
-
-    def test_sections_and_diagrams(self) -> None:
-        for section in DOC_SECTIONS:
-            self.assertIn(f'id="{section}"', self.text)
-        self.assertGreaterEqual(self.text.count("<svg"), 4)
-        self.assertIn("prefers-color-scheme: dark", self.text)
-        self.assertIn("python make.py demo", self.text)
-        self.assertIn("python make.py test", self.text)
-        self.assertIn(f'version {nobroker.__version__}', self.text)
-
-
-class _PageTest(TempDirTestCase):
-    browser: Any
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.browser = require_browser(cls)
-
-    def open(self, page: pathlib.Path) -> None:
-        self.browser.clear()
-        self.browser.open(file_url(page))
-
-    def js(self, expression: str) -> Any:
-        return self.browser.evaluate(expression)
-
-    def assert_clean(self) -> None:
-        self.assertEqual(self.browser.errors, [], "console errors or exceptions in the page")
-        outside = [u for u in self.browser.requests if not u.startswith(("file:", "data:", "about:"))]
-        self.assertEqual(outside, [], "the page asked the network for something")
-
-
-class DocsPageBrowserTest(_PageTest):
-    def test_renders_from_disk_without_errors_or_requests(self) -> None:
-        self.open(INDEX)
-        self.assertIn("nobroker", self.js("document.title"))
-        self.assertGreaterEqual(self.js("document.querySelectorAll('figure svg').length"), 4)
-        # The diagrams really render (an SVG with a zero box would be invisible).
-        sizes = self.js("[...document.querySelectorAll('figure svg')].map(s => s.getBoundingClientRect().height)")
-        self.assertTrue(all(h > 100 for h in sizes), sizes)
-        self.assertGreater(self.js("document.querySelectorAll('[data-api]').length"), 50)
-        self.assert_clean()
+from tests.pagesupport import PLAYGROUND, _PageTest
+from tests.support import FakeClock
 
 
 class PlaygroundTest(_PageTest):
@@ -618,33 +418,6 @@ class PlaygroundTest(_PageTest):
             self.assertEqual(rec["length"], view.length, where)
             self.assertEqual(rec["body"], view.body, where)
             self.assertEqual(rec["damage"], view.damage, where)
-
-
-class ScreenshotToolTest(TempDirTestCase):
-    """tools/screenshots.py, as `python make.py screenshots` runs it, into a temp folder."""
-
-    def test_writes_a_png_of_every_page(self) -> None:
-        require_browser(self)  # the tool starts its own; this only skips (or fails in CI) without one
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
-        env.pop("NOBROKER_TOKEN", None)
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "tools" / "screenshots.py"), "--out", self.dir],
-            env=env, capture_output=True, text=True, timeout=SCREENSHOT_TIMEOUT,
-        )  # fmt: skip
-        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        sizes = {name: (1280, 900) for name in ("docs.png", "docs-dark.png", "docs-design.png", "playground.png", "playground-disk.png", "dashboard.png")}
-        sizes["dashboard-phone.png"] = (375, 812)
-        self.assertEqual(set(os.listdir(self.dir)), set(sizes))
-        for name, size in sizes.items():
-            data = pathlib.Path(self.dir, name).read_bytes()
-            self.assertEqual(data[:8], b"\x89PNG\r\n\x1a\n", name)
-            width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-            if name == "dashboard.png":  # the whole page, down to the job's attempts: as wide as the viewport, taller
-                self.assertEqual(width, size[0], name)
-                self.assertGreater(height, size[1], name)
-            else:
-                self.assertEqual((width, height), size, name)
-            self.assertGreater(len(data), 20_000, f"{name} looks blank")
 
 
 if __name__ == "__main__":
