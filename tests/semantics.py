@@ -2,9 +2,10 @@
 
 Owns: ``QueueSemantics``, the base of the semantic suite for DESIGN.md
 section 3 and the public Queue API of the brief: the hooks a storage
-implements, the helpers and the constants every tests/semantics_*.py mixin
-shares. The tests themselves are in those mixins, by concern (enqueue, lease,
-ack_nack, expiry, admin, dedupe, reads, lifecycle, bad_input, control, ...),
+implements, the helpers and the constants its tests/semantics_*.py mixins
+share. The tests themselves are in those mixins, by concern (enqueue, lease,
+ack_nack, expiry, admin, dedupe, reads, lifecycle, bad_input, control, ...;
+tests/semantics_async.py is AsyncQueue's suite, a mixin of its own),
 each written once and run against every storage. Imports: the standard
 library and the public ``nobroker`` API only (never a storage module), so the
 same tests describe both storages.
