@@ -46,17 +46,20 @@ def measure_worker_drain(contender: Any, jobs: int, processes: int, fill_batch: 
     nobroker's is its Worker (``work``: concurrency=1, in this process or a
     pool of ``processes``, timed from run() to its return, its start
     included); a contender without one (the hand-written loop) drains with
-    its own loop, one job per claim, as in measure_drain.
+    its own loop, one job per claim, as in measure_drain but timed from
+    before its processes start, so that each side's start counts.
     """
     contender.fill(jobs, fill_batch)
     work = getattr(contender, "work", None)
     if work is None:
-        return _drain_rate(contender, jobs, processes, 1)
+        return _drain_rate(contender, jobs, processes, 1, from_start=True)
     return jobs / float(work(jobs, processes))
 
 
-def _drain_rate(contender: Any, jobs: int, workers: int, batch: int) -> float:
+def _drain_rate(contender: Any, jobs: int, workers: int, batch: int, *, from_start: bool = False) -> float:
+    """Jobs per second for ``workers`` processes draining ``jobs``: from the go, or ``from_start`` of the processes."""
     ctx = _ctx()
+    before = time.perf_counter()
     go = ctx.Event()
     counts = ctx.Queue()
     readies = [ctx.Event() for _ in range(workers)]
@@ -65,7 +68,7 @@ def _drain_rate(contender: Any, jobs: int, workers: int, batch: int) -> float:
         p.start()
     for r in readies:
         r.wait(60)
-    started = time.perf_counter()
+    started = before if from_start else time.perf_counter()
     go.set()
     got = [counts.get(timeout=CHILD_TIMEOUT) for _ in procs]
     elapsed = time.perf_counter() - started
