@@ -145,6 +145,39 @@ class ConnectionTests(PostgresQueueCase):
         self.assertEqual([job.payload for job in self._beside_a_lease_in_flight(q, lambda: q.enqueue("f"))], ["e"])
         self.assertEqual(len(q), 6)
 
+    def test_a_spare_that_cannot_open_sends_the_work_to_wait_its_turn(self) -> None:
+        from nobroker import StorageError
+
+        q = self.open_queue()
+        q.enqueue_many(["a", "b", "c", "d"])
+        first, second = q.lease(2)
+        storage: Any = q.storage
+        waiting = storage._link._mutex  # the work's connection: who waits for it
+        outcomes: list[Any] = []
+        threads: list[threading.Thread] = []
+
+        def waits_its_turn(call: Any) -> Any:
+            def work() -> None:
+                thread = threading.Thread(target=lambda: outcomes.append(call()))
+                thread.start()
+                threads.append(thread)
+                self.assertTrue(wait_until(lambda: waiting._waiting == 1, PATIENCE), "it waits for the work's connection")
+            return work
+
+        with mock.patch.object(storage._spare, "_connect", side_effect=StorageError("too many clients")) as opening:
+            got = self._beside_a_lease_in_flight(q, waits_its_turn(lambda: q.ack(first)))
+            self.assertEqual(opening.call_count, 1, "the spare was tried once, at once")
+            # Within SPARE_PAUSE the spare is not tried again: the work waits its turn at once.
+            got += self._beside_a_lease_in_flight(q, waits_its_turn(lambda: q.extend(second, 30)))
+            self.assertEqual(opening.call_count, 1)
+            for thread in threads:
+                thread.join(PATIENCE)
+        self.assertEqual(len(outcomes), 2, "both went through once the work's connection was free")
+        self.assertEqual(sorted(job.payload for job in got), ["c", "d"])
+        self.assertIsNone(storage._spare._current())
+        q.ack(second)
+        self.assertEqual(q.stats().done, 2)
+
     def test_a_queue_used_from_one_thread_opens_no_spare_connection(self) -> None:
         q = self.open_queue()
         q.enqueue_many(["a", "b"])

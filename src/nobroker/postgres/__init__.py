@@ -12,6 +12,7 @@ The package, in its order (a module imports only modules above it):
     steps.py       an operation as the statements it sends, run on a Connection or awaited on an AsyncConnection
     turns.py       a mutex whose holder lets a waiting thread go first between two runs of one operation
     connection.py  connecting, the connection a storage works on (reconnect, retry once)
+    lanes.py       the work's connection and a spare one, for a thread that finds it busy
     asynclink.py   the AsyncConnection an AsyncQueue works on (Link's twin)
     listener.py    LISTEN on a second connection, and the idle wait until a NOTIFY or the next due time
     wakeups.py     which writes NOTIFY: at most one per queue per few ms, the last one owed never lost

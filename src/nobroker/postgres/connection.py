@@ -5,15 +5,15 @@ is unreachable), ``Link`` (the one connection a storage works on, behind a
 lock: set up with the queue's session settings, replaced when it died idle,
 an operation retried once when that is safe, driver errors turned into
 nobroker's; between two runs of one operation, ``let_others_in`` lets a
-thread that waits for the lock go first), ``Lanes`` (that connection and
-a spare one, for a thread that finds it busy), and what names a
+thread that waits for the lock go first; ``open_at_once`` for a spare one,
+lanes.py), and what names a
 server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
 Imports: errors, addresses, waiting, driver, turns.
 
 Connections are not shared between threads: each Link is one connection
 guarded by a lock. The Worker's threads share one Queue: its work goes
-through Lanes, so a second thread's statement runs on the spare connection
-while the first's is in flight, rather than after it. A dropped connection (server
+through lanes.Lanes, so a second thread's statement runs on a spare
+connection while the first's is in flight. A dropped connection (server
 restart, ``pg_terminate_backend``) is noticed before the next statement is
 sent and replaced, waiting up to ``reconnect_timeout`` seconds for the server
 to come back; an unreachable server is logged once (WARNING), not once per
@@ -328,11 +328,12 @@ class Link(Owned):
         self._session: Session | None = None
         super().__init__()
 
-    def _connect(self) -> Any:
-        """A new connection with the queue's session settings, trying again while the server is unreachable."""
+    def _connect(self, timeout: float | None = None) -> Any:
+        """A new connection with the queue's session settings, trying again while the server is unreachable (``timeout``: for so long)."""
         return connect(
-            self.dsn, timeout=self._reconnect_timeout, location=self.location, setup=self._set_session,
-            prepare_threshold=self._prepare_threshold, application_name="nobroker", **self._options,
+            self.dsn, timeout=self._reconnect_timeout if timeout is None else timeout, location=self.location,
+            setup=self._set_session, prepare_threshold=self._prepare_threshold, application_name="nobroker",
+            **self._options,
         )  # fmt: skip
 
     def _set_session(self, conn: Any) -> None:
@@ -363,6 +364,21 @@ class Link(Owned):
     def let_others_in(self) -> None:
         """Between two runs of one operation: a thread that waits for the connection has it first."""
         self._mutex.let_others_in(TURN_PATIENCE)
+
+    def open_at_once(self) -> bool:
+        """Is there a live connection, or did one open at the first attempt (no retries, no waiting for a server)?"""
+        with self._mutex:
+            if self._closed:
+                return False
+            if self._usable(self._current()):
+                return True
+            self._drop()
+            try:
+                self._conn = self._connect(timeout=0.0)  # one attempt
+            except StorageError as exc:
+                logger.info("no spare connection to PostgreSQL at %s for now (%s)", self.location, exc)
+                return False
+            return True
 
     @contextmanager
     def held(self) -> Iterator[Any]:
@@ -438,19 +454,3 @@ class Link(Owned):
             self._drop()
 
 
-
-class Lanes:
-    """The work's connection and a spare one: a run takes the first if no thread holds it, else waits for the spare.
-
-    Two threads' work runs side by side, as two processes' would; one thread alone never opens the spare.
-    """
-
-    def __init__(self, first: Link, spare: Link) -> None:
-        self.first, self.spare = first, spare
-
-    def run(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
-        ran, result = self.first.run_if_free(what, fn, retry=retry)
-        return result if ran else self.spare.run(what, fn, retry=retry)  # type: ignore[return-value]
-
-    def let_others_in(self) -> None:
-        self.first.let_others_in()

@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, fragments, statements,
-steps, connection, listener, schema, operations, enqueueing, wakeups, schedules, schedule_ops,
+steps, connection, lanes, listener, schema, operations, enqueueing, wakeups, schedules, schedule_ops,
 limits, limit_ops, queue_ops, roster, announcements, control_ops, control_storage,
 options.
 
@@ -42,10 +42,11 @@ from . import enqueueing
 from . import operations as ops
 from . import queue_ops as whole
 from .control_storage import ControlStorage
+from .lanes import Lanes
 from .listener import Listener
 from .options import DEFAULT_DONE_RETENTION, check_options, check_seconds
 from .connection import (
-    DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Lanes, Link, channel_name,
+    DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Link, channel_name,
     connect_timeout_of, connection_options, redact_dsn,
 )  # fmt: skip
 from .driver import require_psycopg
