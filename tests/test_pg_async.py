@@ -85,7 +85,7 @@ class PostgresAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase, 
         await q.enqueue("held")
         job = await q.lease_one()
         assert job is not None
-        work = q.storage._work
+        work = q.storage._work.first  # the work's connection (not the spare: nothing else holds it)
         backend = work._conn.info.backend_pid  # the connection the ack will wait on
         locker = connect(autocommit=False)
         self.addCleanup(locker.close)
@@ -116,6 +116,47 @@ class PostgresAsyncQueueTests(AsyncSemantics, unittest.IsolatedAsyncioTestCase, 
         self.assertIsNot(work._conn, held)
         if extended is not None:
             self.assertEqual(extended[0].id, job.id)
+        self.assertEqual((await q.stats()).done, 1)
+
+    async def test_a_call_that_finds_the_work_busy_runs_on_a_spare_connection(self) -> None:
+        q = await self.make_queue()
+        await q.enqueue_many(["a", "b"])
+        first, second = await q.lease(2)
+        lanes = q.storage._work
+        async with lanes.first._lock:  # a call of another task holds the work's connection
+            await asyncio.wait_for(q.ack(first), PATIENCE)
+            await asyncio.wait_for(q.extend_many([second], 60), PATIENCE)
+            await asyncio.wait_for(q.enqueue("c"), PATIENCE)
+        self.assertIsNotNone(lanes.spare._conn)
+        await q.ack(second)
+        stats = await q.stats()
+        self.assertEqual((stats.done, stats.ready), (2, 1))
+
+    async def test_a_spare_that_cannot_open_sends_the_call_to_wait_its_turn(self) -> None:
+        from unittest import mock
+
+        from nobroker import StorageError
+
+        q = await self.make_queue()
+        await q.enqueue("a")
+        job = await q.lease_one()
+        assert job is not None
+        lanes = q.storage._work
+        with mock.patch.object(lanes.spare, "_connect", side_effect=StorageError("too many clients")) as opening:
+            await lanes.first._lock.acquire()
+            acking = asyncio.create_task(q.ack(job))
+            try:
+                for _ in range(int(PATIENCE / 0.01)):  # until the ack waits for the work's connection
+                    if acking.done() or lanes.first._lock._waiters:
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertFalse(acking.done(), "the ack failed, or ran, with no connection to run on")
+                self.assertTrue(lanes.first._lock._waiters, "the ack waits for the work's connection")
+            finally:
+                lanes.first._lock.release()
+            await asyncio.wait_for(acking, PATIENCE)
+        self.assertEqual(opening.call_count, 1)
+        self.assertIsNone(lanes.spare._conn)
         self.assertEqual((await q.stats()).done, 1)
 
     async def test_an_async_lease_is_one_statement(self) -> None:

@@ -1,11 +1,13 @@
 """The async twin of connection.Link: one psycopg AsyncConnection an AsyncQueue works on.
 
 Owns: ``AsyncSession`` (a live AsyncConnection as the steps of an operation
-use it: one cursor, and the pipeline of the upkeep and a claim) and
+use it: one cursor, and the pipeline of the upkeep and a claim),
 ``AsyncLink`` (the connection behind an asyncio.Lock: set up with the
 queue's session settings, replaced when it died, an operation retried once
-when that is safe, driver errors turned into nobroker's as Link turns them).
-Imports: errors, driver, steps, connection.
+when that is safe, driver errors turned into nobroker's as Link turns them)
+and ``AsyncLanes`` (lanes.Lanes' twin: the work's connection and a spare one
+for a call that finds it busy, so concurrent tasks' enqueues and acks run
+side by side). Imports: errors, driver, steps, connection, lanes.
 
 An operation is the same steps a Queue sends (operations.py, queue_ops.py),
 awaited statement by statement, so the event loop runs while the server
@@ -18,13 +20,18 @@ its own transaction (autocommit), done or undone as a whole.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import NobrokerError, StorageError
 from .connection import Link, Tries, one_line, session_settings
 from .driver import psycopg, require_psycopg, tuple_row
+from .lanes import SPARE_PAUSE
 from .steps import Steps, drive_async
+
+logger = logging.getLogger("nobroker.postgres")
 
 T = TypeVar("T")
 
@@ -66,10 +73,10 @@ class AsyncLink:
         self._session: AsyncSession | None = None
         self._closed = False
 
-    async def _connect(self) -> Any:
+    async def _connect(self, timeout: float | None = None) -> Any:
         require_psycopg()
         like = self._like
-        tries = Tries(like.dsn, like._reconnect_timeout, like.location)
+        tries = Tries(like.dsn, like._reconnect_timeout if timeout is None else timeout, like.location)
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -81,12 +88,33 @@ class AsyncLink:
             except psycopg.OperationalError as exc:
                 await asyncio.sleep(tries.failed(one_line(exc)))
 
+    @property
+    def busy(self) -> bool:
+        """Does a call hold the connection now?"""
+        return self._lock.locked()
+
+    async def open_at_once(self) -> bool:
+        """Is there a live, idle connection, or did one open at the first attempt (as Link.open_at_once)?"""
+        async with self._lock:
+            if self._closed:
+                return False
+            conn = self._conn
+            if conn is not None and not (conn.closed or conn.broken) and _idle(conn):
+                return True
+            await self._drop()
+            try:
+                self._conn = await self._connect(timeout=0.0)  # one attempt
+            except StorageError as exc:
+                logger.info("no spare connection to PostgreSQL at %s for now (%s)", self.location, exc)
+                return False
+            return True
+
     async def _session_now(self) -> AsyncSession:
         """The live session, the connection replaced first if it died or a cancelled call left it mid-statement."""
         if self._closed:
             raise StorageError(f"queue at {self.location} is closed")
         conn = self._conn
-        if conn is None or conn.closed or conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        if conn is None or conn.closed or conn.broken or not _idle(conn):
             if conn is not None:
                 await _discard(conn)
             self._conn = conn = await self._connect()
@@ -124,6 +152,33 @@ class AsyncLink:
     async def close(self) -> None:
         self._closed = True
         await self._drop()
+
+
+class AsyncLanes:
+    """The work's connection and a spare one, awaited: a call takes the first if none holds it, else the spare."""
+
+    def __init__(self, first: AsyncLink, spare: AsyncLink) -> None:
+        self.first, self.spare = first, spare
+        self._spare_from = 0.0  # time.monotonic() from which the spare may be tried again
+
+    async def run(self, what: str, steps: Callable[[], Steps[T]], *, retry: bool) -> T:
+        # The look and the first's take happen with no await between them: on one event loop, nothing comes in between.
+        if not self.first.busy:
+            return await self.first.run(what, steps, retry=retry)
+        if time.monotonic() >= self._spare_from:
+            if await self.spare.open_at_once():
+                return await self.spare.run(what, steps, retry=retry)
+            self._spare_from = time.monotonic() + SPARE_PAUSE
+        return await self.first.run(what, steps, retry=retry)
+
+    async def close(self) -> None:
+        await self.first.close()
+        await self.spare.close()
+
+
+def _idle(conn: Any) -> bool:
+    """Is ``conn`` between statements (no call left it mid-statement, in a transaction or a pipeline)?"""
+    return bool(conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
 
 
 async def _discard(conn: Any) -> None:

@@ -9,7 +9,7 @@ Opening is the Queue's (the options checked, the schema brought up to date),
 run in a thread once; the PostgresStorage it opened keeps the queue's
 settings, its NOTIFY gate and its pruning, and this wraps it. Then the work (enqueue, lease,
 ack, ack_many, nack, extend, extend_many, set_stage, cancel) is awaited on
-one AsyncConnection, the reads (get, stats, count, counters, workers, list_jobs), the
+one AsyncConnection (a spare one takes a call that finds it busy: AsyncLanes), the reads (get, stats, count, counters, workers, list_jobs), the
 worker announcements (announce_worker, retire_worker) and the
 operator's writes (requeue_dead, purge, compact) on a second, opened on
 first use, so a heartbeat never waits behind them; the schedules as the
@@ -44,7 +44,7 @@ from . import enqueueing
 from . import operations as ops
 from . import queue_ops as whole
 from . import control_ops, limit_ops, roster, schedule_ops
-from .asynclink import AsyncLink, AsyncSession
+from .asynclink import AsyncLanes, AsyncLink, AsyncSession
 from .driver import psycopg
 from .steps import advance, drive_async
 from .storage import Plan, PostgresStorage
@@ -52,7 +52,7 @@ from .storage import Plan, PostgresStorage
 T = TypeVar("T")
 
 
-async def carry_async(link: AsyncLink, plan: Plan[T]) -> T:
+async def carry_async(link: AsyncLink | AsyncLanes, plan: Plan[T]) -> T:
     """storage.carry, awaited: each run of ``plan`` on ``link``."""
     done, run = advance(plan, None, None)
     while not done:
@@ -68,7 +68,7 @@ class AsyncPostgresStorage:
     def __init__(self, sync: PostgresStorage) -> None:
         self.sync = sync
         self._target = sync._target
-        self._work = AsyncLink(sync._link)
+        self._work = AsyncLanes(AsyncLink(sync._link), AsyncLink(sync._spare))
         self._side = AsyncLink(sync._side)
         self.durable = sync.durable
         self.visibility_timeout = sync.visibility_timeout
