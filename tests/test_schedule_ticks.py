@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,6 +113,7 @@ class TickProcesses:
         self.addCleanup(q.close)
         sched = q.schedule("s", {"n": 1}, every=EVERY, catch_up="all")
         outs = tempfile.mkdtemp(prefix="nobroker-ticks-")
+        self.addCleanup(shutil.rmtree, outs, ignore_errors=True)
         outs_of = [os.path.join(outs, f"{i}.out") for i in range(PROCESSES)]
         procs = [self.start(name, out) for out in outs_of]
         killed, started, last_kill = 0, PROCESSES, 0
