@@ -124,9 +124,10 @@ class ConnectionTests(PostgresQueueCase):
         q.enqueue_many(["a", "b", "c", "d"])
         first, second, third = q.lease(3)
 
-        def work() -> None:
+        def work() -> None:  # every kind of work a Worker's threads or its handlers send
             q.extend(first, 30)
             q.extend_many([first, second], 30)
+            q.set_stage(second, "half way")
             q.ack(second)
             q.ack_many([third])
             q.nack(first, error="again later")

@@ -1,9 +1,9 @@
 """The control of jobs on PostgresStorage: snooze, pause, resume, paused, run_now, delete, wait_finished.
 
 Owns: ControlStorage, the mixin of PostgresStorage that runs control_ops.py's
-steps on its connections (the holder's snooze on the work connection, the
-operator's calls on the second one), and the finished channel's wait of
-Queue.wait. Imports: jobs, storage, steps, connection, listener,
+steps on its connections (the holder's snooze on the work's lanes, the
+operator's calls on the second connection), and the finished channel's wait of
+Queue.wait. Imports: jobs, storage, steps, connection, lanes, listener,
 operations, control_ops.
 """
 
@@ -14,6 +14,7 @@ from ..storage import wait_until_finished
 from . import control_ops
 from . import operations as ops
 from .connection import Link
+from .lanes import Lanes
 from .listener import Listener
 from .steps import drive
 
@@ -24,6 +25,7 @@ class ControlStorage:
     schema: str
     _target: ops.Target
     _link: Link
+    _lanes: Lanes
     _side: Link
     _finished_listener: Listener
 
@@ -33,7 +35,7 @@ class ControlStorage:
     def snooze(self, job_id: str, token: str | None, seconds: float) -> Job:
         # Not retried: a snooze that went through before the connection died would be refused the second time.
         sql, t = self.control_sql(), self._target
-        return self._link.run("snooze", lambda c: drive(c, control_ops.snooze(t, sql, job_id, token, seconds)), retry=False)
+        return self._lanes.run("snooze", lambda c: drive(c, control_ops.snooze(t, sql, job_id, token, seconds)), retry=False)
 
     def pause(self, kind: str | None, resume: bool) -> None:
         sql, t = self.control_sql(), self._target

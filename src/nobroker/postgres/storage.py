@@ -153,8 +153,8 @@ class PostgresStorage(ControlStorage):
         # The work (enqueue, lease, ack, nack, extend) has a connection of its
         # own; operator reads, compaction and the owed NOTIFYs share a second
         # one (opened on first use), so a heartbeat never waits behind them.
-        # An enqueue, lease, ack, nack or renewal that finds the work's connection
-        # busy runs on a spare one (opened then): a Worker's ack and its next lease overlap.
+        # Work (enqueue, lease, ack, nack, extend, set_stage, cancel, snooze, the due ticks) that finds
+        # the work's connection busy runs on a spare one (opened then): a Worker's ack and its next lease overlap.
         self._link = link()
         self._side = link()
         self._spare = link()
@@ -261,7 +261,7 @@ class PostgresStorage(ControlStorage):
         return self._lanes.run("extend_many", lambda c: drive(c, ops.extend_many(t, items, seconds)), retry=True)
 
     def set_stage(self, job_id: str, token: str | None, stage: str | None) -> Job:
-        return self._link.run(ops.SET_STAGE, lambda c: drive(c, ops.set_stage(self._target, job_id, token, stage)), retry=True)
+        return self._lanes.run(ops.SET_STAGE, lambda c: drive(c, ops.set_stage(self._target, job_id, token, stage)), retry=True)
 
     def now(self) -> float:
         """This host's clock plus the test-only offset (the database's clock is the truth; they agree closely)."""
@@ -269,7 +269,7 @@ class PostgresStorage(ControlStorage):
 
     # ---- control of jobs (issue 15)
     def cancel(self, job_id: str, token: str | None, stopped: bool) -> Job:
-        return self._link.run("cancel", lambda c: drive(c, ops.cancel(self._target, job_id, token, stopped)), retry=True)
+        return self._lanes.run("cancel", lambda c: drive(c, ops.cancel(self._target, job_id, token, stopped)), retry=True)
 
     def requeue_dead(self, job_id: str | None) -> int:
         return carry(self._side, self.requeue_plan(job_id))
@@ -322,7 +322,7 @@ class PostgresStorage(ControlStorage):
     def fire_schedules(self) -> list[Job]:
         # Safe twice: a transaction lost with its connection enqueued nothing and moved nothing.
         sql, t, most = self.schedule_sql, self._target, self.max_attempts
-        return self._link.run("enqueue due ticks", lambda c: drive(c, schedule_ops.fire(t, sql, most)), retry=True)
+        return self._lanes.run("enqueue due ticks", lambda c: drive(c, schedule_ops.fire(t, sql, most)), retry=True)
 
     # ------------------------------------------------------------ worker announcements (roster.py)
     def announce_worker(self, info: WorkerInfo) -> None:
