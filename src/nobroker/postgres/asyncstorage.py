@@ -9,7 +9,8 @@ Opening is the Queue's (the options checked, the schema brought up to date),
 run in a thread once; the PostgresStorage it opened keeps the queue's
 settings, its NOTIFY gate and its pruning, and this wraps it. Then the work (enqueue, lease,
 ack, ack_many, nack, extend, extend_many, set_stage, cancel) is awaited on
-one AsyncConnection (a spare one takes a call that finds it busy: AsyncLanes), the reads (get, stats, count, counters, workers, list_jobs), the
+one AsyncConnection (a spare one takes a call that finds it busy:
+AsyncLanes), the reads (get, stats, count, counters, workers, list_jobs), the
 worker announcements (announce_worker, retire_worker) and the
 operator's writes (requeue_dead, purge, compact) on a second, opened on
 first use, so a heartbeat never waits behind them; the schedules as the

@@ -5,8 +5,8 @@ is unreachable), ``Link`` (the one connection a storage works on, behind a
 lock: set up with the queue's session settings, replaced when it died idle,
 an operation retried once when that is safe, driver errors turned into
 nobroker's; between two runs of one operation, ``let_others_in`` lets a
-thread that waits for the lock go first; ``open_at_once`` for a spare one,
-lanes.py), and what names a
+thread that waits for the lock go first; ``run_if_free`` and
+``open_at_once``, for lanes.py's spare connection), and what names a
 server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
 Imports: errors, addresses, waiting, driver, turns.
 
@@ -329,7 +329,10 @@ class Link(Owned):
         super().__init__()
 
     def _connect(self, timeout: float | None = None) -> Any:
-        """A new connection with the queue's session settings, trying again while the server is unreachable (``timeout``: for so long)."""
+        """A new connection with the queue's session settings, trying again while the server is unreachable.
+
+        ``timeout``: for how long (reconnect_timeout by default; 0: one attempt).
+        """
         return connect(
             self.dsn, timeout=self._reconnect_timeout if timeout is None else timeout, location=self.location,
             setup=self._set_session, prepare_threshold=self._prepare_threshold, application_name="nobroker",
@@ -452,5 +455,3 @@ class Link(Owned):
                 return
             self._closed = True
             self._drop()
-
-
