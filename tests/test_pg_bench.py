@@ -70,7 +70,7 @@ class BenchWaysOfNotifying(PostgresTestCase):
     """The NOTIFY figure's two ways the library does not ship send what they say: none, and one per enqueue."""
 
     def test_none_sends_no_notify_and_each_one_per_enqueue(self) -> None:
-        from nobroker.postgres.connection import channel_name
+        from nobroker.postgres.naming import channel_name
         from tools.bench import pg_notify
 
         heard: dict[str, int] = {}

@@ -12,7 +12,7 @@ import time
 import unittest
 from unittest import mock
 from nobroker import BackoffPolicy, Queue
-from nobroker.postgres.connection import channel_name
+from nobroker.postgres.naming import channel_name
 from nobroker.postgres.wakeups import NOTIFY_WINDOW, OWED_AFTER, WIDEST_WINDOW
 from tests.pgsupport import PostgresTestCase, connect, fresh_name
 

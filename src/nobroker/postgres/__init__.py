@@ -11,6 +11,7 @@ The package, in its order (a module imports only modules above it):
     rows.py        a row of a job's columns as a Job
     steps.py       an operation as the statements it sends, run on a Connection or awaited on an AsyncConnection
     turns.py       a mutex whose holder lets a waiting thread go first between two runs of one operation
+    naming.py      what names a server: the DSN without its password, its connect_timeout; a queue's channel
     connection.py  connecting, the connection a storage works on (reconnect, retry once)
     lanes.py       the work's connection and a spare one, for a thread that finds it busy
     asynclink.py   the AsyncConnection an AsyncQueue works on (Link's twin)
@@ -29,12 +30,12 @@ The package, in its order (a module imports only modules above it):
     storage.py     PostgresStorage, wiring only
     asyncstorage.py  AsyncPostgresStorage: the same statements awaited, for AsyncQueue
 
-Imports: connection, schema, statements, storage.
+Imports: naming, schema, statements, storage.
 """
 
 from __future__ import annotations
 
-from .connection import redact_dsn
+from .naming import redact_dsn
 from .schema import DEFAULT_SCHEMA, latest_version, migrate, queue_names
 from .statements import check_identifier
 from .storage import PostgresStorage

@@ -6,9 +6,9 @@ lock: set up with the queue's session settings, replaced when it died idle,
 an operation retried once when that is safe, driver errors turned into
 nobroker's; between two runs of one operation, ``let_others_in`` lets a
 thread that waits for the lock go first; ``run_if_free`` and
-``open_at_once``, for lanes.py's spare connection), and what names a
-server: ``redact_dsn``, ``connect_timeout_of``, ``channel_name``.
-Imports: errors, addresses, waiting, driver, turns.
+``open_at_once``, for lanes.py's spare connection), and the session's
+settings and keepalives. What names a server is naming.py's.
+Imports: errors, addresses, waiting, driver, naming, turns.
 
 Connections are not shared between threads: each Link is one connection
 guarded by a lock. The Worker's threads share one Queue: its work goes
@@ -29,7 +29,6 @@ beside Link; the statements and their parameters (statements.py) serve both.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -38,12 +37,12 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from ..errors import LockTimeoutError, NobrokerError, StorageError
-from ..addresses import dsn_parameters, parse_keyword_dsn
+from ..addresses import dsn_parameters
 from ..waiting import readable
 from .driver import pg_errors, psycopg, require_psycopg, tuple_row
+from .naming import connect_timeout_of, redact_dsn
 from .turns import Turns
 
 logger = logging.getLogger("nobroker.postgres")
@@ -70,50 +69,6 @@ DEFAULT_STATEMENT_TIMEOUT = 300.0
 #: Longest a run of a many-run operation waits, in ``let_others_in``, for a thread waiting for the
 #: connection to take it (a safety net: such a thread takes it within moments).
 TURN_PATIENCE = 1.0
-
-
-# ---------------------------------------------------------------- naming a server
-def redact_dsn(dsn: str) -> str:
-    """The DSN without its password (in the authority part, as a query parameter, or as a key word)."""
-    pairs = None if "://" in dsn else parse_keyword_dsn(dsn)
-    if pairs is not None:
-        return " ".join(f"{key}={_keyword_quote(value)}" for key, value in pairs.items() if key != "password")
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "postgresql://<unparseable dsn>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        netloc = userinfo.split(":", 1)[0] + "@" + hostinfo
-    query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
-    out = f"{parts.scheme}://{netloc}{parts.path}"
-    if query:
-        out += "?" + query
-    if parts.fragment:
-        out += "#" + parts.fragment
-    return out
-
-
-def _keyword_quote(value: str) -> str:
-    if value and not any(ch.isspace() or ch in "'\\" for ch in value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def connect_timeout_of(dsn: str) -> float | None:
-    """The DSN's own ``connect_timeout`` in seconds, if it gives a positive one (0 means "no limit" to libpq)."""
-    try:
-        value = float(dsn_parameters(dsn).get("connect_timeout", ""))
-    except ValueError:
-        return None
-    return value if 0 < value < float("inf") else None
-
-
-def channel_name(schema: str, queue: str) -> str:
-    """The LISTEN/NOTIFY channel of one queue (an identifier, whatever the queue's name)."""
-    digest = hashlib.sha1(f"{schema}\x00{queue}".encode()).hexdigest()[:20]
-    return f"nobroker_{digest}"
 
 
 def connection_options(dsn: str, tcp_user_timeout: float) -> dict[str, Any]:

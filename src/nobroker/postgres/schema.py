@@ -5,7 +5,7 @@ at once), ``ensure_schema`` (what opening a queue does: read the version,
 create the schema where it is absent, refuse one that is behind), ``latest_version``, ``queue_names`` (which
 queues a schema holds; reads only), the splitting of a SQL file into
 statements, and the bookkeeping table ``<schema>.schema_migrations``.
-Imports: errors, driver, statements, connection.
+Imports: errors, driver, statements, naming, connection.
 
 A migration is a file ``NNN_what_it_does.sql`` in nobroker/postgres/sql/; the
 number is its version, and files run in that order, each once, all of them in
@@ -39,7 +39,8 @@ from importlib import resources
 from typing import Any
 
 from ..errors import StorageError
-from .connection import DEFAULT_RECONNECT_TIMEOUT, connect, connect_timeout_of, one_line, redact_dsn
+from .connection import DEFAULT_RECONNECT_TIMEOUT, connect, one_line
+from .naming import connect_timeout_of, redact_dsn
 from .driver import pg_errors, psycopg, require_psycopg, sql
 from .statements import MAX_LISTED_QUEUES, Statements, check_identifier
 

@@ -4,7 +4,7 @@ Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
 operation (operations.py) on its connection (connection.Link), saying which
 ones may run twice. Imports: jobs, storage, driver, fragments, statements,
-steps, connection, lanes, listener, schema, operations, enqueueing, wakeups, schedules, schedule_ops,
+steps, naming, connection, lanes, listener, schema, operations, enqueueing, wakeups, schedules, schedule_ops,
 limits, limit_ops, queue_ops, roster, announcements, control_ops, control_storage,
 options.
 
@@ -46,9 +46,9 @@ from .lanes import Lanes
 from .listener import Listener
 from .options import DEFAULT_DONE_RETENTION, check_options, check_seconds
 from .connection import (
-    DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Link, channel_name,
-    connect_timeout_of, connection_options, redact_dsn,
+    DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Link, connection_options,
 )  # fmt: skip
+from .naming import channel_name, connect_timeout_of, redact_dsn
 from .driver import require_psycopg
 from .fragments import PRUNE_BATCH
 from .schema import DEFAULT_SCHEMA, ensure_schema
