@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import NobrokerError, StorageError
 from .connection import Link, Tries, one_line, session_settings
 from .driver import psycopg, require_psycopg, tuple_row
-from .lanes import SPARE_PAUSE
+from .lanes import SparePause
 from .steps import Steps, drive_async
 
 logger = logging.getLogger("nobroker.postgres")
@@ -159,16 +158,16 @@ class AsyncLanes:
 
     def __init__(self, first: AsyncLink, spare: AsyncLink) -> None:
         self.first, self.spare = first, spare
-        self._spare_from = 0.0  # time.monotonic() from which the spare may be tried again
+        self._pause = SparePause()
 
     async def run(self, what: str, steps: Callable[[], Steps[T]], *, retry: bool) -> T:
         # The look and the first's take happen with no await between them: on one event loop, nothing comes in between.
         if not self.first.busy:
             return await self.first.run(what, steps, retry=retry)
-        if time.monotonic() >= self._spare_from:
+        if self._pause.may_try():
             if await self.spare.open_at_once():
                 return await self.spare.run(what, steps, retry=retry)
-            self._spare_from = time.monotonic() + SPARE_PAUSE
+            self._pause.refused()
         return await self.first.run(what, steps, retry=retry)
 
     async def close(self) -> None:

@@ -1,6 +1,6 @@
 """The work's two lanes: its connection, and a spare one for a thread that finds it busy.
 
-Owns: Lanes and SPARE_PAUSE. A Worker's threads share one Queue: its lease
+Owns: Lanes, SparePause and SPARE_PAUSE. A Worker's threads share one Queue: its lease
 loop leases while the thread that settles finished jobs acks them, and
 threads of a web application enqueue side by side. On one connection each
 waited for the other's statement; through Lanes, a run takes the work's
@@ -27,25 +27,38 @@ T = TypeVar("T")
 SPARE_PAUSE = 30.0
 
 
+class SparePause:
+    """When a spare connection may be tried: at once, and again only SPARE_PAUSE after one failed to open (Lanes, AsyncLanes)."""
+
+    def __init__(self) -> None:
+        self._from = 0.0  # time.monotonic() from which the spare may be tried
+
+    def may_try(self) -> bool:
+        return time.monotonic() >= self._from
+
+    def refused(self) -> None:
+        self._from = time.monotonic() + SPARE_PAUSE
+
+
 class Lanes:
     """The work's connection and a spare one: a run takes the first if no thread holds it, else the spare."""
 
     def __init__(self, first: Link, spare: Link) -> None:
         self.first, self.spare = first, spare
-        self._spare_from = 0.0  # time.monotonic() from which the spare may be tried again
+        self._pause = SparePause()
 
     def run(self, what: str, fn: Callable[[Any], T], *, retry: bool) -> T:
         ran, result = self.first.run_if_free(what, fn, retry=retry)
         if ran:
             return result  # type: ignore[return-value]
-        if time.monotonic() >= self._spare_from:
+        if self._pause.may_try():
             if self.spare.open_at_once():
                 return self.spare.run(what, fn, retry=retry)
-            self._spare_from = time.monotonic() + SPARE_PAUSE
+            self._pause.refused()
         return self.first.run(what, fn, retry=retry)
 
     def let_others_in(self) -> None:
         self.first.let_others_in()
 
 
-__all__ = ["SPARE_PAUSE", "Lanes"]
+__all__ = ["SPARE_PAUSE", "Lanes", "SparePause"]
