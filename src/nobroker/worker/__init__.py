@@ -24,6 +24,7 @@ The package, in its order (a module imports only modules above it):
     runners.py    HandlerThreads, or LoopTasks (async handlers as tasks); the SettlingThread
     slots.py      Slots: the jobs running and those not yet settled, under the Worker's lock
     budget.py     max_jobs shared by the processes of a pool: a pipe of tokens
+    leasing.py    Leasing: what a lease may take, and a handler thread's lease of its own next job
     child.py      one forked worker process, from fork to exit; its reports
     pool.py       ProcessPool: forks, supervises and stops the worker processes
     ticks.py      the thread that enqueues due schedule ticks
@@ -33,8 +34,12 @@ The package, in its order (a module imports only modules above it):
 Threads inside one running Worker:
 
 * the thread that called ``run()`` leases jobs, as many at once as there are
-  free slots, and idles in ``queue.wait_for_jobs`` when there is no work. It
-  is the only thread that leases, so a busy worker makes few lease calls;
+  free slots, and idles in ``queue.wait_for_jobs`` when there is no work. With
+  more than one slot it is the only thread that leases, so a busy worker
+  makes few lease calls; with one slot, the handler thread leases its own
+  next job once the last one succeeded (no wake-up of this thread and then
+  of the handler thread per job), and this thread leases only after a
+  failure, an empty queue or a stop;
 * with a plain handler, ``concurrency`` handler threads each run one job at
   a time (a plain handler that returns an awaitable has it run on the event
   loop below while its thread waits); with an ``async def`` handler, no

@@ -71,7 +71,7 @@ class LeaseBudget:
 
     ``take`` returns None once the budget is spent (the worker then stops),
     0 when the pipe is empty for now (the worker looks again in a moment).
-    Used by the leasing thread only.
+    Used under the Worker's leasing lock only (its leasing loop, or a handler thread leasing its next job).
     """
 
     def __init__(self, fd: int) -> None:

@@ -14,7 +14,11 @@ share it in. Runners take leased jobs with ``run(entries)``, call
 job runs while the ack becomes durable, even with one slot), and
 ``finished(entry)`` once per job after it was settled (after an abort
 nothing more is settled or counted); the Worker counts its free slots from
-the first and waits for the second before it stops. A handler past its time limit (timeouts.py):
+the first and waits for the second before it stops. Given a ``Chain`` (a
+Worker with one slot), a handler thread whose job succeeded keeps its slot
+and leases its next job itself, instead of freeing the slot for the
+leasing thread to fill: two wake-ups fewer per job, where each costs as
+much as the job's own lease. A handler past its time limit (timeouts.py):
 an async one's task is cancelled; a handler thread is abandoned and a new one
 takes its place.
 Imports: outcome, asyncloop, heartbeat, settle, timeouts.
@@ -25,7 +29,7 @@ from __future__ import annotations
 import queue as queue_module
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .asyncloop import EventLoopThread
 from .heartbeat import Running
@@ -118,17 +122,34 @@ class SettlingThread:
                 self._finished(entry)
 
 
+class Chain(NamedTuple):
+    """How a handler thread leases its own next job (the Worker's ``_keep_slot`` and ``_lease_next``).
+
+    ``keep_slot(done)``, before the finished job's ack is handed over: may
+    this thread lease its next job itself, in the same slot? Then
+    ``lease_next()``: that job, or None (the slot is free then).
+    """
+
+    keep_slot: Callable[[Running], bool]
+    lease_next: Callable[[], Running | None]
+
+
+#: What ``_run_one`` returns for a thread past its time limit: it was abandoned, and ends.
+ABANDONED: Any = object()
+
+
 class HandlerThreads:
     """``concurrency`` handler threads; a plain handler that returns an awaitable has it run on the loop."""
 
     def __init__(
         self, handler: Handler, settler: Settler, loop: EventLoopThread, concurrency: int, batch_acks: bool,
-        name: str, released: Finished, finished: Finished, fail: Fail, limits: TimeLimits,
+        name: str, released: Finished, finished: Finished, fail: Fail, limits: TimeLimits, chain: Chain | None,
     ) -> None:  # fmt: skip
         self._handler = handler
         self._settler = settler
         self._loop = loop
         self._concurrency = concurrency
+        self._chain = chain if batch_acks else None
         self._name = name
         self._released = released
         self._finished = finished
@@ -200,32 +221,46 @@ class HandlerThreads:
     def _main(self) -> None:
         me: Any = threading.current_thread()
         while True:
-            entry = self._work.get()
+            entry: Running | None = self._work.get()
             if entry is None:
                 return
-            handed_over = False
-            try:
-                if not self._settler.aborted:  # after a second Ctrl-C nothing new starts
-                    me.nobroker_running = entry
-                    limited = self._limits.watch(entry, self._expire)
-                    outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
-                    if limited and not entry.claim():  # past its limit: the watchdog settled it
-                        handed_over = True
-                        return  # this thread was abandoned; a new one took its place
-                    me.nobroker_running = None
-                    if self._settling is not None and outcome.error is None:
-                        self._settling.put((entry, outcome, None))  # its ack shares the next write
-                        handed_over = True
-                        self._released(entry)
+            while entry is not None:  # the job, then each next one this thread leased itself
+                entry = self._run_one(me, entry)
+                if entry is ABANDONED:
+                    return  # past its limit: a new thread took this one's place
+
+    def _run_one(self, me: Any, entry: Running) -> Running | None:
+        """Run one job and hand its outcome on; returns the next job this thread leased (or None, or ABANDONED)."""
+        handed_over = False
+        chained = None
+        try:
+            if not self._settler.aborted:  # after a second Ctrl-C nothing new starts
+                me.nobroker_running = entry
+                limited = self._limits.watch(entry, self._expire)
+                outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
+                if limited and not entry.claim():  # past its limit: the watchdog settled it
+                    handed_over = True
+                    return ABANDONED
+                me.nobroker_running = None
+                if self._settling is not None and outcome.error is None:
+                    keep = escaping is None and self._chain is not None and self._chain.keep_slot(entry)
+                    self._settling.put((entry, outcome, None))  # its ack shares the next write
+                    handed_over = True
+                    if keep:
+                        assert self._chain is not None
+                        chained = self._chain.lease_next()
                     else:
-                        self._settler.settle(entry, outcome)
-                    if escaping is not None:
-                        self._fail(escaping, f"handler of job {entry.job.id}")
-            except BaseException as exc:  # a bug here must stop the worker, not vanish with the thread
-                self._fail(exc, f"handling job {entry.job.id}")
-            finally:
-                if not handed_over:
-                    self._finished(entry)
+                        self._released(entry)
+                else:
+                    self._settler.settle(entry, outcome)
+                if escaping is not None:
+                    self._fail(escaping, f"handler of job {entry.job.id}")
+        except BaseException as exc:  # a bug here must stop the worker, not vanish with the thread
+            self._fail(exc, f"handling job {entry.job.id}")
+        finally:
+            if not handed_over:
+                self._finished(entry)
+        return chained
 
 
 class LoopTasks:
@@ -280,13 +315,14 @@ class LoopTasks:
 
 def runner_for(
     handler: Handler, is_async: bool, settler: Settler, loop: EventLoopThread, concurrency: int, batch_acks: bool,
-    name: str, released: Finished, finished: Finished, fail: Fail, limits: TimeLimits,
+    name: str, released: Finished, finished: Finished, fail: Fail, limits: TimeLimits, chain: Chain | None = None,
 ) -> Runner:  # fmt: skip
     """The runner a handler needs: tasks on the loop for an async one, else threads.
 
     ``batch_acks``: the queue has ``ack_many``, so acks are worth sharing a write.
     ``released``: a job's handler is done and its ack handed to the settling thread (its slot is free).
+    ``chain``: how a handler thread leases its next job itself (handler threads with ``batch_acks``).
     """
     if is_async:
         return LoopTasks(handler, settler, loop, name, released, finished, fail, limits)
-    return HandlerThreads(handler, settler, loop, concurrency, batch_acks, name, released, finished, fail, limits)
+    return HandlerThreads(handler, settler, loop, concurrency, batch_acks, name, released, finished, fail, limits, chain)

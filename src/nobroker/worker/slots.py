@@ -6,7 +6,9 @@ shared state with the same lock). A slot is taken when a job is leased,
 freed when its handler is done (``release``: its ack may still be on its
 way, so the next lease can share that write), and the job is settled when
 its ack or nack is written (``finish``); a drain waits for every job leased
-to be settled. Imports: heartbeat.
+to be settled. A handler thread that leases its own next job passes its
+slot on (``pass_on``, then ``passed_on``): the slot stays taken meanwhile,
+so the leasing loop never fills it too. Imports: heartbeat.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ class Slots:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.freed = threading.Condition(self.lock)
+        self.freed = threading.Condition(self.lock)  # a slot freed (or a stop): what the leasing loop waits for
+        self.settled = threading.Condition(self.lock)  # a job settled: what a drain waits for
         self.inflight = 0  # jobs whose handler has not returned: the slots in use
         self.unsettled = 0  # jobs leased and not yet settled (acked, nacked): what a drain waits for
         self.idle_since = time.monotonic()
@@ -45,12 +48,36 @@ class Slots:
             self._release(entry)
             self.unsettled -= 1
             assert self.unsettled >= 0, "every job is settled once"
-            self.freed.notify_all()
+            self.settled.notify_all()
+
+    def pass_on(self, entry: Running) -> None:
+        """A job's handler is done, and its thread leases its own next job: the slot stays taken for that one.
+
+        Counted as not yet settled meanwhile, so a drain waits for the lease's
+        outcome; ``passed_on`` says what the lease found.
+        """
+        with self.lock:
+            assert not entry.released, "a slot is passed on by the job that holds it"
+            entry.released = True
+            self.unsettled += 1
+
+    def passed_on(self, found: bool) -> None:
+        """The lease after ``pass_on``: a job runs in the slot (``found``), or the slot is free after all."""
+        with self.lock:
+            if found:
+                self.idle_since = time.monotonic()
+                return
+            self.unsettled -= 1
+            self._free_one()
+            self.settled.notify_all()
 
     def _release(self, entry: Running) -> None:
         if entry.released:
             return
         entry.released = True
+        self._free_one()
+
+    def _free_one(self) -> None:
         self.inflight -= 1
         assert self.inflight >= 0, "every job frees its slot once"
         if self.inflight == 0:
@@ -61,4 +88,4 @@ class Slots:
         """Return once every job leased is settled (waking every ``slice_seconds`` to look again)."""
         with self.lock:
             while self.unsettled > 0:
-                self.freed.wait(slice_seconds)
+                self.settled.wait(slice_seconds)

@@ -2,14 +2,16 @@
 
 Owns: Worker: the run() thread's loop (leasing as many jobs as there are
 free slots, idling when there is none, handing them to its runner: handler
-threads, or tasks on the event loop for an async handler), and stopping: on stop(), a stop signal, max_jobs,
+threads, or tasks on the event loop for an async handler; leasing.py's
+Leasing makes each lease, and a handler thread's own next one when the
+Worker runs one job at a time), and stopping: on stop(), a stop signal, max_jobs,
 idle_timeout, a storage error, or a second Ctrl-C. It wires the helpers
 that come before it in the package and owns none of their state.
 With ``processes=N`` it runs none of that itself: run() hands over to a
 ProcessPool (pool.py), whose forked children each run a Worker made here
 with the same options. Imports: jobs, protocol, options, signals,
 interrupt, outcome, madewith, asyncloop, heartbeat, settle, timeouts, runners, slots, idling,
-budget, pool, ticks (which enqueues the queue's due periodic jobs), joblines (the
+budget, leasing, pool, ticks (which enqueues the queue's due periodic jobs), joblines (the
 reports to an ``on_job`` listener), announce (the worker's announcement).
 
 Idling (how long one wait lasts, and what ends it early) is idling.py's.
@@ -35,12 +37,13 @@ from .heartbeat import Heartbeat, Running
 from .idling import idle_wait
 from .interrupt import InterruptPipe
 from .joblines import Listener, Teller
+from .leasing import Leasing
 from .madewith import MadeWith
 from .outcome import Handler, WorkerStats, is_async_handler
 from .options import check_options
 from .pool import ProcessPool
 from .protocol import QueueAccess, WorkQueue
-from .runners import runner_for
+from .runners import Chain, runner_for
 from .settle import Settler
 from .signals import StopSignals
 from .slots import Slots
@@ -149,7 +152,6 @@ class Worker(MadeWith):
         self._named = name is not None
         self._processes = processes
         self._use_heartbeat = _heartbeat
-        self._budget = _budget
         self._pool: ProcessPool | None = None
 
         # One lock guards the worker's own shared state below; each helper
@@ -171,10 +173,15 @@ class Worker(MadeWith):
         self._signals = StopSignals(self._stop_on_signal, name=f"{self.name}-signals")
         #: The signal handler run() installs (with handle_signals, in the main thread).
         self._on_signal = self._signals.handle
+        self._leases = Leasing(
+            self._access, self._kinds, self.name, max_jobs, _budget, self._settler, self._heartbeat, self._slots,
+            self.stop, self._fail, self._asked_to_stop,
+        )  # fmt: skip
         limits = TimeLimits(self._timeout, self._settler, self.name, self._abandoned_a_thread)
         self._runner = runner_for(
             handler, is_async_handler(handler), self._settler, self._loop, concurrency, self._access.acks_many,
             self.name, self._slots.release, self._job_finished, self._fail, limits,
+            Chain(self._leases.keep_slot, self._leases.lease_next) if concurrency == 1 else None,
         )  # fmt: skip
         self._ticks = TickThread(queue, self.name) if TickThread.wanted(queue) else None
         running = lambda: self._slots.inflight  # noqa: E731 - for the announcement only: a glance, no lock needed
@@ -315,41 +322,21 @@ class Worker(MadeWith):
             if self._asked_to_stop() or free <= 0:
                 self._wait_for_stop()  # a signal came: its watcher calls stop() in a moment
                 continue
-            allowed = self._allowed(free)
+            with self._leases.lock:
+                allowed = self._leases.allowed(free)
+                leased_at_wall, leased_at = time.time(), time.monotonic()
+                jobs = self._leases.lease(allowed) if allowed else []
             if allowed is None:
                 self.stop()
                 return
             if allowed == 0:  # none for now: the pool's parent is refilling the shared budget
                 continue
-            free = allowed
-            leased_at_wall = time.time()
-            leased_at = time.monotonic()
-            try:
-                jobs = self._access.lease(free, self._kinds)
-            except Exception as exc:
-                self._fail(exc, "lease")
+            if jobs is None:
                 return
-            if self._budget is not None:
-                self._budget.keep(free - len(jobs))
             if jobs:
                 self._dispatch(jobs, leased_at_wall, leased_at)
                 continue
             self._idle(self._idle_wait_time())
-
-    def _allowed(self, free: int) -> int | None:
-        """How many of ``free`` slots the next lease may fill under max_jobs (or a pool's shared one); None: no more."""
-        if self._max_jobs is not None:
-            remaining = self._max_jobs - self._settler.leased_so_far()
-            if remaining <= 0:
-                logger.info("%s leased its max_jobs (%d); finishing", self.name, self._max_jobs)
-                return None
-            free = min(free, remaining)
-        if self._budget is not None:
-            granted = self._budget.take(free)
-            if granted is None:
-                logger.info("%s: the pool's max_jobs are all leased; finishing", self.name)
-            return granted
-        return free
 
     def _wait_for_stop(self) -> None:
         with self._lock:
@@ -380,11 +367,8 @@ class Worker(MadeWith):
             self._fail(exc, "wait_for_jobs")
 
     def _dispatch(self, jobs: list[Job], leased_at_wall: float, leased_at: float) -> None:
-        entries = [Running(job, self._access.lease_length_of(job, leased_at_wall), leased_at) for job in jobs]
-        self._slots.taken(len(entries))
-        self._settler.add_leased(len(entries))
-        self._heartbeat.add(entries)  # before any handler can settle one of them
-        self._runner.run(entries)
+        self._slots.taken(len(jobs))
+        self._runner.run(self._leases.entries(jobs, leased_at_wall, leased_at))
 
     def _drain(self) -> None:
         """Stop leasing, wait for running jobs to finish, then stop every thread."""
