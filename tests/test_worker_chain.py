@@ -13,7 +13,7 @@ import threading
 import unittest
 from typing import Any
 
-from nobroker import JobState, PermanentError, Queue, Worker
+from nobroker import JobState, PermanentError, Queue, StorageError, Worker
 from tests.pgsupport import PostgresTestCase, fresh_name
 from tests.workersupport import QueueTestCase
 
@@ -92,6 +92,27 @@ class ChainChecks:
         main = threading.current_thread().name
         # The job after the failed one is leased by the leasing loop; the one after it, by the handler thread again.
         self.assertEqual([name for name, _ in calls], [main, "w-handler-0", main, "w-handler-0"])
+
+    def test_a_storage_error_in_the_handler_threads_lease_is_raised_from_run(self) -> None:
+        queue = self.make_queue()
+        first, *rest = queue.enqueue_many(list(range(3)))
+        real = queue.lease
+        threads: list[str] = []
+
+        def lease(*args: Any, **kwargs: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            if len(threads) == 2:
+                raise StorageError("No space left on device", errno=28, path="/q/default.000000.log")
+            return real(*args, **kwargs)
+
+        queue.lease = lease  # type: ignore[method-assign]
+        worker = Worker(queue, lambda job: "done", concurrency=1, handle_signals=False, name="w")
+        with self.assertLogs("nobroker.worker", "ERROR"), self.assertRaises(StorageError):
+            worker.run()
+        self.assertEqual(threads, [threading.current_thread().name, "w-handler-0"], "nothing leased after the error")
+        self.assertEqual((worker.stats.leased, worker.stats.succeeded), (1, 1))
+        self.assertEqual(queue.get(first.id).result, "done", "the job that ran was acked before run() raised")
+        self.assertEqual([queue.get(job.id).state for job in rest], [JobState.READY] * 2)
 
 
 class FileChainTests(ChainChecks, QueueTestCase):
