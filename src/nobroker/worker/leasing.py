@@ -96,16 +96,18 @@ class Leasing:
     def lease_next(self) -> Running | None:
         """After ``keep_slot``: lease one job for the kept slot; None: nothing leased, and the slot is free."""
         entry = None
-        if self.lock.acquire(blocking=False):
-            try:
-                allowed = 0 if self._asked_to_stop() else self.allowed(1)
-                if allowed is None:  # max_jobs leased (logged): stop here, or the leasing loop would say it again
-                    self._stop()
-                leased_at_wall, leased_at = time.time(), time.monotonic()
-                jobs = self.lease(allowed) if allowed else None
-                if jobs:
-                    (entry,) = self.entries(jobs, leased_at_wall, leased_at)
-            finally:
-                self.lock.release()
-        self._slots.passed_on(entry is not None)
+        try:
+            if self.lock.acquire(blocking=False):
+                try:
+                    allowed = 0 if self._asked_to_stop() else self.allowed(1)
+                    if allowed is None:  # max_jobs leased (logged): stop here, or the leasing loop would say it again
+                        self._stop()
+                    leased_at_wall, leased_at = time.time(), time.monotonic()
+                    jobs = self.lease(allowed) if allowed else None
+                    if jobs:
+                        (entry,) = self.entries(jobs, leased_at_wall, leased_at)
+                finally:
+                    self.lock.release()
+        finally:  # whatever happened, the kept slot is settled: a drain must never wait for it forever
+            self._slots.passed_on(entry is not None)
         return entry

@@ -17,8 +17,9 @@ nothing more is settled or counted); the Worker counts its free slots from
 the first and waits for the second before it stops. Given a ``Chain`` (a
 Worker with one slot), a handler thread whose job succeeded keeps its slot
 and leases its next job itself, instead of freeing the slot for the
-leasing thread to fill: two wake-ups fewer per job, where each costs as
-much as the job's own lease. A handler past its time limit (timeouts.py):
+leasing thread to fill: two wake-ups of another thread fewer per job (on a
+virtual machine of two processors, each cost about as much CPU as the
+job's own lease). A handler past its time limit (timeouts.py):
 an async one's task is cancelled; a handler thread is abandoned and a new one
 takes its place.
 Imports: outcome, asyncloop, heartbeat, settle, timeouts.
@@ -123,7 +124,7 @@ class SettlingThread:
 
 
 class Chain(NamedTuple):
-    """How a handler thread leases its own next job (the Worker's ``_keep_slot`` and ``_lease_next``).
+    """How a handler thread leases its own next job (leasing.Leasing's ``keep_slot`` and ``lease_next``).
 
     ``keep_slot(done)``, before the finished job's ack is handed over: may
     this thread lease its next job itself, in the same slot? Then
@@ -132,10 +133,6 @@ class Chain(NamedTuple):
 
     keep_slot: Callable[[Running], bool]
     lease_next: Callable[[], Running | None]
-
-
-#: What ``_run_one`` returns for a thread past its time limit: it was abandoned, and ends.
-ABANDONED: Any = object()
 
 
 class HandlerThreads:
@@ -225,12 +222,12 @@ class HandlerThreads:
             if entry is None:
                 return
             while entry is not None:  # the job, then each next one this thread leased itself
-                entry = self._run_one(me, entry)
-                if entry is ABANDONED:
+                entry, abandoned = self._run_one(me, entry)
+                if abandoned:
                     return  # past its limit: a new thread took this one's place
 
-    def _run_one(self, me: Any, entry: Running) -> Running | None:
-        """Run one job and hand its outcome on; returns the next job this thread leased (or None, or ABANDONED)."""
+    def _run_one(self, me: Any, entry: Running) -> tuple[Running | None, bool]:
+        """Run one job and hand its outcome on; the next job this thread leased (or None), and whether it was abandoned."""
         handed_over = False
         chained = None
         try:
@@ -240,7 +237,7 @@ class HandlerThreads:
                 outcome, escaping = call_handler(self._handler, entry.job, self._loop.run)
                 if limited and not entry.claim():  # past its limit: the watchdog settled it
                     handed_over = True
-                    return ABANDONED
+                    return None, True
                 me.nobroker_running = None
                 if self._settling is not None and outcome.error is None:
                     keep = escaping is None and self._chain is not None and self._chain.keep_slot(entry)
@@ -260,7 +257,7 @@ class HandlerThreads:
         finally:
             if not handed_over:
                 self._finished(entry)
-        return chained
+        return chained, False
 
 
 class LoopTasks:
