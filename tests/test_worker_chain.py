@@ -15,6 +15,7 @@ from typing import Any
 
 from nobroker import JobState, PermanentError, Queue, StorageError, Worker
 from tests.pgsupport import PostgresTestCase, fresh_name
+from tests.support import ThreadedRun
 from tests.workersupport import QueueTestCase
 
 
@@ -113,6 +114,28 @@ class ChainChecks:
         self.assertEqual((worker.stats.leased, worker.stats.succeeded), (1, 1))
         self.assertEqual(queue.get(first.id).result, "done", "the job that ran was acked before run() raised")
         self.assertEqual([queue.get(job.id).state for job in rest], [JobState.READY] * 2)
+
+
+    def test_a_bug_after_the_handler_threads_lease_frees_its_slot_and_stops_the_worker(self) -> None:
+        queue = self.make_queue()
+        queue.enqueue_many(list(range(3)))
+        worker = Worker(queue, lambda job: None, concurrency=1, handle_signals=False)
+        leases = worker._leases  # type: ignore[attr-defined]
+        real = leases.entries
+        calls: list[int] = []
+
+        def entries(*args: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 2:  # the handler thread's own lease: a bug after the job was leased
+                raise RuntimeError("a bug")
+            return real(*args)
+
+        leases.entries = entries
+        with self.assertLogs("nobroker.worker", "ERROR"):
+            run = ThreadedRun(worker)
+            run.join(self)  # a slot kept for a job that never came would hold the drain for ever
+        self.assertIsInstance(run.error, RuntimeError)
+        self.assertEqual(worker.stats.succeeded, 1)
 
 
 class FileChainTests(ChainChecks, QueueTestCase):

@@ -106,6 +106,8 @@ class Leasing:
                     jobs = self.lease(allowed) if allowed else None
                     if jobs:
                         (entry,) = self.entries(jobs, leased_at_wall, leased_at)
+                except Exception as exc:  # a bug: stop first, so the leasing loop does not fill the slot freed below
+                    self._fail(exc, "leasing a handler thread's next job")
                 finally:
                     self.lock.release()
         finally:  # whatever happened, the kept slot is settled: a drain must never wait for it forever
