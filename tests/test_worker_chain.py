@@ -3,8 +3,8 @@
 Owns: ``ChainChecks`` (a Worker with one slot, over a queue whose ``lease``
 records the thread that called it) and its two runs: ``FileChainTests`` and
 ``PostgresChainTests`` (skipped without a server, failed in CI). Imports:
-the standard library, the public ``nobroker`` API, tests.pgsupport and
-tests.workersupport.
+the standard library, the public ``nobroker`` API, tests.pgsupport,
+tests.support and tests.workersupport.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ class ChainChecks:
     """What a one-slot Worker must do when the thread that ran a job leases the next one."""
 
     assertEqual: Any
-    assertIn: Any
+    assertIsInstance: Any
+    assertLogs: Any
+    assertRaises: Any
 
     def make_queue(self) -> Queue:
         raise NotImplementedError
