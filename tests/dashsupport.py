@@ -1,6 +1,8 @@
 """What every test of the dashboard's HTTP side shares: a real server over a real queue, and the PostgreSQL variant.
 
-Owns: ``DashboardCase`` (a file queue in a temp dir and a dashboard over it on
+Owns: ``FileQueueCase`` (where a dashboard test's file queues live, and
+opening and closing the one under test; the browser tests' base shares it),
+``DashboardCase`` (a file queue in a temp dir and a dashboard over it on
 a free loopback port, with ``request``/``get_json``/``assertError`` over
 http.client and helpers that make dead and done jobs), ``Response``,
 ``picker_options`` (how `nobroker serve` lists and opens the other queues),
@@ -51,10 +53,8 @@ def picker_options(where: str, options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class DashboardCase(TempDirTestCase):
-    """A file queue in a temp dir and a dashboard over it on a free port, offering the folder's other queues."""
-
-    token: str | None = None
+class FileQueueCase(TempDirTestCase):
+    """The queues of a dashboard test, on the file storage: in this test's temp folder (OnPostgres overrides them)."""
 
     def location(self) -> tuple[str, dict[str, Any]]:
         """Where this test's queues live, and the options to open them with."""
@@ -66,6 +66,12 @@ class DashboardCase(TempDirTestCase):
 
     def close_queue(self, queue: Queue) -> None:
         queue.close()
+
+
+class DashboardCase(FileQueueCase):
+    """A file queue in a temp dir and a dashboard over it on a free port, offering the folder's other queues."""
+
+    token: str | None = None
 
     def queue_options(self) -> dict[str, Any]:
         """How the dashboard lists and opens the other queues (as `nobroker serve` does, unless a test says otherwise)."""

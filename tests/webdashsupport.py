@@ -8,7 +8,7 @@ same page behind a token), ``hostile`` (a value that runs script wherever it
 becomes markup), the script that records dialogs and added elements, and the
 waits' timeouts. The tests are in tests/test_web_dashboard_*.py. Imports: the
 standard library, nobroker, tests.browser, tests.dashsupport
-(``picker_options``), tests.pgsupport (fresh names), tests.support.
+(``FileQueueCase``, ``picker_options``), tests.pgsupport (fresh names), tests.support.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from nobroker import Queue
 from nobroker.dashboard import DashboardServer, make_server
 from nobroker.jobs import MAX_PRIORITY
 from tests.browser import Browser, require_browser
-from tests.dashsupport import picker_options
+from tests.dashsupport import FileQueueCase, picker_options
 from tests.pgsupport import fresh_name
-from tests.support import TempDirTestCase, wait_until
+from tests.support import wait_until
 
 #: Seconds to wait for the page to show something (it refreshes every second).
 PAGE_TIMEOUT = 60.0
@@ -60,7 +60,7 @@ PAGE_MADE_ELEMENTS = {"TR", "TD", "BUTTON", "SPAN", "DT", "DD", "LI", "OPTION", 
 CHART_ELEMENTS = {"svg", "line", "text", "path", "title"}
 
 
-class WebDashboardCase(TempDirTestCase):
+class WebDashboardCase(FileQueueCase):
     """A queue, a dashboard over it on a free port, and the page in the class's Chromium; the helpers every page test uses."""
 
     browser: Browser
@@ -71,15 +71,6 @@ class WebDashboardCase(TempDirTestCase):
         super().setUpClass()
         cls.browser = require_browser(cls)
         cls.browser.send("Page.addScriptToEvaluateOnNewDocument", {"source": _WATCH})
-
-    def location(self) -> tuple[str, dict[str, Any]]:
-        return self.dir, {"fsync": False}
-
-    def open_queue(self) -> Queue:
-        return Queue(self.dir, fsync=False)
-
-    def close_queue(self, queue: Queue) -> None:
-        queue.close()
 
     def setUp(self) -> None:
         super().setUp()
