@@ -2,7 +2,7 @@
 
 Owns: PostgresStorage (the Storage protocol on PostgreSQL), wiring only: it
 checks its options, brings the schema up to date on open, and runs each
-operation (operations.py) on its connection (connection.Link), saying which
+operation (operations.py) on its connections (connection.Link; lanes.Lanes for the work), saying which
 ones may run twice. Imports: jobs, storage, driver, fragments, statements,
 steps, naming, connection, lanes, listener, schema, operations, enqueueing, wakeups, schedules, schedule_ops,
 limits, limit_ops, queue_ops, roster, announcements, control_ops, control_storage,
@@ -150,11 +150,10 @@ class PostgresStorage(ControlStorage):
                 statement_timeout=float(statement_timeout), options=connect_options,
             )  # fmt: skip
 
-        # The work (enqueue, lease, ack, nack, extend) has a connection of its
-        # own; operator reads, compaction and the owed NOTIFYs share a second
-        # one (opened on first use), so a heartbeat never waits behind them.
-        # Work (enqueue, lease, ack, nack, extend, set_stage, cancel, snooze, the due ticks) that finds
-        # the work's connection busy runs on a spare one (opened then): a Worker's ack and its next lease overlap.
+        # The work (enqueue, lease, ack, nack, extend, set_stage, cancel, snooze, the due ticks) runs
+        # on its own connection, or on a spare one (opened then) when it finds that one busy: a Worker's ack
+        # and its next lease overlap. Operator reads, compaction and the owed NOTIFYs share a second one
+        # (opened on first use), so a heartbeat never waits behind them.
         self._link = link()
         self._side = link()
         self._spare = link()
