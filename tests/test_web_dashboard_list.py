@@ -1,11 +1,13 @@
 """The dashboard page's job list in Chromium: live counts and rows, the tabs, filters, search, sort and paging.
 
 Owns: ``WebDashboardListTest`` (a job enqueued from Python shows without a
-reload, each tab lists what its card counts, the kind filter, the search and
-the sort are kept in the address, paging with counts, a bounded search says
-how far it read), run on a file queue, behind a token, and on PostgreSQL.
-Imports: the standard library, nobroker, tests.dashsupport (``OnPostgres``),
-tests.webdashsupport (the page and its helpers).
+reload, a row on show is always in the counts, each tab lists what its card
+counts, the kind filter, the search and the sort are kept in the address,
+paging with counts, a bounded search says how far it read), run on a file
+queue, behind a token, and on PostgreSQL.
+Imports: the standard library, nobroker (the dashboard's api and listing),
+tests.dashsupport (``OnPostgres``), tests.webdashsupport (the page and its
+helpers).
 
 Skips locally without Chromium; in CI (CI=true) a missing browser fails.
 Waits poll the page or the queue for a condition, with a timeout; nothing
@@ -15,11 +17,13 @@ sleeps for a fixed time.
 from __future__ import annotations
 
 import json
+import threading
 import unittest
 import urllib.parse
+from typing import Any
 from unittest import mock
 
-from nobroker.dashboard import listing
+from nobroker.dashboard import api, listing
 from tests.dashsupport import OnPostgres
 from tests.webdashsupport import WebDashboardCase, WebDashboardTokenCase
 
@@ -49,6 +53,29 @@ class WebDashboardListTest(WebDashboardCase):
         self.wait_js(
             "document.getElementById('detail-fields').textContent.includes('rendering')", "the stage was shown"
         )
+        self.assertCleanPage()
+
+    def test_a_job_that_arrives_between_the_list_and_the_counts_is_counted_when_it_shows(self) -> None:
+        self.open_dashboard()
+        self.js("window.__sameDocument = true")
+        real = api.list_page
+        arrived = threading.Event()
+
+        def list_page_then_enqueue(*args: Any, **kwargs: Any) -> Any:
+            # The job lands after the list is asked for and before the counts are: the list holds it.
+            if not arrived.is_set():
+                arrived.set()
+                self.queue.enqueue("between", job_id="between-1")
+            return real(*args, **kwargs)
+
+        with mock.patch.object(api, "list_page", list_page_then_enqueue):
+            self.wait_js(self.row("between-1") + " !== null", "the job's row appeared")
+            # Read in the same task as the row: the counts were drawn with it, not a round later.
+            shown = self.js(
+                "[document.getElementById('count-ready').textContent, " + self.row("between-1") + " !== null]"
+            )
+        self.assertEqual(shown, ["1", True], "a row on show is in the counts")
+        self.assertTrue(self.js("window.__sameDocument === true"))
         self.assertCleanPage()
 
     def test_the_ready_and_delayed_tabs_list_what_their_cards_count(self) -> None:

@@ -56,8 +56,15 @@
   }
 
   // ---------------------------------------------------------------- counts
+  // The list is read before the counts and both are drawn together, so a row on show is always
+  // counted: the counts are as new as the list or newer.
   async function refreshStats() {
     try {
+      // The list is small (one page of previews): redraw it every round, so waiting times, lease
+      // deadlines and stages stay current. A search reads up to thousands of jobs, and newest first
+      // with a kind counts the list: less often.
+      const heavy = view.q || (view.kind && view.sort === "newest");
+      const listed = !heavy || view.ticks % HEAVY_EVERY === 0 ? await fetchJobs() : null;
       const data = await api("/api/stats");
       if (view.queue && data.queue !== view.queue) return;  // an answer for the queue shown before a switch
       view.now = data.now;
@@ -73,17 +80,13 @@
       $("zone").textContent = zoneLabel(shownAt);
       $("status").textContent = "live";
       $("status").className = "";
-      // The list is small (one page of previews): redraw it every round, so
-      // waiting times, lease deadlines and stages stay current. The detail may
-      // hold a large payload: reload it when the counts move, else now and then.
-      // A search reads up to thousands of jobs, and newest first with a kind counts the list: less often.
-      const heavy = view.q || (view.kind && view.sort === "newest");
-      if (!heavy || view.ticks % HEAVY_EVERY === 0) await refreshJobs();
+      if (listed) await drawJobs(listed);
       const signature = JSON.stringify(data.stats);
       if (view.ticks % CHART_EVERY === 0) await refreshChart();
       if (view.ticks % WORKERS_EVERY === 0) await Promise.all([refreshWorkers(), refreshControl()]);
       view.ticks += 1;
       if (view.ticks % QUEUES_EVERY === 0) await loadQueues();
+      // The detail may hold a large payload: reload it when the counts move, else now and then.
       if (view.selected && (signature !== view.lastStats || view.ticks % DETAIL_EVERY === 0)) {
         await showJob(view.selected, true);
       }
@@ -244,19 +247,27 @@
 
   // ---------------------------------------------------------------- lists
   async function refreshJobs() {
+    await drawJobs(await fetchJobs());
+  }
+
+  // One page of the list as the view asks for it; null when it could not be read.
+  async function fetchJobs() {
     const params = new URLSearchParams({ state: view.state, sort: view.sort, limit: String(view.limit), offset: String(view.offset) });
     if (view.kind) params.set("kind", view.kind);
     if (view.q) params.set("q", view.q);
     // Only the latest request may draw: a slow answer for the previous tab must not win.
     const mine = ++view.listSeq;
-    let data;
     try {
-      data = await api("/api/jobs?" + params.toString());
+      return { mine: mine, data: await api("/api/jobs?" + params.toString()) };
     } catch (err) {
       if (mine === view.listSeq) say("Could not list jobs: " + err.message, true);
-      return;
+      return null;
     }
-    if (mine !== view.listSeq) return;
+  }
+
+  async function drawJobs(listed) {
+    if (listed === null || listed.mine !== view.listSeq) return;
+    const data = listed.data;
     if (data.jobs.length === 0 && view.offset > 0) {
       view.offset = Math.max(0, view.offset - view.limit);
       return refreshJobs();
