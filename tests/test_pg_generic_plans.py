@@ -1,11 +1,13 @@
-"""Generic plans on PostgreSQL: single-job statements, claims and the DLQ listing keep their index.
+"""Generic plans on PostgreSQL: single-job statements, batches, claims and the DLQ listing keep their index.
 
 Owns: the part of ``PostgresStorageTests`` that reads the plans the server
 keeps once it has made a generic one (``plan_cache_mode =
-force_generic_plan``, seen through auto_explain; skipped where auto_explain
-cannot be loaded), with ``fill_and_watch_plans`` for 100,000 rows in the
-way. Imports: the standard library, psycopg (through tests.pgsupport), the
-public ``nobroker`` API, tests.support and tests.pgstoragesupport.
+force_generic_plan``, seen through auto_explain by ``watch_plans``; skipped
+where auto_explain cannot be loaded), with ``fill_and_watch_plans`` for
+100,000 rows in the way, and a batch of acks and heartbeats on a table never
+analyzed. Imports: the standard library, psycopg (through tests.pgsupport),
+the public ``nobroker`` API (and nobroker.postgres.migrate), tests.support
+and tests.pgstoragesupport.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 import unittest
 
 from nobroker import Queue
-from tests.pgsupport import connect
+from nobroker.postgres import migrate
+from tests.pgsupport import connect, drop_schema, fresh_name
 from tests.pgstoragesupport import PostgresStorageCase
 from tests.support import slow
+
+#: Rounds of a statement that take it past psycopg's prepare threshold (5), so the server plans it once, generically.
+PAST_PREPARING = 6
 
 
 class PostgresStorageTests(PostgresStorageCase):
@@ -53,8 +59,46 @@ class PostgresStorageTests(PostgresStorageCase):
             self.assertIn("jobs_pkey", plan)
             self.assertNotIn("jobs_leases", plan.split("Query Text")[0] + plan[plan.find("Update on"):])
 
+    def test_batches_of_acks_and_heartbeats_probe_the_key_on_a_table_never_analyzed(self) -> None:
+        # The plans a Worker runs, from its first minutes on a new schema: an array of ids
+        # compared with the queue's part of the key was planned as a read of every job of the
+        # queue (14 million index entries for 4,000 acks); each job is a probe of the key.
+        schema = fresh_name("fresh")
+        migrate(self.dsn, schema=schema)
+        self.addCleanup(drop_schema, schema)
+        with connect() as admin:  # autovacuum could analyze it meanwhile: not this table
+            admin.execute(f'ALTER TABLE "{schema}".jobs SET (autovacuum_enabled = false)')
+        q = Queue(self.dsn, self.name, schema=schema, migrate=False)
+        self.addCleanup(q.close)
+        plans = self.watch_plans(q)
+        for start in range(0, 3000, 1000):
+            q.enqueue_many([{"n": n} for n in range(start, start + 1000)])
+        for _ in range(PAST_PREPARING):  # past psycopg's prepare threshold: the server keeps a generic plan
+            jobs = q.lease(2)
+            q.extend_many(jobs, 60)
+            q.ack_many(jobs)
+        batches = [plan for plan in plans if "unnest(" in plan]
+        self.assertEqual(len(batches), 2 * PAST_PREPARING, "every batch's plan was seen")
+        for plan in batches:
+            shown = plan[plan.index("Update on"):]
+            self.assertIn("Index Scan using jobs_pkey on jobs j", shown)
+            self.assertRegex(shown, r"Index Cond: \(\(queue = .*\) AND \(id = ", "a probe of the key, by both its columns")
+            self.assertNotIn("Seq Scan", shown)
+        self.assertEqual(q.stats().done, 2 * PAST_PREPARING)
+
     def fill_and_watch_plans(self, q: Queue, state: str, *, side: bool = False) -> list[str]:
-        """100,000 rows in ``state``, then every plan ``q`` runs from here on (generic plans, via auto_explain).
+        """100,000 rows in ``state``, then every plan ``q`` runs from here on (see watch_plans)."""
+        with connect() as admin:
+            admin.execute(
+                f'INSERT INTO "{self.schema}".jobs (queue, id, state, max_attempts, available_at, enqueued_at, payload) '
+                "SELECT %s, 'b' || i, %s, 5, now(), now(), '1' FROM generate_series(1, 100000) AS i",
+                (self.name, state),
+            )
+            admin.execute(f'ANALYZE "{self.schema}".jobs')
+        return self.watch_plans(q, side=side)
+
+    def watch_plans(self, q: Queue, *, side: bool = False) -> list[str]:
+        """Every plan ``q`` runs from here on: generic plans, via auto_explain (the test skips without it).
 
         ``side``: watch the connection of reads (listings, stats) rather than the one of the work.
         """
@@ -64,13 +108,6 @@ class PostgresStorageTests(PostgresStorageCase):
             conn.execute("LOAD 'auto_explain'")
         except Exception as exc:
             self.skipTest(f"auto_explain is not available here ({exc})")
-        with connect() as admin:
-            admin.execute(
-                f'INSERT INTO "{self.schema}".jobs (queue, id, state, max_attempts, available_at, enqueued_at, payload) '
-                "SELECT %s, 'b' || i, %s, 5, now(), now(), '1' FROM generate_series(1, 100000) AS i",
-                (self.name, state),
-            )
-            admin.execute(f'ANALYZE "{self.schema}".jobs')
         for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
                         "client_min_messages = notice", "plan_cache_mode = force_generic_plan"):  # fmt: skip
             conn.execute(f"SET {setting}")

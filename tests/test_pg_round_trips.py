@@ -107,6 +107,22 @@ class RoundTripTests(PostgresTestCase):
         self.assert_one_statement(lambda: self.q.nack(job, delay=0), "nack")
         self.assert_one_statement(lambda: self.q.lease(5, kinds=["other"]), "a lease that finds nothing")
 
+    def test_a_batch_of_one_job_sends_the_one_job_statement(self) -> None:
+        # The batch's statement costs the server more for one job (arrays, a join): a Worker
+        # running one job at a time acks and renews one at a time.
+        self.q.enqueue_many(list(range(2)))
+        jobs = self.q.lease(2)
+        for call, alone, one in (
+            (lambda: self.q.extend_many(jobs[:1], 60), lambda: self.q.extend(jobs[1], 60), "extend"),
+            (lambda: self.q.ack_many(jobs[:1]), lambda: self.q.ack(jobs[1]), "ack"),
+        ):  # fmt: skip
+            with self.subTest(one):
+                _, batch = self.sent_by(call)
+                _, single = self.sent_by(alone)
+                self.assertEqual(batch.work(), single.work(), f"a batch of one sends what {one} sends")
+                self.assertNotIn("unnest(", batch.work()[0])
+        self.assertEqual(self.q.stats().done, 2)
+
     def test_a_heartbeat_of_fifty_running_jobs_is_one_statement(self) -> None:
         self.q.enqueue_many(list(range(HEARTBEAT_JOBS)))
         jobs = self.q.lease(HEARTBEAT_JOBS)

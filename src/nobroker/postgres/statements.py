@@ -78,6 +78,7 @@ from .fragments import (
     UPKEEP,
     appended,
     batch_of,
+    batch_of_rows,
     ended,
 )
 
@@ -99,12 +100,6 @@ def check_identifier(name: Any, what: str) -> str:
             f"at most 63 characters), got {name!r}"
         )
     return name
-
-
-#: The ids of a batch (the ``rows`` parameter) as one array: ``j.id = ANY(...)`` is a
-#: probe of the primary key per id in every plan, where a join with the rows
-#: alone is planned by a guess of their number and may scan a small table.
-BATCH_IDS = "ARRAY(SELECT r->>'id' FROM json_array_elements(%(rows)s::json) AS r)"
 
 
 # The statements that act on one leased job (ack, nack, extend, set_stage)
@@ -185,9 +180,9 @@ _TEMPLATES: dict[str, str] = {
         UPDATE {{schema}}.jobs AS j SET
             state = 'done', lease_deadline = NULL, lease_token = NULL, finished_token = j.lease_token,
             finished_at = {NOW}, {ended(NOW, "'done'")},
-            result = coalesce(u.result, j.result)
-        FROM json_to_recordset(%(rows)s::json) AS u(id text, token text, result json)
-        WHERE j.queue = %(q)s AND j.id = ANY({BATCH_IDS}) AND j.id = u.id
+            result = coalesce(u.result::json, j.result)
+        FROM {batch_of_rows("%(ids)b::text[], %(tokens)b::text[], %(results)b::text[]", "id, token, result")}
+        WHERE j.queue = u.queue AND j.id = u.id
           AND j.lease_deadline > {NOW} AND NOT j.cancel_requested
           AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING j.id, u.token, j.kind
@@ -219,8 +214,8 @@ _TEMPLATES: dict[str, str] = {
     # found by its primary key; the rows returned say which leases held.
     "extend_many": f"""
         UPDATE {{schema}}.jobs AS j SET lease_deadline = {NOW} + %(secs)s::float8 * interval '1 second'
-        FROM json_to_recordset(%(rows)s::json) AS u(id text, token text)
-        WHERE j.queue = %(q)s AND j.id = ANY({BATCH_IDS}) AND j.id = u.id AND j.lease_deadline > {NOW}
+        FROM {batch_of_rows("%(ids)b::text[], %(tokens)b::text[]", "id, token")}
+        WHERE j.queue = u.queue AND j.id = u.id AND j.lease_deadline > {NOW}
           AND (u.token IS NULL OR j.lease_token = u.token)
         RETURNING {COLUMNS}""",
     "stage": f"""
