@@ -1,7 +1,8 @@
 """Helpers for the tests that need a real PostgreSQL server.
 
-Imports: the standard library, tests.support, and psycopg only inside
-functions (so importing this module never fails without the driver).
+Imports: the standard library, nobroker (Queue; nobroker.postgres and
+psycopg only inside functions, so importing this module never fails without
+the driver), tests.support.
 
 ``require_postgres(testcase)`` returns the DSN to test against (env
 ``NOBROKER_PG_DSN``, default: the local server's unix socket). Without psycopg
@@ -70,6 +71,21 @@ def drop_schema(schema: str) -> None:
 
     with connect() as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def unanalyzed_queue(case: unittest.TestCase, name: str) -> Queue:
+    """A queue ``name`` in a schema of its own, whose jobs table autovacuum never analyzes (as a new
+    schema's is, before autovacuum's first ANALYZE); schema and queue go when ``case`` ends."""
+    from nobroker.postgres import migrate
+
+    schema = fresh_name("fresh")
+    migrate(pg_dsn(), schema=schema)
+    case.addCleanup(drop_schema, schema)
+    with connect() as conn:
+        conn.execute(f'ALTER TABLE "{schema}".jobs SET (autovacuum_enabled = false)')
+    q = Queue(pg_dsn(), name, schema=schema, migrate=False)
+    case.addCleanup(q.close)
+    return q
 
 
 class PostgresTestCase(unittest.TestCase):

@@ -6,7 +6,7 @@ force_generic_plan``, seen through auto_explain by ``watch_plans``; skipped
 where auto_explain cannot be loaded), with ``fill_and_watch_plans`` for
 100,000 rows in the way, and a batch of acks and heartbeats on a table never
 analyzed. Imports: the standard library, psycopg (through tests.pgsupport),
-the public ``nobroker`` API (and nobroker.postgres.migrate), tests.support
+the public ``nobroker`` API, tests.support
 and tests.pgstoragesupport.
 """
 
@@ -15,8 +15,7 @@ from __future__ import annotations
 import unittest
 
 from nobroker import Queue
-from nobroker.postgres import migrate
-from tests.pgsupport import connect, drop_schema, fresh_name
+from tests.pgsupport import connect, unanalyzed_queue
 from tests.pgstoragesupport import PostgresStorageCase
 from tests.support import slow
 
@@ -63,13 +62,7 @@ class PostgresStorageTests(PostgresStorageCase):
         # The plans a Worker runs, from its first minutes on a new schema: an array of ids
         # compared with the queue's part of the key was planned as a read of every job of the
         # queue (14 million index entries for 4,000 acks); each job is a probe of the key.
-        schema = fresh_name("fresh")
-        migrate(self.dsn, schema=schema)
-        self.addCleanup(drop_schema, schema)
-        with connect() as admin:  # autovacuum could analyze it meanwhile: not this table
-            admin.execute(f'ALTER TABLE "{schema}".jobs SET (autovacuum_enabled = false)')
-        q = Queue(self.dsn, self.name, schema=schema, migrate=False)
-        self.addCleanup(q.close)
+        q = unanalyzed_queue(self, self.name)
         plans = self.watch_plans(q)
         for start in range(0, 3000, 1000):
             q.enqueue_many([{"n": n} for n in range(start, start + 1000)])

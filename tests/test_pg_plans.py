@@ -15,10 +15,9 @@ import unittest
 from typing import Any
 
 from nobroker import Queue
-from nobroker.postgres import migrate
 from nobroker.postgres.fragments import JOINED_CLAIM_MAX, MAX_PRUNE_SPAN, PROMOTE_BATCH, PRUNE_BATCH, RECLAIM_BATCH
 from nobroker.postgres.statements import backoff_parameters
-from tests.pgsupport import PostgresTestCase, connect, drop_schema, fresh_name
+from tests.pgsupport import PostgresTestCase, connect, fresh_name, unanalyzed_queue
 from tests.support import slow
 
 #: Jobs put in the way of each operation (a tenth of the issue's 100,000 keeps the suite quick).
@@ -153,13 +152,8 @@ class PlanTests(PostgresTestCase):
         # Without statistics (a new schema, before autovacuum's first ANALYZE), the plan of a
         # batch taken by ``id = ANY(...)`` read every row of the queue: a drain of one job
         # per claim at half its rate. A small claim joins its batch: a probe of the key.
-        schema = fresh_name("fresh")
-        migrate(self.dsn, schema=schema)
-        self.addCleanup(drop_schema, schema)
-        with connect() as conn:  # autovacuum could analyze it meanwhile: not this table
-            conn.execute(f'ALTER TABLE "{schema}".jobs SET (autovacuum_enabled = false)')
-        q = Queue(self.dsn, self.name, schema=schema, migrate=False)
-        self.addCleanup(q.close)
+        q = unanalyzed_queue(self, self.name)
+        schema = q.storage.schema  # type: ignore[attr-defined]
         for start in range(0, 3000, 1000):
             q.enqueue_many([{"n": n} for n in range(start, start + 1000)])
         sql = q.storage._target.sql  # type: ignore[attr-defined]
@@ -225,7 +219,7 @@ class PlanTests(PostgresTestCase):
         # queue's every job instead, and a Worker's 4,000 acks read 14 million index entries.
         # A probe of the key per job, or (a big batch, a small table) one scan of the table.
         for analyzed in (True, False):
-            q = self.q if analyzed else self.unanalyzed_queue()
+            q = self.q if analyzed else unanalyzed_queue(self, self.name)
             sql = q.storage._target.sql  # type: ignore[attr-defined]
             for start in range(0, SMALL_TABLE, 1000):
                 q.enqueue_many([{"n": n} for n in range(start, start + 1000)])
@@ -242,17 +236,6 @@ class PlanTests(PostgresTestCase):
                 self.assertEqual(len(q.extend_many(jobs, 60)), size)
                 q.ack_many(jobs)
             self.assertEqual(q.stats().done, FEW + BATCH)
-
-    def unanalyzed_queue(self) -> Queue:
-        """A queue of its own schema, whose jobs table autovacuum leaves unanalyzed."""
-        schema = fresh_name("fresh")
-        migrate(self.dsn, schema=schema)
-        self.addCleanup(drop_schema, schema)
-        with connect() as conn:
-            conn.execute(f'ALTER TABLE "{schema}".jobs SET (autovacuum_enabled = false)')
-        q = Queue(self.dsn, self.name, schema=schema, migrate=False)
-        self.addCleanup(q.close)
-        return q
 
     # ------------------------------------------------------------ counts and listings
     def test_stats_and_len_read_the_counts_not_the_jobs(self) -> None:
