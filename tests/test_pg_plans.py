@@ -229,9 +229,11 @@ class PlanTests(PostgresTestCase):
                 for name, values in (("ack_many", {"results": [None] * size}), ("extend_many", {"secs": 60.0})):
                     with self.subTest(name, analyzed=analyzed, size=size):
                         plan = self.explain(sql[name], analyze=analyzed, schema=q.storage.schema, **batch, **values)  # type: ignore[attr-defined]
-                        found = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]]
-                        self.assertEqual(sum(n["Actual Rows"] * n["Actual Loops"] for n in found), size, name)
+                        nodes = _nodes(plan)
+                        changed = [n["Actual Rows"] for n in nodes if n["Node Type"] == "ModifyTable" and n["Relation Name"] == "jobs"]
+                        self.assertEqual(changed, [size], name)
                         # What finding the rows reads (the pages a change then writes depend on the indexes' upkeep).
+                        found = [n for n in nodes if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]]
                         self.assertLessEqual(sum(map(_buffers, found)), PAGES_PER_LOOKUP * size, name)
                 self.assertEqual(len(q.extend_many(jobs, 60)), size)
                 q.ack_many(jobs)
