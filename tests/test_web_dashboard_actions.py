@@ -2,29 +2,38 @@
 
 Owns: ``WebDashboardActionsTest``: each action done by a click where the
 job's state allows it (and its button hidden where not), the ones that
-cannot be undone asking first, a selection acted on in bulk, a refusal (409)
-shown as text, purge needing the typed queue name; run on a file queue,
-behind a token, and on PostgreSQL. Imports: the standard library, nobroker,
-tests.dashsupport (``OnPostgres``), tests.support, tests.webdashsupport (the
-page and its helpers).
+cannot be undone asking first, a delete waiting for a load of the job's page
+on its way, a selection acted on in bulk, a refusal (409) shown as text,
+purge needing the typed queue name; run on a file queue, behind a token, and
+on PostgreSQL. Imports: the standard library, nobroker (the dashboard's
+api), tests.dashsupport (``OnPostgres``), tests.support, tests.webdashsupport
+(the page and its helpers).
 
 Skips locally without Chromium; in CI (CI=true) a missing browser fails.
 Waits poll the page or the queue for a condition, with a timeout; nothing
-sleeps for a fixed time.
+sleeps for a fixed time, but for the one request the delete test holds for
+HOLD_SECONDS to show that the page sends nothing meanwhile.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import unittest
 import urllib.parse
+from typing import Any
+from unittest import mock
 
 import nobroker
+from nobroker.dashboard import api
 from nobroker.jobs import MAX_PRIORITY, JobState
 from tests.dashsupport import OnPostgres
 from tests.support import wait_until
 from tests.webdashsupport import PAGE_TIMEOUT, WebDashboardCase, WebDashboardTokenCase, hostile
+
+#: How long the server holds the page's reload of a job's reasons, waiting for a delete the page must not send meanwhile.
+HOLD_SECONDS = 2.0
 
 
 class WebDashboardActionsTest(WebDashboardCase):
@@ -157,6 +166,37 @@ class WebDashboardActionsTest(WebDashboardCase):
         self.assertTrue(self.js("document.getElementById('detail').hidden"), "the deleted job's page closed")
         self.assertIsNone(self.url_param("job"))
         self.assertCleanPage(dialogs=2)
+
+    def test_a_delete_waits_for_a_load_of_the_jobs_page_on_its_way(self) -> None:
+        # A delete sent while the job's page was loading reached the server first: the load then
+        # asked for a job that was gone (a 404 in the console), as one loaded run of the suite saw.
+        done = self.make_done("finished")
+        self.open_job_page(done)
+        self.wait_js("document.getElementById('detail-explain').textContent !== ''", "the job's reasons were shown")
+        explained, deleted = threading.Event(), threading.Event()
+        seen: list[bool] = []  # at each explain: had the delete arrived?
+        real = api.Api.answer
+
+        def answer(api_self: api.Api, method: str, path: str, parts: list[str], *args: Any) -> Any:
+            if parts[-1:] == ["delete"]:
+                deleted.set()
+            elif parts[-1:] == ["explain"] and not explained.is_set():
+                explained.set()
+                # Held until the delete comes, or long enough for it to have come (a bound, not a sleep:
+                # the page must send it only after this answer).
+                deleted.wait(HOLD_SECONDS)
+                seen.append(deleted.is_set())
+            return real(api_self, method, path, parts, *args)
+
+        with mock.patch.object(api.Api, "answer", answer):
+            self.js("document.getElementById('detail-refresh').click()")
+            self.assertTrue(explained.wait(PAGE_TIMEOUT), "the page reloaded the job's reasons")
+            self.js("window.__confirmAnswer = true")
+            self.js("document.getElementById('detail-delete').click()")
+            self.wait_js(f"document.getElementById('message').textContent === 'Deleted job: {done}'", "the page said so")
+        self.assertEqual(seen, [False], "the delete was sent while the job's page was loading")
+        self.assertRaises(nobroker.JobNotFoundError, self.queue.get, done)
+        self.assertCleanPage(dialogs=1)
 
     def test_a_selection_is_run_now_or_deleted_and_a_refusal_is_shown_as_text(self) -> None:
         for n in range(3):

@@ -21,7 +21,7 @@
   const view = {
     state: DEFAULTS.state, kind: "", q: "", sort: DEFAULTS.sort, offset: 0, limit: DEFAULTS.limit,
     selected: null, queue: "", defaultQueue: "", kinds: new Set(), picked: new Set(), shown: [],
-    lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000,
+    lastStats: "", ticks: 0, listSeq: 0, detailSeq: 0, now: Date.now() / 1000, loading: Promise.resolve(),
   };
 
   function say(text, isError) {
@@ -343,7 +343,13 @@
   // ---------------------------------------------------------------- detail
   // Show job ``id`` in full. ``quiet``: a refresh of the job on show (no message if it is gone);
   // ``fromUrl``: the address named it already, so the history gains no step.
-  async function showJob(id, quiet, fromUrl) {
+  function showJob(id, quiet, fromUrl) {
+    const loading = loadJob(id, quiet, fromUrl);
+    view.loading = loading.catch(() => {});  // what removing the job on show waits for (closeBeforeRemoving)
+    return loading;
+  }
+
+  async function loadJob(id, quiet, fromUrl) {
     if (quiet && id !== view.selected) return;  // a refresh of a job no longer on show
     const opened = view.selected !== id;
     // Chosen at once, so a refresh that starts while this loads reloads this job, not the one before.
@@ -388,6 +394,14 @@
     if (had && !keepUrl) syncUrl(false);
   }
 
+  // Before an action removes the job on show: close its page, and let a load of it already on its
+  // way end first, so that nothing asks the server for the job while it goes, or after.
+  async function closeBeforeRemoving() {
+    clearDetail();
+    view.detailSeq += 1;
+    await view.loading;
+  }
+
   // ---------------------------------------------------------------- actions
   // One POST; its outcome goes to the message line, then the counts and the list are read afresh.
   async function act(path, body, done, failed) {
@@ -410,13 +424,10 @@
   };
   const VERBS = { requeue: ["Requeue", "Requeued"], cancel: ["Cancel", "Cancelled"], run_now: ["Run now", "Made runnable"], "delete": ["Delete", "Deleted"] };
 
-  function jobAction(action, id) {
+  async function jobAction(action, id) {
     const [route, question, done] = ACTIONS[action];
     if (question && !window.confirm(VERBS[action][0] + " job " + id + "? " + question)) return;
-    if (action === "delete" && id === view.selected) {
-      clearDetail();  // at once, so no refresh of its page reads it while it goes (a refusal is said in the message)
-      view.detailSeq += 1;
-    }
+    if (action === "delete" && id === view.selected) await closeBeforeRemoving();  // a refusal is said in the message
     return act("/api/jobs/" + encodeURIComponent(id) + "/" + route, null, (data) => done(data.job), VERBS[action][0] + " failed");
   }
 
@@ -448,6 +459,7 @@
     const [verb, did] = VERBS[action];
     const warning = action === "delete" ? " They are removed for good; this cannot be undone." : "";
     if (!ids.length || !window.confirm(verb + " " + ids.length + " selected job(s)?" + warning)) return;
+    if (action === "delete" && ids.includes(view.selected)) await closeBeforeRemoving();
     await act("/api/bulk", { action: action, ids: ids }, (data) => {
       const refused = Object.keys(data.refused);
       for (const id of data.done) view.picked.delete(id);
@@ -483,7 +495,7 @@
     const typed = $("purge-input").value;
     $("purge-dialog").close();
     if (typed !== view.queue) return;
-    clearDetail();  // every job is about to go, the one on show with them
+    await closeBeforeRemoving();  // every job is about to go, the one on show with them
     await act("/api/purge", { confirm: typed }, (data) => "Purged " + data.purged + " job(s).", "Purge failed");
   }
 
