@@ -107,7 +107,7 @@ class RoundTripTests(PostgresTestCase):
         self.assert_one_statement(lambda: self.q.nack(job, delay=0), "nack")
         self.assert_one_statement(lambda: self.q.lease(5, kinds=["other"]), "a lease that finds nothing")
 
-    def test_a_batch_of_one_job_sends_the_one_job_statement(self) -> None:
+    def test_a_batch_of_one_job_sends_the_one_job_statement_and_an_empty_one_nothing(self) -> None:
         # The batch's statement costs the server more for one job (arrays, a join): a Worker
         # running one job at a time acks and renews one at a time.
         self.q.enqueue_many(list(range(2)))
@@ -122,6 +122,9 @@ class RoundTripTests(PostgresTestCase):
                 self.assertEqual(batch.work(), single.work(), f"a batch of one sends what {one} sends")
                 self.assertNotIn("unnest(", batch.work()[0])
         self.assertEqual(self.q.stats().done, 2)
+        storage = self.q.storage  # the facade skips an empty batch; the storage sends nothing for one either
+        self.assertEqual(self.sent_by(lambda: storage.ack_many([]))[1].work(), [])
+        self.assertEqual(self.sent_by(lambda: storage.extend_many([], 60))[0], [])
 
     def test_a_heartbeat_of_fifty_running_jobs_is_one_statement(self) -> None:
         self.q.enqueue_many(list(range(HEARTBEAT_JOBS)))

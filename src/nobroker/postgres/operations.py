@@ -181,6 +181,8 @@ def ack_many(t: Target, items: list[tuple[str, str | None, str | None]]) -> Step
 
     One job takes ``ack`` (see the note above).
     """
+    if not items:
+        return
     if len(items) == 1:
         return (yield from ack(t, *items[0]))
     ids, tokens, results = map(list, zip(*items))
@@ -222,6 +224,8 @@ def extend_many(t: Target, items: list[tuple[str, str | None]], seconds: float) 
 
     One job takes ``extend`` (see the note above ack_many).
     """
+    if not items:
+        return []
     if len(items) == 1:
         job_id, token = items[0]
         return [(yield from extend(t, job_id, token, seconds))]
