@@ -6,8 +6,7 @@ force_generic_plan``, seen through auto_explain by ``watch_plans``; skipped
 where auto_explain cannot be loaded), with ``fill_and_watch_plans`` for
 100,000 rows in the way, and a batch of acks and heartbeats on a table never
 analyzed. Imports: the standard library, psycopg (through tests.pgsupport),
-the public ``nobroker`` API, tests.support
-and tests.pgstoragesupport.
+the public ``nobroker`` API, tests.support and tests.pgstoragesupport.
 """
 
 from __future__ import annotations
