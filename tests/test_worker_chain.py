@@ -117,7 +117,6 @@ class ChainChecks:
         self.assertEqual(queue.get(first.id).result, "done", "the job that ran was acked before run() raised")
         self.assertEqual([queue.get(job.id).state for job in rest], [JobState.READY] * 2)
 
-
     def test_a_bug_after_the_handler_threads_lease_frees_its_slot_and_stops_the_worker(self) -> None:
         queue = self.make_queue()
         queue.enqueue_many(list(range(3)))
