@@ -1,4 +1,4 @@
-"""The static checks: pyflakes over the project's Python, mypy over the library.
+"""The static checks: pyflakes over the project's Python, mypy --strict over the library.
 
 Both tools are optional here (neither is a dependency of nobroker): absent,
 each test is skipped with the reason, except in CI (tests.support.IN_CI),
@@ -47,7 +47,7 @@ class StaticChecks(unittest.TestCase):
     def test_mypy_finds_nothing_in_the_library(self) -> None:
         _require("mypy")
         with tempfile.TemporaryDirectory(prefix="nobroker-mypy-") as cache:
-            proc = _run("mypy", "--cache-dir", cache, "src")
+            proc = _run("mypy", "--strict", "--cache-dir", cache, "src")
         self.assertEqual(proc.returncode, 0, f"mypy:\n{proc.stdout}{proc.stderr}")
         self.assertIn("Success", proc.stdout)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import json.scanner
 import re
 from collections.abc import Callable
 from itertools import accumulate, chain, repeat
@@ -87,7 +88,7 @@ def compact_json(value: Any) -> str:
 
 
 _decode = json.JSONDecoder().decode
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined,arg-type]
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def load_json(text: str) -> Any:

@@ -163,7 +163,7 @@ class Job:
         The Worker sets it when its heartbeat learns that the job was
         cancelled; it is this Job object's own (a copy starts unset).
         """
-        flag = self.__dict__.get("_cancel_flag")
+        flag: CancelFlag | None = self.__dict__.get("_cancel_flag")
         if flag is None:
             flag = self.__dict__.setdefault("_cancel_flag", CancelFlag())
             if self.cancel_requested:

@@ -103,7 +103,7 @@ def state_text(job: Job, now: float) -> str:
         return f"delayed ({relative(job.available_at, now)})"
     if state is JobState.LEASED:
         return f"leased (until {relative(job.lease_deadline, now)})"
-    return state.value
+    return str(state.value)
 
 
 def _first_line(text: str | None) -> str:

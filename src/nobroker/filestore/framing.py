@@ -113,7 +113,7 @@ _pack_frame = FRAME.pack
 
 # The C scanner straight, without JSONDecoder.decode's Python-level wrapper:
 # this runs once per record when a queue opens.
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined,arg-type]
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def decode_body(data: bytes) -> Any:
@@ -264,6 +264,9 @@ def plausible_frame_at(buf: bytes | memoryview, pos: int) -> bool:
     """
     if len(buf) - pos < FRAME_SIZE + 2:
         return False
+    length: int
+    rtype: int
+    crc: int
     length, rtype, crc = FRAME.unpack_from(buf, pos)
     if rtype not in KNOWN_TYPES or length < 2 or length > MAX_RECORD_BYTES:
         return False

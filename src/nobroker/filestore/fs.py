@@ -256,7 +256,8 @@ class RealFileSystem(FileSystem):
         fallocate = getattr(os, "posix_fallocate", None)
         if fallocate is not None:
             try:
-                return fallocate(fd, offset, length)  # blocks reserved: no ENOSPC in the middle of an append
+                fallocate(fd, offset, length)  # blocks reserved: no ENOSPC in the middle of an append
+                return
             except OSError as exc:
                 if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                     raise

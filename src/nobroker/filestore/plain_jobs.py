@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from typing import Any
 from itertools import accumulate, repeat
 
-from ..jobs import DEFAULT_KIND, Job
+from ..jobs import DEFAULT_KIND, MAX_RECORD_BYTES, Job
 from ..storage import EnqueueSpec, SharedSpecs
 from . import counting
-from .framing import FRAME, MAX_RECORD_BYTES, TYPE_CRC, RecordType
+from .framing import FRAME, TYPE_CRC, RecordType
 from .index import (
     _COLUMNS, _EMPTY, _HASH_MULTIPLIER, _U64, INT32_MAX, INT32_MIN, INT64_MAX, MAX_ROWS, ROW_TYPE,
 )

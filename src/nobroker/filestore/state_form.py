@@ -144,7 +144,7 @@ def from_snapshot(fields: dict[str, Any], blocks: list[Any]) -> QueueState:
         if len(values) != len(Entry.__slots__):
             raise ValueError("a snapshot entry has the wrong number of fields")
         entry = of_slots(values)
-        entry.state = STATES[entry.state]  # type: ignore[index]
+        entry.state = STATES[entry.state]
         if rows[entry.row] is not None or entry.id in hot:
             raise ValueError("a snapshot row is claimed twice")
         rows[entry.row] = hot[entry.id] = entry

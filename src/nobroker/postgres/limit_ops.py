@@ -159,7 +159,8 @@ def _turns(row: tuple[Any, ...]) -> Turns:
 
 def put(t: ops.Target, sql: LimitStatements, spec: Limit) -> Steps[Limit]:
     """Limit ``spec.kind``; the same limit again writes nothing (its bucket keeps its tokens)."""
-    return (yield atomic(_put(t, sql, spec)))
+    limit: Limit = yield atomic(_put(t, sql, spec))
+    return limit
 
 
 def _put(t: ops.Target, sql: LimitStatements, spec: Limit) -> Steps[Limit]:

@@ -67,7 +67,8 @@ def _now(t: ops.Target) -> Steps[float]:
 
 def put(t: ops.Target, sql: ScheduleStatements, spec: ScheduleSpec) -> Steps[Schedule]:
     """Define ``spec`` (the same definition again: the stored one, unchanged)."""
-    return (yield atomic(_put(t, sql, spec)))
+    schedule: Schedule = yield atomic(_put(t, sql, spec))
+    return schedule
 
 
 def _put(t: ops.Target, sql: ScheduleStatements, spec: ScheduleSpec) -> Steps[Schedule]:
@@ -95,7 +96,8 @@ def fire(t: ops.Target, sql: ScheduleStatements, max_attempts: int) -> Steps[lis
     """Enqueue every due tick of every due schedule no other worker holds; returns the jobs this call added."""
     if (yield one(sql.text["any_due"], t.params())) is None:
         return []  # the common look: nothing due, no transaction
-    return (yield atomic(_fire(t, sql, max_attempts)))
+    jobs: list[Job] = yield atomic(_fire(t, sql, max_attempts))
+    return jobs
 
 
 def _fire(t: ops.Target, sql: ScheduleStatements, max_attempts: int) -> Steps[list[Job]]:

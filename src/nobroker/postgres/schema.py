@@ -191,7 +191,7 @@ def _apply(conn: Any, schema: str, worker_role: str | None) -> list[str]:
     ident = sql.Identifier(schema)
 
     def run(statement: str, params: tuple[Any, ...] | None = None) -> Any:
-        return conn.execute(sql.SQL(statement).format(schema=ident), params)  # type: ignore[arg-type]
+        return conn.execute(sql.SQL(statement).format(schema=ident), params)
 
     applied: list[str] = []
     with conn.transaction():
@@ -255,7 +255,7 @@ def _apply_rls(conn: Any, schema: str, role: str) -> None:
         for statement in RLS_TABLE:  # privileges: a constant of this module, never a caller's text
             conn.execute(sql.SQL(statement).format(table=sql.Identifier(table), privileges=sql.SQL(privileges), **names))
     for statement in split_statements(_sql_file("rls.sql")):
-        conn.execute(sql.SQL(statement).format(**names))  # type: ignore[arg-type]
+        conn.execute(sql.SQL(statement).format(**names))
 
 
 # ---------------------------------------------------------------- what a schema holds

@@ -246,6 +246,8 @@ class PostgresStorage(ControlStorage):
             return ops.nack(t, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
                             notify=notify)  # fmt: skip
 
+        job: Job
+        owed: bool
         job, owed = yield "nack", steps, False
         if owed:
             self._gate.owe()
@@ -276,7 +278,7 @@ class PostgresStorage(ControlStorage):
     def requeue_plan(self, job_id: str | None) -> Plan[int]:
         """The run of requeue_dead (on the side connection), and the NOTIFY it sends or owes."""
         notify = self._gate.take()
-        count = yield "requeue_dead", lambda: whole.requeue_dead(self._target, job_id, notify), False
+        count: int = yield "requeue_dead", lambda: whole.requeue_dead(self._target, job_id, notify), False
         if count and not notify:
             self._gate.owe()
         return count

@@ -63,7 +63,7 @@ class OffLoop:
         while True:
             slice_ = max(0.0, min(deadline - time.monotonic(), FINISH_RECHECK))
             try:
-                return await asyncio.to_thread(self.storage.wait_finished, job_id, slice_)  # type: ignore[attr-defined,no-any-return]
+                return await asyncio.to_thread(self.storage.wait_finished, job_id, slice_)
             except TimeoutError:
                 job = await asyncio.to_thread(self.storage.get, job_id)
                 if seconds_to_block(job, timeout, deadline) is None:  # TimeoutError at the deadline
@@ -164,7 +164,7 @@ class AsyncQueue(Opening):
         specs = calls.enqueue_many(
             self.max_attempts, payloads, priority, delay, max_attempts, job_ids, kind, dedupe_keys, timeout, group
         )  # fmt: skip
-        return await (await self._open_storage()).enqueue(specs, conn) if specs else []  # type: ignore[no-any-return]
+        return await (await self._open_storage()).enqueue(specs, conn) if specs else []
 
     # ------------------------------------------------------------ consuming
     async def lease(
@@ -172,7 +172,7 @@ class AsyncQueue(Opening):
     ) -> list[Job]:
         """As Queue.lease: up to ``count`` runnable jobs, never waiting for more."""
         count, timeout, kind_set = calls.lease(self.visibility_timeout, count, visibility_timeout, kinds)
-        return await (await self._open_storage()).lease(count, timeout, kind_set) if count else []  # type: ignore[no-any-return]
+        return await (await self._open_storage()).lease(count, timeout, kind_set) if count else []
 
     async def lease_one(self, *, visibility_timeout: float | None = None, kinds: Iterable[str] | None = None) -> Job | None:
         jobs = await self.lease(1, visibility_timeout=visibility_timeout, kinds=kinds)
@@ -198,7 +198,7 @@ class AsyncQueue(Opening):
     async def extend_many(self, jobs: Iterable[JobRef], seconds: float) -> list[Job]:
         """As Queue.extend_many: every lease renewed by one write or one statement."""
         items, seconds = calls.extend_many(jobs, seconds)
-        return await (await self._open_storage()).extend_many(items, seconds) if items else []  # type: ignore[no-any-return]
+        return await (await self._open_storage()).extend_many(items, seconds) if items else []
 
     async def set_stage(self, job: JobRef, stage: str | None) -> Job:
         return await (await self._open_storage()).set_stage(*calls.stage(job, stage))  # type: ignore[no-any-return]

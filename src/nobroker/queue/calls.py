@@ -45,7 +45,8 @@ def spec(
 ) -> EnqueueSpec:  # fmt: skip
     """One job to add; ``stored``: its payload as stored_json gives it (the text, the value read back)."""
     if (
-        type(delay) is float and not delay and kind is DEFAULT_KIND and max_attempts is job_id is dedupe_key is timeout is group is None
+        type(delay) is float and not delay and kind is DEFAULT_KIND and max_attempts is None and job_id is None
+        and dedupe_key is None and timeout is None and group is None
         and type(priority) is int and MIN_PRIORITY <= priority <= MAX_PRIORITY
     ):  # fmt: skip
         # Every argument at its default but the priority (the usual enqueue): nothing else to check.
