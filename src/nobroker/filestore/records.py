@@ -55,8 +55,11 @@ _ENQUEUE_TEXT_PRIORITY = '{"id":%s,"payload":%s,"priority":%d%s%s,"enqueued_at":
 _NEW_JOB = _ENQUEUE_TEXT.replace('"id":%s', '"id":"%016x"')
 _NEW_JOB_PRIORITY = _ENQUEUE_TEXT_PRIORITY.replace('"id":%s', '"id":"%016x"')
 _HEX_ID = frozenset("0123456789abcdef")
-#: Keys a rewritten job body never keeps from its older body: each is written only when set.
-_ONLY_WHEN_SET = ("stage", "result", "cancel_requested", "timeout", "attempt_history", "leased_at", "leased_by")
+#: Keys a rewritten job body never keeps from its older body: each is written only when set (a
+#: traceback too: a lease that expired at the last attempt replaces the error and drops its traceback).
+_ONLY_WHEN_SET = (
+    "stage", "result", "traceback", "cancel_requested", "timeout", "attempt_history", "leased_at", "leased_by",
+)  # fmt: skip
 #: Keys job_fields may leave out that are not in READ_DEFAULTS: a left-out one stays out.
 _LEFT_OUT = ("available_at",)
 
