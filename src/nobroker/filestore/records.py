@@ -55,13 +55,14 @@ _ENQUEUE_TEXT_PRIORITY = '{"id":%s,"payload":%s,"priority":%d%s%s,"enqueued_at":
 _NEW_JOB = _ENQUEUE_TEXT.replace('"id":%s', '"id":"%016x"')
 _NEW_JOB_PRIORITY = _ENQUEUE_TEXT_PRIORITY.replace('"id":%s', '"id":"%016x"')
 _HEX_ID = frozenset("0123456789abcdef")
-#: Keys a rewritten job body never keeps from its older body: each is written only when set (a
-#: traceback too: a lease that expired at the last attempt replaces the error and drops its traceback).
-_ONLY_WHEN_SET = (
-    "stage", "result", "traceback", "cancel_requested", "timeout", "attempt_history", "leased_at", "leased_by",
-)  # fmt: skip
-#: Keys job_fields may leave out that are not in READ_DEFAULTS: a left-out one stays out.
-_LEFT_OUT = ("available_at",)
+#: Every key job_fields may write (0.1.2's, then those written only when set). A rewritten job body
+#: takes each from the job as it is now, never from its older body: a key left out because the job
+#: no longer has it (a stage the next lease cleared, a traceback an expired last attempt dropped,
+#: an available_at equal to the enqueued_at) stays out. Only keys a newer nobroker wrote are kept.
+JOB_FIELD_KEYS = frozenset({
+    *READ_DEFAULTS, "available_at", "enqueued_at", "seq", "kind", "dedupe_key", "stage", "result", "traceback",
+    "cancel_requested", "timeout", "group", "attempt_history", "leased_at", "leased_by",
+})  # fmt: skip
 
 
 # ---------------------------------------------------------------- ENQUEUE
@@ -174,20 +175,19 @@ def rewritten_job(entry: Entry, body: dict[str, Any], lean: bool = False) -> Rec
     """The ENQUEUE record a compaction writes for a live job: its old ``body``'s keys, as the job is now.
 
     The old body brings the id, the payload and any key a newer nobroker
-    added; its fields written only when set must not survive (a stage the
-    next lease cleared, a result from a past ack), nor may a field the old
-    body held that is at its default now (a lease token, once reclaimed).
-    0.1.2's fields come in its order (id, payload, then job_fields), those at
-    their defaults left out; other keys follow as they were. ``lean``: as
-    in job_fields.
+    added. Every key job_fields writes (JOB_FIELD_KEYS) comes from the job as
+    it is now, so none the job no longer has survives: a stage the next lease
+    cleared, a traceback an expired last attempt dropped, a lease token once
+    reclaimed. 0.1.2's fields come in its order (id, payload, then
+    job_fields), those at their defaults left out; other keys follow as they
+    were. ``lean``: as in job_fields.
     """
     out: dict[str, Any] = {"id": body["id"]}
     if "payload" in body:
         out["payload"] = body["payload"]
     out.update(job_fields(entry, lean))
     for key, value in body.items():
-        # A default left out stays out, and so does an available_at left out.
-        if key not in out and key not in _ONLY_WHEN_SET and key not in READ_DEFAULTS and key not in _LEFT_OUT:
+        if key not in out and key not in JOB_FIELD_KEYS:  # a key of a newer nobroker's, as it was
             out[key] = value
     return RecordType.ENQUEUE, out
 
