@@ -88,7 +88,9 @@ def compact_json(value: Any) -> str:
 
 
 _decode = json.JSONDecoder().decode
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+#: The C scanner straight, without JSONDecoder.decode's Python-level wrapper (framing.py's
+#: decoding of every record when a queue opens uses it too): scan_once(text, 0) -> (value, end).
+scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def load_json(text: str) -> Any:
@@ -211,7 +213,7 @@ def _decode_stored(text: str, what: str) -> Any:
     object, which says which keys collided.
     """
     try:
-        value, end = _scan_once(text, 0)  # the C scanner straight: our own text has no whitespace to skip
+        value, end = scan_once(text, 0)  # the C scanner straight: our own text has no whitespace to skip
     except (StopIteration, RecursionError):
         return _decode_checking(text, what)
     if end == len(text) and compact_json(value) == text:
@@ -261,7 +263,7 @@ def stored_json_many(values: list[Any], *, what: str = "payload") -> tuple[list[
         return _dump_json_many(copies, what)[1], copies
     whole, texts = _dump_json_many(values, what)
     try:
-        decoded, end = _scan_once(whole, 0)  # the C scanner straight: our own text has no whitespace to skip
+        decoded, end = scan_once(whole, 0)  # the C scanner straight: our own text has no whitespace to skip
     except (StopIteration, RecursionError):
         decoded, end = [], -1
     if end == len(whole) and compact_json(decoded) == whole:  # else keys collided: a collision keeps one pair of two

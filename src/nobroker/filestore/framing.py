@@ -39,8 +39,6 @@ in a header never makes it read as another version: it is refused.
 from __future__ import annotations
 
 import enum
-import json
-import json.scanner
 import struct
 import zlib
 from dataclasses import dataclass
@@ -48,7 +46,7 @@ from typing import Any
 
 from ..errors import SerializationError
 from ..jobs import MAX_RECORD_BYTES
-from ..codec import compact_json, on_fresh_stack
+from ..codec import compact_json, on_fresh_stack, scan_once
 
 MAGIC = b"NOBROKER"
 #: The format nobroker 0.1.2 writes and reads: a file ends where its last record ends.
@@ -111,10 +109,6 @@ KNOWN_TYPES = frozenset(int(t) for t in RecordType)
 _pack_frame = FRAME.pack
 
 
-# The C scanner straight, without JSONDecoder.decode's Python-level wrapper:
-# this runs once per record when a queue opens.
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-
 
 def decode_body(data: bytes) -> Any:
     """The JSON value in a record body; ValueError if the body is not exactly one JSON value.
@@ -126,12 +120,12 @@ def decode_body(data: bytes) -> Any:
     """
     text = data.decode("utf-8")
     try:
-        value, end = _scan_once(text, 0)
+        value, end = scan_once(text, 0)
     except StopIteration:
         raise ValueError("not JSON") from None
     except RecursionError:
         try:
-            value, end = on_fresh_stack(lambda: _scan_once(text, 0))
+            value, end = on_fresh_stack(lambda: scan_once(text, 0))
         except (StopIteration, RecursionError):
             raise ValueError("not JSON, or nested deeper than any record nobroker writes") from None
     if end != len(text):

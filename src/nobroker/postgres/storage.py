@@ -246,9 +246,8 @@ class PostgresStorage(ControlStorage):
             return ops.nack(t, job_id, token, error=error, traceback=traceback, delay=delay, permanent=permanent,
                             notify=notify)  # fmt: skip
 
-        job: Job
-        owed: bool
-        job, owed = yield "nack", steps, False
+        nacked: tuple[Job, bool] = yield "nack", steps, False
+        job, owed = nacked
         if owed:
             self._gate.owe()
         return job
