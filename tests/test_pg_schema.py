@@ -15,6 +15,7 @@ import subprocess
 import sys
 import unittest
 from typing import Any
+from unittest import mock
 
 from nobroker import BackoffPolicy, Job, NobrokerError, NotLeasedError, Queue
 from tests.pgsupport import connect, drop_schema, fresh_name, require_postgres
@@ -54,13 +55,13 @@ class PostgresSchemaTests(unittest.TestCase):
             ["001_init.sql", "002_retries_and_finished_jobs.sql", "003_claim_paths_counts_and_upkeep.sql",
              "004_counts_kept_by_the_statements.sql", "005_schedules.sql", "006_control_of_jobs.sql", "007_limits.sql",
              "008_snooze_pause_and_wait.sql", "009_time_limits_and_attempts.sql", "010_counters_and_workers.sql",
-             "011_groups.sql"],
+             "011_groups.sql", "012_job_rules_in_one_call.sql"],
         )
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
-        self.assertEqual([r[0] for r in rows], list(range(1, 12)))
-        self.assertEqual(latest_version(), 11)
+        self.assertEqual([r[0] for r in rows], list(range(1, 13)))
+        self.assertEqual(latest_version(), 12)
         other = fresh_name("nbmig")
         self.addCleanup(drop_schema, other)
         with Queue(self.dsn, schema=other) as q:  # migrate=True by default
@@ -68,8 +69,6 @@ class PostgresSchemaTests(unittest.TestCase):
             self.assertEqual(len(q), 1)
 
     def test_upgrading_from_version_1_takes_the_lease_token_off_done_jobs(self) -> None:
-        from unittest import mock
-
         from nobroker.postgres import schema as postgres
 
         files = postgres._migration_files()
@@ -90,6 +89,64 @@ class PostgresSchemaTests(unittest.TestCase):
             q.ack(Job("d", 1, lease_token="tok-d"))  # the lease that finished it: harmless
             with self.assertRaises(NotLeasedError):
                 q.ack(Job("d", 1, lease_token="someone-else"))
+
+    def test_every_rule_of_a_jobs_row_is_kept_by_one_check_that_calls_a_function(self) -> None:
+        from psycopg import errors as pg_errors
+
+        from nobroker.postgres import schema as postgres
+
+        files = postgres._migration_files()
+        before = [name for _, name, _ in files].index("012_job_rules_in_one_call.sql")
+        with mock.patch.object(postgres, "_migration_files", lambda: files[:before]):
+            postgres.migrate(self.dsn, schema=self.schema)
+        table = f'"{self.schema}".jobs'
+        # A row in every state the rules allow, written under the six checks of version 11.
+        rows = [("r", "ready", False, False, None), ("s", "ready", True, False, None), ("l", "leased", False, False, 1.5),
+                ("c", "leased", False, True, None), ("d", "done", False, False, None), ("x", "dead", False, False, None),
+                ("k", "cancelled", False, False, None)]  # fmt: skip
+        with connect() as conn:
+            for job_id, state, scheduled, cancel, timeout in rows:
+                conn.execute(
+                    f"INSERT INTO {table} (queue, id, state, max_attempts, available_at, enqueued_at, lease_deadline,"
+                    " lease_token, payload, scheduled, cancel_requested, timeout) VALUES ('rules', %s, %s, 5, now(),"
+                    " now(), CASE WHEN %s = 'leased' THEN now() + interval '1 hour' END,"
+                    " CASE WHEN %s = 'leased' THEN 'tok' END, '1', %s, %s, %s)",
+                    (job_id, state, state, state, scheduled, cancel, timeout),
+                )
+        self.assertEqual(postgres.migrate(self.dsn, schema=self.schema), ["012_job_rules_in_one_call.sql"])
+        with connect() as conn:
+            checks = conn.execute(
+                "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass"
+                " AND contype = 'c'", (table,),
+            ).fetchall()
+            self.assertEqual(len(checks), 1, checks)
+            self.assertEqual(checks[0][0], "jobs_row_valid")
+            self.assertIn("job_row_valid(state, cancel_requested, lease_deadline, lease_token, scheduled, timeout)",
+                          checks[0][1])
+            broken = {  # each rule of the six, broken by one write to a ready row
+                "an unknown state": "state = 'lost'",
+                "a lease without a deadline": "state = 'leased', lease_token = 'tok'",
+                "a deadline without a lease": "lease_deadline = now()",
+                "a lease without a token": "state = 'leased', lease_deadline = now()",
+                "a cancel asked of a job not leased": "cancel_requested = true",
+                "a finished job waiting for its time": "state = 'done', scheduled = true",
+                "a time limit of zero": "timeout = 0",
+                "a negative time limit": "timeout = -1",
+            }
+            for what, change in broken.items():
+                with self.subTest(what), self.assertRaises(pg_errors.CheckViolation) as caught:
+                    with conn.transaction():
+                        conn.execute(f"UPDATE {table} SET {change} WHERE queue = 'rules' AND id = 'r'")
+                self.assertEqual(caught.exception.diag.constraint_name, "jobs_row_valid")
+            conn.execute(f"UPDATE {table} SET timeout = 2.5, priority = 3 WHERE queue = 'rules' AND id = 'r'")
+        with Queue(self.dsn, "rules", schema=self.schema, migrate=False) as q:
+            states = {job_id: q.get(job_id).state.value for job_id, *_ in rows}  # type: ignore[union-attr]
+            self.assertEqual(states, {"r": "ready", "s": "ready", "l": "leased", "c": "leased", "d": "done",
+                                      "x": "dead", "k": "cancelled"}, "every row as the migration found it")
+            job = q.lease_one()
+            assert job is not None
+            self.assertEqual((job.id, job.priority, job.timeout), ("r", 3, 2.5))
+            q.ack(job)
 
     def test_the_sql_backoff_is_delay_for_without_jitter(self) -> None:
         from nobroker.postgres import migrate
@@ -160,8 +217,11 @@ class PostgresSchemaTests(unittest.TestCase):
             self.assertEqual(admin.execute(f'SELECT count(*) FROM "{self.schema}".jobs').fetchone()[0], 0)
             self.assertEqual(admin.execute(f'DELETE FROM "{self.schema}".jobs').rowcount, 0)
             admin.execute("RESET ROLE")
+            # The role writes through the row check's function by its own grant, not PUBLIC's.
+            admin.execute(f'REVOKE EXECUTE ON FUNCTION "{self.schema}".job_row_valid FROM PUBLIC')
             admin.execute(f'SET ROLE "{worker_role}"')
             self.assertEqual(admin.execute(f'SELECT count(*) FROM "{self.schema}".jobs').fetchone()[0], 2)
+            self.assertEqual(admin.execute(f'UPDATE "{self.schema}".jobs SET priority = 1').rowcount, 2)
             admin.execute("RESET ROLE")
             forced = admin.execute(
                 "SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass",

@@ -15,3 +15,5 @@ GRANT SELECT ON {schema}.schema_migrations TO {role};
 -- A batch that may conflict draws its seq values first (statements.py, "insert_sorted").
 GRANT USAGE ON SEQUENCE {schema}.jobs_seq_seq TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.backoff_delay(integer, double precision, double precision, double precision) TO {role};
+-- The check of every row a statement writes (sql/012) calls it as the role.
+GRANT EXECUTE ON FUNCTION {schema}.job_row_valid(text, boolean, timestamptz, text, boolean, double precision) TO {role};
