@@ -1,11 +1,11 @@
-"""The PostgreSQL schema: migrations (idempotent, upgraded, concurrent), the SQL backoff, row level security, the driver.
+"""The PostgreSQL schema: migrations (idempotent, upgraded, concurrent), the rules of a row, the trigger of waits, the SQL backoff, row level security, the driver.
 
 Owns: ``PostgresSchemaTests`` (each test in a schema of its own),
 ``migrate_names`` and the helpers of its child processes and roles
 (``_migrate_child``, ``_with_user``, ``_drop_roles``). Imports: the standard
 library, psycopg (through tests.pgsupport), the public ``nobroker`` API,
-nobroker.postgres (migrate, latest_version, schema) and
-tests.pgstoragesupport. Four processes migrate at once for real.
+nobroker.postgres (migrate, latest_version, schema, the channel of
+finished jobs) and tests.pgstoragesupport. Four processes migrate at once for real.
 """
 
 from __future__ import annotations
@@ -55,13 +55,13 @@ class PostgresSchemaTests(unittest.TestCase):
             ["001_init.sql", "002_retries_and_finished_jobs.sql", "003_claim_paths_counts_and_upkeep.sql",
              "004_counts_kept_by_the_statements.sql", "005_schedules.sql", "006_control_of_jobs.sql", "007_limits.sql",
              "008_snooze_pause_and_wait.sql", "009_time_limits_and_attempts.sql", "010_counters_and_workers.sql",
-             "011_groups.sql", "012_job_rules_in_one_call.sql"],
+             "011_groups.sql", "012_job_rules_in_one_call.sql", "013_waited_end_tested_in_its_trigger.sql"],
         )
         self.assertEqual(migrate(self.dsn, schema=self.schema), [])
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{self.schema}".schema_migrations').fetchall()
-        self.assertEqual([r[0] for r in rows], list(range(1, 13)))
-        self.assertEqual(latest_version(), 12)
+        self.assertEqual([r[0] for r in rows], list(range(1, 14)))
+        self.assertEqual(latest_version(), 13)
         other = fresh_name("nbmig")
         self.addCleanup(drop_schema, other)
         with Queue(self.dsn, schema=other) as q:  # migrate=True by default
@@ -113,7 +113,7 @@ class PostgresSchemaTests(unittest.TestCase):
                     " CASE WHEN %s = 'leased' THEN 'tok' END, '1', %s, %s, %s)",
                     (job_id, state, state, state, scheduled, cancel, timeout),
                 )
-        self.assertEqual(postgres.migrate(self.dsn, schema=self.schema), ["012_job_rules_in_one_call.sql"])
+        self.assertEqual(postgres.migrate(self.dsn, schema=self.schema)[0], "012_job_rules_in_one_call.sql")
         with connect() as conn:
             checks = conn.execute(
                 "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass"
@@ -148,6 +148,43 @@ class PostgresSchemaTests(unittest.TestCase):
             self.assertEqual((job.id, job.priority, job.timeout), ("r", 3, 2.5))
             q.ack(job)
 
+    def test_only_the_end_of_a_waited_job_wakes_its_waiters(self) -> None:
+        import time
+
+        from nobroker.postgres import migrate
+        from nobroker.postgres.control_ops import finished_channel
+
+        migrate(self.dsn, schema=self.schema)
+        with connect() as conn:
+            trigger = conn.execute(
+                "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'jobs_waited_finishes'"
+                " AND tgrelid = %s::regclass", (f'"{self.schema}".jobs',),
+            ).fetchone()[0]
+        self.assertIn("WHEN (new.waited) EXECUTE", trigger, "one column to read back at each update of state")
+        channel = finished_channel(self.schema, "waits")
+        heard: list[str] = []
+        with connect() as listener, Queue(self.dsn, "waits", schema=self.schema) as q:
+            listener.add_notify_handler(lambda n: heard.append(n.payload) if n.channel == channel else None)
+            listener.execute(f'LISTEN "{channel}"')
+            a, b, c, d = (q.enqueue(name, job_id=name) for name in "abcd")
+            listener.execute(f"UPDATE \"{self.schema}\".jobs SET waited = true WHERE id IN ('a', 'c', 'd')")
+            for job in q.lease(3):  # a, b and c claimed: no end
+                if job.id == "c":
+                    q.nack(job, error="again", delay=0)  # back to ready: no end
+                else:
+                    q.ack(job)  # a ends (waited), b ends (nobody waits)
+            again = q.lease_one()
+            assert again is not None and again.id == "c", again
+            q.nack(again, error="no more", permanent=True)  # c ends dead
+            q.cancel(d)  # d ends cancelled, from ready
+            deadline = time.monotonic() + PATIENCE
+            while len(heard) < 3 and time.monotonic() < deadline:
+                listener.execute("SELECT 1")  # takes in what was sent meanwhile
+                time.sleep(0.01)
+        # Each end was committed after the one before it, and the NOTIFYs arrive in that order.
+        self.assertEqual(heard, ["a", "c", "d"])
+        del b
+
     def test_the_sql_backoff_is_delay_for_without_jitter(self) -> None:
         from nobroker.postgres import migrate
 
@@ -167,8 +204,8 @@ class PostgresSchemaTests(unittest.TestCase):
     def test_a_queue_on_an_unmigrated_schema_says_what_to_run(self) -> None:
         from nobroker import StorageError
 
-        with self.assertRaises(StorageError) as caught:
-            Queue(self.dsn, schema=self.schema, migrate=False).enqueue("x")
+        with self.assertRaises(StorageError) as caught, Queue(self.dsn, schema=self.schema, migrate=False) as q:
+            q.enqueue("x")
         self.assertIn("nobroker pg migrate", str(caught.exception))
 
     def test_concurrent_migrations_from_four_processes(self) -> None:
