@@ -4,8 +4,8 @@ Owns: the part of ``PostgresStorageTests`` that reads the plans the server
 keeps once it has made a generic one (``plan_cache_mode =
 force_generic_plan``, seen through auto_explain by ``watch_plans``; skipped
 where auto_explain cannot be loaded), with ``fill_and_watch_plans`` for
-100,000 rows in the way, and a batch of acks and heartbeats on a table never
-analyzed. Imports: the standard library, psycopg (through tests.pgsupport),
+100,000 rows in the way, and a batch of acks and heartbeats, and a claim
+under limits, on a table never analyzed. Imports: the standard library, psycopg (through tests.pgsupport),
 the public ``nobroker`` API, tests.support and tests.pgstoragesupport.
 """
 
@@ -77,6 +77,28 @@ class PostgresStorageTests(PostgresStorageCase):
             self.assertRegex(shown, r"Index Cond: \(\(queue = .*\) AND \(id = ", "a probe of the key, by both its columns")
             self.assertNotIn("Seq Scan", shown)
         self.assertEqual(q.stats().done, 2 * PAST_PREPARING)
+
+    def test_a_claim_under_limits_probes_the_key_on_a_table_never_analyzed(self) -> None:
+        # Its batch was updated by an array of ids beside the queue's part of the key, which
+        # a table never analyzed read whole at every lease (limit_ops._CLAIM).
+        q = unanalyzed_queue(self, self.name)
+        q.set_limit("mail", concurrency=100)
+        for start in range(0, 3000, 1000):
+            q.enqueue_many([{"n": n} for n in range(start, start + 1000)], kind="mail")
+        plans = self.watch_plans(q)
+        for _ in range(PAST_PREPARING):
+            job = q.lease_one()
+            assert job is not None
+            q.ack(job)
+        claims = [plan for plan in plans if "k(kind, cap)" in plan]
+        self.assertEqual(len(claims), PAST_PREPARING, "every claim's plan was seen")
+        for plan in claims:
+            shown = plan[plan.index("Update on"):]
+            self.assertRegex(shown, r"Index Scan using jobs_pkey on jobs j\b.*\n.*Index Cond: \(\(queue = x\.queue\) AND \(id = x\.id\)\)",
+                             "each job of the batch found by a probe of the key")
+            self.assertNotRegex(shown, r"Bitmap Heap Scan on jobs j\b", "no read of the queue's part of the key")
+            self.assertNotIn("Seq Scan", shown)
+        self.assertEqual(q.stats().done, PAST_PREPARING)
 
     def fill_and_watch_plans(self, q: Queue, state: str, *, side: bool = False) -> list[str]:
         """100,000 rows in ``state``, then every plan ``q`` runs from here on (see watch_plans)."""

@@ -143,7 +143,7 @@ class PlanTests(PostgresTestCase):
             ("the upkeep", self.sql["upkeep"], later, [RECLAIM_BATCH, PROMOTE_BATCH]),
             ("a claim of 1,000", self.sql.claim(1000, kinds=False), claim, [1000]),
             ("a claim of 1,000 of some kinds", self.sql.claim(1000, kinds=True), {**claim, "kinds": ["default"]}, [1000]),
-            ("a claim of 1,000 under limits", self.q.storage.limit_sql.text["claim"], limited, [1000]),  # type: ignore[attr-defined]
+            ("a claim of 1,000 under limits", self.q.storage.limit_sql.claim(1000), limited, [1000]),  # type: ignore[attr-defined]
         ):  # fmt: skip
             with self.subTest(what):
                 nodes = _nodes(self.explain(statement, **values))

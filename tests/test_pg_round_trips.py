@@ -186,6 +186,21 @@ class RoundTripTests(PostgresTestCase):
         self.assertEqual(sent.round_trips, 2)
 
 
+    def test_a_lease_under_limits_sends_the_upkeep_only_when_a_lease_expired_or_a_job_came_due(self) -> None:
+        upkeep = self.q.storage._target.sql["upkeep"].strip()  # type: ignore[attr-defined]
+        self.q.set_limit("default", concurrency=1)
+        first = self.q.enqueue("first")
+        self.q.enqueue("second")
+        jobs, sent = self.sent_by(lambda: self.q.lease(2, visibility_timeout=1))
+        self.assertEqual([job.id for job in jobs], [first.id], "one slot")
+        self.assertNotIn(upkeep, sent.work(), "nothing was due")
+        self.assertEqual(self.q.lease(2), [], "the slot is held")
+        self.q.storage.clock_offset = 600  # type: ignore[attr-defined]  # the lease expired, and its backoff
+        jobs, sent = self.sent_by(lambda: self.q.lease(2))
+        self.assertIn(upkeep, sent.work(), "the expired lease is reclaimed first: its slot is free")
+        self.assertEqual([(job.id, job.attempts) for job in jobs], [(first.id, 2)])
+
+
 class HistoryTests(PostgresTestCase):
     """An attempt's end writes sql/009's attempt_appended's history without calling it (its cost was an ack's)."""
 

@@ -11,7 +11,8 @@ limits). Imports: jobs, codec, limits, storage, fragments, statements,
 rows, steps, operations.
 
 Race-free across processes and hosts: a lease of a queue with limits is
-one transaction that (1) reclaims expired leases (their slots free), (2)
+one transaction that (1) reclaims expired leases (their slots free) where
+the claim that found the limits found one expired or a job due, (2)
 locks every limit row of the queue (``FOR UPDATE``, in kind order), (3)
 counts the leased jobs of each limited kind in a statement of its own (under
 READ COMMITTED it sees every lease committed before the lock was granted:
@@ -41,7 +42,7 @@ from ..limits import to_fields, turned, turns_from_fields, turns_to_fields
 from ..limits import seconds_to_slot as slot_wait
 from ..storage import worker_label
 from . import operations as ops
-from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED
+from .fragments import CLAIM_SET, COLUMNS, JOINED_BATCH, JOINED_CLAIM_MAX, KEYED_BATCH, NOW, UNPAUSED
 from .rows import row_job
 from .statements import quote_schema
 from .steps import Steps, atomic, every, one, run
@@ -56,28 +57,30 @@ _CLAIMABLE = _RUNNABLE + UNPAUSED
 # The kinds without a limit as a plain claim does (of some kinds, or of all
 # but the limited ones), and each limited kind with a free slot up to what
 # its limits allow; the best of all of them, up to the lease's count, updated
-# by their primary key (as fragments.CLAIM's are). Rows locked but not taken
-# are free again when the transaction commits.
+# by their primary key, found as fragments.CLAIM's batch is: by a join for a
+# count up to JOINED_CLAIM_MAX, a probe of the key per job in any plan, by
+# the array of ids above it (on a table never analyzed, the array alone read
+# the queue's every key at each lease). Rows locked but not taken are free
+# again when the transaction commits.
 _CLAIM = f"""{CLAIM_SET}
-        WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(
-            SELECT c.id FROM (
+        {{batch}} FROM (
                 SELECT * FROM (
-                    SELECT id, priority, seq FROM {{schema}}.jobs
+                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
                     WHERE {_CLAIMABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
                     ORDER BY priority DESC, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED) AS o
                 UNION ALL
                 SELECT * FROM (
-                    SELECT id, priority, seq FROM {{schema}}.jobs
+                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
                     WHERE queue = %(q)s AND id = ANY(%(picked)s::text[]) AND state = 'ready' AND NOT scheduled
                     FOR UPDATE SKIP LOCKED) AS p
                 UNION ALL
-                (SELECT l.id, l.priority, l.seq
+                (SELECT l.queue, l.id, l.priority, l.seq
                  FROM unnest(%(lk)s::text[], %(caps)s::int4[]) AS k(kind, cap)
                  CROSS JOIN LATERAL (
-                     SELECT id, priority, seq FROM {{schema}}.jobs
+                     SELECT queue, id, priority, seq FROM {{schema}}.jobs
                      WHERE {_CLAIMABLE} AND kind = k.kind
                      ORDER BY priority DESC, seq LIMIT k.cap FOR UPDATE SKIP LOCKED) AS l)
-            ) AS c ORDER BY c.priority DESC, c.seq LIMIT %(count)s))
+            ) AS c ORDER BY c.priority DESC, c.seq LIMIT %(count)s{{batch_end}}
         RETURNING {COLUMNS}"""
 _LEASED = f"""
         SELECT {_CLOCK}, coalesce((
@@ -143,8 +146,17 @@ class LimitStatements:
             "group_leased": _GROUP_LEASED.replace("{schema}", quoted),
             "clock": f"SELECT {_CLOCK}",
             "leased": _LEASED.replace("{schema}", quoted),
-            "claim": _CLAIM.replace("{schema}", quoted),
+            "claim_joined": _claim_text(quoted, JOINED_BATCH),
+            "claim_keyed": _claim_text(quoted, KEYED_BATCH),
         }  # fmt: skip
+
+    def claim(self, count: int) -> str:
+        """The claim under limits of ``count`` jobs, its batch found as fragments.JOINED_CLAIM_MAX says."""
+        return self.text["claim_joined" if count <= JOINED_CLAIM_MAX else "claim_keyed"]
+
+
+def _claim_text(quoted: str, batch: tuple[str, str]) -> str:
+    return _CLAIM.replace("{schema}", quoted).replace("{batch}", batch[0].format(c="c.")).replace("{batch_end}", batch[1])
 
 
 def _held(row: tuple[Any, ...]) -> tuple[Limit, Bucket | None]:
@@ -238,24 +250,31 @@ def claim(
 ) -> Steps[list[Job]]:
     """The lease of any queue: operations.lease's one statement, or, when it found limits, ``lease``."""
     jobs = yield from ops.lease(t, count, visibility_timeout, kinds)
-    if jobs is None:  # the queue has limits: lease under them
-        jobs = yield from lease(t, sql, count, visibility_timeout, kinds)
+    if isinstance(jobs, ops.Limited):  # the queue has limits: lease under them
+        return (yield from lease(t, sql, count, visibility_timeout, kinds, upkeep=jobs.upkeep_due))
     return jobs
 
 
 def lease(
-    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
+    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None,
+    *, upkeep: bool = True,
 ) -> Steps[list[Job]]:
-    """Up to ``count`` jobs as ops.lease takes them, none of a kind beyond what its limits allow now."""
-    jobs: list[Job] = yield atomic(_lease(t, sql, count, visibility_timeout, kinds))
+    """Up to ``count`` jobs as ops.lease takes them, none of a kind beyond what its limits allow now.
+
+    ``upkeep``: reclaim and promote first (false where the claim that found
+    the limits also found nothing due: the upkeep would read and change nothing).
+    """
+    jobs: list[Job] = yield atomic(_lease(t, sql, count, visibility_timeout, kinds, upkeep))
     jobs.sort(key=lambda job: (-job.priority, job.seq))
     return jobs
 
 
 def _lease(
-    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None
+    t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None,
+    upkeep: bool,
 ) -> Steps[list[Job]]:
-    yield from ops.upkeep(t)
+    if upkeep:
+        yield from ops.upkeep(t)
     rows = yield every(sql.text["lock"], t.params())
     limits = {held.kind: (held, bucket) for held, bucket in map(_held, rows)}
     turns = {row[0]: _turns(row) for row in rows}
@@ -274,7 +293,7 @@ def _lease(
         lk=plain, caps=[caps[kind] for kind in plain], count=count,
         picked=[job_id for kind in fair for _group, job_id in picks[kind]],
     )  # fmt: skip
-    jobs = [row_job(row) for row in (yield every(sql.text["claim"], params))]
+    jobs = [row_job(row) for row in (yield every(sql.claim(count), params))]
     for kind in free:
         held, bucket = limits[kind]
         n = sum(1 for job in jobs if job.kind == kind)

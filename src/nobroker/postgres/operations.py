@@ -112,10 +112,18 @@ UPKEEP_DUE = JOB_COLUMNS
 LIMITED = JOB_COLUMNS + 1
 
 
-def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> Steps[list[Job] | None]:
+@dataclass(frozen=True)
+class Limited:
+    """What ``lease`` found on a queue with limits: it took nothing, and whether the upkeep has work."""
+
+    upkeep_due: bool
+
+
+def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> Steps[list[Job] | Limited]:
     """One statement, one round trip, unless a scheduled job came due or a lease expired: then two.
 
-    None: the queue has limits, and took nothing; limit_ops.lease leases under them.
+    Limited: the queue has limits, and took nothing; limit_ops.lease leases
+    under them, with the upkeep first only where this claim found it due.
 
     The checked claim takes nothing while the upkeep has work and says so;
     then the upkeep and the plain claim go together (one round trip, one
@@ -128,7 +136,7 @@ def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str
     rows = yield every(t.sql.claim(count, kinds=some, checked=True), params)
     if rows and rows[0][LIMITED]:
         assert len(rows) == 1 and rows[0][0] is None, "a claim that found limits took nothing"
-        return None
+        return Limited(bool(rows[0][UPKEEP_DUE]))
     if rows and rows[0][UPKEEP_DUE]:
         assert len(rows) == 1 and rows[0][0] is None, "a claim that found upkeep due took nothing"
         rows = yield from upkeep_then(t, t.sql.claim(count, kinds=some), params)
