@@ -109,7 +109,6 @@ KNOWN_TYPES = frozenset(int(t) for t in RecordType)
 _pack_frame = FRAME.pack
 
 
-
 def decode_body(data: bytes) -> Any:
     """The JSON value in a record body; ValueError if the body is not exactly one JSON value.
 

@@ -24,6 +24,17 @@ JOINED_CLAIM_MAX = 16
 #: rescan the subquery once per job of the queue, each time locking another.
 JOINED_BATCH = ("FROM (\n            SELECT {c}queue, {c}id", ") AS x\n        WHERE j.queue = x.queue AND j.id = x.id")
 KEYED_BATCH = ("WHERE j.queue = %(q)s AND j.id = ANY(ARRAY(\n            SELECT {c}id", "))")
+
+
+def batched(text: str, count: int, c: str) -> str:
+    """``text`` with its ``{batch}`` and ``{batch_end}`` filled for a claim of ``count`` (JOINED_CLAIM_MAX).
+
+    ``c``: the alias the batch's columns come from ("" or "c.").
+    """
+    batch, batch_end = JOINED_BATCH if count <= JOINED_CLAIM_MAX else KEYED_BATCH
+    return text.replace("{batch}", batch.format(c=c)).replace("{batch_end}", batch_end)
+
+
 #: Most done or dead jobs one DELETE of compaction or pruning removes (each batch is its own transaction).
 PRUNE_BATCH = 2000
 #: The widest span of seqs one batch of pruning looks in, from the first finished job after where

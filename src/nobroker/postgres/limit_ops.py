@@ -42,7 +42,7 @@ from ..limits import to_fields, turned, turns_from_fields, turns_to_fields
 from ..limits import seconds_to_slot as slot_wait
 from ..storage import worker_label
 from . import operations as ops
-from .fragments import CLAIM_SET, COLUMNS, JOINED_BATCH, JOINED_CLAIM_MAX, KEYED_BATCH, NOW, UNPAUSED
+from .fragments import CLAIM_SET, COLUMNS, JOINED_CLAIM_MAX, NOW, UNPAUSED, batched
 from .rows import row_job
 from .statements import quote_schema
 from .steps import Steps, atomic, every, one, run
@@ -146,17 +146,13 @@ class LimitStatements:
             "group_leased": _GROUP_LEASED.replace("{schema}", quoted),
             "clock": f"SELECT {_CLOCK}",
             "leased": _LEASED.replace("{schema}", quoted),
-            "claim_joined": _claim_text(quoted, JOINED_BATCH),
-            "claim_keyed": _claim_text(quoted, KEYED_BATCH),
+            "claim_joined": batched(_CLAIM.replace("{schema}", quoted), 1, "c."),
+            "claim_keyed": batched(_CLAIM.replace("{schema}", quoted), JOINED_CLAIM_MAX + 1, "c."),
         }  # fmt: skip
 
     def claim(self, count: int) -> str:
         """The claim under limits of ``count`` jobs, its batch found as fragments.JOINED_CLAIM_MAX says."""
         return self.text["claim_joined" if count <= JOINED_CLAIM_MAX else "claim_keyed"]
-
-
-def _claim_text(quoted: str, batch: tuple[str, str]) -> str:
-    return _CLAIM.replace("{schema}", quoted).replace("{batch}", batch[0].format(c="c.")).replace("{batch_end}", batch[1])
 
 
 def _held(row: tuple[Any, ...]) -> tuple[Limit, Bucket | None]:

@@ -60,10 +60,7 @@ from .fragments import (
     INSERT_COUNTED,
     INSERT_ONE_COUNTS,
     INSERT_TALLY,
-    JOINED_BATCH,
-    JOINED_CLAIM_MAX,
     KEPT_ATTEMPTS,
-    KEYED_BATCH,
     LISTED,
     NACK_COUNTED,
     NACK_TALLY,
@@ -79,6 +76,7 @@ from .fragments import (
     appended,
     batch_of,
     batch_of_rows,
+    batched,
     ended,
 )
 
@@ -417,9 +415,7 @@ class Statements:
         text = self._claims.get(key)
         if text is None:
             name = ("claim_kinds" if kinds else "claim") + ("_checked" if checked else "")
-            batch, batch_end = JOINED_BATCH if count <= JOINED_CLAIM_MAX else KEYED_BATCH
-            text = self._text[name].replace("{count}", str(int(count)))
-            text = text.replace("{batch}", batch.format(c="c." if kinds else "")).replace("{batch_end}", batch_end)
+            text = batched(self._text[name].replace("{count}", str(int(count))), count, "c." if kinds else "")
             if len(self._claims) < MAX_CLAIM_STATEMENTS:
                 self._claims[key] = text
         return text
