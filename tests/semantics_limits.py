@@ -79,6 +79,22 @@ class LimitSemantics(_Base):
         self.assertIsNone(q.lease_one())
         self.assertEqual(q.lease(5, kinds=["a", "b"]), [])
 
+    def test_a_lease_under_limits_takes_the_best_jobs_of_few_kinds_and_of_many(self) -> None:
+        # PostgreSQL takes a few kinds without a limit from each kind's head, and
+        # many of them (more than 32) from the head of the whole queue: the same jobs.
+        for kinds in (3, 40):
+            with self.subTest(kinds=kinds):
+                q = self.make_queue()
+                q.set_limit("held", concurrency=1)
+                held = q.enqueue_many([f"h{n}" for n in range(5)], kind="held", priority=5)
+                jobs = [q.enqueue(f"k{n}", kind=f"k{n}", priority=n % 7) for n in range(kinds)]
+                order = sorted([held[0], *jobs], key=lambda job: (-job.priority, job.seq))
+                self.assertEqual([job.id for job in q.lease(10)], [job.id for job in order[:10]])
+                rest = [job for job in order[10:] if job.kind != "held"]
+                got = q.lease(kinds, kinds={job.kind for job in rest} | {"held"})
+                self.assertEqual([job.id for job in got], [job.id for job in rest], "the held kind's slot is spent")
+                q.purge()
+
     # ------------------------------------------------------------ rate
     def test_a_rate_limit_lets_through_its_burst_then_one_token_per_interval(self) -> None:
         q = self.make_queue(visibility_timeout=1000)  # no lease expires while the clock moves on

@@ -137,13 +137,16 @@ class PlanTests(PostgresTestCase):
         self.fill(PROMOTE_BATCH, delay=60)  # due an hour later
         later = {"off": 3600.0}
         claim = {"vt": 30.0, "by": "plans:1", "kinds": None}
-        limited = {**claim, "all": True, "kinds": [], "held": ["other"], "lk": [], "caps": [], "count": 1000,
-                   "picked": []}  # fmt: skip
+        limited = {**claim, "all": True, "kinds": [], "held": ["other"], "lk": ["default"], "caps": [1000],
+                   "count": 1000, "picked": []}  # fmt: skip
+        walked = {**limited, "lk": [], "caps": []}
+        limit_sql = self.q.storage.limit_sql  # type: ignore[attr-defined]
         for what, statement, values, changed in (
             ("the upkeep", self.sql["upkeep"], later, [RECLAIM_BATCH, PROMOTE_BATCH]),
             ("a claim of 1,000", self.sql.claim(1000, kinds=False), claim, [1000]),
             ("a claim of 1,000 of some kinds", self.sql.claim(1000, kinds=True), {**claim, "kinds": ["default"]}, [1000]),
-            ("a claim of 1,000 under limits", self.q.storage.limit_sql.claim(1000), limited, [1000]),  # type: ignore[attr-defined]
+            ("a claim of 1,000 under limits", limit_sql.claim(1000), limited, [1000]),
+            ("a claim of 1,000 under limits of many kinds", limit_sql.claim(1000, walk=True), walked, [1000]),
         ):  # fmt: skip
             with self.subTest(what):
                 nodes = _nodes(self.explain(statement, **values))
@@ -151,6 +154,28 @@ class PlanTests(PostgresTestCase):
                 self.assertFalse(scans, f"{what} scans the table")
                 updates = [n for n in nodes if n["Node Type"] == "ModifyTable" and n["Relation Name"] == "jobs"]
                 self.assertEqual([n["Actual Rows"] for n in updates], changed, f"the jobs {what} changed")
+
+    def test_a_lease_under_limits_never_walks_over_the_backlog_of_a_limited_kind(self) -> None:
+        # The kinds without a limit were taken from the claim index's head, past every
+        # ready job of the limited kinds: 7.3 ms of the server's CPU a lease with 50,000
+        # of them waiting for one slot. Each kind is now taken from its own index's head.
+        self.q.set_limit("slow", concurrency=1)
+        self.fill(IN_THE_WAY, kind="slow")
+        self.q.lease(1, kinds=["slow"])  # the slot is spent: every slow job waits
+        fast = self.q.enqueue("now", kind="fast")
+        limit_sql = self.q.storage.limit_sql  # type: ignore[attr-defined]
+        leased = self.explain(limit_sql.text["leased"], lk=["slow"], all=True)
+        self.assert_few_pages(leased, "finding the kinds without a limit")
+        values = {"vt": 30.0, "by": "plans:1", "all": True, "kinds": [], "held": ["slow"], "lk": ["fast"],
+                  "caps": [1], "count": 1, "picked": []}  # fmt: skip
+        claim = self.explain(limit_sql.claim(1), **values)
+        self.assert_few_pages(claim, "a claim under limits")
+        self.assertEqual(claim["Actual Rows"], 1)
+        for kinds in (None, ["fast", "slow"]):
+            with self.subTest(kinds=kinds):
+                jobs = self.q.lease(5, kinds=kinds)
+                self.assertEqual([job.id for job in jobs], [fast.id])
+                self.q.nack(jobs[0], delay=0)
 
     def test_a_claim_of_a_few_probes_the_key_on_a_table_not_yet_analyzed(self) -> None:
         # Without statistics (a new schema, before autovacuum's first ANALYZE), the plan of a

@@ -16,9 +16,10 @@ the claim that found the limits found one expired or a job due, (2)
 locks every limit row of the queue (``FOR UPDATE``, in kind order), (3)
 counts the leased jobs of each limited kind in a statement of its own (under
 READ COMMITTED it sees every lease committed before the lock was granted:
-each holder of the lock commits its claim before it lets go), (4) claims at
-most what each limit allows, the other kinds as usual, and (5) spends the
-tokens. Two leases never see the same free slot or token. A fair kind (a
+each holder of the lock commits its claim before it lets go), and finds the
+kinds without a limit that have ready jobs, (4) claims at most what each
+limit allows and the other kinds each from its own index's head (so no
+backlog of a limited kind is walked over), and (5) spends the tokens. Two leases never see the same free slot or token. A fair kind (a
 limit with ``group_concurrency`` or ``weights``) is picked group by group
 before the claim, under the same locks: the best jobs of each of its groups
 (a skip scan of sql/011's index, one probe per group), the leased jobs of
@@ -54,21 +55,20 @@ _CLOCK = "extract(epoch FROM clock_timestamp())::float8 + %(off)s::float8"
 _RUNNABLE = f"queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}"
 #: What the limited claim may take: runnable and not paused (control_ops.pause), as the plain claim.
 _CLAIMABLE = _RUNNABLE + UNPAUSED
-# The kinds without a limit as a plain claim does (of some kinds, or of all
-# but the limited ones), and each limited kind with a free slot up to what
-# its limits allow; the best of all of them, up to the lease's count, updated
-# by their primary key, found as fragments.CLAIM's batch is: by a join for a
-# count up to JOINED_CLAIM_MAX, a probe of the key per job in any plan, by
-# the array of ids above it (on a table never analyzed, the array alone read
-# the queue's every key at each lease). Rows locked but not taken are free
-# again when the transaction commits.
+# Each kind with a free slot, up to what its limits allow, and each kind
+# without a limit, up to the lease's count: the head of each kind's own index
+# (jobs_claim_kind, as fragments.CLAIM_KINDS), so the backlog of a limited
+# kind is never walked over; and the fair kinds' picks. The best of all of
+# them, up to the lease's count, updated by their primary key, found as
+# fragments.CLAIM's batch is: by a join for a count up to JOINED_CLAIM_MAX, a
+# probe of the key per job in any plan, by the array of ids above it (on a
+# table never analyzed, the array alone read the queue's every key at each
+# lease). Rows locked but not taken are free again when the transaction
+# commits. With more than KIND_HEADS_MAX kinds without a limit (their heads
+# would lock as many rows), those kinds are taken as a plain claim takes
+# them instead: the claim's index from its head, past the limited kinds ({others}).
 _CLAIM = f"""{CLAIM_SET}
-        {{batch}} FROM (
-                SELECT * FROM (
-                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
-                    WHERE {_CLAIMABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
-                    ORDER BY priority DESC, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED) AS o
-                UNION ALL
+        {{batch}} FROM ({{others}}
                 SELECT * FROM (
                     SELECT queue, id, priority, seq FROM {{schema}}.jobs
                     WHERE queue = %(q)s AND id = ANY(%(picked)s::text[]) AND state = 'ready' AND NOT scheduled
@@ -82,12 +82,31 @@ _CLAIM = f"""{CLAIM_SET}
                      ORDER BY priority DESC, seq LIMIT k.cap FOR UPDATE SKIP LOCKED) AS l)
             ) AS c ORDER BY c.priority DESC, c.seq LIMIT %(count)s{{batch_end}}
         RETURNING {COLUMNS}"""
+_OTHERS = f"""
+                SELECT * FROM (
+                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                    WHERE {_CLAIMABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
+                    ORDER BY priority DESC, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED) AS o
+                UNION ALL"""
+#: Most kinds without a limit that a claim under limits takes by their heads (see _CLAIM).
+KIND_HEADS_MAX = 32
+# The database clock, the leased jobs of each limited kind, and, for a lease
+# of any kind (``all``), up to KIND_HEADS_MAX + 1 kinds without a limit that
+# have ready jobs: a skip scan of jobs_claim_kind, one probe per kind.
 _LEASED = f"""
         SELECT {_CLOCK}, coalesce((
             SELECT json_object_agg(kind, n) FROM (
                 SELECT kind, count(*) AS n FROM {{schema}}.jobs
                 WHERE queue = %(q)s AND state = 'leased' AND kind = ANY(%(lk)s::text[]) GROUP BY kind) AS c
-        ), '{{}}'::json)::text"""
+        ), '{{}}'::json)::text, CASE WHEN %(all)s THEN ARRAY(
+            WITH RECURSIVE r(kind) AS (
+                (SELECT kind FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled
+                 ORDER BY kind LIMIT 1)
+                UNION ALL
+                SELECT (SELECT kind FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled
+                        AND kind > r.kind ORDER BY kind LIMIT 1)
+                FROM r WHERE r.kind IS NOT NULL)
+            SELECT kind FROM r WHERE kind IS NOT NULL AND kind <> ALL(%(lk)s::text[]) LIMIT {KIND_HEADS_MAX + 1}) END"""
 # A fair kind's picks: the best ``count`` runnable jobs of each of its groups
 # (the groups found by a skip scan of jobs_claim_group: one probe per group),
 # and of its jobs without a group.
@@ -146,13 +165,19 @@ class LimitStatements:
             "group_leased": _GROUP_LEASED.replace("{schema}", quoted),
             "clock": f"SELECT {_CLOCK}",
             "leased": _LEASED.replace("{schema}", quoted),
-            "claim_joined": batched(_CLAIM.replace("{schema}", quoted), 1, "c."),
-            "claim_keyed": batched(_CLAIM.replace("{schema}", quoted), JOINED_CLAIM_MAX + 1, "c."),
         }  # fmt: skip
+        for others, text in (("heads", ""), ("walk", _OTHERS)):
+            claim = _CLAIM.replace("{others}", text).replace("{schema}", quoted)
+            self.text[f"claim_{others}_joined"] = batched(claim, 1, "c.")
+            self.text[f"claim_{others}_keyed"] = batched(claim, JOINED_CLAIM_MAX + 1, "c.")
 
-    def claim(self, count: int) -> str:
-        """The claim under limits of ``count`` jobs, its batch found as fragments.JOINED_CLAIM_MAX says."""
-        return self.text["claim_joined" if count <= JOINED_CLAIM_MAX else "claim_keyed"]
+    def claim(self, count: int, *, walk: bool = False) -> str:
+        """The claim under limits of ``count`` jobs, its batch found as fragments.JOINED_CLAIM_MAX says.
+
+        ``walk``: the kinds without a limit are taken from the claim index's head, not by their heads (_CLAIM).
+        """
+        others = "walk" if walk else "heads"
+        return self.text[f"claim_{others}_{'joined' if count <= JOINED_CLAIM_MAX else 'keyed'}"]
 
 
 def _held(row: tuple[Any, ...]) -> tuple[Limit, Bucket | None]:
@@ -275,8 +300,9 @@ def _lease(
     limits = {held.kind: (held, bucket) for held, bucket in map(_held, rows)}
     turns = {row[0]: _turns(row) for row in rows}
     mine = sorted(kind for kind in limits if kinds is None or kind in kinds)
-    clock, leased_json = yield one(sql.text["leased"], t.params(lk=mine))
+    clock, leased_json, ready = yield one(sql.text["leased"], t.params(lk=mine, all=kinds is None))
     now, leased = float(clock), load_json(leased_json)
+    others = sorted(ready if kinds is None else kinds.difference(limits))
     caps = {kind: min(budget(*limits[kind], leased.get(kind, 0), now), count) for kind in mine}
     free = [kind for kind in mine if caps[kind] > 0]
     fair = [kind for kind in free if limits[kind][0].fair]
@@ -284,12 +310,14 @@ def _lease(
     picks: dict[str, list[tuple[str | None, str]]] = {}
     for kind in fair:
         picks[kind] = yield from _fair_picks(t, sql, limits[kind][0], turns[kind], caps[kind])
+    walk = len(others) > KIND_HEADS_MAX
+    heads = plain if walk else plain + others
     params = t.params(
         vt=visibility_timeout, by=worker_label(), all=kinds is None, kinds=sorted(kinds or ()), held=sorted(limits),
-        lk=plain, caps=[caps[kind] for kind in plain], count=count,
+        lk=heads, caps=[caps.get(kind, count) for kind in heads], count=count,
         picked=[job_id for kind in fair for _group, job_id in picks[kind]],
     )  # fmt: skip
-    jobs = [row_job(row) for row in (yield every(sql.claim(count), params))]
+    jobs = [row_job(row) for row in (yield every(sql.claim(count, walk=walk), params))]
     for kind in free:
         held, bucket = limits[kind]
         n = sum(1 for job in jobs if job.kind == kind)
