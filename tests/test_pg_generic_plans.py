@@ -100,6 +100,28 @@ class PostgresStorageTests(PostgresStorageCase):
             self.assertNotIn("Seq Scan", shown)
         self.assertEqual(q.stats().done, PAST_PREPARING)
 
+    def test_a_claim_under_limits_is_planned_once_and_the_setting_ends_with_its_lease(self) -> None:
+        # Its arrays made the server's estimate of a generic plan worse than a custom
+        # one's, so it planned the claim again at every lease (a fifth of the server's
+        # CPU there); the lease's lock statement asks for the generic plan, whose reads
+        # test_a_claim_under_limits_probes_the_key_on_a_table_never_analyzed and test_pg_plans bound.
+        q = self.open_queue()
+        q.set_limit("mail", concurrency=100)
+        q.enqueue_many([{"n": n} for n in range(3 * PAST_PREPARING)], kind="mail")
+        for _ in range(3 * PAST_PREPARING):
+            job = q.lease_one()
+            assert job is not None
+            q.ack(job)
+        conn = q.storage._link._connection()  # type: ignore[attr-defined]
+        claims = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%k(kind, cap)%'"
+        ).fetchall()
+        self.assertEqual(len(claims), 1, "the claim under limits is prepared")
+        generic, custom = claims[0]
+        self.assertEqual(custom, 0, "never planned for its parameters once prepared")
+        self.assertGreaterEqual(generic, 2 * PAST_PREPARING - 1)
+        self.assertEqual(conn.execute("SHOW plan_cache_mode").fetchone(), ("auto",), "the setting ended with the lease")
+
     def fill_and_watch_plans(self, q: Queue, state: str, *, side: bool = False) -> list[str]:
         """100,000 rows in ``state``, then every plan ``q`` runs from here on (see watch_plans)."""
         with connect() as admin:

@@ -153,7 +153,10 @@ class LimitStatements:
                       f"ON CONFLICT (queue, kind) DO UPDATE SET {updates}",
             "delete": f"DELETE FROM {table} WHERE queue = %(q)s AND kind = %(kind)s RETURNING 1",
             "all": f"SELECT {cols}, {_CLOCK} FROM {table} WHERE queue = %(q)s ORDER BY kind",
-            "lock": f"SELECT {cols} FROM {table} WHERE queue = %(q)s ORDER BY kind FOR UPDATE",
+            # The lock asks the rest of its transaction for generic plans: the claim's arrays
+            # make a generic plan look dearer than a custom one, planned again at each lease.
+            "lock": f"SELECT {cols}, set_config('plan_cache_mode', 'force_generic_plan', true) FROM {table} "
+                    "WHERE queue = %(q)s ORDER BY kind FOR UPDATE",
             # An idle wait's look: each limit with its kind's leased jobs and whether one is runnable.
             "look": f"""SELECT {", ".join("l." + c for c in _COLUMNS)}, {_CLOCK},
                 (SELECT count(*) FROM {quoted}.jobs WHERE queue = l.queue AND state = 'leased' AND kind = l.kind),
