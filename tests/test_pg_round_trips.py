@@ -200,6 +200,22 @@ class RoundTripTests(PostgresTestCase):
         self.assertIn(upkeep, sent.work(), "the expired lease is reclaimed first: its slot is free")
         self.assertEqual([(job.id, job.attempts) for job in jobs], [(first.id, 2)])
 
+    def test_a_lease_in_a_queue_with_a_paused_kind_goes_kind_by_kind_in_three_statements_and_locks_no_limit(self) -> None:
+        limit_sql = self.q.storage.limit_sql  # type: ignore[attr-defined]
+        self.q.pause("other")
+        self.q.enqueue("held", kind="other", priority=9)
+        mine = self.q.enqueue("mine")
+        jobs, sent = self.sent_by(lambda: self.q.lease(2))
+        self.assertEqual([job.id for job in jobs], [mine.id], "the paused kind's job stays")
+        self.assertEqual(sent.round_trips, 3, sent.work())  # the claim that found the pause, the kinds, their claim
+        self.assertIn(limit_sql.text["leased"].strip(), sent.work())
+        self.assertNotIn(limit_sql.text["lock"].strip(), sent.work(), "no limit to lock, no transaction")
+        self.q.set_limit("default", concurrency=5)
+        self.q.nack(mine, delay=0)
+        jobs, sent = self.sent_by(lambda: self.q.lease(2))
+        self.assertEqual([job.id for job in jobs], [mine.id])
+        self.assertIn(limit_sql.text["lock"].strip(), sent.work(), "with limits too, the limits are locked")
+
 
 class HistoryTests(PostgresTestCase):
     """An attempt's end writes sql/009's attempt_appended's history without calling it (its cost was an ack's)."""

@@ -10,8 +10,9 @@ fragments, statements, rows, operations, queue_ops.
 Each statement changes one row and adds its differences to the counts in
 the same statement (fragments.TALLY), as the other operations do. Pauses are
 rows of ``pauses`` (kind '' is the whole queue); the claim reads them
-(fragments.UNPAUSED), so a pause is seen by every claim that starts after
-its commit, on every host. A statement that finds its job's lease expired
+(fragments.DUE: a queue with a pause is leased kind by kind, past the
+paused kinds, by limit_ops.lease; fragments.UNPAUSED elsewhere), so a
+pause is seen by every claim that starts after its commit, on every host. A statement that finds its job's lease expired
 reclaims it first (operations.upkeep), then tries again, as cancel does: the
 job is then what the file storage would show.
 """

@@ -231,7 +231,9 @@ UPKEEP = f"""
         SELECT (SELECT count(*) FROM reclaimed), (SELECT count(*) FROM promoted)"""
 #: The claim takes no job of a paused kind, and none while the whole queue is paused
 #: (sql/008: a row of ``pauses`` with kind '' is the whole queue). The pauses are read
-#: once per statement (an InitPlan), so a queue with none pays one probe of an empty index.
+#: once per statement (an InitPlan). The checked claim (DUE) needs no such filter: it
+#: takes nothing from a queue with any pause, which limit_ops.lease leases kind by kind
+#: past its paused kinds (a filter of each ready job walked over a paused kind's backlog).
 UNPAUSED = (
     " AND NOT (ARRAY['', kind] && ARRAY(SELECT p.kind FROM {schema}.pauses AS p WHERE p.queue = %(q)s))"
 )
@@ -256,7 +258,7 @@ CLAIM_SET = f"""
 # joined and its ids as an array): the key probed per row, or by the array.
 CLAIM = f"""{CLAIM_SET}
         {{batch}} FROM {{schema}}.jobs
-            WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}{{unless_due}}{UNPAUSED}
+            WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}{{unless_due}}
             ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED{{batch_end}}
         RETURNING {COLUMNS}"""
 # Some kinds only: the head of each kind's own index (jobs_claim_kind), then
@@ -268,7 +270,7 @@ CLAIM_KINDS = f"""{CLAIM_SET}
             CROSS JOIN LATERAL (
                 SELECT queue, id, priority, seq FROM {{schema}}.jobs
                 WHERE queue = %(q)s AND kind = k.kind AND state = 'ready' AND NOT scheduled
-                  AND available_at <= {NOW}{{unless_due}}{UNPAUSED}
+                  AND available_at <= {NOW}{{unless_due}}
                 ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS c
             ORDER BY c.priority DESC, c.seq LIMIT {{count}}{{batch_end}}
         RETURNING {COLUMNS}"""
@@ -290,13 +292,15 @@ DUE = f"""
                 OR coalesce((SELECT lease_deadline FROM {{schema}}.jobs
                              WHERE queue = %(q)s AND state = 'leased'
                              ORDER BY lease_deadline LIMIT 1) <= {NOW}, false) AS upkeep,
-                   EXISTS (SELECT 1 FROM {{schema}}.limits WHERE queue = %(q)s) AS limited
+                   EXISTS (SELECT 1 FROM {{schema}}.limits WHERE queue = %(q)s) AS limited,
+                   EXISTS (SELECT 1 FROM {{schema}}.pauses WHERE queue = %(q)s) AS paused
         ), claimed AS ({{claim}}
         )
-        SELECT claimed.*, due.upkeep, due.limited FROM due LEFT JOIN claimed ON true"""
+        SELECT claimed.*, due.upkeep, due.limited, due.paused FROM due LEFT JOIN claimed ON true"""
 #: What the checked claim adds to its WHERE: nothing is taken while the upkeep has
-#: work, nor from a queue with limits (its leases lock the limits first: limit_ops.py).
-UNLESS_DUE = " AND NOT (SELECT upkeep OR limited FROM due)"
+#: work, nor from a queue with limits (its leases lock the limits first: limit_ops.py)
+#: or pauses (leased kind by kind there too, past the paused kinds).
+UNLESS_DUE = " AND NOT (SELECT upkeep OR limited OR paused FROM due)"
 #: The NOTIFY a statement sends when ``notify`` is true (an InitPlan: run once, and only when asked).
 NOTIFY = "(SELECT 1 FROM pg_notify(%(chan)s, '') WHERE %(notify)s)"
 #: What an insert returns: the rest of the Job is known to the caller already.

@@ -7,7 +7,9 @@ are: a Queue drives them, an AsyncQueue awaits them): ``put``, ``remove``,
 wait watches), ``holding`` (the limit holding a kind back, in words, for
 explain), ``lease``, the lease of a queue that has limits, and ``claim``,
 the lease of any queue (operations.lease, then ``lease`` when it found
-limits). Imports: jobs, codec, limits, storage, fragments, statements,
+limits or pauses: a queue with pauses alone is leased the same way, kind by
+kind past its paused kinds, without the transaction and the limits'
+locks). Imports: jobs, codec, limits, storage, fragments, statements,
 rows, steps, operations.
 
 Race-free across processes and hosts: a lease of a queue with limits is
@@ -90,15 +92,17 @@ _OTHERS = f"""
                 UNION ALL"""
 #: Most kinds without a limit that a claim under limits takes by their heads (see _CLAIM).
 KIND_HEADS_MAX = 32
-# The database clock, the leased jobs of each limited kind, and, for a lease
-# of any kind (``all``), up to KIND_HEADS_MAX + 1 kinds without a limit that
+# The database clock, the leased jobs of each limited kind, the pauses ('':
+# the whole queue), and, for a lease of any kind (``all``) while the queue is
+# not paused, up to KIND_HEADS_MAX + 1 kinds neither limited nor paused that
 # have ready jobs: a skip scan of jobs_claim_kind, one probe per kind.
 _LEASED = f"""
         SELECT {_CLOCK}, coalesce((
             SELECT json_object_agg(kind, n) FROM (
                 SELECT kind, count(*) AS n FROM {{schema}}.jobs
                 WHERE queue = %(q)s AND state = 'leased' AND kind = ANY(%(lk)s::text[]) GROUP BY kind) AS c
-        ), '{{}}'::json)::text, CASE WHEN %(all)s THEN ARRAY(
+        ), '{{}}'::json)::text, ARRAY(SELECT kind FROM {{schema}}.pauses WHERE queue = %(q)s),
+        CASE WHEN %(all)s AND NOT EXISTS (SELECT 1 FROM {{schema}}.pauses WHERE queue = %(q)s AND kind = '') THEN ARRAY(
             WITH RECURSIVE r(kind) AS (
                 (SELECT kind FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled
                  ORDER BY kind LIMIT 1)
@@ -106,7 +110,9 @@ _LEASED = f"""
                 SELECT (SELECT kind FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled
                         AND kind > r.kind ORDER BY kind LIMIT 1)
                 FROM r WHERE r.kind IS NOT NULL)
-            SELECT kind FROM r WHERE kind IS NOT NULL AND kind <> ALL(%(lk)s::text[]) LIMIT {KIND_HEADS_MAX + 1}) END"""
+            SELECT kind FROM r WHERE kind IS NOT NULL AND kind <> ALL(%(lk)s::text[])
+              AND kind <> ALL(ARRAY(SELECT kind FROM {{schema}}.pauses WHERE queue = %(q)s))
+            LIMIT {KIND_HEADS_MAX + 1}) END"""
 # A fair kind's picks: the best ``count`` runnable jobs of each of its groups
 # (the groups found by a skip scan of jobs_claim_group: one probe per group),
 # and of its jobs without a group.
@@ -274,40 +280,45 @@ def claim(
 ) -> Steps[list[Job]]:
     """The lease of any queue: operations.lease's one statement, or, when it found limits, ``lease``."""
     jobs = yield from ops.lease(t, count, visibility_timeout, kinds)
-    if isinstance(jobs, ops.Limited):  # the queue has limits: lease under them
-        return (yield from lease(t, sql, count, visibility_timeout, kinds, upkeep=jobs.upkeep_due))
+    if isinstance(jobs, ops.ByKinds):  # the queue has limits or pauses: lease it kind by kind
+        return (yield from lease(t, sql, count, visibility_timeout, kinds, upkeep=jobs.upkeep_due, limited=jobs.limited))
     return jobs
 
 
 def lease(
     t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None,
-    *, upkeep: bool = True,
+    *, upkeep: bool = True, limited: bool = True,
 ) -> Steps[list[Job]]:
     """Up to ``count`` jobs as ops.lease takes them, none of a kind beyond what its limits allow now.
 
     ``upkeep``: reclaim and promote first (false where the claim that found
     the limits also found nothing due: the upkeep would read and change nothing).
+    ``limited``: the queue has limits; else it has only pauses, and the lease
+    is its statements alone, no transaction around them (no limit to lock).
     """
-    jobs: list[Job] = yield atomic(_lease(t, sql, count, visibility_timeout, kinds, upkeep))
+    steps = _lease(t, sql, count, visibility_timeout, kinds, upkeep, limited)
+    jobs: list[Job] = (yield atomic(steps)) if limited else (yield from steps)
     jobs.sort(key=lambda job: (-job.priority, job.seq))
     return jobs
 
 
 def _lease(
     t: ops.Target, sql: LimitStatements, count: int, visibility_timeout: float, kinds: frozenset[str] | None,
-    upkeep: bool,
+    upkeep: bool, limited: bool,
 ) -> Steps[list[Job]]:
     if upkeep:
         yield from ops.upkeep(t)
-    rows = yield every(sql.text["lock"], t.params())
+    rows = (yield every(sql.text["lock"], t.params())) if limited else []
     limits = {held.kind: (held, bucket) for held, bucket in map(_held, rows)}
     turns = {row[0]: _turns(row) for row in rows}
     mine = sorted(kind for kind in limits if kinds is None or kind in kinds)
-    clock, leased_json, ready = yield one(sql.text["leased"], t.params(lk=mine, all=kinds is None))
+    clock, leased_json, paused, ready = yield one(sql.text["leased"], t.params(lk=mine, all=kinds is None))
+    if "" in paused:  # the whole queue is paused
+        return []
     now, leased = float(clock), load_json(leased_json)
-    others = sorted(ready if kinds is None else kinds.difference(limits))
+    others = sorted(ready if kinds is None else kinds.difference(limits, paused))
     caps = {kind: min(budget(*limits[kind], leased.get(kind, 0), now), count) for kind in mine}
-    free = [kind for kind in mine if caps[kind] > 0]
+    free = [kind for kind in mine if caps[kind] > 0 and kind not in paused]
     fair = [kind for kind in free if limits[kind][0].fair]
     plain = [kind for kind in free if kind not in fair]
     picks: dict[str, list[tuple[str | None, str]]] = {}

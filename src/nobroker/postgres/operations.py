@@ -107,23 +107,26 @@ def upkeep_then(t: Target, statement: str, params: dict[str, Any]) -> Steps[list
     return rows
 
 
-#: Where a checked claim's rows say whether the upkeep has work, and whether the queue has limits (fragments.DUE).
-UPKEEP_DUE = JOB_COLUMNS
-LIMITED = JOB_COLUMNS + 1
+#: Where a checked claim's rows say whether the upkeep has work, and whether the queue has
+#: limits or pauses (fragments.DUE).
+UPKEEP_DUE, LIMITED, PAUSED = JOB_COLUMNS, JOB_COLUMNS + 1, JOB_COLUMNS + 2
 
 
 @dataclass(frozen=True)
-class Limited:
-    """What ``lease`` found on a queue with limits: it took nothing, and whether the upkeep has work."""
+class ByKinds:
+    """What ``lease`` found on a queue with limits or pauses: it took nothing, whether the upkeep has
+    work, and whether the queue has limits (else only pauses)."""
 
     upkeep_due: bool
+    limited: bool
 
 
-def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> Steps[list[Job] | Limited]:
+def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str] | None) -> Steps[list[Job] | ByKinds]:
     """One statement, one round trip, unless a scheduled job came due or a lease expired: then two.
 
-    Limited: the queue has limits, and took nothing; limit_ops.lease leases
-    under them, with the upkeep first only where this claim found it due.
+    ByKinds: the queue has limits or pauses, and this took nothing;
+    limit_ops.lease leases it kind by kind, under its limits and past its
+    pauses, with the upkeep first only where this claim found it due.
 
     The checked claim takes nothing while the upkeep has work and says so;
     then the upkeep and the plain claim go together (one round trip, one
@@ -134,9 +137,9 @@ def lease(t: Target, count: int, visibility_timeout: float, kinds: frozenset[str
     some = kinds is not None
     params = t.with_backoff(vt=visibility_timeout, kinds=None if kinds is None else sorted(kinds), by=worker_label())
     rows = yield every(t.sql.claim(count, kinds=some, checked=True), params)
-    if rows and rows[0][LIMITED]:
-        assert len(rows) == 1 and rows[0][0] is None, "a claim that found limits took nothing"
-        return Limited(bool(rows[0][UPKEEP_DUE]))
+    if rows and (rows[0][LIMITED] or rows[0][PAUSED]):
+        assert len(rows) == 1 and rows[0][0] is None, "a claim that found limits or pauses took nothing"
+        return ByKinds(bool(rows[0][UPKEEP_DUE]), bool(rows[0][LIMITED]))
     if rows and rows[0][UPKEEP_DUE]:
         assert len(rows) == 1 and rows[0][0] is None, "a claim that found upkeep due took nothing"
         rows = yield from upkeep_then(t, t.sql.claim(count, kinds=some), params)

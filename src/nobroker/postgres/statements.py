@@ -72,6 +72,7 @@ from .fragments import (
     RETURNS,
     SHOWN,
     UNLESS_DUE,
+    UNPAUSED,
     UPKEEP,
     appended,
     batch_of,
@@ -110,8 +111,8 @@ _TEMPLATES: dict[str, str] = {
     # A reclaimed or promoted job may be runnable at once, and a claim sees
     # the rows the upkeep changed only as a statement after it: lease sends
     # the two together (one round trip, one transaction).
-    "claim": CLAIM.replace("{unless_due}", ""),
-    "claim_kinds": CLAIM_KINDS.replace("{unless_due}", ""),
+    "claim": CLAIM.replace("{unless_due}", UNPAUSED),
+    "claim_kinds": CLAIM_KINDS.replace("{unless_due}", UNPAUSED),
     "claim_checked": DUE.replace("{claim}", CLAIM.replace("{unless_due}", UNLESS_DUE)),
     "claim_kinds_checked": DUE.replace("{claim}", CLAIM_KINDS.replace("{unless_due}", UNLESS_DUE)),
     # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
