@@ -46,7 +46,8 @@ class PostgresBenchTests(unittest.TestCase):
         )  # fmt: skip
         keys = [row["key"] for row in rows]
         self.assertEqual(keys, [
-            "lease_p50", "lease_p99", "lease_kinds_p50", "lease_kinds_p99", "stats", "len",
+            "lease_p50", "lease_p99", "lease_kinds_p50", "lease_kinds_p99", "lease_paused_p50", "lease_paused_p99",
+            "lease_limited_p50", "lease_limited_p99", "stats", "len",
             *(f"list_{listing}" for listing in pg_scale.LISTINGS), "size_start", "size_churned", "size_ratio",
             "extend_p50", "extend_p99",
         ])  # fmt: skip

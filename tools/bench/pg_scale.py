@@ -4,7 +4,8 @@ Owns: ``run(dsn, progress)``, which builds a queue of TABLE_JOBS jobs in a
 throwaway schema through the public API (mostly done; AHEAD delayed or
 retrying jobs ahead of the runnable ones; AHEAD runnable jobs of another
 kind ahead of the kind a worker asks for), then times ``lease(1)`` with and
-without a kinds filter, ``stats()``, ``len()`` and a page of each listing,
+without a kinds filter, and with the other kind paused or limited,
+``stats()``, ``len()`` and a page of each listing,
 and measures the table and its indexes before and after CHURN more jobs
 pass through a second queue of the same table (enqueued, leased, acked and
 pruned by the storage itself), then times a heartbeat's ``extend`` while
@@ -101,6 +102,23 @@ def _lease_times(q: Queue, n: int, kinds: list[str] | None) -> list[float]:
         assert len(jobs) == 1, "a job to lease every time"
         q.ack(jobs[0])
     return out
+
+
+def _held_back_leases(q: Queue, n: int, *, pause: bool) -> list[float]:
+    """``_lease_times`` of any kind while the other kind's ready jobs ahead are paused, or limited to one running job."""
+    if pause:
+        q.pause("other")
+    else:
+        q.set_limit("other", concurrency=1)
+        running = q.lease(1, kinds=["other"])
+    try:
+        return _lease_times(q, n, None)
+    finally:
+        if pause:
+            q.resume("other")
+        else:
+            q.clear_limit("other")
+            q.ack_many(running)
 
 
 def _times(call: Callable[[], Any], n: int) -> list[float]:
@@ -221,6 +239,12 @@ def run(
             row("lease_kinds_p50", f"lease(1, kinds=['email']), {ahead:,} of another kind ahead: p50",
                 statistics.median(kinds), "ms")  # fmt: skip
             row("lease_kinds_p99", "  the same: p99", _pct(kinds, 0.99), "ms")
+            for way, times in (("paused", _held_back_leases(q, leases, pause=True)),
+                               ("limited", _held_back_leases(q, leases, pause=False))):  # fmt: skip
+                how = "paused" if way == "paused" else "limited to one running job"
+                row(f"lease_{way}_p50", f"lease(1), {ahead:,} ready jobs of a kind {how} ahead: p50",
+                    statistics.median(times), "ms", "lease_p50")  # fmt: skip
+                row(f"lease_{way}_p99", "  the same: p99", _pct(times, 0.99), "ms", "lease_p99")
             row("stats", "stats(): p50", statistics.median(_times(q.stats, reads)), "ms")
             row("len", "len(): p50", statistics.median(_times(lambda: len(q), reads)), "ms")
             for listing in LISTINGS:
