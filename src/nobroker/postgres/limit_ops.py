@@ -12,24 +12,25 @@ kind past its paused kinds, without the transaction and the limits'
 locks). Imports: jobs, codec, limits, storage, fragments, statements,
 rows, steps, operations.
 
-Race-free across processes and hosts: a lease of a queue with limits is
-one transaction that (1) reclaims expired leases (their slots free) where
-the claim that found the limits found one expired or a job due, (2)
-locks every limit row of the queue (``FOR UPDATE``, in kind order), (3)
-counts the leased jobs of each limited kind in a statement of its own (under
-READ COMMITTED it sees every lease committed before the lock was granted:
-each holder of the lock commits its claim before it lets go), and finds the
-kinds without a limit that have ready jobs, (4) claims at most what each
-limit allows and the other kinds each from its own index's head (so no
-backlog of a limited kind is walked over), and (5) spends the tokens. Two leases never see the same free slot or token. A fair kind (a
-limit with ``group_concurrency`` or ``weights``) is picked group by group
-before the claim, under the same locks: the best jobs of each of its groups
-(a skip scan of sql/011's index, one probe per group), the leased jobs of
-each group, then the turns limits.choose gives; the claim takes the picks,
-and the turns taken are written back to the limit row (``turns``), so every
-process and host shares one rotation. Times are epoch
-seconds of the database clock (``clock_timestamp()``, the moment the lock is
-held, plus the test-only ``clock_offset``).
+Race-free across processes and hosts: a lease of a queue with limits is one
+transaction that (1) reclaims expired leases (their slots free) where the
+claim that found the limits found one expired or a job due, (2) locks every
+limit row of the queue (``FOR UPDATE``, in kind order), (3) counts the
+leased jobs of each limited kind in a statement of its own (under READ
+COMMITTED it sees every lease committed before the lock was granted: each
+holder of the lock commits its claim before it lets go), and finds the kinds
+without a limit that have ready jobs, (4) claims at most what each limit
+allows and the other kinds each from its own index's head (so no backlog of
+a limited kind is walked over), and (5) spends the tokens. Two leases never
+see the same free slot or token. A fair kind (a limit with
+``group_concurrency`` or ``weights``) is picked group by group before the
+claim, under the same locks: the best jobs of each of its groups (a skip
+scan of sql/011's index, one probe per group), the leased jobs of each
+group, then the turns limits.choose gives; the claim takes the picks, and
+the turns taken are written back to the limit row (``turns``), so every
+process and host shares one rotation. Times are epoch seconds of the
+database clock (``clock_timestamp()``, the moment the lock is held, plus the
+test-only ``clock_offset``).
 """
 
 from __future__ import annotations
