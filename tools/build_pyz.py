@@ -47,7 +47,7 @@ ENTRY_POINT = "nobroker.cli:main"
 #: The three files of the zip: its entry point, the importer, and the package as one blob.
 MAIN_FILE = "__main__.py"
 IMPORTER_FILE = "_nobroker_bundle.py"
-#: The promise in README: the whole tool in under 192 KB. The build fails past it. (128 KB held the
+#: The promise in README: the whole tool in under 208 KB. The build fails past it. (128 KB held the
 #: layout's split; periodic jobs, cancel, the process pool and checkpoints came after it, then
 #: AsyncQueue at 136 KB, and the operator's view (counters, announcements, the chart's script) at 147 KB;
 #: time limits, attempt history, explain, limits per kind and the control of jobs (snooze, pause,
