@@ -7,8 +7,9 @@ items when they pile up), Groups (per kind, one heap of runnable jobs per group,
 many jobs of each group are leased) and ``Groups.pick`` (a kind's best
 runnable job: by priority and age across its groups, or, under a limit with
 ``group_concurrency`` or ``weights``, from the group whose turn starts
-first, none of a group at its group concurrency). Imports: jobs, limits,
-entry, index.
+first, none of a group at its group concurrency, found in the kind's
+TurnOrder: a lease reads a few of its items, not every group). Imports:
+jobs, limits, entry, index.
 
 Jobs without a group stay where they always were (the kind's ready heap
 above, the cold rows in index.py); only jobs with a group live in Groups, as
@@ -30,7 +31,7 @@ from collections.abc import Callable, Sequence
 from itertools import compress
 from typing import Any
 
-from ..limits import Limit, Turns, choose
+from ..limits import Limit, Turns, start
 from ..jobs import JobState
 from .entry import IN_DELAYED, IN_READY, LEASED, NOWHERE, READY, Entry
 from .index import Fifo, JobRows
@@ -41,16 +42,56 @@ STALE_SLACK = 4096
 Item = tuple[int, int, str]
 #: A kind's candidate for a lease: its ready-heap key, and where it sits (a heap, or a cold fifo).
 Pick = tuple[Item, Any]
+#: A fair kind's turn order item: (where the group's next turn starts, its best job's key, the group).
+#: A mark that a group may have moved ahead sorts first: (STIRRED, (), group).
+Turn = tuple[float, tuple[Any, ...], str]
+STIRRED = float("-inf")
+_NO_TURNS = Turns()
+
+
+class TurnOrder:
+    """A fair kind's groups by where their next turn starts, then their best job: a heap checked as it is read.
+
+    Its items may be stale. One is checked when it reaches the top: a group
+    with no runnable job, or at its group concurrency, is dropped (a push to
+    it, or the end of one of its leases, marks it again: ``Groups.stir``); one
+    whose start or best job changed goes back in its new place. A group's
+    start never moves back while the rotation object is the same (its clock
+    and each pass only grow: limits.turned), nor does its best job's key
+    without a mark (a push), so no item ranks a group later than it stands:
+    the first item that checks out is the group limits.choose would take
+    from all of them. Built again when the kind's limit or rotation object
+    is another, or when stale items outnumber the groups.
+    """
+
+    __slots__ = ("limit", "turns", "heap")
+
+    def __init__(self, limit: Limit, turns: Turns | None, groups: dict[str, list[Item]]) -> None:
+        self.limit, self.turns = limit, turns
+        rotation = turns if turns is not None else _NO_TURNS
+        self.heap: list[Turn] = [(start(rotation, name), items[0], name) for name, items in groups.items() if items]
+        heapq.heapify(self.heap)
+
+    def fits(self, limit: Limit, turns: Turns | None, groups: int) -> bool:
+        """Is this still the order of ``limit`` under rotation ``turns``, with few stale items for ``groups`` groups?"""
+        return self.turns is turns and self.limit == limit and len(self.heap) <= 2 * groups + STALE_SLACK
 
 
 class Groups:
     """The runnable jobs of groups by kind and group, and the leased count of each group (see the module)."""
 
-    __slots__ = ("ready", "leased")
+    __slots__ = ("ready", "leased", "orders")
 
     def __init__(self) -> None:
         self.ready: dict[str, dict[str, list[Item]]] = {}
         self.leased: dict[str, dict[str, int]] = {}
+        self.orders: dict[str, TurnOrder] = {}  # the turn order of each fair kind leased from (TurnOrder)
+
+    def stir(self, kind: str, group: str) -> None:
+        """The group may stand earlier in its kind's turn order now (a job pushed, a lease ended)."""
+        order = self.orders.get(kind)
+        if order is not None:
+            heapq.heappush(order.heap, (STIRRED, (), group))
 
     def push(self, entry: Entry) -> None:
         """Index a runnable job of a group (its ``heap`` already says IN_READY)."""
@@ -62,6 +103,7 @@ class Groups:
         if heap is None:
             heap = groups[entry.group] = []
         heapq.heappush(heap, (-entry.priority, entry.seq, entry.id))
+        self.stir(entry.kind, entry.group)
 
     def count(self, entry: Entry, delta: int) -> None:
         """A job of a group became leased (+1) or stopped being leased (-1)."""
@@ -75,6 +117,8 @@ class Groups:
             del counts[entry.group]
             if not counts:
                 del self.leased[entry.kind]
+        if delta < 0:
+            self.stir(entry.kind, entry.group)
 
     def leased_of(self, kind: str, group: str) -> int:
         counts = self.leased.get(kind)
@@ -89,21 +133,61 @@ class Groups:
         (jobs without one are the group None) whose turn starts first, ties
         to the best key; a group at ``group_concurrency`` is passed over.
         """
+        if held is not None and held.fair:
+            return self._turn(kind, plain, held, turns, hot)
+        self.orders.pop(kind, None)
         groups = self.ready.get(kind)
-        candidates: list[tuple[str | None, Pick]] = [] if plain is None else [(None, plain)]
+        candidates: list[Pick] = [] if plain is None else [plain]
         if groups is not None:
             for name, heap in list(groups.items()):
                 if not live_top(heap, hot):
                     del groups[name]
                     continue
-                candidates.append((name, (heap[0], heap)))
+                candidates.append((heap[0], heap))
             if not groups:
                 del self.ready[kind]
-        if held is None or not held.fair:
-            return min((pick for _group, pick in candidates), key=_key, default=None)
-        counted = [(group, pick[0], 0 if group is None else self.leased_of(kind, group)) for group, pick in candidates]
-        chosen = choose(held, turns, counted)
-        return None if chosen is None else candidates[chosen][1]
+        return min(candidates, key=_key, default=None)
+
+    def _turn(self, kind: str, plain: Pick | None, held: Limit, turns: Turns | None, hot: dict[str, Entry]) -> Pick | None:
+        """A fair kind's pick: the first group in its turn order (TurnOrder), or ``plain`` (the group None) if earlier."""
+        rotation = turns if turns is not None else _NO_TURNS
+        first = self._first(kind, held, turns, hot)
+        if plain is not None and (first is None or (start(rotation, None), plain[0]) < first[0]):
+            return plain
+        return None if first is None else (first[0][1], first[1])
+
+    def _first(
+        self, kind: str, held: Limit, turns: Turns | None, hot: dict[str, Entry]
+    ) -> tuple[tuple[float, Item], list[Item]] | None:
+        """The group whose turn starts first, not at its group concurrency: ((start, best key), its heap)."""
+        groups = self.ready.get(kind)
+        if groups is None:
+            self.orders.pop(kind, None)
+            return None
+        order = self.orders.get(kind)
+        if order is None or not order.fits(held, turns, len(groups)):
+            order = self.orders[kind] = TurnOrder(held, turns, groups)
+        rotation = turns if turns is not None else _NO_TURNS
+        cap, heap = held.group_concurrency, order.heap
+        while heap:
+            at, key, name = heap[0]
+            items = groups.get(name)
+            if items is None or not live_top(items, hot):
+                heapq.heappop(heap)  # nothing runnable: a push stirs it again
+                if items is not None:
+                    del groups[name]
+                continue
+            if cap is not None and self.leased_of(kind, name) >= cap:
+                heapq.heappop(heap)  # at its group concurrency: the end of a lease stirs it again
+                continue
+            now = (start(rotation, name), items[0])
+            if (at, key) == now:
+                return now, items
+            heapq.heapreplace(heap, (now[0], now[1], name))
+        if not groups:
+            del self.ready[kind]
+            del self.orders[kind]
+        return None
 
 
 def live_top(heap: list[Item], hot: dict[str, Entry]) -> bool:
