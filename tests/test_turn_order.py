@@ -3,8 +3,9 @@
 Owns: ``TurnOrderTests``: seeded random runs of pushes, leases, ends of
 leases, jobs gone stale, a rotation object replaced and a limit changed,
 each lease's pick by ``Groups.pick`` checked against limits.choose over
-every group's best runnable job, computed here without the heaps; and a
-lease's cost that does not grow with the groups. Imports: the standard
+every group's best runnable job, computed here without the heaps; a
+lease's cost that does not grow with the groups; and one mark per group
+however many jobs are pushed between two leases. Imports: the standard
 library and nobroker.limits, nobroker.filestore.entry and
 nobroker.filestore.ready.
 """
@@ -128,6 +129,17 @@ class TurnOrderTests(unittest.TestCase):
                             run.groups.stir("t", name)
                         if run.expected() is None:
                             break
+
+    def test_jobs_pushed_between_two_leases_leave_one_mark_per_group(self) -> None:
+        # Memory per pending job stays bounded: a mark per push would add a tuple per job.
+        run = _Run(1)
+        for n in range(10):
+            run.push(f"g{n}")
+        run.lease(self)  # the kind's turn order exists from here on
+        for _ in range(10_000):
+            run.push(f"g{run.rnd.randrange(10)}")
+        self.assertLessEqual(len(run.groups.orders["t"].heap), 2 * 10)
+        run.lease(self)
 
     def test_a_lease_weighs_a_few_groups_not_all_of_them(self) -> None:
         # 10,000 groups with runnable jobs: limits.choose over all of them at each

@@ -61,13 +61,16 @@ class TurnOrder:
     without a mark (a push), so no item ranks a group later than it stands:
     the first item that checks out is the group limits.choose would take
     from all of them. Built again when the kind's limit or rotation object
-    is another, or when stale items outnumber the groups.
+    is another, or when stale items outnumber the groups. A group has one
+    mark at most waiting in the heap (``stirred``), so however many jobs are
+    pushed between two leases, the heap holds a few items per group.
     """
 
-    __slots__ = ("limit", "turns", "heap")
+    __slots__ = ("limit", "turns", "heap", "stirred")
 
     def __init__(self, limit: Limit, turns: Turns | None, groups: dict[str, list[Item]]) -> None:
         self.limit, self.turns = limit, turns
+        self.stirred: set[str] = set()
         rotation = turns if turns is not None else _NO_TURNS
         self.heap: list[Turn] = [(start(rotation, name), items[0], name) for name, items in groups.items() if items]
         heapq.heapify(self.heap)
@@ -90,7 +93,8 @@ class Groups:
     def stir(self, kind: str, group: str) -> None:
         """The group may stand earlier in its kind's turn order now (a job pushed, a lease ended)."""
         order = self.orders.get(kind)
-        if order is not None:
+        if order is not None and group not in order.stirred:
+            order.stirred.add(group)
             heapq.heappush(order.heap, (STIRRED, (), group))
 
     def push(self, entry: Entry) -> None:
@@ -171,6 +175,8 @@ class Groups:
         cap, heap = held.group_concurrency, order.heap
         while heap:
             at, key, name = heap[0]
+            if at == STIRRED:
+                order.stirred.discard(name)
             items = groups.get(name)
             if items is None or not live_top(items, hot):
                 heapq.heappop(heap)  # nothing runnable: a push stirs it again
