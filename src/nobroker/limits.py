@@ -311,8 +311,10 @@ class Turns:
     passes: dict[str | None, float] | None = None
 
 
-def start(turns: Turns, group: str | None) -> float:
-    """Where the group's next turn starts: its pass, or the clock if that is later."""
+def start(turns: Turns | None, group: str | None) -> float:
+    """Where the group's next turn starts: its pass, or the clock if that is later (None: no turn taken yet)."""
+    if turns is None:
+        return 0.0
     passes = turns.passes
     at = passes.get(group) if passes else None
     return turns.clock if at is None or at < turns.clock else at
@@ -335,13 +337,12 @@ def choose(limit: Limit, turns: Turns | None, candidates: list[tuple[str | None,
     group, the group None, never are). None: no candidate may be taken.
     """
     cap = limit.group_concurrency
-    rotation = turns if turns is not None else _NO_TURNS
     best: tuple[float, Any] | None = None
     chosen = None
     for index, (group, key, leased) in enumerate(candidates):
         if cap is not None and group is not None and leased >= cap:
             continue
-        rank = (start(rotation, group), key)
+        rank = (start(turns, group), key)
         if best is None or rank < best:
             best, chosen = rank, index
     return chosen
@@ -368,5 +369,3 @@ def turns_from_fields(fields: Any) -> Turns:
         passes[pair[0]] = float(pair[1])
     return Turns(float(clock), passes or None)
 
-
-_NO_TURNS = Turns()

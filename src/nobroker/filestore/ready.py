@@ -46,7 +46,6 @@ Pick = tuple[Item, Any]
 #: A mark that a group may have moved ahead sorts first: (STIRRED, (), group).
 Turn = tuple[float, tuple[Any, ...], str]
 STIRRED = float("-inf")
-_NO_TURNS = Turns()
 
 
 class TurnOrder:
@@ -71,8 +70,7 @@ class TurnOrder:
     def __init__(self, limit: Limit, turns: Turns | None, groups: dict[str, list[Item]]) -> None:
         self.limit, self.turns = limit, turns
         self.stirred: set[str] = set()
-        rotation = turns if turns is not None else _NO_TURNS
-        self.heap: list[Turn] = [(start(rotation, name), items[0], name) for name, items in groups.items() if items]
+        self.heap: list[Turn] = [(start(turns, name), items[0], name) for name, items in groups.items() if items]
         heapq.heapify(self.heap)
 
     def fits(self, limit: Limit, turns: Turns | None, groups: int) -> bool:
@@ -154,9 +152,8 @@ class Groups:
 
     def _turn(self, kind: str, plain: Pick | None, held: Limit, turns: Turns | None, hot: dict[str, Entry]) -> Pick | None:
         """A fair kind's pick: the first group in its turn order (TurnOrder), or ``plain`` (the group None) if earlier."""
-        rotation = turns if turns is not None else _NO_TURNS
         first = self._first(kind, held, turns, hot)
-        if plain is not None and (first is None or (start(rotation, None), plain[0]) < first[0]):
+        if plain is not None and (first is None or (start(turns, None), plain[0]) < first[0]):
             return plain
         return None if first is None else (first[0][1], first[1])
 
@@ -171,7 +168,6 @@ class Groups:
         order = self.orders.get(kind)
         if order is None or not order.fits(held, turns, len(groups)):
             order = self.orders[kind] = TurnOrder(held, turns, groups)
-        rotation = turns if turns is not None else _NO_TURNS
         cap, heap = held.group_concurrency, order.heap
         while heap:
             at, key, name = heap[0]
@@ -186,7 +182,7 @@ class Groups:
             if cap is not None and self.leased_of(kind, name) >= cap:
                 heapq.heappop(heap)  # at its group concurrency: the end of a lease stirs it again
                 continue
-            now = (start(rotation, name), items[0])
+            now = (start(turns, name), items[0])
             if (at, key) == now:
                 return now, items
             heapq.heapreplace(heap, (now[0], now[1], name))
