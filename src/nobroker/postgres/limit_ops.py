@@ -102,8 +102,8 @@ _LEASED = f"""
             SELECT json_object_agg(kind, n) FROM (
                 SELECT kind, count(*) AS n FROM {{schema}}.jobs
                 WHERE queue = %(q)s AND state = 'leased' AND kind = ANY(%(lk)s::text[]) GROUP BY kind) AS c
-        ), '{{}}'::json)::text, ARRAY(SELECT kind FROM {{schema}}.pauses WHERE queue = %(q)s),
-        CASE WHEN %(all)s AND NOT EXISTS (SELECT 1 FROM {{schema}}.pauses WHERE queue = %(q)s AND kind = '') THEN ARRAY(
+        ), '{{}}'::json)::text, p.kinds,
+        CASE WHEN %(all)s AND NOT '' = ANY(p.kinds) THEN ARRAY(
             WITH RECURSIVE r(kind) AS (
                 (SELECT kind FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled
                  ORDER BY kind LIMIT 1)
@@ -111,9 +111,9 @@ _LEASED = f"""
                 SELECT (SELECT kind FROM {{schema}}.jobs WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled
                         AND kind > r.kind ORDER BY kind LIMIT 1)
                 FROM r WHERE r.kind IS NOT NULL)
-            SELECT kind FROM r WHERE kind IS NOT NULL AND kind <> ALL(%(lk)s::text[])
-              AND kind <> ALL(ARRAY(SELECT kind FROM {{schema}}.pauses WHERE queue = %(q)s))
-            LIMIT {KIND_HEADS_MAX + 1}) END"""
+            SELECT kind FROM r WHERE kind IS NOT NULL AND kind <> ALL(%(lk)s::text[]) AND kind <> ALL(p.kinds)
+            LIMIT {KIND_HEADS_MAX + 1}) END
+        FROM (SELECT ARRAY(SELECT kind FROM {{schema}}.pauses WHERE queue = %(q)s) AS kinds) AS p"""
 # A fair kind's picks: the best ``count`` runnable jobs of each of its groups
 # (the groups found by a skip scan of jobs_claim_group: one probe per group),
 # and of its jobs without a group.
