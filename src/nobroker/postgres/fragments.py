@@ -256,9 +256,11 @@ CLAIM_SET = f"""
 # table not yet analyzed reads every row of the queue (a drain of one job per
 # claim ran at half the rate). The upkeep's parts offer the plan both (a CTE
 # joined and its ids as an array): the key probed per row, or by the array.
+# ``{gate}``: what holds the claim back, written in by statements.py: the
+# checked claim's UNLESS_DUE, or the claim after the upkeep's UNPAUSED.
 CLAIM = f"""{CLAIM_SET}
         {{batch}} FROM {{schema}}.jobs
-            WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}{{unless_due}}
+            WHERE queue = %(q)s AND state = 'ready' AND NOT scheduled AND available_at <= {NOW}{{gate}}
             ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED{{batch_end}}
         RETURNING {COLUMNS}"""
 # Some kinds only: the head of each kind's own index (jobs_claim_kind), then
@@ -270,7 +272,7 @@ CLAIM_KINDS = f"""{CLAIM_SET}
             CROSS JOIN LATERAL (
                 SELECT queue, id, priority, seq FROM {{schema}}.jobs
                 WHERE queue = %(q)s AND kind = k.kind AND state = 'ready' AND NOT scheduled
-                  AND available_at <= {NOW}{{unless_due}}
+                  AND available_at <= {NOW}{{gate}}
                 ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS c
             ORDER BY c.priority DESC, c.seq LIMIT {{count}}{{batch_end}}
         RETURNING {COLUMNS}"""

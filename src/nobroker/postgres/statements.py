@@ -111,10 +111,10 @@ _TEMPLATES: dict[str, str] = {
     # A reclaimed or promoted job may be runnable at once, and a claim sees
     # the rows the upkeep changed only as a statement after it: lease sends
     # the two together (one round trip, one transaction).
-    "claim": CLAIM.replace("{unless_due}", UNPAUSED),
-    "claim_kinds": CLAIM_KINDS.replace("{unless_due}", UNPAUSED),
-    "claim_checked": DUE.replace("{claim}", CLAIM.replace("{unless_due}", UNLESS_DUE)),
-    "claim_kinds_checked": DUE.replace("{claim}", CLAIM_KINDS.replace("{unless_due}", UNLESS_DUE)),
+    "claim": CLAIM.replace("{gate}", UNPAUSED),
+    "claim_kinds": CLAIM_KINDS.replace("{gate}", UNPAUSED),
+    "claim_checked": DUE.replace("{claim}", CLAIM.replace("{gate}", UNLESS_DUE)),
+    "claim_kinds_checked": DUE.replace("{claim}", CLAIM_KINDS.replace("{gate}", UNLESS_DUE)),
     # ON CONFLICT DO NOTHING covers both the primary key (job_id) and the
     # dedupe index; the "_fresh" variants (no job_id, no dedupe_key, our own
     # connection) skip the speculative insertion, and a random id that
