@@ -207,7 +207,8 @@ class RoundTripTests(PostgresTestCase):
         mine = self.q.enqueue("mine")
         jobs, sent = self.sent_by(lambda: self.q.lease(2))
         self.assertEqual([job.id for job in jobs], [mine.id], "the paused kind's job stays")
-        self.assertEqual(sent.round_trips, 3, sent.work())  # the claim that found the pause, the kinds, their claim
+        notified = len(sent.statements) - len(sent.work())  # an owed NOTIFY the enqueues above left, sent meanwhile
+        self.assertEqual(sent.round_trips - notified, 3, sent.work())  # the claim that found the pause, the kinds, their claim
         self.assertIn(limit_sql.text["leased"].strip(), sent.work())
         self.assertNotIn(limit_sql.text["lock"].strip(), sent.work(), "no limit to lock, no transaction")
         self.q.set_limit("default", concurrency=5)
