@@ -61,21 +61,33 @@ class TurnOrder:
     the first item that checks out is the group limits.choose would take
     from all of them. Built again when the kind's limit or rotation object
     is another, or when stale items outnumber the groups. A group has one
-    mark at most waiting in the heap (``stirred``), so however many jobs are
-    pushed between two leases, the heap holds a few items per group.
+    mark at most waiting in the heap (``stirred``) and one placed item
+    (``placed``: the rank it was last put in with; an older item of the group
+    is a leftover, popped when it surfaces), so however many jobs are pushed
+    and leases end between two leases, the heap holds a few items per group.
     """
 
-    __slots__ = ("limit", "turns", "heap", "stirred")
+    __slots__ = ("limit", "turns", "heap", "stirred", "placed")
 
     def __init__(self, limit: Limit, turns: Turns | None, groups: dict[str, list[Item]]) -> None:
         self.limit, self.turns = limit, turns
         self.stirred: set[str] = set()
         self.heap: list[Turn] = [(start(turns, name), items[0], name) for name, items in groups.items() if items]
+        self.placed: dict[str, tuple[float, tuple[Any, ...]]] = {name: (at, key) for at, key, name in self.heap}
         heapq.heapify(self.heap)
 
     def fits(self, limit: Limit, turns: Turns | None, groups: int) -> bool:
         """Is this still the order of ``limit`` under rotation ``turns``, with few stale items for ``groups`` groups?"""
         return self.turns is turns and self.limit == limit and len(self.heap) <= 2 * groups + STALE_SLACK
+
+    def drop(self) -> None:
+        """The top item's group leaves the order until a mark brings it back."""
+        self.placed.pop(heapq.heappop(self.heap)[2], None)
+
+    def place(self, name: str, rank: tuple[float, Item]) -> None:
+        """The top item's group stands at ``rank`` now: the top is replaced, any other item of the group is a leftover."""
+        self.placed[name] = rank
+        heapq.heapreplace(self.heap, (rank[0], rank[1], name))
 
 
 class Groups:
@@ -168,24 +180,30 @@ class Groups:
         order = self.orders.get(kind)
         if order is None or not order.fits(held, turns, len(groups)):
             order = self.orders[kind] = TurnOrder(held, turns, groups)
-        cap, heap = held.group_concurrency, order.heap
+        cap, heap, placed = held.group_concurrency, order.heap, order.placed
         while heap:
             at, key, name = heap[0]
             if at == STIRRED:
                 order.stirred.discard(name)
+            elif placed.get(name) != (at, key):
+                heapq.heappop(heap)  # a leftover: the group was placed again since
+                continue
             items = groups.get(name)
             if items is None or not live_top(items, hot):
-                heapq.heappop(heap)  # nothing runnable: a push stirs it again
+                order.drop()  # nothing runnable: a push stirs it again
                 if items is not None:
                     del groups[name]
                 continue
             if cap is not None and self.leased_of(kind, name) >= cap:
-                heapq.heappop(heap)  # at its group concurrency: the end of a lease stirs it again
+                order.drop()  # at its group concurrency: the end of a lease stirs it again
                 continue
             now = (start(turns, name), items[0])
             if (at, key) == now:
                 return now, items
-            heapq.heapreplace(heap, (now[0], now[1], name))
+            if at == STIRRED and placed.get(name) == now:
+                heapq.heappop(heap)  # a mark for a group already in its place
+                continue
+            order.place(name, now)
         if not groups:
             del self.ready[kind]
             del self.orders[kind]
