@@ -46,10 +46,10 @@ from ..limits import to_fields, turned, turns_from_fields, turns_to_fields
 from ..limits import seconds_to_slot as slot_wait
 from ..storage import worker_label
 from . import operations as ops
-from .fragments import CLAIM_SET, COLUMNS, JOINED_CLAIM_MAX, NOW, UNPAUSED, batched
+from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED, batched
 from .rows import row_job
-from .statements import quote_schema
-from .steps import Steps, atomic, every, one, run
+from .statements import MAX_CLAIM_STATEMENTS, quote_schema
+from .steps import Steps, atomic, every, one, piped, run
 
 #: A limit row's columns, as limits.to_fields names them (then ``turns``, which a put never writes).
 _STORED = ("kind", "concurrency", "rate", "per", "burst", "tokens", "tokens_at", "group_concurrency", "weights")
@@ -61,8 +61,11 @@ _CLAIMABLE = _RUNNABLE + UNPAUSED
 # Each kind with a free slot, up to what its limits allow, and each kind
 # without a limit, up to the lease's count: the head of each kind's own index
 # (jobs_claim_kind, as fragments.CLAIM_KINDS), so the backlog of a limited
-# kind is never walked over; and the fair kinds' picks. The best of all of
-# them, up to the lease's count, updated by their primary key, found as
+# kind is never walked over; and the fair kinds' picks, each a probe of the
+# primary key (as ``id = ANY`` of them, a generic plan on a table never
+# analyzed filtered every ready job of the queue through the picks, even with
+# none). The best of all of them, up to the lease's count (written in:
+# LimitStatements.claim), updated by their primary key, found as
 # fragments.CLAIM's batch is: by a join for a count up to JOINED_CLAIM_MAX, a
 # probe of the key per job in any plan, by the array of ids above it (on a
 # table never analyzed, the array alone read the queue's every key at each
@@ -73,9 +76,11 @@ _CLAIMABLE = _RUNNABLE + UNPAUSED
 _CLAIM = f"""{CLAIM_SET}
         {{batch}} FROM ({{others}}
                 SELECT * FROM (
-                    SELECT queue, id, priority, seq FROM {{schema}}.jobs
-                    WHERE queue = %(q)s AND id = ANY(%(picked)s::text[]) AND state = 'ready' AND NOT scheduled
-                    FOR UPDATE SKIP LOCKED) AS p
+                    SELECT p.queue, p.id, p.priority, p.seq FROM unnest(%(picked)s::text[]) AS f(id)
+                    CROSS JOIN LATERAL (
+                        SELECT queue, id, priority, seq FROM {{schema}}.jobs
+                        WHERE queue = %(q)s AND id = f.id AND state = 'ready' AND NOT scheduled
+                        FOR UPDATE SKIP LOCKED) AS p) AS p
                 UNION ALL
                 (SELECT l.queue, l.id, l.priority, l.seq
                  FROM unnest(%(lk)s::text[], %(caps)s::int4[]) AS k(kind, cap)
@@ -83,13 +88,13 @@ _CLAIM = f"""{CLAIM_SET}
                      SELECT queue, id, priority, seq FROM {{schema}}.jobs
                      WHERE {_CLAIMABLE} AND kind = k.kind
                      ORDER BY priority DESC, seq LIMIT k.cap FOR UPDATE SKIP LOCKED) AS l)
-            ) AS c ORDER BY c.priority DESC, c.seq LIMIT %(count)s{{batch_end}}
+            ) AS c ORDER BY c.priority DESC, c.seq LIMIT {{count}}{{batch_end}}
         RETURNING {COLUMNS}"""
 _OTHERS = f"""
                 SELECT * FROM (
                     SELECT queue, id, priority, seq FROM {{schema}}.jobs
                     WHERE {_CLAIMABLE} AND (%(all)s OR kind = ANY(%(kinds)s::text[])) AND kind <> ALL(%(held)s::text[])
-                    ORDER BY priority DESC, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED) AS o
+                    ORDER BY priority DESC, seq LIMIT {{count}} FOR UPDATE SKIP LOCKED) AS o
                 UNION ALL"""
 #: Most kinds without a limit that a claim under limits takes by their heads (see _CLAIM).
 KIND_HEADS_MAX = 32
@@ -160,10 +165,11 @@ class LimitStatements:
                       f"ON CONFLICT (queue, kind) DO UPDATE SET {updates}",
             "delete": f"DELETE FROM {table} WHERE queue = %(q)s AND kind = %(kind)s RETURNING 1",
             "all": f"SELECT {cols}, {_CLOCK} FROM {table} WHERE queue = %(q)s ORDER BY kind",
-            # The lock asks the rest of its transaction for generic plans: the claim's arrays
-            # make a generic plan look dearer than a custom one, planned again at each lease.
-            "lock": f"SELECT {cols}, set_config('plan_cache_mode', 'force_generic_plan', true) FROM {table} "
-                    "WHERE queue = %(q)s ORDER BY kind FOR UPDATE",
+            "lock": f"SELECT {cols} FROM {table} WHERE queue = %(q)s ORDER BY kind FOR UPDATE",
+            # Sent with the claim, in one round trip and one transaction (a pipeline's, where
+            # no lock asked for one): its arrays make a generic plan look dearer than a custom
+            # one, which the server then made again at every lease.
+            "generic": "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)",
             # An idle wait's look: each limit with its kind's leased jobs and whether one is runnable.
             "look": f"""SELECT {", ".join("l." + c for c in _COLUMNS)}, {_CLOCK},
                 (SELECT count(*) FROM {quoted}.jobs WHERE queue = l.queue AND state = 'leased' AND kind = l.kind),
@@ -176,18 +182,26 @@ class LimitStatements:
             "clock": f"SELECT {_CLOCK}",
             "leased": _LEASED.replace("{schema}", quoted),
         }  # fmt: skip
-        for others, text in (("heads", ""), ("walk", _OTHERS)):
-            claim = _CLAIM.replace("{others}", text).replace("{schema}", quoted)
-            self.text[f"claim_{others}_joined"] = batched(claim, 1, "c.")
-            self.text[f"claim_{others}_keyed"] = batched(claim, JOINED_CLAIM_MAX + 1, "c.")
+        self._quoted = quoted
+        self._claims: dict[tuple[int, bool], str] = {}
 
     def claim(self, count: int, *, walk: bool = False) -> str:
         """The claim under limits of ``count`` jobs, its batch found as fragments.JOINED_CLAIM_MAX says.
 
         ``walk``: the kinds without a limit are taken from the claim index's head, not by their heads (_CLAIM).
+        The count is written in, as Statements.claim writes it: a parameter left a generic plan
+        guessing a tenth of the rows, and on a table of a few thousand rows that guess joined the
+        batch to a scan of every job.
         """
-        others = "walk" if walk else "heads"
-        return self.text[f"claim_{others}_{'joined' if count <= JOINED_CLAIM_MAX else 'keyed'}"]
+        assert isinstance(count, int) and count >= 1, "a count the facade checked"
+        key = (count, walk)
+        text = self._claims.get(key)
+        if text is None:
+            text = _CLAIM.replace("{others}", _OTHERS if walk else "")
+            text = batched(text.replace("{schema}", self._quoted).replace("{count}", str(count)), count, "c.")
+            if len(self._claims) < MAX_CLAIM_STATEMENTS:
+                self._claims[key] = text
+        return text
 
 
 def _held(row: tuple[Any, ...]) -> tuple[Limit, Bucket | None]:
@@ -332,7 +346,7 @@ def _lease(
         lk=heads, caps=[caps.get(kind, count) for kind in heads], count=count,
         picked=[job_id for kind in fair for _group, job_id in picks[kind]],
     )  # fmt: skip
-    jobs = [row_job(row) for row in (yield every(sql.claim(count, walk=walk), params))]
+    jobs = [row_job(row) for row in (yield piped(sql.text["generic"], sql.claim(count, walk=walk), params))]
     for kind in free:
         held, bucket = limits[kind]
         n = sum(1 for job in jobs if job.kind == kind)
