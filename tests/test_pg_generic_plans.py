@@ -149,9 +149,10 @@ class PostgresStorageTests(PostgresStorageCase):
         self.assertEqual(conn.execute("SHOW plan_cache_mode").fetchone(), ("auto",), "the setting ended with the lease")
 
     def test_a_lease_kind_by_kind_reads_a_few_pages_on_a_table_never_analyzed(self) -> None:
-        # The fair kinds' picks (an array of ids, empty here) were filtered out of every ready
-        # job of the queue: 166 pages at each lease of 7,000 jobs.
-        for held in ("limit", "pause"):
+        # The fair kinds' picks (an array of ids) were filtered out of every ready job of the
+        # queue: 166 pages at each lease of 7,000 jobs, even with no fair kind; then, each a
+        # probe beside the claim index's predicate, the same walk for each pick.
+        for held in ("limit", "pause", "fair"):
             with self.subTest(held=held):
                 self.assert_a_few_pages(unanalyzed_queue(self, f"{self.name}-{held}"), held, analyzed=False)
 
@@ -164,11 +165,15 @@ class PostgresStorageTests(PostgresStorageCase):
                 self.assert_a_few_pages(unanalyzed_queue(self, f"{self.name}-{held}"), held, analyzed=True)
 
     def assert_a_few_pages(self, q: Queue, held: str, *, analyzed: bool) -> None:
-        """Leases under a limit, or beside a paused kind (``held``), 3,000 jobs ahead of the kind leased: few pages each."""
+        """Leases under a limit (``held``: "limit"; "fair", a group concurrency limit, the kind in groups), or beside
+        a paused kind ("pause"), with 3,000 jobs ahead of the kind leased: a few pages each."""
         q.enqueue_many([{"n": n} for n in range(3000)], kind="other")
-        q.enqueue_many([{"n": n} for n in range(3000)], kind="mail")
+        for group in range(10):
+            q.enqueue_many([{"n": n} for n in range(300)], kind="mail", group=f"g{group}" if held == "fair" else None)
         if held == "limit":
             q.set_limit("mail", concurrency=100)
+        elif held == "fair":
+            q.set_limit("mail", group_concurrency=2)
         else:
             q.pause(kind="other")
         if analyzed:  # what autovacuum does once a table has grown
@@ -177,7 +182,7 @@ class PostgresStorageTests(PostgresStorageCase):
         plans = self.watch_plans(q, analyze=True)
         for _ in range(PAST_PREPARING):
             job = q.lease_one()
-            assert job is not None and job.kind == ("other" if held == "limit" else "mail")
+            assert job is not None and job.kind == ("mail" if held == "pause" else "other")
             q.ack(job)
         claims = [plan[plan.index("Update on"):] for plan in plans if "k(kind, cap)" in plan]
         self.assertEqual(len(claims), PAST_PREPARING, "every claim's plan was seen")

@@ -156,6 +156,18 @@ class PlanTests(PostgresTestCase):
                 updates = [n for n in nodes if n["Node Type"] == "ModifyTable" and n["Relation Name"] == "jobs"]
                 self.assertEqual([n["Actual Rows"] for n in updates], changed, f"the jobs {what} changed")
 
+    def test_an_idle_wait_under_limits_reads_the_head_of_each_limited_kind(self) -> None:
+        # The look asked EXISTS of each limited kind's runnable jobs, and the plan answered it
+        # with a scan of the table, guessing one would turn up soon: with the kind's one job
+        # behind every other job, each idle wait (and each explain) read every job.
+        self.fill(IN_THE_WAY, kind="other")
+        self.q.set_limit("slow", concurrency=1)
+        self.q.enqueue("last", kind="slow")
+        limit_sql = self.q.storage.limit_sql  # type: ignore[attr-defined]
+        look = self.explain(limit_sql.text["look"])
+        self.assert_few_pages(look, "an idle wait's look")
+        self.assertEqual(look["Actual Rows"], 1, "the one limit")
+
     def test_a_lease_under_limits_never_walks_over_the_backlog_of_a_limited_kind(self) -> None:
         # The kinds without a limit were taken from the claim index's head, past every
         # ready job of the limited kinds: 7.3 ms of the server's CPU a lease with 50,000

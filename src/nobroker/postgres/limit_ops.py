@@ -62,9 +62,11 @@ _CLAIMABLE = _RUNNABLE + UNPAUSED
 # without a limit, up to the lease's count: the head of each kind's own index
 # (jobs_claim_kind, as fragments.CLAIM_KINDS), so the backlog of a limited
 # kind is never walked over; and the fair kinds' picks, each a probe of the
-# primary key (as ``id = ANY`` of them, a generic plan on a table never
-# analyzed filtered every ready job of the queue through the picks, even with
-# none). The best of all of them, up to the lease's count (written in:
+# primary key, its state checked once the row is locked (OFFSET 0 keeps that
+# check out of the probe: beside it, the claim indexes' predicates let a
+# generic plan on a table never analyzed walk every ready job of the queue for
+# each pick, as ``id = ANY`` of them did even with none). The best of all of
+# them, up to the lease's count (written in:
 # LimitStatements.claim), updated by their primary key, found as
 # fragments.CLAIM's batch is: by a join for a count up to JOINED_CLAIM_MAX, a
 # probe of the key per job in any plan, by the array of ids above it (on a
@@ -78,9 +80,9 @@ _CLAIM = f"""{CLAIM_SET}
                 SELECT * FROM (
                     SELECT p.queue, p.id, p.priority, p.seq FROM unnest(%(picked)s::text[]) AS f(id)
                     CROSS JOIN LATERAL (
-                        SELECT queue, id, priority, seq FROM {{schema}}.jobs
-                        WHERE queue = %(q)s AND id = f.id AND state = 'ready' AND NOT scheduled
-                        FOR UPDATE SKIP LOCKED) AS p) AS p
+                        SELECT queue, id, priority, seq, state, scheduled FROM {{schema}}.jobs
+                        WHERE queue = %(q)s AND id = f.id OFFSET 0 FOR UPDATE SKIP LOCKED) AS p
+                    WHERE p.state = 'ready' AND NOT p.scheduled) AS p
                 UNION ALL
                 (SELECT l.queue, l.id, l.priority, l.seq
                  FROM unnest(%(lk)s::text[], %(caps)s::int4[]) AS k(kind, cap)
@@ -170,10 +172,13 @@ class LimitStatements:
             # no lock asked for one): its arrays make a generic plan look dearer than a custom
             # one, which the server then made again at every lease.
             "generic": "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)",
-            # An idle wait's look: each limit with its kind's leased jobs and whether one is runnable.
+            # An idle wait's look: each limit with its kind's leased jobs and whether one is runnable
+            # (the head of the kind's claim index: EXISTS let a plan guess that a scan of the table
+            # finds one soon, and read every job where the kind's were last or none were runnable).
             "look": f"""SELECT {", ".join("l." + c for c in _COLUMNS)}, {_CLOCK},
                 (SELECT count(*) FROM {quoted}.jobs WHERE queue = l.queue AND state = 'leased' AND kind = l.kind),
-                EXISTS (SELECT 1 FROM {quoted}.jobs WHERE {_RUNNABLE.replace("%(q)s", "l.queue")} AND kind = l.kind)
+                coalesce((SELECT true FROM {quoted}.jobs WHERE {_RUNNABLE.replace("%(q)s", "l.queue")} AND kind = l.kind
+                          ORDER BY priority DESC, seq LIMIT 1), false)
                 FROM {table} AS l WHERE l.queue = %(q)s ORDER BY l.kind""",
             "spend": f"UPDATE {table} SET tokens = %(tokens)s, tokens_at = %(at)s WHERE queue = %(q)s AND kind = %(kind)s",
             "turn": f"UPDATE {table} SET turns = %(turns)s::jsonb WHERE queue = %(q)s AND kind = %(kind)s",
