@@ -111,20 +111,7 @@ class PostgresStorageTests(PostgresStorageCase):
         # test_a_claim_under_limits_probes_the_key_on_a_table_never_analyzed and test_pg_plans bound.
         q = self.open_queue()
         q.set_limit("mail", concurrency=100)
-        q.enqueue_many([{"n": n} for n in range(3 * PAST_PREPARING)], kind="mail")
-        for _ in range(3 * PAST_PREPARING):
-            job = q.lease_one()
-            assert job is not None
-            q.ack(job)
-        conn = q.storage._link._connection()  # type: ignore[attr-defined]
-        claims = conn.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%k(kind, cap)%'"
-        ).fetchall()
-        self.assertEqual(len(claims), 1, "the claim under limits is prepared")
-        generic, custom = claims[0]
-        self.assertEqual(custom, 0, "never planned for its parameters once prepared")
-        self.assertGreaterEqual(generic, 2 * PAST_PREPARING - 1)
-        self.assertEqual(conn.execute("SHOW plan_cache_mode").fetchone(), ("auto",), "the setting ended with the lease")
+        self.assert_planned_once(q)
 
     def test_a_claim_beside_a_paused_kind_is_planned_once_and_the_setting_ends_with_its_lease(self) -> None:
         # A queue with pauses and no limit is leased kind by kind too, without the limits'
@@ -133,6 +120,10 @@ class PostgresStorageTests(PostgresStorageCase):
         q = self.open_queue()
         q.enqueue_many([{"n": n} for n in range(100)], kind="held")
         q.pause(kind="held")
+        self.assert_planned_once(q)
+
+    def assert_planned_once(self, q: Queue) -> None:
+        """Leases of "mail" jobs past the prepare threshold: the claim kind by kind has one generic plan, no custom one."""
         q.enqueue_many([{"n": n} for n in range(3 * PAST_PREPARING)], kind="mail")
         for _ in range(3 * PAST_PREPARING):
             job = q.lease_one()
