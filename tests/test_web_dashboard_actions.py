@@ -2,8 +2,8 @@
 
 Owns: ``WebDashboardActionsTest``: each action done by a click where the
 job's state allows it (and its button hidden where not), the ones that
-cannot be undone asking first, a delete waiting for a load of the job's page
-on its way, a selection acted on in bulk, a refusal (409) shown as text,
+cannot be undone asking first, a delete waiting for every load of the job's
+page on its way, a selection acted on in bulk, a refusal (409) shown as text,
 purge needing the typed queue name; run on a file queue, behind a token, and
 on PostgreSQL. Imports: the standard library, nobroker (the dashboard's
 api), tests.dashsupport (``OnPostgres``), tests.support, tests.webdashsupport
@@ -167,14 +167,18 @@ class WebDashboardActionsTest(WebDashboardCase):
         self.assertIsNone(self.url_param("job"))
         self.assertCleanPage(dialogs=2)
 
-    def test_a_delete_waits_for_a_load_of_the_jobs_page_on_its_way(self) -> None:
+    def test_a_delete_waits_for_every_load_of_the_jobs_page_on_its_way(self) -> None:
         # A delete sent while the job's page was loading reached the server first: the load then
         # asked for a job that was gone (a 404 in the console), as one loaded run of the suite saw.
+        # Then the delete waited for the last load only: a refresh that started while an earlier
+        # load still waited for its answer, and ended first, let the delete go ahead of that
+        # answer, as a run of the new-user check saw. Here the second load's read of the job
+        # is answered only once the delete was clicked.
         done = self.make_done("finished")
         self.open_job_page(done)
         self.wait_js("document.getElementById('detail-explain').textContent !== ''", "the job's reasons were shown")
-        explained, deleted = threading.Event(), threading.Event()
-        seen: list[bool] = []  # at each explain: had the delete arrived?
+        explained, deleted, second, clicked = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+        seen: list[bool] = []  # at the first explain: had the delete arrived?
         real = api.Api.answer
 
         def answer(api_self: api.Api, method: str, path: str, parts: list[str], *args: Any) -> Any:
@@ -186,13 +190,19 @@ class WebDashboardActionsTest(WebDashboardCase):
                 # the page must send it only after this answer).
                 deleted.wait(HOLD_SECONDS)
                 seen.append(deleted.is_set())
+            elif explained.is_set() and not second.is_set() and parts[-2:] == ["jobs", done]:
+                second.set()
+                clicked.wait(PAGE_TIMEOUT)  # a load that ends once the delete was clicked
             return real(api_self, method, path, parts, *args)
 
         with mock.patch.object(api.Api, "answer", answer):
             self.js("document.getElementById('detail-refresh').click()")
             self.assertTrue(explained.wait(PAGE_TIMEOUT), "the page reloaded the job's reasons")
+            self.js("document.getElementById('detail-refresh').click()")
+            self.assertTrue(second.wait(PAGE_TIMEOUT), "a second load of the job's page started")
             self.js("window.__confirmAnswer = true")
             self.js("document.getElementById('detail-delete').click()")
+            clicked.set()
             self.wait_js(f"document.getElementById('message').textContent === 'Deleted job: {done}'", "the page said so")
         self.assertEqual(seen, [False], "the delete was sent while the job's page was loading")
         self.assertRaises(nobroker.JobNotFoundError, self.queue.get, done)

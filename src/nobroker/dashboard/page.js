@@ -345,7 +345,9 @@
   // ``fromUrl``: the address named it already, so the history gains no step.
   function showJob(id, quiet, fromUrl) {
     const loading = loadJob(id, quiet, fromUrl);
-    view.loading = loading.catch(() => {});  // what removing the job on show waits for (closeBeforeRemoving)
+    // What removing the job on show waits for (closeBeforeRemoving): every load on its way, not
+    // only the last, since a refresh may start while another load still waits for its answer.
+    view.loading = Promise.all([view.loading, loading.catch(() => {})]);
     return loading;
   }
 
