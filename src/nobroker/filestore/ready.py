@@ -61,10 +61,13 @@ class TurnOrder:
     the first item that checks out is the group limits.choose would take
     from all of them. Built again when the kind's limit or rotation object
     is another, or when stale items outnumber the groups. A group has one
-    mark at most waiting in the heap (``stirred``) and one placed item
-    (``placed``: the rank it was last put in with; an older item of the group
-    is a leftover, popped when it surfaces), so however many jobs are pushed
-    and leases end between two leases, the heap holds a few items per group.
+    mark at most waiting in the heap (``stirred``), however many jobs are
+    pushed and leases end between two leases, and one placed item
+    (``placed``: the rank it was last put in with). Any older item of the
+    group is a leftover, popped without a check when it surfaces: a lease
+    reads the runnable job and the leased count of a few groups, not of a
+    copy per lease that ended (a group placed again while it stands far
+    back leaves one each time, until it comes up or the order is rebuilt).
     """
 
     __slots__ = ("limit", "turns", "heap", "stirred", "placed")
