@@ -46,9 +46,9 @@ from ..limits import to_fields, turned, turns_from_fields, turns_to_fields
 from ..limits import seconds_to_slot as slot_wait
 from ..storage import worker_label
 from . import operations as ops
-from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED, batched
+from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED
 from .rows import row_job
-from .statements import MAX_CLAIM_STATEMENTS, quote_schema
+from .statements import ClaimTexts, quote_schema
 from .steps import Steps, atomic, every, one, piped, run
 
 #: A limit row's columns, as limits.to_fields names them (then ``turns``, which a put never writes).
@@ -187,8 +187,10 @@ class LimitStatements:
             "clock": f"SELECT {_CLOCK}",
             "leased": _LEASED.replace("{schema}", quoted),
         }  # fmt: skip
-        self._quoted = quoted
-        self._claims: dict[tuple[int, bool], str] = {}
+        #: The claim's template, by ``walk`` (see ``claim``): its count and batch open.
+        self._claim = {walk: _CLAIM.replace("{others}", _OTHERS if walk else "").replace("{schema}", quoted)
+                       for walk in (False, True)}  # fmt: skip
+        self._claims = ClaimTexts()
 
     def claim(self, count: int, *, walk: bool = False) -> str:
         """The claim under limits of ``count`` jobs, its batch found as fragments.JOINED_CLAIM_MAX says.
@@ -198,15 +200,7 @@ class LimitStatements:
         guessing a tenth of the rows, and on a table of a few thousand rows that guess joined the
         batch to a scan of every job.
         """
-        assert isinstance(count, int) and count >= 1, "a count the facade checked"
-        key = (count, walk)
-        text = self._claims.get(key)
-        if text is None:
-            text = _CLAIM.replace("{others}", _OTHERS if walk else "")
-            text = batched(text.replace("{schema}", self._quoted).replace("{count}", str(count)), count, "c.")
-            if len(self._claims) < MAX_CLAIM_STATEMENTS:
-                self._claims[key] = text
-        return text
+        return self._claims.text(self._claim[walk], count, "c.")
 
 
 def _held(row: tuple[Any, ...]) -> tuple[Limit, Bucket | None]:

@@ -2,7 +2,8 @@
 
 Owns: the statements (templates with the schema left open, built once per
 schema by ``Statements``; the Job a row of a job's columns makes is
-rows.py's), and ``check_identifier``, the rule that
+rows.py's), ``ClaimTexts`` (a claim's text with its count written in, kept
+per count; limit_ops.py's claims use it too), and ``check_identifier``, the rule that
 makes writing a schema name into SQL text safe. Plain text only: nothing here
 talks to a server or needs the driver. The schema itself (tables, indexes,
 the backoff function) is the numbered files in sql/; schema.py applies them.
@@ -383,12 +384,35 @@ def build(schema: str) -> dict[str, str]:
     return {name: text.replace("{schema}", quoted) for name, text in out.items()}
 
 
+class ClaimTexts:
+    """Claim statements with their count written in (see Statements.claim), by template and count.
+
+    At most MAX_CLAIM_STATEMENTS are kept; others are built per call.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, int], str] = {}
+
+    def text(self, template: str, count: int, c: str) -> str:
+        """``template`` (its ``{count}``, ``{batch}`` and ``{batch_end}`` open) for ``count`` jobs; ``c`` as batched's."""
+        # Checked before the cache too: True would find the text of 1 there.
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count must be a positive int, got {count!r}")
+        key = (template, count)
+        text = self._kept.get(key)
+        if text is None:
+            text = batched(template.replace("{count}", str(int(count))), count, c)
+            if len(self._kept) < MAX_CLAIM_STATEMENTS:
+                self._kept[key] = text
+        return text
+
+
 class Statements:
     """Every statement of one schema, ready to run: ``statements["ack"]``, ``statements.claim(10, kinds=False)``."""
 
     def __init__(self, schema: str) -> None:
         self._text = build(schema)
-        self._claims: dict[tuple[bool, bool, int], str] = {}
+        self._claims = ClaimTexts()
         #: The identity sequence of the jobs table's seq (a regclass literal).
         self.sequence = f"{quote_schema(schema)}.jobs_seq_seq"
 
@@ -409,17 +433,8 @@ class Statements:
         batch size is prepared once (a Worker uses a handful). The count also
         picks how the update finds the batch (fragments.JOINED_CLAIM_MAX).
         """
-        # Checked before the cache too: True would find the text of 1 there.
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ValueError(f"count must be a positive int, got {count!r}")
-        key = (kinds, checked, count)
-        text = self._claims.get(key)
-        if text is None:
-            name = ("claim_kinds" if kinds else "claim") + ("_checked" if checked else "")
-            text = batched(self._text[name].replace("{count}", str(int(count))), count, "c." if kinds else "")
-            if len(self._claims) < MAX_CLAIM_STATEMENTS:
-                self._claims[key] = text
-        return text
+        name = ("claim_kinds" if kinds else "claim") + ("_checked" if checked else "")
+        return self._claims.text(self._text[name], count, "c." if kinds else "")
 
 
 def backoff_parameters(policy: BackoffPolicy) -> dict[str, float]:
