@@ -152,12 +152,17 @@ class Checkpoints(UnlockedReplay):
         # it, what peers appended since the flip): read first, fsynced after, as at opening.
         self._prepare_from(new, AS_WRITTEN, sig)
         prepared = self._prepared
-        if prepared is not None and prepared.log is new and self.durable:
+        if prepared is None or prepared.log is not new:
+            return
+        if self.durable:
             # The flip must be durable before anything is answered from the new generation
             # (commit.Committer._switch_to): here, not under the lock, unless the pointer
             # changes again before it (``still_valid`` then drops this replay).
             self._sync_directory()
             prepared.folders_synced = True
+        # What peers appended while the checkpoint loaded, read without the lock too, as an opener
+        # does: otherwise the switch reads it under the lock, and every peer waits for that.
+        self._catch_up_unlocked()
 
     def _maybe_checkpoint(self) -> None:
         """After a write: a checkpoint once CHECKPOINT_EVERY records went by since the last one.

@@ -14,6 +14,7 @@ log, prefix_crc, replay.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ..errors import CorruptLogError
 from ..jobs import Damage
@@ -60,21 +61,26 @@ class Forward:
             self._snap_crc = None
         return end, torn
 
-    def _read_unlocked(self, log: LogFile, *, shift: int = 0, passes: int = 1) -> bool:
+    def _read_unlocked(
+        self, log: LogFile, *, shift: int = 0, passes: int = 1, current: Callable[[], bool] | None = None
+    ) -> bool:
         """Without the lock: apply the whole records after ``_offset`` (see commit.Committer._read_ahead); did any follow it?
 
         Up to ``passes`` times, while a pass read at least READ_AGAIN_BYTES
         (what peers appended while it read). Raises what stopped the reading
         (damage, an I/O error), memory then marked stale: records may have
         been applied without the offset moving past them. ``shift``: as in
-        _read_forward (a compaction's).
+        _read_forward (a compaction's). ``current``: asked before each pass
+        that has records to read; False (a peer flipped to another generation
+        since our last look) stops the reading: those records are not ours to
+        apply, and the catch-up under the lock follows the flip instead.
         """
         assert passes >= 1, "at least one look"
         try:
             follows = False
             for _ in range(passes):
                 start = self._offset
-                if log.what_follows(start) <= 0:
+                if log.what_follows(start) <= 0 or (current is not None and not current()):
                     break
                 follows = True
                 self._offset, _torn = self._read_forward(log, self._state, start, truncate=False, shift=shift, locked=False)
