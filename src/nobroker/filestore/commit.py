@@ -140,15 +140,6 @@ class Committer(QueueFiles):
         except (NobrokerError, OSError):
             return False  # memory is marked stale: the catch-up under the lock reloads it
 
-    def _still_current(self) -> bool:
-        """Does the pointer look as it did at our last catch-up (no peer flipped, or rolled back, since)?
-
-        Else what follows in our generation is not worth reading: after a
-        compaction of a busy queue, its last seconds of records (a peer's
-        tens of thousands) would be applied to a state about to be dropped.
-        """
-        return self._pointer_signature() == self._pointer_sig
-
     def _catch_up(self, *, exclusive: bool, sig: tuple[int, int, int] | None) -> None:
         """Beat two: switch generation if a peer compacted, then read what peers appended.
 

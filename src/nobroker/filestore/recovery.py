@@ -341,6 +341,15 @@ class QueueFiles(Checkpoints, Forward):
         st = self.fs.lstat_or_none(self._pointer_path)
         return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
 
+    def _still_current(self) -> bool:
+        """Does the pointer look as it did at our last catch-up (no peer flipped, or rolled back, since)?
+
+        Else what follows in our generation is not worth reading without the
+        lock: after a compaction of a busy queue, its last seconds of records
+        (a peer's tens of thousands) would go to a state about to be dropped.
+        """
+        return self._pointer_signature() == self._pointer_sig
+
     def _compaction_running(self) -> bool:
         """Does anyone (a peer, or another object here) hold the compactor lock right now?"""
         return held_elsewhere(self.fs, compactor_path(self.directory, self.name))
