@@ -143,6 +143,38 @@ class ReadAhead(TempDirTestCase):
                                  ["a peer's", "appended while it waited", "first", "mine, after it"])  # fmt: skip
 
 
+    def test_a_pointer_that_cannot_be_looked_at_stops_the_look_and_leaves_memory_as_it_is(self) -> None:
+        """The look without the lock asks whether a peer flipped (the pointer) before it reads on.
+
+        An error there is not a reason to rebuild memory: the look reads
+        nothing, and the operation under the lock, which looks at the
+        pointer too, meets the error (or not, once it has passed).
+        """
+
+        class PointerFails(RealFileSystem):
+            failing = False
+
+            def lstat_or_none(self, path: str) -> Any:
+                if PointerFails.failing and path.endswith(".current"):
+                    raise OSError(errno.EIO, "Input/output error (injected)")
+                return super().lstat_or_none(path)
+
+        for log_format in (1, 4):
+            with self.subTest(log_format=log_format):
+                mine, log, end = self.two_writers(log_format, PointerFails())
+                storage: Any = mine.storage
+                self.write_at(log, end, self.record("appended", "by a peer", 98))
+                PointerFails.failing = True
+                try:
+                    self.assertFalse(storage._read_unlocked_quietly(), "it read on without looking at the pointer")
+                finally:
+                    PointerFails.failing = False
+                self.assertFalse(storage._stale, "memory was marked for a rebuild")
+                self.assertEqual(storage._offset, end)
+                mine.enqueue("mine, after it")
+                self.assertEqual(sorted(job.payload for job in mine.list_jobs()),
+                                 ["a peer's", "by a peer", "first", "mine, after it"])  # fmt: skip
+
     def test_a_record_seen_while_a_peer_writes_it_stops_the_reading_and_is_read_whole_later(self) -> None:
         """In a file with room after its records, a read without the lock can see part of a write.
 

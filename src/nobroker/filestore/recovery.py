@@ -347,8 +347,13 @@ class QueueFiles(Checkpoints, Forward):
         Else what follows in our generation is not worth reading without the
         lock: after a compaction of a busy queue, its last seconds of records
         (a peer's tens of thousands) would go to a state about to be dropped.
+        A pointer that cannot be looked at says no: the look under the lock
+        meets the same error and reports it, and memory stays as it is.
         """
-        return self._pointer_signature() == self._pointer_sig
+        try:
+            return self._pointer_signature() == self._pointer_sig
+        except OSError:
+            return False
 
     def _compaction_running(self) -> bool:
         """Does anyone (a peer, or another object here) hold the compactor lock right now?"""
