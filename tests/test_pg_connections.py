@@ -165,15 +165,21 @@ class ConnectionTests(PostgresQueueCase):
                 self.assertTrue(wait_until(lambda: waiting._waiting == 1, PATIENCE), "it waits for the work's connection")
             return work
 
+        def went_through(count: int) -> None:
+            # The waiting thread finishes before the next round: else the next lease could take the
+            # connection first (a lock is not fair), and two threads would wait for it.
+            threads[-1].join(PATIENCE)
+            self.assertFalse(threads[-1].is_alive())
+            self.assertEqual(len(outcomes), count, "it went through once the work's connection was free")
+
         with mock.patch.object(storage._spare, "_connect", side_effect=StorageError("too many clients")) as opening:
             got = self._beside_a_lease_in_flight(q, waits_its_turn(lambda: q.ack(first)))
             self.assertEqual(opening.call_count, 1, "the spare was tried once, at once")
+            went_through(1)
             # Within SPARE_PAUSE the spare is not tried again: the work waits its turn at once.
             got += self._beside_a_lease_in_flight(q, waits_its_turn(lambda: q.extend(second, 30)))
             self.assertEqual(opening.call_count, 1)
-            for thread in threads:
-                thread.join(PATIENCE)
-        self.assertEqual(len(outcomes), 2, "both went through once the work's connection was free")
+            went_through(2)
         self.assertEqual(sorted(job.payload for job in got), ["c", "d"])
         self.assertIsNone(storage._spare._current())
         q.ack(second)
