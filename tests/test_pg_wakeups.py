@@ -135,6 +135,32 @@ class NotifyTests(PostgresTestCase):
         self.assertEqual(self.q.requeue_dead(), 1)
         self.assertEqual(len(self.heard()), 1)
 
+    def test_a_write_told_not_to_notify_sends_a_statement_without_the_notify(self) -> None:
+        from nobroker.postgres.connection import Session
+
+        sent: list[str] = []
+        real = Session.execute
+
+        def execute(session: Session, query: object, params: object = None) -> object:
+            sent.append(str(query))
+            return real(session, query, params)
+
+        def sends(call: object) -> str:
+            """The one statement ``call`` sent."""
+            sent.clear()
+            call()  # type: ignore[operator]
+            self.assertEqual(len(sent), 1, sent)
+            return sent[0]
+
+        gate = self.q.storage._gate  # type: ignore[attr-defined]
+        with mock.patch.object(Session, "execute", execute):
+            for told in (False, True):
+                with mock.patch.object(gate, "take", lambda told=told: told), mock.patch.object(gate, "owe"):
+                    self.assertEqual("pg_notify" in sends(lambda: self.q.enqueue("one")), told)
+                    self.assertEqual("pg_notify" in sends(lambda: self.q.enqueue_many(["two", "three"])), told)
+                    leased = self.q.lease_one()
+                    self.assertEqual("pg_notify" in sends(lambda: self.q.nack(leased, delay=0)), told)
+
     def test_an_enqueue_in_the_callers_transaction_notifies_at_its_commit(self) -> None:
         with connect(autocommit=False) as conn:
             self.q.enqueue("in a transaction", conn=conn)

@@ -81,7 +81,7 @@ def insert_one_fresh(t: Target, spec: EnqueueSpec, notify: bool) -> Steps[Job | 
         "timeout": spec.timeout, "group": spec.group,
     }  # fmt: skip
     try:
-        row = yield one(t.sql["insert_one_fresh"], params)
+        row = yield one(t.sql.notifying("insert_one_fresh", notify), params)
     except pg_errors.UniqueViolation:
         return None
     return Job(
@@ -194,7 +194,7 @@ def _insert_as(
         if not variant:
             statement, variant = "insert_sorted", ""
             params["seqname"] = t.sql.sequence
-    rows = yield every(t.sql[statement + variant], params)
+    rows = yield every(t.sql.notifying(statement + variant, notify), params)
     first: dict[str, Any] = {}
     for spec, job_id in zip(specs, ids):
         first.setdefault(job_id, spec)

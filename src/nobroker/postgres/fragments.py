@@ -305,6 +305,10 @@ DUE = f"""
 UNLESS_DUE = " AND NOT (SELECT upkeep OR limited OR paused FROM due)"
 #: The NOTIFY a statement sends when ``notify`` is true (an InitPlan: run once, and only when asked).
 NOTIFY = "(SELECT 1 FROM pg_notify(%(chan)s, '') WHERE %(notify)s)"
+#: The twin of each statement that may NOTIFY, for a call that does not (statements.Statements.notifying),
+#: has this suffix and NO_NOTIFY in its place: no InitPlan set up at each execution. Measured per single
+#: enqueue (most are told not to NOTIFY), the server's CPU was 2 to 15 µs lower, of 156 to 186.
+QUIET, NO_NOTIFY = "_quiet", "NULL::int"
 #: What an insert returns: the rest of the Job is known to the caller already.
 INSERTED = "j.id, j.seq, date_part('epoch', j.available_at) AS available, date_part('epoch', j.enqueued_at) AS enqueued"
 

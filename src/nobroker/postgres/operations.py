@@ -8,7 +8,7 @@ AsyncQueue awaits it on an AsyncConnection), the refusals that say why a job
 was not changed, and what PostgreSQL text can hold. Nothing here connects,
 takes the storage's lock or retries a lost connection: storage.py runs these
 through connection.Link, asyncstorage.py through asynclink.AsyncLink.
-Imports: errors, jobs, storage, statements, rows, steps.
+Imports: errors, jobs, storage, fragments, statements, rows, steps.
 
 Semantics are the file storage's, statement by statement:
 
@@ -52,6 +52,7 @@ from ..jobs import Job, JobState
 from ..jobs import FINISHED_STATES
 from ..storage import cancel_refusal, finished_refusal, job_not_found, refusal, worker_label
 from .rows import JOB_COLUMNS, row_job
+from .fragments import QUIET
 from .statements import Statements
 from .steps import Steps, every, one, piped, run
 
@@ -216,7 +217,7 @@ def nack(
 ) -> Steps[tuple[Job, bool]]:  # fmt: skip
     """The job as the nack left it, and whether it is runnable at once without having notified (owed a NOTIFY)."""
     row = yield from _changed(
-        t, "nack", "nack", job_id, token, error=error, traceback=traceback,
+        t, "nack", "nack" if notify else "nack" + QUIET, job_id, token, error=error, traceback=traceback,
         delay=delay, perm=permanent, notify=notify,
     )  # fmt: skip
     return row_job(row), row[NACK_NOTIFIED] == 0

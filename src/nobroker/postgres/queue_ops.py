@@ -30,7 +30,7 @@ def requeue_dead(t: Target, job_id: str | None, notify: bool) -> Steps[int]:
     params = t.with_backoff(id=job_id, chan=t.channel, notify=notify)
     for _try in range(ENQUEUE_TRIES):
         try:
-            count = len((yield from ops.upkeep_then(t, t.sql["requeue"], params)))
+            count = len((yield from ops.upkeep_then(t, t.sql.notifying("requeue", notify), params)))
         except pg_errors.UniqueViolation:
             continue  # a job with the same dedupe key became active meanwhile: look again
         if count or job_id is None:

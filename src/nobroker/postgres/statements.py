@@ -67,8 +67,10 @@ from .fragments import (
     NACK_TALLY,
     NOMINAL,
     NOTIFY,
+    NO_NOTIFY,
     NOW,
     PRUNE,
+    QUIET,
     REQUEUE_TALLY,
     RETURNS,
     SHOWN,
@@ -381,6 +383,8 @@ def build(schema: str) -> dict[str, str]:
             continue
         for suffix, marker, text in _VARIANTS.get(name, [("", "", "")]):
             out[name + suffix] = template.replace(marker, text) if marker else template
+    for name in [name for name, text in out.items() if NOTIFY in text]:
+        out[name + QUIET] = out[name].replace(NOTIFY, NO_NOTIFY)
     return {name: text.replace("{schema}", quoted) for name, text in out.items()}
 
 
@@ -418,6 +422,10 @@ class Statements:
 
     def __getitem__(self, name: str) -> str:
         return self._text[name]
+
+    def notifying(self, name: str, notify: bool) -> str:
+        """Statement ``name`` if it is to NOTIFY, else its twin whose NOTIFY column is a NULL (QUIET)."""
+        return self._text[name if notify else name + QUIET]
 
     def claim(self, count: int, *, kinds: bool, checked: bool = False) -> str:
         """The claim of ``count`` jobs (of some kinds only, with ``kinds``), its LIMIT written in as a number.
