@@ -21,6 +21,7 @@ The package, in its order (a module imports only modules above it):
     lock.py        the writers' lock and the compactor's, across processes
     wake.py        the named pipes that wake idle workers; waiting for a change
     index.py       JobRows: where each job lives (a hot Entry or a packed cold row)
+    relocation.py  the rows after a compaction: new offsets and sizes, the gone rows dropped
     ready.py       ReadyJobs: the ready and delayed heaps, the pick of a lease; the groups' heaps and turns
     replay.py      QueueState and apply: records in, state out (pure)
     plain_jobs.py  many plain new jobs at once: their records in one pass, their cold rows in bulk

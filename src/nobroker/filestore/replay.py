@@ -10,7 +10,7 @@ groups (ready.py); the paused kinds (control_records.py);
 the counters by kind, counted as the records are applied (counting.py)
 (the state's snapshot form is state_form.py's). Imports: jobs, schedules,
 limits, framing, entry, records, schedule_records, limit_records,
-control_records, counting, index, ready.
+control_records, counting, index, ready, relocation.
 
 Invariant 2 of the design lives here: nothing in this module reads the clock,
 draws a random number or makes an id. Every such value arrives inside a
@@ -57,6 +57,7 @@ from .entry import CANCELLED, DEAD, DONE, DROPPED, IN_DELAYED, IN_READY, LEASED,
 from .framing import RecordType
 from .index import GONE, ID_TEXT, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, id_number
 from .ready import ReadyJobs
+from .relocation import count_live_bytes, drop_gone_rows, move_rows
 
 #: ``enables_end`` of a state that cannot tell what a lease rests on: past any offset (all of it).
 NO_BASIS = 1 << 63
@@ -119,14 +120,14 @@ class QueueState(ReadyJobs):
         """
         unsound = 0
         self.enables_end = NO_BASIS  # offsets of another generation: what a lease rests on is not known here
-        for entry in self._move_rows(offsets, base, shift, end):
+        for entry in move_rows(self, offsets, base, shift, end):
             if entry.state not in DROPPED:
                 unsound += 1
             self._counts[entry.state] -= 1
             del self.hot[entry.id]
             self._rows[entry.row] = GONE
-        self._count_live_bytes()
-        self._drop_gone_rows()
+        count_live_bytes(self)
+        drop_gone_rows(self)
         return unsound
 
     # ------------------------------------------------------------ apply
