@@ -148,6 +148,35 @@ class CheckpointsAsTheLogGrows(TempDirTestCase):
             finally:
                 q.close()
 
+    def test_none_while_the_id_table_grows_and_one_once_it_has(self) -> None:
+        """A capture moves what the growing id table still owes, under the mutex: the checkpoint waits for tidy() instead."""
+        from nobroker.filestore import index
+
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 50):
+            q = Queue(self.dir, NAME, auto_compact=None)
+            self.addCleanup(q.close)
+            storage = storage_of(q)
+            state = storage._state
+            for i in range(60):
+                q.enqueue({"i": i})
+            storage._close_checkpoints()
+            first = storage._snap_records
+            self.assertGreaterEqual(first, 50, "a checkpoint after 50 records")
+        with mock.patch.object(checkpoint, "CHECKPOINT_EVERY", 50), mock.patch.object(index, "GROW_STEP", 1):
+            state._start_growing()
+            writes = 0
+            while state.growing:  # each write's tidy() moves one row
+                self.assertLess(writes, 200)
+                q.enqueue({"more": writes})
+                writes += 1
+                storage._close_checkpoints()
+                if state.growing:
+                    self.assertEqual(storage._snap_records, first, "a checkpoint was taken while the table grew")
+            self.assertGreater(60 + writes - first, 50, "CHECKPOINT_EVERY records went by while it grew")
+            q.enqueue({"last": True})
+            storage._close_checkpoints()
+            self.assertGreaterEqual(storage._snap_records, 60 + writes, "the checkpoint came once it had grown")
+
     def test_a_writer_that_may_not_take_one_looks_again_only_records_later(self) -> None:
         """Without fsync no checkpoint is ever taken (nothing durable to vouch for): not a look at every write either.
 

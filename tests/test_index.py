@@ -14,10 +14,12 @@ from __future__ import annotations
 import random
 import unittest
 from typing import Any
+from unittest import mock
 
 from nobroker import Queue
 from nobroker.filestore.framing import RecordType
 from nobroker.jobs import JobState
+from nobroker.filestore import index
 from nobroker.filestore.index import id_number
 from nobroker.filestore.replay import QueueState
 from tests.support import FakeClock, TempDirTestCase
@@ -183,6 +185,82 @@ class ColdRows(unittest.TestCase):
         self.assertEqual((len(state), state.anomalies), (2, 1))
         self.assertEqual(state.pop_ready(T0, None).offset, 200)  # type: ignore[union-attr]
 
+    def test_the_id_table_grows_a_slice_of_rows_per_tidy_and_finds_every_job_meanwhile(self) -> None:
+        state, seq = QueueState(), 0
+
+        def enqueue(job_id: str) -> None:
+            nonlocal seq
+            seq += 1
+            state.apply(RecordType.ENQUEUE, enqueue_body(job_id, seq), 100 * seq)
+
+        for _ in range(1000):
+            enqueue(hex_id(7 * seq + 1))
+        state._rehash()  # a table sized for these, then filled to past its half
+        while state._table_used <= state._table_limit:
+            enqueue(hex_id(7 * seq + 1))
+        ids = [e.id for e in state.entries()]
+        self.assertGreater(len(ids), 2000)
+        self.assertFalse(state.growing, "inserts grow the table themselves only past three quarters")
+        with mock.patch.object(index, "GROW_STEP", 100):
+            state.tidy()
+            growth = state._growing
+            assert growth is not None
+            self.assertEqual((growth.moved, growth.end), (100, len(ids)), "one tidy moved one slice")
+            self.assertEqual(state._table_used, 100)
+            enqueue(hex_id(10**9))  # a new job goes to the new table
+            enqueue(ids[-1])  # a repeated id replaces a job not moved yet (the last wins, as ever)
+            state.apply(RecordType.LEASE, {"id": ids[-2], "at": T0, "deadline": T0 + 9, "attempts": 1, "token": "t"}, 1)
+            for job_id in ids + [hex_id(10**9)]:
+                self.assertIn(job_id, state)
+                self.assertEqual(state.get(job_id).id, job_id)  # type: ignore[union-attr]
+            self.assertEqual(state.get(ids[-1]).seq, seq)  # type: ignore[union-attr]
+            self.assertNotIn(hex_id(10**10), state)
+            tidies = 1
+            while state.growing:
+                state.tidy()
+                tidies += 1
+        self.assertEqual(tidies, -(-len(ids) // 100), "a slice per tidy until every row moved")
+        self.assertEqual(state._table_used, state.n_cold)
+        for job_id in ids + [hex_id(10**9)]:
+            self.assertEqual(state.get(job_id).id, job_id)  # type: ignore[union-attr]
+        self.assertIsNotNone(state.hot.get(ids[-2]), "the leased job is hot")
+
+    def test_past_three_quarters_an_insert_starts_the_growth_and_moves_nothing(self) -> None:
+        # Under the file lock (a follower reading many records) no row moves: tidy() moves them, after.
+        state = QueueState()
+        seq = 0
+        while not state.growing:
+            seq += 1
+            state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(seq), seq), seq)
+        self.assertGreater(4 * seq, 3 * len(state._growing.table))  # type: ignore[union-attr]
+        self.assertEqual((state._growing.moved, state._table_used), (0, 0))  # type: ignore[union-attr]
+        for n in range(1, seq + 1):
+            self.assertIn(hex_id(n), state)
+        # The new table full before the old one emptied (no tidy at all): everything at once, as before.
+        while state.growing:
+            seq += 1
+            state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(seq), seq), seq)
+        self.assertEqual(state._table_used, state.n_cold)
+        self.assertTrue(all(hex_id(n) in state for n in range(1, seq + 1)))
+
+    def test_a_snapshot_taken_while_the_table_grows_holds_every_job(self) -> None:
+        import json
+
+        from nobroker.filestore.state_form import capture, from_snapshot
+
+        state = QueueState()
+        for seq in range(1, 200):
+            state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(seq * 31), seq), seq)
+        with mock.patch.object(index, "GROW_STEP", 5):
+            state._start_growing()
+            state.tidy()
+            self.assertTrue(state.growing)
+            captured = capture(state)
+        self.assertFalse(state.growing, "the capture moved what was left: a snapshot holds one table")
+        loaded = from_snapshot(json.loads("".join(captured.fields_json())), [memoryview(b) for b in captured.blocks])
+        self.assertEqual(view(loaded, T0), view(state, T0))
+        self.assertTrue(all(hex_id(seq * 31) in loaded for seq in range(1, 200)))
+
     def test_patterned_ids_share_the_table(self) -> None:
         state = QueueState()
         ids = [hex_id(i << 40) for i in range(1, 3000)] + [hex_id(i) for i in range(1, 3000)]
@@ -274,7 +352,19 @@ class Differential(unittest.TestCase):
             with self.subTest(seed=seed):
                 self.run_history(random.Random(seed), steps=300)
 
-    def run_history(self, rng: random.Random, steps: int) -> None:
+    def test_random_histories_match_while_the_id_table_grows_a_few_rows_at_a_time(self) -> None:
+        # tidy() after some steps, two rows a slice: lookups, repeated ids, warmed rows, relocations
+        # and purges meet an id table whose old rows have not all moved.
+        grew = 0
+        with mock.patch.object(index, "GROW_STEP", 2):
+            for seed in range(40):
+                with self.subTest(seed=seed):
+                    grew += self.run_history(random.Random(1000 + seed), steps=300, tidy=0.3)
+        self.assertGreater(grew, 200, "the table seldom grew: the test tests little")
+
+    def run_history(self, rng: random.Random, steps: int, tidy: float = 0.0) -> int:
+        """A random history applied to a QueueState and to AllHot, compared at each step; how many steps saw it growing."""
+        grew = 0
         state, reference = QueueState(), AllHot()
         known: list[str] = []
         now, seq, offset = T0, 1, 16
@@ -343,7 +433,11 @@ class Differential(unittest.TestCase):
                     self.assertEqual(job_id in state, job_id in reference)
             self.assertEqual(view(state, now), view(reference, now))
             self.assertEqual([e.id for e in state.expired(now)], [e.id for e in reference.expired(now)])
+            grew += state.growing
+            if rng.random() < tidy:
+                state.tidy()
         self.assertGreater(state.records, 0)
+        return grew
 
 
 class ColdQueue(TempDirTestCase):

@@ -26,7 +26,7 @@ from unittest import mock
 
 from nobroker import Job, JobState, Queue, SerializationError
 from nobroker.codec import stored_json, stored_json_many
-from nobroker.filestore import leases, plain_jobs
+from nobroker.filestore import index, leases, plain_jobs
 from nobroker.filestore.replay import QueueState
 from nobroker.filestore.state_form import capture
 from nobroker.queue.calls import enqueue_many
@@ -132,6 +132,24 @@ class PlainPath(TempDirTestCase):
         again = Queue(self.dir, auto_compact=None)
         self.addCleanup(again.close)
         self.assertEqual(len(again), 29)
+
+    def test_a_drawn_id_a_job_holds_in_the_id_table_being_emptied_takes_the_general_path(self) -> None:
+        q = Queue(self.dir, auto_compact=None)
+        self.addCleanup(q.close)
+        held = q.enqueue_many([{"i": i} for i in range(20)])
+        state = q.storage._state  # type: ignore[attr-defined]
+        with mock.patch.object(index, "GROW_STEP", 0):  # no row moves to the new table meanwhile
+            state._start_growing()
+            draws = [bytes.fromhex(held[13].id) + os.urandom(8), os.urandom(16)]
+            with mock.patch.object(leases.os, "urandom", lambda n: draws.pop(0)[:n]):
+                fresh = q.enqueue_many([{"new": 1}, {"new": 2}])
+            self.assertEqual(draws, [], "the general path drew again")
+        self.assertNotIn(held[13].id, [job.id for job in fresh], "handed out again")
+        self.assertEqual([q.get(job.id).payload for job in held + fresh], [{"i": i} for i in range(20)] + [{"new": 1}, {"new": 2}])
+        q.close()
+        again = Queue(self.dir, auto_compact=None)
+        self.addCleanup(again.close)
+        self.assertEqual(len(again), 22)
 
     def test_no_job_and_one_job_take_the_general_path(self) -> None:
         state = QueueState()

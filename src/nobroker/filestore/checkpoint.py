@@ -176,6 +176,8 @@ class Checkpoints(UnlockedReplay):
         records = self._state.records
         if records - self._snap_records < CHECKPOINT_EVERY or records < self._checkpoint_after:
             return
+        if self._state.growing:  # its capture would move all its rows now, under the mutex: after it, then
+            return
         running = self._checkpointing
         if running is not None and running.is_alive():
             return

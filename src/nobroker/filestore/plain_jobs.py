@@ -156,13 +156,17 @@ def _jobs(
 def _insert_rows(state: QueueState, numbers: array[int]) -> bool:
     """Rows for new cold jobs with these id numbers, in the id table; False (undone) if a job holds one, or two share one."""
     n = len(numbers)
-    if state._table_used + n > (state._mask + 1) * 3 // 4:
-        state._rehash(extra=n)  # room for them all: no rehash halfway
+    if state._table_used + n > (state._mask + 1) * 3 // 4:  # room for them all: no growth halfway
+        if state._growing is None:
+            state._start_growing(extra=n)  # under the file lock: the old rows move later, in tidy()
+        else:
+            state._rehash(extra=n)
     table, ids, rows = state._table, state._ids, state._rows
     mask, shift = state._mask, state._shift
     base = len(rows)
     ids += numbers  # first: a probe compares the batch's own rows too
     used = 0
+    growing = state._growing
     for row, number in enumerate(numbers.tolist(), base):
         slot = ((number * _HASH_MULTIPLIER) & _U64) >> shift
         held = table[slot]
@@ -170,18 +174,25 @@ def _insert_rows(state: QueueState, numbers: array[int]) -> bool:
             if ids[held] == number:
                 # An id drawn twice in this batch, or one a waiting job holds: the general path.
                 if held >= base or rows[held] is None:
-                    del ids[base:]
-                    state._rehash()  # the table as it was, but for the slots of gone rows: no trace of the batch
-                    return False
+                    return _undo(state, base)
                 break  # a hot or gone row's slot: this job takes it over
             slot = (slot + 1) & mask
             held = table[slot]
         else:
+            if growing is not None and state._old_row(growing, number) >= 0:
+                return _undo(state, base)  # a waiting job's row not moved to the new table yet
             used += 1
         table[slot] = row
     rows += repeat(None, n)
     state._table_used += used
     return True
+
+
+def _undo(state: QueueState, base: int) -> bool:
+    """No trace of the batch whose rows start at ``base``: the table as it was, but for the slots of gone rows. False."""
+    del state._ids[base:]
+    state._rehash()
+    return False
 
 
 __all__ = ["enqueue_plain"]

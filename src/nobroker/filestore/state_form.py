@@ -94,6 +94,7 @@ def capture(state: QueueState) -> Captured:
     same order.
     """
     assert set(vars(state)) == _SNAPSHOT_FIELDS, "a new QueueState field must be added to the snapshot"
+    state.finish_growing()  # one id table holds every cold row (the writer's checkpoints wait for this instead)
     rows_fields, arrays = _rows_to_snapshot(state)
     hot = state.hot.values()
     assert all(map(is_, map(state._rows.__getitem__, map(_row_of, hot)), hot)), "a hot Entry sits in its own row"
