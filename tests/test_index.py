@@ -195,18 +195,17 @@ class ColdRows(unittest.TestCase):
 
         for _ in range(1000):
             enqueue(hex_id(7 * seq + 1))
-        state._rehash()  # a table sized for these, then filled to past its half
-        while state._table_used <= state._table_limit:
-            enqueue(hex_id(7 * seq + 1))
-        ids = [e.id for e in state.entries()]
-        self.assertGreater(len(ids), 2000)
-        self.assertFalse(state.growing, "inserts grow the table themselves only past three quarters")
+        state._rehash()  # a table sized for these, then filled, a tidy() after each job, as the storage does
         with mock.patch.object(index, "GROW_STEP", 100):
-            state.tidy()
+            while not state.growing:
+                enqueue(hex_id(7 * seq + 1))
+                state.tidy()
+            ids = [e.id for e in state.entries()]
+            self.assertGreater(len(ids), 2000)
             growth = state._growing
             assert growth is not None
-            self.assertEqual((growth.moved, growth.end), (100, len(ids)), "one tidy moved one slice")
-            self.assertEqual(state._table_used, 100)
+            self.assertEqual((growth.moved, growth.end), (102, len(ids)), "one slice: GROW_STEP and 2 per new row")
+            self.assertEqual(state._table_used, 102)
             enqueue(hex_id(10**9))  # a new job goes to the new table
             enqueue(ids[-1])  # a repeated id replaces a job not moved yet (the last wins, as ever)
             state.apply(RecordType.LEASE, {"id": ids[-2], "at": T0, "deadline": T0 + 9, "attempts": 1, "token": "t"}, 1)
@@ -215,15 +214,26 @@ class ColdRows(unittest.TestCase):
                 self.assertEqual(state.get(job_id).id, job_id)  # type: ignore[union-attr]
             self.assertEqual(state.get(ids[-1]).seq, seq)  # type: ignore[union-attr]
             self.assertNotIn(hex_id(10**10), state)
-            tidies = 1
+            state.tidy()
+            self.assertEqual(growth.moved, 102 + 104, "two rows came: two times two more")
+            tidies = 0
             while state.growing:
                 state.tidy()
                 tidies += 1
-        self.assertEqual(tidies, -(-len(ids) // 100), "a slice per tidy until every row moved")
+        self.assertEqual(tidies, -(-(len(ids) - 206) // 100), "GROW_STEP per tidy until every row moved")
         self.assertEqual(state._table_used, state.n_cold)
         for job_id in ids + [hex_id(10**9)]:
             self.assertEqual(state.get(job_id).id, job_id)  # type: ignore[union-attr]
         self.assertIsNotNone(state.hot.get(ids[-2]), "the leased job is hot")
+
+    def test_a_long_replay_ends_the_growth_at_the_next_tidy(self) -> None:
+        state = QueueState()
+        for seq in range(1, 5000):
+            state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(seq), seq), seq)
+        self.assertTrue(state.growing, "inserts past three quarters start the growth")
+        state.tidy()
+        self.assertFalse(state.growing, "4,999 rows came since the last tidy(): it moved them all")
+        self.assertTrue(all(hex_id(seq) in state for seq in range(1, 5000)))
 
     def test_past_three_quarters_an_insert_starts_the_growth_and_moves_nothing(self) -> None:
         # Under the file lock (a follower reading many records) no row moves: tidy() moves them, after.
@@ -251,6 +261,7 @@ class ColdRows(unittest.TestCase):
         state = QueueState()
         for seq in range(1, 200):
             state.apply(RecordType.ENQUEUE, enqueue_body(hex_id(seq * 31), seq), seq)
+        state.tidy()
         with mock.patch.object(index, "GROW_STEP", 5):
             state._start_growing()
             state.tidy()
@@ -259,6 +270,7 @@ class ColdRows(unittest.TestCase):
         self.assertFalse(state.growing, "the capture moved what was left: a snapshot holds one table")
         loaded = from_snapshot(json.loads("".join(captured.fields_json())), [memoryview(b) for b in captured.blocks])
         self.assertEqual(view(loaded, T0), view(state, T0))
+        self.assertEqual(loaded._tidied_rows, len(loaded._rows), "loaded rows are not rows an operation added")
         self.assertTrue(all(hex_id(seq * 31) in loaded for seq in range(1, 200)))
 
     def test_patterned_ids_share_the_table(self) -> None:
@@ -353,10 +365,10 @@ class Differential(unittest.TestCase):
                 self.run_history(random.Random(seed), steps=300)
 
     def test_random_histories_match_while_the_id_table_grows_a_few_rows_at_a_time(self) -> None:
-        # tidy() after some steps, two rows a slice: lookups, repeated ids, warmed rows, relocations
+        # tidy() after some steps, a few rows a slice: lookups, repeated ids, warmed rows, relocations
         # and purges meet an id table whose old rows have not all moved.
         grew = 0
-        with mock.patch.object(index, "GROW_STEP", 2):
+        with mock.patch.object(index, "GROW_STEP", 0):  # two rows moved per row added since the last tidy()
             for seed in range(40):
                 with self.subTest(seed=seed):
                     grew += self.run_history(random.Random(1000 + seed), steps=300, tidy=0.3)

@@ -64,8 +64,9 @@ _U64 = (1 << 64) - 1
 _EMPTY = -1
 #: Marks a row whose job is gone (removed or replaced); it stays until the rows are rebuilt.
 GONE = new_entry(Entry)
-#: Rows whose cold ids one tidy() moves into a growing id table (see JobRows._grow): about
-#: a millisecond's work, where moving them all at once cost 0.68 s at 1,000,000 jobs.
+#: Rows whose cold ids one tidy() moves into a growing id table (see JobRows._grow), and two
+#: more per row added since the last: about a millisecond's work after one job, where moving
+#: them all at once cost 0.68 s at 1,000,000 jobs; all of them after a replay of as many.
 GROW_STEP = 2048
 
 
@@ -121,6 +122,7 @@ class JobRows:
         self._table = array(ROW_TYPE, [_EMPTY]) * 16  # id number -> latest row; load kept under a half
         self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
         self._growing: Growth | None = None  # the table _table replaces, while its rows move (never in a snapshot)
+        self._tidied_rows = 0  # len(_rows) at the last tidy() (never in a snapshot)
         self._kind_names: list[str] = []
         self._kind_numbers: dict[str, int] = {}
         self._fifos: dict[tuple[str, int], Fifo] = {}  # (kind, priority) -> fifo
@@ -257,18 +259,19 @@ class JobRows:
 
         Growing re-inserts every cold row: 0.68 s for a million jobs in
         Python, once paid by the operation that crossed the mark. Now a new
-        table takes the rows GROW_STEP at a time, one slice after each
-        operation, and a lookup that misses in it looks in the old one. The
+        table takes the rows a slice after each operation (GROW_STEP, and
+        two per row the operation added: a long replay ends the growth), and
+        a lookup that misses in it looks in the old one. The
         storage calls this after it lets go of the queue's file lock, so other
         processes never wait for it; inserts start the growth themselves past
         three quarters (a huge read under one lock).
         """
-        if self._growing is not None:
-            self._grow(self._growing, GROW_STEP)
-        elif self._table_used > self._table_limit:
+        budget = GROW_STEP + 2 * max(0, len(self._rows) - self._tidied_rows)
+        self._tidied_rows = len(self._rows)
+        if self._growing is None and self._table_used > self._table_limit:
             self._start_growing()
-            assert self._growing is not None
-            self._grow(self._growing, GROW_STEP)
+        if self._growing is not None:
+            self._grow(self._growing, budget)
         keep_bytes_room(self._columns, _ROW_BYTES, len(self._rows))
         keep_list_room(self._rows)
 

@@ -78,7 +78,7 @@ def drop_gone_rows(self: JobRows) -> None:
     self._rows, self._ids, self._columns = [], array("Q"), bytearray()
     self._table = array(ROW_TYPE, [_EMPTY]) * 16
     self._mask, self._shift, self._table_used, self._table_limit = 15, 60, 0, 8
-    self._growing = None
+    self._growing, self._tidied_rows = None, 0  # the next tidy() counts every row as added
     self._fifos, self._heads, self.n_cold = {}, {}, 0
     kind_names = self._kind_names
     for row, entry in enumerate(old_rows):

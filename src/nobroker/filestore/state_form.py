@@ -217,6 +217,7 @@ def _rows_from_snapshot(self: JobRows, fields: dict[str, Any], blocks: list[Any]
     for row in gone:
         rows[row] = GONE
     self._rows, self._ids, self._columns, self._table = rows, ids, columns, table
+    self._tidied_rows = n  # loaded, not added: a growth the next tidy() starts moves a slice, not them all
     self._kind_names = list(fields["kind_names"])
     self._kind_numbers = {kind: number for number, kind in enumerate(self._kind_names)}
     fifo_list = []
@@ -237,8 +238,9 @@ def _rows_from_snapshot(self: JobRows, fields: dict[str, Any], blocks: list[Any]
 
 #: Every attribute of a QueueState: capture refuses a state with one it does not know.
 _SNAPSHOT_FIELDS = frozenset(vars(QueueState()))
-#: Fields a snapshot leaves out: what a lease rests on is an offset the loader sets (snapshot.load).
-_NOT_KEPT = frozenset({"enables_end"})
+#: Fields a snapshot leaves out: what a lease rests on is an offset the loader sets (snapshot.load);
+#: how many rows the last tidy() saw (index.py: what the next one moves of a growing id table).
+_NOT_KEPT = frozenset({"enables_end", "_tidied_rows"})
 _SNAPSHOT_INTS = frozenset(
     name for name, value in vars(QueueState()).items() if type(value) is int and name not in _NOT_KEPT
 )
