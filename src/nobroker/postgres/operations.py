@@ -8,7 +8,7 @@ AsyncQueue awaits it on an AsyncConnection), the refusals that say why a job
 was not changed, and what PostgreSQL text can hold. Nothing here connects,
 takes the storage's lock or retries a lost connection: storage.py runs these
 through connection.Link, asyncstorage.py through asynclink.AsyncLink.
-Imports: errors, jobs, storage, fragments, statements, rows, steps.
+Imports: errors, jobs, storage, statements, rows, steps.
 
 Semantics are the file storage's, statement by statement:
 
@@ -52,7 +52,6 @@ from ..jobs import Job, JobState
 from ..jobs import FINISHED_STATES
 from ..storage import cancel_refusal, finished_refusal, job_not_found, refusal, worker_label
 from .rows import JOB_COLUMNS, row_job
-from .fragments import QUIET
 from .statements import Statements
 from .steps import Steps, every, one, piped, run
 
@@ -217,14 +216,14 @@ def nack(
 ) -> Steps[tuple[Job, bool]]:  # fmt: skip
     """The job as the nack left it, and whether it is runnable at once without having notified (owed a NOTIFY)."""
     row = yield from _changed(
-        t, "nack", "nack" if notify else "nack" + QUIET, job_id, token, error=error, traceback=traceback,
+        t, "nack", t.sql.notifying("nack", notify), job_id, token, error=error, traceback=traceback,
         delay=delay, perm=permanent, notify=notify,
     )  # fmt: skip
     return row_job(row), row[NACK_NOTIFIED] == 0
 
 
 def extend(t: Target, job_id: str, token: str | None, seconds: float) -> Steps[Job]:
-    return (yield from _change(t, "extend", "extend", job_id, token, secs=seconds))
+    return (yield from _change(t, "extend", t.sql["extend"], job_id, token, secs=seconds))
 
 
 def extend_many(t: Target, items: list[tuple[str, str | None]], seconds: float) -> Steps[list[Job]]:
@@ -256,7 +255,7 @@ def extend_many(t: Target, items: list[tuple[str, str | None]], seconds: float) 
 
 
 def set_stage(t: Target, job_id: str, token: str | None, stage: str | None) -> Steps[Job]:
-    return (yield from _change(t, SET_STAGE, "stage", job_id, token, stage=stage))
+    return (yield from _change(t, SET_STAGE, t.sql["stage"], job_id, token, stage=stage))
 
 
 def _change(t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Steps[Job]:
@@ -265,8 +264,9 @@ def _change(t: Target, action: str, statement: str, job_id: str, token: str | No
 
 
 def _changed(t: Target, action: str, statement: str, job_id: str, token: str | None, **values: Any) -> Steps[Any]:
+    """Run ``statement`` (its text) on one leased job; refuse (raise) if it changed nothing, else its row."""
     params = t.with_backoff(id=job_id, token=token, chan=t.channel, **values)
-    row = yield one(t.sql[statement], params)
+    row = yield one(statement, params)
     if row is None:
         yield from _refuse(t, job_id, token, action)
     return row
