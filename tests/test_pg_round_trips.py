@@ -225,7 +225,7 @@ class HistoryTests(PostgresTestCase):
 
     def test_the_history_written_inline_is_the_functions_for_every_length(self) -> None:
         from nobroker.postgres.fragments import KEPT_ATTEMPTS, appended
-        from nobroker.postgres.statements import quote_schema
+        from nobroker.postgres.naming import quote_schema
 
         schema = quote_schema(self.schema)
         finished = "(now() + interval '2 seconds')"

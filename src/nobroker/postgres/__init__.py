@@ -6,12 +6,12 @@ driver.py only, and nothing calls it before a PostgreSQL queue is opened (or
 The package, in its order (a module imports only modules above it):
 
     driver.py      the one import of psycopg, and what to install without it
+    naming.py      what names a server: the DSN without its password, its connect_timeout; a queue's channel; a safe schema name
     fragments.py   the SQL pieces statements are made of: the clock, a job's columns, the claim, the tallies
     statements.py  the SQL text of every operation and its parameters
     rows.py        a row of a job's columns as a Job
     steps.py       an operation as the statements it sends, run on a Connection or awaited on an AsyncConnection
     turns.py       a mutex whose holder lets a waiting thread go first between two runs of one operation
-    naming.py      what names a server: the DSN without its password, its connect_timeout; a queue's channel
     connection.py  connecting, the connection a storage works on (reconnect, retry once)
     lanes.py       the work's connection and a spare one, for a thread that finds it busy
     asynclink.py   the AsyncConnection an AsyncQueue works on (Link's twin)
@@ -30,14 +30,13 @@ The package, in its order (a module imports only modules above it):
     storage.py     PostgresStorage, wiring only
     asyncstorage.py  AsyncPostgresStorage: the same statements awaited, for AsyncQueue
 
-Imports: naming, schema, statements, storage.
+Imports: naming, schema, storage.
 """
 
 from __future__ import annotations
 
-from .naming import redact_dsn
+from .naming import check_identifier, redact_dsn
 from .schema import DEFAULT_SCHEMA, latest_version, migrate, queue_names
-from .statements import check_identifier
 from .storage import PostgresStorage
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStorage", "check_identifier", "latest_version", "migrate", "queue_names", "redact_dsn"]

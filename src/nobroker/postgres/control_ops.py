@@ -5,7 +5,7 @@ written as the statements it sends (steps.py: ``snooze``, ``pause``,
 ``paused``, ``run_now``, ``delete``, ``mark_waited``), and
 ``finished_channel``, the channel sql/008's triggers notify when a job
 someone waits for finishes. Imports: errors, jobs, storage, steps,
-fragments, statements, rows, operations, queue_ops.
+fragments, naming, rows, operations, queue_ops.
 
 Each statement changes one row and adds its differences to the counts in
 the same statement (fragments.TALLY), as the other operations do. Pauses are
@@ -28,7 +28,7 @@ from . import queue_ops as whole
 from .steps import Steps, every, one, run
 from .fragments import COLUMNS, DELETE_TALLY, NOTIFY, NOW, TALLY, ended
 from .rows import row_job
-from .statements import quote_schema
+from .naming import quote_schema
 
 #: A snooze's (``s``): leased to ready, or to scheduled when it comes back later.
 _SNOOZE_TALLY = TALLY.format(source="s", active="0", scheduled="count(*) FILTER (WHERE s.sched)", done="0",

@@ -9,7 +9,7 @@ explain), ``lease``, the lease of a queue that has limits, and ``claim``,
 the lease of any queue (operations.lease, then ``lease`` when it found
 limits or pauses: a queue with pauses alone is leased the same way, kind by
 kind past its paused kinds, without the transaction and the limits'
-locks). Imports: jobs, codec, limits, storage, fragments, statements,
+locks). Imports: jobs, codec, limits, storage, fragments, naming, statements,
 rows, steps, operations.
 
 Race-free across processes and hosts: a lease of a queue with limits is one
@@ -48,7 +48,8 @@ from ..storage import worker_label
 from . import operations as ops
 from .fragments import CLAIM_SET, COLUMNS, NOW, UNPAUSED
 from .rows import row_job
-from .statements import ClaimTexts, quote_schema
+from .naming import quote_schema
+from .statements import ClaimTexts
 from .steps import Steps, atomic, every, one, piped, run
 
 #: A limit row's columns, as limits.to_fields names them (then ``turns``, which a put never writes).

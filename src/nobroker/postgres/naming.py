@@ -1,16 +1,38 @@
 """What names a PostgreSQL server and a queue's channel on it: the DSN shown without its password, its own connect_timeout, the channel.
 
-Owns: ``redact_dsn`` (a DSN fit for logs and errors), ``connect_timeout_of``
-and ``channel_name`` (the LISTEN/NOTIFY channel of one queue). Pure
-functions of text: no connection, no driver. Imports: addresses.
+Owns: ``redact_dsn`` (a DSN fit for logs and errors), ``connect_timeout_of``,
+``channel_name`` (the LISTEN/NOTIFY channel of one queue), and
+``check_identifier`` and ``quote_schema``, the rule that makes writing a
+schema or role name into SQL text safe. Pure functions of text: no
+connection, no driver. Imports: addresses.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..addresses import dsn_parameters, parse_keyword_dsn
+
+#: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
+
+
+def check_identifier(name: Any, what: str) -> str:
+    """A schema or role name: letters, digits and _, not starting with a digit, at most 63."""
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        raise ValueError(
+            f"{what} must be a plain SQL name (letters, digits and _, not starting with a digit, "
+            f"at most 63 characters), got {name!r}"
+        )
+    return name
+
+
+def quote_schema(schema: str) -> str:
+    """The schema as a quoted identifier. Safe to write into SQL: check_identifier allows no quote."""
+    return '"' + check_identifier(schema, "schema") + '"'
 
 
 def redact_dsn(dsn: str) -> str:
@@ -56,4 +78,4 @@ def channel_name(schema: str, queue: str) -> str:
     return f"nobroker_{digest}"
 
 
-__all__ = ["channel_name", "connect_timeout_of", "redact_dsn"]
+__all__ = ["channel_name", "check_identifier", "connect_timeout_of", "quote_schema", "redact_dsn"]

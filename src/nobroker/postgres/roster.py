@@ -4,7 +4,7 @@ Owns: RosterStatements (the SQL text for one schema) and one operation per
 call, each written as the steps it sends (steps.py), as operations.py's are:
 ``announce`` (one statement: the removal of rows PRUNE_AFTER old and an
 upsert of the worker's row), ``retire`` and ``listed``.
-Imports: announcements, statements, steps, operations.
+Imports: announcements, naming, steps, operations.
 
 A row is written with the worker's own wall-clock times, as the file
 storage writes them (nobroker.announcements), so both storages say "gone" by
@@ -17,7 +17,7 @@ import json
 import time
 from ..announcements import MAX_WORKERS_LISTED, PRUNE_AFTER, WorkerInfo, from_dict
 from .operations import Target
-from .statements import quote_schema
+from .naming import quote_schema
 from .steps import Steps, every, run
 
 _COLUMNS = ("id", "name", "host", "pid", "kinds", "concurrency", "started_at", "running", "heartbeat_at")

@@ -3,7 +3,7 @@
 Owns: ScheduleStatements (the SQL text for one schema), and one function per
 schedule operation, written as the steps it sends (steps.py, as operations.py's
 are: a Queue drives them, an AsyncQueue awaits them): ``put``, ``remove``,
-``listed`` and ``fire``. Imports: jobs, schedules, storage, statements, steps,
+``listed`` and ``fire``. Imports: jobs, schedules, storage, naming, steps,
 operations, enqueueing.
 
 Times are epoch seconds of the database clock plus the queue's test-only
@@ -25,7 +25,7 @@ from ..schedules import MAX_SCHEDULES, Schedule, ScheduleSpec, first_run, from_f
 from ..storage import EnqueueSpec
 from . import enqueueing
 from . import operations as ops
-from .statements import quote_schema
+from .naming import quote_schema
 from .steps import Steps, atomic, every, one, run
 
 _COLUMNS = ("name", "payload", "every", "cron", "kind", "priority", "tz", "catch_up", "anchor", "next_run")

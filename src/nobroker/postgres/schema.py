@@ -40,9 +40,9 @@ from typing import Any
 
 from ..errors import StorageError
 from .connection import DEFAULT_RECONNECT_TIMEOUT, connect, one_line
-from .naming import connect_timeout_of, redact_dsn
+from .naming import check_identifier, connect_timeout_of, redact_dsn
 from .driver import pg_errors, psycopg, require_psycopg, sql
-from .statements import MAX_LISTED_QUEUES, Statements, check_identifier
+from .statements import MAX_LISTED_QUEUES, Statements
 
 logger = logging.getLogger("nobroker.postgres")
 

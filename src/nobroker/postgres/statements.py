@@ -3,11 +3,11 @@
 Owns: the statements (templates with the schema left open, built once per
 schema by ``Statements``; the Job a row of a job's columns makes is
 rows.py's), ``ClaimTexts`` (a claim's text with its count written in, kept
-per count; limit_ops.py's claims use it too), and ``check_identifier``, the rule that
-makes writing a schema name into SQL text safe. Plain text only: nothing here
+per count; limit_ops.py's claims use it too). The schema's name is written
+in quoted by naming.quote_schema. Plain text only: nothing here
 talks to a server or needs the driver. The schema itself (tables, indexes,
 the backoff function) is the numbered files in sql/; schema.py applies them.
-Imports: jobs, fragments.
+Imports: jobs, fragments, naming.
 
 Every value travels as a named parameter; the one number written into the
 text is a claim's batch size, a checked int (see ``Statements.claim``). The
@@ -37,10 +37,8 @@ in sql/.
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 from ..jobs import MAX_ATTEMPT_HISTORY, BackoffPolicy
+from .naming import quote_schema
 from .fragments import (
     ACK_COUNTED,
     ACK_ONE_COUNTS,
@@ -86,22 +84,10 @@ from .fragments import (
 
 assert KEPT_ATTEMPTS == MAX_ATTEMPT_HISTORY, "a history written inline keeps what a Job shows"
 
-#: Schema and role names: plain SQL identifiers, so they read the same quoted or not.
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: ``$`` lets a final newline through
 #: Claim statements (one per batch size) kept ready to run; others are built per call.
 MAX_CLAIM_STATEMENTS = 64
 #: Most queue names one listing returns (for a picker or an error message).
 MAX_LISTED_QUEUES = 1000
-
-
-def check_identifier(name: Any, what: str) -> str:
-    """A schema or role name: letters, digits and _, not starting with a digit, at most 63."""
-    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-        raise ValueError(
-            f"{what} must be a plain SQL name (letters, digits and _, not starting with a digit, "
-            f"at most 63 characters), got {name!r}"
-        )
-    return name
 
 
 # The statements that act on one leased job (ack, nack, extend, set_stage)
@@ -359,11 +345,6 @@ def _part(own: str) -> str:
     if own.endswith(BY_DUE_TIME):
         return _PART.replace("{own}", own[: -len(BY_DUE_TIME)]).replace("ORDER BY j.seq", "ORDER BY j.seq + 0")
     return _PART.replace("{own}", own)
-
-
-def quote_schema(schema: str) -> str:
-    """The schema as a quoted identifier. Safe to write into SQL: check_identifier allows no quote."""
-    return '"' + check_identifier(schema, "schema") + '"'
 
 
 def build(schema: str) -> dict[str, str]:

@@ -48,11 +48,11 @@ from .options import DEFAULT_DONE_RETENTION, check_options, check_seconds
 from .connection import (
     DEFAULT_RECONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, Link, connection_options,
 )  # fmt: skip
-from .naming import channel_name, connect_timeout_of, redact_dsn
+from .naming import channel_name, check_identifier, connect_timeout_of, redact_dsn
 from .driver import require_psycopg
 from .fragments import PRUNE_BATCH
 from .schema import DEFAULT_SCHEMA, ensure_schema
-from .statements import Statements, backoff_parameters, check_identifier
+from .statements import Statements, backoff_parameters
 from .steps import Steps, advance, drive
 from .wakeups import NotifyGate
 
