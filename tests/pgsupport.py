@@ -193,6 +193,20 @@ class PrivateCluster:
     def restart(self) -> None:
         self._run("pg_ctl", "-D", self.data, "-o", self._options(), "-l", self._log, "-m", "fast", "-w", "restart")
 
+    def crash(self) -> None:
+        """Stop the server as a crash does (no checkpoint, WAL not yet written is lost), then start it again."""
+        self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        self.start()
+
+    def configure(self, name: str, value: str) -> None:
+        """Set a server setting (ALTER SYSTEM) and have every session read it at its next statement."""
+        conn = connect(self.dsn)
+        try:
+            conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+            conn.execute("SELECT pg_reload_conf()")
+        finally:
+            conn.close()
+
     def close(self) -> None:
         try:
             self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")

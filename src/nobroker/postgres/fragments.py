@@ -237,9 +237,22 @@ UPKEEP = f"""
 UNPAUSED = (
     " AND NOT (ARRAY['', kind] && ARRAY(SELECT p.kind FROM {schema}.pauses AS p WHERE p.queue = %(q)s))"
 )
+# A claim commits without waiting for its WAL to reach the disk: the lease
+# becomes durable with the next flush, its ack's at the latest (the ack
+# commits after it, and a commit flushes the WAL up to itself), as a lease
+# of the file storage becomes durable with the log's next fsync. A server
+# crash before that flush gives the jobs back as they were before the claim
+# (ready again, the attempt not counted): at-least-once, and the fencing
+# token refuses the lost lease's ack. Set for the claim's transaction only
+# (the upkeep sent with it shares it), by an InitPlan that runs once when
+# the claim updates its first row (a claim that takes nothing commits
+# nothing). Measured: 4 processes draining one job per claim ran 20-35%
+# faster, one process 20-40%.
+DEFERRED_FLUSH = "(SELECT left(set_config('synchronous_commit', 'off', true), 0))"
 CLAIM_SET = f"""
         UPDATE {{schema}}.jobs AS j SET
-            state = 'leased', attempts = j.attempts + 1, stage = NULL, leased_by = %(by)s, leased_at = {NOW},
+            state = 'leased', attempts = j.attempts + 1, stage = NULL, leased_by = %(by)s || {DEFERRED_FLUSH},
+            leased_at = {NOW},
             lease_token = replace(gen_random_uuid()::text, '-', ''),
             lease_deadline = {NOW} + %(vt)s::float8 * interval '1 second'"""
 # The claim reads only the claim's index: ready jobs whose time has come
