@@ -81,10 +81,11 @@ class WorkMethods(QueueBase):
         """Lease up to ``count`` runnable jobs (highest priority, then oldest). Never blocks.
 
         Each leased job is invisible to others until its deadline (now +
-        visibility timeout); ack, nack or extend it before then. With the
-        file storage the lease itself becomes durable with the next fsync of
-        the log (your ack's, at the latest): a power cut before that makes
-        the job ready again, which at-least-once delivery allows.
+        visibility timeout); ack, nack or extend it before then. The lease
+        itself becomes durable with the next fsync of the log (file storage)
+        or the next flush of the server's WAL (PostgreSQL): your ack's, at
+        the latest. A power cut or a server crash before that makes the job
+        ready again, which at-least-once delivery allows.
         """
         count, timeout, kind_set = calls.lease(self.visibility_timeout, count, visibility_timeout, kinds)
         return self._open_storage().lease(count, timeout, kind_set) if count else []
