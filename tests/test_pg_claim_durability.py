@@ -48,7 +48,9 @@ class ClaimDurabilityTests(unittest.TestCase):
     def _waiting_for_the_flush(self) -> list[int]:
         """The backends whose commit waits for the standby that never comes."""
         with connect(self.dsn) as conn:
-            rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchall()
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND backend_type = 'client backend'"
+            ).fetchall()
         return [pid for (pid,) in rows]
 
     def _require_a_flush_for_ever(self) -> None:
