@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     order = "nobroker / peer / hand-written" if args.peer else "nobroker / hand-written"
     print(
         f"PostgreSQL storage vs a hand-written SKIP LOCKED loop: median of {args.rounds} round(s), "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, synchronous_commit on (nobroker's claims: off, durable with their ack); "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+        "synchronous_commit on (nobroker's claims: off, durable with their ack); "
         f"statements and round trips per operation: {order}"
     )
     print(render(rows, markdown=args.md))

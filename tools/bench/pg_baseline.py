@@ -8,8 +8,9 @@ Imports: nobroker.postgres (check_identifier), pg_count, psycopg.
 Every statement waits for its commit to be flushed (synchronous commit
 on), the claim too, as a careful hand-written queue does; nobroker's claim
 does not wait (its lease becomes durable with its ack's flush, as on the
-file storage), every other write of nobroker's does. INSERT to enqueue, ``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT
-n) RETURNING`` to claim, one UPDATE to mark done (one per job, or one per
+file storage), every other write of nobroker's does. INSERT to enqueue,
+``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)
+RETURNING`` to claim, one UPDATE to mark done (one per job, or one per
 claimed batch), LISTEN/NOTIFY to wake. It has no fencing tokens, no reclaim,
 no backoff, no dedupe: the ratio to it is what those guarantees cost. The
 hand-written sqlite3 queue the file storage is to be measured against would
